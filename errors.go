@@ -1,0 +1,131 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Every error fence returns that means one of these matches it with
+// [errors.Is]; backends wrap them with what they were doing, and typed errors
+// ([StaleTokenError], [NamespaceError], [InvalidError], [HeldError]) carry detail for
+// [errors.As].
+var (
+	// ErrNotAcquired means the lock is held by another lease and did not become free
+	// within the wait. When the wait ended because the context was done, the error
+	// also matches the context's error.
+	ErrNotAcquired = errors.New("fence: lock not acquired")
+
+	// ErrNotHeld means the lease is no longer held: it expired, was released, was
+	// taken over after expiry, or never existed. Renew and Release return it; a
+	// lease's Done channel closes with it when the holder can no longer be sure.
+	ErrNotHeld = errors.New("fence: lease not held")
+
+	// ErrStaleToken means a guard rejected a fence because it already accepted a
+	// higher token, or the same token under another lease. The write changed nothing.
+	// The error is a *StaleTokenError carrying the highest token seen.
+	ErrStaleToken = errors.New("fence: stale token")
+
+	// ErrNamespace means a guard rejected a fence whose lock name differs from the one
+	// that fences the resource: tokens of different locks are not comparable.
+	ErrNamespace = errors.New("fence: token from another lock")
+
+	// ErrInvalid means an argument is malformed: a name, TTL, token, lease id, key or
+	// value outside the documented limits. Nothing was changed.
+	ErrInvalid = errors.New("fence: invalid argument")
+
+	// ErrNotFound means a key or lock has no record.
+	ErrNotFound = errors.New("fence: not found")
+
+	// ErrTokenExhausted means a lock's counter reached MaxToken. The backend fails
+	// closed: it grants no more leases on that name rather than reuse a token.
+	ErrTokenExhausted = errors.New("fence: token counter exhausted")
+
+	// ErrUnavailable means the backing store could not be reached or did not answer
+	// in time. The operation may or may not have taken effect.
+	ErrUnavailable = errors.New("fence: store unavailable")
+
+	// ErrClosed means the Locker or store was closed.
+	ErrClosed = errors.New("fence: closed")
+)
+
+// ErrReleased is the cause a lease's Context carries, and what Lease.Err returns,
+// after the holder released it. It matches ErrNotHeld.
+var ErrReleased = fmt.Errorf("%w: released", ErrNotHeld)
+
+// StaleTokenError is the detail of ErrStaleToken: a guard refused Token because it
+// already accepted Highest for Resource. A caller that holds a lease on a backend
+// whose counter can go backwards (Redis after failover) can hand Highest to
+// [Healer.Heal] so the next grant is above it.
+type StaleTokenError struct {
+	Resource  string // the guarded resource (key, row, table)
+	Token     Token  // the token that was refused
+	Highest   Token  // the highest token the resource has accepted
+	SameToken bool   // Token == Highest but the lease differed
+}
+
+func (e *StaleTokenError) Error() string {
+	if e.SameToken {
+		return fmt.Sprintf("fence: stale token %d for %q: token %d already accepted under another lease", e.Token, e.Resource, e.Highest)
+	}
+	return fmt.Sprintf("fence: stale token %d for %q, highest seen %d", e.Token, e.Resource, e.Highest)
+}
+
+// Is reports whether target is ErrStaleToken.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// NamespaceError is the detail of ErrNamespace: Resource is fenced by tokens of lock
+// Want, and a fence of lock Got was presented.
+type NamespaceError struct {
+	Resource string
+	Want     string
+	Got      string
+}
+
+func (e *NamespaceError) Error() string {
+	return fmt.Sprintf("fence: %q is fenced by lock %q, got a token of lock %q", e.Resource, e.Want, e.Got)
+}
+
+// Is reports whether target is ErrNamespace.
+func (e *NamespaceError) Is(target error) bool { return target == ErrNamespace }
+
+// InvalidError is the detail of ErrInvalid: which argument, its value (truncated for
+// the message) and what is wrong with it.
+type InvalidError struct {
+	Field  string // "name", "ttl", "token", "lease", "key", ...
+	Value  string // the offending value, quoted in the message
+	Reason string // what is wrong, e.g. "is longer than 255 bytes"
+}
+
+func (e *InvalidError) Error() string {
+	v := e.Value
+	if len(v) > 64 {
+		v = v[:64] + "..."
+	}
+	return fmt.Sprintf("fence: invalid %s %q: %s", e.Field, v, e.Reason)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(field, value, format string, args ...any) error {
+	return &InvalidError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
+// HeldError is the detail of ErrNotAcquired when the backend knows about the
+// current holder: the lock Name is held, and by its clock the lease has ExpiresIn
+// left (zero if unknown). Backends never disclose the holder's lease id.
+type HeldError struct {
+	Name      string
+	ExpiresIn time.Duration
+}
+
+func (e *HeldError) Error() string {
+	if e.ExpiresIn > 0 {
+		return fmt.Sprintf("fence: lock %q not acquired: held, expires in %v", e.Name, e.ExpiresIn.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("fence: lock %q not acquired: held", e.Name)
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }

@@ -1,0 +1,140 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Locker grants leases on named locks, each carrying a fencing token.
+//
+// Every implementation passes fencetest.TestLocker, which is the precise contract.
+// In short:
+//
+//   - P1: for one name, each grant's token is greater than every earlier grant's,
+//     across restarts of durable backends.
+//   - P5: only the holder of a lease (its lease id) can renew or release it.
+//   - P6: a lock is never granted while an earlier lease on it is unexpired by the
+//     backend's clock.
+//
+// A lease is never proof of exclusivity at the moment of a write: a holder can pause
+// past its TTL. Protect the resource with a Guard and the lease's Fence.
+type Locker interface {
+	// Acquire grants a lease on name for ttl. By default it tries once; WithWait
+	// makes it wait for the lock to be released or to expire.
+	//
+	// It returns an error matching ErrNotAcquired (usually a *HeldError) if the lock
+	// stayed held; when ctx ended the wait, the error also matches ctx.Err(). It
+	// returns ErrInvalid for a bad name or TTL, ErrTokenExhausted when the name's
+	// counter is at MaxToken, ErrUnavailable when the store cannot be reached, and
+	// ErrClosed after Close.
+	Acquire(ctx context.Context, name string, ttl time.Duration, opts ...AcquireOption) (*Lease, error)
+
+	// Renew extends the lease identified by name and leaseID to ttl from now by the
+	// backend's clock. It returns ErrNotHeld if that lease expired, was released or
+	// never existed (never touching another holder's lease), and ErrInvalid for bad
+	// arguments.
+	Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error
+
+	// Release ends the lease identified by name and leaseID and wakes waiters. It
+	// returns ErrNotHeld if that lease is no longer held (a retried release is
+	// harmless: it can never release a newer holder's lease).
+	Release(ctx context.Context, name, leaseID string) error
+}
+
+// Healer is implemented by lockers whose counter can go backwards (Redis after a
+// failover that lost increments). P4: when a guard rejects a write with a
+// *StaleTokenError, report its Highest here; the backend raises name's counter so the
+// next grant's token is above seen. Heal never lowers a counter, so it is safe to
+// call with any value a guard reported.
+type Healer interface {
+	Heal(ctx context.Context, name string, seen Token) error
+}
+
+// Inspector is implemented by lockers that can report lock state, for `fence status`.
+type Inspector interface {
+	// Inspect returns the state of one lock; a lock never acquired is reported with
+	// Held false and LastToken 0, not an error.
+	Inspect(ctx context.Context, name string) (LockInfo, error)
+	// List returns the locks whose names start with prefix, held or not, in name
+	// order, at most limit of them (limit <= 0 means a backend default).
+	List(ctx context.Context, prefix string, limit int) ([]LockInfo, error)
+}
+
+// LockInfo describes a lock as a backend sees it. It never contains a lease id.
+type LockInfo struct {
+	Name      string        `json:"name"`
+	Held      bool          `json:"held"`
+	Token     Token         `json:"token,omitempty"`      // the current holder's token, if held
+	LastToken Token         `json:"last_token,omitempty"` // the highest token issued for name
+	ExpiresIn time.Duration `json:"-"`                    // time left on the current lease, if held
+}
+
+// AcquireOptions are the per-call options of Locker.Acquire. Backends read them
+// with ApplyAcquireOptions.
+type AcquireOptions struct {
+	// Wait is how long to wait for a held lock: 0 tries once, WaitForever waits
+	// until ctx is done. The wait is also bounded by ctx.
+	Wait time.Duration
+	// AutoRenew makes the returned lease renew itself (see WithAutoRenew).
+	AutoRenew bool
+}
+
+// WaitForever, given to WithWait, waits until the context is done.
+const WaitForever time.Duration = 1<<63 - 1
+
+// AcquireOption sets an AcquireOptions field.
+type AcquireOption func(*AcquireOptions)
+
+// WithWait makes Acquire wait up to d for a held lock to be released or to expire.
+// Waiting is woken by the release (how depends on the backend), not by polling
+// alone. A negative d is treated as 0.
+func WithWait(d time.Duration) AcquireOption {
+	return func(o *AcquireOptions) {
+		if d < 0 {
+			d = 0
+		}
+		o.Wait = d
+	}
+}
+
+// WithAutoRenew makes the lease renew itself at about a third of its TTL. When a
+// renewal fails the lease keeps trying until it would have expired, then closes
+// Done; when the backend says the lease is gone (ErrNotHeld) it closes Done at once.
+//
+// Auto-renewal is advisory: it narrows the window in which a paused holder acts on
+// a lost lock, it never closes it. A holder can pause right after a successful
+// renewal. Only a guard checking the fencing token makes writes safe.
+func WithAutoRenew() AcquireOption { return func(o *AcquireOptions) { o.AutoRenew = true } }
+
+// ApplyAcquireOptions returns the options that opts set, for Locker implementations.
+func ApplyAcquireOptions(opts ...AcquireOption) AcquireOptions {
+	var o AcquireOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+// TryAcquire is Acquire without waiting: it returns an error matching
+// ErrNotAcquired at once if name is held.
+func TryAcquire(ctx context.Context, l Locker, name string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
+	return l.Acquire(ctx, name, ttl, append(opts, WithWait(0))...)
+}
+
+// Heal reports to l the highest token in err if err is a *StaleTokenError and l is a
+// Healer, so that the next grant on name is above it (P4). It returns nil if there
+// was nothing to heal, or the Healer's error.
+func Heal(ctx context.Context, l Locker, name string, err error) error {
+	var st *StaleTokenError
+	if !errors.As(err, &st) {
+		return nil
+	}
+	h, ok := l.(Healer)
+	if !ok {
+		return nil
+	}
+	return h.Heal(ctx, name, st.Highest)
+}

@@ -1,0 +1,99 @@
+package fence
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on names, TTLs and lease ids. They are part of the contract: every backend
+// and the HTTP API enforce them with an error matching ErrInvalid.
+const (
+	// MaxNameLen is the longest lock name or resource key, in bytes.
+	MaxNameLen = 255
+	// MinTTL is the shortest lease.
+	MinTTL = time.Millisecond
+	// MaxTTL is the longest lease. Longer jobs renew (see WithAutoRenew). It bounds how
+	// long a restarted store must honour leases granted before a crash.
+	MaxTTL = 24 * time.Hour
+	// MaxLeaseIDLen is the longest lease id accepted, in bytes.
+	MaxLeaseIDLen = 128
+)
+
+// ValidateName returns nil if name is usable as a lock name or resource key: 1 to
+// MaxNameLen bytes of valid UTF-8 without control characters. Otherwise it returns
+// an *InvalidError matching ErrInvalid.
+func ValidateName(name string) error { return validateName("name", name) }
+
+// ValidateKey is ValidateName for keys of a fenced store; the error names "key".
+func ValidateKey(key string) error { return validateName("key", key) }
+
+func validateName(field, name string) error {
+	switch {
+	case name == "":
+		return invalidf(field, name, "is empty")
+	case len(name) > MaxNameLen:
+		return invalidf(field, name, "is %d bytes, longer than %d", len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return invalidf(field, name, "is not valid UTF-8")
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return invalidf(field, name, "contains control character %U", r)
+		}
+	}
+	return nil
+}
+
+// ValidateTTL returns nil if ttl is within [MinTTL, MaxTTL], and an *InvalidError
+// matching ErrInvalid otherwise.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return invalidf("ttl", ttl.String(), "must be between %v and %v", MinTTL, MaxTTL)
+	}
+	if ttl%time.Millisecond != 0 {
+		return invalidf("ttl", ttl.String(), "must be a whole number of milliseconds")
+	}
+	return nil
+}
+
+// ValidateToken returns nil if t is in [1, MaxToken], and an *InvalidError matching
+// ErrInvalid otherwise. Zero is never a token: it means "none".
+func ValidateToken(t Token) error {
+	if t == 0 {
+		return invalidf("token", t.String(), "must be at least 1")
+	}
+	if t > MaxToken {
+		return invalidf("token", t.String(), "is above the maximum %d", uint64(MaxToken))
+	}
+	return nil
+}
+
+// ValidateLeaseID returns nil if id is 1 to MaxLeaseIDLen bytes of printable ASCII,
+// and an *InvalidError matching ErrInvalid otherwise.
+func ValidateLeaseID(id string) error {
+	if id == "" {
+		return invalidf("lease", id, "is empty")
+	}
+	if len(id) > MaxLeaseIDLen {
+		return invalidf("lease", id, "is %d bytes, longer than %d", len(id), MaxLeaseIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return invalidf("lease", id, "must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// NewLeaseID returns a new lease id: 128 bits from crypto/rand, as 32 hex digits.
+// Lease ids are credentials: only their holder can renew or release the lease (P5).
+func NewLeaseID() string {
+	var b [16]byte
+	// crypto/rand.Read never returns an error on supported platforms (Go 1.24+: it
+	// crashes the program rather than return weak randomness).
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
