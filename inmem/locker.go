@@ -1,0 +1,359 @@
+// Package inmem is fence's reference implementation: a Locker and a Guard that keep
+// their state in the memory of one process, with an injectable clock so the
+// simulator and tests can drive time deterministically (see ManualClock).
+//
+// It is correct and safe for concurrent use, and it passes fencetest, but it is not
+// for production across processes: locks and fences live and die with the process
+// that holds them. Use it to test code written against fence.Locker and fence.Guard,
+// in the simulator, and as the executable definition the other backends are
+// compared with.
+package inmem
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fence"
+)
+
+// DefaultListLimit is how many locks List returns when called with limit <= 0.
+const DefaultListLimit = 1000
+
+// Options configure a Locker.
+type Options struct {
+	// Clock judges expiry and measures waits; nil means fence.SystemClock. Leases
+	// the Locker grants use it too.
+	Clock fence.Clock
+}
+
+// Locker is the in-process reference fence.Locker. For each lock name it keeps a
+// token counter that never goes down, not even when the lock expires or is
+// released (only Restore, emulating a failover, can lower it), and at most one
+// lease, which expires by the Locker's clock.
+//
+// Expired leases are cleared lazily, when the name is next touched; a waiter sets a
+// clock timer for the holder's expiry and is also woken at once by Release.
+type Locker struct {
+	clock fence.Clock
+
+	mu    sync.Mutex
+	locks map[string]*lockState
+}
+
+var (
+	_ fence.Locker    = (*Locker)(nil)
+	_ fence.Healer    = (*Locker)(nil)
+	_ fence.Inspector = (*Locker)(nil)
+)
+
+type lockState struct {
+	counter fence.Token // highest token issued for the name (or healed to)
+	leaseID string      // current lease, "" if none
+	token   fence.Token // current lease's token
+	expires time.Time   // current lease's expiry by the Locker's clock
+	// released is closed (and replaced) when the lease ends by Release or when the
+	// state is replaced by Restore, to wake waiters at once.
+	released chan struct{}
+}
+
+// heldAt reports whether the lease in st is unexpired at now.
+func (st *lockState) heldAt(now time.Time) bool {
+	return st.leaseID != "" && now.Before(st.expires)
+}
+
+// NewLocker returns an empty Locker.
+func NewLocker(opts Options) *Locker {
+	c := opts.Clock
+	if c == nil {
+		c = fence.SystemClock
+	}
+	return &Locker{clock: c, locks: make(map[string]*lockState)}
+}
+
+// Clock returns the clock the Locker judges expiry by.
+func (l *Locker) Clock() fence.Clock { return l.clock }
+
+// stateLocked returns name's state, creating it. l.mu must be held.
+func (l *Locker) stateLocked(name string) *lockState {
+	st := l.locks[name]
+	if st == nil {
+		st = &lockState{released: make(chan struct{})}
+		l.locks[name] = st
+	}
+	return st
+}
+
+// Acquire grants a lease on name for ttl, with a token greater than every token
+// issued for name before. By default it tries once; with fence.WithWait it waits,
+// woken at once by a Release and by the holder's expiry on the Locker's clock, for
+// at most the wait (measured by that clock) and until ctx is done.
+//
+// It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the
+// lock stayed held, also matching ctx.Err() when ctx ended the wait;
+// fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when the name's
+// counter is at fence.MaxToken.
+func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	if err := fence.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("inmem: acquire: %w", err)
+	}
+	if err := fence.ValidateTTL(ttl); err != nil {
+		return nil, fmt.Errorf("inmem: acquire %q: %w", name, err)
+	}
+	o := fence.ApplyAcquireOptions(opts...)
+
+	// The wait is measured by the Locker's clock, so a virtual clock bounds it too.
+	var waitOver chan struct{}
+	if o.Wait > 0 && o.Wait != fence.WaitForever {
+		waitOver = make(chan struct{})
+		t := l.clock.AfterFunc(o.Wait, func() { close(waitOver) })
+		defer t.Stop()
+	}
+
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("inmem: acquire %q: %w: %w", name, fence.ErrNotAcquired, err)
+		}
+		start := l.clock.Now() // before the grant: the lease's local deadline is never late
+		lease, held, err := l.tryAcquire(name, ttl, start, o.AutoRenew)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		if o.Wait == 0 {
+			return nil, fmt.Errorf("inmem: acquire %q: %w", name, held.err)
+		}
+
+		expired := make(chan struct{})
+		expiry := l.clock.AfterFunc(held.left, func() { close(expired) })
+		select {
+		case <-held.released:
+		case <-expired:
+		case <-waitOver:
+			expiry.Stop()
+			return nil, fmt.Errorf("inmem: acquire %q: waited %v: %w", name, o.Wait, held.err)
+		case <-ctx.Done():
+			expiry.Stop()
+			return nil, fmt.Errorf("inmem: acquire %q: %w (%w)", name, held.err, ctx.Err())
+		}
+		expiry.Stop()
+	}
+}
+
+type heldInfo struct {
+	err      *fence.HeldError
+	left     time.Duration
+	released <-chan struct{}
+}
+
+// tryAcquire grants a lease if name is free, or reports how it is held.
+func (l *Locker) tryAcquire(name string, ttl time.Duration, start time.Time, auto bool) (*fence.Lease, heldInfo, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.stateLocked(name)
+	now := l.clock.Now()
+	if st.heldAt(now) {
+		left := st.expires.Sub(now)
+		return nil, heldInfo{err: &fence.HeldError{Name: name, ExpiresIn: left}, left: left, released: st.released}, nil
+	}
+	if st.counter >= fence.MaxToken {
+		return nil, heldInfo{}, fmt.Errorf("inmem: acquire %q: counter at %d: %w", name, st.counter, fence.ErrTokenExhausted)
+	}
+	st.counter++
+	st.leaseID = fence.NewLeaseID()
+	st.token = st.counter
+	st.expires = now.Add(ttl)
+	lease := fence.NewLease(fence.LeaseConfig{
+		Locker: l, Name: name, Token: st.token, ID: st.leaseID, TTL: ttl,
+		Start: start, Clock: l.clock, AutoRenew: auto,
+	})
+	return lease, heldInfo{}, nil
+}
+
+// Renew extends the lease identified by name and leaseID to ttl from now, by the
+// Locker's clock. It returns an error matching fence.ErrNotHeld if that lease
+// expired, was released or never existed (another holder's lease is never
+// touched), and fence.ErrInvalid for a bad name, lease id or TTL.
+func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
+	if err := validateLease(name, leaseID); err != nil {
+		return fmt.Errorf("inmem: renew: %w", err)
+	}
+	if err := fence.ValidateTTL(ttl); err != nil {
+		return fmt.Errorf("inmem: renew %q: %w", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("inmem: renew %q: %w", name, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.locks[name]
+	now := l.clock.Now()
+	if st == nil || st.leaseID != leaseID || !st.heldAt(now) {
+		return fmt.Errorf("inmem: renew %q: %w", name, fence.ErrNotHeld)
+	}
+	st.expires = now.Add(ttl)
+	return nil
+}
+
+// Release ends the lease identified by name and leaseID and wakes the waiters on
+// name. It returns an error matching fence.ErrNotHeld if that lease is no longer
+// held, so a retried Release never ends a newer holder's lease, and
+// fence.ErrInvalid for a bad name or lease id.
+func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
+	if err := validateLease(name, leaseID); err != nil {
+		return fmt.Errorf("inmem: release: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("inmem: release %q: %w", name, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.locks[name]
+	if st == nil || st.leaseID != leaseID {
+		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrNotHeld)
+	}
+	held := st.heldAt(l.clock.Now())
+	st.leaseID, st.token, st.expires = "", 0, time.Time{}
+	close(st.released)
+	st.released = make(chan struct{})
+	if !held {
+		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrExpired)
+	}
+	return nil
+}
+
+func validateLease(name, leaseID string) error {
+	if err := fence.ValidateName(name); err != nil {
+		return err
+	}
+	if err := fence.ValidateLeaseID(leaseID); err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	return nil
+}
+
+// Heal raises name's counter to at least seen, so the next grant's token is above
+// it (P4). It never lowers a counter. It returns fence.ErrInvalid for a bad name or
+// a seen outside [1, fence.MaxToken].
+func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error {
+	if err := fence.ValidateName(name); err != nil {
+		return fmt.Errorf("inmem: heal: %w", err)
+	}
+	if err := fence.ValidateToken(seen); err != nil {
+		return fmt.Errorf("inmem: heal %q: %w", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("inmem: heal %q: %w", name, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.stateLocked(name)
+	if st.counter < seen {
+		st.counter = seen
+	}
+	return nil
+}
+
+// Inspect returns the state of name. A lock never acquired is reported with Held
+// false and LastToken 0. It returns fence.ErrInvalid for a bad name.
+func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
+	if err := fence.ValidateName(name); err != nil {
+		return fence.LockInfo{}, fmt.Errorf("inmem: inspect: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fence.LockInfo{}, fmt.Errorf("inmem: inspect %q: %w", name, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	info := fence.LockInfo{Name: name}
+	if st := l.locks[name]; st != nil {
+		l.fillLocked(&info, st, l.clock.Now())
+	}
+	return info, nil
+}
+
+func (l *Locker) fillLocked(info *fence.LockInfo, st *lockState, now time.Time) {
+	info.LastToken = st.counter
+	if st.heldAt(now) {
+		info.Held = true
+		info.Token = st.token
+		info.ExpiresIn = st.expires.Sub(now)
+	}
+}
+
+// List returns the locks whose names start with prefix, held or not, in name
+// order, at most limit of them (DefaultListLimit if limit <= 0). Names whose
+// counter is still 0 (never granted nor healed) are left out. It sorts the
+// matching names, so it costs O(n log n) in the number of names: it is for
+// inspection, not for hot paths.
+func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("inmem: list %q: %w", prefix, err)
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := make([]string, 0)
+	for name, st := range l.locks {
+		if st.counter > 0 && strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	if len(names) > limit {
+		names = names[:limit]
+	}
+	now := l.clock.Now()
+	out := make([]fence.LockInfo, len(names))
+	for i, name := range names {
+		out[i].Name = name
+		l.fillLocked(&out[i], l.locks[name], now)
+	}
+	return out, nil
+}
+
+// Snapshot is a copy of a Locker's counters and leases at one instant, for
+// Restore. Its zero value is an empty Locker.
+type Snapshot struct {
+	locks map[string]lockState
+}
+
+// Len returns how many lock names the snapshot holds.
+func (s Snapshot) Len() int { return len(s.locks) }
+
+// Snapshot returns a copy of the Locker's counters and current leases.
+func (l *Locker) Snapshot() Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Snapshot{locks: make(map[string]lockState, len(l.locks))}
+	for name, st := range l.locks {
+		c := *st
+		c.released = nil
+		s.locks[name] = c
+	}
+	return s
+}
+
+// Restore replaces the Locker's state with s, emulating a failover to a replica
+// that last synchronised when s was taken: counters go back to their values then
+// (so tokens issued since will be issued again, which is what a guard must catch),
+// leases granted since disappear (Renew and Release of them return
+// fence.ErrNotHeld), and leases released since reappear until they expire. Waiters
+// are woken to look again. Leases already handed out keep their local deadlines.
+func (l *Locker) Restore(s Snapshot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.locks {
+		close(st.released)
+	}
+	l.locks = make(map[string]*lockState, len(s.locks))
+	for name, st := range s.locks {
+		c := st
+		c.released = make(chan struct{})
+		l.locks[name] = &c
+	}
+}

@@ -1,0 +1,249 @@
+package inmem_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/inmem"
+)
+
+func newManual(t *testing.T) (*inmem.Locker, *inmem.ManualClock) {
+	t.Helper()
+	c := inmem.NewManualClock(t0)
+	return inmem.NewLocker(inmem.Options{Clock: c}), c
+}
+
+// waitPending waits (at most 5s) until n callbacks are scheduled on c.
+func waitPending(t *testing.T, c *inmem.ManualClock, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.WaitPending(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustAcquire(t *testing.T, l fence.Locker, name string, ttl time.Duration, opts ...fence.AcquireOption) *fence.Lease {
+	t.Helper()
+	lease, err := l.Acquire(context.Background(), name, ttl, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %v) = %v, want a lease", name, ttl, err)
+	}
+	return lease
+}
+
+func TestLocker_Expiry_JudgedByInjectedClock(t *testing.T) {
+	l, c := newManual(t)
+	ctx := context.Background()
+	a := mustAcquire(t, l, "job", time.Second)
+	c.Advance(999 * time.Millisecond)
+	_, err := l.Acquire(ctx, "job", time.Second)
+	var held *fence.HeldError
+	if !errors.As(err, &held) || held.ExpiresIn != time.Millisecond {
+		t.Fatalf("Acquire 1ms before expiry = %v, want *HeldError with ExpiresIn 1ms", err)
+	}
+	c.Advance(time.Millisecond)
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("lease Done still open at its deadline on the manual clock")
+	}
+	b := mustAcquire(t, l, "job", time.Second)
+	if b.Token() <= a.Token() {
+		t.Fatalf("token after expiry = %d, want > %d", b.Token(), a.Token())
+	}
+	if err := l.Renew(ctx, "job", a.ID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("Renew of the expired lease = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestLocker_Wait_WokenByExpiryOnManualClock(t *testing.T) {
+	l, c := newManual(t)
+	a := mustAcquire(t, l, "job", time.Second)
+	got := make(chan error, 1)
+	go func() {
+		b, err := l.Acquire(context.Background(), "job", time.Second, fence.WithWait(fence.WaitForever))
+		if err == nil && b.Token() <= a.Token() {
+			err = errors.New("token did not increase")
+		}
+		got <- err
+	}()
+	waitPending(t, c, 2) // a's expiry and the waiter's timer for it
+	c.Advance(time.Second)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiting Acquire = %v, want a lease after the holder's expiry", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiting Acquire not woken by the holder's expiry on the manual clock")
+	}
+}
+
+func TestLocker_Wait_BoundedByManualClock(t *testing.T) {
+	l, c := newManual(t)
+	mustAcquire(t, l, "job", time.Hour)
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(context.Background(), "job", time.Second, fence.WithWait(10*time.Second))
+		got <- err
+	}()
+	waitPending(t, c, 3) // lease expiry, wait bound, waiter's expiry timer
+	c.Advance(10 * time.Second)
+	select {
+	case err := <-got:
+		if !errors.Is(err, fence.ErrNotAcquired) {
+			t.Fatalf("Acquire after its wait = %v, want ErrNotAcquired", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire did not give up when the manual clock passed its wait")
+	}
+}
+
+func TestLocker_Heal_RaisesCounterNeverLowers(t *testing.T) {
+	l, _ := newManual(t)
+	ctx := context.Background()
+	a := mustAcquire(t, l, "job", time.Second)
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Heal(ctx, "job", 100); err != nil {
+		t.Fatalf("Heal(100) = %v", err)
+	}
+	if err := l.Heal(ctx, "job", 5); err != nil {
+		t.Fatalf("Heal(5) = %v", err)
+	}
+	b := mustAcquire(t, l, "job", time.Second)
+	if b.Token() != 101 {
+		t.Fatalf("token after Heal(100), Heal(5) = %d, want 101", b.Token())
+	}
+	if err := l.Heal(ctx, "job", 0); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("Heal(0) = %v, want ErrInvalid", err)
+	}
+}
+
+func TestLocker_TokenExhausted_FailsClosed(t *testing.T) {
+	l, _ := newManual(t)
+	ctx := context.Background()
+	if err := l.Heal(ctx, "job", fence.MaxToken); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Acquire(ctx, "job", time.Second)
+	if !errors.Is(err, fence.ErrTokenExhausted) {
+		t.Fatalf("Acquire at MaxToken = %v, want ErrTokenExhausted", err)
+	}
+}
+
+func TestLocker_SnapshotRestore_EmulatesLossyFailover(t *testing.T) {
+	l, _ := newManual(t)
+	ctx := context.Background()
+	a := mustAcquire(t, l, "job", time.Second)
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap := l.Snapshot() // the replica saw token 1, released
+	b := mustAcquire(t, l, "job", time.Second)
+	if b.Token() != 2 {
+		t.Fatalf("second token = %d, want 2", b.Token())
+	}
+	l.Restore(snap)
+
+	// The lock key of b is lost, and its counter increment with it.
+	if err := l.Renew(ctx, "job", b.ID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("Renew of a lease granted after the snapshot = %v, want ErrNotHeld", err)
+	}
+	c := mustAcquire(t, l, "job", time.Second)
+	if c.Token() != 2 {
+		t.Fatalf("token after restore = %d, want 2 again (the regression a guard must catch)", c.Token())
+	}
+	g := inmem.NewGuard()
+	if err := g.Put(ctx, "k", []byte("b"), b.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	err := g.Put(ctx, "k", []byte("c"), c.Fence())
+	var st *fence.StaleTokenError
+	if !errors.As(err, &st) || !st.SameToken {
+		t.Fatalf("guard Put of the reissued token = %v, want *StaleTokenError with SameToken", err)
+	}
+	if err := fence.Heal(ctx, l, "job", err); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := mustAcquire(t, l, "job", time.Second)
+	if d.Token() != 3 {
+		t.Fatalf("token after heal = %d, want 3", d.Token())
+	}
+}
+
+func TestLocker_Restore_WakesWaiters(t *testing.T) {
+	l, c := newManual(t)
+	snap := l.Snapshot() // empty
+	mustAcquire(t, l, "job", time.Hour)
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(context.Background(), "job", time.Second, fence.WithWait(fence.WaitForever))
+		got <- err
+	}()
+	waitPending(t, c, 2) // lease expiry + the waiter's expiry timer
+	l.Restore(snap)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter after Restore(empty) = %v, want a lease", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not woken by Restore")
+	}
+}
+
+func TestLocker_InspectList(t *testing.T) {
+	l, c := newManual(t)
+	ctx := context.Background()
+	mustAcquire(t, l, "b/1", time.Second)
+	mustAcquire(t, l, "a/1", time.Minute)
+	mustAcquire(t, l, "a/2", 2*time.Second)
+	c.Advance(1500 * time.Millisecond)
+
+	info, err := l.Inspect(ctx, "a/2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fence.LockInfo{Name: "a/2", Held: true, Token: 1, LastToken: 1, ExpiresIn: 500 * time.Millisecond}
+	if info != want {
+		t.Fatalf("Inspect(a/2) = %+v, want %+v", info, want)
+	}
+	list, err := l.List(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, i := range list {
+		names = append(names, i.Name)
+	}
+	if len(list) != 3 || names[0] != "a/1" || names[1] != "a/2" || names[2] != "b/1" || list[2].Held {
+		t.Fatalf("List(\"\") = %+v, want a/1, a/2 held and b/1 expired, in order", list)
+	}
+	list, _ = l.List(ctx, "a/", 1)
+	if len(list) != 1 || list[0].Name != "a/1" {
+		t.Fatalf("List(a/, 1) = %+v, want only a/1", list)
+	}
+	info, err = l.Inspect(ctx, "never")
+	if err != nil || info != (fence.LockInfo{Name: "never"}) {
+		t.Fatalf("Inspect(never) = %+v, %v; want zero info and nil", info, err)
+	}
+}
+
+func TestLocker_Release_ExpiredOwnLease_NotHeld(t *testing.T) {
+	l, c := newManual(t)
+	a := mustAcquire(t, l, "job", time.Second)
+	c.Advance(time.Second)
+	err := l.Release(context.Background(), "job", a.ID())
+	if !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("Release after expiry = %v, want ErrNotHeld", err)
+	}
+}
