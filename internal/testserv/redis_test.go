@@ -1,0 +1,150 @@
+package testserv_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+func TestRedis_StartAnswersClient(t *testing.T) {
+	testserv.SkipIfShort(t)
+	srv := testserv.Redis(t)
+	if srv.Port == 0 || srv.Port == 6379 {
+		t.Fatalf("Port = %d, want a free non-default port", srv.Port)
+	}
+	if want := "127.0.0.1:" + strconv.Itoa(srv.Port); srv.Addr != want {
+		t.Fatalf("Addr = %q, want %q", srv.Addr, want)
+	}
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	got, err := srv.CLI("GET", "k")
+	if err != nil {
+		t.Fatalf("CLI GET: %v", err)
+	}
+	if got != "v" {
+		t.Fatalf("CLI GET k = %q, want %q", got, "v")
+	}
+	if got, err := srv.Do("GET", "k"); err != nil || got != "v" {
+		t.Fatalf("Do GET k = %q, %v; want %q, nil", got, err, "v")
+	}
+	if _, err := srv.Do("NOSUCHCOMMAND"); err == nil || !strings.Contains(err.Error(), "ERR") {
+		t.Fatalf("Do NOSUCHCOMMAND error = %v, want an ERR reply", err)
+	}
+}
+
+func TestRedis_ExtraArgsApplied(t *testing.T) {
+	testserv.SkipIfShort(t)
+	srv := testserv.Redis(t, "--maxmemory-policy", "noeviction", "--appendonly", "yes")
+	got, err := srv.Do("CONFIG", "GET", "appendonly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "appendonly\nyes"; got != want {
+		t.Fatalf("CONFIG GET appendonly = %q, want %q", got, want)
+	}
+}
+
+func TestRedis_KillThenRestart_SamePortAndAOFData(t *testing.T) {
+	testserv.SkipIfShort(t)
+	srv := testserv.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
+	port, dir := srv.Port, srv.Dir
+	if _, err := srv.Do("SET", "durable", "1"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if _, err := srv.Do("PING"); err == nil {
+		t.Fatal("PING after Kill succeeded, want a connection error")
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Port != port || srv.Dir != dir {
+		t.Fatalf("after Restart port, dir = %d, %q; want %d, %q", srv.Port, srv.Dir, port, dir)
+	}
+	got, err := srv.Do("GET", "durable")
+	if err != nil || got != "1" {
+		t.Fatalf("GET durable after kill+restart = %q, %v; want %q, nil (AOF fsync always)", got, err, "1")
+	}
+}
+
+func TestRedis_KillWithoutPersistence_LosesData(t *testing.T) {
+	testserv.SkipIfShort(t)
+	srv := testserv.Redis(t)
+	if _, err := srv.Do("SET", "volatile", "1"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := srv.Do("EXISTS", "volatile")
+	if err != nil || got != "0" {
+		t.Fatalf("EXISTS volatile after kill+restart = %q, %v; want %q (no persistence by default)", got, err, "0")
+	}
+}
+
+func TestRedis_Replica_FollowsPrimary(t *testing.T) {
+	testserv.SkipIfShort(t)
+	primary := testserv.Redis(t)
+	if _, err := primary.Do("SET", "before", "1"); err != nil {
+		t.Fatal(err)
+	}
+	replica := testserv.RedisReplica(t, primary)
+	if got, err := replica.Do("GET", "before"); err != nil || got != "1" {
+		t.Fatalf("replica GET before = %q, %v; want %q after initial sync", got, err, "1")
+	}
+	if _, err := replica.Do("SET", "x", "1"); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("replica SET error = %v, want READONLY", err)
+	}
+}
+
+func TestRedis_CloseTwiceAndRestartAfterClose(t *testing.T) {
+	testserv.SkipIfShort(t)
+	srv, err := testserv.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	srv.Close()
+	if err := srv.Restart(); err == nil {
+		t.Fatal("Restart after Close succeeded, want an error")
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("PING after Close succeeded, want a connection error")
+	}
+}
+
+func TestFindBinary_Missing_NamesPackage(t *testing.T) {
+	_, err := testserv.FindBinary("no-such-server-binary", "no-such-package")
+	if !errors.Is(err, testserv.ErrNotFound) {
+		t.Fatalf("error = %v, want ErrNotFound", err)
+	}
+	if want := "apt-get install no-such-package"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %q, want it to contain %q", err, want)
+	}
+}
+
+func TestFreePort_NeverReserved(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		p, err := testserv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == 6379 || p == 5432 || p == 3306 || p <= 0 {
+			t.Fatalf("FreePort = %d, want a positive port other than 6379, 5432, 3306", p)
+		}
+	}
+}
