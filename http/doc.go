@@ -1,0 +1,80 @@
+// Package fencehttp is fence over HTTP: a Server that exposes any fence.Locker (and,
+// optionally, a fenced fence.KV store) as the HTTP API v1 that `fence serve` runs,
+// and a Client that implements fence.Locker, fence.Inspector, fence.Guard and
+// fence.KV against such a server, so that any language or shell can take fenced locks.
+//
+// The package lives in the directory http/ of the module; it is named fencehttp so
+// that it does not shadow net/http where both are imported.
+//
+// # API v1
+//
+//	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  -> 200 {"name","token","lease","ttl_ms"}
+//	                                                            409 held (after the wait)
+//	POST /v1/locks/{name}/renew    {"lease":ID,"ttl_ms":N}  -> 200 | 410 lease expired or lost
+//	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
+//	GET  /v1/locks/{name}          -> 200 {"name","held","token","last_token","expires_in_ms"}
+//	GET  /v1/locks?prefix=P&limit=N -> 200 {"locks":[...]}
+//	PUT  /v1/kv/{key}     headers Fence-Token: N [Fence-Lease: ID] [Fence-Lock: NAME]
+//	                      -> 200 {"key","lock","token"} | 409 {"error","code","highest"}
+//	GET  /v1/kv/{key}     -> 200 the value, headers Fence-Token and Fence-Lock
+//	POST /v1/fences/{key} headers as for PUT, no body: advance the key's fence only
+//	GET  /healthz         -> 200 {"status":"ok"}, 503 while shutting down (never needs auth)
+//	GET  /metrics         -> Prometheus text format
+//
+// Bodies are JSON; durations are integer milliseconds. An omitted ttl_ms means 30000
+// (Config.DefaultTTL); an omitted wait_ms means 0 (try once). Unknown fields and
+// trailing data are rejected with 400, so that a typo is not silently ignored.
+//
+// Names and keys are path segments: a client escapes them (a '/' in a name is sent as
+// %2F, so any valid name round-trips; see EscapeName). The server also accepts
+// unescaped slashes (POST /v1/locks/jobs/nightly/acquire is the lock "jobs/nightly"):
+// the action is the last segment of the escaped path, the name everything before it.
+//
+// # Waiting
+//
+// An acquire with wait_ms is a long poll: the request stays open until the lock is
+// granted (woken by the release, through the backend's own wake-up), the wait ends
+// (409), or the client goes away. The server caps one poll at Config.MaxWait (60s by
+// default); the Client polls again until its own wait is over, so fence.WaitForever
+// works. A grant made just as its client went away is released at once.
+//
+// # The fenced KV store and the Fence-Lock header
+//
+// A fence is a lock name (the namespace of its token counter), a token and a lease
+// id. A write carries the token in Fence-Token, the lease id in Fence-Lease (optional;
+// without it an equal token is refused, as fence.Admit says) and the lock name in
+// Fence-Lock. Fence-Lock may be omitted for a key that is already fenced: the server
+// then uses the lock that fences the key (a key's lock never changes once it has a
+// fence, so this is not a race). The first write to a key must name its lock; without
+// Fence-Lock it is refused with 400. Sending Fence-Lock always is the safe habit: it
+// makes the server refuse a token of another lock (409, code "wrong_lock") instead of
+// comparing tokens of different counters.
+//
+// # Errors
+//
+// Every error is JSON {"error":"...","code":"..."} with one status per cause (one
+// table in the server, matched with errors.Is on the fence sentinels):
+//
+//	400 invalid          bad name, key, TTL, token, lease id, JSON or header
+//	401 unauthorized     missing or wrong bearer token
+//	404 not_found        unknown key or route
+//	405 method_not_allowed
+//	409 held             lock still held after the wait (expires_in_ms when known)
+//	409 stale_token      {"highest":N,"token":N}: the key accepted a higher token
+//	409 wrong_lock       {"lock":NAME}: the key is fenced by another lock
+//	409 token_exhausted  the lock's counter is at fence.MaxToken
+//	410 not_held         the lease expired, was released, or is not yours
+//	413 too_large        request body over the limit
+//	501 not_implemented  the store has no KV, Guard or Inspector
+//	503 unavailable      the store could not be reached, or the server is shutting down
+//
+// A renew or release with another holder's lease id is answered 410 (not 403): a
+// backend cannot tell "not yours" from "gone", and saying which would leak whether
+// someone else holds the lock.
+//
+// # Security
+//
+// With Config.AuthTokens set, every request but /healthz needs Authorization: Bearer
+// TOKEN, compared in constant time. Lease ids (128 random bits from the backend) are
+// credentials: the server never logs them, and GET /v1/kv never returns them.
+package fencehttp

@@ -1,0 +1,111 @@
+package fencehttp
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus series. Names are part of the contract of
+// `fence serve` (dashboards rely on them).
+type metrics struct {
+	grants         prometheus.Counter
+	acquireSeconds *prometheus.HistogramVec // label result: granted, held, error
+	waits          prometheus.Counter
+	waitSeconds    prometheus.Histogram
+	stale          prometheus.Counter
+	lost           prometheus.Counter
+	kvWrites       prometheus.Counter
+	requests       *prometheus.CounterVec // labels route, code
+	held           *heldSet
+}
+
+func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
+	m := &metrics{
+		grants: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fence_grants_total", Help: "Leases granted.",
+		}),
+		acquireSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fence_acquire_seconds",
+			Help:    "Time to answer an acquire request, waiting included, by result (granted, held, error).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"result"}),
+		waits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fence_waits_total", Help: "Acquire requests that found the lock held and waited for it.",
+		}),
+		waitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fence_wait_seconds",
+			Help:    "Time acquire requests spent waiting for a held lock, whatever the outcome.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fence_stale_rejections_total", Help: "Fenced writes refused: stale token or token of another lock.",
+		}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fence_lost_leases_total", Help: "Renewals answered 410: the lease had expired or was taken over.",
+		}),
+		kvWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fence_kv_writes_total", Help: "Fenced writes accepted by the KV store.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fence_http_requests_total", Help: "HTTP requests by route and status code.",
+		}, []string{"route", "code"}),
+		held: held,
+	}
+	reg.MustRegister(m.grants, m.acquireSeconds, m.waits, m.waitSeconds, m.stale, m.lost, m.kvWrites, m.requests,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fence_held_locks",
+			Help: "Locks held through this server: granted, neither released nor expired by the server's clock.",
+		}, func() float64 { return float64(held.count(time.Now())) }))
+	return m
+}
+
+// newRegistry returns a registry with the Go runtime and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// heldSet tracks the locks granted through this server and when they expire, for
+// the fence_held_locks gauge. It never holds lease ids.
+type heldSet struct {
+	mu        sync.Mutex
+	expiry    map[string]time.Time
+	nextPrune int
+}
+
+func newHeldSet() *heldSet { return &heldSet{expiry: make(map[string]time.Time), nextPrune: 1024} }
+
+func (h *heldSet) set(name string, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.expiry[name] = until
+	if len(h.expiry) >= h.nextPrune { // bound memory when nobody scrapes
+		h.pruneLocked(time.Now())
+		h.nextPrune = 2*len(h.expiry) + 1024
+	}
+}
+
+func (h *heldSet) remove(name string) {
+	h.mu.Lock()
+	delete(h.expiry, name)
+	h.mu.Unlock()
+}
+
+func (h *heldSet) count(now time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pruneLocked(now)
+	return len(h.expiry)
+}
+
+func (h *heldSet) pruneLocked(now time.Time) {
+	for name, t := range h.expiry {
+		if !t.After(now) {
+			delete(h.expiry, name)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package fencehttp
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/fencelock/fence"
+)
+
+// Header names of fenced writes.
+const (
+	// HeaderToken carries the fencing token of a write, in decimal.
+	HeaderToken = "Fence-Token"
+	// HeaderLease carries the lease id of a write (optional).
+	HeaderLease = "Fence-Lease"
+	// HeaderLock carries the lock name whose counter issued the token.
+	HeaderLock = "Fence-Lock"
+)
+
+// acquireRequest is the body of POST /v1/locks/{name}/acquire.
+type acquireRequest struct {
+	TTLms  *int64 `json:"ttl_ms"`
+	WaitMs int64  `json:"wait_ms"`
+}
+
+// renewRequest is the body of POST /v1/locks/{name}/renew.
+type renewRequest struct {
+	Lease string `json:"lease"`
+	TTLms *int64 `json:"ttl_ms"`
+}
+
+// releaseRequest is the body of POST /v1/locks/{name}/release.
+type releaseRequest struct {
+	Lease string `json:"lease"`
+}
+
+// leaseResponse is the body of a 200 answer to acquire.
+type leaseResponse struct {
+	Name  string      `json:"name"`
+	Token fence.Token `json:"token"`
+	Lease string      `json:"lease"`
+	TTLms int64       `json:"ttl_ms"`
+}
+
+// renewResponse is the body of a 200 answer to renew.
+type renewResponse struct {
+	Name  string `json:"name"`
+	TTLms int64  `json:"ttl_ms"`
+}
+
+// releaseResponse is the body of a 200 answer to release.
+type releaseResponse struct {
+	Name     string `json:"name"`
+	Released bool   `json:"released"`
+}
+
+// lockInfo is fence.LockInfo on the wire.
+type lockInfo struct {
+	Name        string      `json:"name"`
+	Held        bool        `json:"held"`
+	Token       fence.Token `json:"token,omitempty"`
+	LastToken   fence.Token `json:"last_token,omitempty"`
+	ExpiresInMs int64       `json:"expires_in_ms,omitempty"`
+}
+
+type listResponse struct {
+	Locks []lockInfo `json:"locks"`
+}
+
+// kvResponse is the body of a 200 answer to PUT /v1/kv/{key} and POST /v1/fences/{key}.
+type kvResponse struct {
+	Key   string      `json:"key"`
+	Lock  string      `json:"lock"`
+	Token fence.Token `json:"token"`
+}
+
+// errorResponse is the body of every error answer.
+type errorResponse struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+
+	// held
+	ExpiresInMs int64 `json:"expires_in_ms,omitempty"`
+	// stale_token, wrong_lock
+	Key       string      `json:"key,omitempty"`
+	Highest   fence.Token `json:"highest,omitempty"`
+	Token     fence.Token `json:"token,omitempty"`
+	SameToken bool        `json:"same_token,omitempty"`
+	Lock      string      `json:"lock,omitempty"` // wrong_lock: the lock that fences Key
+	Got       string      `json:"got,omitempty"`  // wrong_lock: the lock presented
+	// invalid
+	Field  string `json:"field,omitempty"`
+	Value  string `json:"value,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// held, not_held, ...: the lock concerned
+	Name string `json:"name,omitempty"`
+}
+
+func toLockInfo(i fence.LockInfo) lockInfo {
+	return lockInfo{Name: i.Name, Held: i.Held, Token: i.Token, LastToken: i.LastToken, ExpiresInMs: i.ExpiresIn.Milliseconds()}
+}
+
+// EscapeName returns name escaped as one URL path segment: url.PathEscape, with '.'
+// escaped as well so that the names "." and ".." survive path cleaning. The server
+// unescapes it back to name exactly.
+func EscapeName(name string) string {
+	return strings.ReplaceAll(url.PathEscape(name), ".", "%2E")
+}
