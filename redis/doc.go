@@ -1,0 +1,84 @@
+// Package redis is a fence.Locker on Redis (go-redis v9): a plain server, a Sentinel
+// failover client or a Cluster. It also implements fence.Healer and fence.Inspector.
+//
+//	l, err := redis.NewLocker(goredis.NewClient(&goredis.Options{Addr: addr}), nil)
+//	lease, err := l.Acquire(ctx, "payments", 30*time.Second, fence.WithWait(10*time.Second))
+//	defer lease.Release(ctx)
+//	err = guard.Put(ctx, key, value, lease.Fence()) // the resource enforces the token
+//
+// # Keys and Cluster
+//
+// A lock name N uses two keys and a channel that share the hash tag {N}, so a Cluster
+// routes them to one slot and one script can touch both:
+//
+//	fence:{N}:lock    "<lease id> <token>" with the lease's TTL (SET NX PX)
+//	fence:{N}:token   the fencing counter: never expires, never deleted by fence
+//	fence:{N}:wake    the channel a release publishes on (SPUBLISH)
+//
+// Since a hash tag ends at the first '}', the characters '{', '}' and '%' of a name
+// are percent-encoded in the tag (%7B, %7D, %25); every valid fence name works.
+//
+// # One round trip
+//
+// Acquire runs one Lua script (EVALSHA, falling back to EVAL on NOSCRIPT after a
+// restart or failover) that refuses if a key holds foreign data (ErrWrongType),
+// replies with the holder's PTTL if the lock is held, fails closed at
+// fence.MaxToken (2^53-1, so tokens survive Lua's doubles), and otherwise INCRs the
+// counter and SETs the lock with PX. Renew and Release compare the stored lease id in
+// a script, so a retried call never touches a newer holder's lease. If the reply to
+// an acquire is lost (timeout, cancelled context, dropped connection), the Locker
+// releases that grant in the background by its fresh lease id.
+//
+// # Waiting
+//
+// A waiting Acquire subscribes to the name's channel (SSUBSCRIBE; SUBSCRIBE with
+// Options.ClassicPubSub), waits for the subscription to be confirmed, and only then
+// tries again, so a release between a failed try and the subscription is never missed.
+// Release publishes after deleting the lock, so handoff takes about one round trip.
+// Because messages can be lost (reconnects, a Cluster slot moving), a waiter also
+// retries when the holder's lease expires (the PTTL the script returned) and at least
+// every Options.PollInterval. Each waiting call holds one pub/sub connection.
+//
+// Herd behaviour: a release wakes every waiter on that name; each runs the acquire
+// script once, one wins and the others go back to waiting with the new holder's
+// PTTL. A release therefore costs one script call per waiter on that name, and
+// waiting is not FIFO. Waiters on other names are not woken.
+//
+// # Durability: WAIT and WAITAOF
+//
+// Redis replicates asynchronously, so a failover can promote a replica that never saw
+// the latest INCRs; the new primary then hands out tokens that were already used.
+// With Options.WaitReplicas (and/or WaitAOFLocal, WaitAOFReplicas on Redis 7.2+),
+// Acquire pipelines WAIT (WAITAOF) after the script on the same connection and hands
+// out the lease only if enough replicas (fsyncs) acknowledged the grant; otherwise it
+// releases the lock and returns ErrNotReplicated (fail closed: the token is skipped).
+//
+// What that guarantees: when Acquire returns a token, that many replicas had received
+// (or fsynced) the counter increment. If a failover then promotes one of them, the
+// counter does not go backwards past that token.
+//
+// What it does not guarantee: it does not make Redis consistent. WAIT is not a
+// consensus commit; a failover may still promote a replica that did not acknowledge
+// (Sentinel and Cluster choose by replication offset, but a partition or a manual
+// failover can pick any), a replica can lose acknowledged data if it restarts without
+// AOF, and lock exclusivity (P6) is not protected at all: a promoted replica may not
+// know about a lease it did see expire on a different clock. Tokens stay best effort;
+// guards still reject regressed tokens, and Heal repairs the counter.
+//
+// # Regression healing (P4)
+//
+// After a failover that lost increments, a new grant can carry a token no greater than
+// one a guard already accepted; the guard rejects the write with a
+// *fence.StaleTokenError carrying the highest token it has seen. Report it and try
+// again:
+//
+//	if err := guard.Put(ctx, key, v, lease.Fence()); errors.Is(err, fence.ErrStaleToken) {
+//		_ = lease.Release(ctx)
+//		_ = fence.Heal(ctx, locker, name, err) // counter = max(counter, highest seen)
+//		// acquire again: the new token is above what the guard has seen
+//	}
+//
+// Call Heal whenever a guard reports a stale token for a lease you hold right now (not
+// for a lease you know expired: then the rejection is the guard doing its job and
+// healing is harmless but unnecessary). Heal never lowers a counter.
+package redis

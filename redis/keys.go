@@ -1,0 +1,102 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Key layout. For a lock name N (escaped as E, see escapeName) and the default
+// prefix "fence:":
+//
+//	fence:{E}:lock    the current lease: "<lease id> <token>", with the lease's TTL (PX)
+//	fence:{E}:token   the fencing counter; never expires, never deleted by fence
+//	fence:{E}:wake    the (sharded) pub/sub channel a release publishes on
+//
+// The braces make E the Cluster hash tag, so the three live in one slot and one
+// script can touch both keys.
+const (
+	lockSuffix  = ":lock"
+	tokenSuffix = ":token"
+	wakeSuffix  = ":wake"
+)
+
+// escapeName makes a lock name usable inside a hash tag: a tag ends at the first '}'
+// and an empty tag ("{}") hashes the whole key, so '{', '}' and the escape character
+// '%' are percent-encoded (%7B, %7D, %25). Every other byte is kept, so keys stay
+// readable in redis-cli. The mapping is one to one (see unescapeName).
+func escapeName(name string) string {
+	if !strings.ContainsAny(name, "{}%") {
+		return name
+	}
+	var b strings.Builder
+	b.Grow(len(name) + 8)
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		case '%':
+			b.WriteString("%25")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// unescapeName reverses escapeName. It returns an error for a string escapeName
+// cannot have produced.
+func unescapeName(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+3 > len(s) {
+			return "", fmt.Errorf("redis: bad escape in key tag %q", s)
+		}
+		switch s[i+1 : i+3] {
+		case "7B":
+			b.WriteByte('{')
+		case "7D":
+			b.WriteByte('}')
+		case "25":
+			b.WriteByte('%')
+		default:
+			return "", fmt.Errorf("redis: bad escape in key tag %q", s)
+		}
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// keys are the Redis keys and channel of one lock name.
+type keys struct {
+	lock, token, wake string
+}
+
+func (l *Locker) keysFor(name string) keys {
+	base := l.prefix + "{" + escapeName(name) + "}"
+	return keys{lock: base + lockSuffix, token: base + tokenSuffix, wake: base + wakeSuffix}
+}
+
+// globEscape escapes the characters SCAN MATCH treats specially.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\^`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\', '^':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

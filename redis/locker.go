@@ -1,0 +1,663 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fence"
+)
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireSrc string
+	//go:embed scripts/renew.lua
+	renewSrc string
+	//go:embed scripts/release.lua
+	releaseSrc string
+	//go:embed scripts/heal.lua
+	healSrc string
+	//go:embed scripts/inspect.lua
+	inspectSrc string
+
+	acquireScript = goredis.NewScript(acquireSrc)
+	renewScript   = goredis.NewScript(renewSrc)
+	releaseScript = goredis.NewScript(releaseSrc)
+	healScript    = goredis.NewScript(healSrc)
+	inspectScript = goredis.NewScript(inspectSrc)
+)
+
+var (
+	_ fence.Locker    = (*Locker)(nil)
+	_ fence.Healer    = (*Locker)(nil)
+	_ fence.Inspector = (*Locker)(nil)
+	_ Client          = goredis.UniversalClient(nil)
+)
+
+// Client is the part of go-redis a Locker uses. *goredis.Client (also as returned by
+// goredis.NewFailoverClient for Sentinel), *goredis.ClusterClient and any
+// goredis.UniversalClient satisfy it.
+type Client interface {
+	goredis.Scripter
+	// Pipeline sends the WAIT / WAITAOF of Options on the connection that ran the
+	// acquire script.
+	Pipeline() goredis.Pipeliner
+	// SSubscribe and Subscribe wake waiters (sharded pub/sub, or classic pub/sub
+	// with Options.ClassicPubSub).
+	SSubscribe(ctx context.Context, channels ...string) *goredis.PubSub
+	Subscribe(ctx context.Context, channels ...string) *goredis.PubSub
+	// Scan lists counters for Inspector.List.
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *goredis.ScanCmd
+}
+
+// Options configure a Locker. The zero value is usable: no durability wait, sharded
+// pub/sub, a one-second fallback poll.
+type Options struct {
+	// Prefix starts every key fence writes. Default "fence:". It must not contain
+	// '{' or '}' (the hash tag follows it).
+	Prefix string
+
+	// PollInterval bounds how long a waiter sleeps without a notification before it
+	// tries again: pub/sub messages can be lost (reconnects, Cluster slot moves), so
+	// a waiter also retries every PollInterval and when the holder's lease expires.
+	// Default 1s.
+	PollInterval time.Duration
+
+	// ClassicPubSub makes releases PUBLISH and waiters SUBSCRIBE instead of the
+	// sharded SPUBLISH/SSUBSCRIBE (Redis 7+). Set it for Redis 6 and older.
+	ClassicPubSub bool
+
+	// WaitReplicas, when above zero, makes Acquire send WAIT WaitReplicas
+	// WaitTimeout after the acquire script, on the same connection, and hand out
+	// the lease only if at least that many replicas acknowledged the grant and its
+	// counter increment. Otherwise Acquire releases the lock and returns an error
+	// matching ErrNotReplicated (fail closed). See the package documentation for
+	// what this does and does not guarantee.
+	WaitReplicas int
+	// WaitAOFLocal (0 or 1) and WaitAOFReplicas, when either is above zero, make
+	// Acquire send WAITAOF WaitAOFLocal WaitAOFReplicas WaitTimeout (Redis 7.2+)
+	// after the script, and fail closed like WaitReplicas when fewer fsyncs were
+	// acknowledged. On older servers every Acquire fails with a clear error.
+	WaitAOFLocal    int
+	WaitAOFReplicas int
+	// WaitTimeout bounds WAIT and WAITAOF. Default 1s. Keep it below the client's
+	// ReadTimeout (go-redis default 3s), which bounds the pipelined reply.
+	WaitTimeout time.Duration
+
+	// Clock measures the local deadlines of leases. Default fence.SystemClock.
+	// Expiry at the server is by the Redis server's clock.
+	Clock fence.Clock
+}
+
+// Locker is a fence.Locker on Redis. See the package documentation for the key
+// layout, waiting, durability and healing. A Locker is safe for concurrent use; it
+// does not own the client, which the caller closes after Close.
+type Locker struct {
+	client  Client
+	opts    Options
+	prefix  string
+	publish string // SPUBLISH or PUBLISH, run by the release script
+	clock   fence.Clock
+	durable bool
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	bg        sync.WaitGroup // best-effort releases after ambiguous acquires
+}
+
+// NewLocker returns a Locker on client with opts (nil means defaults). It returns an
+// error matching fence.ErrInvalid if client is nil or an option is out of range. It
+// does not contact the server.
+func NewLocker(client Client, opts *Options) (*Locker, error) {
+	if client == nil {
+		return nil, fmt.Errorf("redis: new locker: %w", &fence.InvalidError{Field: "client", Reason: "is nil"})
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = "fence:"
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return nil, fmt.Errorf("redis: new locker: %w", &fence.InvalidError{Field: "prefix", Value: o.Prefix, Reason: "must not contain '{' or '}'"})
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = time.Second
+	}
+	if o.WaitTimeout == 0 {
+		o.WaitTimeout = time.Second
+	}
+	switch {
+	case o.PollInterval < time.Millisecond:
+		return nil, fmt.Errorf("redis: new locker: %w", &fence.InvalidError{Field: "poll interval", Value: o.PollInterval.String(), Reason: "must be at least 1ms"})
+	case o.WaitReplicas < 0 || o.WaitAOFReplicas < 0:
+		return nil, fmt.Errorf("redis: new locker: %w", &fence.InvalidError{Field: "wait replicas", Value: strconv.Itoa(min(o.WaitReplicas, o.WaitAOFReplicas)), Reason: "must not be negative"})
+	case o.WaitAOFLocal < 0 || o.WaitAOFLocal > 1:
+		return nil, fmt.Errorf("redis: new locker: %w", &fence.InvalidError{Field: "wait aof local", Value: strconv.Itoa(o.WaitAOFLocal), Reason: "must be 0 or 1"})
+	case o.WaitTimeout < time.Millisecond:
+		return nil, fmt.Errorf("redis: new locker: %w", &fence.InvalidError{Field: "wait timeout", Value: o.WaitTimeout.String(), Reason: "must be at least 1ms"})
+	}
+	clock := o.Clock
+	if clock == nil {
+		clock = fence.SystemClock
+	}
+	publish := "SPUBLISH"
+	if o.ClassicPubSub {
+		publish = "PUBLISH"
+	}
+	return &Locker{
+		client: client, opts: o, prefix: o.Prefix, publish: publish, clock: clock,
+		durable: o.WaitReplicas > 0 || o.WaitAOFLocal > 0 || o.WaitAOFReplicas > 0,
+		closed:  make(chan struct{}),
+	}, nil
+}
+
+// Close makes further calls fail with fence.ErrClosed, ends waiting Acquires with
+// it, and waits for background clean-up (releases of grants whose reply was lost).
+// It does not close the client. It always returns nil.
+func (l *Locker) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	l.bg.Wait()
+	return nil
+}
+
+func (l *Locker) isClosed() bool {
+	select {
+	case <-l.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX) and
+// increments the name's fencing counter, in one round trip. With fence.WithWait it
+// waits for a release (woken by pub/sub), the holder's expiry, or the fallback poll.
+//
+// It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the
+// lock stayed held, also matching ctx.Err() when ctx ended the wait;
+// fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when the
+// counter is at fence.MaxToken; ErrWrongType when a key holds foreign data;
+// ErrNotReplicated when the durability wait failed; fence.ErrUnavailable when
+// Redis cannot be reached; fence.ErrClosed after Close.
+func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	if err := fence.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("redis: acquire %q: %w", name, err)
+	}
+	if err := fence.ValidateTTL(ttl); err != nil {
+		return nil, fmt.Errorf("redis: acquire %q: %w", name, err)
+	}
+	if l.isClosed() {
+		return nil, fmt.Errorf("redis: acquire %q: %w", name, fence.ErrClosed)
+	}
+	o := fence.ApplyAcquireOptions(opts...)
+	k := l.keysFor(name)
+	lease, held, err := l.try(ctx, name, k, ttl, o)
+	switch {
+	case err != nil:
+		return nil, err
+	case lease != nil:
+		return lease, nil
+	case o.Wait <= 0:
+		return nil, fmt.Errorf("redis: acquire %q: %w", name, held)
+	}
+	return l.wait(ctx, name, k, ttl, o, held)
+}
+
+// try runs the acquire script once. It returns a lease, or the holder's state, or an
+// error already wrapped for the caller.
+func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration, o fence.AcquireOptions) (*fence.Lease, *fence.HeldError, error) {
+	id := fence.NewLeaseID()
+	start := l.clock.Now()
+	keys := []string{k.lock, k.token}
+	args := []any{id, ttl.Milliseconds(), uint64(fence.MaxToken)}
+	var (
+		res any
+		err error
+	)
+	if l.durable {
+		res, err = l.acquireDurable(ctx, name, k, keys, args)
+	} else {
+		res, err = acquireScript.Run(ctx, l.client, keys, args...).Result()
+	}
+	if err != nil {
+		if errors.Is(err, ErrNotReplicated) {
+			return nil, nil, err // already released and described
+		}
+		if ambiguous(err) {
+			l.releaseLater(name, k, id)
+		}
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("redis: acquire %q: %w", name, errors.Join(fence.ErrNotAcquired, ctx.Err()))
+		}
+		return nil, nil, fmt.Errorf("redis: acquire %q: %w", name, translate(err))
+	}
+	granted, n, err := pair(res)
+	if err != nil {
+		l.releaseLater(name, k, id)
+		return nil, nil, fmt.Errorf("redis: acquire %q: %w", name, err)
+	}
+	if granted == 0 {
+		held := &fence.HeldError{Name: name}
+		if n > 0 {
+			held.ExpiresIn = time.Duration(n) * time.Millisecond
+		}
+		return nil, held, nil
+	}
+	tok := fence.Token(n)
+	if fence.ValidateToken(tok) != nil {
+		l.releaseLater(name, k, id)
+		return nil, nil, fmt.Errorf("redis: acquire %q: %w: script issued token %d", name, fence.ErrUnavailable, n)
+	}
+	return fence.NewLease(fence.LeaseConfig{
+		Locker: l, Name: name, Token: tok, ID: id, TTL: ttl,
+		Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
+	}), nil, nil
+}
+
+// pair decodes the {flag, number} reply of the acquire script.
+func pair(res any) (int64, int64, error) {
+	a, ok := res.([]any)
+	if !ok || len(a) != 2 {
+		return 0, 0, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	}
+	f, ok1 := a[0].(int64)
+	n, ok2 := a[1].(int64)
+	if !ok1 || !ok2 {
+		return 0, 0, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	}
+	return f, n, nil
+}
+
+// masterForKeyer is implemented by *goredis.ClusterClient: WAIT has no key, so it
+// must be sent to the node that owns the lock's slot, on the script's connection.
+type masterForKeyer interface {
+	MasterForKey(ctx context.Context, key string) (*goredis.Client, error)
+}
+
+// acquireDurable runs the acquire script and WAIT / WAITAOF in one pipeline, so both
+// use one connection (WAIT counts the writes of its own connection). If the grant is
+// not acknowledged as asked, it releases the lock and fails closed.
+func (l *Locker) acquireDurable(ctx context.Context, name string, k keys, keys []string, args []any) (any, error) {
+	var p goredis.Pipeliner
+	if mk, ok := l.client.(masterForKeyer); ok {
+		c, err := mk.MasterForKey(ctx, k.lock)
+		if err != nil {
+			return nil, err
+		}
+		p = c.Pipeline()
+	} else {
+		p = l.client.Pipeline()
+	}
+	for attempt := 0; ; attempt++ {
+		var script *goredis.Cmd
+		if attempt == 0 {
+			script = acquireScript.EvalSha(ctx, p, keys, args...)
+		} else {
+			script = acquireScript.Eval(ctx, p, keys, args...)
+		}
+		// Pipeliner has no Wait method (it is not pipelined in Cmdable), so send the
+		// commands by name; the pipeline's read deadline is the client's ReadTimeout.
+		var wait, waitAOF *goredis.Cmd
+		timeoutMS := l.opts.WaitTimeout.Milliseconds()
+		if l.opts.WaitReplicas > 0 {
+			wait = p.Do(ctx, "WAIT", l.opts.WaitReplicas, timeoutMS)
+		}
+		if l.opts.WaitAOFLocal > 0 || l.opts.WaitAOFReplicas > 0 {
+			waitAOF = p.Do(ctx, "WAITAOF", l.opts.WaitAOFLocal, l.opts.WaitAOFReplicas, timeoutMS)
+		}
+		_, _ = p.Exec(ctx) // errors are read per command below
+		res, err := script.Result()
+		if err != nil {
+			if attempt == 0 && isNoScript(err) {
+				continue // the server lost its script cache (restart, failover): send the source
+			}
+			return nil, err
+		}
+		granted, n, err := pair(res)
+		if err != nil || granted == 0 {
+			return res, err
+		}
+		var problem string
+		if wait != nil {
+			if got, err := wait.Int64(); err != nil {
+				problem = fmt.Sprintf("WAIT failed: %v", err)
+			} else if got < int64(l.opts.WaitReplicas) {
+				problem = fmt.Sprintf("WAIT: %d of %d replicas acknowledged within %v", got, l.opts.WaitReplicas, l.opts.WaitTimeout)
+			}
+		}
+		if waitAOF != nil && problem == "" {
+			if got, err := waitAOF.Int64Slice(); err != nil {
+				problem = fmt.Sprintf("WAITAOF failed (needs Redis 7.2+): %v", err)
+			} else if len(got) != 2 || got[0] < int64(l.opts.WaitAOFLocal) || got[1] < int64(l.opts.WaitAOFReplicas) {
+				problem = fmt.Sprintf("WAITAOF: acknowledged %v, wanted [%d %d] within %v", got, l.opts.WaitAOFLocal, l.opts.WaitAOFReplicas, l.opts.WaitTimeout)
+			}
+		}
+		if problem == "" {
+			return res, nil
+		}
+		id, _ := args[0].(string)
+		if err := l.release(ctx, k, id); err != nil && !errors.Is(err, fence.ErrNotHeld) {
+			l.releaseLater(name, k, id)
+		}
+		return nil, fmt.Errorf("redis: acquire %q: token %d: %s; lock released: %w", name, n, problem, ErrNotReplicated)
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, goredis.ErrNoScript) || strings.HasPrefix(err.Error(), "NOSCRIPT"))
+}
+
+// releaseLater releases lease id in the background, for grants whose reply was lost
+// or unusable: the lease id is fresh, so this can only end that grant. Failures are
+// ignored; the lock then expires with its TTL.
+func (l *Locker) releaseLater(name string, k keys, id string) {
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = l.release(ctx, k, id)
+	}()
+}
+
+// wait loops: subscribe to the name's wake channel, try, sleep until a release
+// message, the holder's expiry or the poll interval, try again.
+func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duration, o fence.AcquireOptions, held *fence.HeldError) (*fence.Lease, error) {
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if o.Wait != fence.WaitForever {
+		wctx, cancel = context.WithTimeout(ctx, o.Wait)
+	}
+	defer cancel()
+
+	var (
+		sub *goredis.PubSub
+		ch  <-chan any
+	)
+	defer func() {
+		if sub != nil {
+			_ = sub.Close()
+		}
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+
+	ended := func() (*fence.Lease, error) {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("redis: acquire %q: %w", name, errors.Join(held, ctx.Err()))
+		}
+		return nil, fmt.Errorf("redis: acquire %q: %w", name, held)
+	}
+	for {
+		if sub == nil {
+			// Subscribe before the next try: a release after the try is then seen.
+			sub, ch = l.subscribe(wctx, k.wake)
+		}
+		if wctx.Err() != nil {
+			return ended()
+		}
+		lease, h, err := l.try(wctx, name, k, ttl, o)
+		switch {
+		case err != nil && wctx.Err() != nil:
+			return ended()
+		case err != nil:
+			return nil, err
+		case lease != nil:
+			return lease, nil
+		}
+		held = h
+		d := l.opts.PollInterval
+		if h.ExpiresIn > 0 && h.ExpiresIn < d {
+			d = h.ExpiresIn
+		}
+		timer.Reset(d)
+		select {
+		case <-wctx.Done():
+			return ended()
+		case <-l.closed:
+			return nil, fmt.Errorf("redis: acquire %q: %w", name, fence.ErrClosed)
+		case <-timer.C:
+		case m, ok := <-ch:
+			if !ok {
+				sub, ch = nil, nil
+				break
+			}
+			if s, isSub := m.(*goredis.Subscription); isSub && strings.HasSuffix(s.Kind, "unsubscribe") {
+				// The server dropped the subscription (a Cluster slot moved): subscribe
+				// again, at the slot's new owner.
+				_ = sub.Close()
+				sub, ch = nil, nil
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// subscribe subscribes to a wake channel and waits for the server's confirmation. It
+// returns nil if that failed: the waiter then relies on polling and expiry.
+func (l *Locker) subscribe(ctx context.Context, channel string) (*goredis.PubSub, <-chan any) {
+	var sub *goredis.PubSub
+	if l.opts.ClassicPubSub {
+		sub = l.client.Subscribe(ctx, channel)
+	} else {
+		sub = l.client.SSubscribe(ctx, channel)
+	}
+	if _, err := sub.Receive(ctx); err != nil {
+		_ = sub.Close()
+		return nil, nil
+	}
+	return sub, sub.ChannelWithSubscriptions(goredis.WithChannelSize(4))
+}
+
+// Renew extends the lease name/leaseID to ttl from now, by the Redis server's clock,
+// if and only if the lock still holds that lease id (checked inside a script).
+//
+// It returns an error matching fence.ErrNotHeld if the lease expired, was released
+// or never existed; fence.ErrInvalid for bad arguments; fence.ErrUnavailable when
+// Redis cannot be reached; fence.ErrClosed after Close.
+func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
+	if err := validateLease(name, leaseID); err != nil {
+		return fmt.Errorf("redis: renew %q: %w", name, err)
+	}
+	if err := fence.ValidateTTL(ttl); err != nil {
+		return fmt.Errorf("redis: renew %q: %w", name, err)
+	}
+	if l.isClosed() {
+		return fmt.Errorf("redis: renew %q: %w", name, fence.ErrClosed)
+	}
+	k := l.keysFor(name)
+	n, err := renewScript.Run(ctx, l.client, []string{k.lock}, leaseID, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("redis: renew %q: %w", name, translate(err))
+	}
+	if n != 1 {
+		return fmt.Errorf("redis: renew %q: %w", name, fence.ErrNotHeld)
+	}
+	return nil
+}
+
+// Release ends the lease name/leaseID if the lock still holds that lease id
+// (checked inside a script), and publishes on the name's wake channel so waiters
+// try at once.
+//
+// It returns an error matching fence.ErrNotHeld if that lease is no longer held (a
+// retried release never touches a newer holder); fence.ErrInvalid for bad
+// arguments; fence.ErrUnavailable when Redis cannot be reached; fence.ErrClosed after
+// Close.
+func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
+	if err := validateLease(name, leaseID); err != nil {
+		return fmt.Errorf("redis: release %q: %w", name, err)
+	}
+	if l.isClosed() {
+		return fmt.Errorf("redis: release %q: %w", name, fence.ErrClosed)
+	}
+	if err := l.release(ctx, l.keysFor(name), leaseID); err != nil {
+		return fmt.Errorf("redis: release %q: %w", name, err)
+	}
+	return nil
+}
+
+func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
+	n, err := releaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, k.wake, l.publish).Int64()
+	if err != nil {
+		return translate(err)
+	}
+	if n != 1 {
+		return fence.ErrNotHeld
+	}
+	return nil
+}
+
+func validateLease(name, leaseID string) error {
+	if err := fence.ValidateName(name); err != nil {
+		return err
+	}
+	return fence.ValidateLeaseID(leaseID)
+}
+
+// Heal raises name's fencing counter to at least seen, never lowering it, so the
+// next grant's token is above seen (P4). Call it with the Highest of a guard's
+// *fence.StaleTokenError after a failover lost increments; fence.Heal(ctx, locker,
+// name, err) does that for any error. Healing does not touch the current lease.
+//
+// It returns fence.ErrInvalid for a bad name or a seen outside [1, fence.MaxToken],
+// ErrWrongType if the counter key holds foreign data, fence.ErrUnavailable when Redis
+// cannot be reached, and fence.ErrClosed after Close.
+func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error {
+	if err := fence.ValidateName(name); err != nil {
+		return fmt.Errorf("redis: heal %q: %w", name, err)
+	}
+	if err := fence.ValidateToken(seen); err != nil {
+		return fmt.Errorf("redis: heal %q: %w", name, err)
+	}
+	if l.isClosed() {
+		return fmt.Errorf("redis: heal %q: %w", name, fence.ErrClosed)
+	}
+	k := l.keysFor(name)
+	if err := healScript.Run(ctx, l.client, []string{k.token}, uint64(seen)).Err(); err != nil {
+		return fmt.Errorf("redis: heal %q: %w", name, translate(err))
+	}
+	return nil
+}
+
+// Inspect returns the state of lock name: whether it is held, the holder's token and
+// time left, and the highest token issued. A lock never acquired is reported with
+// Held false and LastToken 0. It returns fence.ErrInvalid for a bad name,
+// ErrWrongType if the counter holds foreign data, fence.ErrUnavailable when Redis
+// cannot be reached, and fence.ErrClosed after Close.
+func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
+	if err := fence.ValidateName(name); err != nil {
+		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, err)
+	}
+	if l.isClosed() {
+		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, fence.ErrClosed)
+	}
+	k := l.keysFor(name)
+	vals, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.token}).Int64Slice()
+	if err != nil {
+		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, translate(err))
+	}
+	if len(vals) != 4 {
+		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w: unexpected script reply %v", name, fence.ErrUnavailable, vals)
+	}
+	if vals[3] < 0 {
+		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: counter key %s holds a value that is not a token: %w", name, k.token, ErrWrongType)
+	}
+	info := fence.LockInfo{Name: name, Held: vals[0] == 1, Token: fence.Token(vals[1]), LastToken: fence.Token(vals[3])}
+	if info.Held && vals[2] > 0 {
+		info.ExpiresIn = time.Duration(vals[2]) * time.Millisecond
+	}
+	return info, nil
+}
+
+// DefaultListLimit is the number of locks List returns when its limit is <= 0.
+const DefaultListLimit = 1000
+
+// clusterScanner is implemented by *goredis.ClusterClient: a Cluster is scanned
+// master by master.
+type clusterScanner interface {
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *goredis.Client) error) error
+}
+
+// List returns the locks whose names start with prefix, in name order, at most limit
+// (DefaultListLimit if limit <= 0). A lock is listed once it has been acquired once:
+// its counter is never deleted. It scans the keyspace (SCAN, on every master of a
+// Cluster), so it costs time proportional to the number of keys; it is meant for
+// operators (`fence status`), not hot paths. Errors are those of Inspect.
+func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+	if prefix != "" {
+		if err := fence.ValidateName(prefix); err != nil {
+			return nil, fmt.Errorf("redis: list %q: %w", prefix, err)
+		}
+	}
+	if l.isClosed() {
+		return nil, fmt.Errorf("redis: list %q: %w", prefix, fence.ErrClosed)
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	match := globEscape(l.prefix+"{"+escapeName(prefix)) + "*}" + tokenSuffix
+	var mu sync.Mutex
+	names := map[string]bool{}
+	scan := func(ctx context.Context, c Client) error {
+		var cursor uint64
+		for {
+			ks, next, err := c.Scan(ctx, cursor, match, 1000).Result()
+			if err != nil {
+				return err
+			}
+			for _, key := range ks {
+				tag := strings.TrimSuffix(strings.TrimPrefix(key, l.prefix+"{"), "}"+tokenSuffix)
+				if name, err := unescapeName(tag); err == nil && fence.ValidateName(name) == nil {
+					mu.Lock()
+					names[name] = true
+					mu.Unlock()
+				}
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	var err error
+	if cs, ok := l.client.(clusterScanner); ok {
+		err = cs.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, l.client)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis: list %q: %w", prefix, translate(err))
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	if len(sorted) > limit {
+		sorted = sorted[:limit]
+	}
+	out := make([]fence.LockInfo, 0, len(sorted))
+	for _, n := range sorted {
+		info, err := l.Inspect(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}

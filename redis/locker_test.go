@@ -1,0 +1,732 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+// srv is the one redis-server of this package's tests (nil with -short).
+var srv *testserv.RedisServer
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !testing.Short() {
+		var err error
+		if srv, err = testserv.StartRedis(); err != nil {
+			fmt.Fprintln(os.Stderr, "redis tests:", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	if srv != nil {
+		srv.Close()
+	}
+	os.Exit(code)
+}
+
+// server returns the package's redis-server, skipping the test under -short.
+func server(t testing.TB) *testserv.RedisServer {
+	t.Helper()
+	testserv.SkipIfShort(t)
+	if srv == nil {
+		t.Fatal("redis-server was not started")
+	}
+	return srv
+}
+
+// newClient returns a go-redis client of addr, closed when t ends.
+func newClient(t testing.TB, addr string) *goredis.Client {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newLocker returns a Locker on the package's server with opts, closed when t ends.
+func newLocker(t testing.TB, opts *Options) (*Locker, *goredis.Client) {
+	t.Helper()
+	c := newClient(t, server(t).Addr)
+	l, err := NewLocker(c, opts)
+	if err != nil {
+		t.Fatalf("NewLocker: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, c
+}
+
+var nameSeq atomic.Int64
+
+// uniqueName returns a lock name no other test uses.
+func uniqueName(t testing.TB) string {
+	return fmt.Sprintf("%s-%d", t.Name(), nameSeq.Add(1))
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestEscapeName_RoundTripsAndRemovesBraces(t *testing.T) {
+	for _, name := range []string{"plain", "a{b}c", "{", "}", "{}", "%", "%7B", "100%{x}%7D", "ünï{cødé}"} {
+		esc := escapeName(name)
+		if strings.ContainsAny(esc, "{}") {
+			t.Errorf("escapeName(%q) = %q, want no braces", name, esc)
+		}
+		back, err := unescapeName(esc)
+		if err != nil || back != name {
+			t.Errorf("unescapeName(escapeName(%q)) = %q, %v; want %q, nil", name, back, err, name)
+		}
+	}
+	for _, bad := range []string{"%", "%7", "%41", "a%zz"} {
+		if got, err := unescapeName(bad); err == nil {
+			t.Errorf("unescapeName(%q) = %q, nil; want an error", bad, got)
+		}
+	}
+}
+
+func TestNewLocker_BadOptions(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"brace in prefix", Options{Prefix: "a{"}},
+		{"negative replicas", Options{WaitReplicas: -1}},
+		{"aof local 2", Options{WaitAOFLocal: 2}},
+		{"poll too short", Options{PollInterval: time.Microsecond}},
+	} {
+		if _, err := NewLocker(c, &tc.opts); !errors.Is(err, fence.ErrInvalid) || !strings.HasPrefix(err.Error(), "redis: ") {
+			t.Errorf("%s: NewLocker error = %v, want a redis: error matching fence.ErrInvalid", tc.name, err)
+		}
+	}
+	if _, err := NewLocker(nil, nil); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("NewLocker(nil) error = %v, want fence.ErrInvalid", err)
+	}
+}
+
+// countHook counts the commands a client sends (a pipeline counts its commands).
+type countHook struct{ n atomic.Int64 }
+
+func (h *countHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+func TestLocker_Acquire_OneCommandPerGrant(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	// Warm the script cache so EVALSHA hits.
+	lease, err := l.Acquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := &countHook{}
+	c.AddHook(h)
+	lease, err = l.Acquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.n.Load(); got != 1 {
+		t.Errorf("acquire sent %d commands, want 1 (one EVALSHA)", got)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.n.Load(); got != 2 {
+		t.Errorf("acquire+release sent %d commands, want 2", got)
+	}
+}
+
+func TestLocker_Keys_LayoutAndEscapedHashTag(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := "a{b}c%-" + uniqueName(t)
+	lease, err := l.Acquire(ctx, name, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := "{" + strings.NewReplacer("{", "%7B", "}", "%7D", "%", "%25").Replace(name) + "}"
+	v, err := c.Get(ctx, "fence:"+tag+":lock").Result()
+	if want := lease.ID() + " " + lease.Token().String(); err != nil || v != want {
+		t.Errorf("lock key value = %q, %v; want %q", v, err, want)
+	}
+	n, err := c.Get(ctx, "fence:"+tag+":token").Result()
+	if err != nil || n != lease.Token().String() {
+		t.Errorf("counter = %q, %v; want %q", n, err, lease.Token())
+	}
+	if ttl, err := c.TTL(ctx, "fence:"+tag+":token").Result(); err != nil || ttl != -1 {
+		t.Errorf("counter TTL = %v, %v; want -1 (no expiry)", ttl, err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Exists(ctx, "fence:"+tag+":token").Result(); err != nil || n != 1 {
+		t.Errorf("counter exists after release = %d, %v; want 1 (never deleted)", n, err)
+	}
+}
+
+func TestLocker_Acquire_LockKeyOfWrongType(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	k := l.keysFor(name)
+	if err := c.LPush(ctx, k.lock, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, name, time.Second)
+	if !errors.Is(err, ErrWrongType) || lease != nil || !strings.HasPrefix(err.Error(), "redis: acquire") {
+		t.Fatalf("Acquire on a list key = %v, %v; want nil and a redis: acquire error matching ErrWrongType", lease, err)
+	}
+	if errors.Is(err, fence.ErrNotAcquired) {
+		t.Errorf("error %v matches ErrNotAcquired; want only ErrWrongType", err)
+	}
+	if n, _ := c.Exists(ctx, k.token).Result(); n != 0 {
+		t.Errorf("counter exists after refused acquire: want it untouched")
+	}
+	// Release and Renew of a foreign key are "not held", never a deletion.
+	if err := l.Release(ctx, name, fence.NewLeaseID()); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("Release on a list key = %v, want fence.ErrNotHeld", err)
+	}
+	if err := l.Renew(ctx, name, fence.NewLeaseID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("Renew on a list key = %v, want fence.ErrNotHeld", err)
+	}
+	if typ, _ := c.Type(ctx, k.lock).Result(); typ != "list" {
+		t.Errorf("lock key type after release = %q, want list (untouched)", typ)
+	}
+}
+
+func TestLocker_Acquire_CounterNotAToken(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	for _, bad := range []string{"abc", "-5", "1.5", "12345678901234567", " 7"} {
+		name := uniqueName(t)
+		k := l.keysFor(name)
+		if err := c.Set(ctx, k.token, bad, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Acquire(ctx, name, time.Second); !errors.Is(err, ErrWrongType) {
+			t.Errorf("Acquire with counter %q = %v, want ErrWrongType", bad, err)
+		}
+		if n, _ := c.Exists(ctx, k.lock).Result(); n != 0 {
+			t.Errorf("counter %q: lock key was set; want no grant", bad)
+		}
+		if err := l.Heal(ctx, name, 5); !errors.Is(err, ErrWrongType) {
+			t.Errorf("Heal with counter %q = %v, want ErrWrongType", bad, err)
+		}
+	}
+	name := uniqueName(t)
+	if err := c.HSet(ctx, l.keysFor(name).token, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, name, time.Second); !errors.Is(err, ErrWrongType) {
+		t.Errorf("Acquire with a hash counter = %v, want ErrWrongType", err)
+	}
+	if _, err := l.Inspect(ctx, name); !errors.Is(err, ErrWrongType) {
+		t.Errorf("Inspect with a hash counter = %v, want ErrWrongType", err)
+	}
+}
+
+func TestLocker_Acquire_FailsClosedAtMaxToken(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	k := l.keysFor(name)
+	if err := c.Set(ctx, k.token, uint64(fence.MaxToken-1), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Token() != fence.MaxToken {
+		t.Fatalf("token = %d, want MaxToken %d", lease.Token(), fence.MaxToken)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Acquire(ctx, name, time.Second)
+	if !errors.Is(err, fence.ErrTokenExhausted) || !strings.HasPrefix(err.Error(), "redis: acquire") {
+		t.Fatalf("Acquire at MaxToken = %v, want a redis: acquire error matching fence.ErrTokenExhausted", err)
+	}
+	if n, _ := c.Exists(ctx, k.lock).Result(); n != 0 {
+		t.Errorf("lock key set after exhaustion; want no grant")
+	}
+	if got, _ := c.Get(ctx, k.token).Result(); got != strconv.FormatUint(uint64(fence.MaxToken), 10) {
+		t.Errorf("counter = %s after exhaustion, want %d (unchanged)", got, fence.MaxToken)
+	}
+}
+
+func TestLocker_Release_RetriedAfterExpiry_LeavesNewHolder(t *testing.T) {
+	l, _ := newLocker(t, &Options{PollInterval: time.Hour})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	old, err := l.Acquire(ctx, name, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Waiting for the old lease's expiry: the script's PTTL wakes the waiter.
+	cur, err := l.Acquire(ctx, name, 10*time.Second, fence.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after expiry: %v", err)
+	}
+	if cur.Token() <= old.Token() {
+		t.Errorf("new token %d, want > old %d", cur.Token(), old.Token())
+	}
+	for i := 0; i < 2; i++ {
+		if err := l.Release(ctx, name, old.ID()); !errors.Is(err, fence.ErrNotHeld) {
+			t.Errorf("release %d of the expired lease = %v, want fence.ErrNotHeld", i, err)
+		}
+		if err := l.Renew(ctx, name, old.ID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
+			t.Errorf("renew %d of the expired lease = %v, want fence.ErrNotHeld", i, err)
+		}
+	}
+	info, err := l.Inspect(ctx, name)
+	if err != nil || !info.Held || info.Token != cur.Token() {
+		t.Errorf("Inspect = %+v, %v; want held by token %d", info, err, cur.Token())
+	}
+	if err := cur.Release(ctx); err != nil {
+		t.Errorf("release of the current lease: %v", err)
+	}
+}
+
+// waitSubscribers waits until n clients subscribe to name's wake channel.
+func waitSubscribers(t *testing.T, c *goredis.Client, l *Locker, name string, n int64) {
+	t.Helper()
+	ch := l.keysFor(name).wake
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := c.PubSubShardNumSub(context.Background(), ch).Result()
+		if err == nil && got[ch] == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("subscribers of %s = %v, %v; want %d", ch, got, err, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestLocker_Wait_WokenByRelease(t *testing.T) {
+	// Poll and TTL of an hour: only the release's message can wake the waiter in time.
+	l, c := newLocker(t, &Options{PollInterval: time.Hour})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	holder, err := l.Acquire(ctx, name, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *fence.Lease
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, name, time.Hour, fence.WithWait(15*time.Second))
+		done <- result{lease, err}
+	}()
+	waitSubscribers(t, c, l, name, 1)
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	t.Logf("handoff %v", time.Since(released))
+	if r.lease.Token() != holder.Token()+1 {
+		t.Errorf("waiter token %d, want %d", r.lease.Token(), holder.Token()+1)
+	}
+	if time.Since(released) > 5*time.Second {
+		t.Errorf("handoff took %v, want well under the 1h poll", time.Since(released))
+	}
+	_ = r.lease.Release(ctx)
+	waitSubscribers(t, c, l, name, 0) // the waiter's subscription is closed
+}
+
+func TestLocker_Wait_ManyWaiters_EachGetsTheLockOnce(t *testing.T) {
+	l, _ := newLocker(t, &Options{PollInterval: time.Hour})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	const waiters = 5
+	var (
+		mu     sync.Mutex
+		tokens []fence.Token
+		wg     sync.WaitGroup
+		inside atomic.Int32
+	)
+	for i := 0; i < waiters; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lease, err := l.Acquire(ctx, name, time.Hour, fence.WithWait(15*time.Second))
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+				return
+			}
+			if n := inside.Add(1); n != 1 {
+				t.Errorf("%d holders at once, want 1", n)
+			}
+			mu.Lock()
+			tokens = append(tokens, lease.Token())
+			mu.Unlock()
+			inside.Add(-1)
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("release: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(tokens) != waiters {
+		t.Fatalf("got %d grants, want %d", len(tokens), waiters)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Errorf("grant %d token %d not above previous %d (in grant order): %v", i, tokens[i], tokens[i-1], tokens)
+		}
+	}
+}
+
+func TestLocker_Wait_WokenByExpiry(t *testing.T) {
+	l, _ := newLocker(t, &Options{PollInterval: time.Hour})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	if _, err := l.Acquire(ctx, name, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	lease, err := l.Acquire(ctx, name, time.Second, fence.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	defer lease.Release(ctx)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("waiter woke after %v, want about the holder's 200ms TTL", d)
+	}
+}
+
+func TestLocker_Wait_ContextCancelled(t *testing.T) {
+	l, _ := newLocker(t, nil)
+	name := uniqueName(t)
+	holder, err := l.Acquire(ctxT(t), name, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(ctx, name, time.Second, fence.WithWait(fence.WaitForever))
+	var held *fence.HeldError
+	if !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) {
+		t.Fatalf("Acquire with expired ctx = %v, want ErrNotAcquired, a *HeldError and context.DeadlineExceeded", err)
+	}
+	if held.ExpiresIn <= 0 || held.ExpiresIn > time.Hour {
+		t.Errorf("HeldError.ExpiresIn = %v, want in (0, 1h]", held.ExpiresIn)
+	}
+	// Wait bounded by WithWait, not by ctx: ErrNotAcquired without a ctx error.
+	_, err = l.Acquire(ctxT(t), name, time.Second, fence.WithWait(30*time.Millisecond))
+	if !errors.Is(err, fence.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire with a 30ms wait = %v, want ErrNotAcquired only", err)
+	}
+}
+
+func TestLocker_Close_EndsWaitersAndCalls(t *testing.T) {
+	l, _ := newLocker(t, &Options{PollInterval: time.Hour})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	holder, err := l.Acquire(ctx, name, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		l2, _ := newLocker(t, nil)
+		_ = l2.Release(ctx, name, holder.ID())
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, name, time.Second, fence.WithWait(fence.WaitForever))
+		done <- err
+	}()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, fence.ErrClosed) {
+		t.Errorf("waiter after Close = %v, want fence.ErrClosed", err)
+	}
+	if _, err := l.Acquire(ctx, uniqueName(t), time.Second); !errors.Is(err, fence.ErrClosed) {
+		t.Errorf("Acquire after Close = %v, want fence.ErrClosed", err)
+	}
+}
+
+func TestLocker_BadInput(t *testing.T) {
+	l, _ := newLocker(t, nil)
+	ctx := ctxT(t)
+	id := fence.NewLeaseID()
+	checks := map[string]error{
+		"empty name":      func() error { _, err := l.Acquire(ctx, "", time.Second); return err }(),
+		"long name":       func() error { _, err := l.Acquire(ctx, strings.Repeat("x", 256), time.Second); return err }(),
+		"control char":    func() error { _, err := l.Acquire(ctx, "a\nb", time.Second); return err }(),
+		"zero ttl":        func() error { _, err := l.Acquire(ctx, "x", 0); return err }(),
+		"sub-ms ttl":      func() error { _, err := l.Acquire(ctx, "x", 1500*time.Microsecond); return err }(),
+		"renew bad lease": l.Renew(ctx, "x", "has space", time.Second),
+		"renew bad ttl":   l.Renew(ctx, "x", id, -time.Second),
+		"release empty":   l.Release(ctx, "x", ""),
+		"heal zero":       l.Heal(ctx, "x", 0),
+		"heal too big":    l.Heal(ctx, "x", fence.MaxToken+1),
+		"inspect bad":     func() error { _, err := l.Inspect(ctx, ""); return err }(),
+		"list bad prefix": func() error { _, err := l.List(ctx, "a\x00", 0); return err }(),
+	}
+	for what, err := range checks {
+		if !errors.Is(err, fence.ErrInvalid) || !strings.HasPrefix(err.Error(), "redis: ") {
+			t.Errorf("%s: error = %v, want a redis: error matching fence.ErrInvalid", what, err)
+		}
+	}
+}
+
+func TestLocker_Unreachable(t *testing.T) {
+	testserv.SkipIfShort(t)
+	port, err := testserv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	l, err := NewLocker(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	_, err = l.Acquire(ctx, "x", time.Second)
+	if !errors.Is(err, fence.ErrUnavailable) || !strings.HasPrefix(err.Error(), `redis: acquire "x"`) {
+		t.Errorf("Acquire on a closed port = %v, want a redis: acquire error matching fence.ErrUnavailable", err)
+	}
+	if err := l.Release(ctx, "x", fence.NewLeaseID()); !errors.Is(err, fence.ErrUnavailable) {
+		t.Errorf("Release on a closed port = %v, want fence.ErrUnavailable", err)
+	}
+	if err := l.Heal(ctx, "x", 3); !errors.Is(err, fence.ErrUnavailable) {
+		t.Errorf("Heal on a closed port = %v, want fence.ErrUnavailable", err)
+	}
+}
+
+func TestLocker_Timeout_IsUnavailableAndGrantIsReleased(t *testing.T) {
+	s := server(t)
+	// ContextTimeoutEnabled: go-redis then bounds reads by the ctx deadline.
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	l, err := NewLocker(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	// Freeze the server for 300ms: the acquire's reply comes too late for its ctx.
+	if err := c.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = l.Acquire(actx, name, time.Hour)
+	cancel()
+	if !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire during a pause = %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	_ = l.Close() // waits for the background release of the lost grant
+	l2, err := NewLocker(newClient(t, s.Addr), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := l2.Inspect(ctx, name)
+	if err != nil || info.Held {
+		t.Errorf("Inspect after lost reply = %+v, %v; want not held (grant released)", info, err)
+	}
+	t.Logf("counter after the lost reply: %d (1: the server granted it late and the Locker released it)", info.LastToken)
+}
+
+func TestLocker_NOSCRIPT_AfterScriptFlush(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	for i := 0; i < 2; i++ {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := l.Acquire(ctx, name, time.Second)
+		if err != nil {
+			t.Fatalf("Acquire after SCRIPT FLUSH: %v", err)
+		}
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Renew(ctx, time.Second); err != nil {
+			t.Fatalf("Renew after SCRIPT FLUSH: %v", err)
+		}
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release after SCRIPT FLUSH: %v", err)
+		}
+	}
+}
+
+func TestLocker_Heal_RaisesNeverLowers(t *testing.T) {
+	l, _ := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	if err := l.Heal(ctx, name, 41); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Token() != 42 {
+		t.Errorf("token after Heal(41) = %d, want 42", lease.Token())
+	}
+	if err := l.Heal(ctx, name, 7); err != nil {
+		t.Fatal(err)
+	}
+	info, err := l.Inspect(ctx, name)
+	if err != nil || info.LastToken != 42 || !info.Held || info.Token != 42 {
+		t.Errorf("Inspect after Heal(7) = %+v, %v; want held, token 42, last 42 (heal never lowers, keeps the lease)", info, err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Errorf("release after heal: %v", err)
+	}
+}
+
+func TestLocker_Heal_FromGuardRejection(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	lease, err := l.Acquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.Release(ctx)
+	// A guard has already seen token 100 (as after a failover that lost increments).
+	highest := fence.Fence{Name: name, Token: 100, LeaseID: fence.NewLeaseID()}
+	lease, err = l.Acquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := fence.Admit("row", highest, lease.Fence())
+	if !errors.Is(rejected, fence.ErrStaleToken) {
+		t.Fatalf("Admit(%d after 100) = %v, want ErrStaleToken", lease.Token(), rejected)
+	}
+	_ = lease.Release(ctx)
+	if err := fence.Heal(ctx, l, name, fmt.Errorf("put: %w", rejected)); err != nil {
+		t.Fatal(err)
+	}
+	lease, err = l.Acquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	if err := fence.Admit("row", highest, lease.Fence()); err != nil || lease.Token() != 101 {
+		t.Errorf("after heal: token %d, Admit = %v; want 101, nil", lease.Token(), err)
+	}
+	if got, _ := c.Get(ctx, l.keysFor(name).token).Result(); got != "101" {
+		t.Errorf("counter = %s, want 101", got)
+	}
+}
+
+func TestLocker_InspectAndList(t *testing.T) {
+	l, _ := newLocker(t, &Options{Prefix: "list-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"})
+	ctx := ctxT(t)
+	info, err := l.Inspect(ctx, "never")
+	if err != nil || info.Held || info.LastToken != 0 || info.Name != "never" {
+		t.Errorf("Inspect(never) = %+v, %v; want not held, last token 0", info, err)
+	}
+	names := []string{"job/b", "job/a{1}", "job/*", "other"}
+	leases := map[string]*fence.Lease{}
+	for _, n := range names {
+		lease, err := l.Acquire(ctx, n, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[n] = lease
+	}
+	_ = leases["job/b"].Release(ctx)
+	got, err := l.List(ctx, "job/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotNames []string
+	for _, i := range got {
+		gotNames = append(gotNames, fmt.Sprintf("%s:%v:%d", i.Name, i.Held, i.LastToken))
+	}
+	want := "job/*:true:1 job/a{1}:true:1 job/b:false:1"
+	if strings.Join(gotNames, " ") != want {
+		t.Errorf("List(job/) = %v, want %s", gotNames, want)
+	}
+	if got, err := l.List(ctx, "", 2); err != nil || len(got) != 2 || got[0].Name != "job/*" {
+		t.Errorf("List(\"\", 2) = %v, %v; want the first 2 names", got, err)
+	}
+	if got, err := l.List(ctx, "job/*", 0); err != nil || len(got) != 1 {
+		t.Errorf("List(job/*) = %v, %v; want only the name job/* (glob characters are literal)", got, err)
+	}
+	i := got[0]
+	if i.ExpiresIn <= 0 || i.ExpiresIn > time.Minute || i.Token != 1 {
+		t.Errorf("held info = %+v, want token 1, expiry in (0, 1m]", i)
+	}
+}
+
+func TestLocker_WaitReplicas_NoReplica_FailsClosed(t *testing.T) {
+	l, _ := newLocker(t, &Options{WaitReplicas: 1, WaitTimeout: 30 * time.Millisecond})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	lease, err := l.Acquire(ctx, name, time.Hour)
+	if !errors.Is(err, ErrNotReplicated) || !errors.Is(err, fence.ErrUnavailable) || lease != nil {
+		t.Fatalf("Acquire with WaitReplicas 1 and no replica = %v, %v; want ErrNotReplicated", lease, err)
+	}
+	t.Logf("error: %v", err)
+	info, err := l.Inspect(ctx, name)
+	if err != nil || info.Held || info.LastToken != 1 {
+		t.Errorf("Inspect = %+v, %v; want not held (released), last token 1 (used up)", info, err)
+	}
+}
+
+func TestLocker_WaitAOF_FailsClosedWithoutAOF(t *testing.T) {
+	l, _ := newLocker(t, &Options{WaitAOFLocal: 1, WaitTimeout: 30 * time.Millisecond})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	// The server runs without appendonly (and Redis < 7.2 lacks WAITAOF): either way
+	// the fsync cannot be acknowledged, so no lease is handed out.
+	lease, err := l.Acquire(ctx, name, time.Hour)
+	if !errors.Is(err, ErrNotReplicated) || lease != nil {
+		t.Fatalf("Acquire with WaitAOFLocal 1 = %v, %v; want ErrNotReplicated", lease, err)
+	}
+	t.Logf("error: %v", err)
+	if info, err := l.Inspect(ctx, name); err != nil || info.Held {
+		t.Errorf("Inspect = %+v, %v; want not held", info, err)
+	}
+}
