@@ -1,0 +1,287 @@
+package testserv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PostgresServer is a throwaway PostgreSQL server on 127.0.0.1 with trust
+// authentication for the superuser "postgres". Its fields are fixed for its whole life,
+// across Kill and Restart.
+type PostgresServer struct {
+	Port int
+	Dir  string // holds data/ (the cluster), the socket and postgres.log; removed by Close
+
+	bin  string // the postgres executable
+	cred *syscall.Credential
+
+	mu     sync.Mutex
+	proc   *process // nil while killed or stopped
+	closed bool
+}
+
+// StartPostgres creates a fresh cluster in a temporary directory (initdb) and starts a
+// postgres server for it on a free port of 127.0.0.1, waiting until it accepts
+// connections. Running as root, the server runs as the "postgres" user (or "nobody"),
+// since PostgreSQL refuses to run as root. The caller must Close it. It returns an error
+// wrapping ErrNotFound if PostgreSQL is not installed, or one with the tail of the log if
+// the server does not start.
+func StartPostgres() (*PostgresServer, error) {
+	initdb, err := FindBinary("initdb", "postgresql")
+	if err != nil {
+		return nil, err
+	}
+	bin, err := postgresNextTo(initdb)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := serverCredential("postgres")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "testserv-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("testserv: postgres: %w", err)
+	}
+	s := &PostgresServer{Dir: dir, bin: bin, cred: cred}
+	if err := s.initdb(initdb); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		if s.Port, err = FreePort(); err != nil {
+			break
+		}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+		if !addrInUse(err) || attempt == startAttempts {
+			break
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, err
+}
+
+// Postgres starts a server like StartPostgres for the test t, and stops it and removes
+// its directory when t ends. It fails t if the server cannot start.
+func Postgres(t testing.TB) *PostgresServer {
+	t.Helper()
+	s, err := StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// postgresNextTo returns the postgres executable of the same installation as initdb
+// (initdb is often a symlink into /usr/lib/postgresql/N/bin).
+func postgresNextTo(initdb string) (string, error) {
+	candidates := []string{filepath.Join(filepath.Dir(initdb), "postgres")}
+	if real, err := filepath.EvalSymlinks(initdb); err == nil {
+		candidates = append([]string{filepath.Join(filepath.Dir(real), "postgres")}, candidates...)
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return c, nil
+		}
+	}
+	return FindBinary("postgres", "postgresql")
+}
+
+// serverCredential returns nil when not running as root, else the credential of the
+// named user (or of "nobody" if it does not exist), for servers that refuse root.
+func serverCredential(name string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.Lookup("nobody"); err != nil {
+			return nil, fmt.Errorf("testserv: running as root and neither user %q nor nobody exists to run the server", name)
+		}
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("testserv: user %q has a non-numeric uid %q or gid %q", u.Username, u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
+// chownTo gives path to cred's user, if any.
+func chownTo(path string, cred *syscall.Credential) error {
+	if cred == nil {
+		return nil
+	}
+	return os.Chown(path, int(cred.Uid), int(cred.Gid))
+}
+
+func (s *PostgresServer) dataDir() string { return filepath.Join(s.Dir, "data") }
+func (s *PostgresServer) logPath() string { return filepath.Join(s.Dir, "postgres.log") }
+
+// initdb creates the cluster in s.Dir/data.
+func (s *PostgresServer) initdb(initdb string) error {
+	if err := chownTo(s.Dir, s.cred); err != nil {
+		return fmt.Errorf("testserv: postgres: %w", err)
+	}
+	cmd := exec.Command(initdb, "-D", s.dataDir(), "-A", "trust", "-U", "postgres",
+		"--no-sync", "-E", "UTF8", "--locale=C")
+	cmd.Dir = s.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testserv: postgres: initdb: %w:\n%s", err, out)
+	}
+	return nil
+}
+
+// start launches postgres on s.Port and waits until it accepts connections.
+func (s *PostgresServer) start() error {
+	// The log file is opened by us (root) and inherited; create it now so the server user
+	// could reopen it too.
+	if f, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		f.Close()
+		_ = chownTo(s.logPath(), s.cred)
+	}
+	args := []string{
+		"-D", s.dataDir(),
+		"-p", strconv.Itoa(s.Port),
+		"-k", s.Dir,
+		"-c", "listen_addresses=127.0.0.1",
+		// Tests stop the process, never the OS: fsync is not needed for what they check.
+		"-c", "fsync=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=200",
+		"-c", "shared_buffers=32MB",
+	}
+	p, err := startProcess("postgres", s.bin, args, s.logPath(), s.cred)
+	if err != nil {
+		return err
+	}
+	if err := p.waitReady(s.ping); err != nil {
+		p.kill()
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// ping connects to the postgres database and runs a query.
+func (s *PostgresServer) ping() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.Ping(ctx)
+}
+
+// DSN returns a pgx connection URL for database db as the superuser postgres, e.g.
+// postgres://postgres@127.0.0.1:PORT/db?sslmode=disable.
+func (s *PostgresServer) DSN(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.Port, db)
+}
+
+// Exec runs sql (e.g. a CREATE or ALTER statement) on database db as the superuser. It
+// returns an error with the statement if it fails.
+func (s *PostgresServer) Exec(db, sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DSN(db))
+	if err != nil {
+		return fmt.Errorf("testserv: postgres: connect to %s: %w", db, err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("testserv: postgres: %s: %w", sql, err)
+	}
+	return nil
+}
+
+// CreateDatabase creates a database with a unique name for the test t and returns its
+// DSN; it is dropped (WITH (FORCE), closing leftover connections) when t ends. It fails
+// t if the database cannot be created.
+func (s *PostgresServer) CreateDatabase(t testing.TB) string {
+	t.Helper()
+	name := uniqueName("test")
+	if err := s.Exec("postgres", "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		running := s.proc != nil
+		s.mu.Unlock()
+		if !running {
+			return // closed or killed: nothing to drop, or Close removes it all
+		}
+		if err := s.Exec("postgres", "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("testserv: drop test database: %v", err)
+		}
+	})
+	return s.DSN(name)
+}
+
+// Kill stops the server with SIGKILL to its whole process group, like a crash. The port
+// and directory are kept; Restart recovers the cluster. Killing a killed server does
+// nothing.
+func (s *PostgresServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.kill()
+		s.proc = nil
+	}
+}
+
+// Restart stops the server if it runs (SIGINT, a fast shutdown) and starts it again on
+// the same port and directory; after Kill it starts it again, running crash recovery. It
+// returns an error with the log's tail if the server does not come back, or if it was
+// closed.
+func (s *PostgresServer) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("testserv: postgres :%d: restart after Close", s.Port)
+	}
+	if s.proc != nil {
+		s.proc.stop(syscall.SIGINT)
+		s.proc = nil
+	}
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		if err = s.start(); err == nil || !addrInUse(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// Close stops the server (a fast shutdown) and removes its directory. It is safe to call
+// more than once.
+func (s *PostgresServer) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.stop(syscall.SIGINT)
+		s.proc = nil
+	}
+	if !s.closed {
+		s.closed = true
+		os.RemoveAll(s.Dir)
+	}
+}
