@@ -1,0 +1,635 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fence"
+	bbolt "go.etcd.io/bbolt"
+)
+
+var (
+	_ fence.Locker    = (*Store)(nil)
+	_ fence.Healer    = (*Store)(nil)
+	_ fence.Inspector = (*Store)(nil)
+)
+
+// Acquire grants a lease on name for ttl, with a token greater than every token
+// the store handed out before, for any name, across restarts and crashes. By
+// default it tries once; with fence.WithWait it waits, woken at once by a Release,
+// by the holder's expiry and by the end of the grace period after a crash, for at
+// most the wait (by the store's clock) and until ctx is done.
+//
+// It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the
+// lock stayed held (also during the grace period after a crash), also matching
+// ctx.Err() when ctx ended the wait; fence.ErrInvalid for a bad name or TTL;
+// fence.ErrTokenExhausted when the counter reached fence.MaxToken;
+// fence.ErrUnavailable when the file could not be written; fence.ErrClosed after
+// Close.
+func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	if err := fence.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("bolt: acquire: %w", err)
+	}
+	if err := fence.ValidateTTL(ttl); err != nil {
+		return nil, fmt.Errorf("bolt: acquire %q: %w", name, err)
+	}
+	o := fence.ApplyAcquireOptions(opts...)
+	var waitOver chan struct{}
+	if o.Wait > 0 && o.Wait != fence.WaitForever {
+		waitOver = make(chan struct{})
+		t := s.clock.AfterFunc(o.Wait, func() { close(waitOver) })
+		defer t.Stop()
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("bolt: acquire %q: %w: %w", name, fence.ErrNotAcquired, err)
+		}
+		start := s.clock.Now() // before the grant: the holder's deadline is never late
+		g, err := s.grant(name, int64(ttl))
+		if err != nil {
+			return nil, err
+		}
+		if g.held == nil {
+			return fence.NewLease(fence.LeaseConfig{
+				Locker: s, Name: name, Token: g.token, ID: g.id, TTL: ttl,
+				Start: start, Clock: s.clock, AutoRenew: o.AutoRenew,
+			}), nil
+		}
+		if o.Wait == 0 {
+			return nil, fmt.Errorf("bolt: acquire %q: %w", name, g.held)
+		}
+		select {
+		case <-g.wake:
+		case <-waitOver:
+			return nil, fmt.Errorf("bolt: acquire %q: waited %v: %w", name, o.Wait, g.held)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bolt: acquire %q: %w (%w)", name, g.held, ctx.Err())
+		case <-s.closing:
+			return nil, fmt.Errorf("bolt: acquire %q: %w", name, fence.ErrClosed)
+		}
+	}
+}
+
+// grantResult is a grant (token, id) or how the lock is held (held, wake).
+type grantResult struct {
+	token fence.Token
+	id    string
+	idb   [16]byte
+	held  *fence.HeldError
+	wake  <-chan struct{}
+}
+
+// grant grants name for ttl nanoseconds if it is free, waiting for the flusher
+// when the token ceiling or lease horizon must be raised first, or when the lease
+// itself must be on disk before it is handed out.
+func (s *Store) grant(name string, ttl int64) (grantResult, error) {
+	for {
+		s.mu.Lock()
+		r, g, granted, err := s.grantLocked(name, ttl)
+		s.mu.Unlock()
+		if g == nil {
+			return r, err
+		}
+		<-g.done
+		if !granted {
+			if g.err != nil {
+				return grantResult{}, fmt.Errorf("bolt: acquire %q: reserve tokens: %w", name, g.err)
+			}
+			continue
+		}
+		if g.err != nil {
+			s.mu.Lock()
+			if e := s.locks[name]; e != nil && e.hidx >= 0 && e.id == r.idb {
+				s.endLeaseLocked(e)
+			}
+			s.mu.Unlock()
+			return grantResult{}, fmt.Errorf("bolt: acquire %q: write lease: %w", name, g.err)
+		}
+		return r, nil
+	}
+}
+
+// grantLocked does one attempt. It returns a flush to wait for: before retrying
+// if granted is false, before handing out the grant if granted is true.
+func (s *Store) grantLocked(name string, ttl int64) (r grantResult, g *flushGen, granted bool, err error) {
+	if s.isClose {
+		return r, nil, false, fmt.Errorf("bolt: acquire %q: %w", name, fence.ErrClosed)
+	}
+	now := s.now()
+	if now < s.graceUntil {
+		r.held = &fence.HeldError{Name: name, ExpiresIn: time.Duration(s.graceUntil - now)}
+		r.wake = s.graceDone
+		return r, nil, false, nil
+	}
+	e := s.locks[name]
+	if e != nil && e.hidx >= 0 {
+		if e.expires > now {
+			if e.wake == nil {
+				e.wake = make(chan struct{})
+			}
+			r.held = &fence.HeldError{Name: name, ExpiresIn: time.Duration(e.expires - now)}
+			r.wake = e.wake
+			return r, nil, false, nil
+		}
+		s.endLeaseLocked(e)
+	}
+	t := s.next
+	if t > uint64(fence.MaxToken) {
+		return r, nil, false, fmt.Errorf("bolt: acquire %q: counter at %d: %w", name, t-1, fence.ErrTokenExhausted)
+	}
+	if t > s.ceil {
+		return r, s.syncLocked(), false, nil
+	}
+	if t+s.block/2 > s.ceil {
+		s.kickLocked()
+	}
+	exp := now + ttl
+	durable := ttl > s.syncTTL
+	if !durable {
+		if g := s.coverLocked(exp); g != nil {
+			return r, g, false, nil
+		}
+	}
+	s.next++
+	if e == nil {
+		e = &entry{name: name, hidx: -1}
+		s.locks[name] = e
+	}
+	r.id = fence.NewLeaseID()
+	if _, err := hex.Decode(r.idb[:], []byte(r.id)); err != nil {
+		return grantResult{}, nil, false, fmt.Errorf("bolt: acquire %q: lease id %q: %w", name, r.id, fence.ErrInvalid)
+	}
+	r.token = fence.Token(t)
+	e.id, e.token, e.last, e.expires, e.durable = r.idb, r.token, r.token, exp, durable
+	s.heapPush(e)
+	s.armLocked(now)
+	s.markDirtyLocked(e)
+	if durable {
+		return r, s.syncLocked(), true, nil
+	}
+	return r, nil, true, nil
+}
+
+// coverLocked makes sure the lease horizon covers a lease expiring at exp (lease
+// time): it returns nil if it does, and otherwise the flush to wait for. It asks
+// for the horizon to be pushed ahead when exp comes within half a chunk of it.
+func (s *Store) coverLocked(exp int64) *flushGen {
+	w := s.wallAt(exp)
+	if w+s.chunk/2 <= s.hDur {
+		return nil
+	}
+	if want := w + s.chunk; want > s.hWant {
+		s.hWant = want
+	}
+	if w <= s.hDur {
+		s.kickLocked()
+		return nil
+	}
+	return s.syncLocked()
+}
+
+func (s *Store) markDirtyLocked(e *entry) {
+	if !e.dirty {
+		e.dirty = true
+		s.dirty = append(s.dirty, e)
+	}
+}
+
+// endLeaseLocked ends e's lease (release or expiry) and wakes its waiters.
+func (s *Store) endLeaseLocked(e *entry) {
+	s.heapRemove(e)
+	e.id, e.token, e.expires, e.durable = [16]byte{}, 0, 0, false
+	s.markDirtyLocked(e) // lets the flusher reclaim e once its last token is on disk
+	if e.wake != nil {
+		close(e.wake)
+		e.wake = nil
+	}
+}
+
+// parseLeaseID returns the 16 bytes of a lease id this store made, and false for
+// any other id (which then holds nothing here).
+func parseLeaseID(id string) (b [16]byte, ok bool) {
+	if len(id) != 32 {
+		return b, false
+	}
+	_, err := hex.Decode(b[:], []byte(id))
+	return b, err == nil && hex.EncodeToString(b[:]) == id
+}
+
+func validateLease(name, leaseID string) error {
+	if err := fence.ValidateName(name); err != nil {
+		return err
+	}
+	if err := fence.ValidateLeaseID(leaseID); err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	return nil
+}
+
+// Renew extends the lease identified by name and leaseID to ttl from now, by the
+// store's clock, durably as Acquire does. It returns an error matching
+// fence.ErrNotHeld if that lease expired, was released or never existed (another
+// holder's lease is never touched), fence.ErrInvalid for a bad name, lease id or
+// TTL, fence.ErrUnavailable if the file could not be written (the lease keeps its
+// previous expiry), and fence.ErrClosed after Close.
+func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
+	if err := validateLease(name, leaseID); err != nil {
+		return fmt.Errorf("bolt: renew: %w", err)
+	}
+	if err := fence.ValidateTTL(ttl); err != nil {
+		return fmt.Errorf("bolt: renew %q: %w", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bolt: renew %q: %w", name, err)
+	}
+	id, ok := parseLeaseID(leaseID)
+	for {
+		s.mu.Lock()
+		if s.isClose {
+			s.mu.Unlock()
+			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrClosed)
+		}
+		e := s.locks[name]
+		now := s.now()
+		if !ok || e == nil || e.hidx < 0 || e.id != id {
+			s.mu.Unlock()
+			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrNotHeld)
+		}
+		if e.expires <= now {
+			s.endLeaseLocked(e)
+			s.mu.Unlock()
+			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrExpired)
+		}
+		exp := now + int64(ttl)
+		durable := int64(ttl) > s.syncTTL
+		if !durable {
+			if g := s.coverLocked(exp); g != nil {
+				s.mu.Unlock()
+				if <-g.done; g.err != nil {
+					return fmt.Errorf("bolt: renew %q: %w", name, g.err)
+				}
+				continue
+			}
+		}
+		oldExp, oldDurable := e.expires, e.durable
+		e.expires = exp
+		s.heapFix(e)
+		s.armLocked(now)
+		if !durable && !oldDurable {
+			s.mu.Unlock()
+			return nil
+		}
+		e.durable = durable
+		s.markDirtyLocked(e)
+		g := s.syncLocked()
+		s.mu.Unlock()
+		if <-g.done; g.err != nil {
+			s.mu.Lock()
+			if e.hidx >= 0 && e.id == id && s.locks[name] == e {
+				e.expires, e.durable = oldExp, oldDurable
+				s.heapFix(e)
+				s.armLocked(s.now())
+			}
+			s.mu.Unlock()
+			return fmt.Errorf("bolt: renew %q: %w", name, g.err)
+		}
+		return nil
+	}
+}
+
+// Release ends the lease identified by name and leaseID and wakes the waiters on
+// name. It returns an error matching fence.ErrNotHeld if that lease is no longer
+// held (fence.ErrExpired if it had expired), so a retried Release never ends a
+// newer holder's lease; fence.ErrInvalid for a bad name or lease id;
+// fence.ErrUnavailable if the release of a lease longer than SyncTTL could not be
+// written (it took effect in memory; after a crash the lease would be honoured
+// until its expiry); fence.ErrClosed after Close.
+func (s *Store) Release(ctx context.Context, name, leaseID string) error {
+	if err := validateLease(name, leaseID); err != nil {
+		return fmt.Errorf("bolt: release: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bolt: release %q: %w", name, err)
+	}
+	id, ok := parseLeaseID(leaseID)
+	s.mu.Lock()
+	if s.isClose {
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrClosed)
+	}
+	e := s.locks[name]
+	if !ok || e == nil || e.hidx < 0 || e.id != id {
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrNotHeld)
+	}
+	expired := e.expires <= s.now()
+	durable := e.durable
+	s.endLeaseLocked(e)
+	var g *flushGen
+	if durable {
+		g = s.syncLocked()
+	}
+	s.mu.Unlock()
+	if g != nil {
+		if <-g.done; g.err != nil {
+			return fmt.Errorf("bolt: release %q: %w", name, g.err)
+		}
+	}
+	if expired {
+		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrExpired)
+	}
+	return nil
+}
+
+// Heal raises the token counter so that the next grant's token, for name and for
+// every other name, is above seen (P4); it is durable when Heal returns. It never
+// lowers the counter. It returns fence.ErrInvalid for a bad name or a seen outside
+// [1, fence.MaxToken], fence.ErrUnavailable if the file could not be written, and
+// fence.ErrClosed after Close.
+func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
+	if err := fence.ValidateName(name); err != nil {
+		return fmt.Errorf("bolt: heal: %w", err)
+	}
+	if err := fence.ValidateToken(seen); err != nil {
+		return fmt.Errorf("bolt: heal %q: %w", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bolt: heal %q: %w", name, err)
+	}
+	s.mu.Lock()
+	if s.isClose {
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: heal %q: %w", name, fence.ErrClosed)
+	}
+	if uint64(seen) >= s.next {
+		s.next = uint64(seen) + 1
+	}
+	e := s.locks[name]
+	if e == nil {
+		e = &entry{name: name, hidx: -1}
+		s.locks[name] = e
+	}
+	if seen > e.last {
+		e.last = seen
+	}
+	s.markDirtyLocked(e)
+	var g *flushGen
+	if uint64(seen) > s.ceil {
+		g = s.syncLocked()
+	}
+	s.mu.Unlock()
+	if g != nil {
+		if <-g.done; g.err != nil {
+			return fmt.Errorf("bolt: heal %q: %w", name, g.err)
+		}
+	}
+	return nil
+}
+
+// fillLocked describes e at now. During the grace period after a crash every lock
+// is reported held (by an unknown lease) until the grace ends.
+func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
+	if e != nil {
+		info.LastToken = e.last
+		if e.hidx >= 0 && e.expires > now {
+			info.Held, info.Token, info.ExpiresIn = true, e.token, time.Duration(e.expires-now)
+			return
+		}
+	}
+	if now < s.graceUntil {
+		info.Held, info.ExpiresIn = true, time.Duration(s.graceUntil-now)
+	}
+}
+
+// Inspect returns the state of name. A lock never acquired is reported with Held
+// false and LastToken 0. After a crash, LastToken may lag by one FlushInterval,
+// and during the grace period every lock is reported held with Token 0. It returns
+// fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
+// read, and fence.ErrClosed after Close.
+func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
+	if err := fence.ValidateName(name); err != nil {
+		return fence.LockInfo{}, fmt.Errorf("bolt: inspect: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fence.LockInfo{}, fmt.Errorf("bolt: inspect %q: %w", name, err)
+	}
+	info := fence.LockInfo{Name: name}
+	s.mu.Lock()
+	if s.isClose {
+		s.mu.Unlock()
+		return info, fmt.Errorf("bolt: inspect %q: %w", name, fence.ErrClosed)
+	}
+	if e := s.locks[name]; e != nil {
+		s.fillLocked(&info, e, s.now())
+		s.mu.Unlock()
+		return info, nil
+	}
+	s.mu.Unlock()
+	var rec lockFields
+	err := s.view(func(tx *bbolt.Tx) error {
+		v := tx.Bucket(bucketLocks).Get([]byte(name))
+		if v == nil {
+			return nil
+		}
+		var err error
+		rec, err = decodeLock(v)
+		return err
+	})
+	if err != nil {
+		return fence.LockInfo{}, fmt.Errorf("bolt: inspect %q: %w", name, err)
+	}
+	info.LastToken = rec.last
+	s.mu.Lock()
+	s.fillLocked(&info, s.locks[name], s.now())
+	if info.LastToken < rec.last {
+		info.LastToken = rec.last
+	}
+	s.mu.Unlock()
+	return info, nil
+}
+
+// List returns the locks whose names start with prefix, held or not, in name
+// order, at most limit of them (DefaultListLimit if limit <= 0). It reads the
+// names from the file (a range scan) plus those not yet written behind; it never
+// scans the whole lease table. It returns fence.ErrUnavailable if the file could
+// not be read and fence.ErrClosed after Close.
+func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	onDisk := make(map[string]fence.Token)
+	var names []string
+	err := s.view(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketLocks).Cursor()
+		p := []byte(prefix)
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p) && len(names) < limit; k, v = c.Next() {
+			rec, err := decodeLock(v)
+			if err != nil {
+				return fmt.Errorf("lock %q: %w", k, err)
+			}
+			names = append(names, string(k))
+			onDisk[string(k)] = rec.last
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.isClose {
+		return nil, fmt.Errorf("bolt: list %q: %w", prefix, fence.ErrClosed)
+	}
+	for _, list := range [][]*entry{s.dirty, s.flushing} {
+		for _, e := range list {
+			if _, dup := onDisk[e.name]; !dup && strings.HasPrefix(e.name, prefix) {
+				onDisk[e.name] = 0
+				names = append(names, e.name)
+			}
+		}
+	}
+	sort.Strings(names)
+	now := s.now()
+	out := make([]fence.LockInfo, 0, min(limit, len(names)))
+	for _, name := range names {
+		if len(out) == limit {
+			break
+		}
+		info := fence.LockInfo{Name: name}
+		s.fillLocked(&info, s.locks[name], now)
+		if last := onDisk[name]; info.LastToken < last {
+			info.LastToken = last
+		}
+		if info.LastToken == 0 && !info.Held {
+			continue
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// view runs a read transaction, unless the store is closed.
+func (s *Store) view(f func(*bbolt.Tx) error) error {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return fence.ErrClosed
+	}
+	if err := s.db.View(f); err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			return fmt.Errorf("read %s: %w", s.path, err)
+		}
+		return fmt.Errorf("read %s: %v: %w", s.path, err, fence.ErrUnavailable)
+	}
+	return nil
+}
+
+// The expiry heap: entries of held leases ordered by expiry, each knowing its index.
+
+func (s *Store) heapPush(e *entry) {
+	e.hidx = int32(len(s.heap))
+	s.heap = append(s.heap, e)
+	s.heapUp(int(e.hidx))
+}
+
+func (s *Store) heapRemove(e *entry) {
+	i, n := int(e.hidx), len(s.heap)-1
+	if i < 0 {
+		return
+	}
+	if i != n {
+		s.heapSwap(i, n)
+	}
+	s.heap[n] = nil
+	s.heap = s.heap[:n]
+	e.hidx = -1
+	if i != n {
+		s.heapFixAt(i)
+	}
+}
+
+func (s *Store) heapFix(e *entry) { s.heapFixAt(int(e.hidx)) }
+
+func (s *Store) heapFixAt(i int) {
+	if !s.heapDown(i) {
+		s.heapUp(i)
+	}
+}
+
+func (s *Store) heapSwap(i, j int) {
+	h := s.heap
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = int32(i), int32(j)
+}
+
+func (s *Store) heapUp(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if s.heap[p].expires <= s.heap[i].expires {
+			return
+		}
+		s.heapSwap(i, p)
+		i = p
+	}
+}
+
+func (s *Store) heapDown(i0 int) bool {
+	i, n := i0, len(s.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && s.heap[r].expires < s.heap[l].expires {
+			j = r
+		}
+		if s.heap[i].expires <= s.heap[j].expires {
+			break
+		}
+		s.heapSwap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+// armLocked makes sure the expiry timer fires no later than the earliest expiry.
+// A timer armed earlier is kept: when it fires it re-arms for the new earliest.
+func (s *Store) armLocked(now int64) {
+	if len(s.heap) == 0 || s.isClose {
+		return
+	}
+	top := s.heap[0].expires
+	if s.timerAt != 0 && s.timerAt <= top {
+		return
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.timerAt = top
+	s.timer = s.clock.AfterFunc(time.Duration(top-now), s.expire)
+}
+
+// expire ends the leases whose time has come, waking their waiters, and re-arms.
+func (s *Store) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.isClose {
+		return
+	}
+	s.timerAt = 0
+	now := s.now()
+	for len(s.heap) > 0 && s.heap[0].expires <= now {
+		s.endLeaseLocked(s.heap[0])
+	}
+	s.armLocked(now)
+}

@@ -1,0 +1,589 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/inmem"
+	bbolt "go.etcd.io/bbolt"
+)
+
+// openStore opens a store in a fresh temp dir, closed at cleanup.
+func openStore(t *testing.T, o *Options) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "fence.db"), o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func mustAcquire(t *testing.T, s *Store, name string, ttl time.Duration, opts ...fence.AcquireOption) *fence.Lease {
+	t.Helper()
+	l, err := s.Acquire(context.Background(), name, ttl, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %v): %v", name, ttl, err)
+	}
+	return l
+}
+
+func TestStore_AcquireRelease_TokensIncreaseAcrossNames(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	ctx := context.Background()
+	var prev fence.Token
+	for i := 0; i < 50; i++ {
+		name := []string{"a", "b", "a/c"}[i%3]
+		l := mustAcquire(t, s, name, time.Minute)
+		if l.Token() <= prev {
+			t.Fatalf("grant %d on %q: token %d, want > %d", i, name, l.Token(), prev)
+		}
+		prev = l.Token()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+}
+
+func TestStore_Acquire_HeldReturnsHeldError(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	mustAcquire(t, s, "job", time.Minute)
+	_, err := s.Acquire(context.Background(), "job", time.Minute)
+	var he *fence.HeldError
+	if !errors.Is(err, fence.ErrNotAcquired) || !errors.As(err, &he) {
+		t.Fatalf("second Acquire: got %v, want a *fence.HeldError matching ErrNotAcquired", err)
+	}
+	if he.ExpiresIn <= 0 || he.ExpiresIn > time.Minute {
+		t.Fatalf("HeldError.ExpiresIn = %v, want in (0, 1m]", he.ExpiresIn)
+	}
+}
+
+func TestStore_Acquire_WaitWokenByRelease(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	ctx := context.Background()
+	first := mustAcquire(t, s, "job", time.Hour)
+	got := make(chan *fence.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l, err := s.Acquire(ctx, "job", time.Minute, fence.WithWait(fence.WaitForever))
+		errc <- err
+		got <- l
+	}()
+	// The waiter cannot be granted before the release: the lease lasts an hour.
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("waiting Acquire: %v", err)
+	}
+	if l := <-got; l.Token() <= first.Token() {
+		t.Fatalf("waiter token %d, want > %d", l.Token(), first.Token())
+	}
+}
+
+func TestStore_Acquire_WaitWokenByExpiryOnManualClock(t *testing.T) {
+	clock := inmem.NewManualClock(time.Unix(1_700_000_000, 0))
+	s := openStore(t, &Options{NoSync: true, Clock: clock})
+	ctx := context.Background()
+	mustAcquire(t, s, "job", 10*time.Second)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctx, "job", time.Second, fence.WithWait(time.Minute))
+		errc <- err
+	}()
+	// Advance in small steps until the waiter (which registers asynchronously)
+	// has been granted; it must not be granted before the holder's 10s.
+	for elapsed := time.Duration(0); ; elapsed += time.Second {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatalf("waiting Acquire: %v", err)
+			}
+			if elapsed < 10*time.Second {
+				t.Fatalf("granted after %v of virtual time, want >= 10s", elapsed)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if elapsed > 30*time.Second {
+			t.Fatalf("waiter not granted after %v of virtual time", elapsed)
+		}
+		clock.Advance(time.Second)
+	}
+}
+
+func TestStore_Acquire_ContextCancelledWhileWaiting(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	mustAcquire(t, s, "job", time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Acquire(ctx, "job", time.Minute, fence.WithWait(fence.WaitForever))
+	if !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want ErrNotAcquired and context.Canceled", err)
+	}
+}
+
+func TestStore_Renew_AfterExpiryReturnsNotHeld(t *testing.T) {
+	clock := inmem.NewManualClock(time.Unix(1_700_000_000, 0))
+	s := openStore(t, &Options{NoSync: true, Clock: clock})
+	ctx := context.Background()
+	l := mustAcquire(t, s, "job", time.Second)
+	if err := s.Renew(ctx, "job", l.ID(), 2*time.Second); err != nil {
+		t.Fatalf("Renew while held: %v", err)
+	}
+	clock.Advance(1500 * time.Millisecond)
+	if err := s.Renew(ctx, "job", l.ID(), 2*time.Second); err != nil {
+		t.Fatalf("Renew within the renewed TTL: %v", err)
+	}
+	clock.Advance(3 * time.Second)
+	if err := s.Renew(ctx, "job", l.ID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("Renew after expiry: got %v, want ErrNotHeld", err)
+	}
+}
+
+func TestStore_RenewRelease_OtherLeaseIDNeverTouchesHolder(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	ctx := context.Background()
+	l := mustAcquire(t, s, "job", time.Minute)
+	for _, id := range []string{fence.NewLeaseID(), "not-hex-but-valid", l.ID() + "0"} {
+		if err := s.Renew(ctx, "job", id, time.Minute); !errors.Is(err, fence.ErrNotHeld) {
+			t.Errorf("Renew with %q: got %v, want ErrNotHeld", id, err)
+		}
+		if err := s.Release(ctx, "job", id); !errors.Is(err, fence.ErrNotHeld) {
+			t.Errorf("Release with %q: got %v, want ErrNotHeld", id, err)
+		}
+	}
+	if err := s.Release(ctx, "job", ""); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("Release with empty id: got %v, want ErrInvalid", err)
+	}
+	info, err := s.Inspect(ctx, "job")
+	if err != nil || !info.Held || info.Token != l.Token() {
+		t.Fatalf("Inspect after foreign renew/release: %+v, %v; want held with token %d", info, err, l.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("holder Release: %v", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("second Release: got %v, want ErrNotHeld", err)
+	}
+}
+
+func TestStore_BadInput_ReturnsErrInvalid(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	ctx := context.Background()
+	long := string(bytes.Repeat([]byte("x"), fence.MaxNameLen+1))
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"", time.Second}, {long, time.Second}, {"a\x00b", time.Second}, {"\xff", time.Second},
+		{"ok", 0}, {"ok", -time.Second}, {"ok", fence.MaxTTL + time.Millisecond}, {"ok", 1500 * time.Microsecond}} {
+		if _, err := s.Acquire(ctx, tc.name, tc.ttl); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("Acquire(%q, %v): got %v, want ErrInvalid", tc.name, tc.ttl, err)
+		}
+	}
+	if err := s.Heal(ctx, "ok", fence.MaxToken+1); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("Heal above MaxToken: got %v, want ErrInvalid", err)
+	}
+	if _, err := Open("", nil); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("Open(\"\"): got %v, want ErrInvalid", err)
+	}
+	if _, err := Open(t.TempDir(), nil); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("Open(dir): got %v, want ErrInvalid", err)
+	}
+}
+
+func TestStore_Reopen_CleanClose_KeepsLeasesAndTokensWithoutGrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	ctx := context.Background()
+	s, err := Open(path, &Options{TokenBlock: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := mustAcquire(t, s, "held", time.Minute)
+	var last fence.Token
+	for i := 0; i < 20; i++ {
+		l := mustAcquire(t, s, "free", time.Minute)
+		last = l.Token()
+		_ = l.Release(ctx)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	s, err = Open(path, &Options{TokenBlock: 8})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	l := mustAcquire(t, s, "free", time.Minute) // no grace after a clean close
+	if l.Token() <= last {
+		t.Fatalf("token after reopen %d, want > %d", l.Token(), last)
+	}
+	if _, err := s.Acquire(ctx, "held", time.Minute); !errors.Is(err, fence.ErrNotAcquired) {
+		t.Fatalf("Acquire of a lease held across a clean close: got %v, want ErrNotAcquired", err)
+	}
+	if err := s.Release(ctx, "held", held.ID()); err != nil {
+		t.Fatalf("Release after reopen by the pre-close holder: %v", err)
+	}
+	info, err := s.Inspect(ctx, "free")
+	if err != nil || info.LastToken != l.Token() {
+		t.Fatalf("Inspect(free) = %+v, %v; want LastToken %d", info, err, l.Token())
+	}
+}
+
+func TestStore_Reopen_AfterCrash_GraceRefusesShortLeasesThenTokensHigher(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	o := &Options{TokenBlock: 4, HorizonChunk: 50 * time.Millisecond}
+	s, err := Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens []fence.Token
+	var lastExpiry time.Time
+	for i := 0; i < 10; i++ {
+		l := mustAcquire(t, s, "n", 200*time.Millisecond)
+		tokens = append(tokens, l.Token())
+		lastExpiry = time.Now().Add(200 * time.Millisecond)
+		_ = l.Release(context.Background())
+	}
+	held := mustAcquire(t, s, "h", 300*time.Millisecond)
+	heldExpiry := time.Now().Add(300 * time.Millisecond)
+	_ = lastExpiry
+	s.abandon() // as kill -9: no final write
+
+	s, err = Open(path, o)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	_, err = s.Acquire(context.Background(), "h", time.Second)
+	var he *fence.HeldError
+	if time.Now().Before(heldExpiry) && (!errors.As(err, &he) || he.ExpiresIn <= 0) {
+		t.Fatalf("Acquire during grace: got %v, want a *fence.HeldError", err)
+	}
+	l, err := s.Acquire(context.Background(), "h", time.Second, fence.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after grace: %v", err)
+	}
+	if time.Now().Before(heldExpiry) {
+		t.Fatalf("granted %v before the pre-crash lease expired", time.Until(heldExpiry))
+	}
+	if l.Token() <= held.Token() || l.Token() <= tokens[len(tokens)-1] {
+		t.Fatalf("token after crash %d, want > %d and > %d", l.Token(), held.Token(), tokens[len(tokens)-1])
+	}
+}
+
+func TestStore_Reopen_AfterCrash_LongLeaseHonouredPastGrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	o := &Options{SyncTTL: 100 * time.Millisecond, HorizonChunk: 20 * time.Millisecond}
+	s, err := Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := mustAcquire(t, s, "long", time.Hour)
+	mustAcquire(t, s, "short", 50*time.Millisecond)
+	released := mustAcquire(t, s, "released", time.Hour)
+	if err := released.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.abandon()
+
+	s, err = Open(path, o)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	// After the grace (at most SyncTTL+chunk), short and released names are free.
+	if _, err := s.Acquire(ctx, "short", time.Second, fence.WithWait(5*time.Second)); err != nil {
+		t.Fatalf("Acquire(short) after grace: %v", err)
+	}
+	if _, err := s.Acquire(ctx, "released", time.Second); err != nil {
+		t.Fatalf("Acquire(released) after grace: %v", err)
+	}
+	_, err = s.Acquire(ctx, "long", time.Second)
+	if !errors.Is(err, fence.ErrNotAcquired) {
+		t.Fatalf("Acquire(long) after grace: got %v, want ErrNotAcquired (held for an hour)", err)
+	}
+	info, err := s.Inspect(ctx, "long")
+	if err != nil || !info.Held || info.Token != long.Token() || info.ExpiresIn < 59*time.Minute {
+		t.Fatalf("Inspect(long) = %+v, %v; want held by token %d for about an hour", info, err, long.Token())
+	}
+	if err := s.Renew(ctx, "long", long.ID(), time.Hour); err != nil {
+		t.Fatalf("Renew by the pre-crash holder: %v", err)
+	}
+}
+
+func TestStore_Heal_RaisesNextTokenDurably(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s, err := Open(path, &Options{TokenBlock: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Heal(ctx, "job", 1000); err != nil {
+		t.Fatalf("Heal: %v", err)
+	}
+	if err := s.Heal(ctx, "job", 10); err != nil { // never lowers
+		t.Fatalf("Heal lower: %v", err)
+	}
+	s.abandon()
+	s, err = Open(path, &Options{TokenBlock: 4, SyncTTL: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := s.Acquire(ctx, "job", time.Second, fence.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() <= 1000 {
+		t.Fatalf("token after Heal(1000) and a crash: %d, want > 1000", l.Token())
+	}
+}
+
+func TestStore_TokenExhausted_FailsClosed(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	ctx := context.Background()
+	if err := s.Heal(ctx, "x", fence.MaxToken); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "x", time.Second); !errors.Is(err, fence.ErrTokenExhausted) {
+		t.Fatalf("Acquire after the counter reached MaxToken: got %v, want ErrTokenExhausted", err)
+	}
+}
+
+func TestStore_InspectList_ReportHeldAndLastTokens(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	ctx := context.Background()
+	a := mustAcquire(t, s, "p/a", time.Minute)
+	b := mustAcquire(t, s, "p/b", time.Minute)
+	mustAcquire(t, s, "q", time.Minute)
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(stage string) {
+		t.Helper()
+		got, err := s.List(ctx, "p/", 0)
+		if err != nil {
+			t.Fatalf("%s: List: %v", stage, err)
+		}
+		want := []fence.LockInfo{
+			{Name: "p/a", Held: true, Token: a.Token(), LastToken: a.Token()},
+			{Name: "p/b", LastToken: b.Token()},
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: List = %+v, want %+v", stage, got, want)
+		}
+		for i := range want {
+			g := got[i]
+			g.ExpiresIn = 0
+			if g != want[i] {
+				t.Fatalf("%s: List[%d] = %+v, want %+v", stage, i, g, want[i])
+			}
+		}
+		info, err := s.Inspect(ctx, "p/b")
+		if err != nil || info.Held || info.LastToken != b.Token() {
+			t.Fatalf("%s: Inspect(p/b) = %+v, %v; want free with LastToken %d", stage, info, err, b.Token())
+		}
+	}
+	check("before flush")
+	s.flushOnce(false) // p/b is now only on disk
+	s.mu.Lock()
+	_, inMemory := s.locks["p/b"]
+	s.mu.Unlock()
+	if inMemory {
+		t.Fatalf("released and flushed entry still in memory")
+	}
+	check("after flush")
+	if got, err := s.List(ctx, "p/", 1); err != nil || len(got) != 1 || got[0].Name != "p/a" {
+		t.Fatalf("List limit 1 = %+v, %v; want just p/a", got, err)
+	}
+	if info, err := s.Inspect(ctx, "never"); err != nil || info.Held || info.LastToken != 0 {
+		t.Fatalf("Inspect(never) = %+v, %v; want zero", info, err)
+	}
+}
+
+func TestStore_Expiry_ReclaimsMemoryWithoutScanning(t *testing.T) {
+	clock := inmem.NewManualClock(time.Unix(1_700_000_000, 0))
+	s := openStore(t, &Options{NoSync: true, Clock: clock})
+	for i := 0; i < 1000; i++ {
+		mustAcquire(t, s, "n"+string(rune('a'+i%26))+string(rune('A'+i/26)), time.Duration(1+i%7)*time.Second)
+	}
+	clock.Advance(8 * time.Second) // fires the expiry timer, which pops the heap
+	s.mu.Lock()
+	heapLen := len(s.heap)
+	s.mu.Unlock()
+	if heapLen != 0 {
+		t.Fatalf("expiry heap holds %d leases after all expired, want 0", heapLen)
+	}
+	s.flushOnce(false)
+	s.mu.Lock()
+	n := len(s.locks)
+	s.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d entries in memory after expiry and flush, want 0", n)
+	}
+}
+
+func TestStore_Close_WakesWaitersAndLaterCallsReturnErrClosed(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "fence.db"), &Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := mustAcquire(t, s, "job", time.Hour)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctx, "job", time.Second, fence.WithWait(fence.WaitForever))
+		errc <- err
+	}()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-errc; !errors.Is(err, fence.ErrClosed) {
+		t.Fatalf("waiter after Close: got %v, want ErrClosed", err)
+	}
+	f := fence.Fence{Name: "job", Token: 1}
+	for what, err := range map[string]error{
+		"Acquire": func() error { _, err := s.Acquire(ctx, "x", time.Second); return err }(),
+		"Renew":   s.Renew(ctx, "job", l.ID(), time.Second),
+		"Release": s.Release(ctx, "job", l.ID()),
+		"Heal":    s.Heal(ctx, "job", 5),
+		"Inspect": func() error { _, err := s.Inspect(ctx, "job"); return err }(),
+		"List":    func() error { _, err := s.List(ctx, "", 0); return err }(),
+		"Put":     s.Put(ctx, "k", []byte("v"), f),
+		"Get":     func() error { _, err := s.Get(ctx, "k"); return err }(),
+		"Fence":   s.Fence(ctx, "k", f),
+	} {
+		if !errors.Is(err, fence.ErrClosed) {
+			t.Errorf("%s after Close: got %v, want ErrClosed", what, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: got %v, want nil", err)
+	}
+}
+
+func TestOpen_SecondOpenOfSameFile_FailsAfterTimeout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = Open(path, &Options{Timeout: 50 * time.Millisecond})
+	if !errors.Is(err, fence.ErrUnavailable) {
+		t.Fatalf("second Open: got %v, want ErrUnavailable", err)
+	}
+}
+
+// refusedUntouched opens a file that must be refused with want and checks that
+// its bytes did not change.
+func refusedUntouched(t *testing.T, path string, want error) {
+	t.Helper()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, openErr := Open(path, &Options{Timeout: 100 * time.Millisecond})
+	if openErr == nil {
+		s.Close()
+		t.Fatalf("Open(%s) succeeded, want %v", filepath.Base(path), want)
+	}
+	if !errors.Is(openErr, want) {
+		t.Fatalf("Open(%s): got %v, want %v", filepath.Base(path), openErr, want)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Fatalf("Open(%s) changed the refused file (%d -> %d bytes)", filepath.Base(path), len(before), len(after))
+	}
+	t.Logf("refused as expected: %v", openErr)
+}
+
+func TestOpen_NotABoltFile_RefusedAndUntouched(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{
+		"text":  []byte("hello, I am a text file\n"),
+		"big":   bytes.Repeat([]byte("garbage!"), 4096),
+		"zeros": make([]byte, 16384),
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) { refusedUntouched(t, path, ErrNotStore) })
+	}
+}
+
+func TestOpen_ForeignBoltFile_RefusedAndUntouched(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "other.db")
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("users"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("alice"), []byte("admin"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	refusedUntouched(t, path, ErrNotStore)
+}
+
+func TestOpen_OtherSchemaVersion_RefusedAndUntouched(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchema, []byte("99")) })
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedUntouched(t, path, ErrNotStore)
+}
+
+func TestOpen_CorruptFile_RefusedAndUntouched(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fence.Fence{Name: "job", Token: 7, LeaseID: fence.NewLeaseID()}
+	if err := s.Put(context.Background(), "k", []byte("precious"), f); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Damage both meta pages (pages 0 and 1 of 4 KiB): their checksums fail.
+	for _, off := range []int{64, 4096 + 64} {
+		data[off] ^= 0xff
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refusedUntouched(t, path, ErrCorrupt)
+}
