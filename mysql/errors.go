@@ -1,0 +1,90 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/fencelock/fence"
+)
+
+// Errors of this package. Errors about fences wrap the root sentinels
+// (fence.ErrStaleToken, fence.ErrNamespace, fence.ErrInvalid, fence.ErrNotFound,
+// fence.ErrUnavailable); these two cover what only a SQL database can say.
+var (
+	// ErrSchema means the table the guard was given does not have the expected
+	// shape: it is missing, lacks a column, or holds a NULL or non-positive fence.
+	// Nothing was written. CreateSchema (or the DDL in Schema) makes the right one.
+	ErrSchema = errors.New("mysql: wrong or missing schema")
+
+	// ErrConflict means the server aborted the statement or the transaction to
+	// resolve a lock conflict (deadlock, lock wait timeout). Roll the transaction
+	// back and retry it.
+	ErrConflict = errors.New("mysql: transaction conflict, roll back and retry")
+)
+
+// MariaDB and MySQL error numbers the guard translates.
+const (
+	errNoSuchTable      = 1146
+	errBadField         = 1054
+	errNoDefault        = 1364
+	errBadNull          = 1048
+	errCheckMariaDB     = 4025
+	errCheckMySQL       = 3819
+	errLockWaitTimeout  = 1205
+	errDeadlock         = 1213
+	errTruncatedWrong   = 1292
+	errDataTooLong      = 1406
+	errOutOfRange       = 1264
+	errUnknownDatabase  = 1049
+	errReadOnlyTxn      = 1792
+	errServerShutdown   = 1053
+	errQueryInterrupted = 1317
+)
+
+// wrap adds the package prefix and context what to err, and translates driver
+// errors to the root sentinels so that callers can test them with errors.Is without
+// importing the driver. The driver error stays in the chain for errors.As.
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var st *fence.StaleTokenError
+	var ns *fence.NamespaceError
+	var inv *fence.InvalidError
+	switch {
+	case errors.As(err, &st), errors.As(err, &ns), errors.As(err, &inv),
+		errors.Is(err, ErrSchema), errors.Is(err, ErrConflict), errors.Is(err, fence.ErrNotFound),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("mysql: %s: %w", what, err)
+	}
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case errNoSuchTable, errBadField, errNoDefault, errBadNull, errCheckMariaDB, errCheckMySQL,
+			errUnknownDatabase, errTruncatedWrong, errDataTooLong, errOutOfRange:
+			return fmt.Errorf("mysql: %s: %w: %w", what, ErrSchema, err)
+		case errDeadlock, errLockWaitTimeout:
+			return fmt.Errorf("mysql: %s: %w: %w", what, ErrConflict, err)
+		case errServerShutdown, errQueryInterrupted, errReadOnlyTxn:
+			return fmt.Errorf("mysql: %s: %w: %w", what, fence.ErrUnavailable, err)
+		}
+		return fmt.Errorf("mysql: %s: %w", what, err)
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone):
+		return fmt.Errorf("mysql: %s: %w: %w", what, fence.ErrClosed, err)
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, gomysql.ErrInvalidConn), errors.As(err, &ne):
+		return fmt.Errorf("mysql: %s: %w: %w", what, fence.ErrUnavailable, err)
+	case err.Error() == "sql: database is closed":
+		// database/sql has no exported sentinel for a closed *sql.DB.
+		return fmt.Errorf("mysql: %s: %w: %w", what, fence.ErrClosed, err)
+	}
+	return fmt.Errorf("mysql: %s: %w", what, err)
+}
