@@ -136,6 +136,46 @@ func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error
 	return nil
 }
 
+// Do runs write in a new transaction on the Guard's DB, fenced by f: it begins
+// the transaction, runs FenceTx, then write, and commits only if both
+// succeeded; otherwise it rolls back, so a refused fence or a failed write
+// leaves nothing behind. Concurrent Do calls for one resource run one after the
+// other (the fence row's lock).
+//
+// It returns the errors of FenceTx (the refusal, with nothing written), write's
+// error wrapped, fence.ErrInvalid for a nil write, ErrConflict if the commit
+// failed with a serialization failure, and fence.ErrUnavailable if the
+// connection failed (during the commit, the transaction may or may not have
+// committed).
+func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write func(tx pgx.Tx) error) (err error) {
+	if err := g.check(resource, f); err != nil {
+		return fmt.Errorf("postgres: do: %w", err)
+	}
+	if write == nil {
+		return fmt.Errorf("postgres: do %q: nil write function: %w", resource, fence.ErrInvalid)
+	}
+	tx, err := g.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: do %q: begin: %w", resource, dbErr(err))
+	}
+	defer func() {
+		if err != nil {
+			// The rollback's own error adds nothing: the transaction is gone either way.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := g.fence(ctx, tx, resource, f); err != nil {
+		return fmt.Errorf("postgres: do %q: %w", resource, err)
+	}
+	if err := write(tx); err != nil {
+		return fmt.Errorf("postgres: do %q: write failed, rolled back: %w", resource, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: do %q: commit: %w", resource, dbErr(err))
+	}
+	return nil
+}
+
 // Highest returns the highest fence resource has accepted (with its lease id).
 // It returns fence.ErrNotFound if resource was never fenced, ErrCorrupt if its
 // row was edited into something the guard never writes, and the errors of
