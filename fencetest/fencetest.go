@@ -1,0 +1,118 @@
+// Package fencetest is the conformance suite of fence: the shared, executable
+// definition of a correct fence.Locker (TestLocker) and of a correct fence.Guard
+// with a fenced key-value view (TestGuard). Every backend and guard runs it from
+// its own tests:
+//
+//	func TestLocker(t *testing.T) {
+//		fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newLocker(t) })
+//	}
+//
+// Each subtest calls the factory once and uses its own unique lock names and keys,
+// so one server can serve the whole suite. Run it under the race detector.
+//
+// Optional capabilities are probed, not required: a Locker that also implements
+// fence.Inspector or fence.Healer gets those checked too.
+//
+// Timing assertions use generous bounds ("returns within 5s" where the failure
+// would wait 30s or a minute) so the suite does not flake on a loaded machine; the
+// expiry tests use a short TTL (WithShortTTL, default 150ms), and timing-sensitive
+// checks are written so that a slow machine can only make them inconclusive,
+// never wrong.
+package fencetest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+)
+
+// DefaultShortTTL is the TTL the expiry tests use unless WithShortTTL says
+// otherwise.
+const DefaultShortTTL = 150 * time.Millisecond
+
+const (
+	// longTTL is the TTL of leases that must stay held for the whole subtest.
+	longTTL = time.Minute
+	// longWait is a wait that a correct implementation never uses up.
+	longWait = 30 * time.Second
+	// promptly bounds what must happen "at once" (a release waking a waiter, a
+	// cancelled context ending a wait), generously for loaded machines.
+	promptly = 5 * time.Second
+	// subtestTimeout bounds each subtest's context.
+	subtestTimeout = 90 * time.Second
+)
+
+// Option configures a suite run.
+type Option func(*config)
+
+type config struct {
+	shortTTL time.Duration
+}
+
+func newConfig(opts []Option) config {
+	c := config{shortTTL: DefaultShortTTL}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// WithShortTTL sets the TTL the expiry tests use (default 150ms). Backends whose
+// lease clocks are coarse raise it: etcd counts lease TTLs in whole seconds.
+// Values that fence.ValidateTTL rejects are ignored.
+func WithShortTTL(d time.Duration) Option {
+	return func(c *config) {
+		if fence.ValidateTTL(d) == nil {
+			c.shortTTL = d
+		}
+	}
+}
+
+// Guarded is what TestGuard tests: a fence.Guard that also offers the fenced
+// key-value view (a SQL guard wraps a test table to offer Put and Get).
+type Guarded interface {
+	fence.Guard
+	fence.KV
+}
+
+// uniqueName returns a lock name or key unique to this run of t, built from the
+// last element of t.Name() and random hex, using only characters every backend
+// accepts in keys.
+func uniqueName(t testing.TB, suffix string) string {
+	base := t.Name()
+	if i := strings.LastIndexByte(base, '/'); i >= 0 {
+		base = base[i+1:]
+	}
+	var b strings.Builder
+	b.WriteString("ft-")
+	for _, r := range base {
+		if b.Len() >= 48 {
+			break
+		}
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	b.WriteByte('-')
+	b.WriteString(fence.NewLeaseID()[:12])
+	if suffix != "" {
+		b.WriteByte('-')
+		b.WriteString(suffix)
+	}
+	return b.String()
+}
+
+// testContext returns a context bounded by subtestTimeout, cancelled at cleanup.
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), subtestTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}

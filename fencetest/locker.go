@@ -1,0 +1,790 @@
+package fencetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+)
+
+// TestLocker runs the Locker conformance suite against the lockers newLocker
+// returns, one per subtest. It checks token order (P1) under 16 concurrent
+// goroutines, independence of names, ownership (P5: only the lease id renews or
+// releases), exclusivity until expiry and grant after it (P6), renewal, release,
+// waiting woken by release and bounded by the wait and by the context, lease Done
+// at expiry and with auto-renewal, and rejection of bad names, TTLs and lease ids.
+// If the locker implements fence.Inspector or fence.Healer, those are checked too.
+func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ...Option) {
+	t.Helper()
+	s := &lockerSuite{cfg: newConfig(opts), newLocker: newLocker}
+	tests := []struct {
+		name string
+		f    func(*testing.T, fence.Locker)
+	}{
+		{"Acquire_ReturnsWellFormedLease", s.acquireWellFormed},
+		{"LeaseIDs_DistinctAndAtLeast128Bits", s.leaseIDsDistinct},
+		{"Acquire_HeldLock_ErrNotAcquired", s.acquireHeld},
+		{"Token_IncreasesUnder16Goroutines", s.tokenUnder16Goroutines},
+		{"Token_IncreasesAfterReleaseAndExpiry", s.tokenAfterReleaseAndExpiry},
+		{"Names_Independent", s.namesIndependent},
+		{"Owner_OnlyHolderRenewsOrReleases", s.ownerOnly},
+		{"Expiry_NotGrantedBeforeGrantedAfter", s.expiryExclusive},
+		{"Renew_ExtendsLease", s.renewExtends},
+		{"Release_ThenRenewAndReleaseGiveErrNotHeld", s.releaseThenRenew},
+		{"Release_Retried_NeverReleasesNextHolder", s.releaseRetried},
+		{"ExpiredLease_CannotRenewOrReleaseNextHolder", s.expiredCannotTouchNext},
+		{"Wait_WokenByRelease", s.waitWokenByRelease},
+		{"Wait_BoundedByWait", s.waitBounded},
+		{"Wait_ContextCancelReturnsPromptly", s.waitCtxCancel},
+		{"Wait_ContextDeadlineReturnsPromptly", s.waitCtxDeadline},
+		{"Done_ClosesAtExpiryWithoutRenewal", s.doneAtExpiry},
+		{"AutoRenew_KeepsLeaseAcrossSeveralTTLs", s.autoRenew},
+		{"BadNames_Rejected", s.badNames},
+		{"Names_EdgeValuesAccepted", s.edgeNames},
+		{"BadTTLs_Rejected", s.badTTLs},
+		{"BadLeaseIDs_Rejected", s.badLeaseIDs},
+		{"Inspector_ReportsState", s.inspector},
+		{"Healer_NextTokenAboveSeen", s.healer},
+		{"Healer_AtMaxToken_FailsClosed", s.healerMaxToken},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLocker(t)
+			if l == nil {
+				t.Fatal("fencetest: the factory returned a nil Locker")
+			}
+			tc.f(t, l)
+		})
+	}
+}
+
+type lockerSuite struct {
+	cfg       config
+	newLocker func(*testing.T) fence.Locker
+}
+
+// acquire takes name for ttl or fails the test, and releases the lease at cleanup
+// (which also stops auto-renewal).
+func acquire(t *testing.T, l fence.Locker, name string, ttl time.Duration, opts ...fence.AcquireOption) *fence.Lease {
+	t.Helper()
+	lease, err := l.Acquire(testContext(t), name, ttl, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %v) = %v; want a lease", name, ttl, err)
+	}
+	if lease == nil {
+		t.Fatalf("Acquire(%q, %v) returned a nil lease and a nil error", name, ttl)
+	}
+	releaseAtCleanup(t, lease)
+	return lease
+}
+
+func releaseAtCleanup(t *testing.T, lease *fence.Lease) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = lease.Release(ctx) // ErrNotHeld is expected for leases a test ended
+	})
+}
+
+// wantHeld fails unless a try-once Acquire of name reports the lock held.
+func wantHeld(t *testing.T, l fence.Locker, name, why string) {
+	t.Helper()
+	lease, err := fence.TryAcquire(testContext(t), l, name, longTTL)
+	if err == nil {
+		releaseAtCleanup(t, lease)
+		t.Fatalf("%s: TryAcquire(%q) granted token %d; want ErrNotAcquired, the lock should be held", why, name, lease.Token())
+	}
+	if !errors.Is(err, fence.ErrNotAcquired) {
+		t.Fatalf("%s: TryAcquire(%q) = %v; want an error matching ErrNotAcquired", why, name, err)
+	}
+}
+
+func wantErrIs(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s = %v; want an error matching %v", what, err, target)
+	}
+}
+
+func wantDone(t *testing.T, lease *fence.Lease, within time.Duration, why string) {
+	t.Helper()
+	select {
+	case <-lease.Done():
+	case <-time.After(within):
+		t.Fatalf("%s: lease Done still open after %v; want it closed", why, within)
+	}
+}
+
+func wantOpen(t *testing.T, lease *fence.Lease, why string) {
+	t.Helper()
+	select {
+	case <-lease.Done():
+		t.Fatalf("%s: lease Done closed with %v; want it open", why, lease.Err())
+	default:
+	}
+}
+
+func (s *lockerSuite) acquireWellFormed(t *testing.T, l fence.Locker) {
+	name := uniqueName(t, "")
+	start := time.Now()
+	lease := acquire(t, l, name, longTTL)
+	end := time.Now()
+	if lease.Name() != name {
+		t.Errorf("lease.Name() = %q; want %q", lease.Name(), name)
+	}
+	if err := fence.ValidateToken(lease.Token()); err != nil {
+		t.Errorf("lease.Token() = %d: %v; want a token in [1, MaxToken]", lease.Token(), err)
+	}
+	if err := fence.ValidateLeaseID(lease.ID()); err != nil {
+		t.Errorf("lease.ID() = %q: %v; want a valid lease id", lease.ID(), err)
+	}
+	if got, want := lease.Fence(), (fence.Fence{Name: name, Token: lease.Token(), LeaseID: lease.ID()}); got != want {
+		t.Errorf("lease.Fence() = %+v; want %+v", got, want)
+	}
+	if lease.TTL() != longTTL {
+		t.Errorf("lease.TTL() = %v; want %v", lease.TTL(), longTTL)
+	}
+	// The local deadline counts from when the request was sent: not before the
+	// call started, not after it returned.
+	if d := lease.Deadline(); d.Before(start.Add(longTTL)) || d.After(end.Add(longTTL)) {
+		t.Errorf("lease.Deadline() = %v; want within [%v, %v] (call start/end + TTL)", d, start.Add(longTTL), end.Add(longTTL))
+	}
+	wantOpen(t, lease, "fresh lease")
+	if lease.Err() != nil {
+		t.Errorf("lease.Err() = %v on a fresh lease; want nil", lease.Err())
+	}
+}
+
+func (s *lockerSuite) leaseIDsDistinct(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	seen := make(map[string]bool)
+	for i := 0; i < 20; i++ {
+		lease := acquire(t, l, uniqueName(t, ""), longTTL)
+		id := lease.ID()
+		if len(id) < 16 {
+			t.Fatalf("lease id %q is %d bytes; want at least 16 (128 random bits)", id, len(id))
+		}
+		if seen[id] {
+			t.Fatalf("lease id %q issued twice", id)
+		}
+		seen[id] = true
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release = %v; want nil", err)
+		}
+	}
+	// Reacquiring one name gives fresh ids too.
+	name := uniqueName(t, "")
+	for i := 0; i < 5; i++ {
+		lease := acquire(t, l, name, longTTL)
+		if seen[lease.ID()] {
+			t.Fatalf("lease id %q reissued on reacquisition of %q", lease.ID(), name)
+		}
+		seen[lease.ID()] = true
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release = %v; want nil", err)
+		}
+	}
+}
+
+func (s *lockerSuite) acquireHeld(t *testing.T, l fence.Locker) {
+	name := uniqueName(t, "")
+	acquire(t, l, name, longTTL)
+	start := time.Now()
+	wantHeld(t, l, name, "second Acquire without wait")
+	if d := time.Since(start); d > promptly {
+		t.Errorf("Acquire without wait on a held lock took %v; want it to try once and return within %v", d, promptly)
+	}
+}
+
+func (s *lockerSuite) tokenUnder16Goroutines(t *testing.T, l fence.Locker) {
+	const workers, rounds = 16, 4
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	var (
+		mu      sync.Mutex
+		tokens  []fence.Token // in grant order: appended while holding the lock
+		inside  atomic.Int32
+		overlap atomic.Int32
+		wg      sync.WaitGroup
+		errs    = make(chan error, workers)
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				lease, err := l.Acquire(ctx, name, longTTL, fence.WithWait(fence.WaitForever))
+				if err != nil {
+					errs <- fmt.Errorf("Acquire with wait: %w", err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlap.Add(1)
+				}
+				mu.Lock()
+				tokens = append(tokens, lease.Token())
+				mu.Unlock()
+				inside.Add(-1)
+				if err := lease.Release(ctx); err != nil {
+					errs <- fmt.Errorf("Release of token %d: %w", lease.Token(), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := overlap.Load(); n > 0 {
+		t.Errorf("%d grants overlapped another unexpired, unreleased lease (P6)", n)
+	}
+	if len(tokens) != workers*rounds {
+		t.Fatalf("got %d grants; want %d", len(tokens), workers*rounds)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("grant %d got token %d after token %d; want strictly increasing tokens (P1); all: %v", i, tokens[i], tokens[i-1], tokens)
+		}
+	}
+}
+
+func (s *lockerSuite) tokenAfterReleaseAndExpiry(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	a := acquire(t, l, name, longTTL)
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	b := acquire(t, l, name, s.cfg.shortTTL)
+	if b.Token() <= a.Token() {
+		t.Fatalf("token after release = %d; want > %d", b.Token(), a.Token())
+	}
+	// Let b expire without release; the next token is still higher.
+	c, err := l.Acquire(ctx, name, longTTL, fence.WithWait(longWait))
+	if err != nil {
+		t.Fatalf("Acquire with wait after a %v lease = %v; want a lease once it expired", s.cfg.shortTTL, err)
+	}
+	releaseAtCleanup(t, c)
+	if c.Token() <= b.Token() {
+		t.Fatalf("token after expiry = %d; want > %d (tokens are never reused after expiry)", c.Token(), b.Token())
+	}
+}
+
+func (s *lockerSuite) namesIndependent(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	nameA, nameB := uniqueName(t, "a"), uniqueName(t, "b")
+	a := acquire(t, l, nameA, longTTL)
+	b := acquire(t, l, nameB, longTTL) // must not be blocked by nameA
+	if err := b.Release(ctx); err != nil {
+		t.Fatalf("Release(%q) = %v", nameB, err)
+	}
+	wantHeld(t, l, nameA, "after releasing another name")
+	if err := l.Renew(ctx, nameA, a.ID(), longTTL); err != nil {
+		t.Fatalf("Renew(%q) after releasing %q = %v; want nil", nameA, nameB, err)
+	}
+	b2 := acquire(t, l, nameB, longTTL)
+	if b2.Token() <= b.Token() {
+		t.Fatalf("second token of %q = %d; want > %d", nameB, b2.Token(), b.Token())
+	}
+	// A lease id is only good for its own name.
+	wantErrIs(t, fmt.Sprintf("Release(%q, lease id of %q)", nameA, nameB), l.Release(ctx, nameA, b2.ID()), fence.ErrNotHeld)
+	wantHeld(t, l, nameA, "after a Release with another name's lease id")
+}
+
+func (s *lockerSuite) ownerOnly(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	a := acquire(t, l, name, longTTL)
+	forged := fence.NewLeaseID()
+	wantErrIs(t, "Renew with a forged lease id", l.Renew(ctx, name, forged, longTTL), fence.ErrNotHeld)
+	wantErrIs(t, "Release with a forged lease id", l.Release(ctx, name, forged), fence.ErrNotHeld)
+	wantHeld(t, l, name, "after Renew and Release with a forged lease id (P5)")
+	if err := l.Renew(ctx, name, a.ID(), longTTL); err != nil {
+		t.Fatalf("Renew by the holder = %v; want nil", err)
+	}
+	if err := l.Release(ctx, name, a.ID()); err != nil {
+		t.Fatalf("Release by the holder = %v; want nil", err)
+	}
+}
+
+func (s *lockerSuite) expiryExclusive(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	ttl := s.cfg.shortTTL
+	name := uniqueName(t, "")
+	start := time.Now() // the backend's expiry is at least start+ttl
+	a := acquire(t, l, name, ttl)
+
+	// Not granted before expiry: any grant observed before start+ttl is a violation.
+	lease, err := fence.TryAcquire(ctx, l, name, longTTL)
+	if err == nil {
+		releaseAtCleanup(t, lease)
+		if el := time.Since(start); el < ttl {
+			t.Fatalf("lock granted again %v after a %v lease was requested, before it expired (P6)", el, ttl)
+		}
+		t.Logf("inconclusive: immediate retry ran after %v, past the %v TTL (slow machine)", time.Since(start), ttl)
+		return
+	}
+	if !errors.Is(err, fence.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held lock = %v; want ErrNotAcquired", err)
+	}
+
+	// Granted after expiry, without a release: a waiter gets it, not before start+ttl.
+	b, err := l.Acquire(ctx, name, longTTL, fence.WithWait(longWait))
+	got := time.Since(start)
+	if err != nil {
+		t.Fatalf("Acquire with wait %v on a lease of %v = %v; want a lease after it expires", longWait, ttl, err)
+	}
+	releaseAtCleanup(t, b)
+	if got < ttl {
+		t.Fatalf("waiter granted %v after a %v lease was requested, before it expired (P6)", got, ttl)
+	}
+	if got > ttl+promptly {
+		t.Errorf("waiter granted %v after a %v lease was requested; want within %v of its expiry", got, ttl, promptly)
+	}
+	if b.Token() <= a.Token() {
+		t.Fatalf("token after expiry = %d; want > %d", b.Token(), a.Token())
+	}
+}
+
+func (s *lockerSuite) renewExtends(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	ttl := s.cfg.shortTTL
+	name := uniqueName(t, "")
+	start := time.Now()
+	a := acquire(t, l, name, ttl)
+	if err := a.Renew(ctx, longTTL); err != nil {
+		if errors.Is(err, fence.ErrNotHeld) && time.Since(start) >= ttl {
+			t.Skipf("inconclusive: Renew ran %v after a %v lease was requested (slow machine)", time.Since(start), ttl)
+		}
+		t.Fatalf("Renew(%v) right after Acquire(%v) = %v; want nil", longTTL, ttl, err)
+	}
+	if a.TTL() != longTTL {
+		t.Errorf("lease.TTL() after Renew = %v; want %v", a.TTL(), longTTL)
+	}
+	if d := a.Deadline(); d.Before(start.Add(longTTL)) {
+		t.Errorf("lease.Deadline() after Renew = %v; want at least %v", d, start.Add(longTTL))
+	}
+	// Wait well past the original expiry: the renewed lease still holds the lock.
+	<-time.After(time.Until(start.Add(2*ttl + 50*time.Millisecond)))
+	wantHeld(t, l, name, fmt.Sprintf("%v after Acquire(%v) and Renew(%v)", time.Since(start).Round(time.Millisecond), ttl, longTTL))
+	wantOpen(t, a, "renewed lease past its original TTL")
+	if err := l.Renew(ctx, name, a.ID(), longTTL); err != nil {
+		t.Fatalf("second Renew = %v; want nil", err)
+	}
+}
+
+func (s *lockerSuite) releaseThenRenew(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	a := acquire(t, l, name, longTTL)
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release = %v; want nil", err)
+	}
+	wantDone(t, a, promptly, "after Release")
+	wantErrIs(t, "lease.Err() after Release", a.Err(), fence.ErrReleased)
+	wantErrIs(t, "Locker.Renew after Release", l.Renew(ctx, name, a.ID(), longTTL), fence.ErrNotHeld)
+	wantErrIs(t, "Lease.Renew after Release", a.Renew(ctx, longTTL), fence.ErrNotHeld)
+	wantErrIs(t, "second Release", l.Release(ctx, name, a.ID()), fence.ErrNotHeld)
+	// Release frees the lock at once.
+	b, err := fence.TryAcquire(ctx, l, name, longTTL)
+	if err != nil {
+		t.Fatalf("TryAcquire after Release = %v; want a lease", err)
+	}
+	releaseAtCleanup(t, b)
+	if b.Token() <= a.Token() {
+		t.Fatalf("token after Release = %d; want > %d", b.Token(), a.Token())
+	}
+}
+
+func (s *lockerSuite) releaseRetried(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	a := acquire(t, l, name, longTTL)
+	if err := l.Release(ctx, name, a.ID()); err != nil {
+		t.Fatalf("Release = %v; want nil", err)
+	}
+	b := acquire(t, l, name, longTTL)
+	// A retried Release of a (say, its response was lost) must not end b.
+	wantErrIs(t, "retried Release of the previous lease", l.Release(ctx, name, a.ID()), fence.ErrNotHeld)
+	wantErrIs(t, "Renew of the previous lease", l.Renew(ctx, name, a.ID(), longTTL), fence.ErrNotHeld)
+	wantHeld(t, l, name, "after a retried Release of the previous holder's lease")
+	if err := l.Renew(ctx, name, b.ID(), longTTL); err != nil {
+		t.Fatalf("Renew by the new holder = %v; want nil", err)
+	}
+	wantOpen(t, b, "new holder after the old holder's retried Release")
+}
+
+func (s *lockerSuite) expiredCannotTouchNext(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	a := acquire(t, l, name, s.cfg.shortTTL)
+	b, err := l.Acquire(ctx, name, longTTL, fence.WithWait(longWait))
+	if err != nil {
+		t.Fatalf("Acquire with wait after a %v lease = %v; want a lease", s.cfg.shortTTL, err)
+	}
+	releaseAtCleanup(t, b)
+	wantErrIs(t, "Renew of the expired lease", l.Renew(ctx, name, a.ID(), longTTL), fence.ErrNotHeld)
+	wantErrIs(t, "Release of the expired lease", l.Release(ctx, name, a.ID()), fence.ErrNotHeld)
+	wantHeld(t, l, name, "after the expired holder's Renew and Release")
+	if err := l.Renew(ctx, name, b.ID(), longTTL); err != nil {
+		t.Fatalf("Renew by the new holder = %v; want nil", err)
+	}
+}
+
+// waitAcquire runs Acquire in a goroutine and returns its result channel.
+type acquireResult struct {
+	lease *fence.Lease
+	err   error
+	at    time.Time
+}
+
+func goAcquire(ctx context.Context, l fence.Locker, name string, ttl time.Duration, opts ...fence.AcquireOption) <-chan acquireResult {
+	ch := make(chan acquireResult, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, name, ttl, opts...)
+		ch <- acquireResult{lease, err, time.Now()}
+	}()
+	return ch
+}
+
+// settle gives a goroutine time to start waiting: no backend can tell us that it
+// registered a waiter, so a short pause is the only way. It is not a correctness
+// bound: a test passes whether or not the waiter was already waiting.
+func (s *lockerSuite) settle(t *testing.T, ch <-chan acquireResult, why string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.lease != nil {
+			releaseAtCleanup(t, r.lease)
+			t.Fatalf("%s: waiter granted token %d while the lock was held (P6)", why, r.lease.Token())
+		}
+		t.Fatalf("%s: waiter returned early with %v; want it to keep waiting", why, r.err)
+	case <-time.After(s.cfg.shortTTL):
+	}
+}
+
+func (s *lockerSuite) waitWokenByRelease(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	a := acquire(t, l, name, longTTL)
+	ch := goAcquire(ctx, l, name, longTTL, fence.WithWait(longWait))
+	s.settle(t, ch, "waiting on a held lock")
+	released := time.Now()
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("waiter after Release = %v; want a lease", r.err)
+		}
+		releaseAtCleanup(t, r.lease)
+		if r.lease.Token() <= a.Token() {
+			t.Fatalf("waiter's token = %d; want > %d", r.lease.Token(), a.Token())
+		}
+	case <-time.After(promptly):
+		t.Fatalf("waiter not granted within %v of Release (lease TTL %v, wait %v); waiting must be woken by release, not only by expiry", time.Since(released).Round(time.Millisecond), longTTL, longWait)
+	}
+}
+
+func (s *lockerSuite) waitBounded(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	acquire(t, l, name, longTTL)
+	wait := s.cfg.shortTTL
+	start := time.Now()
+	lease, err := l.Acquire(ctx, name, longTTL, fence.WithWait(wait))
+	took := time.Since(start)
+	if err == nil {
+		releaseAtCleanup(t, lease)
+		t.Fatalf("Acquire with wait %v on a lock held for %v granted token %d (P6)", wait, longTTL, lease.Token())
+	}
+	wantErrIs(t, fmt.Sprintf("Acquire with wait %v on a held lock", wait), err, fence.ErrNotAcquired)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire whose wait ran out = %v; want no context error, the context was not done", err)
+	}
+	if took > wait+promptly {
+		t.Errorf("Acquire with wait %v took %v; want it to give up within %v of the wait", wait, took, promptly)
+	}
+}
+
+func (s *lockerSuite) waitCtxCancel(t *testing.T, l fence.Locker) {
+	name := uniqueName(t, "")
+	acquire(t, l, name, longTTL)
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	ch := goAcquire(ctx, l, name, longTTL, fence.WithWait(fence.WaitForever))
+	s.settle(t, ch, "waiting forever on a held lock")
+	cancelled := time.Now()
+	cancel()
+	select {
+	case r := <-ch:
+		if r.err == nil {
+			releaseAtCleanup(t, r.lease)
+			t.Fatalf("Acquire after cancel granted token %d on a held lock (P6)", r.lease.Token())
+		}
+		if !errors.Is(r.err, fence.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("Acquire after cancel = %v; want an error matching both ErrNotAcquired and context.Canceled", r.err)
+		}
+	case <-time.After(promptly):
+		t.Fatalf("Acquire still waiting %v after its context was cancelled; want it to return promptly", time.Since(cancelled).Round(time.Millisecond))
+	}
+}
+
+func (s *lockerSuite) waitCtxDeadline(t *testing.T, l fence.Locker) {
+	name := uniqueName(t, "")
+	acquire(t, l, name, longTTL)
+	ctx, cancel := context.WithTimeout(testContext(t), s.cfg.shortTTL)
+	defer cancel()
+	start := time.Now()
+	lease, err := l.Acquire(ctx, name, longTTL, fence.WithWait(longWait))
+	took := time.Since(start)
+	if err == nil {
+		releaseAtCleanup(t, lease)
+		t.Fatalf("Acquire granted token %d on a held lock (P6)", lease.Token())
+	}
+	if !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire whose context deadline passed = %v; want an error matching both ErrNotAcquired and context.DeadlineExceeded", err)
+	}
+	if took > s.cfg.shortTTL+promptly {
+		t.Fatalf("Acquire with a %v context deadline took %v; want it to return promptly after the deadline", s.cfg.shortTTL, took)
+	}
+}
+
+func (s *lockerSuite) doneAtExpiry(t *testing.T, l fence.Locker) {
+	ttl := s.cfg.shortTTL
+	name := uniqueName(t, "")
+	start := time.Now()
+	a := acquire(t, l, name, ttl)
+	wantDone(t, a, ttl+promptly, fmt.Sprintf("lease of %v without renewal", ttl))
+	if el := time.Since(start); el < ttl {
+		t.Fatalf("Done closed %v after the acquire started; want not before the %v TTL", el, ttl)
+	}
+	wantErrIs(t, "lease.Err() after expiry", a.Err(), fence.ErrNotHeld)
+	if err := a.Context().Err(); err == nil {
+		t.Fatal("lease.Context() not cancelled after Done closed")
+	}
+	if got := context.Cause(a.Context()); got != a.Err() {
+		t.Fatalf("context.Cause(lease.Context()) = %v; want lease.Err() = %v", got, a.Err())
+	}
+}
+
+func (s *lockerSuite) autoRenew(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	// Not the short TTL itself: renewing every TTL/3 must survive scheduling
+	// hiccups of a loaded machine.
+	ttl := max(3*s.cfg.shortTTL, time.Second)
+	name := uniqueName(t, "")
+	a := acquire(t, l, name, ttl, fence.WithAutoRenew())
+	<-time.After(5 * ttl / 2)
+	wantOpen(t, a, fmt.Sprintf("auto-renewed lease of %v after %v", ttl, 5*ttl/2))
+	wantHeld(t, l, name, fmt.Sprintf("auto-renewed lease of %v after %v", ttl, 5*ttl/2))
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release of an auto-renewed lease = %v; want nil", err)
+	}
+	wantDone(t, a, promptly, "after Release of an auto-renewed lease")
+	wantErrIs(t, "lease.Err() after Release", a.Err(), fence.ErrReleased)
+	b, err := fence.TryAcquire(ctx, l, name, longTTL)
+	if err != nil {
+		t.Fatalf("TryAcquire after releasing the auto-renewed lease = %v; want a lease (renewal must stop)", err)
+	}
+	releaseAtCleanup(t, b)
+}
+
+var badNames = []struct{ desc, name string }{
+	{"empty", ""},
+	{"longer than 255 bytes", strings.Repeat("n", fence.MaxNameLen+1)},
+	{"invalid UTF-8", "ft-\xff\xfe"},
+	{"newline", "ft-a\nb"},
+	{"NUL", "ft-a\x00b"},
+	{"DEL", "ft-a\x7fb"},
+}
+
+func (s *lockerSuite) badNames(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	id := fence.NewLeaseID()
+	for _, bn := range badNames {
+		lease, err := l.Acquire(ctx, bn.name, longTTL)
+		if lease != nil {
+			releaseAtCleanup(t, lease)
+		}
+		wantErrIs(t, fmt.Sprintf("Acquire with a name %s (%q)", bn.desc, bn.name), err, fence.ErrInvalid)
+		if lease != nil {
+			t.Fatalf("Acquire with a name %s returned a lease with its error", bn.desc)
+		}
+		wantErrIs(t, fmt.Sprintf("Renew with a name %s", bn.desc), l.Renew(ctx, bn.name, id, longTTL), fence.ErrInvalid)
+		wantErrIs(t, fmt.Sprintf("Release with a name %s", bn.desc), l.Release(ctx, bn.name, id), fence.ErrInvalid)
+	}
+}
+
+func (s *lockerSuite) edgeNames(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	base := uniqueName(t, "")
+	names := []string{
+		base + strings.Repeat("x", fence.MaxNameLen-len(base)), // exactly 255 bytes
+		base + "-ünïcødé-锁",
+		base + " with spaces/slashes:colons?&%#{tag}",
+	}
+	for _, name := range names {
+		a := acquire(t, l, name, longTTL)
+		if a.Name() != name {
+			t.Fatalf("lease.Name() = %q; want %q", a.Name(), name)
+		}
+		wantHeld(t, l, name, fmt.Sprintf("name %q", name))
+		if err := l.Renew(ctx, name, a.ID(), longTTL); err != nil {
+			t.Fatalf("Renew(%q) = %v; want nil", name, err)
+		}
+		if err := l.Release(ctx, name, a.ID()); err != nil {
+			t.Fatalf("Release(%q) = %v; want nil", name, err)
+		}
+	}
+}
+
+var badTTLs = []time.Duration{0, -time.Second, time.Microsecond, 1500 * time.Microsecond, fence.MaxTTL + time.Millisecond}
+
+func (s *lockerSuite) badTTLs(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	for _, ttl := range badTTLs {
+		lease, err := l.Acquire(ctx, name, ttl)
+		if lease != nil {
+			releaseAtCleanup(t, lease)
+		}
+		wantErrIs(t, fmt.Sprintf("Acquire with TTL %v", ttl), err, fence.ErrInvalid)
+	}
+	a := acquire(t, l, name, longTTL)
+	for _, ttl := range badTTLs {
+		wantErrIs(t, fmt.Sprintf("Renew with TTL %v", ttl), l.Renew(ctx, name, a.ID(), ttl), fence.ErrInvalid)
+	}
+	if err := l.Renew(ctx, name, a.ID(), longTTL); err != nil {
+		t.Fatalf("Renew with a good TTL after bad ones = %v; want nil (bad input changes nothing)", err)
+	}
+}
+
+func (s *lockerSuite) badLeaseIDs(t *testing.T, l fence.Locker) {
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	acquire(t, l, name, longTTL)
+	for _, id := range []string{"", "has space", "tab\tid", strings.Repeat("a", fence.MaxLeaseIDLen+1), "nul\x00", "ünï"} {
+		wantErrIs(t, fmt.Sprintf("Renew with lease id %q", id), l.Renew(ctx, name, id, longTTL), fence.ErrInvalid)
+		wantErrIs(t, fmt.Sprintf("Release with lease id %q", id), l.Release(ctx, name, id), fence.ErrInvalid)
+	}
+	wantHeld(t, l, name, "after Renew and Release with bad lease ids")
+}
+
+func (s *lockerSuite) inspector(t *testing.T, l fence.Locker) {
+	in, ok := l.(fence.Inspector)
+	if !ok {
+		t.Skipf("%T does not implement fence.Inspector", l)
+	}
+	ctx := testContext(t)
+	prefix := uniqueName(t, "")
+	names := []string{prefix + "-c", prefix + "-a", prefix + "-b"}
+	leases := map[string]*fence.Lease{}
+	for _, n := range names {
+		leases[n] = acquire(t, l, n, longTTL)
+	}
+	if err := leases[prefix+"-b"].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	a := leases[prefix+"-a"]
+	info, err := in.Inspect(ctx, a.Name())
+	if err != nil {
+		t.Fatalf("Inspect(held) = %v", err)
+	}
+	if !info.Held || info.Name != a.Name() || info.Token != a.Token() || info.LastToken < a.Token() || info.ExpiresIn <= 0 || info.ExpiresIn > longTTL {
+		t.Fatalf("Inspect(held) = %+v; want Name %q, Held, Token %d, LastToken >= %d, ExpiresIn in (0, %v]", info, a.Name(), a.Token(), a.Token(), longTTL)
+	}
+	b := leases[prefix+"-b"]
+	info, err = in.Inspect(ctx, b.Name())
+	if err != nil || info.Held || info.LastToken < b.Token() {
+		t.Fatalf("Inspect(released) = %+v, %v; want not Held, LastToken >= %d, nil", info, err, b.Token())
+	}
+	info, err = in.Inspect(ctx, prefix+"-never")
+	if err != nil || info.Held || info.LastToken != 0 {
+		t.Fatalf("Inspect(never acquired) = %+v, %v; want not Held, LastToken 0, nil error", info, err)
+	}
+	_, err = in.Inspect(ctx, "")
+	wantErrIs(t, "Inspect(\"\")", err, fence.ErrInvalid)
+
+	list, err := in.List(ctx, prefix, 0)
+	if err != nil {
+		t.Fatalf("List(%q) = %v", prefix, err)
+	}
+	var got []string
+	for _, i := range list {
+		got = append(got, i.Name)
+	}
+	want := []string{prefix + "-a", prefix + "-b", prefix + "-c"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("List(%q) names = %q; want %q (held or not, in name order)", prefix, got, want)
+	}
+	if !list[0].Held || list[1].Held || !list[2].Held {
+		t.Fatalf("List(%q) = %+v; want a and c held, b not", prefix, list)
+	}
+	list, err = in.List(ctx, prefix, 2)
+	if err != nil || len(list) != 2 || list[0].Name != want[0] || list[1].Name != want[1] {
+		t.Fatalf("List(%q, limit 2) = %+v, %v; want the first two, %q", prefix, list, err, want[:2])
+	}
+}
+
+func (s *lockerSuite) healer(t *testing.T, l fence.Locker) {
+	h, ok := l.(fence.Healer)
+	if !ok {
+		t.Skipf("%T does not implement fence.Healer", l)
+	}
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	a := acquire(t, l, name, longTTL)
+	seen := a.Token() + 1000
+	if err := h.Heal(ctx, name, seen); err != nil {
+		t.Fatalf("Heal(%d) while held = %v; want nil", seen, err)
+	}
+	wantHeld(t, l, name, "after Heal (it must not touch the lease)")
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release after Heal = %v; want nil", err)
+	}
+	b := acquire(t, l, name, longTTL)
+	if b.Token() <= seen {
+		t.Fatalf("token after Heal(%d) = %d; want > %d (P4)", seen, b.Token(), seen)
+	}
+	if err := h.Heal(ctx, name, 1); err != nil {
+		t.Fatalf("Heal(1) = %v; want nil (healing below the counter is a no-op)", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := acquire(t, l, name, longTTL)
+	if c.Token() <= b.Token() {
+		t.Fatalf("token after Heal(1) = %d; want > %d (Heal never lowers the counter)", c.Token(), b.Token())
+	}
+	wantErrIs(t, "Heal with a bad name", h.Heal(ctx, "", 5), fence.ErrInvalid)
+	wantErrIs(t, "Heal above MaxToken", h.Heal(ctx, name, fence.MaxToken+1), fence.ErrInvalid)
+}
+
+func (s *lockerSuite) healerMaxToken(t *testing.T, l fence.Locker) {
+	h, ok := l.(fence.Healer)
+	if !ok {
+		t.Skipf("%T does not implement fence.Healer", l)
+	}
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	if err := h.Heal(ctx, name, fence.MaxToken); err != nil {
+		t.Fatalf("Heal(MaxToken) = %v; want nil", err)
+	}
+	lease, err := l.Acquire(ctx, name, longTTL)
+	if lease != nil {
+		releaseAtCleanup(t, lease)
+		t.Fatalf("Acquire with the counter at MaxToken granted token %d; want ErrTokenExhausted (fail closed)", lease.Token())
+	}
+	wantErrIs(t, "Acquire with the counter at MaxToken", err, fence.ErrTokenExhausted)
+}
