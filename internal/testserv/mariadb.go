@@ -1,0 +1,266 @@
+package testserv
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MariaDBServer is a throwaway MariaDB server on 127.0.0.1 whose root user has an empty
+// password and ordinary (not unix-socket) authentication. Its fields are fixed for its
+// whole life, across Kill and Restart.
+type MariaDBServer struct {
+	Port int
+	Dir  string // holds data/, the socket and mariadb.log; removed by Close
+
+	bin      string // mariadbd
+	rootUser bool   // running as root: pass --user=root, which mariadbd demands
+
+	mu     sync.Mutex
+	proc   *process // nil while killed or stopped
+	closed bool
+}
+
+// StartMariaDB creates a fresh data directory (mariadb-install-db) in a temporary
+// directory and starts mariadbd for it on a free port of 127.0.0.1, waiting until it
+// accepts connections. The caller must Close it. It returns an error wrapping
+// ErrNotFound if MariaDB is not installed, or one with the tail of the log if the server
+// does not start.
+func StartMariaDB() (*MariaDBServer, error) {
+	install, err := findAny("mariadb-server", "mariadb-install-db", "mysql_install_db")
+	if err != nil {
+		return nil, err
+	}
+	bin, err := findAny("mariadb-server", "mariadbd", "mysqld")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "testserv-mariadb-")
+	if err != nil {
+		return nil, fmt.Errorf("testserv: mariadb: %w", err)
+	}
+	s := &MariaDBServer{Dir: dir, bin: bin, rootUser: os.Geteuid() == 0}
+	if err := s.installDB(install); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		if s.Port, err = FreePort(); err != nil {
+			break
+		}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+		if !addrInUse(err) || attempt == startAttempts {
+			break
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, err
+}
+
+// MariaDB starts a server like StartMariaDB for the test t, and stops it and removes its
+// directory when t ends. It fails t if the server cannot start.
+func MariaDB(t testing.TB) *MariaDBServer {
+	t.Helper()
+	s, err := StartMariaDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *MariaDBServer) dataDir() string { return filepath.Join(s.Dir, "data") }
+func (s *MariaDBServer) logPath() string { return filepath.Join(s.Dir, "mariadb.log") }
+
+// serverOptions are the mariadbd options shared by install and start.
+func (s *MariaDBServer) serverOptions() []string {
+	opts := []string{
+		"--datadir=" + s.dataDir(),
+		"--tmpdir=" + s.Dir,
+		"--skip-name-resolve",
+		"--character-set-server=utf8mb4",
+		"--collation-server=utf8mb4_bin",
+		"--innodb-buffer-pool-size=32M",
+		"--innodb-log-file-size=16M",
+		// Commits reach the OS at once: a killed server loses nothing; only an OS crash could.
+		"--innodb-flush-log-at-trx-commit=2",
+		"--innodb-doublewrite=0",
+		// Startup speed: no buffer pool dump/load, a small temp tablespace, plain file I/O
+		// (io_uring and libaio setup is slow, and unavailable in some sandboxes).
+		"--innodb-buffer-pool-load-at-startup=0",
+		"--innodb-buffer-pool-dump-at-shutdown=0",
+		"--innodb-temp-data-file-path=ibtmp1:1M:autoextend",
+		"--innodb-use-native-aio=0",
+		"--skip-log-bin",
+	}
+	if s.rootUser {
+		opts = append(opts, "--user=root")
+	}
+	return opts
+}
+
+// installDB creates the system tables in s.Dir/data.
+func (s *MariaDBServer) installDB(install string) error {
+	args := append([]string{
+		"--no-defaults", // must come first
+		"--auth-root-authentication-method=normal",
+		"--skip-test-db",
+	}, s.serverOptions()...)
+	cmd := exec.Command(install, args...)
+	cmd.Dir = s.Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testserv: mariadb: %s: %w:\n%s", filepath.Base(install), err, out)
+	}
+	return nil
+}
+
+// start launches mariadbd on s.Port and waits until it accepts connections.
+func (s *MariaDBServer) start() error {
+	args := append([]string{
+		"--no-defaults", // must come first
+		"--port=" + strconv.Itoa(s.Port),
+		"--bind-address=127.0.0.1",
+		"--socket=" + filepath.Join(s.Dir, "mariadb.sock"),
+		"--pid-file=" + filepath.Join(s.Dir, "mariadb.pid"),
+		"--max-connections=300",
+	}, s.serverOptions()...)
+	p, err := startProcess("mariadbd", s.bin, args, s.logPath(), nil)
+	if err != nil {
+		return err
+	}
+	if err := p.waitReady(s.ping); err != nil {
+		p.kill()
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// ping connects as root and pings.
+func (s *MariaDBServer) ping() error {
+	db, err := sql.Open("mysql", s.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
+}
+
+// DSN returns a go-sql-driver/mysql DSN for database db as root, e.g.
+// root@tcp(127.0.0.1:PORT)/db?clientFoundRows=true&parseTime=true&multiStatements=false.
+// clientFoundRows makes UPDATE report matched rather than changed rows, so an update
+// writing the same value still counts as applied. db may be "" for no default database.
+func (s *MariaDBServer) DSN(db string) string {
+	cfg := mysql.NewConfig()
+	cfg.User = "root"
+	cfg.Net = "tcp"
+	cfg.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
+	cfg.DBName = db
+	cfg.ClientFoundRows = true
+	cfg.ParseTime = true
+	cfg.MultiStatements = false
+	return cfg.FormatDSN()
+}
+
+// Exec runs query (e.g. a CREATE or ALTER statement) as root with no default database.
+// It returns an error with the statement if it fails.
+func (s *MariaDBServer) Exec(query string) error {
+	db, err := sql.Open("mysql", s.DSN(""))
+	if err != nil {
+		return fmt.Errorf("testserv: mariadb: %w", err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, query); err != nil {
+		return fmt.Errorf("testserv: mariadb: %s: %w", query, err)
+	}
+	return nil
+}
+
+// CreateDatabase creates a database with a unique name for the test t and returns its
+// DSN; it is dropped when t ends. It fails t if the database cannot be created.
+func (s *MariaDBServer) CreateDatabase(t testing.TB) string {
+	t.Helper()
+	name := uniqueName("test")
+	if err := s.Exec("CREATE DATABASE `" + name + "`"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		running := s.proc != nil
+		s.mu.Unlock()
+		if !running {
+			return // closed or killed: nothing to drop, or Close removes it all
+		}
+		if err := s.Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
+			t.Errorf("testserv: drop test database: %v", err)
+		}
+	})
+	return s.DSN(name)
+}
+
+// Kill stops the server with SIGKILL, like a crash. The port and directory are kept;
+// Restart recovers. Killing a killed server does nothing.
+func (s *MariaDBServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.kill()
+		s.proc = nil
+	}
+}
+
+// Restart stops the server if it runs (SIGTERM, a clean shutdown) and starts it again on
+// the same port and directory; after Kill it starts it again, running crash recovery. It
+// returns an error with the log's tail if the server does not come back, or if it was
+// closed.
+func (s *MariaDBServer) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("testserv: mariadb :%d: restart after Close", s.Port)
+	}
+	if s.proc != nil {
+		s.proc.stop(syscall.SIGTERM)
+		s.proc = nil
+	}
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		if err = s.start(); err == nil || !addrInUse(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// Close kills the server and removes its directory; nothing in it is kept, so a clean
+// shutdown would only cost time. It is safe to call more than once.
+func (s *MariaDBServer) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.kill()
+		s.proc = nil
+	}
+	if !s.closed {
+		s.closed = true
+		os.RemoveAll(s.Dir)
+	}
+}
