@@ -397,10 +397,22 @@ func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duratio
 		}
 		return nil, fmt.Errorf("redis: acquire %q: %w", name, held)
 	}
+	// After a failed subscription (a Cluster slot that just moved answers MOVED until
+	// the client refreshes its slot map), subscribe again soon, backing off up to
+	// PollInterval, rather than rely on polling alone.
+	resub := time.Duration(0)
 	for {
 		if sub == nil {
 			// Subscribe before the next try: a release after the try is then seen.
 			sub, ch = l.subscribe(wctx, k.wake)
+			switch {
+			case sub != nil:
+				resub = 0
+			case resub == 0:
+				resub = 10 * time.Millisecond
+			default:
+				resub = min(2*resub, l.opts.PollInterval)
+			}
 		}
 		if wctx.Err() != nil {
 			return ended()
@@ -418,6 +430,9 @@ func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duratio
 		d := l.opts.PollInterval
 		if h.ExpiresIn > 0 && h.ExpiresIn < d {
 			d = h.ExpiresIn
+		}
+		if sub == nil && resub < d {
+			d = resub
 		}
 		timer.Reset(d)
 		select {

@@ -1,0 +1,309 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+// cluster is a real Redis Cluster of three masters, no replicas.
+type cluster struct {
+	nodes  []*testserv.RedisServer
+	client *goredis.ClusterClient
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	testserv.SkipIfShort(t)
+	testserv.RequireBinary(t, "redis-cli", "redis-tools")
+	c := &cluster{}
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		n := testserv.Redis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000")
+		c.nodes = append(c.nodes, n)
+		addrs = append(addrs, n.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := c.nodes[0].CLI(args...); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	// Wait until every node sees all slots served by three masters.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range c.nodes {
+		for {
+			info, err := n.CLI("CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s not ok: %v\n%s", n.Addr, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	c.client = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = c.client.Close() })
+	return c
+}
+
+// clusterNode is a line of CLUSTER NODES.
+type clusterNode struct {
+	id    string
+	port  int
+	slots [][2]int
+}
+
+func (c *cluster) topology(t *testing.T) []clusterNode {
+	t.Helper()
+	out, err := c.nodes[0].CLI("CLUSTER", "NODES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []clusterNode
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		hostport, _, _ := strings.Cut(f[1], "@")
+		_, p, _ := strings.Cut(hostport, ":")
+		port, _ := strconv.Atoi(p)
+		n := clusterNode{id: f[0], port: port}
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue // a migration in progress
+			}
+			lo, hi, found := strings.Cut(r, "-")
+			a, _ := strconv.Atoi(lo)
+			b := a
+			if found {
+				b, _ = strconv.Atoi(hi)
+			}
+			n.slots = append(n.slots, [2]int{a, b})
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+func (c *cluster) server(port int) *testserv.RedisServer {
+	for _, n := range c.nodes {
+		if n.Port == port {
+			return n
+		}
+	}
+	return nil
+}
+
+// owner returns the node serving slot.
+func (c *cluster) owner(t *testing.T, slot int) clusterNode {
+	t.Helper()
+	for _, n := range c.topology(t) {
+		for _, r := range n.slots {
+			if slot >= r[0] && slot <= r[1] {
+				return n
+			}
+		}
+	}
+	t.Fatalf("no node serves slot %d", slot)
+	return clusterNode{}
+}
+
+// keySlot asks the server (CLUSTER KEYSLOT) which slot key hashes to.
+func (c *cluster) keySlot(t *testing.T, key string) int {
+	t.Helper()
+	slot, err := c.client.ClusterKeySlot(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT %s: %v", key, err)
+	}
+	return int(slot)
+}
+
+// moveSlot migrates slot and the given keys from its owner to another master, the way
+// redis-cli --cluster reshard does, and returns the new owner's port.
+func (c *cluster) moveSlot(t *testing.T, slot int, keys ...string) int {
+	t.Helper()
+	src := c.owner(t, slot)
+	var dst clusterNode
+	for _, n := range c.topology(t) {
+		if n.id != src.id {
+			dst = n
+			break
+		}
+	}
+	s, d := c.server(src.port), c.server(dst.port)
+	sl := strconv.Itoa(slot)
+	steps := []struct {
+		on   *testserv.RedisServer
+		args []string
+	}{
+		{d, []string{"CLUSTER", "SETSLOT", sl, "IMPORTING", src.id}},
+		{s, []string{"CLUSTER", "SETSLOT", sl, "MIGRATING", dst.id}},
+		{s, append([]string{"MIGRATE", "127.0.0.1", strconv.Itoa(dst.port), "", "0", "5000", "KEYS"}, keys...)},
+		{d, []string{"CLUSTER", "SETSLOT", sl, "NODE", dst.id}},
+		{s, []string{"CLUSTER", "SETSLOT", sl, "NODE", dst.id}},
+	}
+	for _, st := range steps {
+		out, err := st.on.CLI(st.args...)
+		if err != nil || out != "OK" {
+			t.Fatalf("%s on %s = %q, %v; want OK", strings.Join(st.args, " "), st.on.Addr, out, err)
+		}
+	}
+	for _, n := range c.nodes {
+		if n != s && n != d {
+			if out, err := n.CLI("CLUSTER", "SETSLOT", sl, "NODE", dst.id); err != nil || out != "OK" {
+				t.Fatalf("SETSLOT NODE on %s = %q, %v", n.Addr, out, err)
+			}
+		}
+	}
+	return dst.port
+}
+
+func TestCluster_ThreeMasters(t *testing.T) {
+	c := startCluster(t)
+	l, err := NewLocker(c.client, &Options{PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+
+	t.Run("HashTagRouting_NamesWithBraces", func(t *testing.T) {
+		owners := map[int]bool{}
+		for i, name := range []string{"plain", "a{b}c", "{", "}", "}{", "{}", "%7B", "x{y", "pay{ments}/42", "ünï{cødé}", "q", "r", "s"} {
+			k := l.keysFor(name)
+			ls, ts, ws := c.keySlot(t, k.lock), c.keySlot(t, k.token), c.keySlot(t, k.wake)
+			if ls != ts || ls != ws {
+				t.Errorf("%q: slots lock %d token %d wake %d, want all equal", name, ls, ts, ws)
+			}
+			owner := c.owner(t, ls).port
+			owners[owner] = true
+			lease, err := l.Acquire(ctx, name, time.Minute)
+			if err != nil {
+				t.Fatalf("%q: Acquire: %v", name, err)
+			}
+			if err := lease.Renew(ctx, time.Minute); err != nil {
+				t.Errorf("%q: Renew: %v", name, err)
+			}
+			// The keys are on the slot's owner.
+			direct := goredis.NewClient(&goredis.Options{Addr: c.server(owner).Addr})
+			out, err := direct.Get(ctx, k.token).Result()
+			_ = direct.Close()
+			if err != nil || out != lease.Token().String() {
+				t.Errorf("%q (#%d): counter on owner = %q, %v; want %s", name, i, out, err, lease.Token())
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Errorf("%q: Release: %v", name, err)
+			}
+		}
+		if len(owners) < 2 {
+			t.Errorf("names landed on %d masters, want at least 2 to show routing", len(owners))
+		}
+	})
+
+	t.Run("WaiterWokenBySharedPubSub", func(t *testing.T) {
+		name := "cluster-wake"
+		holder, err := l.Acquire(ctx, name, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, name, time.Hour, fence.WithWait(15*time.Second))
+			if err == nil {
+				err = lease.Release(ctx)
+			}
+			done <- err
+		}()
+		waitClusterSubscribers(t, c, l.keysFor(name).wake, 1)
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("waiter (poll 1h, TTL 1h, so only the release can wake it): %v", err)
+		}
+	})
+
+	t.Run("LockSurvivesMOVED", func(t *testing.T) {
+		name := "moving{slot}"
+		k := l.keysFor(name)
+		lease, err := l.Acquire(ctx, name, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot := c.keySlot(t, k.lock)
+		from := c.owner(t, slot).port
+		waiter := make(chan error, 1)
+		go func() {
+			next, err := l.Acquire(ctx, name, time.Minute, fence.WithWait(20*time.Second))
+			if err == nil {
+				if next.Token() != lease.Token()+1 {
+					err = fmt.Errorf("waiter token %d, want %d", next.Token(), lease.Token()+1)
+				}
+				_ = next.Release(ctx)
+			}
+			waiter <- err
+		}()
+		waitClusterSubscribers(t, c, k.wake, 1)
+		to := c.moveSlot(t, slot, k.lock, k.token)
+		t.Logf("slot %d of %q moved from :%d to :%d", slot, name, from, to)
+		if out, _ := c.server(to).CLI("EXISTS", k.lock, k.token); out != "2" {
+			t.Fatalf("keys on the new owner: EXISTS = %q, want 2", out)
+		}
+		// The client's slot map is stale: it gets MOVED and follows it.
+		if err := lease.Renew(ctx, time.Minute); err != nil {
+			t.Fatalf("Renew after MOVED: %v", err)
+		}
+		info, err := l.Inspect(ctx, name)
+		if err != nil || !info.Held || info.Token != lease.Token() {
+			t.Fatalf("Inspect after MOVED = %+v, %v; want held with token %d", info, err, lease.Token())
+		}
+		if _, err := l.Acquire(ctx, name, time.Minute); !errorsIsNotAcquired(err) {
+			t.Fatalf("second Acquire after MOVED = %v, want ErrNotAcquired (still held)", err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release after MOVED: %v", err)
+		}
+		if err := <-waiter; err != nil {
+			t.Errorf("waiter across the slot move (poll 1h): %v", err)
+		}
+	})
+}
+
+func errorsIsNotAcquired(err error) bool {
+	var h *fence.HeldError
+	return err != nil && asHeld(err, &h)
+}
+
+// waitClusterSubscribers waits until the shard channel has n subscribers on its owner.
+func waitClusterSubscribers(t *testing.T, c *cluster, channel string, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cl, err := c.client.MasterForKey(context.Background(), channel)
+		if err == nil {
+			got, err := cl.PubSubShardNumSub(context.Background(), channel).Result()
+			if err == nil && got[channel] == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard channel %s: want %d subscribers", channel, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func asHeld(err error, target **fence.HeldError) bool { return errors.As(err, target) }
