@@ -1,0 +1,264 @@
+package fencetest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/inmem"
+)
+
+// The suite must be able to fail: each broken implementation below has one
+// deliberate bug, and TestSuite_CatchesBrokenImplementations runs the suite on it
+// in a child process (this test binary, re-executed) and checks that the suite
+// reports the subtests the bug breaks, and passes ones it does not touch.
+
+const brokenEnv = "FENCETEST_BROKEN"
+
+// brokenLocker wraps the reference Locker and injects one bug.
+type brokenLocker struct {
+	inner *inmem.Locker
+	bug   string // "reuses-tokens", "ignores-owners", "grants-before-expiry"
+
+	mu      sync.Mutex
+	current map[string]string // name -> lease id of the latest grant
+}
+
+func newBrokenLocker(bug string) *brokenLocker {
+	return &brokenLocker{inner: inmem.NewLocker(inmem.Options{}), bug: bug, current: map[string]string{}}
+}
+
+func (b *brokenLocker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	o := fence.ApplyAcquireOptions(opts...)
+	start := time.Now()
+	// The inner lease is only a grant record: renewal is the wrapper lease's job.
+	inner, err := b.inner.Acquire(ctx, name, ttl, fence.WithWait(o.Wait))
+	if err != nil && b.bug == "grants-before-expiry" && errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil {
+		// Bug: takes the lock over from a holder whose lease has not expired.
+		b.mu.Lock()
+		id := b.current[name]
+		b.mu.Unlock()
+		_ = b.inner.Release(ctx, name, id)
+		inner, err = b.inner.Acquire(ctx, name, ttl)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.current[name] = inner.ID()
+	b.mu.Unlock()
+	tok := inner.Token()
+	if b.bug == "reuses-tokens" {
+		tok = 1 // Bug: the counter lives in the lock key and restarts with it.
+	}
+	return fence.NewLease(fence.LeaseConfig{
+		Locker: b, Name: name, Token: tok, ID: inner.ID(), TTL: ttl, Start: start, AutoRenew: o.AutoRenew,
+	}), nil
+}
+
+// owner returns the lease id the bug acts on.
+func (b *brokenLocker) owner(name, leaseID string) string {
+	if b.bug != "ignores-owners" {
+		return leaseID
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if id, ok := b.current[name]; ok {
+		return id // Bug: acts on the current holder, whoever asks.
+	}
+	return leaseID
+}
+
+func (b *brokenLocker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
+	return b.inner.Renew(ctx, name, b.owner(name, leaseID), ttl)
+}
+
+func (b *brokenLocker) Release(ctx context.Context, name, leaseID string) error {
+	return b.inner.Release(ctx, name, b.owner(name, leaseID))
+}
+
+// brokenGuard is a KV with a wrong admission rule; the rest is as inmem's.
+type brokenGuard struct {
+	admit func(resource string, highest, next fence.Fence) error
+	mu    sync.Mutex
+	items map[string]fence.Item
+}
+
+// admitsEqualFromOtherLease is fence.Admit without the lease comparison.
+func admitsEqualFromOtherLease(res string, hi, next fence.Fence) error {
+	if hi.Token != 0 && hi.Name == next.Name && next.Token == hi.Token {
+		return nil // Bug: an equal token is taken for the same lease.
+	}
+	return fence.Admit(res, hi, next)
+}
+
+// admitsLower is "last writer wins" within a namespace.
+func admitsLower(res string, hi, next fence.Fence) error {
+	if hi.Name == next.Name {
+		return nil // Bug: the token is not compared at all.
+	}
+	return fence.Admit(res, hi, next)
+}
+
+func (g *brokenGuard) check(key string, f fence.Fence) (fence.Item, error) {
+	if err := fence.ValidateKey(key); err != nil {
+		return fence.Item{}, err
+	}
+	if err := f.Validate(); err != nil {
+		return fence.Item{}, err
+	}
+	it := g.items[key]
+	return it, g.admit(key, it.Fence, f)
+}
+
+func (g *brokenGuard) Fence(ctx context.Context, key string, f fence.Fence) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	it, err := g.check(key, f)
+	if err != nil {
+		return err
+	}
+	it.Fence = f
+	g.items[key] = it
+	return nil
+}
+
+func (g *brokenGuard) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, err := g.check(key, f); err != nil {
+		return err
+	}
+	g.items[key] = fence.Item{Value: append([]byte{}, value...), Fence: f}
+	return nil
+}
+
+func (g *brokenGuard) Get(ctx context.Context, key string) (fence.Item, error) {
+	if err := fence.ValidateKey(key); err != nil {
+		return fence.Item{}, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	it, ok := g.items[key]
+	if !ok {
+		return fence.Item{}, fmt.Errorf("broken: get %q: %w", key, fence.ErrNotFound)
+	}
+	it.Value = append([]byte(nil), it.Value...)
+	return it, nil
+}
+
+type brokenCase struct {
+	run      func(t *testing.T)
+	wantFail []string // subtests the bug must make fail
+	wantPass []string // subtests it does not touch, which must still pass
+}
+
+func lockerCase(bug string) func(t *testing.T) {
+	return func(t *testing.T) {
+		fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newBrokenLocker(bug) })
+	}
+}
+
+func guardCase(admit func(string, fence.Fence, fence.Fence) error) func(t *testing.T) {
+	return func(t *testing.T) {
+		fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded {
+			return &brokenGuard{admit: admit, items: map[string]fence.Item{}}
+		})
+	}
+}
+
+var brokenCases = map[string]brokenCase{
+	// The control: the same harness on the reference implementation passes.
+	"reference-locker": {
+		run: func(t *testing.T) {
+			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return inmem.NewLocker(inmem.Options{}) })
+		},
+		wantPass: []string{"Token_IncreasesUnder16Goroutines", "Owner_OnlyHolderRenewsOrReleases", "Expiry_NotGrantedBeforeGrantedAfter"},
+	},
+	"reference-guard": {
+		run:      guardCase(fence.Admit),
+		wantPass: []string{"Put_LowerToken_RejectedWithHighest", "Put_EqualTokenOtherLease_Rejected", "Concurrent_16Goroutines_HighestWins"},
+	},
+	"locker-reuses-tokens": {
+		run:      lockerCase("reuses-tokens"),
+		wantFail: []string{"Token_IncreasesUnder16Goroutines", "Token_IncreasesAfterReleaseAndExpiry", "Release_ThenRenewAndReleaseGiveErrNotHeld"},
+		wantPass: []string{"Owner_OnlyHolderRenewsOrReleases", "BadTTLs_Rejected"},
+	},
+	"locker-ignores-owners": {
+		run:      lockerCase("ignores-owners"),
+		wantFail: []string{"Owner_OnlyHolderRenewsOrReleases", "Release_Retried_NeverReleasesNextHolder", "ExpiredLease_CannotRenewOrReleaseNextHolder"},
+		wantPass: []string{"Token_IncreasesUnder16Goroutines", "BadTTLs_Rejected"},
+	},
+	"locker-grants-before-expiry": {
+		run:      lockerCase("grants-before-expiry"),
+		wantFail: []string{"Acquire_HeldLock_ErrNotAcquired", "Expiry_NotGrantedBeforeGrantedAfter", "Wait_BoundedByWait"},
+		wantPass: []string{"LeaseIDs_DistinctAndAtLeast128Bits", "BadNames_Rejected"},
+	},
+	"guard-admits-equal-token-from-other-lease": {
+		run:      guardCase(admitsEqualFromOtherLease),
+		wantFail: []string{"Put_EqualTokenOtherLease_Rejected", "Fence_LowerOrOtherLease_Rejected"},
+		wantPass: []string{"Put_LowerToken_RejectedWithHighest", "Put_OtherNamespace_Rejected"},
+	},
+	"guard-admits-lower-token": {
+		run:      guardCase(admitsLower),
+		wantFail: []string{"Put_LowerToken_RejectedWithHighest", "Put_Rejected_LeavesOldValue", "Fence_AdvancesWithoutData_FencesOffOlder"},
+		wantPass: []string{"Put_SeveralWritesUnderOneLease_Accepted", "Put_OtherNamespace_Rejected"},
+	},
+}
+
+// TestBrokenSubject is the child side: it runs the suite on the implementation
+// named by $FENCETEST_BROKEN. Outside a child it skips.
+func TestBrokenSubject(t *testing.T) {
+	kind := os.Getenv(brokenEnv)
+	if kind == "" {
+		t.Skip("runs only in the child process started by TestSuite_CatchesBrokenImplementations")
+	}
+	c, ok := brokenCases[kind]
+	if !ok {
+		t.Fatalf("unknown %s=%q", brokenEnv, kind)
+	}
+	c.run(t)
+}
+
+func TestSuite_CatchesBrokenImplementations(t *testing.T) {
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("already in a child process")
+	}
+	for kind, c := range brokenCases {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBrokenSubject$", "-test.v", "-test.count=1", "-test.timeout=3m")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+kind)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			switch {
+			case len(c.wantFail) == 0 && err != nil:
+				t.Fatalf("suite on %s failed (%v); want it to pass. Output:\n%s", kind, err, out)
+			case len(c.wantFail) > 0 && err == nil:
+				t.Fatalf("suite on %s passed; want it to fail. Output:\n%s", kind, out)
+			case err != nil && !errors.As(err, &exit):
+				t.Fatalf("running the child: %v", err)
+			}
+			for _, name := range c.wantFail {
+				if !strings.Contains(string(out), "--- FAIL: TestBrokenSubject/"+name+" (") {
+					t.Errorf("suite on %s: want subtest %s reported as failing; output:\n%s", kind, name, out)
+				}
+			}
+			for _, name := range c.wantPass {
+				if !strings.Contains(string(out), "--- PASS: TestBrokenSubject/"+name+" (") {
+					t.Errorf("suite on %s: want subtest %s to pass (the bug does not touch it); output:\n%s", kind, name, out)
+				}
+			}
+		})
+	}
+}
