@@ -32,11 +32,11 @@ type Options struct {
 
 // Event is one line of a run's timeline.
 type Event struct {
-	AtMS   int64         `json:"at_ms"` // milliseconds since the run started
-	Worker string        `json:"worker"`
-	What   string        `json:"what"`
-	Token  fence.Token   `json:"token,omitempty"`
-	Error  string        `json:"error,omitempty"`
+	AtMS   int64       `json:"at_ms"` // milliseconds since the run started
+	Worker string      `json:"worker"`
+	What   string      `json:"what"`
+	Token  fence.Token `json:"token,omitempty"`
+	Error  string      `json:"error,omitempty"`
 }
 
 // Run is the outcome of one mode.
