@@ -1,0 +1,92 @@
+package fencehttp_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/inmem"
+)
+
+// shared is the package's one live server over the reference store, started in
+// TestMain; tests use unique names (uniq) so they can share it.
+var shared struct {
+	srv    *httptest.Server
+	server *fencehttp.Server
+	client *fencehttp.Client
+}
+
+func TestMain(m *testing.M) {
+	s, err := fencehttp.NewServer(fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared.server = s
+	shared.srv = httptest.NewServer(s.Handler())
+	shared.client, err = fencehttp.NewClient(shared.srv.URL, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	shared.srv.Close()
+	os.Exit(code)
+}
+
+var uniqSeq atomic.Int64
+
+// uniq returns a lock name or key no other test uses.
+func uniq(t testing.TB, what string) string {
+	return fmt.Sprintf("%s/%s-%d", t.Name(), what, uniqSeq.Add(1))
+}
+
+func ctxFor(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newServer starts a server of its own with cfg (Locker and KV default to fresh
+// inmem ones) and returns it with its base URL.
+func newServer(t testing.TB, cfg fencehttp.Config) (*fencehttp.Server, *httptest.Server) {
+	t.Helper()
+	if cfg.Locker == nil {
+		cfg.Locker = inmem.NewLocker(inmem.Options{})
+	}
+	if cfg.KV == nil {
+		cfg.KV = inmem.NewGuard()
+	}
+	s, err := fencehttp.NewServer(cfg)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return s, hs
+}
+
+func mustClient(t testing.TB, url string, opts *fencehttp.ClientOptions) *fencehttp.Client {
+	t.Helper()
+	c, err := fencehttp.NewClient(url, opts)
+	if err != nil {
+		t.Fatalf("NewClient(%q): %v", url, err)
+	}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+func mustAcquire(t testing.TB, l fence.Locker, name string, ttl time.Duration, opts ...fence.AcquireOption) *fence.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctxFor(t), name, ttl, opts...)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", name, err)
+	}
+	return lease
+}
