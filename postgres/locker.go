@@ -420,7 +420,7 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 // order of their names, at most limit of them (DefaultListLimit if limit <= 0).
 // It returns the errors of Inspect.
 func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
-	if err := l.check("", fence.MinTTL); err != nil {
+	if err := l.usable(); err != nil {
 		return nil, fmt.Errorf("postgres: list: %w", err)
 	}
 	if len(prefix) > fence.MaxNameLen {
@@ -466,23 +466,28 @@ func lockInfo(name string, token, leftMS *int64) (fence.LockInfo, error) {
 	return info, nil
 }
 
-// check validates the Locker's state and a name and TTL ("" skips the name).
+// check validates the Locker's state and a name and TTL.
 func (l *Locker) check(name string, ttl time.Duration) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if err := fence.ValidateName(name); err != nil {
+		return err
+	}
+	return fence.ValidateTTL(ttl)
+}
+
+// usable returns the Locker's option error, or fence.ErrClosed after Close.
+func (l *Locker) usable() error {
 	if l.err != nil {
 		return l.err
 	}
 	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	defer l.mu.Unlock()
+	if l.closed {
 		return fence.ErrClosed
 	}
-	if name != "" {
-		if err := fence.ValidateName(name); err != nil {
-			return err
-		}
-	}
-	return fence.ValidateTTL(ttl)
+	return nil
 }
 
 // Close stops the Locker's listener and makes waiting Acquires return
