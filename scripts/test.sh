@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# test.sh: the one test command, for developers and CI (.ci/run).
+#
+#   scripts/test.sh            everything: deps, gofmt, go vet, go test -race ./...
+#   scripts/test.sh -short     skip the integration tests that start real servers
+#   scripts/test.sh -run Foo   any other go test flags are passed through
+#
+# It installs missing dependencies first (scripts/install-deps.sh), then fails on the
+# first step that fails. Integration tests start their own throwaway servers on free
+# ports; the machine's services (ports 6379, 5432, 3306) are never touched.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+
+step() { printf '\n=== %s\n' "$*"; }
+fail() {
+	printf '\nFAIL: %s\n' "$*" >&2
+	exit 1
+}
+
+step "dependencies (scripts/install-deps.sh)"
+scripts/install-deps.sh || fail "installing dependencies"
+
+step "gofmt -l"
+unformatted=$(find . -name '*.go' -not -path './.git/*' -not -path '*/testdata/*' -print0 | xargs -0 -r gofmt -l)
+if [ -n "$unformatted" ]; then
+	printf '%s\n' "$unformatted"
+	fail "gofmt: the files above need formatting (gofmt -w FILE)"
+fi
+
+step "go vet ./..."
+go vet ./... || fail "go vet"
+
+step "go test -race -timeout 30m $* ./..."
+go test -race -timeout 30m "$@" ./... || fail "go test"
+
+printf '\nPASS: gofmt, go vet and go test -race all passed\n'
