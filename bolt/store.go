@@ -336,6 +336,8 @@ func (s *Store) load() error {
 		}
 		return err
 	}
+	s.mu.Lock() // the expiry timer armed below may fire at once
+	defer s.mu.Unlock()
 	// Every token up to the ceiling may have been handed out before a crash.
 	s.next = s.ceil + 1
 	now := s.now()
