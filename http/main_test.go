@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/bolt"
 	fencehttp "github.com/fencelock/fence/http"
 	"github.com/fencelock/fence/inmem"
 )
@@ -23,21 +25,38 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
-	s, err := fencehttp.NewServer(fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
+	os.Exit(runTests(m))
+}
+
+// runTests starts the shared server on the embedded bolt store (the default of
+// `fence serve`) in a temporary directory.
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "fencehttp-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	store, err := bolt.Open(filepath.Join(dir, "fence.db"), nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer store.Close()
+	s, err := fencehttp.NewServer(fencehttp.Config{Locker: store, KV: store})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	shared.server = s
 	shared.srv = httptest.NewServer(s.Handler())
+	defer shared.srv.Close()
 	shared.client, err = fencehttp.NewClient(shared.srv.URL, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
-	code := m.Run()
-	shared.srv.Close()
-	os.Exit(code)
+	return m.Run()
 }
 
 var uniqSeq atomic.Int64
