@@ -203,7 +203,7 @@ func (m *payModel) claim(w *worker, lease *fence.Lease, delay time.Duration) {
 	f := lease.Fence()
 	what := fmt.Sprintf("claim %s in %q", m.payment, ledger)
 	arrive := func() {
-		err := s.commit(w, ledger, what, "claimed by "+label, f, label, delay > 0, func() error {
+		err := s.commit(w, ledger, "claim", what, "claimed by "+label, f, label, delay > 0, func() error {
 			m.claimedBy = label
 			return nil
 		})
@@ -224,7 +224,7 @@ func (m *payModel) claim(w *worker, lease *fence.Lease, delay time.Duration) {
 	s.run.InFlight = append(s.run.InFlight, Span{Worker: w.name, Start: s.now, End: -1,
 		Label: fmt.Sprintf("claim token %d in flight", f.Token)})
 	idx := len(s.run.InFlight) - 1
-	s.emit(Event{Worker: w.name, Kind: KindSend, Resource: ledger, Token: f.Token, Lease: label,
+	s.emit(Event{Worker: w.name, Kind: KindSend, Resource: ledger, Token: f.Token, Lease: label, Op: "claim",
 		Text: fmt.Sprintf("send %s with token %d; the network delays it %v", what, f.Token, delay),
 		Peer: ledger, Request: fmt.Sprintf("claim token %d (delayed %v)", f.Token, delay)})
 	s.network(s.now+delay, func() {
@@ -246,7 +246,7 @@ func (m *payModel) charge(w *worker, f fence.Fence, label string, n int) {
 		req += " (key " + key + ")"
 	}
 	s.emit(Event{Worker: w.name, Kind: KindCall, Value: req,
-		Text: fmt.Sprintf("call provider: %s, attempt %d", req, n), Peer: provider, Request: req})
+		Text: fmt.Sprintf("call provider: %s, attempt %d", req, n), Peer: provider, Request: fmt.Sprintf("%s, attempt %d", req, n)})
 	answered := false
 	s.network(s.now+callLatency, func() {
 		id, replay := "", false
@@ -291,7 +291,7 @@ func (m *payModel) charge(w *worker, f fence.Fence, label string, n int) {
 		}
 		answered = true
 		s.emit(Event{Worker: w.name, Kind: KindCall, Text: fmt.Sprintf("provider call timed out after %v: retries", callTimeout),
-			Peer: provider, Reply: "timeout"})
+			Request: fmt.Sprintf("no answer after %v: retries", callTimeout)})
 		m.charge(w, f, label, n+1)
 	})
 }
@@ -300,7 +300,7 @@ func (m *payModel) charge(w *worker, f fence.Fence, label string, n int) {
 func (m *payModel) record(w *worker, f fence.Fence, label, id string) {
 	s := m.s
 	what := fmt.Sprintf("insert payout (%s, %s) into %q", m.payment, id, ledger)
-	s.commit(w, ledger, what, "payout "+id, f, label, false, func() error {
+	s.commit(w, ledger, "payout "+id, what, "payout "+id, f, label, false, func() error {
 		if m.prot.Unique && len(m.payouts) > 0 {
 			return errDuplicatePayout
 		}

@@ -63,6 +63,7 @@ type Event struct {
 	Token    fence.Token // token involved, if any
 	Lease    string      // lease label ("A1"), never the lease id
 	Value    string      // value written or read, if any
+	Op       string      // for writes: what was written ("write", "claim", "payout ch_1")
 	Err      string      // error text of a failed operation
 	Text     string      // the whole line, for the text timeline
 
@@ -353,15 +354,17 @@ func (s *sim) observe() {
 			continue
 		}
 		reason := "expired"
-		text := fmt.Sprintf("lease %s (token %d) expired at the lock service", ol.label, ol.lease.Token())
 		if s.cause != "" {
 			reason = s.cause
-			text = fmt.Sprintf("lease %s (token %d) %s", ol.label, ol.lease.Token(), s.cause)
+		}
+		text := fmt.Sprintf("lease %s (token %d) %s", ol.label, ol.lease.Token(), reason)
+		if s.cause == "" {
+			text += " at the lock service"
 		}
 		sp := &s.run.Leases[ol.span]
 		sp.End, sp.Reason = s.now, reason
 		s.emit(Event{Worker: ol.worker.name, Kind: KindExpire, Lock: ol.lease.Name(), Token: ol.lease.Token(),
-			Lease: ol.label, Text: text, Peer: lockService})
+			Lease: ol.label, Text: text, Peer: lockService, Request: fmt.Sprintf("lease %s (token %d) %s", ol.label, ol.lease.Token(), reason)})
 	}
 	s.open = keep
 }
@@ -504,7 +507,7 @@ func (s *sim) write(w *worker, resource, value string, delay time.Duration, then
 		s.run.InFlight = append(s.run.InFlight, Span{Worker: w.name, Start: s.now, End: -1,
 			Label: fmt.Sprintf("write token %d in flight", f.Token)})
 		idx := len(s.run.InFlight) - 1
-		s.emit(Event{Worker: w.name, Kind: KindSend, Resource: resource, Token: f.Token, Lease: label, Value: value,
+		s.emit(Event{Worker: w.name, Kind: KindSend, Resource: resource, Token: f.Token, Lease: label, Value: value, Op: "write",
 			Text: fmt.Sprintf("send write %q = %q with token %d; the network delays it %v", resource, value, f.Token, delay),
 			Peer: resource, Request: fmt.Sprintf("write token %d (delayed %v)", f.Token, delay)})
 		s.network(s.now+delay, func() {
@@ -535,34 +538,34 @@ func (s *sim) apply(w *worker, resource, value string, f fence.Fence, label stri
 	if hadPrev && prev.token > f.Token {
 		extra = fmt.Sprintf(", overwriting %q written with token %d", prev.value, prev.token)
 	}
-	s.record(w, resource, fmt.Sprintf("%q = %q", resource, value), value, f, label, delayed, err, extra)
+	s.record(w, resource, "write", fmt.Sprintf("%q = %q", resource, value), value, f, label, delayed, err, extra)
 	return err
 }
 
 // commit runs op as a write to resource under fence f: through the guard
 // (inmem.Guard.Do) when fencing is on, directly otherwise, and records the outcome.
 // what describes the write for the timeline.
-func (s *sim) commit(w *worker, resource, what, value string, f fence.Fence, label string, delayed bool, op func() error) error {
+func (s *sim) commit(w *worker, resource, opName, what, value string, f fence.Fence, label string, delayed bool, op func() error) error {
 	var err error
 	if s.fencing {
 		err = s.guard.Do(s.ctx, resource, f, op)
 	} else {
 		err = op()
 	}
-	s.record(w, resource, what, value, f, label, delayed, err, "")
+	s.record(w, resource, opName, what, value, f, label, delayed, err, "")
 	return err
 }
 
 // record records the outcome of a write: an accepted write joins the history
 // CheckWrites checks.
-func (s *sim) record(w *worker, resource, what, value string, f fence.Fence, label string, delayed bool, err error, extra string) {
+func (s *sim) record(w *worker, resource, op, what, value string, f fence.Fence, label string, delayed bool, err error, extra string) {
 	verb := "write"
 	if delayed {
 		verb = "delayed write arrives:"
 	}
-	req := fmt.Sprintf("write token %d", f.Token)
+	req := fmt.Sprintf("%s token %d", op, f.Token)
 	if err != nil {
-		s.emit(Event{Worker: w.name, Kind: KindReject, Resource: resource, Token: f.Token, Lease: label, Value: value, Err: err.Error(),
+		s.emit(Event{Worker: w.name, Kind: KindReject, Resource: resource, Token: f.Token, Lease: label, Value: value, Op: op, Err: err.Error(),
 			Text: fmt.Sprintf("%s %s with token %d: REJECTED: %s", verb, what, f.Token, rootMessage(err)),
 			Peer: resource, Request: req, Reply: "REJECTED " + shortReason(err), Delayed: delayed})
 		return
@@ -572,7 +575,7 @@ func (s *sim) record(w *worker, resource, what, value string, f fence.Fence, lab
 	if !s.fencing {
 		how = "accepted (no fencing)"
 	}
-	s.emit(Event{Worker: w.name, Kind: KindWrite, Resource: resource, Token: f.Token, Lease: label, Value: value,
+	s.emit(Event{Worker: w.name, Kind: KindWrite, Resource: resource, Token: f.Token, Lease: label, Value: value, Op: op,
 		Text: fmt.Sprintf("%s %s with token %d: %s%s", verb, what, f.Token, how, extra),
 		Peer: resource, Request: req, Reply: how, OK: true, Delayed: delayed})
 }
