@@ -325,7 +325,7 @@ func (l *Locker) try(ctx context.Context, name, id string, ttl time.Duration) (f
 			return 0, nil, dbErr(err)
 		case token == nil || leaseNull || leftMS == nil:
 			return 0, nil, fmt.Errorf("%w: NULL token, lease or expires_at in the lock row; refusing to grant", ErrCorrupt)
-		case *leftMS < 0 || time.Duration(*leftMS)*time.Millisecond > fence.MaxTTL+time.Minute:
+		case *leftMS < 0 || tooFar(*leftMS):
 			return 0, nil, fmt.Errorf("%w: the lock row expires more than %v from now; refusing to grant", ErrCorrupt, fence.MaxTTL)
 		case *leftMS > 0:
 			h := &fence.HeldError{Name: name, ExpiresIn: time.Duration(*leftMS) * time.Millisecond}
@@ -456,7 +456,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 }
 
 func lockInfo(name string, token, leftMS *int64) (fence.LockInfo, error) {
-	if token == nil || leftMS == nil || *token < 1 || *token > int64(fence.MaxToken) || *leftMS < 0 {
+	if token == nil || leftMS == nil || *token < 1 || *token > int64(fence.MaxToken) || *leftMS < 0 || tooFar(*leftMS) {
 		return fence.LockInfo{}, fmt.Errorf("%w: NULL or out-of-range token or expiry in the lock row", ErrCorrupt)
 	}
 	info := fence.LockInfo{Name: name, LastToken: fence.Token(*token)}
@@ -464,6 +464,12 @@ func lockInfo(name string, token, leftMS *int64) (fence.LockInfo, error) {
 		info.Held, info.Token, info.ExpiresIn = true, fence.Token(*token), time.Duration(*leftMS)*time.Millisecond
 	}
 	return info, nil
+}
+
+// tooFar reports whether a lease's time left (in ms) exceeds what any grant
+// gives, with a minute of slack: only a hand edit sets such an expiry.
+func tooFar(leftMS int64) bool {
+	return leftMS > (fence.MaxTTL + time.Minute).Milliseconds()
 }
 
 // check validates the Locker's state and a name and TTL.
