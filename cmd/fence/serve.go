@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/bolt"
+	fencehttp "github.com/fencelock/fence/http"
+)
+
+func init() { addCommand(newServeCmd()) }
+
+// servedStore is what `fence serve` serves: a Locker, the fenced KV that lives in the
+// same store (so servers sharing a store share the data), and how to close them.
+type servedStore struct {
+	locker fence.Locker
+	kv     fence.KV
+	close  func() error
+	desc   string // for the log, without credentials
+}
+
+// storeOpener opens the store of a --store URL. dataDir is --data.
+type storeOpener func(ctx context.Context, u *url.URL, dataDir string) (*servedStore, error)
+
+// storeOpeners maps --store URL schemes to their openers. Adding a backend is one
+// entry here (and its opener).
+var storeOpeners = map[string]storeOpener{
+	"bolt": openBoltStore,
+}
+
+// plannedStores are the schemes of backends not wired into this binary yet.
+var plannedStores = []string{"redis", "rediss", "etcd", "postgres", "postgresql"}
+
+// openBoltStore opens the embedded store: --store bolt:PATH (or bolt:///abs/path),
+// or DATA/fence.db when --store is omitted.
+func openBoltStore(_ context.Context, u *url.URL, dataDir string) (*servedStore, error) {
+	path := filepath.Join(dataDir, "fence.db")
+	if u != nil {
+		path = u.Opaque
+		if path == "" {
+			path = u.Path
+		}
+		if path == "" {
+			return nil, usagef("--store bolt:PATH: the path is empty")
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("serve: data directory: %w", err)
+	}
+	s, err := bolt.Open(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &servedStore{locker: s, kv: s, close: s.Close, desc: "bolt:" + path}, nil
+}
+
+// openStore picks the opener for --store.
+func openStore(ctx context.Context, store, dataDir string) (*servedStore, error) {
+	if store == "" {
+		return openBoltStore(ctx, nil, dataDir)
+	}
+	u, err := url.Parse(store)
+	if err != nil || u.Scheme == "" {
+		return nil, usagef("--store %q: want a URL such as bolt:PATH, redis://HOST:PORT, etcd://HOST:PORT, postgres://...", store)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	if open, ok := storeOpeners[scheme]; ok {
+		return open(ctx, u, dataDir)
+	}
+	for _, p := range plannedStores {
+		if scheme == p {
+			return nil, fmt.Errorf("store %s:// not built into this binary yet", scheme)
+		}
+	}
+	return nil, usagef("--store %q: unknown store scheme %q", redactURL(store), scheme)
+}
+
+// redactURL drops a password from a store URL, for messages and logs.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	return u.Redacted()
+}
+
+// readAuthTokens reads bearer tokens, one a line; blank lines and lines starting
+// with # are skipped.
+func readAuthTokens(path string) ([][]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("--auth-token-file: %v", err)
+	}
+	defer f.Close()
+	var toks [][]byte
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		toks = append(toks, []byte(line))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, usagef("--auth-token-file %s: %v", path, err)
+	}
+	if len(toks) == 0 {
+		return nil, usagef("--auth-token-file %s: no token in it (one a line)", path)
+	}
+	return toks, nil
+}
+
+func newServeCmd() *cobra.Command {
+	var (
+		listen, data, store, tlsCert, tlsKey, authFile, logLevel string
+		maxValue                                                int64
+		maxWait, shutdownTimeout                                time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "serve [--listen 127.0.0.1:7420] [--data ./fence-data] [--store URL]",
+		Short: "Run the fence lock server (HTTP API v1) over the embedded store or --store",
+		Long: `serve runs the lock server: fenced locks and a fenced key-value store over HTTP (see
+package fencehttp for the API). Without --store it keeps everything in the embedded
+durable store DATA/fence.db: tokens and leases survive kill -9. With --store the
+locks and the KV live in that store, so several servers can share it.
+
+--auth-token-file makes every request but /healthz need Authorization: Bearer TOKEN
+(one token a line in the file; clients read $FENCE_AUTH_TOKEN). --tls-cert and
+--tls-key serve HTTPS. Logs go to stderr (JSON with -o json).
+
+SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls end, requests
+in flight finish (up to --shutdown-timeout), then the store is closed cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (tlsCert == "") != (tlsKey == "") {
+				return usagef("--tls-cert and --tls-key go together")
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 {
+				return usagef("--max-value, --max-wait and --shutdown-timeout must be positive")
+			}
+			var toks [][]byte
+			if authFile != "" {
+				var err error
+				if toks, err = readAuthTokens(authFile); err != nil {
+					return err
+				}
+			}
+			var tlsConf *tls.Config
+			if tlsCert != "" {
+				cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+				if err != nil {
+					return usagef("--tls-cert/--tls-key: %v", err)
+				}
+				tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			}
+			opts := &slog.HandlerOptions{Level: level}
+			var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+			if output == "json" {
+				h = slog.NewJSONHandler(os.Stderr, opts)
+			}
+			log := slog.New(h)
+			return serve(cmd.Context(), log, serveConfig{
+				listen: listen, data: data, store: store, tls: tlsConf, tokens: toks,
+				maxValue: maxValue, maxWait: maxWait, shutdownTimeout: shutdownTimeout,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:7420", "address to listen on (port 0: any free port, logged)")
+	f.StringVar(&data, "data", "./fence-data", "directory of the embedded store")
+	f.StringVar(&store, "store", "", "store URL instead of the embedded one: bolt:PATH, redis://, etcd://, postgres://")
+	f.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS")
+	f.StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&authFile, "auth-token-file", "", "file of accepted bearer tokens, one a line")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
+	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire")
+	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
+	return cmd
+}
+
+type serveConfig struct {
+	listen, data, store string
+	tls                 *tls.Config
+	tokens              [][]byte
+	maxValue            int64
+	maxWait             time.Duration
+	shutdownTimeout     time.Duration
+}
+
+func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, err := openStore(ctx, c.store, c.data)
+	if err != nil {
+		return err
+	}
+	closeStore := func() {
+		if err := st.close(); err != nil {
+			log.Error("closing the store", "store", st.desc, "err", err)
+		}
+	}
+	srv, err := fencehttp.NewServer(fencehttp.Config{
+		Locker: st.locker, KV: st.kv, Logger: log, AuthTokens: c.tokens,
+		MaxValueBytes: c.maxValue, MaxWait: c.maxWait,
+	})
+	if err != nil {
+		closeStore()
+		return err
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		closeStore()
+		return fmt.Errorf("serve: %w", err)
+	}
+	scheme := "http"
+	if c.tls != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, c.tls)
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// No WriteTimeout: long polls legitimately stay open up to --max-wait.
+	}
+	if len(c.tokens) == 0 {
+		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+				log.Warn("listening beyond loopback without --auth-token-file: anyone who can connect can take and release locks")
+			}
+		}
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("fence serve listening", "url", scheme+"://"+ln.Addr().String(), "store", st.desc, "auth", len(c.tokens) > 0)
+
+	select {
+	case err := <-served: // the listener failed
+		closeStore()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing requests in flight", "timeout", c.shutdownTimeout)
+	srv.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	err = hs.Shutdown(sctx)
+	if err != nil {
+		log.Warn("requests still in flight at the shutdown timeout were cut", "err", err)
+		_ = hs.Close()
+	}
+	if serr := <-served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		log.Warn("serve ended", "err", serr)
+	}
+	if err := st.close(); err != nil {
+		return fmt.Errorf("serve: closing the store: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
