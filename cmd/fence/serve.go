@@ -129,8 +129,8 @@ func readAuthTokens(path string) ([][]byte, error) {
 func newServeCmd() *cobra.Command {
 	var (
 		listen, data, store, tlsCert, tlsKey, authFile, logLevel string
-		maxValue                                                int64
-		maxWait, shutdownTimeout                                time.Duration
+		maxValue                                                 int64
+		maxWait, shutdownTimeout                                 time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--listen 127.0.0.1:7420] [--data ./fence-data] [--store URL]",
