@@ -45,9 +45,9 @@ func StartMariaDB() (*MariaDBServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "testserv-mariadb-")
+	dir, err := makeServerDir("mariadb")
 	if err != nil {
-		return nil, fmt.Errorf("testserv: mariadb: %w", err)
+		return nil, err
 	}
 	s := &MariaDBServer{Dir: dir, bin: bin, rootUser: os.Geteuid() == 0}
 	if err := s.installDB(install); err != nil {

@@ -50,9 +50,9 @@ func StartPostgres() (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "testserv-pg-")
+	dir, err := makeServerDir("pg")
 	if err != nil {
-		return nil, fmt.Errorf("testserv: postgres: %w", err)
+		return nil, err
 	}
 	s := &PostgresServer{Dir: dir, bin: bin, cred: cred}
 	if err := s.initdb(initdb); err != nil {

@@ -43,9 +43,9 @@ func StartRedis(args ...string) (*RedisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "testserv-redis-")
+	dir, err := makeServerDir("redis")
 	if err != nil {
-		return nil, fmt.Errorf("testserv: redis: %w", err)
+		return nil, err
 	}
 	s := &RedisServer{Dir: dir, bin: bin, args: append([]string(nil), args...)}
 	for attempt := 1; ; attempt++ {

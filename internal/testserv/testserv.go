@@ -293,3 +293,83 @@ var (
 	nameMu  sync.Mutex
 	nameSeq int
 )
+
+// ownerFile, in each server directory, holds the pid of the test process that made it,
+// so that a later run can remove the directories of processes that died without Close.
+const ownerFile = "testserv.owner"
+
+// dirPrefix starts the name of every server directory.
+const dirPrefix = "testserv-"
+
+// makeServerDir creates the temporary directory for a server of the given kind
+// ("redis"), after removing those left behind by dead test processes. The directory is
+// under os.TempDir, or /tmp if another user (the server's, for PostgreSQL run by root)
+// could not reach os.TempDir.
+func makeServerDir(kind string) (string, error) {
+	parent := os.TempDir()
+	if !reachableByOthers(parent) {
+		parent = "/tmp"
+	}
+	sweepStaleDirs(parent)
+	dir, err := os.MkdirTemp(parent, dirPrefix+kind+"-")
+	if err != nil {
+		return "", fmt.Errorf("testserv: %s: %w", kind, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("testserv: %s: %w", kind, err)
+	}
+	return dir, nil
+}
+
+// reachableByOthers reports whether every directory from / down to dir lets other users
+// traverse it.
+func reachableByOthers(dir string) bool {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	for {
+		st, err := os.Stat(dir)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return true
+		}
+		dir = up
+	}
+}
+
+// sweepStaleDirs removes server directories in parent whose owner process is gone (a
+// test binary killed by SIGKILL cannot clean up; its servers die with it through the
+// parent-death signal, but their directories stay). Directories without an owner file
+// are left alone.
+func sweepStaleDirs(parent string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), dirPrefix) {
+			continue
+		}
+		dir := filepath.Join(parent, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		os.RemoveAll(dir)
+	}
+}
+
+// processAlive reports whether a process with this pid exists.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
