@@ -1,0 +1,190 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/postgres"
+	"github.com/jackc/pgx/v5"
+)
+
+// paired runs base and variant alternately b.N times each and reports their
+// mean times and the ratio variant/base. Alternating in one loop exposes both
+// to the same load on the (shared) machine, so the ratio is what to read.
+func paired(b *testing.B, unit string, base, variant func() error) {
+	b.Helper()
+	// Warm up: connections, prepared statements, the rows' first versions.
+	for i := 0; i < 50; i++ {
+		if err := base(); err != nil {
+			b.Fatal(err)
+		}
+		if err := variant(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var tBase, tVar time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := time.Now()
+		if err := base(); err != nil {
+			b.Fatal(err)
+		}
+		m := time.Now()
+		if err := variant(); err != nil {
+			b.Fatal(err)
+		}
+		tVar += time.Since(m)
+		tBase += m.Sub(s)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(tBase.Nanoseconds())/float64(b.N), "plain-ns/"+unit)
+	b.ReportMetric(float64(tVar.Nanoseconds())/float64(b.N), "fenced-ns/"+unit)
+	b.ReportMetric(float64(tVar)/float64(tBase), "fenced/plain")
+}
+
+// BenchmarkRowFence_UpdateVsPlainUpdate compares Row.Update (one conditional
+// UPDATE writing the fence columns too) with the same UPDATE without the fence,
+// on the same table. Target: fenced/plain <= 1.10.
+func BenchmarkRowFence_UpdateVsPlainUpdate(b *testing.B) {
+	ctx := context.Background()
+	lock := uniq(b, "lock")
+	plainID, fencedID := uniq(b, "plain"), uniq(b, "fenced")
+	for _, id := range []string{plainID, fencedID} {
+		if _, err := sharedPool.Exec(ctx, `INSERT INTO accounts (id, balance) VALUES ($1, 0)`, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f := fenceOf(lock, 1)
+	var n int64
+	paired(b, "write",
+		func() error {
+			n++
+			_, err := sharedPool.Exec(ctx, `UPDATE accounts SET balance = $2 WHERE id = $1`, plainID, n)
+			return err
+		},
+		func() error { return accounts.Update(ctx, sharedPool, f, fencedID, n) })
+}
+
+// BenchmarkRowFence_UpsertVsPlainUpsert is the same for Row.Upsert and a plain
+// INSERT ... ON CONFLICT DO UPDATE.
+func BenchmarkRowFence_UpsertVsPlainUpsert(b *testing.B) {
+	ctx := context.Background()
+	lock := uniq(b, "lock")
+	plainID, fencedID := uniq(b, "plain"), uniq(b, "fenced")
+	f := fenceOf(lock, 1)
+	var n int64
+	paired(b, "write",
+		func() error {
+			n++
+			_, err := sharedPool.Exec(ctx, `INSERT INTO accounts (id, balance) VALUES ($1, $2)
+ON CONFLICT (id) DO UPDATE SET balance = excluded.balance`, plainID, n)
+			return err
+		},
+		func() error { return accounts.Upsert(ctx, sharedPool, f, fencedID, n) })
+}
+
+// BenchmarkResourceFence_TxVsPlainTx compares a transaction of two writes (an
+// INSERT and an UPDATE on tables without fence columns) with the same
+// transaction plus Guard.FenceTx: the fence costs one statement.
+func BenchmarkResourceFence_TxVsPlainTx(b *testing.B) {
+	ctx := context.Background()
+	g := postgres.NewGuard(sharedPool, nil)
+	res, lock := uniq(b, "res"), uniq(b, "lock")
+	if _, err := sharedPool.Exec(ctx, `INSERT INTO plain_accounts (id, balance) VALUES ($1, 0)`, res); err != nil {
+		b.Fatal(err)
+	}
+	f := fenceOf(lock, 1)
+	var n int64
+	writes := func(tx pgx.Tx) error {
+		n++
+		if _, err := tx.Exec(ctx, `INSERT INTO entries (resource, token, note) VALUES ($1, $2, 'bench')`, res, n); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE plain_accounts SET balance = balance + 1 WHERE id = $1`, res)
+		return err
+	}
+	paired(b, "tx",
+		func() error { return pgx.BeginFunc(ctx, sharedPool, writes) },
+		func() error {
+			return pgx.BeginFunc(ctx, sharedPool, func(tx pgx.Tx) error {
+				if err := g.FenceTx(ctx, tx, res, f); err != nil {
+					return err
+				}
+				return writes(tx)
+			})
+		})
+}
+
+// BenchmarkGuard_Fence measures Guard.Fence alone (its own transaction).
+func BenchmarkGuard_Fence(b *testing.B) {
+	ctx := context.Background()
+	g := postgres.NewGuard(sharedPool, nil)
+	res, lock := uniq(b, "res"), uniq(b, "lock")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := g.Fence(ctx, res, fenceOf(lock, fence.Token(i+1))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLocker_AcquireRelease measures an uncontended Acquire+Release pair on
+// one name (two statements, two round trips).
+func BenchmarkLocker_AcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	l := postgres.NewLocker(sharedPool, nil)
+	defer l.Close()
+	name := uniq(b, "lock")
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		lease, err := l.Acquire(ctx, name, 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLocker_Handoff measures how long a waiter takes to get a lock after
+// its holder releases it (NOTIFY wake-up plus one acquire statement).
+func BenchmarkLocker_Handoff(b *testing.B) {
+	ctx := context.Background()
+	l := postgres.NewLocker(sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
+	defer l.Close()
+	name := uniq(b, "lock")
+	lease, err := l.Acquire(ctx, name, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		got := make(chan *fence.Lease, 1)
+		go func() {
+			w, err := l.Acquire(ctx, name, time.Minute, fence.WithWait(time.Minute))
+			if err != nil {
+				b.Error(err)
+			}
+			got <- w
+		}()
+		waitForListenerOn(b, ctx, sharedPool, "fence_locks")
+		// Let the waiter's first try fail so that it is asleep when we release.
+		time.Sleep(2 * time.Millisecond)
+		s := time.Now()
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lease = <-got
+		if lease == nil {
+			b.FailNow()
+		}
+		total += time.Since(s)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "handoff-ns")
+	_ = lease.Release(ctx)
+}
