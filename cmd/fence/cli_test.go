@@ -1,0 +1,469 @@
+package main
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var nameSeq atomic.Int64
+
+func uniqName(t testing.TB) string {
+	return fmt.Sprintf("%s/%d", t.Name(), nameSeq.Add(1))
+}
+
+type leaseJSON struct {
+	Name  string `json:"name"`
+	Token uint64 `json:"token"`
+	Lease string `json:"lease"`
+	TTLms int64  `json:"ttl_ms"`
+}
+
+func decode[T any](t testing.TB, what string, r result) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+		t.Fatalf("%s: stdout is not the expected JSON: %v\nstdout: %s\nstderr: %s", what, err, r.stdout, r.stderr)
+	}
+	return v
+}
+
+func acquireJSON(t testing.TB, server, name string, args ...string) leaseJSON {
+	t.Helper()
+	r := runFence(t, server, nil, "", append([]string{"-o", "json", "acquire", name}, args...)...)
+	wantCode(t, "acquire "+name, r, 0)
+	l := decode[leaseJSON](t, "acquire", r)
+	if l.Name != name || l.Token == 0 || len(l.Lease) < 32 {
+		t.Fatalf("acquire: want {name:%q, token>0, lease of 128 bits}, got %+v", name, l)
+	}
+	return l
+}
+
+type statusJSON struct {
+	Name      string `json:"name"`
+	Held      bool   `json:"held"`
+	Token     uint64 `json:"token"`
+	LastToken uint64 `json:"last_token"`
+}
+
+func status(t testing.TB, server, name string) statusJSON {
+	t.Helper()
+	r := runFence(t, server, nil, "", "-o", "json", "status", name)
+	wantCode(t, "status "+name, r, 0)
+	return decode[statusJSON](t, "status", r)
+}
+
+func TestCLI_AcquireRenewStatusRelease(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	l := acquireJSON(t, srv, name, "--ttl", "1m")
+	if l.TTLms != 60000 {
+		t.Fatalf("acquire --ttl 1m: want ttl_ms 60000, got %d", l.TTLms)
+	}
+	wantCode(t, "second acquire", runFence(t, srv, nil, "", "acquire", name), exitNotAcquired)
+	if s := status(t, srv, name); !s.Held || s.Token != l.Token {
+		t.Fatalf("status: want held with token %d, got %+v", l.Token, s)
+	}
+	list := runFence(t, srv, nil, "", "-o", "json", "status", "--prefix", t.Name()+"/")
+	wantCode(t, "status --prefix", list, 0)
+	locks := decode[struct{ Locks []statusJSON }](t, "status --prefix", list).Locks
+	if len(locks) != 1 || locks[0].Name != name {
+		t.Fatalf("status --prefix: want just %q, got %+v", name, locks)
+	}
+	if strings.Contains(list.stdout, l.Lease) {
+		t.Fatalf("status shows the lease id, a credential: %s", list.stdout)
+	}
+	wantCode(t, "renew", runFence(t, srv, nil, "", "renew", name, "--lease", l.Lease, "--ttl", "2m"), 0)
+	wantCode(t, "renew with another lease id", runFence(t, srv, nil, "", "renew", name, "--lease", "0123456789abcdef0123456789abcdef"), exitError)
+	wantCode(t, "release", runFence(t, srv, nil, "", "release", name, "--lease", l.Lease), 0)
+	r := runFence(t, srv, nil, "", "release", name, "--lease", l.Lease)
+	wantCode(t, "second release", r, exitError)
+	if !strings.Contains(r.stderr, "not held") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Fatalf("second release: want one line saying the lease is not held, got %q", r.stderr)
+	}
+	if s := status(t, srv, name); s.Held {
+		t.Fatalf("status after release: want free, got %+v", s)
+	}
+	next := acquireJSON(t, srv, name)
+	if next.Token <= l.Token {
+		t.Fatalf("next token %d: want greater than %d", next.Token, l.Token)
+	}
+}
+
+func TestCLI_Acquire_WaitWokenByRelease(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	l := acquireJSON(t, srv, name, "--ttl", "10m")
+	cmd := exec.Command(cli.bin, "-o", "json", "acquire", name, "--wait", "5m")
+	cmd.Env = append(cleanEnv(), "FENCE_SERVER="+srv)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Release once the waiter is at the server: its acquire is then a long poll.
+	waitFor(t, "the waiter to reach the server", func() bool { return metric(t, srv, "fence_waits_total") >= 1 })
+	wantCode(t, "release", runFence(t, srv, nil, "", "release", name, "--lease", l.Lease), 0)
+	var next leaseJSON
+	if err := json.NewDecoder(out).Decode(&next); err != nil {
+		t.Fatalf("waiter's output: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if next.Token <= l.Token {
+		t.Fatalf("waiter's token %d: want greater than %d", next.Token, l.Token)
+	}
+}
+
+func TestCLI_Lock_ChildGetsEnvAndItsStatusIsOurs(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	r := runFence(t, srv, nil, "", "lock", name, "--", "sh", "-c", `echo "$FENCE_LOCK|$FENCE_TOKEN|$FENCE_LEASE|$FENCE_SERVER"; exit 7`)
+	wantCode(t, "lock -- sh -c 'exit 7'", r, 7)
+	parts := strings.Split(strings.TrimSpace(r.stdout), "|")
+	if len(parts) != 4 || parts[0] != name || parts[1] == "" || len(parts[2]) < 32 || parts[3] != srv {
+		t.Fatalf("child env: want %q|TOKEN|LEASE|%s, got %q", name, srv, r.stdout)
+	}
+	if s := status(t, srv, name); s.Held {
+		t.Fatalf("after the child exited: want the lock released, got %+v", s)
+	}
+	// A child killed by a signal: 128+N, like a shell.
+	r = runFence(t, srv, nil, "", "lock", name, "--", "sh", "-c", `kill -KILL $$`)
+	wantCode(t, "child killed by SIGKILL", r, 128+9)
+}
+
+func TestCLI_Lock_FencedWriteFromChild_StaleWriteRefused(t *testing.T) {
+	srv := cli.serve.url
+	name, key := uniqName(t), uniqName(t)+"/report"
+	r := runFence(t, srv, nil, "", "lock", name, "--", "sh", "-c", `fence kv put "`+key+`" "first run" && echo "$FENCE_TOKEN"`)
+	wantCode(t, "lock -- fence kv put", r, 0)
+	first := strings.TrimSpace(r.stdout[strings.LastIndex(strings.TrimSpace(r.stdout), "\n")+1:])
+	r = runFence(t, srv, nil, "", "lock", name, "--", "sh", "-c", `fence kv put "`+key+`" "second run"`)
+	wantCode(t, "second lock -- fence kv put", r, 0)
+	// A zombie of the first run writes with its old token: refused, value kept.
+	r = runFence(t, srv, []string{"FENCE_LOCK=" + name}, "", "kv", "put", key, "--token", first, "zombie")
+	wantCode(t, "stale kv put", r, exitError)
+	if !strings.Contains(r.stderr, "stale token "+first) || !strings.Contains(r.stderr, "highest seen") {
+		t.Fatalf("stale kv put: want an error naming token %s and the highest seen, got %q", first, r.stderr)
+	}
+	g := runFence(t, srv, nil, "", "kv", "get", key)
+	wantCode(t, "kv get", g, 0)
+	if g.stdout != "second run" {
+		t.Fatalf("kv get: want %q, got %q", "second run", g.stdout)
+	}
+	j := runFence(t, srv, nil, "", "-o", "json", "kv", "get", key)
+	item := decode[map[string]any](t, "kv get -o json", j)
+	if item["value"] != "second run" || item["lock"] != name {
+		t.Fatalf("kv get -o json: want value %q lock %q, got %v", "second run", name, item)
+	}
+	// Value from stdin, binary.
+	bin := "\x00\xff\xfe binary"
+	r = runFence(t, srv, []string{"FENCE_LOCK=" + name}, bin, "kv", "put", key, "--token", "9007199254740991", "-")
+	wantCode(t, "kv put - (stdin)", r, 0)
+	j = runFence(t, srv, nil, "", "-o", "json", "kv", "get", key)
+	if item := decode[map[string]any](t, "kv get binary", j); item["value_base64"] == nil {
+		t.Fatalf("kv get -o json of a binary value: want value_base64, got %v", item)
+	}
+}
+
+func TestCLI_Lock_NotAcquiredWithinWait_75(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	acquireJSON(t, srv, name, "--ttl", "10m")
+	r := runFence(t, srv, nil, "", "lock", name, "--wait", "50ms", "--", "sh", "-c", "echo ran")
+	wantCode(t, "lock of a held name", r, exitNotAcquired)
+	if strings.Contains(r.stdout, "ran") {
+		t.Fatalf("the command ran without the lock: %q", r.stdout)
+	}
+}
+
+func TestCLI_Lock_LeaseLost_SIGTERMThen76(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	// The child releases its own lease behind fence lock's back, so the next renewal
+	// (at ttl/3) is answered 410: the lease is lost while the child runs.
+	script := `trap 'echo got-term; exit 0' TERM
+fence release "$FENCE_LOCK" >/dev/null
+while :; do sleep 0.05; done`
+	r := runFence(t, srv, nil, "", "lock", name, "--ttl", "600ms", "--", "sh", "-c", script)
+	wantCode(t, "lock whose lease is lost", r, exitLeaseLost)
+	if !strings.Contains(r.stdout, "got-term") {
+		t.Fatalf("the child did not get SIGTERM: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "lease lost") {
+		t.Fatalf("stderr: want a line saying the lease was lost, got %q", r.stderr)
+	}
+}
+
+func TestCLI_Lock_LeaseLost_SIGKILLAfterGrace(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	script := `trap '' TERM
+fence release "$FENCE_LOCK" >/dev/null
+while :; do sleep 0.05; done`
+	start := time.Now()
+	r := runFence(t, srv, nil, "", "lock", name, "--ttl", "600ms", "--grace", "300ms", "--", "sh", "-c", script)
+	wantCode(t, "lock whose child ignores SIGTERM", r, exitLeaseLost)
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("fence lock took %v: the child was not killed after the grace", d)
+	}
+}
+
+func TestCLI_Lock_ForwardsSIGTERMToChild(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	cmd := exec.Command(cli.bin, "lock", name, "--", "sh", "-c", `trap 'echo forwarded; exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
+	cmd.Env = append(cleanEnv(), "FENCE_SERVER="+srv)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != "ready" {
+		t.Fatalf("child did not start: %q", sc.Text())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var rest []string
+	for sc.Scan() {
+		rest = append(rest, sc.Text())
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 5 || len(rest) != 1 || rest[0] != "forwarded" {
+		t.Fatalf("SIGTERM to fence lock: want the child to get it (prints forwarded, exits 5), got status %d output %q", code, rest)
+	}
+	if s := status(t, srv, name); s.Held {
+		t.Fatalf("after the forwarded signal: want the lock released, got %+v", s)
+	}
+}
+
+func TestCLI_UsageErrors_Exit2(t *testing.T) {
+	srv := cli.serve.url
+	for _, args := range [][]string{
+		{"acquire"},
+		{"acquire", "a", "--ttl", "0s"},
+		{"acquire", "a", "--ttl", "1.5ms"},
+		{"acquire", "a", "--ttl", "48h"},
+		{"acquire", "a", "--wait", "-1s"},
+		{"acquire", "bad\x01name"},
+		{"renew", "a"},
+		{"renew", "a", "--lease", "has space"},
+		{"release", "a"},
+		{"status", "a", "--prefix", "b"},
+		{"lock", "a"},
+		{"lock", "a", "b", "--", "c"},
+		{"kv", "put", "k", "v"},
+		{"kv", "put", "k", "--token", "0", "v"},
+		{"kv", "put", "k", "--token", "x", "v"},
+		{"kv", "put", "k", "--token", "1"},
+		{"kv", "get"},
+		{"kv"},
+		{"-o", "yaml", "status"},
+		{"status", "--server", "not a url"},
+		{"serve", "--tls-cert", "x"},
+		{"serve", "--store", "nosuch://x"},
+		{"serve", "--auth-token-file", "/nonexistent/tokens"},
+	} {
+		r := runFence(t, srv, nil, "", args...)
+		wantCode(t, fmt.Sprintf("fence %q", args), r, exitUsage)
+		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; r.stderr == "" || lines != 1 {
+			t.Fatalf("fence %q: want one line on stderr, got %q", args, r.stderr)
+		}
+	}
+}
+
+func TestCLI_ServerDown_OneLineError(t *testing.T) {
+	r := runFence(t, "http://127.0.0.1:1", nil, "", "acquire", "x")
+	wantCode(t, "acquire with no server", r, exitError)
+	if !strings.Contains(r.stderr, "unavailable") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Fatalf("acquire with no server: want one line saying the store is unavailable, got %q", r.stderr)
+	}
+}
+
+func TestServe_StoreNotBuiltYet_ClearError(t *testing.T) {
+	for _, store := range []string{"redis://127.0.0.1:1", "etcd://127.0.0.1:1", "postgres://u@127.0.0.1:1/db"} {
+		r := runFence(t, "", nil, "", "serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--store", store)
+		scheme := store[:strings.Index(store, ":")]
+		wantCode(t, "serve --store "+store, r, exitError)
+		if want := "store " + scheme + ":// not built into this binary yet"; !strings.Contains(r.stderr, want) {
+			t.Fatalf("serve --store %s: want %q, got %q", store, want, r.stderr)
+		}
+	}
+}
+
+func TestServe_SIGTERM_GracefulShutdownThenReopen(t *testing.T) {
+	data := t.TempDir()
+	p, err := startServe(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqName(t)
+	l := acquireJSON(t, p.url, name, "--ttl", "10m")
+	if err := p.stop(); err != nil {
+		t.Fatalf("fence serve after SIGTERM: want exit 0, got %v\n%s", err, p.log())
+	}
+	if !strings.Contains(p.log(), "stopped") {
+		t.Fatalf("log: want a clean stop, got:\n%s", p.log())
+	}
+	// A clean close keeps the leases: the reopened store honours the lease at once.
+	p2, err := startServe(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.stop()
+	if s := status(t, p2.url, name); !s.Held || s.Token != l.Token {
+		t.Fatalf("after a graceful restart: want %q held with token %d, got %+v", name, l.Token, s)
+	}
+	wantCode(t, "renew after a graceful restart", runFence(t, p2.url, nil, "", "renew", name, "--lease", l.Lease), 0)
+}
+
+func TestServe_Kill9Restart_KeepsTokenOrderAndLeases(t *testing.T) {
+	data := t.TempDir()
+	p, err := startServe(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, long := uniqName(t), uniqName(t)
+	ls := acquireJSON(t, p.url, short, "--ttl", "2s")
+	ll := acquireJSON(t, p.url, long, "--ttl", "2m") // longer than the store's horizon: written before the grant returns
+	p.kill()
+
+	p2, err := startServe(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.stop()
+	// P6: the 2s lease granted before the crash is still honoured right after it.
+	wantCode(t, "acquire of a lease held before kill -9", runFence(t, p2.url, nil, "", "acquire", short), exitNotAcquired)
+	// P6: the long lease survived and its holder can still renew it.
+	wantCode(t, "renew of a long lease after kill -9", runFence(t, p2.url, nil, "", "renew", long, "--lease", ll.Lease, "--ttl", "2m"), 0)
+	wantCode(t, "acquire of the long lease's name", runFence(t, p2.url, nil, "", "acquire", long), exitNotAcquired)
+	// P1: once the short lease is over, the next grant's token is greater.
+	next := acquireJSON(t, p2.url, short, "--wait", "30s")
+	if next.Token <= ls.Token || next.Token <= ll.Token {
+		t.Fatalf("token after kill -9: want greater than %d and %d, got %d", ls.Token, ll.Token, next.Token)
+	}
+}
+
+func TestServe_AuthTokenAndTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := writeSelfSignedCert(t, dir)
+	tokFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokFile, []byte("# comment\n\nfirst-token\nsecond-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := startServe(filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile, "--auth-token-file", tokFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop()
+	if !strings.HasPrefix(p.url, "https://") {
+		t.Fatalf("serve with --tls-cert: want an https URL, got %s", p.url)
+	}
+	ca := "FENCE_CA_CERT=" + certFile
+	name := uniqName(t)
+	r := runFence(t, p.url, []string{ca}, "", "acquire", name)
+	wantCode(t, "acquire without a token", r, exitError)
+	if !strings.Contains(r.stderr, "unauthorized") {
+		t.Fatalf("acquire without a token: want unauthorized, got %q", r.stderr)
+	}
+	wantCode(t, "acquire with a wrong token", runFence(t, p.url, []string{ca, "FENCE_AUTH_TOKEN=nope"}, "", "acquire", name), exitError)
+	wantCode(t, "acquire with the second token", runFence(t, p.url, []string{ca, "FENCE_AUTH_TOKEN=second-token"}, "", "acquire", name), 0)
+	r = runFence(t, p.url, []string{"FENCE_AUTH_TOKEN=first-token"}, "", "status", name)
+	wantCode(t, "status without trusting the CA", r, exitError)
+	if !strings.Contains(r.stderr, "certificate") {
+		t.Fatalf("status without the CA: want a certificate error, got %q", r.stderr)
+	}
+	r = runFence(t, p.url, []string{ca, "FENCE_AUTH_TOKEN=first-token"}, "", "-o", "json", "status", name)
+	wantCode(t, "status with token and CA", r, 0)
+	if s := decode[statusJSON](t, "status", r); !s.Held {
+		t.Fatalf("status over TLS: want held, got %+v", s)
+	}
+}
+
+// writeSelfSignedCert writes a certificate for 127.0.0.1 (its own CA) and its key.
+func writeSelfSignedCert(t testing.TB, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "fence test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// metric reads one series of the server's /metrics.
+func metric(t testing.TB, server, name string) float64 {
+	t.Helper()
+	resp, err := httpGet(server + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	for _, line := range strings.Split(resp, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
