@@ -1,0 +1,147 @@
+// Package postgres makes PostgreSQL enforce fencing tokens and hand them out.
+//
+// It has three guards and a lock service, all on pgx v5:
+//
+//   - [Guard], the resource fence: a fences table with one row per resource
+//     (lock name, highest token, lease). [Guard.FenceTx] advances that row
+//     inside the caller's own transaction, so every write of the transaction is
+//     fenced together and committed with the fence or not at all; [Guard.Do]
+//     wraps begin, FenceTx, your writes and commit. [Guard.Fence] advances the
+//     fence without data, so a new holder fences off paused predecessors before
+//     its first write. Use it for tables that have no fence column, and to stop
+//     a stale holder from inserting new rows.
+//   - [Row], the row fence: for a table whose rows carry fence columns,
+//     [Row.Update] and [Row.Upsert] write values and fence in one conditional
+//     statement.
+//   - [KV], a fenced key-value table (a Row fence on a table of its own); it
+//     implements fence.KV and fence.Guard.
+//   - [Locker], a fence.Locker whose lock rows keep the token counter and whose
+//     expiry is judged by the database's clock; waiters are woken by
+//     LISTEN/NOTIFY.
+//
+// Every guard applies fence.Admit's rule in SQL: a fence is accepted if its
+// token is above the stored one, or equal under the same non-empty lease id, and
+// only if its lock name is the stored one (tokens of different locks are not
+// comparable). A refused write changed nothing and returns a
+// *fence.StaleTokenError carrying the highest token seen, or a
+// *fence.NamespaceError. The check and the write are one statement; only a
+// refusal runs a second one, a SELECT that reads the fence that refused it
+// (inside a transaction the first statement holds that row's lock).
+//
+// # Schema
+//
+// [Schema], [KVSchema] and [LockerSchema] are the DDL, and CreateSchema runs it
+// under the configured table name. The only index any statement needs is the
+// primary key (or, for a Row, a unique index on its key column): every
+// statement looks a row up by it, and ON CONFLICT arbitrates on it. A Row's
+// fence columns should be NOT NULL with defaults meaning "never fenced" (see
+// [Row.FenceColumnsDDL]); a NULL fence is reported as [ErrCorrupt], never
+// written over.
+//
+// # The SQL each operation runs
+//
+// Guard.FenceTx, Guard.Fence and Guard.Do (after BEGIN, before your writes),
+// with $1 resource, $2 lock name, $3 token, $4 lease id:
+//
+//	INSERT INTO "fence_resources" AS r (resource, name, token, lease) VALUES ($1, $2, $3, $4)
+//	ON CONFLICT (resource) DO UPDATE SET token = excluded.token, lease = excluded.lease
+//	WHERE (r.token = 0 OR (r.name = excluded.name AND (r.token < excluded.token
+//	    OR (r.token = excluded.token AND excluded.lease <> '' AND r.lease = excluded.lease))))
+//	RETURNING true
+//
+// A row returned means accepted. No row means refused: PostgreSQL still locks a
+// conflicting row whose WHERE clause is false, so the fence cannot change until
+// the transaction ends, and the guard reads it to say why:
+//
+//	SELECT name, token, lease FROM "fence_resources" WHERE resource = $1
+//
+// Row.Update, for Row{Table: "accounts", Key: "id", Columns: []string{"balance"}},
+// with $1 key, $2-$4 the fence, $5... the values (zero rows affected runs the
+// SELECT below to tell a missing row, fence.ErrNotFound, from a refusal):
+//
+//	UPDATE "accounts" SET "balance" = $5, "fence_name" = $2, "fence_token" = $3, "fence_lease" = $4
+//	WHERE "id" = $1 AND ("fence_token" = 0 OR ("fence_name" = $2 AND ("fence_token" < $3
+//	    OR ("fence_token" = $3 AND $4 <> '' AND "fence_lease" = $4))))
+//
+// Row.Upsert (Row.Fence is the same without the value columns, and KV.Put is it
+// on the KV's table):
+//
+//	INSERT INTO "accounts" AS r ("id", "fence_name", "fence_token", "fence_lease", "balance")
+//	VALUES ($1, $2, $3, $4, $5)
+//	ON CONFLICT ("id") DO UPDATE SET "balance" = excluded."balance", "fence_name" = excluded."fence_name",
+//	    "fence_token" = excluded."fence_token", "fence_lease" = excluded."fence_lease"
+//	WHERE (r."fence_token" = 0 OR (r."fence_name" = excluded."fence_name" AND (r."fence_token" < excluded."fence_token"
+//	    OR (r."fence_token" = excluded."fence_token" AND excluded."fence_lease" <> '' AND r."fence_lease" = excluded."fence_lease"))))
+//	RETURNING true
+//
+// and on a refusal:
+//
+//	SELECT "fence_name", "fence_token", "fence_lease" FROM "accounts" WHERE "id" = $1
+//
+// Locker.Acquire, with $1 name, $2 the new lease id, $3 the TTL in ms, $4
+// fence.MaxToken; the token counter lives in the lock row and is advanced in the
+// statement that grants the lease:
+//
+//	INSERT INTO "fence_locks" AS l (name, token, lease, expires_at)
+//	VALUES ($1, 1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond')
+//	ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease,
+//	    expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
+//	WHERE l.expires_at <= clock_timestamp() AND l.token < $4
+//	RETURNING token
+//
+// When no row comes back the lock is held (or exhausted, or edited by hand), and
+// a SELECT of the row's token and time left says which; the time left becomes
+// the *fence.HeldError's ExpiresIn and a waiter's wake-up timer. Renew:
+//
+//	UPDATE "fence_locks" SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
+//	WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()
+//
+// Release keeps the row and its token and notifies waiters in the same
+// statement (NOTIFY is delivered at commit):
+//
+//	WITH released AS (
+//	    UPDATE "fence_locks" SET expires_at = '-infinity'
+//	    WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()
+//	    RETURNING name)
+//	SELECT pg_notify($3, name) FROM released
+//
+// # Clocks
+//
+// Lease expiry is judged by the database's clock only, so the clients' clocks
+// do not matter. The Locker uses clock_timestamp() (the time the statement
+// reaches that point), not now() (the start of the transaction): from inside a
+// longer transaction now() lies in the past, so a lease counted from it could
+// end before the holder's local deadline, which counts from when the holder sent
+// the request. A step of the database server's clock moves every expiry with it.
+//
+// # Waiting
+//
+// Each Locker keeps one connection, taken out of the pool, that LISTENs on the
+// channel named after the lock table, and dispatches each notification (its
+// payload is the lock name) to that name's waiters. A waiter also wakes when the
+// holder's lease would expire (the held lock's time left) and at least every
+// LockerOptions.PollInterval (default 1s, and at most the TTL asked for), so a
+// lost LISTEN connection or an expiry without release costs latency, never
+// liveness. After the listener reconnects it wakes every waiter.
+//
+// # Durability and hand edits
+//
+// Tokens live in the lock table, so they survive restarts and crashes of
+// PostgreSQL as committed data does. The table's triggers refuse to lower a
+// token, delete a lock row or truncate the table, since any of these would let a
+// token be issued twice. A row edited into something the Locker never writes (a
+// NULL or infinite expiry, an expiry beyond fence.MaxTTL) makes Acquire return
+// [ErrCorrupt] and grant nothing; its holder's Renew returns fence.ErrNotHeld.
+//
+// # Errors
+//
+// Errors wrap the fence sentinels (fence.ErrStaleToken, fence.ErrNamespace,
+// fence.ErrInvalid, fence.ErrNotFound, fence.ErrNotAcquired, fence.ErrNotHeld,
+// fence.ErrTokenExhausted, fence.ErrUnavailable, fence.ErrClosed) or this
+// package's ([ErrSchema], [ErrConflict], [ErrCorrupt]); a database error stays
+// in the chain as a *pgconn.PgError. pgx.ErrNoRows never escapes. Tokens are
+// validated before any statement (0 and anything above fence.MaxToken, so well
+// inside bigint, are fence.ErrInvalid), and identifiers in options must be ASCII
+// letters, digits and underscores: they are quoted, and user data only ever
+// travels as parameters.
+package postgres
