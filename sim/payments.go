@@ -343,7 +343,7 @@ func paymentsCase(pc payCase, p Protections, seed uint64) (*Run, Cell, error) {
 	s.run.Protections = p.Names()
 	m := &payModel{s: s, prot: p, lock: "payments-batch-7", payment: "pay-1001", amount: "$120.00", idem: make(map[string]string)}
 	pc.setup(m)
-	if err := s.loop(0); err != nil {
+	if err := s.loop(); err != nil {
 		return nil, Cell{}, err
 	}
 	s.run.Violations = CheckWrites(s.run.Writes)

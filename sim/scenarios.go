@@ -27,8 +27,8 @@ type Options struct {
 
 // Scenario is a named simulation.
 type Scenario struct {
-	Name    string
-	Summary string
+	Name    string // as given to Simulate and to fence simulate --scenario
+	Summary string // one line saying what it shows
 	run     func(o Options, fencing bool) (*Report, error)
 }
 
@@ -98,7 +98,7 @@ func SimulateBoth(name string, o Options) (*Report, error) {
 }
 
 func single(s *sim) (*Report, error) {
-	if err := s.loop(0); err != nil {
+	if err := s.loop(); err != nil {
 		return nil, err
 	}
 	s.summarize()

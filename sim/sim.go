@@ -284,9 +284,9 @@ func (s *sim) system(t time.Duration, fn func()) { s.push(t, prioSystem, nil, fn
 // in flight arrives whether or not its sender is running.
 func (s *sim) network(t time.Duration, fn func()) { s.push(t, prioAction, nil, fn) }
 
-// loop runs the queue until it is empty or the next item is after horizon (0: no
-// horizon). It returns an error if the run does not end.
-func (s *sim) loop(horizon time.Duration) error {
+// loop runs the queue until nothing but expiry watches is left. It returns an
+// error if the run does not end within maxSteps.
+func (s *sim) loop() error {
 	for s.queue.Len() > 0 {
 		if s.actions == 0 {
 			break // only expiry watches are left: nothing more happens
@@ -294,9 +294,6 @@ func (s *sim) loop(horizon time.Duration) error {
 		it := heap.Pop(&s.queue).(*item)
 		if !it.watch {
 			s.actions--
-		}
-		if horizon > 0 && it.at > horizon {
-			break
 		}
 		s.steps++
 		if s.steps > maxSteps {
