@@ -10,6 +10,9 @@
 // Each subtest calls the factory once and uses its own unique lock names and keys,
 // so one server can serve the whole suite. Run it under the race detector.
 //
+// The suite measures time with the system clock, so the implementation under
+// test must judge expiry by real time (not by an injected virtual clock).
+//
 // Optional capabilities are probed, not required: a Locker that also implements
 // fence.Inspector or fence.Healer gets those checked too.
 //

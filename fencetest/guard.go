@@ -295,24 +295,24 @@ func guardBadInput(t *testing.T, g Guarded) {
 	key := uniqueName(t, "key")
 	good := fc.at(1)
 	badFences := []struct {
-		desc string
-		f    fence.Fence
+		desc, field string
+		f           fence.Fence
 	}{
-		{"zero token", fence.Fence{Name: fc.name, Token: 0, LeaseID: good.LeaseID}},
-		{"token above MaxToken", fence.Fence{Name: fc.name, Token: fence.MaxToken + 1, LeaseID: good.LeaseID}},
-		{"empty lock name", fence.Fence{Name: "", Token: 1, LeaseID: good.LeaseID}},
-		{"lock name with a newline", fence.Fence{Name: "a\nb", Token: 1, LeaseID: good.LeaseID}},
-		{"lease id with a space", fence.Fence{Name: fc.name, Token: 1, LeaseID: "bad lease"}},
+		{"zero token", "token", fence.Fence{Name: fc.name, Token: 0, LeaseID: good.LeaseID}},
+		{"token above MaxToken", "token", fence.Fence{Name: fc.name, Token: fence.MaxToken + 1, LeaseID: good.LeaseID}},
+		{"empty lock name", "name", fence.Fence{Name: "", Token: 1, LeaseID: good.LeaseID}},
+		{"lock name with a newline", "name", fence.Fence{Name: "a\nb", Token: 1, LeaseID: good.LeaseID}},
+		{"lease id with a space", "lease", fence.Fence{Name: fc.name, Token: 1, LeaseID: "bad lease"}},
 	}
 	for _, bf := range badFences {
-		wantErrIs(t, "Put with a fence with "+bf.desc, g.Put(ctx, key, []byte("x"), bf.f), fence.ErrInvalid)
-		wantErrIs(t, "Fence with a fence with "+bf.desc, g.Fence(ctx, key, bf.f), fence.ErrInvalid)
+		wantInvalid(t, "Put with a fence with "+bf.desc, g.Put(ctx, key, []byte("x"), bf.f), bf.field)
+		wantInvalid(t, "Fence with a fence with "+bf.desc, g.Fence(ctx, key, bf.f), bf.field)
 	}
 	for _, bn := range badNames {
-		wantErrIs(t, fmt.Sprintf("Put with a key %s", bn.desc), g.Put(ctx, bn.name, []byte("x"), good), fence.ErrInvalid)
-		wantErrIs(t, fmt.Sprintf("Fence with a key %s", bn.desc), g.Fence(ctx, bn.name, good), fence.ErrInvalid)
+		wantInvalid(t, fmt.Sprintf("Put with a key %s", bn.desc), g.Put(ctx, bn.name, []byte("x"), good), "key")
+		wantInvalid(t, fmt.Sprintf("Fence with a key %s", bn.desc), g.Fence(ctx, bn.name, good), "key")
 		_, err := g.Get(ctx, bn.name)
-		wantErrIs(t, fmt.Sprintf("Get with a key %s", bn.desc), err, fence.ErrInvalid)
+		wantInvalid(t, fmt.Sprintf("Get with a key %s", bn.desc), err, "key")
 	}
 	// Nothing was written by the rejected calls.
 	_, err := g.Get(ctx, key)

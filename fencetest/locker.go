@@ -112,6 +112,16 @@ func wantErrIs(t *testing.T, what string, err, target error) {
 	}
 }
 
+// wantInvalid is wantErrIs(err, fence.ErrInvalid) plus a clear message: it must
+// name what is wrong (field is "name", "ttl", "lease", ...).
+func wantInvalid(t *testing.T, what string, err error, field string) {
+	t.Helper()
+	wantErrIs(t, what, err, fence.ErrInvalid)
+	if !strings.Contains(strings.ToLower(err.Error()), field) {
+		t.Fatalf("%s = %q; want a message that names the %s", what, err, field)
+	}
+}
+
 func wantDone(t *testing.T, lease *fence.Lease, within time.Duration, why string) {
 	t.Helper()
 	select {
@@ -313,6 +323,9 @@ func (s *lockerSuite) ownerOnly(t *testing.T, l fence.Locker) {
 	if err := l.Release(ctx, name, a.ID()); err != nil {
 		t.Fatalf("Release by the holder = %v; want nil", err)
 	}
+	never := uniqueName(t, "never")
+	wantErrIs(t, "Renew of a lock never acquired", l.Renew(ctx, never, forged, longTTL), fence.ErrNotHeld)
+	wantErrIs(t, "Release of a lock never acquired", l.Release(ctx, never, forged), fence.ErrNotHeld)
 }
 
 func (s *lockerSuite) expiryExclusive(t *testing.T, l fence.Locker) {
@@ -616,12 +629,12 @@ func (s *lockerSuite) badNames(t *testing.T, l fence.Locker) {
 		if lease != nil {
 			releaseAtCleanup(t, lease)
 		}
-		wantErrIs(t, fmt.Sprintf("Acquire with a name %s (%q)", bn.desc, bn.name), err, fence.ErrInvalid)
+		wantInvalid(t, fmt.Sprintf("Acquire with a name %s (%q)", bn.desc, bn.name), err, "name")
 		if lease != nil {
 			t.Fatalf("Acquire with a name %s returned a lease with its error", bn.desc)
 		}
-		wantErrIs(t, fmt.Sprintf("Renew with a name %s", bn.desc), l.Renew(ctx, bn.name, id, longTTL), fence.ErrInvalid)
-		wantErrIs(t, fmt.Sprintf("Release with a name %s", bn.desc), l.Release(ctx, bn.name, id), fence.ErrInvalid)
+		wantInvalid(t, fmt.Sprintf("Renew with a name %s", bn.desc), l.Renew(ctx, bn.name, id, longTTL), "name")
+		wantInvalid(t, fmt.Sprintf("Release with a name %s", bn.desc), l.Release(ctx, bn.name, id), "name")
 	}
 }
 
@@ -658,11 +671,11 @@ func (s *lockerSuite) badTTLs(t *testing.T, l fence.Locker) {
 		if lease != nil {
 			releaseAtCleanup(t, lease)
 		}
-		wantErrIs(t, fmt.Sprintf("Acquire with TTL %v", ttl), err, fence.ErrInvalid)
+		wantInvalid(t, fmt.Sprintf("Acquire with TTL %v", ttl), err, "ttl")
 	}
 	a := acquire(t, l, name, longTTL)
 	for _, ttl := range badTTLs {
-		wantErrIs(t, fmt.Sprintf("Renew with TTL %v", ttl), l.Renew(ctx, name, a.ID(), ttl), fence.ErrInvalid)
+		wantInvalid(t, fmt.Sprintf("Renew with TTL %v", ttl), l.Renew(ctx, name, a.ID(), ttl), "ttl")
 	}
 	if err := l.Renew(ctx, name, a.ID(), longTTL); err != nil {
 		t.Fatalf("Renew with a good TTL after bad ones = %v; want nil (bad input changes nothing)", err)
@@ -674,8 +687,8 @@ func (s *lockerSuite) badLeaseIDs(t *testing.T, l fence.Locker) {
 	name := uniqueName(t, "")
 	acquire(t, l, name, longTTL)
 	for _, id := range []string{"", "has space", "tab\tid", strings.Repeat("a", fence.MaxLeaseIDLen+1), "nul\x00", "ünï"} {
-		wantErrIs(t, fmt.Sprintf("Renew with lease id %q", id), l.Renew(ctx, name, id, longTTL), fence.ErrInvalid)
-		wantErrIs(t, fmt.Sprintf("Release with lease id %q", id), l.Release(ctx, name, id), fence.ErrInvalid)
+		wantInvalid(t, fmt.Sprintf("Renew with lease id %q", id), l.Renew(ctx, name, id, longTTL), "lease")
+		wantInvalid(t, fmt.Sprintf("Release with lease id %q", id), l.Release(ctx, name, id), "lease")
 	}
 	wantHeld(t, l, name, "after Renew and Release with bad lease ids")
 }
