@@ -104,3 +104,45 @@ func ExampleRow_Update() {
 	// stale, highest seen 8
 	// true
 }
+
+// FenceTx makes any transaction a fenced one: the fence row is advanced (and
+// locked) first, and on a refusal the caller rolls back.
+func ExampleGuard_FenceTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, sharedDSN)
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	guard := postgres.NewGuard(pool, nil)
+	ledger, lock := exampleName("ledger-tx"), exampleName("ledger-lock")
+
+	transfer := func(f fence.Fence) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) // a no-op after Commit
+		if err := guard.FenceTx(ctx, tx, ledger, f); err != nil {
+			return err // the deferred Rollback undoes nothing: nothing was written
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO entries (resource, token, note) VALUES ($1, $2, 'debit')`, ledger, int64(f.Token)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO entries (resource, token, note) VALUES ($1, $2, 'credit')`, ledger, int64(f.Token)); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	fmt.Println(transfer(fence.Fence{Name: lock, Token: 2, LeaseID: "lease-2"}))
+	fmt.Println(errors.Is(transfer(fence.Fence{Name: lock, Token: 1, LeaseID: "lease-1"}), fence.ErrStaleToken))
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM entries WHERE resource = $1`, ledger).Scan(&n); err != nil {
+		panic(err)
+	}
+	fmt.Println(n, "entries")
+	// Output:
+	// <nil>
+	// true
+	// 2 entries
+}

@@ -21,8 +21,9 @@ const (
 
 // Row is the row fence: a table whose rows carry their own fence in three
 // columns (lock name, token, lease), written by one conditional statement
-// together with the data. Describe the table once and share the Row; it is safe
-// for concurrent use. Give the fence columns defaults that mean "never fenced":
+// together with the data. Describe the table once and share the *Row; it is safe
+// for concurrent use. Its fields are read (and validated) at first use: changing
+// them afterwards has no effect. Give the fence columns defaults that mean "never fenced":
 //
 //	fence_name  text   NOT NULL DEFAULT '',
 //	fence_token bigint NOT NULL DEFAULT 0 CHECK (fence_token >= 0),
