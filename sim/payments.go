@@ -22,6 +22,11 @@ import (
 //   - idempotency key: charges carry a key derived from the payment, and the
 //     provider replays the first charge instead of making another;
 //   - unique constraint: the ledger refuses a second payout row for a payment.
+//
+// Fencing stops the stale-holder cases here because a worker claims the payment in
+// the ledger before it calls the provider. A charge a stale holder had already sent
+// before the new holder's claim would still reach the provider, which cannot check
+// tokens: only the idempotency key stops that, and the retry case.
 
 // Protections are the defences of the payments scenario.
 type Protections struct {
