@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -50,7 +51,10 @@ func StartMariaDB() (*MariaDBServer, error) {
 		return nil, err
 	}
 	s := &MariaDBServer{Dir: dir, bin: bin, rootUser: os.Geteuid() == 0}
-	if err := s.installDB(install); err != nil {
+	key := templateKey("mariadb", []string{install, bin}, strings.Join(installOnlyArgs, " "), strings.Join(s.installArgs(), " "))
+	build := func(string) error { return s.installDB(install) }
+	cached, err := initFromTemplate(key, s.dataDir(), build)
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -61,7 +65,17 @@ func StartMariaDB() (*MariaDBServer, error) {
 		if err = s.start(); err == nil {
 			return s, nil
 		}
-		if !addrInUse(err) || attempt == startAttempts {
+		if cached && !addrInUse(err) {
+			// A bad template (say, a half-written cache): drop it and start from scratch.
+			forgetTemplate(key)
+			cached = false
+			os.RemoveAll(s.dataDir())
+			if err = s.installDB(install); err != nil {
+				break
+			}
+			continue
+		}
+		if !addrInUse(err) || attempt >= startAttempts {
 			break
 		}
 	}
@@ -86,9 +100,13 @@ func (s *MariaDBServer) logPath() string { return filepath.Join(s.Dir, "mariadb.
 
 // serverOptions are the mariadbd options shared by install and start.
 func (s *MariaDBServer) serverOptions() []string {
+	return append([]string{"--datadir=" + s.dataDir(), "--tmpdir=" + s.Dir}, s.installArgs()...)
+}
+
+// installArgs are the options that shape the data directory, apart from its path (they
+// are the template cache key).
+func (s *MariaDBServer) installArgs() []string {
 	opts := []string{
-		"--datadir=" + s.dataDir(),
-		"--tmpdir=" + s.Dir,
 		"--skip-name-resolve",
 		"--character-set-server=utf8mb4",
 		"--collation-server=utf8mb4_bin",
@@ -111,13 +129,13 @@ func (s *MariaDBServer) serverOptions() []string {
 	return opts
 }
 
+// installOnlyArgs are mariadb-install-db's own options.
+var installOnlyArgs = []string{"--auth-root-authentication-method=normal", "--skip-test-db"}
+
 // installDB creates the system tables in s.Dir/data.
 func (s *MariaDBServer) installDB(install string) error {
-	args := append([]string{
-		"--no-defaults", // must come first
-		"--auth-root-authentication-method=normal",
-		"--skip-test-db",
-	}, s.serverOptions()...)
+	args := append([]string{"--no-defaults"}, // must come first
+		append(installOnlyArgs, s.serverOptions()...)...)
 	cmd := exec.Command(install, args...)
 	cmd.Dir = s.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -55,7 +56,18 @@ func StartPostgres() (*PostgresServer, error) {
 		return nil, err
 	}
 	s := &PostgresServer{Dir: dir, bin: bin, cred: cred}
-	if err := s.initdb(initdb); err != nil {
+	if err := chownTo(s.Dir, s.cred); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("testserv: postgres: %w", err)
+	}
+	uid := "-"
+	if cred != nil {
+		uid = strconv.FormatUint(uint64(cred.Uid), 10)
+	}
+	key := templateKey("pg", []string{initdb, bin}, uid, strings.Join(initdbArgs, " "))
+	build := func(string) error { return s.initdb(initdb) }
+	cached, err := initFromTemplate(key, s.dataDir(), build)
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -66,13 +78,26 @@ func StartPostgres() (*PostgresServer, error) {
 		if err = s.start(); err == nil {
 			return s, nil
 		}
-		if !addrInUse(err) || attempt == startAttempts {
+		if cached && !addrInUse(err) {
+			// A bad template (say, a half-written cache): drop it and start from scratch.
+			forgetTemplate(key)
+			cached = false
+			os.RemoveAll(s.dataDir())
+			if err = s.initdb(initdb); err != nil {
+				break
+			}
+			continue
+		}
+		if !addrInUse(err) || attempt >= startAttempts {
 			break
 		}
 	}
 	os.RemoveAll(dir)
 	return nil, err
 }
+
+// initdbArgs are initdb's arguments after -D DATADIR.
+var initdbArgs = []string{"-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"}
 
 // Postgres starts a server like StartPostgres for the test t, and stops it and removes
 // its directory when t ends. It fails t if the server cannot start.
@@ -134,11 +159,7 @@ func (s *PostgresServer) logPath() string { return filepath.Join(s.Dir, "postgre
 
 // initdb creates the cluster in s.Dir/data.
 func (s *PostgresServer) initdb(initdb string) error {
-	if err := chownTo(s.Dir, s.cred); err != nil {
-		return fmt.Errorf("testserv: postgres: %w", err)
-	}
-	cmd := exec.Command(initdb, "-D", s.dataDir(), "-A", "trust", "-U", "postgres",
-		"--no-sync", "-E", "UTF8", "--locale=C")
+	cmd := exec.Command(initdb, append([]string{"-D", s.dataDir()}, initdbArgs...)...)
 	cmd.Dir = s.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
 	out, err := cmd.CombinedOutput()

@@ -198,14 +198,28 @@ func (p *process) signalGroup(sig syscall.Signal) {
 	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 }
 
-// kill sends SIGKILL to the group and waits until the server has exited.
+// kill kills the server and all its descendants with SIGKILL, like a crash, and waits
+// until they are gone. Descendants are found through /proc, not only through the process
+// group: PostgreSQL backends call setsid, so a group kill would leave them serving
+// their connections for a while and holding the shared memory a restart needs.
 func (p *process) kill() {
+	if p.exited() {
+		p.signalGroup(syscall.SIGKILL) // leftovers in the group, if any
+		return
+	}
+	// Freeze the group first so that no new child is forked while we look for them.
+	p.signalGroup(syscall.SIGSTOP)
+	desc := descendants(p.cmd.Process.Pid)
 	p.signalGroup(syscall.SIGKILL)
+	for _, pid := range desc {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	<-p.done
+	waitGone(desc, stopTimeout)
 }
 
 // stop sends sig to the server for a graceful shutdown and waits for it to exit; after
-// stopTimeout it kills the group. Any children left in the group are killed too.
+// stopTimeout it kills it and its descendants.
 func (p *process) stop(sig syscall.Signal) {
 	_ = p.cmd.Process.Signal(sig)
 	timer := time.NewTimer(stopTimeout)
@@ -215,6 +229,86 @@ func (p *process) stop(sig syscall.Signal) {
 	case <-timer.C:
 	}
 	p.kill()
+}
+
+// descendants returns the pids of all descendants of pid, from /proc.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(child); ok {
+			children[ppid] = append(children[ppid], child)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		next := queue[0]
+		queue = queue[1:]
+		for _, c := range children[next] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// procStat returns the parent pid and state of pid from /proc/PID/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	if err != nil {
+		return 0, 0, false
+	}
+	return ppid, f[0][0], true
+}
+
+// waitGone waits up to timeout until none of pids is running (gone, or a zombie
+// waiting for init to reap it).
+func waitGone(pids []int, timeout time.Duration) {
+	if len(pids) == 0 {
+		return
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		alive := false
+		for _, pid := range pids {
+			if _, state, ok := procStat(pid); ok && state != 'Z' && state != 'X' {
+				alive = true
+				break
+			}
+		}
+		if !alive {
+			return
+		}
+		select {
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // waitReady calls ready until it returns nil, the process exits, or startTimeout passes.

@@ -1,0 +1,116 @@
+package testserv
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Creating a data directory (initdb, mariadb-install-db) costs seconds of CPU, more on a
+// loaded machine; copying one costs a fraction of a second. So the first server of a
+// kind initialises a data directory as usual and saves a copy in the user's cache
+// directory; later servers, in this process or others, copy it. The cache key covers the
+// binaries (path, size, modification time), the init arguments and the user the server
+// runs as, so an upgrade or a change of options makes a new template. Any failure of
+// the cache falls back to initialising from scratch; set TESTSERV_NOCACHE=1 to bypass it.
+
+// templateCacheEnv disables the template cache when set to a non-empty value.
+const templateCacheEnv = "TESTSERV_NOCACHE"
+
+// templateKey returns the cache entry name for kind, derived from the binaries and the
+// other parts of the setup that shape the data directory.
+func templateKey(kind string, binaries []string, parts ...string) string {
+	h := sha256.New()
+	for _, b := range binaries {
+		st, err := os.Stat(b)
+		if err != nil {
+			return "" // unknown binary: do not cache
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", b, st.Size(), st.ModTime().UnixNano())
+	}
+	for _, p := range parts {
+		fmt.Fprintf(h, "%s\x00", p)
+	}
+	return kind + "-" + hex.EncodeToString(h.Sum(nil))[:20]
+}
+
+// templateRoot returns the cache directory for templates, or "" if there is none.
+func templateRoot() string {
+	if os.Getenv(templateCacheEnv) != "" {
+		return ""
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(base, "fence-testserv")
+}
+
+// initFromTemplate makes dataDir, copying it from the cached template key if there is
+// one and running build(dataDir) otherwise (then caching the result). It reports
+// whether dataDir came from the cache, so a caller whose server then fails to start can
+// drop the template (forgetTemplate) and build afresh.
+func initFromTemplate(key, dataDir string, build func(dataDir string) error) (cached bool, err error) {
+	root := templateRoot()
+	if root == "" || key == "" {
+		return false, build(dataDir)
+	}
+	tmpl := filepath.Join(root, key)
+	if _, err := os.Stat(filepath.Join(tmpl, "data")); err == nil {
+		if copyTree(filepath.Join(tmpl, "data"), dataDir) == nil {
+			return true, nil
+		}
+		os.RemoveAll(dataDir) // a partial copy; build instead
+	}
+	if err := build(dataDir); err != nil {
+		return false, err
+	}
+	saveTemplate(root, tmpl, dataDir)
+	return false, nil
+}
+
+// saveTemplate copies dataDir to tmpl/data, atomically: a copy under a temporary name,
+// renamed into place. If another process saved one first, ours is discarded.
+func saveTemplate(root, tmpl, dataDir string) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return
+	}
+	// Leftovers of processes killed while saving.
+	if old, _ := filepath.Glob(filepath.Join(root, ".tmp-*")); len(old) > 0 {
+		for _, o := range old {
+			if st, err := os.Stat(o); err == nil && time.Since(st.ModTime()) > time.Hour {
+				os.RemoveAll(o)
+			}
+		}
+	}
+	tmp, err := os.MkdirTemp(root, ".tmp-")
+	if err != nil {
+		return
+	}
+	if copyTree(dataDir, filepath.Join(tmp, "data")) != nil || os.Rename(tmp, tmpl) != nil {
+		os.RemoveAll(tmp)
+	}
+}
+
+// forgetTemplate removes the cached template key, e.g. after a server failed to start
+// from it.
+func forgetTemplate(key string) {
+	if root := templateRoot(); root != "" && key != "" {
+		os.RemoveAll(filepath.Join(root, key))
+	}
+}
+
+// copyTree copies the directory src to dst (which must not exist), keeping owners and
+// modes: cp -a does that for every file type, which a Go copy would have to redo.
+func copyTree(src, dst string) error {
+	out, err := exec.Command("cp", "-a", src, dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testserv: cp -a %s %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
