@@ -344,3 +344,17 @@ func TestWriters_ReturnWriteErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSimulate_Random measures one random run (4 workers, 400 ticks) through
+// the real inmem Locker and Guard, rendered as text.
+func BenchmarkSimulate_Random(b *testing.B) {
+	for i := 0; b.Loop(); i++ {
+		rep, err := Simulate("random", true, Options{Seed: uint64(i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := WriteText(io.Discard, rep); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
