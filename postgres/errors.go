@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -39,6 +40,9 @@ func dbErr(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		// The statement may or may not have run: the caller's context decided.
 		return err
+	}
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("%w: the transaction was already committed or rolled back: %w", fence.ErrInvalid, err)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -267,3 +267,22 @@ func TestGuard_CreateSchema_CustomTableInSchemaIsIdempotent(t *testing.T) {
 		t.Fatalf("inserting token 0: error = %v, want a check constraint violation", err)
 	}
 }
+
+func TestGuard_FenceTx_ClosedTxOrConn_ClearErrors(t *testing.T) {
+	ctx := ctxT(t)
+	g := postgres.NewGuard(sharedPool, nil)
+	res, lock := uniq(t, "res"), uniq(t, "lock")
+	tx, err := sharedPool.Begin(ctx)
+	wantOK(t, "begin", err)
+	wantOK(t, "commit", tx.Commit(ctx))
+	wantIs(t, "FenceTx on a committed tx", g.FenceTx(ctx, tx, res, fenceOf(lock, 1)), fence.ErrInvalid)
+
+	conn, err := pgx.Connect(ctx, sharedDSN)
+	wantOK(t, "connect", err)
+	wantOK(t, "close conn", conn.Close(ctx))
+	wantIs(t, "Fence through a closed conn", postgres.NewGuard(conn, nil).Fence(ctx, res, fenceOf(lock, 1)), fence.ErrUnavailable)
+	wantIs(t, "Row.Update through a closed conn", accounts.Update(ctx, conn, fenceOf(lock, 1), res, 1), fence.ErrUnavailable)
+	if _, err := g.Highest(ctx, res); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("Highest after the failed calls: error = %v, want ErrNotFound (nothing written)", err)
+	}
+}
