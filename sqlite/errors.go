@@ -1,0 +1,89 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+
+	msqlite "modernc.org/sqlite"
+
+	"github.com/fencelock/fence"
+)
+
+// Errors of this package. Errors about fences wrap the root sentinels
+// (fence.ErrStaleToken, fence.ErrNamespace, fence.ErrInvalid, fence.ErrNotFound,
+// fence.ErrUnavailable, fence.ErrClosed); these two cover what only a SQL database
+// can say.
+var (
+	// ErrSchema means the table the guard was given does not have the expected
+	// shape: it is missing, lacks a column or the unique key, or holds a NULL or
+	// non-positive fence. Nothing was written.
+	ErrSchema = errors.New("sqlite: wrong or missing schema")
+
+	// ErrConflict means the database was locked by another connection for longer
+	// than the busy timeout (SQLITE_BUSY, SQLITE_LOCKED). Roll the transaction back
+	// and retry it; see Open for the settings that make this rare.
+	ErrConflict = errors.New("sqlite: database busy, roll back and retry")
+)
+
+// SQLite primary result codes the guard translates (the low byte of extended codes).
+const (
+	codeError    = 1
+	codeBusy     = 5
+	codeLocked   = 6
+	codeReadOnly = 8
+	codeIOErr    = 10
+	codeCorrupt  = 11
+	codeFull     = 13
+	codeCantOpen = 14
+	codeConstr   = 19
+	codeMismatch = 20
+)
+
+// wrap adds the package prefix and context what to err, and translates driver
+// errors to the root sentinels; the driver error stays in the chain.
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var st *fence.StaleTokenError
+	var ns *fence.NamespaceError
+	var inv *fence.InvalidError
+	switch {
+	case errors.As(err, &st), errors.As(err, &ns), errors.As(err, &inv),
+		errors.Is(err, ErrSchema), errors.Is(err, ErrConflict), errors.Is(err, fence.ErrNotFound),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("sqlite: %s: %w", what, err)
+	}
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case codeBusy, codeLocked:
+			return fmt.Errorf("sqlite: %s: %w: %w", what, ErrConflict, err)
+		case codeConstr, codeMismatch:
+			return fmt.Errorf("sqlite: %s: %w: %w", what, ErrSchema, err)
+		case codeError:
+			msg := se.Error()
+			for _, s := range []string{"no such table", "no such column", "has no column named", "ON CONFLICT clause does not match", "no such database"} {
+				if strings.Contains(msg, s) {
+					return fmt.Errorf("sqlite: %s: %w: %w", what, ErrSchema, err)
+				}
+			}
+		case codeReadOnly, codeIOErr, codeCorrupt, codeFull, codeCantOpen:
+			return fmt.Errorf("sqlite: %s: %w: %w", what, fence.ErrUnavailable, err)
+		}
+		return fmt.Errorf("sqlite: %s: %w", what, err)
+	}
+	switch {
+	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone), err.Error() == "sql: database is closed":
+		return fmt.Errorf("sqlite: %s: %w: %w", what, fence.ErrClosed, err)
+	case errors.Is(err, driver.ErrBadConn):
+		return fmt.Errorf("sqlite: %s: %w: %w", what, fence.ErrUnavailable, err)
+	case strings.HasPrefix(err.Error(), "sql: Scan error"):
+		return fmt.Errorf("sqlite: %s: %w: %w", what, ErrSchema, err)
+	}
+	return fmt.Errorf("sqlite: %s: %w", what, err)
+}
