@@ -9,11 +9,9 @@ import (
 )
 
 func TestLocker_Conformance(t *testing.T) {
-	l := inmem.NewLocker(inmem.Options{})
-	fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return l })
+	fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return inmem.NewLocker(inmem.Options{}) })
 }
 
 func TestGuard_Conformance(t *testing.T) {
-	g := inmem.NewGuard()
-	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return g })
+	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return inmem.NewGuard() })
 }
