@@ -76,6 +76,9 @@ func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error
 // resource's fence only if write returns nil. So writes made through Do for one
 // resource never overlap, and a write carrying a stale fence never runs.
 //
+// write must not call back into the Guard for the same resource (it would
+// deadlock). If write panics, the panic propagates and f is not recorded.
+//
 // It returns write's error (wrapped) if write failed, a *fence.StaleTokenError
 // (fence.ErrStaleToken) or *fence.NamespaceError (fence.ErrNamespace) if f was
 // refused, fence.ErrInvalid for a bad resource or fence or a nil write, and ctx's
@@ -103,8 +106,10 @@ func (g *Guard) Put(ctx context.Context, key string, value []byte, f fence.Fence
 	})
 }
 
-// Get returns a copy of the value stored under key and the fence that fences it.
-// A key that was only fenced (Fence or Do) has a nil value. It returns
+// Get returns a copy of the value stored under key and the key's current fence:
+// the highest accepted, which is the value's writer unless a later Fence or Do
+// advanced it without a Put. A key that was only fenced (Fence or Do) has a nil
+// value. It returns
 // fence.ErrNotFound if key was never fenced nor written, and fence.ErrInvalid for a
 // bad key.
 func (g *Guard) Get(ctx context.Context, key string) (fence.Item, error) {

@@ -37,6 +37,9 @@ type Options struct {
 //
 // Expired leases are cleared lazily, when the name is next touched; a waiter sets a
 // clock timer for the holder's expiry and is also woken at once by Release.
+// Waiters are not served in FIFO order: after a release they race, and one wins.
+// The state of every name ever used is kept for the life of the Locker (about a
+// hundred bytes each), because a counter must never restart.
 type Locker struct {
 	clock fence.Clock
 
