@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,8 +12,10 @@ import (
 )
 
 // paired runs base and variant alternately b.N times each and reports their
-// mean times and the ratio variant/base. Alternating in one loop exposes both
-// to the same load on the (shared) machine, so the ratio is what to read.
+// median and mean times and the ratios variant/base. Alternating in one loop
+// exposes both to the same load on the (shared) machine; the median ratio
+// ("fenced/plain") is the figure to read, since a loaded machine adds spikes
+// that the mean ("fenced/plain-mean") keeps.
 func paired(b *testing.B, unit string, base, variant func() error) {
 	b.Helper()
 	// Warm up: connections, prepared statements, the rows' first versions.
@@ -24,7 +27,8 @@ func paired(b *testing.B, unit string, base, variant func() error) {
 			b.Fatal(err)
 		}
 	}
-	var tBase, tVar time.Duration
+	tBase := make([]time.Duration, 0, b.N)
+	tVar := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s := time.Now()
@@ -35,13 +39,28 @@ func paired(b *testing.B, unit string, base, variant func() error) {
 		if err := variant(); err != nil {
 			b.Fatal(err)
 		}
-		tVar += time.Since(m)
-		tBase += m.Sub(s)
+		tVar = append(tVar, time.Since(m))
+		tBase = append(tBase, m.Sub(s))
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(tBase.Nanoseconds())/float64(b.N), "plain-ns/"+unit)
-	b.ReportMetric(float64(tVar.Nanoseconds())/float64(b.N), "fenced-ns/"+unit)
-	b.ReportMetric(float64(tVar)/float64(tBase), "fenced/plain")
+	mb, mv := median(tBase), median(tVar)
+	b.ReportMetric(float64(mb.Nanoseconds()), "plain-p50-ns/"+unit)
+	b.ReportMetric(float64(mv.Nanoseconds()), "fenced-p50-ns/"+unit)
+	b.ReportMetric(float64(mv)/float64(mb), "fenced/plain")
+	b.ReportMetric(float64(sum(tVar))/float64(sum(tBase)), "fenced/plain-mean")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func sum(ds []time.Duration) (t time.Duration) {
+	for _, d := range ds {
+		t += d
+	}
+	return t
 }
 
 // BenchmarkRowFence_UpdateVsPlainUpdate compares Row.Update (one conditional

@@ -286,3 +286,26 @@ func TestGuard_FenceTx_ClosedTxOrConn_ClearErrors(t *testing.T) {
 		t.Fatalf("Highest after the failed calls: error = %v, want ErrNotFound (nothing written)", err)
 	}
 }
+
+func TestSchemaConstants_CreateTablesTheDefaultsWorkOn(t *testing.T) {
+	ctx := ctxT(t)
+	pool := freshDB(t)
+	for _, ddl := range []string{postgres.Schema, postgres.KVSchema, postgres.LockerSchema} {
+		_, err := pool.Exec(ctx, ddl)
+		wantOK(t, "run documented DDL", err)
+	}
+	g, kv, l := postgres.NewGuard(pool, nil), postgres.NewKV(pool, nil), postgres.NewLocker(pool, nil)
+	defer l.Close()
+	wantOK(t, "Guard.CreateSchema over the DDL", g.CreateSchema(ctx))
+	wantOK(t, "KV.CreateSchema over the DDL", kv.CreateSchema(ctx))
+	wantOK(t, "Locker.CreateSchema over the DDL", l.CreateSchema(ctx))
+	lease, err := l.Acquire(ctx, "job", time.Minute)
+	wantOK(t, "Acquire", err)
+	wantOK(t, "Guard.Fence", g.Fence(ctx, "r", lease.Fence()))
+	wantOK(t, "KV.Put", kv.Put(ctx, "k", []byte("v"), lease.Fence()))
+	wantOK(t, "Release", lease.Release(ctx))
+	_, err = pool.Exec(ctx, `UPDATE fence_locks SET token = 0`)
+	if err == nil {
+		t.Fatal("setting a token to 0 by hand succeeded; want the documented schema to refuse it")
+	}
+}
