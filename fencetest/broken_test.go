@@ -26,7 +26,7 @@ const brokenEnv = "FENCETEST_BROKEN"
 // brokenLocker wraps the reference Locker and injects one bug.
 type brokenLocker struct {
 	inner *inmem.Locker
-	bug   string // "reuses-tokens", "ignores-owners", "grants-before-expiry"
+	bug   string // "reuses-tokens", "ignores-owners", "grants-before-expiry", "wait-ignores-release", "wait-ignores-context"
 
 	mu      sync.Mutex
 	current map[string]string // name -> lease id of the latest grant
@@ -40,7 +40,17 @@ func (b *brokenLocker) Acquire(ctx context.Context, name string, ttl time.Durati
 	o := fence.ApplyAcquireOptions(opts...)
 	start := time.Now()
 	// The inner lease is only a grant record: renewal is the wrapper lease's job.
-	inner, err := b.inner.Acquire(ctx, name, ttl, fence.WithWait(o.Wait))
+	var inner *fence.Lease
+	var err error
+	switch b.bug {
+	case "wait-ignores-release":
+		inner, err = b.acquireWakingOnlyAtExpiry(ctx, name, ttl, o.Wait)
+	case "wait-ignores-context":
+		// Bug: the wait is bounded by WithWait alone.
+		inner, err = b.inner.Acquire(context.Background(), name, ttl, fence.WithWait(o.Wait))
+	default:
+		inner, err = b.inner.Acquire(ctx, name, ttl, fence.WithWait(o.Wait))
+	}
 	if err != nil && b.bug == "grants-before-expiry" && errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil {
 		// Bug: takes the lock over from a holder whose lease has not expired.
 		b.mu.Lock()
@@ -62,6 +72,28 @@ func (b *brokenLocker) Acquire(ctx context.Context, name string, ttl time.Durati
 	return fence.NewLease(fence.LeaseConfig{
 		Locker: b, Name: name, Token: tok, ID: inner.ID(), TTL: ttl, Start: start, AutoRenew: o.AutoRenew,
 	}), nil
+}
+
+// acquireWakingOnlyAtExpiry waits for a held lock by sleeping until the holder's
+// lease would expire. Bug: a release does not wake it.
+func (b *brokenLocker) acquireWakingOnlyAtExpiry(ctx context.Context, name string, ttl, wait time.Duration) (*fence.Lease, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		lease, err := b.inner.Acquire(ctx, name, ttl)
+		var held *fence.HeldError
+		if err == nil || !errors.As(err, &held) || wait == 0 {
+			return lease, err
+		}
+		sleep := min(held.ExpiresIn, time.Until(deadline))
+		if sleep <= 0 {
+			return nil, err
+		}
+		select {
+		case <-time.After(sleep):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+	}
 }
 
 // owner returns the lease id the bug acts on.
@@ -201,6 +233,16 @@ var brokenCases = map[string]brokenCase{
 		run:      lockerCase("grants-before-expiry"),
 		wantFail: []string{"Acquire_HeldLock_ErrNotAcquired", "Expiry_NotGrantedBeforeGrantedAfter", "Wait_BoundedByWait"},
 		wantPass: []string{"LeaseIDs_DistinctAndAtLeast128Bits", "BadNames_Rejected"},
+	},
+	"locker-wait-ignores-release": {
+		run:      lockerCase("wait-ignores-release"),
+		wantFail: []string{"Wait_WokenByRelease"},
+		wantPass: []string{"Expiry_NotGrantedBeforeGrantedAfter", "Wait_ContextCancelReturnsPromptly"},
+	},
+	"locker-wait-ignores-context": {
+		run:      lockerCase("wait-ignores-context"),
+		wantFail: []string{"Wait_ContextCancelReturnsPromptly", "Wait_ContextDeadlineReturnsPromptly"},
+		wantPass: []string{"Wait_WokenByRelease", "Wait_BoundedByWait"},
 	},
 	"guard-admits-equal-token-from-other-lease": {
 		run:      guardCase(admitsEqualFromOtherLease),
