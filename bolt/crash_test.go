@@ -24,6 +24,8 @@ const (
 	crashChildEnv = "FENCE_BOLT_CRASH_CHILD"
 	crashSeedEnv  = "FENCE_BOLT_CRASH_SEED"
 	crashKillsEnv = "FENCE_BOLT_CRASH_KILLS"
+	// crashBrokenEnv breaks the child's store on purpose (negative control).
+	crashBrokenEnv = "FENCE_BOLT_CRASH_BROKEN"
 )
 
 // crashOptions keep the grace period short (SyncTTL+HorizonChunk = 280ms), the
@@ -36,8 +38,10 @@ var crashOptions = Options{
 	FlushInterval: 20 * time.Millisecond,
 }
 
+// crashTTLs: the 2s one outlives a slow child restart on a loaded machine, so
+// the P6 check is exercised even then.
 var crashTTLs = []time.Duration{10 * time.Millisecond, 80 * time.Millisecond, 200 * time.Millisecond,
-	250 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
+	250 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 2 * time.Second}
 
 func TestMain(m *testing.M) {
 	if path := os.Getenv(crashChildEnv); path != "" {
@@ -57,6 +61,7 @@ func crashChild(path string) int {
 	seed, _ := strconv.ParseInt(os.Getenv(crashSeedEnv), 10, 64)
 	rng := rand.New(rand.NewSource(seed))
 	o := crashOptions
+	brokenForTest = os.Getenv(crashBrokenEnv)
 	s, err := Open(path, &o)
 	if err != nil {
 		fmt.Printf("E open: %v\n", err)
@@ -127,6 +132,10 @@ type crashChecker struct {
 	crossRun int // grants checked against an unreleased lease from an earlier run
 	heldBack int // of those, calls that began while that lease was unexpired
 	refused  int // refusals that P6 required: a grant would have violated it
+	// record makes violations be recorded (for the negative control) instead of
+	// failing the test.
+	record     bool
+	violations []string
 }
 
 func (c *crashChecker) startRun(run int) {
@@ -137,6 +146,20 @@ func (c *crashChecker) startRun(run int) {
 	}
 	c.runMax = make(map[string]fence.Token)
 	c.run = run
+}
+
+func (c *crashChecker) violate(format string, args ...any) {
+	c.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if !c.record {
+		c.t.Fatal(msg)
+	}
+	c.violations = append(c.violations, msg)
+}
+
+func newCrashChecker(t *testing.T) *crashChecker {
+	return &crashChecker{t: t, tokens: map[fence.Token]string{}, maxToken: map[string]fence.Token{},
+		runMax: map[string]fence.Token{}, leases: map[string]*crashLease{}}
 }
 
 func (c *crashChecker) line(line string) {
@@ -160,19 +183,19 @@ func (c *crashChecker) line(line string) {
 		name, tok, start, end, ttl := f[1], fence.Token(num(2)), num(3), num(4), num(5)
 		c.grants++
 		if other, dup := c.tokens[tok]; dup {
-			t.Fatalf("run %d: P1 violated: token %d granted on %q was already granted on %q", c.run, tok, name, other)
+			c.violate("run %d: P1 violated: token %d granted on %q was already granted on %q", c.run, tok, name, other)
 		}
 		c.tokens[tok] = name
 		if max := c.maxToken[name]; tok <= max {
-			t.Fatalf("run %d: P1 violated: %q got token %d after a crash, but %d was granted before", c.run, name, tok, max)
+			c.violate("run %d: P1 violated: %q got token %d after a crash, but %d was granted before", c.run, name, tok, max)
 		}
 		if max := c.runMax[name]; tok <= max {
-			t.Fatalf("run %d: P1 violated: %q got token %d after %d in the same run", c.run, name, tok, max)
+			c.violate("run %d: P1 violated: %q got token %d after %d in the same run", c.run, name, tok, max)
 		}
 		c.runMax[name] = tok
 		if prev := c.leases[name]; prev != nil && !prev.released {
 			if end < prev.minUntil {
-				t.Fatalf("run %d: P6 violated: %q granted (token %d) by %v, %v before the lease of token %d (run %d) expired",
+				c.violate("run %d: P6 violated: %q granted (token %d) by %v, %v before the lease of token %d (run %d) expired",
 					c.run, name, tok, time.Unix(0, end).Format("15:04:05.000000"), time.Duration(prev.minUntil-end), prev.token, prev.run)
 			}
 			if prev.run != c.run {
@@ -224,17 +247,55 @@ func TestCrash_KillNine_NoTokenReissuedNoLeaseGrantedEarly(t *testing.T) {
 	t.Logf("seed %d (replay with %s=%d), %d kills", seed, crashSeedEnv, seed, kills)
 	rng := rand.New(rand.NewSource(seed))
 	path := filepath.Join(t.TempDir(), "fence.db")
-	c := &crashChecker{t: t, tokens: map[fence.Token]string{}, maxToken: map[string]fence.Token{},
-		runMax: map[string]fence.Token{}, leases: map[string]*crashLease{}}
+	c := newCrashChecker(t)
 	began := time.Now()
+	grantsAfterReopen := runCrashes(t, rng, path, kills, "", c, nil)
+	t.Logf("%d kills in %v: %d grants, %d grants after a reopen, %d checked against an unreleased pre-crash lease (%d requested while it was unexpired), %d refusals P6 required",
+		kills, time.Since(began).Round(time.Millisecond), c.grants, grantsAfterReopen, c.crossRun, c.heldBack, c.refused)
+	if c.refused == 0 {
+		t.Fatalf("no acquisition was attempted while a pre-crash lease was unexpired: P6 was not exercised")
+	}
+	if grantsAfterReopen < kills {
+		t.Fatalf("only %d grants after reopening in %d runs: the crash test checked too little", grantsAfterReopen, kills)
+	}
+
+	// The file still opens and hands out tokens above all of them.
+	c.startRun(kills)
+	o := crashOptions
+	s, err := Open(path, &o)
+	if err != nil {
+		t.Fatalf("final reopen: %v", err)
+	}
+	defer s.Close()
+	var max fence.Token
+	for tok := range c.tokens {
+		if tok > max {
+			max = tok
+		}
+	}
+	l, err := s.Acquire(context.Background(), "r0", time.Second, fence.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("final acquire: %v", err)
+	}
+	if l.Token() <= max {
+		t.Fatalf("final token %d, want above every token printed (%d)", l.Token(), max)
+	}
+}
+
+// runCrashes runs the child kills times on the store at path, SIGKILLing it at
+// random points drawn from rng, feeding every line to c. broken is passed to the
+// child (see brokenForTest); stop, if not nil, ends the runs early. It returns
+// how many grants were made by children that reopened a used file.
+func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken string, c *crashChecker, stop func() bool) int {
 	grantsAfterReopen := 0
-	for run := 0; run < kills; run++ {
+	for run := 0; run < kills && (stop == nil || !stop()); run++ {
 		c.startRun(run)
 		before := c.grants
 		killAfterGrant := rng.Intn(5) != 0 // else kill at a random point after open
 		delay := time.Duration(rng.Int63n(int64(120 * time.Millisecond)))
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+path, fmt.Sprintf("%s=%d", crashSeedEnv, rng.Int63()),
+			crashBrokenEnv+"="+broken,
 			"GORACE=halt_on_error=1") // a race in the child fails the run (exit 66, not SIGKILL)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
@@ -284,34 +345,36 @@ func TestCrash_KillNine_NoTokenReissuedNoLeaseGrantedEarly(t *testing.T) {
 			grantsAfterReopen += c.grants - before
 		}
 	}
-	t.Logf("%d kills in %v: %d grants, %d grants after a reopen, %d checked against an unreleased pre-crash lease (%d requested while it was unexpired), %d refusals P6 required",
-		kills, time.Since(began).Round(time.Millisecond), c.grants, grantsAfterReopen, c.crossRun, c.heldBack, c.refused)
-	if c.refused == 0 {
-		t.Fatalf("no acquisition was attempted while a pre-crash lease was unexpired: P6 was not exercised")
-	}
-	if grantsAfterReopen < kills {
-		t.Fatalf("only %d grants after reopening in %d runs: the crash test checked too little", grantsAfterReopen, kills)
-	}
+	return grantsAfterReopen
+}
 
-	// The file still opens and hands out tokens above all of them.
-	c.startRun(kills)
-	o := crashOptions
-	s, err := Open(path, &o)
-	if err != nil {
-		t.Fatalf("final reopen: %v", err)
+// TestCrash_BrokenStore_CheckerFindsViolations is the crash test's negative
+// control: with a store that forgets its token ceiling, or its lease horizon and
+// written leases, after a restart, the same checker must report P1 or P6
+// violations. A checker that cannot fail proves nothing.
+func TestCrash_BrokenStore_CheckerFindsViolations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: skipped in -short mode")
 	}
-	defer s.Close()
-	var max fence.Token
-	for tok := range c.tokens {
-		if tok > max {
-			max = tok
-		}
-	}
-	l, err := s.Acquire(context.Background(), "r0", time.Second, fence.WithWait(5*time.Second))
-	if err != nil {
-		t.Fatalf("final acquire: %v", err)
-	}
-	if l.Token() <= max {
-		t.Fatalf("final token %d, want above every token printed (%d)", l.Token(), max)
+	for _, tc := range []struct{ broken, want string }{{"tokens", "P1 violated"}, {"leases", "P6 violated"}} {
+		t.Run(tc.broken, func(t *testing.T) {
+			seed := time.Now().UnixNano()
+			t.Logf("seed %d", seed)
+			c := newCrashChecker(t)
+			c.record = true
+			found := func() bool {
+				for _, v := range c.violations {
+					if strings.Contains(v, tc.want) {
+						return true
+					}
+				}
+				return false
+			}
+			runCrashes(t, rand.New(rand.NewSource(seed)), filepath.Join(t.TempDir(), "fence.db"), 20, tc.broken, c, found)
+			if !found() {
+				t.Fatalf("store broken in its %s: no %q found in 20 kills; violations: %q", tc.broken, tc.want, c.violations)
+			}
+			t.Logf("found as expected: %s", c.violations[0])
+		})
 	}
 }

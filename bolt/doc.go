@@ -39,9 +39,11 @@
 //   - A clean Close writes every held lease to the file and lowers H, so a store
 //     closed cleanly reopens with its leases and without a grace period.
 //
-//   - Each name's last token is written behind (every Options.FlushInterval) for
-//     Inspect and List. After a crash LastToken may lag by one interval; the next
-//     grant's token is still above every token handed out before the crash.
+//   - Each name's last token is written behind for Inspect and List when its
+//     lease ends (every Options.FlushInterval), and then the name leaves memory.
+//     After a crash LastToken may lag (or be 0 for a name whose short lease was
+//     never released); the next grant's token is still above every token handed
+//     out before the crash, since it comes from the ceiling.
 //
 // Heal raises the one counter, so it raises the next token of every name. That is
 // allowed (tokens only increase) and keeps Heal durable with the same ceiling.

@@ -65,8 +65,8 @@ type Options struct {
 	// HorizonChunk is how far past a grant the lease horizon is pushed; 0 means
 	// DefaultHorizonChunk.
 	HorizonChunk time.Duration
-	// FlushInterval is how often last tokens are written behind; 0 means
-	// DefaultFlushInterval.
+	// FlushInterval is how often the last tokens of ended leases are written
+	// behind (their memory is reclaimed then); 0 means DefaultFlushInterval.
 	FlushInterval time.Duration
 }
 
@@ -106,12 +106,11 @@ type Store struct {
 	graceUntil int64         // no grants before this (lease time); 0: no grace
 	graceDone  chan struct{} // closed when the grace period ends
 
-	dirty    []*entry
-	flushing []*entry // taken by the flusher, not yet committed
-	pending  *flushGen
-	kick     chan struct{}
-	stop     chan struct{}
-	stopped  chan struct{}
+	dirty   []*entry
+	pending *flushGen
+	kick    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
 }
 
 // entry is one lock name in memory: held, or with a last token not yet on disk,
@@ -340,6 +339,12 @@ func (s *Store) load() error {
 	defer s.mu.Unlock()
 	// Every token up to the ceiling may have been handed out before a crash.
 	s.next = s.ceil + 1
+	switch brokenForTest {
+	case "tokens":
+		s.next = 1
+	case "leases":
+		restored, s.hDur = nil, 0
+	}
 	now := s.now()
 	for _, e := range restored {
 		s.locks[e.name] = e
@@ -355,6 +360,11 @@ func (s *Store) load() error {
 	}
 	return nil
 }
+
+// brokenForTest, set only by the crash test's negative control, makes Open forget
+// what it must remember ("tokens": the token ceiling; "leases": the lease horizon
+// and written leases), to show that the crash checker catches it.
+var brokenForTest string
 
 // now returns the lease time: nanoseconds since Open by the store's clock
 // (monotonic for the system clock).
@@ -482,7 +492,6 @@ func (s *Store) flushOnce(final bool) error {
 			ents = append(ents, e)
 		}
 	}
-	s.flushing = ents
 	recs := make([]lockRec, 0, len(ents))
 	for _, e := range ents {
 		e.dirty = false
@@ -530,7 +539,6 @@ func (s *Store) flushOnce(final bool) error {
 	}
 
 	s.mu.Lock()
-	s.flushing = nil
 	if err == nil {
 		s.ceil, s.hDur = newCeil, newH
 	}

@@ -1,0 +1,148 @@
+package bolt
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/inmem"
+)
+
+// BenchmarkAcquireRelease measures acquire+release pairs on distinct names (one
+// name per goroutine), for the inmem reference and for a durable bolt store
+// (fsync on, default options) in one run, so their ratio can be read off:
+//
+//	go test -run '^$' -bench AcquireRelease ./bolt/
+func BenchmarkAcquireRelease(b *testing.B) {
+	impls := []struct {
+		name string
+		open func(b *testing.B) fence.Locker
+	}{
+		{"inmem", func(b *testing.B) fence.Locker { return inmem.NewLocker(inmem.Options{}) }},
+		{"bolt", func(b *testing.B) fence.Locker {
+			s, err := Open(filepath.Join(b.TempDir(), "fence.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
+	}
+	for _, impl := range impls {
+		for _, goroutines := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", impl.name, goroutines), func(b *testing.B) {
+				l := impl.open(b)
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for g := 0; g < goroutines; g++ {
+					n := b.N / goroutines
+					if g < b.N%goroutines {
+						n++
+					}
+					name := fmt.Sprintf("bench-%d", g)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := 0; i < n; i++ {
+							lease, err := l.Acquire(ctx, name, 30*time.Second)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							if err := lease.Release(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+			})
+		}
+	}
+}
+
+// BenchmarkHeldLeases holds FENCE_BOLT_HELD_LEASES (default 1,000,000) leases at
+// once and reports the heap bytes per held lease: "store" counts what the store
+// keeps (map entry, name, expiry heap), "with-lease" adds the *fence.Lease each
+// caller holds (its timer, context and channel belong to the root package).
+// Leases last an hour, covered by the horizon (SyncTTL raised), so none expires
+// while the table fills on a slow machine.
+//
+//	go test -run '^$' -bench HeldLeases -benchtime 1x ./bolt/
+func BenchmarkHeldLeases(b *testing.B) {
+	n := 1_000_000
+	if v := os.Getenv("FENCE_BOLT_HELD_LEASES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
+			b.Fatalf("FENCE_BOLT_HELD_LEASES=%q: want a positive count", v)
+		}
+	}
+	for _, withLease := range []bool{false, true} {
+		variant := "store"
+		if withLease {
+			variant = "with-lease"
+		}
+		b.Run(variant, func(b *testing.B) {
+			for it := 0; it < b.N; it++ {
+				s, err := Open(filepath.Join(b.TempDir(), "fence.db"), &Options{NoSync: true, SyncTTL: fence.MaxTTL})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				var leases []*fence.Lease
+				if withLease {
+					leases = make([]*fence.Lease, 0, n)
+				}
+				before := heapInUse()
+				start := time.Now()
+				for i := 0; i < n; i++ {
+					name := "lease-" + strconv.Itoa(i)
+					if withLease {
+						l, err := s.Acquire(ctx, name, time.Hour)
+						if err != nil {
+							b.Fatal(err)
+						}
+						leases = append(leases, l)
+						continue
+					}
+					if g, err := s.grant(name, int64(time.Hour)); err != nil || g.held != nil {
+						b.Fatalf("grant %q: %v %v", name, err, g.held)
+					}
+				}
+				took := time.Since(start)
+				s.flushOnce(false) // the last tokens are on disk, the dirty list is empty
+				after := heapInUse()
+				s.mu.Lock()
+				held := len(s.heap)
+				s.mu.Unlock()
+				if held != n {
+					b.Fatalf("%d leases held, want %d", held, n)
+				}
+				b.ReportMetric(float64(after-before)/float64(n), "bytes/lease")
+				b.ReportMetric(float64(n)/took.Seconds(), "grants/s")
+				runtime.KeepAlive(leases)
+				s.abandon() // skip writing a million leases at Close
+			}
+		})
+	}
+}
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
