@@ -64,6 +64,9 @@
 //
 // Open refuses, with a clear error and without writing to it, a file that is not a
 // bbolt database (ErrNotStore), a bbolt database of another program or of another
-// schema version (ErrNotStore), and a damaged one (ErrCorrupt). A second process
-// opening a file in use gets fence.ErrUnavailable after Options.Timeout.
+// schema version (ErrNotStore), and a damaged one (ErrCorrupt): before opening an
+// existing file for writing it opens it read-only and walks every page (bbolt's
+// consistency check, O(file size)), so damage is reported at Open rather than as a
+// panic later. A second process opening a file in use gets fence.ErrUnavailable
+// after Options.Timeout.
 package bolt

@@ -228,7 +228,25 @@ func check(path string, timeout time.Duration) error {
 	}
 	defer db.Close()
 	return guarded(path, func() error {
-		return db.View(func(tx *bbolt.Tx) error { return checkSchema(path, tx) })
+		return db.View(func(tx *bbolt.Tx) error {
+			if err := checkSchema(path, tx); err != nil {
+				return err
+			}
+			// Walk every page once (O(file size)), so a damaged page is found here,
+			// as an error, and not later by a panic in the middle of a request.
+			var first error
+			n := 0
+			for err := range tx.Check() {
+				if first == nil {
+					first = err
+				}
+				n++
+			}
+			if first != nil {
+				return fmt.Errorf("bolt: open %s: consistency check found %d problems, first: %v: %w", path, n, first, ErrCorrupt)
+			}
+			return nil
+		})
 	})
 }
 
