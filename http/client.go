@@ -44,7 +44,7 @@ type ClientOptions struct {
 	MaxPoll time.Duration
 }
 
-// Client is a fence.Locker, fence.Inspector, fence.Guard and fence.KV that talks to a
+// Client is a fence.Locker, fence.Healer, fence.Inspector, fence.Guard and fence.KV that talks to a
 // `fence serve` server (HTTP API v1) over keep-alive connections. It is safe for
 // concurrent use. Leases it returns are fence.Lease values, so Done, Context and
 // WithAutoRenew work over HTTP.
@@ -59,6 +59,7 @@ type Client struct {
 
 var (
 	_ fence.Locker    = (*Client)(nil)
+	_ fence.Healer    = (*Client)(nil)
 	_ fence.Inspector = (*Client)(nil)
 	_ fence.Guard     = (*Client)(nil)
 	_ fence.KV        = (*Client)(nil)
@@ -290,6 +291,24 @@ func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 	}
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/release", releaseRequest{Lease: leaseID}, nil, 0); err != nil {
 		return fmt.Errorf("fencehttp: release %q: %w", name, err)
+	}
+	return nil
+}
+
+// Heal reports to the server that a guard saw token seen for lock name, so the next
+// grant's token is above it (see fence.Healer, P4). It returns fence.ErrInvalid for a
+// bad name or token, ErrNotImplemented if the server's store has no Healer (its
+// counters cannot go backwards), fence.ErrUnavailable when the server cannot be
+// reached (healing again is safe: it never lowers a counter).
+func (c *Client) Heal(ctx context.Context, name string, seen fence.Token) error {
+	if err := fence.ValidateName(name); err != nil {
+		return fmt.Errorf("fencehttp: heal: %w", err)
+	}
+	if err := fence.ValidateToken(seen); err != nil {
+		return fmt.Errorf("fencehttp: heal %q: %w", name, err)
+	}
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/heal", healRequest{Seen: seen}, nil, 0); err != nil {
+		return fmt.Errorf("fencehttp: heal %q: %w", name, err)
 	}
 	return nil
 }

@@ -1,19 +1,41 @@
 package fencehttp_test
 
 import (
+	"net/http/httptest"
+	"path/filepath"
 	"testing"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencetest"
+	fencehttp "github.com/fencelock/fence/http"
 )
 
 // The client against a live server on the bolt store passes the Locker suite
-// (leases, tokens, expiry, waits woken by release, Inspector) over HTTP.
+// (leases, tokens, expiry, waits woken by release, Inspector, Healer) over HTTP.
+// Each subtest gets a server on a store of its own: bolt's Heal raises one counter
+// for every name, and the suite heals one to MaxToken.
 func TestClient_LockerConformance(t *testing.T) {
-	fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return shared.client })
+	fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
+		store, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := fencehttp.NewServer(fencehttp.Config{Locker: store, KV: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(s.Handler())
+		t.Cleanup(func() {
+			hs.Close()
+			store.Close()
+		})
+		return mustClient(t, hs.URL, nil)
+	})
 }
 
-// The client's fenced KV (PUT/GET /v1/kv, POST /v1/fences) passes the Guard suite.
+// The client's fenced KV (PUT/GET /v1/kv, POST /v1/fences) passes the Guard suite,
+// against the package's shared server.
 func TestClient_GuardConformance(t *testing.T) {
 	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return shared.client })
 }

@@ -1,7 +1,7 @@
 // Package fencehttp is fence over HTTP: a Server that exposes any fence.Locker (and,
 // optionally, a fenced fence.KV store) as the HTTP API v1 that `fence serve` runs,
-// and a Client that implements fence.Locker, fence.Inspector, fence.Guard and
-// fence.KV against such a server, so that any language or shell can take fenced locks.
+// and a Client that implements fence.Locker, fence.Healer, fence.Inspector,
+// fence.Guard and fence.KV against such a server, so that any language or shell can take fenced locks.
 //
 // The package lives in the directory http/ of the module; it is named fencehttp so
 // that it does not shadow net/http where both are imported.
@@ -12,6 +12,7 @@
 //	                                                            409 held (after the wait)
 //	POST /v1/locks/{name}/renew    {"lease":ID,"ttl_ms":N}  -> 200 | 410 lease expired or lost
 //	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
+//	POST /v1/locks/{name}/heal     {"seen":N}               -> 200 | 501 (fence.Healer, P4)
 //	GET  /v1/locks/{name}          -> 200 {"name","held","token","last_token","expires_in_ms"}
 //	GET  /v1/locks?prefix=P&limit=N -> 200 {"locks":[...]}
 //	PUT  /v1/kv/{key}     headers Fence-Token: N [Fence-Lease: ID] [Fence-Lock: NAME]

@@ -252,8 +252,10 @@ func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request) {
 			s.renew(w, r, name)
 		case "release":
 			s.release(w, r, name)
+		case "heal":
+			s.heal(w, r, name)
 		default:
-			s.fail(w, r, fmt.Errorf("%w: unknown lock action %q (want acquire, renew or release)", errNoRoute, action))
+			s.fail(w, r, fmt.Errorf("%w: unknown lock action %q (want acquire, renew, release or heal)", errNoRoute, action))
 		}
 	default:
 		s.methodNotAllowed(w, r, "GET, HEAD, POST")
@@ -396,6 +398,30 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.held.remove(name)
 	s.ok(w, r, releaseResponse{Name: name, Released: true})
+}
+
+// heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
+func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
+	var req healRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := fence.ValidateToken(req.Seen); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	h, ok := s.cfg.Locker.(fence.Healer)
+	if !ok {
+		s.fail(w, r, fmt.Errorf("%w: the locker's counters cannot go backwards, so there is nothing to heal", ErrNotImplemented))
+		return
+	}
+	if err := h.Heal(r.Context(), name, req.Seen); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("healed", "lock", name, "seen", uint64(req.Seen))
+	s.ok(w, r, healRequest{Seen: req.Seen})
 }
 
 func (s *Server) inspector() (fence.Inspector, error) {
@@ -682,7 +708,7 @@ func routeOf(r *http.Request) string {
 	switch {
 	case strings.HasPrefix(p, "/v1/locks/") && r.Method == http.MethodPost:
 		switch a := p[strings.LastIndexByte(p, '/')+1:]; a {
-		case "acquire", "renew", "release":
+		case "acquire", "renew", "release", "heal":
 			return "locks/" + a
 		}
 		return "other"

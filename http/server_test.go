@@ -479,8 +479,8 @@ func TestServer_NoKVNoInspector_501(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := func(method, path string) answer {
-		req, _ := http.NewRequest(method, path, strings.NewReader(""))
+	rec := func(method, path string, body ...string) answer {
+		req, _ := http.NewRequest(method, path, strings.NewReader(strings.Join(body, "")))
 		req.Header.Set("Fence-Token", "1")
 		req.Header.Set("Fence-Lock", "a")
 		w := newRecorder()
@@ -490,6 +490,8 @@ func TestServer_NoKVNoInspector_501(t *testing.T) {
 	wantError(t, "kv without a KV", rec("PUT", "/v1/kv/k"), 501, "not_implemented")
 	wantError(t, "status without an Inspector", rec("GET", "/v1/locks/a"), 501, "not_implemented")
 	wantError(t, "fences without a Guard", rec("POST", "/v1/fences/k"), 501, "not_implemented")
+	wantError(t, "heal without a Healer", rec("POST", "/v1/locks/a/heal", `{"seen":5}`), 501, "not_implemented")
+	wantError(t, "heal with token 0", rec("POST", "/v1/locks/a/heal", `{"seen":0}`), 400, "invalid")
 }
 
 // lockerOnly hides everything but fence.Locker.

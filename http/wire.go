@@ -34,6 +34,11 @@ type releaseRequest struct {
 	Lease string `json:"lease"`
 }
 
+// healRequest is the body of POST /v1/locks/{name}/heal, and of its 200 answer.
+type healRequest struct {
+	Seen fence.Token `json:"seen"`
+}
+
 // leaseResponse is the body of a 200 answer to acquire.
 type leaseResponse struct {
 	Name  string      `json:"name"`
