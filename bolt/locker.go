@@ -221,8 +221,13 @@ func parseLeaseID(id string) (b [16]byte, ok bool) {
 	if len(id) != 32 {
 		return b, false
 	}
+	for i := 0; i < len(id); i++ { // lower-case only, as NewLeaseID makes them
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return b, false
+		}
+	}
 	_, err := hex.Decode(b[:], []byte(id))
-	return b, err == nil && hex.EncodeToString(b[:]) == id
+	return b, err == nil
 }
 
 func validateLease(name, leaseID string) error {
