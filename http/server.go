@@ -173,6 +173,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(r.Header.Get("Authorization")) {
+			s.log.Warn("unauthorized request", "method", r.Method, "route", routeOf(r), "remote", r.RemoteAddr)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fence"`)
 			s.fail(w, r, fmt.Errorf("%w: missing or wrong bearer token", ErrUnauthorized))
 			return

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -52,7 +53,7 @@ release). Exit status 75 when the lock stayed held.`,
 			defer stop()
 			lease, err := c.Acquire(ctx, name, ttl, fence.WithWait(wait))
 			if err != nil {
-				return notAcquired(name, wait, err)
+				return notAcquired(ctx, name, wait, err)
 			}
 			return printLease(cmd.OutOrStdout(), lease)
 		},
@@ -63,9 +64,12 @@ release). Exit status 75 when the lock stayed held.`,
 	return cmd
 }
 
-// notAcquired turns an acquire error into the exit status: 75 when the lock stayed
-// held, 1 otherwise.
-func notAcquired(name string, wait time.Duration, err error) error {
+// notAcquired turns an acquire error into the exit status: 130 when a signal ended
+// the wait, 75 when the lock stayed held, 1 otherwise.
+func notAcquired(ctx context.Context, name string, wait time.Duration, err error) error {
+	if ctx.Err() != nil {
+		return &exitCodeError{code: exitInterrupted, err: fmt.Errorf("lock %q: interrupted while acquiring", name)}
+	}
 	if errors.Is(err, fence.ErrNotAcquired) && !errors.Is(err, fence.ErrUnavailable) {
 		return &exitCodeError{code: exitNotAcquired, err: fmt.Errorf("lock %q not acquired within %v: %w", name, wait, err)}
 	}

@@ -322,11 +322,25 @@ func TestServe_SIGTERM_GracefulShutdownThenReopen(t *testing.T) {
 	}
 	name := uniqName(t)
 	l := acquireJSON(t, p.url, name, "--ttl", "10m")
+	// A long poll in flight when SIGTERM comes ends at once (503), it does not hold
+	// the shutdown up for its wait.
+	waiter := exec.Command(cli.bin, "acquire", name, "--wait", "10m")
+	waiter.Env = append(cleanEnv(), "FENCE_SERVER="+p.url)
+	var werr strings.Builder
+	waiter.Stderr = &werr
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the waiter to reach the server", func() bool { return metric(t, p.url, "fence_waits_total") >= 1 })
 	if err := p.stop(); err != nil {
 		t.Fatalf("fence serve after SIGTERM: want exit 0, got %v\n%s", err, p.log())
 	}
 	if !strings.Contains(p.log(), "stopped") {
 		t.Fatalf("log: want a clean stop, got:\n%s", p.log())
+	}
+	_ = waiter.Wait()
+	if code := waiter.ProcessState.ExitCode(); code != exitError || !strings.Contains(werr.String(), "shutting down") {
+		t.Fatalf("waiter during shutdown: want exit 1 saying the server is shutting down, got %d %q", code, werr.String())
 	}
 	// A clean close keeps the leases: the reopened store honours the lease at once.
 	p2, err := startServe(data)
@@ -465,5 +479,40 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCLI_Acquire_InterruptedWhileWaiting_130(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	acquireJSON(t, srv, name, "--ttl", "10m")
+	before := metric(t, srv, "fence_waits_total")
+	cmd := exec.Command(cli.bin, "acquire", name, "--wait", "5m")
+	cmd.Env = append(cleanEnv(), "FENCE_SERVER="+srv)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the waiter to reach the server", func() bool { return metric(t, srv, "fence_waits_total") > before })
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("SIGINT during acquire --wait: want exit %d saying interrupted, got %d %q", exitInterrupted, code, stderr.String())
+	}
+}
+
+func TestServe_StoreBoltPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "custom.db")
+	p, err := startServe(t.TempDir(), "--store", "bolt:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquireJSON(t, p.url, uniqName(t))
+	if err := p.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("--store bolt:%s: want the store there: %v\n%s", path, err, p.log())
 	}
 }

@@ -38,6 +38,8 @@ const (
 	// exitLeaseLost is the status of `fence lock` when the lease was lost while the
 	// command ran (it was sent SIGTERM, then SIGKILL after --grace).
 	exitLeaseLost = 76
+	// exitInterrupted is the status when SIGINT or SIGTERM ended a wait (128+SIGINT).
+	exitInterrupted = 130
 )
 
 // clientFlags are the flags every client command shares.

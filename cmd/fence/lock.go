@@ -41,7 +41,8 @@ CMD runs in a process group of its own, so it cannot read from the terminal.
 
 Exit status: CMD's status (128+N if it was killed by signal N); 75 if the lock was
 not acquired within --wait; 76 if the lease was lost while CMD ran (whatever CMD's
-status); 127 if CMD could not be started; 1 for other errors, 2 for usage errors.
+status); 127 if CMD could not be started; 130 if interrupted while waiting for the
+lock; 1 for other errors, 2 for usage errors.
 With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -65,10 +66,12 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			}
 			ctx, stop := signalContext(cmd)
 			lease, err := c.Acquire(ctx, name, ttl, fence.WithWait(wait), fence.WithAutoRenew())
-			stop()
 			if err != nil {
-				return notAcquired(name, wait, err)
+				err = notAcquired(ctx, name, wait, err)
+				stop()
+				return err
 			}
+			stop()
 			r := &lockRun{name: name, lease: lease, grace: grace, server: flags.serverURL()}
 			code, err := r.run(argv)
 			if output == "json" {
@@ -154,7 +157,10 @@ loop:
 		r.lost = true
 	default:
 	}
-	code := exitStatus(child.ProcessState, waitErr)
+	code := exitStatus(child.ProcessState)
+	if code == exitError && waitErr != nil && child.ProcessState == nil {
+		fmt.Fprintf(os.Stderr, "fence: lock %q: waiting for %s: %v\n", r.name, argv[0], waitErr)
+	}
 	if r.lost {
 		return exitLeaseLost, fmt.Errorf("lock %q: lease lost while %s ran (%v); it exited with status %d", r.name, argv[0], r.lease.Err(), code)
 	}
@@ -176,7 +182,7 @@ func (r *lockRun) release() error {
 
 // exitStatus is the shell's view of a finished child: its exit code, or 128+N when
 // signal N killed it.
-func exitStatus(ps *os.ProcessState, err error) int {
+func exitStatus(ps *os.ProcessState) int {
 	if ps == nil {
 		return exitError
 	}
@@ -186,6 +192,5 @@ func exitStatus(ps *os.ProcessState, err error) int {
 	if code := ps.ExitCode(); code >= 0 {
 		return code
 	}
-	_ = err
 	return exitError
 }
