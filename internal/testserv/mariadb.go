@@ -67,10 +67,8 @@ func StartMariaDB() (*MariaDBServer, error) {
 		}
 		if cached && !addrInUse(err) {
 			// A bad template (say, a half-written cache): drop it and start from scratch.
-			forgetTemplate(key)
 			cached = false
-			os.RemoveAll(s.dataDir())
-			if err = s.installDB(install); err != nil {
+			if err = rebuildTemplate(key, s.dataDir(), build); err != nil {
 				break
 			}
 			continue

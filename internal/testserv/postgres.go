@@ -60,11 +60,7 @@ func StartPostgres() (*PostgresServer, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("testserv: postgres: %w", err)
 	}
-	uid := "-"
-	if cred != nil {
-		uid = strconv.FormatUint(uint64(cred.Uid), 10)
-	}
-	key := templateKey("pg", []string{initdb, bin}, uid, strings.Join(initdbArgs, " "))
+	key := postgresTemplateKey(initdb, bin, cred)
 	build := func(string) error { return s.initdb(initdb) }
 	cached, err := initFromTemplate(key, s.dataDir(), build)
 	if err != nil {
@@ -80,10 +76,8 @@ func StartPostgres() (*PostgresServer, error) {
 		}
 		if cached && !addrInUse(err) {
 			// A bad template (say, a half-written cache): drop it and start from scratch.
-			forgetTemplate(key)
 			cached = false
-			os.RemoveAll(s.dataDir())
-			if err = s.initdb(initdb); err != nil {
+			if err = rebuildTemplate(key, s.dataDir(), build); err != nil {
 				break
 			}
 			continue
@@ -94,6 +88,16 @@ func StartPostgres() (*PostgresServer, error) {
 	}
 	os.RemoveAll(dir)
 	return nil, err
+}
+
+// postgresTemplateKey returns the template cache key for a cluster made by initdb for
+// the postgres binary bin, owned by cred's user.
+func postgresTemplateKey(initdb, bin string, cred *syscall.Credential) string {
+	uid := "-"
+	if cred != nil {
+		uid = strconv.FormatUint(uint64(cred.Uid), 10)
+	}
+	return templateKey("pg", []string{initdb, bin}, uid, strings.Join(initdbArgs, " "))
 }
 
 // initdbArgs are initdb's arguments after -D DATADIR.

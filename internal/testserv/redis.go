@@ -114,6 +114,8 @@ func (s *RedisServer) start() error {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 		"--logfile", "", // stdout, which goes to the log file
+		// A primary would otherwise wait 5s for more replicas before a full sync.
+		"--repl-diskless-sync-delay", "0",
 	}
 	args = append(args, s.args...)
 	p, err := startProcess("redis-server", s.bin, args, filepath.Join(s.Dir, "redis.log"), nil)

@@ -54,7 +54,7 @@ func templateRoot() string {
 // initFromTemplate makes dataDir, copying it from the cached template key if there is
 // one and running build(dataDir) otherwise (then caching the result). It reports
 // whether dataDir came from the cache, so a caller whose server then fails to start can
-// drop the template (forgetTemplate) and build afresh.
+// rebuild it (rebuildTemplate).
 func initFromTemplate(key, dataDir string, build func(dataDir string) error) (cached bool, err error) {
 	root := templateRoot()
 	if root == "" || key == "" {
@@ -97,12 +97,21 @@ func saveTemplate(root, tmpl, dataDir string) {
 	}
 }
 
-// forgetTemplate removes the cached template key, e.g. after a server failed to start
-// from it.
-func forgetTemplate(key string) {
-	if root := templateRoot(); root != "" && key != "" {
-		os.RemoveAll(filepath.Join(root, key))
+// rebuildTemplate is for a server that failed to start from the template key: it
+// removes the template and dataDir, runs build(dataDir) and caches the result.
+func rebuildTemplate(key, dataDir string, build func(dataDir string) error) error {
+	os.RemoveAll(dataDir)
+	root := templateRoot()
+	if root == "" || key == "" {
+		return build(dataDir)
 	}
+	tmpl := filepath.Join(root, key)
+	os.RemoveAll(tmpl)
+	if err := build(dataDir); err != nil {
+		return err
+	}
+	saveTemplate(root, tmpl, dataDir)
+	return nil
 }
 
 // copyTree copies the directory src to dst (which must not exist), keeping owners and
