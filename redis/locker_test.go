@@ -270,6 +270,12 @@ func TestLocker_Acquire_FailsClosedAtMaxToken(t *testing.T) {
 	if lease.Token() != fence.MaxToken {
 		t.Fatalf("token = %d, want MaxToken %d", lease.Token(), fence.MaxToken)
 	}
+	if info, err := l.Inspect(ctx, name); err != nil || info.Token != fence.MaxToken || info.LastToken != fence.MaxToken {
+		t.Errorf("Inspect at MaxToken = %+v, %v; want holder and last token %d (exact, not a rounded double)", info, err, fence.MaxToken)
+	}
+	if v, _ := c.Get(ctx, k.lock).Result(); v != lease.ID()+" 9007199254740991" {
+		t.Errorf("lock value = %q, want the lease id and 9007199254740991", v)
+	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,341 @@
+package redis
+
+// Benchmarks against what users pick instead, in one run against the package's one
+// redis-server:
+//
+//	go test -run '^$' -bench . -benchtime 20x ./redis/        # handoff: 20 handoffs each
+//	go test -run '^$' -bench AcquireRelease -benchtime 2s ./redis/
+//
+// Each parent benchmark logs the ratios of its sub-benchmarks (b.Logf), so the
+// comparison is always within one run.
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fence"
+)
+
+// benchResults keeps the last figure of each sub-benchmark for the ratio logs.
+type benchResults struct {
+	mu sync.Mutex
+	m  map[string]float64
+}
+
+func (r *benchResults) set(k string, v float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]float64{}
+	}
+	r.m[k] = v
+}
+
+func (r *benchResults) ratios(b *testing.B, base string, unit string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]string, 0, len(r.m))
+	for k := range r.m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if r.m[base] > 0 {
+			b.Logf("%-10s %10.1f %s   %s/%s = %.2f", k, r.m[k], unit, base, k, r.m[base]/r.m[k])
+		}
+	}
+}
+
+// BenchmarkAcquireRelease measures an uncontended acquire+release pair, each library
+// in its own sub-benchmark, then all of them interleaved (sub-benchmark
+// "interleaved": one pair of each per iteration, in rotating order, so load from
+// other processes hits them alike; it reports each library's mean and the ratio
+// fence/redislock).
+func BenchmarkAcquireRelease(b *testing.B) {
+	s := server(b)
+	ctx := context.Background()
+	var res benchResults
+	run := func(name string, pair func(i int) error) {
+		b.Run(name, func(b *testing.B) {
+			if err := pair(-1); err != nil { // warm up: connections, script cache
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				if err := pair(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			us := float64(time.Since(start).Microseconds()) / float64(b.N)
+			b.ReportMetric(us, "us/pair")
+			res.set(name, us)
+		})
+	}
+
+	fc := newClient(b, s.Addr)
+	fl, err := NewLocker(fc, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run("fence", func(int) error {
+		lease, err := fl.Acquire(ctx, "bench-pair-fence", 10*time.Second)
+		if err != nil {
+			return err
+		}
+		return lease.Release(ctx)
+	})
+
+	rl := redislock.New(newClient(b, s.Addr))
+	run("redislock", func(int) error {
+		lock, err := rl.Obtain(ctx, "bench-pair-redislock", 10*time.Second, nil)
+		if err != nil {
+			return err
+		}
+		return lock.Release(ctx)
+	})
+
+	rs := redsync.New(redsyncgoredis.NewPool(newClient(b, s.Addr)))
+	run("redsync", func(int) error {
+		m := rs.NewMutex("bench-pair-redsync", redsync.WithExpiry(10*time.Second))
+		if err := m.LockContext(ctx); err != nil {
+			return err
+		}
+		_, err := m.UnlockContext(ctx)
+		return err
+	})
+
+	pc := newClient(b, s.Addr)
+	ping := func(int) error { return pc.Ping(ctx).Err() }
+	run("ping", ping)
+	res.ratios(b, "fence", "us/pair")
+
+	pairs := []struct {
+		name string
+		f    func(int) error
+	}{
+		{"fence", func(int) error {
+			lease, err := fl.Acquire(ctx, "bench-pair-fence", 10*time.Second)
+			if err != nil {
+				return err
+			}
+			return lease.Release(ctx)
+		}},
+		{"redislock", func(int) error {
+			lock, err := rl.Obtain(ctx, "bench-pair-redislock", 10*time.Second, nil)
+			if err != nil {
+				return err
+			}
+			return lock.Release(ctx)
+		}},
+		{"redsync", func(int) error {
+			m := rs.NewMutex("bench-pair-redsync", redsync.WithExpiry(10*time.Second))
+			if err := m.LockContext(ctx); err != nil {
+				return err
+			}
+			_, err := m.UnlockContext(ctx)
+			return err
+		}},
+		{"ping", ping},
+	}
+	b.Run("interleaved", func(b *testing.B) {
+		total := make([]time.Duration, len(pairs))
+		for i := 0; i < b.N; i++ {
+			for j := range pairs {
+				k := (i + j) % len(pairs)
+				start := time.Now()
+				if err := pairs[k].f(i); err != nil {
+					b.Fatal(err)
+				}
+				total[k] += time.Since(start)
+			}
+		}
+		for k, p := range pairs {
+			b.ReportMetric(float64(total[k].Nanoseconds())/1e3/float64(b.N), p.name+"-us")
+		}
+		b.ReportMetric(float64(total[0])/float64(total[1]), "fence/redislock")
+		b.ReportMetric(float64(total[0])/float64(total[2]), "fence/redsync")
+	})
+}
+
+// handoffPeer is one lock library under the handoff benchmark.
+type handoffPeer struct {
+	// hold takes the lock uncontended and returns its release.
+	hold func(ctx context.Context) (release func() error, err error)
+	// wait blocks until the lock is acquired, then releases it.
+	wait func(ctx context.Context) (release func() error, err error)
+	// blocked returns once the waiter started by wait is blocked on the lock.
+	blocked func()
+	// idle, if set, returns once the last round's waiter is gone.
+	idle func()
+}
+
+// BenchmarkHandoff measures contended handoff: a waiter is already blocked when the
+// holder releases; the latency is from Release returning to the waiter's acquire
+// returning. It reports the median (p50-us) and the 90th percentile (p90-us).
+func BenchmarkHandoff(b *testing.B) {
+	s := server(b)
+	var res benchResults
+	run := func(name string, p handoffPeer) {
+		b.Run(name, func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			samples := make([]time.Duration, 0, b.N)
+			for i := 0; i < b.N; i++ {
+				release, err := p.hold(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got := make(chan time.Time, 1)
+				errc := make(chan error, 1)
+				go func() {
+					rel, err := p.wait(ctx)
+					at := time.Now()
+					if err != nil {
+						errc <- err
+						return
+					}
+					got <- at
+					_ = rel()
+				}()
+				p.blocked()
+				if err := release(); err != nil {
+					b.Fatal(err)
+				}
+				released := time.Now()
+				select {
+				case at := <-got:
+					samples = append(samples, at.Sub(released))
+				case err := <-errc:
+					b.Fatal(err)
+				}
+				// Let the waiter's release finish before the next round.
+				waitFree(b, p)
+				if p.idle != nil {
+					p.idle()
+				}
+			}
+			sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+			p50 := float64(samples[len(samples)/2].Nanoseconds()) / 1e3
+			p90 := float64(samples[len(samples)*9/10].Nanoseconds()) / 1e3
+			b.ReportMetric(p50, "p50-us")
+			b.ReportMetric(p90, "p90-us")
+			res.set(name, p50)
+		})
+	}
+
+	// fence: the waiter is blocked once its subscription is confirmed.
+	fc := newClient(b, s.Addr)
+	fl, err := NewLocker(fc, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const fname = "bench-handoff-fence"
+	run("fence", handoffPeer{
+		hold: func(ctx context.Context) (func() error, error) {
+			lease, err := fl.Acquire(ctx, fname, 10*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return lease.Release(ctx) }, nil
+		},
+		wait: func(ctx context.Context) (func() error, error) {
+			lease, err := fl.Acquire(ctx, fname, 10*time.Second, fence.WithWait(30*time.Second))
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return lease.Release(ctx) }, nil
+		},
+		blocked: func() { waitBenchSubscribers(b, fc, fl.keysFor(fname).wake, 1) },
+		idle:    func() { waitBenchSubscribers(b, fc, fl.keysFor(fname).wake, 0) },
+	})
+
+	// redislock polls: the waiter is blocked in its backoff after its first try.
+	rl := redislock.New(newClient(b, s.Addr))
+	const rname = "bench-handoff-redislock"
+	run("redislock", handoffPeer{
+		hold: func(ctx context.Context) (func() error, error) {
+			lock, err := rl.Obtain(ctx, rname, 10*time.Second, nil)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return lock.Release(ctx) }, nil
+		},
+		wait: func(ctx context.Context) (func() error, error) {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			lock, err := rl.Obtain(wctx, rname, 10*time.Second, &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)})
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return lock.Release(ctx) }, nil
+		},
+		blocked: func() { time.Sleep(25 * time.Millisecond) }, // past its first tries
+	})
+
+	rs := redsync.New(redsyncgoredis.NewPool(newClient(b, s.Addr)))
+	const sname = "bench-handoff-redsync"
+	run("redsync", handoffPeer{
+		hold: func(ctx context.Context) (func() error, error) {
+			m := rs.NewMutex(sname, redsync.WithExpiry(10*time.Second))
+			if err := m.LockContext(ctx); err != nil {
+				return nil, err
+			}
+			return func() error { _, err := m.UnlockContext(ctx); return err }, nil
+		},
+		wait: func(ctx context.Context) (func() error, error) {
+			m := rs.NewMutex(sname, redsync.WithExpiry(10*time.Second)) // default retries
+			if err := m.LockContext(ctx); err != nil {
+				return nil, err
+			}
+			return func() error { _, err := m.UnlockContext(ctx); return err }, nil
+		},
+		blocked: func() { time.Sleep(25 * time.Millisecond) },
+	})
+
+	res.ratios(b, "fence", "p50-us")
+}
+
+// waitFree waits until the peer's lock can be taken again (the waiter released it).
+func waitFree(b *testing.B, p handoffPeer) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		rel, err := p.hold(ctx)
+		if err == nil {
+			if err := rel(); err != nil {
+				b.Fatal(err)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			b.Fatalf("lock not free after the handoff: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func waitBenchSubscribers(b *testing.B, c *goredis.Client, channel string, n int64) {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := c.PubSubShardNumSub(context.Background(), channel).Result()
+		if err == nil && got[channel] == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatal(fmt.Sprintf("channel %s: subscribers %v, %v; want %d", channel, got, err, n))
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
