@@ -669,3 +669,61 @@ func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 		t.Fatalf("Get(max) = %d bytes, %v; want %d", len(it.Value), err, MaxValueLen)
 	}
 }
+
+// TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing hammers a few names
+// from several goroutines with short (horizon) and long (written) leases while the
+// flusher runs constantly (tiny token block and flush interval), and checks that
+// no two holders overlap and that each name's tokens increase in grant order.
+func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
+	s := openStore(t, &Options{TokenBlock: 2, FlushInterval: time.Millisecond,
+		SyncTTL: 500 * time.Millisecond, HorizonChunk: 5 * time.Millisecond})
+	ctx := context.Background()
+	var mu sync.Mutex
+	holder := map[string]fence.Token{}
+	last := map[string]fence.Token{}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 80; i++ {
+				name := fmt.Sprintf("c%d", (g+i)%5)
+				ttl := time.Second // written to disk (above SyncTTL)
+				if i%3 != 0 {
+					ttl = 400 * time.Millisecond // covered by the horizon
+				}
+				l, err := s.Acquire(ctx, name, ttl, fence.WithWait(10*time.Second))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if h := holder[name]; h != 0 {
+					t.Errorf("%q granted token %d while token %d holds it", name, l.Token(), h)
+				}
+				if l.Token() <= last[name] {
+					t.Errorf("%q granted token %d after %d", name, l.Token(), last[name])
+				}
+				holder[name], last[name] = l.Token(), l.Token()
+				mu.Unlock()
+				if i%4 == 0 {
+					if err := l.Renew(ctx, ttl); err != nil {
+						t.Errorf("Renew: %v", err)
+					}
+				}
+				if i%7 == 0 {
+					if _, err := s.List(ctx, "c", 0); err != nil {
+						t.Errorf("List: %v", err)
+					}
+				}
+				mu.Lock()
+				holder[name] = 0
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
