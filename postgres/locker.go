@@ -19,6 +19,10 @@ const DefaultLockTable = "fence_locks"
 // before it tries again (it also wakes when the holder's lease would expire).
 const DefaultPollInterval = time.Second
 
+// minPoll is the shortest fallback poll, so that waiters asking for tiny TTLs do
+// not hammer the database.
+const minPoll = 10 * time.Millisecond
+
 // DefaultListLimit is how many locks List returns when its limit is <= 0.
 const DefaultListLimit = 1000
 
@@ -271,7 +275,10 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		if o.Wait <= 0 {
 			return nil, fmt.Errorf("postgres: acquire: %w", held)
 		}
-		sleep := min(l.poll, ttl)
+		// Poll at most every PollInterval and at most every TTL asked for, but
+		// not more often than minPoll; wake exactly when the holder's lease
+		// ends if that comes first.
+		sleep := max(min(l.poll, ttl), minPoll)
 		if held.ExpiresIn > 0 && held.ExpiresIn < sleep {
 			sleep = held.ExpiresIn
 		}

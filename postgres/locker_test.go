@@ -304,3 +304,21 @@ func waitForListenerOn(t testing.TB, ctx context.Context, pool *pgxpool.Pool, ch
 		time.Sleep(5 * time.Millisecond) // polling the server: no channel can tell us
 	}
 }
+
+func TestLocker_Wait_WokenAtHoldersExpiryWithoutReleaseOrPolling(t *testing.T) {
+	ctx := ctxT(t)
+	l := lockerOn(t, sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
+	name := uniq(t, "lock")
+	holder, err := l.Acquire(ctx, name, 300*time.Millisecond)
+	wantOK(t, "holder Acquire", err)
+	start := time.Now()
+	waiter, err := l.Acquire(ctx, name, time.Minute, fence.WithWait(20*time.Second))
+	wantOK(t, "waiter Acquire (the holder never releases)", err)
+	defer waiter.Release(ctx)
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("waiter got the lock after %v; want it soon after the holder's 300ms lease ended (poll interval 1h)", waited)
+	}
+	if waiter.Token() <= holder.Token() {
+		t.Fatalf("waiter token %d, want above the expired holder's %d", waiter.Token(), holder.Token())
+	}
+}
