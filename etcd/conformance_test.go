@@ -1,0 +1,24 @@
+package etcd_test
+
+import (
+	"testing"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/etcd"
+	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+// The expiry tests use etcd's minimum lease TTL: leases are counted in whole seconds,
+// and the test server's election timeout makes the minimum one second.
+func TestLocker_Conformance(t *testing.T) {
+	fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
+		return etcd.NewLocker(client(t), nil)
+	}, fencetest.WithShortTTL(testserv.EtcdMinLeaseTTL))
+}
+
+func TestKV_Conformance(t *testing.T) {
+	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded {
+		return etcd.NewKV(client(t), nil)
+	})
+}

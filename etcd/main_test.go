@@ -1,0 +1,59 @@
+package etcd_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+// srv is the package's single-member etcd, shared by every test (each uses its own
+// lock names and keys). It is nil under -short.
+var srv *testserv.EtcdServer
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !testing.Short() {
+		var err error
+		if srv, err = testserv.StartEtcd(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	if srv != nil {
+		srv.Close()
+	}
+	os.Exit(code)
+}
+
+// client returns a client of the shared server, closed at the test's cleanup; it
+// skips the test under -short.
+func client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	testserv.SkipIfShort(t)
+	return newClient(t, srv.Endpoints)
+}
+
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("clientv3.New(%v) = %v", endpoints, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,122 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencelock/fence"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "fence/"
+
+// DefaultDialTimeout bounds Open's first contact with the cluster when neither the
+// context nor Options.DialTimeout gives a shorter bound.
+const DefaultDialTimeout = 5 * time.Second
+
+// Options configure a Locker, a KV or a Store. The zero value (or nil) is usable.
+type Options struct {
+	// Prefix is prepended to every etcd key this package uses: locks live under
+	// Prefix+"lock/", their token records under Prefix+"token/", and the fenced KV
+	// under Prefix+"kv/". Empty means DefaultPrefix. Lockers and KVs sharing a
+	// prefix share locks and data (that is how several servers cooperate).
+	Prefix string
+	// Clock measures the holder's local lease deadlines; nil means fence.SystemClock.
+	Clock fence.Clock
+	// DialTimeout bounds Open's connection check; zero means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// Username and Password, if set, authenticate Open's client.
+	Username, Password string
+}
+
+func (o *Options) prefix() string {
+	if o == nil || o.Prefix == "" {
+		return DefaultPrefix
+	}
+	return o.Prefix
+}
+
+func (o *Options) clock() fence.Clock {
+	if o == nil || o.Clock == nil {
+		return fence.SystemClock
+	}
+	return o.Clock
+}
+
+// keys names the etcd keys of one prefix.
+type keys struct{ prefix string }
+
+func (k keys) lock(name string) string  { return k.prefix + "lock/" + name }
+func (k keys) token(name string) string { return k.prefix + "token/" + name }
+func (k keys) kv(key string) string     { return k.prefix + "kv/" + key }
+
+// Store is a Locker and a fenced KV on one etcd client that it owns: what `fence
+// serve --store etcd://...` runs on. Several Stores (several servers) on one cluster
+// with the same prefix serve the same locks and data.
+type Store struct {
+	*Locker
+	*KV
+	cli *clientv3.Client
+}
+
+var (
+	_ fence.Locker    = (*Store)(nil)
+	_ fence.Inspector = (*Store)(nil)
+	_ fence.KV        = (*Store)(nil)
+	_ fence.Guard     = (*Store)(nil)
+)
+
+// Open connects to the etcd cluster at endpoints (host:port or http://host:port) and
+// returns a Store on it. It checks the connection with one read, bounded by ctx and
+// Options.DialTimeout. It returns an error matching fence.ErrInvalid for no or empty
+// endpoints and fence.ErrUnavailable if the cluster cannot be reached.
+func Open(ctx context.Context, endpoints []string, opts *Options) (*Store, error) {
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("etcd: open: %w", invalid("endpoints", "", "no endpoint given"))
+	}
+	for _, e := range endpoints {
+		if strings.TrimSpace(e) == "" {
+			return nil, fmt.Errorf("etcd: open: %w", invalid("endpoints", strings.Join(endpoints, ","), "contains an empty endpoint"))
+		}
+	}
+	timeout := DefaultDialTimeout
+	cfg := clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()}
+	if opts != nil {
+		if opts.DialTimeout > 0 {
+			timeout = opts.DialTimeout
+		}
+		cfg.Username, cfg.Password = opts.Username, opts.Password
+	}
+	cfg.DialTimeout = timeout
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: open %s: %w", strings.Join(endpoints, ","), storeErr(err))
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := cli.Get(cctx, opts.prefix()+"ping", clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd: open %s: %w", strings.Join(endpoints, ","), storeErr(err))
+	}
+	return &Store{Locker: NewLocker(cli, opts), KV: NewKV(cli, opts), cli: cli}, nil
+}
+
+// Close ends waits in progress (they return fence.ErrClosed) and closes the client
+// Open made. Leases granted through the Store stay held until they expire. It
+// returns the client's close error, if any; calling it again returns nil.
+func (s *Store) Close() error {
+	if s.Locker.closeOnce() {
+		return nil
+	}
+	s.KV.closed.Store(true)
+	if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("etcd: close: %w", err)
+	}
+	return nil
+}
