@@ -1,0 +1,97 @@
+package idempotency_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fence/idempotency"
+	"github.com/fencelock/fence/inmem"
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+// pgPool is a pool on the one PostgreSQL server of the package (nil under -short);
+// each test uses its own table.
+var pgPool *pgxpool.Pool
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	srv, err := testserv.StartPostgres()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idempotency tests:", err)
+		return 1
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, srv.DSN("postgres"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idempotency tests: connect:", err)
+		return 1
+	}
+	defer pool.Close()
+	pgPool = pool
+	return m.Run()
+}
+
+// testStore is a Store under test with a way to move its clock forward.
+type testStore struct {
+	name    string
+	store   idempotency.Store
+	advance func(t *testing.T, d time.Duration)
+}
+
+var tableSeq atomic.Int64
+
+// stores returns a fresh bolt store (manual clock) and, unless -short, a fresh
+// PostgreSQL store (own table; time moves by shifting the stored times back).
+func stores(t *testing.T) []testStore {
+	t.Helper()
+	clock := inmem.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	bs, err := idempotency.OpenBoltStore(filepath.Join(t.TempDir(), "idem.db"), &idempotency.BoltOptions{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bs.Close() })
+	out := []testStore{{name: "bolt", store: bs, advance: func(_ *testing.T, d time.Duration) { clock.Advance(d) }}}
+	if testing.Short() {
+		return out
+	}
+	table := fmt.Sprintf("idem_%d_%s", tableSeq.Add(1), strings.ToLower(strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, t.Name())))
+	if len(table) > 40 {
+		table = table[:40]
+	}
+	ps := idempotency.NewPostgresStore(pgPool, &idempotency.PostgresOptions{Table: table})
+	ctx := context.Background()
+	if err := ps.CreateSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pgPool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
+	out = append(out, testStore{name: "postgres", store: ps, advance: func(t *testing.T, d time.Duration) {
+		_, err := pgPool.Exec(ctx, `UPDATE "`+table+`" SET locked_until = locked_until - $1 * interval '1 millisecond', expires_at = expires_at - $1 * interval '1 millisecond'`, d.Milliseconds())
+		if err != nil {
+			t.Fatal(err)
+		}
+	}})
+	return out
+}
