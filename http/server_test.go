@@ -530,14 +530,14 @@ func TestClient_ServerDown_Unavailable(t *testing.T) {
 func TestClient_AutoRenew_KeepsLeaseAcrossTTLs(t *testing.T) {
 	c := shared.client
 	name := uniq(t, "auto")
-	lease := mustAcquire(t, c, name, 150*time.Millisecond, fence.WithAutoRenew())
+	lease := mustAcquire(t, c, name, time.Second, fence.WithAutoRenew())
 	defer lease.Release(context.Background())
-	// Without renewals the lease would be gone after 150ms; another acquire must
-	// keep failing through several TTLs.
-	for i := 0; i < 5; i++ {
-		time.Sleep(100 * time.Millisecond)
+	// Without renewals the lease would be gone after 1s; another acquire must keep
+	// failing through more than two TTLs.
+	for i := 0; i < 6; i++ {
+		time.Sleep(400 * time.Millisecond)
 		if _, err := c.Acquire(ctxFor(t), name, time.Minute); !errors.Is(err, fence.ErrNotAcquired) {
-			t.Fatalf("after %dms: want the auto-renewed lock still held (ErrNotAcquired), got %v", (i+1)*100, err)
+			t.Fatalf("after %dms: want the auto-renewed lock still held (ErrNotAcquired), got %v", (i+1)*400, err)
 		}
 	}
 	select {

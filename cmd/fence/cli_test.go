@@ -361,7 +361,9 @@ func TestServe_Kill9Restart_KeepsTokenOrderAndLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	short, long := uniqName(t), uniqName(t)
-	ls := acquireJSON(t, p.url, short, "--ttl", "2s")
+	const shortTTL = 4 * time.Second
+	before := time.Now() // the server's expiry of the short lease is later than before+shortTTL
+	ls := acquireJSON(t, p.url, short, "--ttl", shortTTL.String())
 	ll := acquireJSON(t, p.url, long, "--ttl", "2m") // longer than the store's horizon: written before the grant returns
 	p.kill()
 
@@ -370,13 +372,24 @@ func TestServe_Kill9Restart_KeepsTokenOrderAndLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.stop()
-	// P6: the 2s lease granted before the crash is still honoured right after it.
-	wantCode(t, "acquire of a lease held before kill -9", runFence(t, p2.url, nil, "", "acquire", short), exitNotAcquired)
+	// P6: the short lease granted before the crash is still honoured right after it.
+	// On a machine so slow that the restart outlived the lease, this is inconclusive.
+	r := runFence(t, p2.url, nil, "", "-o", "json", "acquire", short)
+	var next leaseJSON
+	switch {
+	case time.Since(before) < shortTTL:
+		wantCode(t, "acquire of a lease held before kill -9", r, exitNotAcquired)
+	case r.code == 0:
+		t.Logf("restart took longer than the %v lease: its exclusivity after kill -9 was not checked", shortTTL)
+		next = decode[leaseJSON](t, "acquire after the lease", r)
+	}
 	// P6: the long lease survived and its holder can still renew it.
 	wantCode(t, "renew of a long lease after kill -9", runFence(t, p2.url, nil, "", "renew", long, "--lease", ll.Lease, "--ttl", "2m"), 0)
 	wantCode(t, "acquire of the long lease's name", runFence(t, p2.url, nil, "", "acquire", long), exitNotAcquired)
 	// P1: once the short lease is over, the next grant's token is greater.
-	next := acquireJSON(t, p2.url, short, "--wait", "30s")
+	if next.Token == 0 {
+		next = acquireJSON(t, p2.url, short, "--wait", "30s")
+	}
 	if next.Token <= ls.Token || next.Token <= ll.Token {
 		t.Fatalf("token after kill -9: want greater than %d and %d, got %d", ls.Token, ll.Token, next.Token)
 	}
