@@ -49,7 +49,9 @@
 // fence, so this is not a race). The first write to a key must name its lock; without
 // Fence-Lock it is refused with 400. Sending Fence-Lock always is the safe habit: it
 // makes the server refuse a token of another lock (409, code "wrong_lock") instead of
-// comparing tokens of different counters.
+// comparing tokens of different counters. Fence-Lock is URL-escaped like a path
+// segment (plain names are unchanged by that), and GET /v1/kv answers with it
+// escaped the same way.
 //
 // # Errors
 //
