@@ -244,7 +244,13 @@ func (s *PostgresServer) Exec(db, sql string) error {
 func (s *PostgresServer) CreateDatabase(t testing.TB) string {
 	t.Helper()
 	name := uniqueName("test")
-	if err := s.Exec("postgres", "CREATE DATABASE "+name); err != nil {
+	create := "CREATE DATABASE " + name
+	if s.majorVersion() >= 15 {
+		// The default WAL_LOG strategy writes the whole template to the WAL; with fsync
+		// off, a file copy is about twice as fast.
+		create += " STRATEGY FILE_COPY"
+	}
+	if err := s.Exec("postgres", create); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -259,6 +265,16 @@ func (s *PostgresServer) CreateDatabase(t testing.TB) string {
 		}
 	})
 	return s.DSN(name)
+}
+
+// majorVersion returns the cluster's major version (PG_VERSION), or 0 if unknown.
+func (s *PostgresServer) majorVersion() int {
+	b, err := os.ReadFile(filepath.Join(s.dataDir(), "PG_VERSION"))
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return v
 }
 
 // Kill stops the server with SIGKILL to its whole process group, like a crash. The port
