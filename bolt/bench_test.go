@@ -116,7 +116,7 @@ func BenchmarkHeldLeases(b *testing.B) {
 						leases = append(leases, l)
 						continue
 					}
-					if g, err := s.grant(name, int64(time.Hour)); err != nil || g.held != nil {
+					if g, err := s.grant(name, int64(time.Hour), s.now()); err != nil || g.held != nil {
 						b.Fatalf("grant %q: %v %v", name, err, g.held)
 					}
 				}

@@ -50,8 +50,10 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("bolt: acquire %q: %w: %w", name, fence.ErrNotAcquired, err)
 		}
-		start := s.clock.Now() // before the grant: the holder's deadline is never late
-		g, err := s.grant(name, int64(ttl))
+		// The grant is timed from start, taken before the request: the holder's
+		// deadline (start+ttl) is then exactly the store's expiry, never later.
+		start := s.clock.Now()
+		g, err := s.grant(name, int64(ttl), int64(start.Sub(s.base)))
 		if err != nil {
 			return nil, err
 		}
@@ -88,10 +90,10 @@ type grantResult struct {
 // grant grants name for ttl nanoseconds if it is free, waiting for the flusher
 // when the token ceiling or lease horizon must be raised first, or when the lease
 // itself must be on disk before it is handed out.
-func (s *Store) grant(name string, ttl int64) (grantResult, error) {
+func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
 	for {
 		s.mu.Lock()
-		r, g, granted, err := s.grantLocked(name, ttl)
+		r, g, granted, err := s.grantLocked(name, ttl, now)
 		s.mu.Unlock()
 		if g == nil {
 			return r, err
@@ -101,6 +103,7 @@ func (s *Store) grant(name string, ttl int64) (grantResult, error) {
 			if g.err != nil {
 				return grantResult{}, fmt.Errorf("bolt: acquire %q: reserve tokens: %w", name, g.err)
 			}
+			now = s.now()
 			continue
 		}
 		if g.err != nil {
@@ -115,13 +118,12 @@ func (s *Store) grant(name string, ttl int64) (grantResult, error) {
 	}
 }
 
-// grantLocked does one attempt. It returns a flush to wait for: before retrying
+// grantLocked does one attempt at lease time now. It returns a flush to wait for: before retrying
 // if granted is false, before handing out the grant if granted is true.
-func (s *Store) grantLocked(name string, ttl int64) (r grantResult, g *flushGen, granted bool, err error) {
+func (s *Store) grantLocked(name string, ttl, now int64) (r grantResult, g *flushGen, granted bool, err error) {
 	if s.isClose {
 		return r, nil, false, fmt.Errorf("bolt: acquire %q: %w", name, fence.ErrClosed)
 	}
-	now := s.now()
 	if now < s.graceUntil {
 		r.held = &fence.HeldError{Name: name, ExpiresIn: time.Duration(s.graceUntil - now)}
 		r.wake = s.graceDone
