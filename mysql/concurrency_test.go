@@ -1,0 +1,192 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/mysql"
+)
+
+const (
+	writers          = 16
+	writesPerWriter  = 8
+	concurrencyLease = "lease-%d"
+)
+
+// attempt is one write of the concurrency tests and its outcome.
+type attempt struct {
+	token   fence.Token
+	err     error
+	highest fence.Token // from the StaleTokenError
+}
+
+// runInterleaved has 16 goroutines write tokens g+1, g+1+16, ... (each token its own
+// lease) through write, in 8 rounds: in each round all 16 race with interleaved
+// tokens, so some lower token always arrives after a higher one. It returns every
+// attempt.
+func runInterleaved(t *testing.T, write func(f fence.Fence) error) []attempt {
+	t.Helper()
+	var mu sync.Mutex
+	var log []attempt
+	for i := 0; i < writesPerWriter; i++ {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := 0; g < writers; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				tok := fence.Token(g + 1 + i*writers)
+				err := write(fenceOf("lock", tok, fmt.Sprintf(concurrencyLease, tok)))
+				a := attempt{token: tok, err: err}
+				var st *fence.StaleTokenError
+				if errors.As(err, &st) {
+					a.highest = st.Highest
+				}
+				mu.Lock()
+				log = append(log, a)
+				mu.Unlock()
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	return log
+}
+
+// checkLog checks the full accept/reject log: every error is a stale-token
+// rejection whose highest is an accepted token above it; the commit order recorded
+// by the database (order) is strictly increasing and is exactly the accepted set;
+// and the final value is the write of the highest token.
+func checkLog(t *testing.T, log []attempt, order []fence.Token, final fence.Token) {
+	t.Helper()
+	accepted := map[fence.Token]bool{}
+	var max fence.Token
+	for _, a := range log {
+		if a.err == nil {
+			accepted[a.token] = true
+			if a.token > max {
+				max = a.token
+			}
+		}
+	}
+	for _, a := range log {
+		if a.err == nil {
+			continue
+		}
+		if !errors.Is(a.err, fence.ErrStaleToken) {
+			t.Fatalf("token %d: want nil or a stale-token error, got %v", a.token, a.err)
+		}
+		if a.highest <= a.token || !accepted[a.highest] {
+			t.Fatalf("token %d rejected with highest %d: want an accepted token above it", a.token, a.highest)
+		}
+	}
+	if len(accepted) < writesPerWriter || len(accepted) == len(log) {
+		t.Fatalf("want at least one acceptance per round and some rejections, got %d accepted of %d", len(accepted), len(log))
+	}
+	if len(order) != len(accepted) {
+		t.Fatalf("want %d committed writes (one per accepted token), got %d: %v", len(accepted), len(order), order)
+	}
+	for i, tok := range order {
+		if !accepted[tok] {
+			t.Fatalf("committed token %d was reported rejected", tok)
+		}
+		if i > 0 && tok <= order[i-1] {
+			t.Fatalf("token %d accepted after %d: commit order %v", tok, order[i-1], order)
+		}
+	}
+	if want := fence.Token(writers * writesPerWriter); max != want || final != want {
+		t.Fatalf("want the highest token %d accepted and stored, got accepted max %d, stored %d", want, max, final)
+	}
+	t.Logf("%d writes: %d accepted, %d rejected", len(log), len(accepted), len(log)-len(accepted))
+}
+
+// commitOrder reads the tokens of a log table in insertion (AUTO_INCREMENT) order,
+// which is the order the fence row lock let the transactions through.
+func commitOrder(t *testing.T, table string) []fence.Token {
+	t.Helper()
+	rows, err := testDB.Query("SELECT token FROM `" + table + "` ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []fence.Token
+	for rows.Next() {
+		var tok fence.Token
+		if err := rows.Scan(&tok); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tok)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+const logDDL = "CREATE TABLE %s (seq BIGINT AUTO_INCREMENT PRIMARY KEY, token BIGINT NOT NULL)"
+
+func TestConcurrency_FenceTx_16Writers_HighestWinsNoLowerAfterHigher(t *testing.T) {
+	d := db(t)
+	g := mysql.NewGuard(d, nil)
+	ctx := context.Background()
+	data := uniqueTable(t, "CREATE TABLE %s (id INT PRIMARY KEY, token BIGINT NOT NULL)")
+	logT := uniqueTable(t, logDDL)
+	r := resource(t)
+	log := runInterleaved(t, func(f fence.Fence) error {
+		return inTx(ctx, d, func(tx *sql.Tx) error {
+			if err := g.FenceTx(ctx, tx, r, f); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, token) VALUES (1, ?) ON DUPLICATE KEY UPDATE token = VALUES(token)", int64(f.Token)); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))
+			return err
+		})
+	})
+	var final fence.Token
+	if err := d.QueryRow("SELECT token FROM `" + data + "` WHERE id = 1").Scan(&final); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, log, commitOrder(t, logT), final)
+}
+
+func TestConcurrency_RowUpsert_16Writers_HighestWinsNoLowerAfterHigher(t *testing.T) {
+	d := db(t)
+	ctx := context.Background()
+	r := &mysql.Row{Table: uniqueTable(t, accountsDDL), Key: "id", Columns: []string{"balance"}}
+	logT := uniqueTable(t, logDDL)
+	log := runInterleaved(t, func(f fence.Fence) error {
+		return inTx(ctx, d, func(tx *sql.Tx) error {
+			if err := r.Upsert(ctx, tx, f, 1, int64(f.Token)); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))
+			return err
+		})
+	})
+	var final fence.Token
+	if err := d.QueryRow("SELECT balance FROM `" + r.Table + "` WHERE id = 1").Scan(&final); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, log, commitOrder(t, logT), final)
+}
+
+// inTx runs f in a transaction, committing if it returns nil.
+func inTx(ctx context.Context, d *sql.DB, f func(*sql.Tx) error) error {
+	tx, err := d.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
