@@ -37,11 +37,13 @@
 // and tells accepted (…001) from refused (…002); an insert leaves neither. Only a
 // refusal runs a second statement, SELECT name, token, lease FROM T WHERE resource
 // = ? FOR UPDATE, to report the highest fence. Row.Upsert has the same shape over
-// the row's own columns (value columns first, then fence_lease, then fence_token);
-// Row.Update is
+// the row's own columns (value columns first, then fence_name, fence_lease, and
+// fence_token last), with the condition widened to (fence_token = 0 OR <admit>) so
+// that rows that were never fenced (token 0, see Row.FenceColumnsDDL) admit any
+// fence; Row.Update is
 //
-//	UPDATE T SET col1 = ?, ..., fence_lease = ?, fence_token = ?
-//	WHERE key = ? AND <admit over fence_name, fence_token, fence_lease>
+//	UPDATE T SET col1 = ?, ..., fence_name = ?, fence_lease = ?, fence_token = ?
+//	WHERE key = ? AND (fence_token = 0 OR <admit over fence_name, fence_token, fence_lease>)
 //
 // followed, only when it matched no row, by a locking read that tells a missing row
 // from a stale one.

@@ -307,3 +307,43 @@ func TestSchema_MatchesGuardDDL(t *testing.T) {
 		t.Fatalf("qualified table: want `app`.`fences`, got %s", got)
 	}
 }
+
+// A writer that waits too long for the fence row's lock gets ErrConflict; the
+// holder's transaction is unaffected.
+func TestGuard_LockWaitTimeout_ErrConflict(t *testing.T) {
+	d := db(t)
+	g := mysql.NewGuard(d, nil)
+	ctx := context.Background()
+	r := resource(t)
+	holder, err := d.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if err := g.FenceTx(ctx, holder, r, fenceOf("lock", 5, "a")); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := d.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.FenceTx(ctx, tx, r, fenceOf("lock", 6, "b"))
+	_ = tx.Rollback()
+	if !errors.Is(err, mysql.ErrConflict) {
+		t.Fatalf("want mysql.ErrConflict, got %v", err)
+	}
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := g.Highest(ctx, r); err != nil || got.Token != 5 {
+		t.Fatalf("want the holder's fence 5, got %v %v", got, err)
+	}
+}

@@ -22,11 +22,12 @@ const (
 // each write is one conditional statement that applies only if fence.Admit allows,
 // and stores the new fence with the data. The fence columns should be declared
 //
-//	fence_name  VARBINARY(255) NOT NULL,
-//	fence_token BIGINT NOT NULL CHECK (fence_token > 0),
-//	fence_lease VARBINARY(128) NOT NULL
+//	fence_name  VARBINARY(255) NOT NULL DEFAULT '',
+//	fence_token BIGINT NOT NULL DEFAULT 0 CHECK (fence_token >= 0),
+//	fence_lease VARBINARY(128) NOT NULL DEFAULT ''
 //
-// and Key must be the table's primary key (or its only unique key: ON DUPLICATE KEY
+// (FenceColumnsDDL, whose defaults let existing rows count as never fenced: a
+// stored token of 0 admits any fence), and Key must be the table's primary key (or its only unique key: ON DUPLICATE KEY
 // UPDATE fires on any unique key). No index beyond the key is needed. A row fence
 // protects only rows the holder writes; a stale holder can still insert rows under
 // new keys. Fence every write with the Guard's FenceTx where that matters.
@@ -47,7 +48,7 @@ type Row struct {
 }
 
 type rowSQL struct {
-	update, upsert, fence, readLock string
+	update, upsert, fence, read, readLock, ddl string
 }
 
 func (r *Row) build() error {
@@ -85,28 +86,33 @@ func (r *Row) compile() (rowSQL, error) {
 	}
 	key, cols := q[0], q[1:len(q)-3]
 	fn, ft, fl := q[len(q)-3], q[len(q)-2], q[len(q)-1]
-	cond := admitCond(fn, ft, fl)
+	// A token of 0 marks a row that was never fenced (fence columns added to a
+	// table with rows, with FenceColumnsDDL's defaults): any fence is admitted.
+	cond := "(" + ft + " = 0 OR " + admitCond(fn, ft, fl) + ")"
 
 	var set []string
 	for _, c := range cols {
 		set = append(set, c+" = ?")
 	}
-	s.update = "UPDATE " + table + " SET " + strings.Join(append(set, fl+" = ?", ft+" = ?"), ", ") +
+	s.update = "UPDATE " + table + " SET " + strings.Join(append(set, fn+" = ?", fl+" = ?", ft+" = ?"), ", ") +
 		" WHERE " + key + " = ? AND " + cond
+	s.ddl = fmt.Sprintf("%s VARBINARY(255) NOT NULL DEFAULT '',\n%s BIGINT NOT NULL DEFAULT 0 CHECK (%s >= 0),\n%s VARBINARY(128) NOT NULL DEFAULT ''", fn, ft, ft, fl)
 
 	s.upsert = upsertSQL(table, key, cols, fn, ft, fl, cond)
 	s.fence = upsertSQL(table, key, nil, fn, ft, fl, cond)
-	s.readLock = "SELECT " + fn + ", " + ft + ", " + fl + " FROM " + table + " WHERE " + key + " = ? FOR UPDATE"
+	s.read = "SELECT " + fn + ", " + ft + ", " + fl + " FROM " + table + " WHERE " + key + " = ?"
+	s.readLock = s.read + " FOR UPDATE"
 	return s, nil
 }
 
 // upsertSQL inserts the row, or updates cols and the fence if the stored fence
 // admits the new one. Value columns come first and the token last, so that each
-// IF sees the stored fence (MariaDB and MySQL evaluate assignments in order).
+// IF sees the stored token (MariaDB and MySQL evaluate assignments in order; the
+// name and lease assignments cannot change the condition's outcome).
 func upsertSQL(table, key string, cols []string, fn, ft, fl, cond string) string {
 	all := append(append([]string{key}, cols...), fn, ft, fl)
 	ph := strings.TrimSuffix(strings.Repeat("?, ", len(all)), ", ")
-	targets := append(append([]string{}, cols...), fl, ft)
+	targets := append(append([]string{}, cols...), fn, fl, ft)
 	var set []string
 	for i, c := range targets {
 		if i == 0 {
@@ -129,8 +135,9 @@ func (r *Row) SQL() (update, upsert, fenceOnly string, err error) {
 
 // Update writes values to the existing row key if f is admitted, in one statement:
 //
-//	UPDATE T SET col1 = ?, ..., fence_lease = ?, fence_token = ?
-//	WHERE key = ? AND fence_name = ? AND (? > fence_token OR (? = fence_token AND ? <> '' AND ? = fence_lease))
+//	UPDATE T SET col1 = ?, ..., fence_name = ?, fence_lease = ?, fence_token = ?
+//	WHERE key = ? AND (fence_token = 0 OR (fence_name = ? AND (? > fence_token
+//	      OR (? = fence_token AND ? <> '' AND ? = fence_lease))))
 //
 // When it matches no row, a locking read tells why. It returns nil if the row was
 // written, an error matching fence.ErrNotFound if there is no row key, a
@@ -146,7 +153,7 @@ func (r *Row) Update(ctx context.Context, q Querier, f fence.Fence, key any, val
 	tok := int64(f.Token)
 	args := make([]any, 0, len(values)+8)
 	args = append(args, values...)
-	args = append(args, f.LeaseID, tok, key)
+	args = append(args, f.Name, f.LeaseID, tok, key)
 	args = append(args, condArgs(f)...)
 	res, err := q.ExecContext(ctx, r.s.update, args...)
 	if err != nil {
@@ -162,7 +169,7 @@ func (r *Row) Update(ctx context.Context, q Querier, f fence.Fence, key any, val
 	case n > 1:
 		return fmt.Errorf("mysql: %s: %w: %d rows matched, the key column is not unique", what, ErrSchema, n)
 	}
-	stored, err := scanFence(q.QueryRowContext(ctx, r.s.readLock, key))
+	stored, err := scanRowFence(q.QueryRowContext(ctx, r.s.readLock, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("mysql: %s: %w", what, fence.ErrNotFound)
 	}
@@ -209,11 +216,11 @@ func (r *Row) Fence(ctx context.Context, q Querier, f fence.Fence, key any) erro
 func (r *Row) upsert(ctx context.Context, q Querier, stmt, what string, f fence.Fence, key any, values []any) error {
 	tok := int64(f.Token)
 	c := condArgs(f)
-	args := make([]any, 0, 4+len(values)+(len(values)+2)*(len(c)+1))
+	args := make([]any, 0, 4+len(values)+(len(values)+3)*(len(c)+1))
 	args = append(args, key)
 	args = append(args, values...)
 	args = append(args, f.Name, tok, f.LeaseID)
-	for _, v := range append(append([]any{}, values...), f.LeaseID, tok) {
+	for _, v := range append(append([]any{}, values...), f.Name, f.LeaseID, tok) {
 		args = append(args, c...)
 		args = append(args, v)
 	}
@@ -228,7 +235,7 @@ func (r *Row) upsert(ctx context.Context, q Querier, stmt, what string, f fence.
 	if accepted {
 		return nil
 	}
-	stored, err := scanFence(q.QueryRowContext(ctx, r.s.readLock, key))
+	stored, err := scanRowFence(q.QueryRowContext(ctx, r.s.readLock, key))
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("mysql: %s: %w: the row vanished after a rejection", what, ErrSchema)
@@ -260,4 +267,56 @@ func (r *Row) check(q Querier, f fence.Fence, key any, values []any) error {
 		return fmt.Errorf("%w: %w", &fence.InvalidError{Field: "values", Value: fmt.Sprint(len(values)), Reason: fmt.Sprintf("the row has %d value columns", len(r.Columns))}, errValueCount)
 	}
 	return nil
+}
+
+// FenceColumnsDDL returns the definitions of the fence columns, with the
+// configured names, for a CREATE TABLE or ALTER TABLE ... ADD COLUMN. Their
+// defaults mark existing rows as never fenced. It returns fence.ErrInvalid for a
+// malformed Row.
+func (r *Row) FenceColumnsDDL() (string, error) {
+	if err := r.build(); err != nil {
+		return "", fmt.Errorf("mysql: row: %w", err)
+	}
+	return r.s.ddl, nil
+}
+
+// Highest returns the fence stored in row key, the zero Fence if the row was never
+// fenced. It returns fence.ErrNotFound if there is no such row, ErrSchema for a NULL
+// fence column or a wrong table, and fence.ErrInvalid for a malformed Row or nil q.
+func (r *Row) Highest(ctx context.Context, q Querier, key any) (fence.Fence, error) {
+	what := fmt.Sprintf("highest %s key %v", r.Table, key)
+	if err := r.build(); err != nil {
+		return fence.Fence{}, fmt.Errorf("mysql: %s: %w", what, err)
+	}
+	if q == nil || key == nil {
+		return fence.Fence{}, fmt.Errorf("mysql: %s: %w", what, &fence.InvalidError{Field: "querier", Value: "<nil>", Reason: "querier and key must not be nil"})
+	}
+	f, err := scanRowFence(q.QueryRowContext(ctx, r.s.read, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return fence.Fence{}, fmt.Errorf("mysql: %s: %w", what, fence.ErrNotFound)
+	}
+	if err != nil {
+		return fence.Fence{}, wrap(what, err)
+	}
+	return f, nil
+}
+
+// scanRowFence is scanFence for a row fence, where a token of 0 means never
+// fenced (the zero Fence, which fence.Admit admits anything over).
+func scanRowFence(row *sql.Row) (fence.Fence, error) {
+	var name, lease sql.NullString
+	var token sql.NullInt64
+	if err := row.Scan(&name, &token, &lease); err != nil {
+		return fence.Fence{}, err
+	}
+	if !name.Valid || !token.Valid || !lease.Valid {
+		return fence.Fence{}, fmt.Errorf("%w: a fence column is NULL (name %v, token %v, lease %v); declare them NOT NULL", ErrSchema, name.Valid, token.Valid, lease.Valid)
+	}
+	if token.Int64 == 0 {
+		return fence.Fence{}, nil
+	}
+	if token.Int64 < 0 || uint64(token.Int64) > uint64(fence.MaxToken) {
+		return fence.Fence{}, fmt.Errorf("%w: stored token %d is outside [0, %d]", ErrSchema, token.Int64, uint64(fence.MaxToken))
+	}
+	return fence.Fence{Name: name.String, Token: fence.Token(token.Int64), LeaseID: lease.String}, nil
 }

@@ -186,3 +186,38 @@ func TestRow_MissingColumn_ErrSchema(t *testing.T) {
 		t.Fatalf("want mysql.ErrSchema, got %v", err)
 	}
 }
+
+// Fence columns added to a table with rows: the defaults mark them never fenced,
+// the first fenced write is admitted, and later ones follow the rule.
+func TestRow_AddedFenceColumns_UnfencedRowAdmitsFirstFence(t *testing.T) {
+	db(t)
+	table := uniqueTable(t, "CREATE TABLE %s (id INT PRIMARY KEY, balance BIGINT NOT NULL)")
+	r := &mysql.Row{Table: table, Key: "id", Columns: []string{"balance"}}
+	ddl, err := r.FenceColumnsDDL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testDB.Exec("INSERT INTO `" + table + "` VALUES (1, 10), (2, 20)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testDB.Exec("ALTER TABLE `" + table + "` ADD COLUMN (" + ddl + ")"); err != nil {
+		t.Fatalf("ALTER TABLE ADD COLUMN (%s): %v", ddl, err)
+	}
+	ctx := context.Background()
+	if got, err := r.Highest(ctx, testDB, 1); err != nil || got != (fence.Fence{}) {
+		t.Fatalf("Highest of an unfenced row: want the zero fence, got %+v, %v", got, err)
+	}
+	if err := r.Update(ctx, testDB, fenceOf("acct", 5, "a"), 1, 11); err != nil {
+		t.Fatalf("first fenced Update of an unfenced row: want nil, got %v", err)
+	}
+	if err := r.Upsert(ctx, testDB, fenceOf("acct", 3, "b"), 2, 21); err != nil {
+		t.Fatalf("first fenced Upsert of an unfenced row: want nil, got %v", err)
+	}
+	wantStale(t, r.Update(ctx, testDB, fenceOf("acct", 4, "c"), 1, 0), 5, false)
+	if got, err := r.Highest(ctx, testDB, 1); err != nil || got != fenceOf("acct", 5, "a") {
+		t.Fatalf("Highest: want acct#5 lease a, got %+v, %v", got, err)
+	}
+	if _, err := r.Highest(ctx, testDB, 99); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("Highest of a missing row: want fence.ErrNotFound, got %v", err)
+	}
+}
