@@ -75,12 +75,18 @@ func openStore(ctx context.Context, store, dataDir string) (*servedStore, error)
 	if store == "" {
 		return openBoltStore(ctx, nil, dataDir)
 	}
-	u, err := url.Parse(store)
-	if err != nil || u.Scheme == "" {
-		return nil, usagef("--store %q: want a URL such as bolt:PATH, redis://HOST:PORT, etcd://HOST:PORT, postgres://...", store)
+	// The scheme decides; each opener parses the rest its own way (etcd://h1:2379,h2:2379
+	// is not one URL host).
+	scheme, _, ok := strings.Cut(store, ":")
+	scheme = strings.ToLower(scheme)
+	if !ok || scheme == "" {
+		return nil, usagef("--store %q: want a URL such as bolt:PATH, redis://HOST:PORT, etcd://HOST:PORT, postgres://...", redactURL(store))
 	}
-	scheme := strings.ToLower(u.Scheme)
-	if open, ok := storeOpeners[scheme]; ok {
+	if open, found := storeOpeners[scheme]; found {
+		u, err := url.Parse(store)
+		if err != nil {
+			return nil, usagef("--store %q: %v", redactURL(store), err)
+		}
 		return open(ctx, u, dataDir)
 	}
 	for _, p := range plannedStores {
@@ -91,11 +97,13 @@ func openStore(ctx context.Context, store, dataDir string) (*servedStore, error)
 	return nil, usagef("--store %q: unknown store scheme %q", redactURL(store), scheme)
 }
 
-// redactURL drops a password from a store URL, for messages and logs.
+// redactURL drops a password from a store URL, for messages and logs. A URL it
+// cannot parse is cut after the scheme, in case it holds credentials.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
-		return s
+		scheme, _, _ := strings.Cut(s, ":")
+		return scheme + ":..."
 	}
 	return u.Redacted()
 }
