@@ -99,88 +99,175 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		waitEnd = t.C
 	}
 	id := fence.NewLeaseID()
+	var el clientv3.LeaseID // the etcd lease for the grant, kept across attempts
+	var w *watch            // set once the first attempt failed and we wait
+	defer func() {
+		if w != nil {
+			w.cancel()
+		}
+	}()
 	for {
-		lease, rev, err := l.try(ctx, name, id, ttl, o.AutoRenew)
-		if err != nil || lease != nil {
-			return lease, err
+		start, err := l.prepareLease(ctx, name, &el, ttl)
+		if err != nil {
+			return nil, err
+		}
+		won, err := l.try(ctx, name, id, el)
+		if err != nil {
+			l.revoke(el)
+			return nil, err
+		}
+		if won != 0 {
+			return fence.NewLease(fence.LeaseConfig{
+				Locker: l, Name: name, Token: won, ID: id, TTL: ttl,
+				Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
+			}), nil
 		}
 		if o.Wait == 0 {
+			l.revoke(el)
 			return nil, l.heldError(ctx, name, nil)
 		}
-		if err := l.waitDelete(ctx, name, rev, waitEnd); err != nil {
+		if w == nil || w.broken {
+			// Watch first, then try again: a release before the watch is registered
+			// is seen by the next attempt, one after it by the watch.
+			if w != nil {
+				w.cancel()
+			}
+			if w, err = l.watch(ctx, name, waitEnd); err != nil {
+				l.revoke(el)
+				return nil, err
+			}
+			continue
+		}
+		if err := w.wait(ctx, waitEnd); err != nil {
+			l.revoke(el)
 			return nil, err
 		}
 	}
 }
 
-// try makes one attempt: grant an etcd lease, then create the lock key under it if
-// it does not exist. It returns the lease, or nil and the store revision at which
-// the lock was seen held.
-func (l *Locker) try(ctx context.Context, name, id string, ttl time.Duration, auto bool) (*fence.Lease, int64, error) {
+// prepareLease makes *el an etcd lease with ttl's seconds left, and returns when the
+// request that started its countdown was sent (the lease's Start: the holder's
+// deadline is never later than etcd's expiry). The first attempt grants a lease; a
+// waiter keeps it while it waits and, when woken, refreshes it with a keep-alive (no
+// Raft write, so the handoff costs one write less), granting a new one only if it
+// has expired meanwhile.
+func (l *Locker) prepareLease(ctx context.Context, name string, el *clientv3.LeaseID, ttl time.Duration) (time.Time, error) {
+	if *el != 0 {
+		start := l.clock.Now()
+		if _, err := l.cli.KeepAliveOnce(ctx, *el); err == nil {
+			return start, nil
+		} else if !errors.Is(storeErr(err), fence.ErrNotHeld) {
+			l.revoke(*el)
+			return time.Time{}, fmt.Errorf("etcd: acquire %q: keep-alive: %w", name, storeErr(err))
+		}
+	}
 	start := l.clock.Now()
 	g, err := l.cli.Grant(ctx, leaseSeconds(ttl))
 	if err != nil {
-		return nil, 0, fmt.Errorf("etcd: acquire %q: grant: %w", name, storeErr(err))
+		return time.Time{}, fmt.Errorf("etcd: acquire %q: grant: %w", name, storeErr(err))
 	}
+	*el = g.ID
+	return start, nil
+}
+
+// try makes one attempt: create the lock key under etcd lease el if it does not
+// exist. It returns the token of the grant, or 0 if the lock is held.
+func (l *Locker) try(ctx context.Context, name, id string, el clientv3.LeaseID) (fence.Token, error) {
 	lk := l.keys.lock(name)
 	resp, err := l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)).
-		Then(clientv3.OpPut(lk, id, clientv3.WithLease(g.ID)), clientv3.OpPut(l.keys.token(name), "")).
+		Then(clientv3.OpPut(lk, id, clientv3.WithLease(el)), clientv3.OpPut(l.keys.token(name), "")).
 		Commit()
 	if err != nil {
-		// The key may or may not have been created; if it was, it is under g and
-		// revoking g deletes it, so no lock is left behind that nobody holds.
-		l.revoke(g.ID)
-		return nil, 0, fmt.Errorf("etcd: acquire %q: %w", name, storeErr(err))
+		// The key may or may not have been created; if it was, it is under el and
+		// the caller's revocation of el deletes it: no lock is left that nobody holds.
+		return 0, fmt.Errorf("etcd: acquire %q: %w", name, storeErr(err))
 	}
 	if !resp.Succeeded {
-		l.revoke(g.ID)
-		return nil, resp.Header.Revision, nil
+		return 0, nil
 	}
 	// The transaction's revision is the create revision of the lock key.
 	tok := fence.Token(resp.Header.Revision)
 	if resp.Header.Revision <= 0 || tok > fence.MaxToken {
-		l.revoke(g.ID)
-		return nil, 0, fmt.Errorf("etcd: acquire %q: revision %d: %w", name, resp.Header.Revision, fence.ErrTokenExhausted)
+		return 0, fmt.Errorf("etcd: acquire %q: revision %d: %w", name, resp.Header.Revision, fence.ErrTokenExhausted)
 	}
-	return fence.NewLease(fence.LeaseConfig{
-		Locker: l, Name: name, Token: tok, ID: id, TTL: ttl,
-		Start: start, Clock: l.clock, AutoRenew: auto,
-	}), 0, nil
+	return tok, nil
 }
 
 // revoke revokes an etcd lease that is of no use, best effort: if it fails the lease
 // expires by itself.
 func (l *Locker) revoke(id clientv3.LeaseID) {
+	if id == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, _ = l.cli.Revoke(ctx, id)
 }
 
-// waitDelete blocks until the lock key of name is deleted after revision rev (a
-// release, or the expiry of the holder's etcd lease), the fallback poll interval
-// passes, the watch breaks, or the wait ends. It returns nil when an attempt should
-// be made, and the error Acquire returns otherwise.
+// watch is a waiter's watch on one lock key, registered at the server.
+type watch struct {
+	l      *Locker
+	name   string
+	ch     clientv3.WatchChan
+	cancel context.CancelFunc
+	broken bool // the watch ended: make a new one
+}
+
+// watch registers a watch on the lock key of name for deletes from the current
+// revision on, and returns once etcd confirmed it.
 //
-// The watch starts at rev+1, the revision right after the failed attempt: a delete in
-// between is not missed, and a watch at the current revision joins etcd's synced
-// watchers at once. (concurrency.Mutex watches from an older revision, which puts
-// its watcher in the unsynced group, served by a background loop every 100 ms.)
-func (l *Locker) waitDelete(ctx context.Context, name string, rev int64, waitEnd <-chan time.Time) error {
+// It watches from "now" (no start revision), which puts it straight into etcd's
+// group of synced watchers, notified as each write is applied. A watch from an
+// older revision (concurrency.Mutex watches from its predecessor's revision; so does
+// "the failed attempt's revision + 1" as soon as any other write happened since)
+// lands in the unsynced group, which a background loop serves every 100 ms: that
+// loop, not the network, is most of concurrency.Mutex's handoff time.
+func (l *Locker) watch(ctx context.Context, name string, waitEnd <-chan time.Time) (*watch, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := l.cli.Watch(wctx, l.keys.lock(name), clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	w := &watch{l: l, name: name, cancel: cancel}
+	w.ch = l.cli.Watch(wctx, l.keys.lock(name), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	select {
+	case wr, ok := <-w.ch:
+		if !ok || wr.Err() != nil || !wr.Created {
+			cancel()
+			if ctx.Err() != nil {
+				return nil, l.heldError(ctx, name, ctx.Err())
+			}
+			err := error(fence.ErrUnavailable)
+			if ok && wr.Err() != nil {
+				err = storeErr(wr.Err())
+			}
+			return nil, fmt.Errorf("etcd: acquire %q: watch: %w", name, err)
+		}
+		return w, nil
+	case <-waitEnd:
+		cancel()
+		return nil, l.heldError(ctx, name, nil)
+	case <-ctx.Done():
+		cancel()
+		return nil, l.heldError(ctx, name, ctx.Err())
+	case <-l.done:
+		cancel()
+		return nil, fmt.Errorf("etcd: acquire %q: %w", name, fence.ErrClosed)
+	}
+}
+
+// wait blocks until the lock key is deleted (a release, or the expiry of the
+// holder's etcd lease), the fallback poll interval passes, or the watch breaks, and
+// then returns nil: time for an attempt. It returns the error Acquire returns when
+// the wait ends (waitEnd, ctx) or the Locker is closed.
+func (w *watch) wait(ctx context.Context, waitEnd <-chan time.Time) error {
 	poll := time.NewTimer(fallbackPoll)
 	defer poll.Stop()
 	for {
 		select {
-		case wr, ok := <-wch:
+		case wr, ok := <-w.ch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				// A broken watch (no leader, compaction, closed client): try again;
-				// the attempt reports an unreachable store.
 				if ctx.Err() != nil {
-					return l.heldError(ctx, name, ctx.Err())
+					return w.l.heldError(ctx, w.name, ctx.Err())
 				}
+				w.broken = true // no leader, compaction: try, then watch anew
 				return nil
 			}
 			for _, ev := range wr.Events {
@@ -191,11 +278,11 @@ func (l *Locker) waitDelete(ctx context.Context, name string, rev int64, waitEnd
 		case <-poll.C:
 			return nil
 		case <-waitEnd:
-			return l.heldError(ctx, name, nil)
+			return w.l.heldError(ctx, w.name, nil)
 		case <-ctx.Done():
-			return l.heldError(ctx, name, ctx.Err())
-		case <-l.done:
-			return fmt.Errorf("etcd: acquire %q: %w", name, fence.ErrClosed)
+			return w.l.heldError(ctx, w.name, ctx.Err())
+		case <-w.l.done:
+			return fmt.Errorf("etcd: acquire %q: %w", w.name, fence.ErrClosed)
 		}
 	}
 }

@@ -1,0 +1,149 @@
+package etcd_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/etcd"
+)
+
+// Run both sets in one run, on the same embedded etcd, so the ratios are fair:
+//
+//	go test -run '^$' -bench . -benchtime 40x ./etcd/
+//
+// BenchmarkAcquireRelease times one uncontended acquire+release pair (ns/op).
+// BenchmarkHandoff reports the median time from the holder's release call to the
+// blocked waiter holding the lock (handoff-median-ms); ns/op there includes the setup
+// of each round and is not the figure to read.
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	b.Run("fence", func(b *testing.B) {
+		l := etcd.NewLocker(client(b), nil)
+		name := benchName(b)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			lease, err := l.Acquire(ctx, name, 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("concurrency.Mutex", func(b *testing.B) {
+		s, err := concurrency.NewSession(client(b), concurrency.WithTTL(10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		m := concurrency.NewMutex(s, "bench-mutex/"+benchName(b))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := m.Lock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// waiterBlockDelay is how long a round gives the waiter to make its failed attempt and
+// start watching before the holder releases. Neither locker exposes "now waiting", so
+// this is a delay, outside the measured interval; it only has to be long enough.
+const waiterBlockDelay = 30 * time.Millisecond
+
+func BenchmarkHandoff(b *testing.B) {
+	ctx := context.Background()
+	b.Run("fence", func(b *testing.B) {
+		holder := etcd.NewLocker(client(b), nil)
+		waiter := etcd.NewLocker(client(b), nil)
+		name := benchName(b)
+		handoffs := make([]time.Duration, 0, b.N)
+		for i := 0; i < b.N; i++ {
+			a, err := holder.Acquire(ctx, name, 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got := make(chan *fence.Lease, 1)
+			go func() {
+				l, err := waiter.Acquire(ctx, name, 10*time.Second, fence.WithWait(30*time.Second))
+				if err != nil {
+					b.Error(err)
+				}
+				got <- l
+			}()
+			time.Sleep(waiterBlockDelay)
+			start := time.Now()
+			if err := a.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			l := <-got
+			handoffs = append(handoffs, time.Since(start))
+			if l == nil {
+				b.FailNow()
+			}
+			if l.Token() <= a.Token() {
+				b.Fatalf("waiter's token %d; want > holder's %d", l.Token(), a.Token())
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportMedian(b, handoffs)
+	})
+	b.Run("concurrency.Mutex", func(b *testing.B) {
+		s1, err := concurrency.NewSession(client(b), concurrency.WithTTL(10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s1.Close()
+		s2, err := concurrency.NewSession(client(b), concurrency.WithTTL(10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s2.Close()
+		pfx := "bench-mutex/" + benchName(b)
+		handoffs := make([]time.Duration, 0, b.N)
+		for i := 0; i < b.N; i++ {
+			m1, m2 := concurrency.NewMutex(s1, pfx), concurrency.NewMutex(s2, pfx)
+			if err := m1.Lock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() { got <- m2.Lock(ctx) }()
+			time.Sleep(waiterBlockDelay)
+			start := time.Now()
+			if err := m1.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				b.Fatal(err)
+			}
+			handoffs = append(handoffs, time.Since(start))
+			if err := m2.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportMedian(b, handoffs)
+	})
+}
+
+func reportMedian(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2])/float64(time.Millisecond), "handoff-median-ms")
+	b.ReportMetric(float64(d[len(d)*9/10])/float64(time.Millisecond), "handoff-p90-ms")
+}
+
+func benchName(b *testing.B) string { return "bench-" + fence.NewLeaseID()[:12] }

@@ -1,0 +1,152 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/etcd"
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+// grant is one lease a client of the cluster test held, by its own clock.
+type grant struct {
+	client   int
+	token    fence.Token
+	begin    time.Time // Acquire returned
+	end      time.Time // the holder stopped relying on it: Release called, or its deadline
+	deadline time.Time
+}
+
+// TestCluster_LeaderKilled_TokensIncreaseNoOverlap runs three clients acquiring one
+// lock in a loop against a three-member cluster whose members are separate
+// processes, kills the leader with SIGKILL in the middle, and checks every grant:
+// ordered by token, each holder stopped relying on its lease (release or deadline)
+// before the next one got it, and grants continued under the new leader.
+func TestCluster_LeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
+	testserv.SkipIfShort(t)
+	c := testserv.NewEtcdCluster(t, 3)
+	endpoints := c.Endpoints()
+	name := "cluster-" + fence.NewLeaseID()[:12]
+	const ttl = 2 * time.Second
+
+	var (
+		mu      sync.Mutex
+		grants  []grant
+		errs    = map[string]int{}
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+		killed  time.Time
+		afterKl int
+	)
+	for i := 0; i < 3; i++ {
+		l := etcd.NewLocker(newClient(t, endpoints), nil)
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+				lease, err := l.Acquire(ctx, name, ttl, fence.WithWait(3*time.Second))
+				cancel()
+				if err != nil {
+					mu.Lock()
+					errs[kind(err)]++
+					mu.Unlock()
+					continue
+				}
+				g := grant{client: id, token: lease.Token(), begin: time.Now(), deadline: lease.Deadline()}
+				time.Sleep(5 * time.Millisecond) // "work" under the lock
+				g.end = time.Now()
+				ctx, cancel = context.WithTimeout(context.Background(), 4*time.Second)
+				if err := lease.Release(ctx); err != nil {
+					g.end = g.deadline // it may still be held at etcd until it expires
+					mu.Lock()
+					errs["release: "+kind(err)]++
+					mu.Unlock()
+				}
+				cancel()
+				mu.Lock()
+				grants = append(grants, g)
+				if !killed.IsZero() && g.begin.After(killed) {
+					afterKl++
+				}
+				mu.Unlock()
+			}
+		}(i)
+	}
+
+	waitGrants := func(n int, within time.Duration) bool {
+		deadline := time.Now().Add(within)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			got := len(grants)
+			if !killed.IsZero() {
+				got = afterKl
+			}
+			mu.Unlock()
+			if got >= n {
+				return true
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return false
+	}
+	if !waitGrants(20, 8*time.Second) {
+		close(stop)
+		wg.Wait()
+		t.Fatalf("fewer than 20 grants in 8 s before the kill; errors: %v", errs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	leader, err := c.Leader(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	killed = time.Now()
+	mu.Unlock()
+	leader.Kill()
+	t.Logf("killed leader %s (SIGKILL) at %d grants", leader.Name, len(grants))
+	ok := waitGrants(20, 12*time.Second)
+	close(stop)
+	wg.Wait()
+	if !ok {
+		t.Fatalf("fewer than 20 grants in 12 s after killing the leader (%d); errors: %v", afterKl, errs)
+	}
+	t.Logf("%d grants, %d after the kill; errors by kind: %v", len(grants), afterKl, errs)
+
+	sort.Slice(grants, func(i, j int) bool { return grants[i].token < grants[j].token })
+	for i := 1; i < len(grants); i++ {
+		prev, cur := grants[i-1], grants[i]
+		if cur.token == prev.token {
+			t.Fatalf("token %d granted twice (clients %d and %d)", cur.token, prev.client, cur.client)
+		}
+		if cur.begin.Before(prev.begin) {
+			t.Errorf("token %d (client %d) granted at %v, before token %d (client %d) at %v: tokens must increase in grant order",
+				cur.token, cur.client, cur.begin.Format(time.StampMicro), prev.token, prev.client, prev.begin.Format(time.StampMicro))
+		}
+		if cur.begin.Before(prev.end) {
+			t.Errorf("leases overlap: token %d (client %d) held until %v, token %d (client %d) granted at %v",
+				prev.token, prev.client, prev.end.Format(time.StampMicro), cur.token, cur.client, cur.begin.Format(time.StampMicro))
+		}
+	}
+}
+
+// kind names an error by the fence sentinel it matches, for the test log.
+func kind(err error) string {
+	for _, s := range []error{fence.ErrNotAcquired, fence.ErrUnavailable, fence.ErrNotHeld, fence.ErrClosed} {
+		if errors.Is(err, s) {
+			return s.Error()
+		}
+	}
+	return err.Error()
+}
