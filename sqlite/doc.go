@@ -27,10 +27,13 @@
 // which returns a row if it inserted or advanced the fence and none if the stored
 // fence refused it; only then does a second statement (SELECT name, token, lease
 // FROM T WHERE resource = ?) read the highest fence for the error. Row.Upsert is the
-// same statement over the row's own columns; Row.Update is
+// same statement over the row's own columns, with the condition widened to
+// f.fence_token = 0 OR ... so that rows that were never fenced (token 0, see
+// Row.FenceColumnsDDL) admit any fence; Row.Update is
 //
-//	UPDATE T SET col1 = ?, ..., fence_lease = ?, fence_token = ?
-//	WHERE key = ? AND fence_name = ? AND (? > fence_token OR (? = fence_token AND ? <> '' AND ? = fence_lease))
+//	UPDATE T SET col1 = ?, ..., fence_name = ?, fence_lease = ?, fence_token = ?
+//	WHERE key = ? AND (fence_token = 0 OR (fence_name = ? AND (? > fence_token
+//	      OR (? = fence_token AND ? <> '' AND ? = fence_lease))))
 //
 // whose affected-row count (SQLite counts matched rows) tells written from not; a
 // follow-up read tells a missing row from a stale one.

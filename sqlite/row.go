@@ -22,11 +22,12 @@ const (
 // each write is one conditional statement that applies only if fence.Admit allows,
 // and stores the new fence with the data. The fence columns should be declared
 //
-//	fence_name  TEXT NOT NULL,
-//	fence_token INTEGER NOT NULL CHECK (fence_token > 0),
-//	fence_lease TEXT NOT NULL
+//	fence_name  TEXT NOT NULL DEFAULT '',
+//	fence_token INTEGER NOT NULL DEFAULT 0 CHECK (fence_token >= 0),
+//	fence_lease TEXT NOT NULL DEFAULT ''
 //
-// and Key must be the primary key or carry a UNIQUE constraint (Upsert's ON CONFLICT
+// (FenceColumnsDDL, whose defaults let existing rows count as never fenced: a
+// stored token of 0 admits any fence), and Key must be the primary key or carry a UNIQUE constraint (Upsert's ON CONFLICT
 // names it); no other index is needed. A row fence protects only rows the holder
 // writes: a stale holder can still insert rows under new keys. Fence every write
 // with the Guard's FenceTx where that matters.
@@ -47,7 +48,7 @@ type Row struct {
 }
 
 type rowSQL struct {
-	update, upsert, fence, read string
+	update, upsert, fence, read, ddl string
 }
 
 func (r *Row) build() error {
@@ -90,10 +91,13 @@ func (r *Row) compile() (rowSQL, error) {
 	for _, c := range cols {
 		set = append(set, c+" = ?")
 	}
-	set = append(set, fl+" = ?", ft+" = ?")
-	// Update binds (values..., lease, token, key, name, token, token, lease, lease).
-	s.update = "UPDATE " + table + " SET " + strings.Join(set, ", ") + " WHERE " + key + " = ? AND " +
-		fn + " = ? AND (? > " + ft + " OR (? = " + ft + " AND ? <> '' AND ? = " + fl + "))"
+	set = append(set, fn+" = ?", fl+" = ?", ft+" = ?")
+	// A token of 0 marks a row that was never fenced (fence columns added to a
+	// table with rows, with FenceColumnsDDL's defaults): any fence is admitted.
+	// Update binds (values..., name, lease, token, key, name, token, token, lease, lease).
+	s.update = "UPDATE " + table + " SET " + strings.Join(set, ", ") + " WHERE " + key + " = ? AND (" + ft + " = 0 OR (" +
+		fn + " = ? AND (? > " + ft + " OR (? = " + ft + " AND ? <> '' AND ? = " + fl + "))))"
+	s.ddl = fmt.Sprintf("%s TEXT NOT NULL DEFAULT '',\n%s INTEGER NOT NULL DEFAULT 0 CHECK (%s >= 0),\n%s TEXT NOT NULL DEFAULT ''", fn, ft, ft, fl)
 	s.upsert = upsertSQL(table, key, cols, fn, ft, fl)
 	s.fence = upsertSQL(table, key, nil, fn, ft, fl)
 	s.read = "SELECT " + fn + ", " + ft + ", " + fl + " FROM " + table + " WHERE " + key + " = ?"
@@ -104,12 +108,12 @@ func upsertSQL(table, key string, cols []string, fn, ft, fl string) string {
 	all := append(append([]string{key}, cols...), fn, ft, fl)
 	ph := strings.TrimSuffix(strings.Repeat("?, ", len(all)), ", ")
 	var set []string
-	for _, c := range append(append([]string{}, cols...), fl, ft) {
+	for _, c := range append(append([]string{}, cols...), fn, fl, ft) {
 		set = append(set, c+" = excluded."+c)
 	}
 	return "INSERT INTO " + table + " AS f (" + strings.Join(all, ", ") + ") VALUES (" + ph + ")" +
 		" ON CONFLICT (" + key + ") DO UPDATE SET " + strings.Join(set, ", ") +
-		" WHERE " + admitCond("f."+fn, "f."+ft, "f."+fl) + " RETURNING 1"
+		" WHERE f." + ft + " = 0 OR " + admitCond("f."+fn, "f."+ft, "f."+fl) + " RETURNING 1"
 }
 
 // SQL returns the three statements the row runs, for logs and review: the
@@ -123,8 +127,9 @@ func (r *Row) SQL() (update, upsert, fenceOnly string, err error) {
 
 // Update writes values to the existing row key if f is admitted, in one statement:
 //
-//	UPDATE T SET col1 = ?, ..., fence_lease = ?, fence_token = ?
-//	WHERE key = ? AND fence_name = ? AND (? > fence_token OR (? = fence_token AND ? <> '' AND ? = fence_lease))
+//	UPDATE T SET col1 = ?, ..., fence_name = ?, fence_lease = ?, fence_token = ?
+//	WHERE key = ? AND (fence_token = 0 OR (fence_name = ? AND (? > fence_token
+//	      OR (? = fence_token AND ? <> '' AND ? = fence_lease))))
 //
 // When it changes no row, a read in the same transaction tells why. It returns nil
 // if the row was written, an error matching fence.ErrNotFound if there is no row
@@ -140,7 +145,7 @@ func (r *Row) Update(ctx context.Context, q Querier, f fence.Fence, key any, val
 	tok := int64(f.Token)
 	args := make([]any, 0, len(values)+8)
 	args = append(args, values...)
-	args = append(args, f.LeaseID, tok, key, f.Name, tok, tok, f.LeaseID, f.LeaseID)
+	args = append(args, f.Name, f.LeaseID, tok, key, f.Name, tok, tok, f.LeaseID, f.LeaseID)
 	res, err := q.ExecContext(ctx, r.s.update, args...)
 	if err != nil {
 		return wrap(what, err)
@@ -155,7 +160,7 @@ func (r *Row) Update(ctx context.Context, q Querier, f fence.Fence, key any, val
 	case n > 1:
 		return fmt.Errorf("sqlite: %s: %w: %d rows matched, the key column is not unique", what, ErrSchema, n)
 	}
-	stored, err := scanFence(q.QueryRowContext(ctx, r.s.read, key))
+	stored, err := scanRowFence(q.QueryRowContext(ctx, r.s.read, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("sqlite: %s: %w", what, fence.ErrNotFound)
 	}
@@ -208,7 +213,7 @@ func (r *Row) upsert(ctx context.Context, q Querier, stmt, what string, f fence.
 	if !errors.Is(err, sql.ErrNoRows) {
 		return wrap(what, err)
 	}
-	stored, err := scanFence(q.QueryRowContext(ctx, r.s.read, key))
+	stored, err := scanRowFence(q.QueryRowContext(ctx, r.s.read, key))
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sqlite: %s: %w: the row vanished after a rejection", what, ErrSchema)
@@ -238,4 +243,56 @@ func (r *Row) check(q Querier, f fence.Fence, key any, values []any, countValues
 		return &fence.InvalidError{Field: "values", Value: fmt.Sprint(len(values)), Reason: fmt.Sprintf("the row has %d value columns", len(r.Columns))}
 	}
 	return nil
+}
+
+// FenceColumnsDDL returns the definitions of the fence columns, with the
+// configured names, for a CREATE TABLE or ALTER TABLE ... ADD COLUMN (one column
+// per ALTER in SQLite). Their defaults mark existing rows as never fenced. It
+// returns fence.ErrInvalid for a malformed Row.
+func (r *Row) FenceColumnsDDL() (string, error) {
+	if err := r.build(); err != nil {
+		return "", fmt.Errorf("sqlite: row: %w", err)
+	}
+	return r.s.ddl, nil
+}
+
+// Highest returns the fence stored in row key, the zero Fence if the row was never
+// fenced. It returns fence.ErrNotFound if there is no such row, ErrSchema for a NULL
+// fence column or a wrong table, and fence.ErrInvalid for a malformed Row or nil q.
+func (r *Row) Highest(ctx context.Context, q Querier, key any) (fence.Fence, error) {
+	what := fmt.Sprintf("highest %s key %v", r.Table, key)
+	if err := r.build(); err != nil {
+		return fence.Fence{}, fmt.Errorf("sqlite: %s: %w", what, err)
+	}
+	if q == nil || key == nil {
+		return fence.Fence{}, fmt.Errorf("sqlite: %s: %w", what, &fence.InvalidError{Field: "querier", Value: "<nil>", Reason: "querier and key must not be nil"})
+	}
+	f, err := scanRowFence(q.QueryRowContext(ctx, r.s.read, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return fence.Fence{}, fmt.Errorf("sqlite: %s: %w", what, fence.ErrNotFound)
+	}
+	if err != nil {
+		return fence.Fence{}, wrap(what, err)
+	}
+	return f, nil
+}
+
+// scanRowFence is scanFence for a row fence, where a token of 0 means never
+// fenced (the zero Fence, which fence.Admit admits anything over).
+func scanRowFence(row *sql.Row) (fence.Fence, error) {
+	var name, lease sql.NullString
+	var token sql.NullInt64
+	if err := row.Scan(&name, &token, &lease); err != nil {
+		return fence.Fence{}, err
+	}
+	if !name.Valid || !token.Valid || !lease.Valid {
+		return fence.Fence{}, fmt.Errorf("%w: a fence column is NULL (name %v, token %v, lease %v); declare them NOT NULL", ErrSchema, name.Valid, token.Valid, lease.Valid)
+	}
+	if token.Int64 == 0 {
+		return fence.Fence{}, nil
+	}
+	if token.Int64 < 0 || uint64(token.Int64) > uint64(fence.MaxToken) {
+		return fence.Fence{}, fmt.Errorf("%w: stored token %d is outside [0, %d]", ErrSchema, token.Int64, uint64(fence.MaxToken))
+	}
+	return fence.Fence{Name: name.String, Token: fence.Token(token.Int64), LeaseID: lease.String}, nil
 }

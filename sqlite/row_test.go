@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/fencelock/fence"
@@ -185,5 +186,42 @@ func TestRow_MissingColumn_ErrSchema(t *testing.T) {
 	r := &sqlite.Row{Table: table, Key: "id", Columns: []string{"v"}}
 	if err := r.Upsert(context.Background(), d, fenceOf("l", 1, "a"), 1, 20); !errors.Is(err, sqlite.ErrSchema) {
 		t.Fatalf("want sqlite.ErrSchema, got %v", err)
+	}
+}
+
+// Fence columns added to a table with rows: the defaults mark them never fenced,
+// the first fenced write is admitted, and later ones follow the rule.
+func TestRow_AddedFenceColumns_UnfencedRowAdmitsFirstFence(t *testing.T) {
+	d := db(t)
+	table := uniqueTable(t, d, "CREATE TABLE %s (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)")
+	r := &sqlite.Row{Table: table, Key: "id", Columns: []string{"balance"}}
+	ddl, err := r.FenceColumnsDDL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exec(`INSERT INTO "` + table + `" VALUES (1, 10), (2, 20)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, col := range strings.Split(ddl, ",\n") {
+		if _, err := d.Exec(`ALTER TABLE "` + table + `" ADD COLUMN ` + col); err != nil {
+			t.Fatalf("ALTER TABLE ADD COLUMN %s: %v", col, err)
+		}
+	}
+	ctx := context.Background()
+	if got, err := r.Highest(ctx, d, 1); err != nil || got != (fence.Fence{}) {
+		t.Fatalf("Highest of an unfenced row: want the zero fence, got %+v, %v", got, err)
+	}
+	if err := r.Update(ctx, d, fenceOf("acct", 5, "a"), 1, 11); err != nil {
+		t.Fatalf("first fenced Update of an unfenced row: want nil, got %v", err)
+	}
+	if err := r.Upsert(ctx, d, fenceOf("acct", 3, "b"), 2, 21); err != nil {
+		t.Fatalf("first fenced Upsert of an unfenced row: want nil, got %v", err)
+	}
+	wantStale(t, r.Update(ctx, d, fenceOf("acct", 4, "c"), 1, 0), 5, false)
+	if got, err := r.Highest(ctx, d, 1); err != nil || got != fenceOf("acct", 5, "a") {
+		t.Fatalf("Highest: want acct#5 lease a, got %+v, %v", got, err)
+	}
+	if _, err := r.Highest(ctx, d, 99); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("Highest of a missing row: want fence.ErrNotFound, got %v", err)
 	}
 }
