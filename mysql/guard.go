@@ -227,6 +227,40 @@ func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error
 	return nil
 }
 
+// Do runs write in a transaction fenced by f: it begins the transaction, runs
+// FenceTx, then write, and commits only if both succeeded; otherwise it rolls
+// back, so a refused fence or a failed write leaves nothing behind. Concurrent Do
+// calls for one resource run one after the other.
+//
+// It returns the errors of FenceTx (the refusal, nothing written), write's error
+// wrapped, fence.ErrInvalid for a nil write, and the translated error of a failed
+// begin or commit (after a failed commit the transaction may or may not have
+// committed only if the connection broke: fence.ErrUnavailable).
+func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write func(tx *sql.Tx) error) error {
+	if err := g.validate(g.db, resource, f); err != nil {
+		return err
+	}
+	if write == nil {
+		return fmt.Errorf("mysql: do %q: %w", resource, &fence.InvalidError{Field: "write", Value: "<nil>", Reason: "is nil"})
+	}
+	tx, err := g.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap(fmt.Sprintf("do %q: begin", resource), err)
+	}
+	if err := g.FenceTx(ctx, tx, resource, f); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := write(tx); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("mysql: do %q: write failed, rolled back: %w", resource, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return wrap(fmt.Sprintf("do %q: commit", resource), err)
+	}
+	return nil
+}
+
 // Highest returns the highest fence accepted for resource. It returns an error
 // matching fence.ErrNotFound if resource was never fenced, fence.ErrInvalid for a bad
 // resource and ErrSchema for a wrong table.

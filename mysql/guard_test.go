@@ -347,3 +347,42 @@ func TestGuard_LockWaitTimeout_ErrConflict(t *testing.T) {
 		t.Fatalf("want the holder's fence 5, got %v %v", got, err)
 	}
 }
+
+func TestGuard_Do_CommitsOnSuccess_RollsBackOnStaleOrWriteError(t *testing.T) {
+	d := db(t)
+	g := mysql.NewGuard(d, nil)
+	ctx := context.Background()
+	data := uniqueTable(t, "CREATE TABLE %s (id INT PRIMARY KEY, v TEXT NOT NULL)")
+	r := resource(t)
+	insert := func(id int, v string) func(tx *sql.Tx) error {
+		return func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, v) VALUES (?, ?)", id, v)
+			return err
+		}
+	}
+	if err := g.Do(ctx, r, fenceOf("lock", 2, "a"), insert(1, "ok")); err != nil {
+		t.Fatalf("Do: want nil, got %v", err)
+	}
+	wantStale(t, g.Do(ctx, r, fenceOf("lock", 1, "z"), insert(2, "zombie")), 2, false)
+	boom := errors.New("boom")
+	err := g.Do(ctx, r, fenceOf("lock", 3, "b"), func(tx *sql.Tx) error {
+		if err := insert(3, "half")(tx); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("failed write: want its error, got %v", err)
+	}
+	if err := g.Do(ctx, r, fenceOf("lock", 3, "b"), nil); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("nil write: want fence.ErrInvalid, got %v", err)
+	}
+	var n int
+	if err := d.QueryRow("SELECT COUNT(*) FROM `" + data + "`").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("want only the first row (1), got %d rows (%v)", n, err)
+	}
+	// The failed write's fence rolled back with it.
+	if got, err := g.Highest(ctx, r); err != nil || got.Token != 2 {
+		t.Fatalf("want the fence of the last committed Do (2), got %v, %v", got, err)
+	}
+}
