@@ -72,7 +72,10 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 				return err
 			}
 			stop()
-			r := &lockRun{name: name, lease: lease, grace: grace, server: flags.serverURL()}
+			r := &lockRun{name: name, lease: lease, grace: grace, env: []string{envServer + "=" + flags.serverURL()}}
+			if flags.caCert != "" {
+				r.env = append(r.env, envCACert+"="+flags.caCert)
+			}
 			code, err := r.run(argv)
 			if output == "json" {
 				_ = printJSON(os.Stderr, map[string]any{"name": name, "token": lease.Token(), "exit_code": code, "lease_lost": r.lost})
@@ -92,11 +95,11 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 
 // lockRun runs one child under a held lease.
 type lockRun struct {
-	name   string
-	lease  *fence.Lease
-	grace  time.Duration
-	server string
-	lost   bool
+	name  string
+	lease *fence.Lease
+	grace time.Duration
+	env   []string // FENCE_SERVER and what else the child needs to reach the server
+	lost  bool
 }
 
 // run starts argv, supervises it and releases the lease. It returns the exit status
@@ -108,8 +111,8 @@ func (r *lockRun) run(argv []string) (int, error) {
 		envLock+"="+r.name,
 		envToken+"="+r.lease.Token().String(),
 		envLease+"="+r.lease.ID(),
-		envServer+"="+r.server,
 	)
+	child.Env = append(child.Env, r.env...)
 	// A group of its own, so that a lost lease stops the whole job (a shell and its
 	// children), and terminal signals reach it once, through us.
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
