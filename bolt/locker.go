@@ -91,9 +91,15 @@ type grantResult struct {
 // when the token ceiling or lease horizon must be raised first, or when the lease
 // itself must be on disk before it is handed out.
 func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
+	// Make the lease id outside the lock (crypto/rand is the slowest step).
+	var nr grantResult
+	nr.id = fence.NewLeaseID()
+	if _, err := hex.Decode(nr.idb[:], []byte(nr.id)); err != nil {
+		return grantResult{}, fmt.Errorf("bolt: acquire %q: lease id %q: %w", name, nr.id, fence.ErrInvalid)
+	}
 	for {
 		s.mu.Lock()
-		r, g, granted, err := s.grantLocked(name, ttl, now)
+		r, g, granted, err := s.grantLocked(name, ttl, now, nr)
 		s.mu.Unlock()
 		if g == nil {
 			return r, err
@@ -118,9 +124,10 @@ func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
 	}
 }
 
-// grantLocked does one attempt at lease time now. It returns a flush to wait for: before retrying
+// grantLocked does one attempt at lease time now, granting with nr's lease id.
+// It returns a flush to wait for: before retrying
 // if granted is false, before handing out the grant if granted is true.
-func (s *Store) grantLocked(name string, ttl, now int64) (r grantResult, g *flushGen, granted bool, err error) {
+func (s *Store) grantLocked(name string, ttl, now int64, nr grantResult) (r grantResult, g *flushGen, granted bool, err error) {
 	if s.isClose {
 		return r, nil, false, fmt.Errorf("bolt: acquire %q: %w", name, fence.ErrClosed)
 	}
@@ -163,10 +170,7 @@ func (s *Store) grantLocked(name string, ttl, now int64) (r grantResult, g *flus
 		e = &entry{name: name, hidx: -1}
 		s.locks[name] = e
 	}
-	r.id = fence.NewLeaseID()
-	if _, err := hex.Decode(r.idb[:], []byte(r.id)); err != nil {
-		return grantResult{}, nil, false, fmt.Errorf("bolt: acquire %q: lease id %q: %w", name, r.id, fence.ErrInvalid)
-	}
+	r.id, r.idb = nr.id, nr.idb
 	r.token = fence.Token(t)
 	e.id, e.token, e.last, e.expires, e.durable = r.idb, r.token, r.token, exp, durable
 	s.heapPush(e)
@@ -328,6 +332,7 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("bolt: release %q: %w", name, err)
 	}
 	id, ok := parseLeaseID(leaseID)
+	now := s.now() // read the clock outside the lock; a little early is harmless
 	s.mu.Lock()
 	if s.isClose {
 		s.mu.Unlock()
@@ -338,7 +343,7 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 		s.mu.Unlock()
 		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrNotHeld)
 	}
-	expired := e.expires <= s.now()
+	expired := e.expires <= now
 	durable := e.durable
 	s.endLeaseLocked(e)
 	var g *flushGen
