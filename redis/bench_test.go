@@ -12,6 +12,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"testing"
@@ -57,7 +58,7 @@ func (r *benchResults) ratios(b *testing.B, base string, unit string) {
 
 // BenchmarkAcquireRelease measures an uncontended acquire+release pair, each library
 // in its own sub-benchmark, then all of them interleaved (sub-benchmark
-// "interleaved": one pair of each per iteration, in rotating order, so load from
+// "interleaved": one pair of each per iteration, in a shuffled order, so load from
 // other processes hits them alike; it reports each library's mean and the ratio
 // fence/redislock).
 func BenchmarkAcquireRelease(b *testing.B) {
@@ -149,9 +150,16 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 	b.Run("interleaved", func(b *testing.B) {
 		total := make([]time.Duration, len(pairs))
+		rng := rand.New(rand.NewPCG(1, 2)) // fixed seed: the same orders every run
+		order := make([]int, len(pairs))
+		for i := range order {
+			order[i] = i
+		}
 		for i := 0; i < b.N; i++ {
-			for j := range pairs {
-				k := (i + j) % len(pairs)
+			// A fresh random order each iteration, so no library always runs right
+			// after another's aftermath (redsync's goroutines, a GC).
+			rng.Shuffle(len(order), func(x, y int) { order[x], order[y] = order[y], order[x] })
+			for _, k := range order {
 				start := time.Now()
 				if err := pairs[k].f(i); err != nil {
 					b.Fatal(err)

@@ -44,6 +44,14 @@
 // PTTL. A release therefore costs one script call per waiter on that name, and
 // waiting is not FIFO. Waiters on other names are not woken.
 //
+// # Persistence
+//
+// The counters live in Redis's dataset. A server restarted without persistence
+// starts them again at zero, so run Redis with AOF (appendonly yes; appendfsync
+// always if a crash may not lose one increment) wherever tokens must keep rising
+// across restarts. Whatever the configuration, guards still reject regressed
+// tokens and Heal repairs the counter.
+//
 // # Durability: WAIT and WAITAOF
 //
 // Redis replicates asynchronously, so a failover can promote a replica that never saw

@@ -741,3 +741,43 @@ func TestLocker_WaitAOF_FailsClosedWithoutAOF(t *testing.T) {
 		t.Errorf("Inspect = %+v, %v; want not held", info, err)
 	}
 }
+
+func TestLocker_ServerRestart_ScriptCacheLost_AOFKeepsCounter(t *testing.T) {
+	testserv.SkipIfShort(t)
+	// AOF with fsync always: the counter survives the restart; the script cache does not.
+	s := testserv.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
+	l, err := NewLocker(newClient(t, s.Addr), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := ctxT(t)
+	first, err := l.Acquire(ctx, "restart", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The pooled connection is dead and the server answers NOSCRIPT: a clear
+	// ErrUnavailable at worst, never a wrong grant; the next call succeeds.
+	var lease *fence.Lease
+	for attempt := 0; attempt < 3; attempt++ {
+		if lease, err = l.Acquire(ctx, "restart", time.Second); err == nil {
+			break
+		}
+		if !errors.Is(err, fence.ErrUnavailable) {
+			t.Fatalf("Acquire after restart = %v, want success or fence.ErrUnavailable", err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("Acquire after restart, 3 attempts: %v", err)
+	}
+	defer lease.Release(ctx)
+	if lease.Token() != first.Token()+1 {
+		t.Errorf("token after restart %d, want %d (counter persisted by AOF)", lease.Token(), first.Token()+1)
+	}
+}
