@@ -150,3 +150,56 @@ func kind(err error) string {
 	}
 	return err.Error()
 }
+
+// TestStore_TwoServersOneCluster_StaleWriteRejected plays the seed's race across two
+// Stores (what two `fence serve` instances run) on one three-member cluster, each
+// talking to a different member: A acquires through the first and pauses past its
+// TTL, B acquires through the second once A's lease expired and writes, then A wakes
+// and writes through the first: A's write is rejected with B's token as the highest,
+// and B's value stays.
+func TestStore_TwoServersOneCluster_StaleWriteRejected(t *testing.T) {
+	testserv.SkipIfShort(t)
+	c := testserv.NewEtcdCluster(t, 3)
+	ctx := testCtx(t)
+	open := func(endpoint string) *etcd.Store {
+		s, err := etcd.Open(ctx, []string{endpoint}, nil)
+		if err != nil {
+			t.Fatalf("Open(%s) = %v", endpoint, err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	s1, s2 := open(c.Members[0].ClientURL), open(c.Members[1].ClientURL)
+	name, key := uniq("seed"), uniq("payments")
+
+	a, err := s1.Acquire(ctx, name, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pauses (no renewal); B waits on the other server and gets the lock at expiry.
+	b, err := s2.Acquire(ctx, name, time.Minute, fence.WithWait(30*time.Second))
+	if err != nil {
+		t.Fatalf("B's Acquire through the second server = %v; want a lease after A's expired", err)
+	}
+	defer b.Release(ctx)
+	if b.Token() <= a.Token() {
+		t.Fatalf("B's token %d; want > A's %d", b.Token(), a.Token())
+	}
+	if err := s2.Put(ctx, key, []byte("B"), b.Fence()); err != nil {
+		t.Fatalf("B's Put through the second server = %v", err)
+	}
+	err = s1.Put(ctx, key, []byte("A, stale"), a.Fence())
+	var st *fence.StaleTokenError
+	if !errors.As(err, &st) || st.Highest != b.Token() || st.Token != a.Token() {
+		t.Fatalf("A's stale Put through the first server = %v; want a *fence.StaleTokenError with Token %d, Highest %d", err, a.Token(), b.Token())
+	}
+	it, err := s1.Get(ctx, key)
+	if err != nil || string(it.Value) != "B" || it.Fence.Token != b.Token() {
+		t.Fatalf("Get through the first server = %q (token %d), %v; want %q (token %d)", it.Value, it.Fence.Token, err, "B", b.Token())
+	}
+	// Both servers see the same lock.
+	info, err := s1.Inspect(ctx, name)
+	if err != nil || !info.Held || info.Token != b.Token() {
+		t.Fatalf("Inspect through the first server = %+v, %v; want held with B's token %d", info, err, b.Token())
+	}
+}

@@ -439,6 +439,11 @@ func (l *Locker) inspect(ctx context.Context, name string) (fence.LockInfo, erro
 
 // fillHeld sets the held fields of info for a lock key created at rev under lease.
 func (l *Locker) fillHeld(ctx context.Context, info *fence.LockInfo, rev int64, lease clientv3.LeaseID) error {
+	if lease == 0 { // written by hand without a lease: held until deleted
+		info.Held, info.Token = true, fence.Token(rev)
+		info.LastToken = max(info.LastToken, info.Token)
+		return nil
+	}
 	ttl, err := l.cli.TimeToLive(ctx, lease)
 	if err != nil {
 		if errors.Is(storeErr(err), fence.ErrNotHeld) {

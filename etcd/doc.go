@@ -1,0 +1,77 @@
+// Package etcd implements fence.Locker, fence.Inspector, fence.KV and fence.Guard on
+// etcd v3 (go.etcd.io/etcd/client/v3): consensus-backed fencing tokens, and the
+// store that lets several `fence serve` instances share one etcd cluster.
+//
+// # Tokens
+//
+// The fencing token of a grant is the create revision of the lock key
+// (Prefix+"lock/"+name). etcd's revision is the Raft-ordered store revision: every
+// write of the whole cluster advances it, it is persisted in the Raft log, and a new
+// leader continues from the highest committed revision, so a token is unique per
+// grant cluster-wide and only increases, across restarts and leader changes
+// (fence.Healer is not needed and not implemented). Tokens skip values, as the
+// fence contract allows. A grant is one transaction:
+//
+//	If   CreateRevision(lock) == 0
+//	Then Put(lock, leaseID, WithLease(etcdLease)), Put(Prefix+"token/"+name, "")
+//
+// and the token is the transaction's revision. The token record's mod revision is
+// therefore the last token of name, kept after release for Inspect and List.
+//
+// # Leases and TTLs
+//
+// Each grant has its own etcd lease, of ceil(ttl) whole seconds: etcd counts lease
+// TTLs in seconds, and raises a TTL below its minimum (1.5 election timeouts, 2 s with
+// the default 1 s election timeout) to that minimum, so etcd never expires a lease
+// before the holder's deadline, but may keep a short lease up to about a second (or
+// the minimum) longer. etcd also extends every lease by an election timeout when a
+// new leader takes over, which errs the same, safe, way. The holder's deadline
+// (Lease.Deadline, Done) is the requested ttl from when the request that started the
+// etcd lease's countdown was sent.
+//
+// Renew checks that the lock key still holds the lease id, then sends a keep-alive
+// for its etcd lease (which restarts the lease at its granted TTL); a different TTL
+// moves the key to a new etcd lease, keeping its create revision and so its token.
+// Release deletes the key if it still holds the lease id, then revokes the etcd
+// lease. Neither can touch a newer holder's key: every write compares the lease id.
+// fence.WithAutoRenew renews through Renew. A lock key that a person wrote by hand
+// without a lease holds the lock until someone deletes it: never granted twice.
+//
+// # Waiting
+//
+// A waiter that finds the lock held keeps its etcd lease, opens a watch on the lock
+// key from the current revision (confirmed by etcd before it goes on), tries once
+// more, and then sleeps until the watch reports a delete: a release or the expiry of
+// the holder's lease. It then refreshes its etcd lease with a keep-alive (not a Raft
+// write) and tries the transaction again. A handoff therefore costs the release's
+// write, one watch notification and the waiter's grant write.
+//
+// etcd's concurrency.Mutex is slower at this because its waiter watches from its
+// predecessor's revision: such a watch is "unsynced" in etcd and is served by a
+// background loop every 100 ms. A watch from the current revision is synced and
+// notified as the delete is applied. (Watching from "the failed attempt's revision
+// + 1" is synced only if no other write happened in between, so it is not used.)
+//
+// Waiting is not FIFO: every waiter on a name is woken by the delete and they race
+// with one transaction each; one wins and the others keep watching. With many
+// waiters on one lock this is a thundering herd of one failed transaction each per
+// handoff. A watch that breaks (no leader: watches require one; compaction) is
+// re-created after one more attempt, and every waiter also retries every 5 s
+// without an event, so a stalled watch cannot strand it.
+//
+// # Fenced KV
+//
+// KV keeps each key as one etcd key under Prefix+"kv/" whose value holds the
+// highest fence accepted and the data. Put reads the record, applies fence.Admit and
+// writes with a transaction that compares the record's mod revision; on a conflict
+// the transaction returns the new record and the check runs again, so the check and
+// the write are atomic. Several KVs (several servers) on one cluster with one
+// prefix serve the same data.
+//
+// # Errors
+//
+// Errors wrap the fence sentinels: an unreachable cluster, a lost leader or a
+// timeout is fence.ErrUnavailable (the error of the etcd client is kept in the
+// chain), a lease gone at etcd fence.ErrNotHeld, a closed client fence.ErrClosed,
+// and a record this package cannot decode ErrCorrupt.
+package etcd
