@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fence/idempotency"
 )
@@ -252,6 +253,32 @@ func TestMiddleware_ConcurrentDuplicates_HandlerRunsOnce(t *testing.T) {
 			wantStatus(t, replay, http.StatusCreated)
 			if runs.Load() != 1 || conflicts != 15 || !bytes.Equal(replay.Body.Bytes(), []byte("charged once")) {
 				t.Fatalf("want 1 run, 15 conflicts, replay %q; got %d runs, %d conflicts, %q", "charged once", runs.Load(), conflicts, replay.Body)
+			}
+		})
+	}
+}
+
+// A first request that crashed (its record stays in flight) blocks retries with
+// 409 until the lock timeout; then a retry takes the key over and runs.
+func TestMiddleware_CrashedFirstRequest_RetryRunsAfterLockTimeout(t *testing.T) {
+	for _, ts := range stores(t) {
+		t.Run(ts.name, func(t *testing.T) {
+			c := &counting{}
+			h := idempotency.Middleware(ts.store, idempotency.Options{LockTimeout: 30 * time.Second})(c)
+			// The crashed request: claimed the key, never completed.
+			r := httptest.NewRequest("POST", "/orders", strings.NewReader("pay"))
+			if _, err := ts.store.Begin(r.Context(), idempotency.ScopedKey("", "k"), idempotency.Fingerprint(r, []byte("pay")), 30*time.Second, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			w := call(h, "POST", "/orders", "k", "pay")
+			wantStatus(t, w, http.StatusConflict)
+			if ra := w.Header().Get("Retry-After"); ra != "30" {
+				t.Fatalf("want Retry-After 30 (the lock's time left), got %q", ra)
+			}
+			ts.advance(t, 31*time.Second)
+			wantStatus(t, call(h, "POST", "/orders", "k", "pay"), http.StatusCreated)
+			if c.runs.Load() != 1 {
+				t.Fatalf("want 1 run after the takeover, got %d", c.runs.Load())
 			}
 		})
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/idempotency"
 )
@@ -217,6 +219,21 @@ func TestBoltStore_Closed_ErrClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
+	if _, err := s.Begin(context.Background(), "k", "fp", lockTO, retention); !errors.Is(err, fence.ErrClosed) {
+		t.Fatalf("want fence.ErrClosed, got %v", err)
+	}
+}
+
+func TestPostgresStore_ClosedPool_ErrClosed(t *testing.T) {
+	if pgPool == nil {
+		t.Skip("needs PostgreSQL (not in -short)")
+	}
+	pool, err := pgxpool.New(context.Background(), pgPool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := idempotency.NewPostgresStore(pool, nil)
+	pool.Close()
 	if _, err := s.Begin(context.Background(), "k", "fp", lockTO, retention); !errors.Is(err, fence.ErrClosed) {
 		t.Fatalf("want fence.ErrClosed, got %v", err)
 	}
