@@ -208,6 +208,19 @@ func TestCluster_ThreeMasters(t *testing.T) {
 				t.Errorf("%q: Release: %v", name, err)
 			}
 		}
+		infos, err := l.List(ctx, "", 0)
+		if err != nil {
+			t.Fatalf("List on the cluster: %v", err)
+		}
+		listed := map[string]bool{}
+		for _, i := range infos {
+			listed[i.Name] = true
+		}
+		for _, name := range []string{"plain", "a{b}c", "{}", "ünï{cødé}", "q"} {
+			if !listed[name] {
+				t.Errorf("List on the cluster (every master scanned) lacks %q: %v", name, infos)
+			}
+		}
 		if len(owners) < 2 {
 			t.Errorf("names landed on %d masters, want at least 2 to show routing", len(owners))
 		}

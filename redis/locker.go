@@ -471,7 +471,14 @@ func (l *Locker) subscribe(ctx context.Context, channel string) (*goredis.PubSub
 	} else {
 		sub = l.client.SSubscribe(ctx, channel)
 	}
-	if _, err := sub.Receive(ctx); err != nil {
+	// Bound the wait for the confirmation: go-redis reads pub/sub replies without a
+	// deadline, and a waiter must not hang on a server that accepted the connection
+	// but does not answer.
+	timeout := min(l.opts.PollInterval, 5*time.Second)
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(min(timeout, time.Until(dl)), time.Millisecond)
+	}
+	if _, err := sub.ReceiveTimeout(ctx, timeout); err != nil {
 		_ = sub.Close()
 		return nil, nil
 	}
