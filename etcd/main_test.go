@@ -2,7 +2,6 @@ package etcd_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -14,31 +13,25 @@ import (
 	"github.com/fencelock/fence/internal/testserv"
 )
 
-// srv is the package's single-member etcd, shared by every test (each uses its own
-// lock names and keys). It is nil under -short.
+// srv is the package's single-member etcd, shared by every test and example (each
+// uses its own lock names and keys). It is embedded, so it needs no binary and runs
+// under -short too; only the multi-process cluster tests skip there.
 var srv *testserv.EtcdServer
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if !testing.Short() {
-		var err error
-		if srv, err = testserv.StartEtcd(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
+	var err error
+	if srv, err = testserv.StartEtcd(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	code := m.Run()
-	if srv != nil {
-		srv.Close()
-	}
+	srv.Close()
 	os.Exit(code)
 }
 
-// client returns a client of the shared server, closed at the test's cleanup; it
-// skips the test under -short.
+// client returns a client of the shared server, closed at the test's cleanup.
 func client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	testserv.SkipIfShort(t)
 	return newClient(t, srv.Endpoints)
 }
 
@@ -56,4 +49,13 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// exampleClient is a client of the shared server for the examples.
+func exampleClient() *clientv3.Client {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		panic(err)
+	}
+	return cli
 }
