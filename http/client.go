@@ -246,8 +246,15 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		ttlMs := ms(ttl)
 		err := c.doJSON(ctx, http.MethodPost, path, acquireRequest{TTLms: &ttlMs, WaitMs: max(ms(poll), 0)}, &resp, max(poll, 0))
 		if err == nil {
-			if resp.Name != name || fence.ValidateToken(resp.Token) != nil || fence.ValidateLeaseID(resp.Lease) != nil || resp.TTLms <= 0 {
+			if resp.Name != name || fence.ValidateToken(resp.Token) != nil || fence.ValidateLeaseID(resp.Lease) != nil || resp.TTLms <= 0 || resp.WaitedMs < 0 {
 				return nil, fmt.Errorf("fencehttp: acquire %q: %w: malformed grant from the server", name, fence.ErrUnavailable)
+			}
+			// The server started counting the TTL no earlier than when this request
+			// left plus the time the server held it: date the lease from there, so
+			// the local deadline is never later than the server's, and a grant at the
+			// end of a long poll still gets its whole TTL.
+			if waited := time.Duration(resp.WaitedMs) * time.Millisecond; waited > 0 && waited <= poll {
+				start = start.Add(waited)
 			}
 			return fence.NewLease(fence.LeaseConfig{
 				Locker: c, Name: name, Token: resp.Token, ID: resp.Lease,

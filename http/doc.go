@@ -8,7 +8,7 @@
 //
 // # API v1
 //
-//	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  -> 200 {"name","token","lease","ttl_ms"}
+//	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  -> 200 {"name","token","lease","ttl_ms","waited_ms"}
 //	                                                            409 held (after the wait)
 //	POST /v1/locks/{name}/renew    {"lease":ID,"ttl_ms":N}  -> 200 | 410 lease expired or lost
 //	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
@@ -37,7 +37,9 @@
 // granted (woken by the release, through the backend's own wake-up), the wait ends
 // (409), or the client goes away. The server caps one poll at Config.MaxWait (60s by
 // default); the Client polls again until its own wait is over, so fence.WaitForever
-// works. A grant made just as its client went away is released at once.
+// works. A grant made just as its client went away is released at once. The answer's
+// waited_ms says how long the server held the request before the grant, so a client
+// can date the lease from the grant, not from when its poll began.
 //
 // # The fenced KV store and the Fence-Lock header
 //

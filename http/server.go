@@ -353,7 +353,8 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	s.m.acquireSeconds.WithLabelValues("granted").Observe(elapsed)
 	s.held.set(name, start.Add(ttl))
 	s.log.Debug("granted", "lock", name, "token", uint64(lease.Token()), "ttl", ttl)
-	s.ok(w, r, leaseResponse{Name: name, Token: lease.Token(), Lease: lease.ID(), TTLms: ttl.Milliseconds()})
+	s.ok(w, r, leaseResponse{Name: name, Token: lease.Token(), Lease: lease.ID(), TTLms: ttl.Milliseconds(),
+		WaitedMs: time.Since(start).Milliseconds()})
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {

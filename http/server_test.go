@@ -565,3 +565,34 @@ func TestClient_LeaseDone_ClosesWhenServerSaysGone(t *testing.T) {
 		t.Fatalf("lease.Err: want ErrNotHeld, got %v", lease.Err())
 	}
 }
+
+func TestClient_LongPollGrant_LeaseDatedFromTheGrant(t *testing.T) {
+	c := shared.client
+	name := uniq(t, "dated")
+	holder := mustAcquire(t, c, name, time.Hour)
+	const ttl = 2 * time.Second
+	waiting := metricValue(t, shared.server, "fence_waits_total") + 1
+	type res struct {
+		l   *fence.Lease
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		l, err := c.Acquire(ctxFor(t), name, ttl, fence.WithWait(time.Minute), fence.WithAutoRenew())
+		got <- res{l, err}
+	}()
+	waitForWaiters(t, shared.server, waiting)
+	time.Sleep(ttl * 3 / 4) // the poll outlasts most of a TTL before the grant
+	if err := holder.Release(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	defer r.l.Release(context.Background())
+	// Dated from when the poll began, the lease would have under ttl/4 left.
+	if left := time.Until(r.l.Deadline()); left < ttl/2 {
+		t.Fatalf("lease granted at the end of a long poll: want about %v left, got %v", ttl, left)
+	}
+}

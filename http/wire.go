@@ -45,6 +45,11 @@ type leaseResponse struct {
 	Token fence.Token `json:"token"`
 	Lease string      `json:"lease"`
 	TTLms int64       `json:"ttl_ms"`
+	// WaitedMs is how long the server held the request before the grant (rounded
+	// down). A client adds it to the time it sent the request to date the grant:
+	// without it, a lease granted at the end of a long poll would look, to its
+	// holder, as if it had started when the poll began, and expire early.
+	WaitedMs int64 `json:"waited_ms"`
 }
 
 // renewResponse is the body of a 200 answer to renew.
