@@ -51,7 +51,8 @@ func (r *benchResults) ratios(b *testing.B, base string, unit string) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if r.m[base] > 0 {
-			b.Logf("%-10s %10.1f %s   %s/%s = %.2f", k, r.m[k], unit, base, k, r.m[base]/r.m[k])
+			b.Logf("%-10s %10.1f %s   %s/%s = %.3f   %s/%s = %.1f", k, r.m[k], unit,
+				base, k, r.m[base]/r.m[k], k, base, r.m[k]/r.m[base])
 		}
 	}
 }
