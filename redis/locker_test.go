@@ -781,3 +781,39 @@ func TestLocker_ServerRestart_ScriptCacheLost_AOFKeepsCounter(t *testing.T) {
 		t.Errorf("token after restart %d, want %d (counter persisted by AOF)", lease.Token(), first.Token()+1)
 	}
 }
+
+func TestLocker_ClassicPubSub_WokenByRelease(t *testing.T) {
+	l, c := newLocker(t, &Options{ClassicPubSub: true, PollInterval: time.Hour})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	holder, err := l.Acquire(ctx, name, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, name, time.Hour, fence.WithWait(15*time.Second))
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		done <- err
+	}()
+	ch := l.keysFor(name).wake
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := c.PubSubNumSub(ctx, ch).Result()
+		if err == nil && got[ch] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("classic subscribers of %s = %v, %v; want 1", ch, got, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("waiter with classic pub/sub (poll 1h): %v", err)
+	}
+}
