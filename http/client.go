@@ -20,8 +20,8 @@ import (
 
 // Client defaults.
 const (
-	DefaultRequestTimeout = 30 * time.Second
-	DefaultMaxPoll        = 30 * time.Second
+	DefaultRequestTimeout = 30 * time.Second // bound of one request, beyond its long poll
+	DefaultMaxPoll        = 30 * time.Second // longest wait asked of the server in one poll
 	maxResponseBytes      = 64 << 20
 )
 

@@ -19,7 +19,8 @@ var (
 	ErrNotImplemented = errors.New("fencehttp: not implemented by the server's store")
 )
 
-// Server-side causes without a fence sentinel.
+// Server-side causes without a fence sentinel (errShuttingDown matches
+// fence.ErrUnavailable, so a client sees 503 "unavailable").
 var (
 	errTooLarge      = errors.New("fencehttp: request body too large")
 	errNoRoute       = errors.New("fencehttp: no such route")
@@ -100,6 +101,7 @@ type ServerError struct {
 	Message string // the "error" of the JSON body
 }
 
+// Error returns the server's message, or the status and code if it sent none.
 func (e *ServerError) Error() string {
 	if e.Message == "" {
 		return fmt.Sprintf("fencehttp: server answered %d %s", e.Status, e.Code)

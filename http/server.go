@@ -25,10 +25,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTTL           = 30 * time.Second
-	DefaultMaxWait       = 60 * time.Second
-	DefaultMaxBodyBytes  = 64 << 10
-	DefaultMaxValueBytes = 1 << 20
+	DefaultTTL           = 30 * time.Second // TTL of an acquire or renew without ttl_ms
+	DefaultMaxWait       = 60 * time.Second // longest single long poll
+	DefaultMaxBodyBytes  = 64 << 10         // largest JSON request body
+	DefaultMaxValueBytes = 1 << 20          // largest KV value
 	maxListLimit         = 10000
 )
 
