@@ -16,7 +16,7 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
 fi
 
-step() { printf '\n=== %s\n' "$*"; }
+step() { printf '\n=== %s   (at %ds)\n' "$*" "$SECONDS"; }
 fail() {
 	printf '\nFAIL: %s\n' "$*" >&2
 	exit 1
@@ -35,7 +35,7 @@ fi
 step "go vet ./..."
 go vet ./... || fail "go vet"
 
-step "go test -race -timeout 30m $* ./..."
+step "go test -race -timeout 30m ${*:+$* }./..."
 go test -race -timeout 30m "$@" ./... || fail "go test"
 
-printf '\nPASS: gofmt, go vet and go test -race all passed\n'
+printf '\nPASS: gofmt, go vet and go test -race all passed (%ds)\n' "$SECONDS"

@@ -34,7 +34,7 @@ type MariaDBServer struct {
 
 // StartMariaDB creates a fresh data directory (mariadb-install-db) in a temporary
 // directory and starts mariadbd for it on a free port of 127.0.0.1, waiting until it
-// accepts connections. The caller must Close it. It returns an error wrapping
+// accepts connections. The caller must Close it. It returns an error matching
 // ErrNotFound if MariaDB is not installed, or one with the tail of the log if the server
 // does not start.
 func StartMariaDB() (*MariaDBServer, error) {

@@ -36,7 +36,7 @@ type PostgresServer struct {
 // postgres server for it on a free port of 127.0.0.1, waiting until it accepts
 // connections. Running as root, the server runs as the "postgres" user (or "nobody"),
 // since PostgreSQL refuses to run as root. The caller must Close it. It returns an error
-// wrapping ErrNotFound if PostgreSQL is not installed, or one with the tail of the log if
+// matching ErrNotFound if PostgreSQL is not installed, or one with the tail of the log if
 // the server does not start.
 func StartPostgres() (*PostgresServer, error) {
 	initdb, err := FindBinary("initdb", "postgresql")

@@ -36,7 +36,7 @@ type RedisServer struct {
 // directory, no RDB snapshots and no AOF, and waits until it answers PING. args are extra
 // redis-server config that override the defaults, e.g. "--appendonly", "yes" or
 // "--replicaof", "127.0.0.1", "6380". The caller must Close it. It returns an error
-// wrapping ErrNotFound if redis-server is not installed, or one with the tail of the
+// matching ErrNotFound if redis-server is not installed, or one with the tail of the
 // server's log if it does not start.
 func StartRedis(args ...string) (*RedisServer, error) {
 	bin, err := FindBinary("redis-server", "redis-server")

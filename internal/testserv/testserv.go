@@ -56,8 +56,8 @@ const startAttempts = 4
 // reservedPorts are the machine's own services: never used, even if free.
 var reservedPorts = map[int]bool{6379: true, 5432: true, 3306: true}
 
-// ErrNotFound is wrapped by the errors of Start* and FindBinary when a server binary is
-// missing; the message names the Debian package that provides it.
+// ErrNotFound matches (errors.Is) the errors of Start* and FindBinary when a server
+// binary is missing; their message names the Debian package that provides it.
 var ErrNotFound = errors.New("testserv: binary not found")
 
 // SkipIfShort skips the test under go test -short: integration tests that start servers
@@ -83,7 +83,7 @@ func RequireBinary(t testing.TB, name, aptPackage string) string {
 
 // FindBinary returns the path of the executable name, searched in PATH, then in
 // /usr/sbin, /usr/local/sbin, /sbin and the newest /usr/lib/postgresql/*/bin. It returns
-// an error wrapping ErrNotFound, naming aptPackage, if there is none.
+// an error matching ErrNotFound (errors.Is), naming aptPackage, if there is none.
 func FindBinary(name, aptPackage string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
@@ -96,8 +96,17 @@ func FindBinary(name, aptPackage string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w: %s not found: apt-get install %s", ErrNotFound, name, aptPackage)
+	return "", &notFoundError{name: name, pkg: aptPackage}
 }
+
+// notFoundError says which binary is missing and how to install it.
+type notFoundError struct{ name, pkg string }
+
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("testserv: %s not found: apt-get install %s (or run scripts/install-deps.sh)", e.name, e.pkg)
+}
+
+func (e *notFoundError) Is(target error) bool { return target == ErrNotFound }
 
 // findAny returns the first of names that FindBinary finds.
 func findAny(aptPackage string, names ...string) (string, error) {
