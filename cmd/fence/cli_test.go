@@ -532,3 +532,15 @@ func TestServe_StoreBoltPath(t *testing.T) {
 		t.Fatalf("--store bolt:%s: want the store there: %v\n%s", path, err, p.log())
 	}
 }
+
+func TestCLI_Lock_RenewsWhileTheCommandRuns(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	// The command outlives three TTLs, then checks that the lock is still held
+	// (renewed): its own acquire must find it held (75).
+	r := runFence(t, srv, nil, "", "lock", name, "--ttl", "600ms", "--", "sh", "-c", `sleep 2; fence acquire "$FENCE_LOCK" >/dev/null 2>&1; echo "inner=$?"`)
+	wantCode(t, "lock over three TTLs", r, 0)
+	if strings.TrimSpace(r.stdout) != "inner=75" {
+		t.Fatalf("after 3 TTLs under fence lock: want the lock still held (inner acquire exit 75), got %q (stderr %q)", r.stdout, r.stderr)
+	}
+}
