@@ -36,8 +36,32 @@ type Locker struct {
 
 	closed atomic.Bool
 	mu     sync.Mutex
-	done   chan struct{} // closed by Close: ends waits
+	done   chan struct{}                  // closed by Close: ends waits
+	pool   map[int64][]pooledLease        // spare etcd leases by TTL seconds, under mu
+	pooled int                            // number of leases in pool
+	held   map[clientv3.LeaseID]heldLease // etcd leases of this Locker's grants, under mu
 }
+
+// heldLease is what a Locker knows of the etcd lease of one of its grants, so that
+// Release can pool it.
+type heldLease struct {
+	secs    int64
+	renewed time.Time
+}
+
+// maxTracked bounds the grants whose etcd leases a Locker remembers for pooling
+// (leases that expire without a release are never forgotten otherwise).
+const maxTracked = 4096
+
+// pooledLease is an etcd lease with no key attached, kept for reuse: a keep-alive
+// (no Raft write) makes it as good as new, where a grant is a Raft write.
+type pooledLease struct {
+	id      clientv3.LeaseID
+	renewed time.Time // when its countdown last started (no later than that)
+}
+
+// maxPooled bounds the spare etcd leases a Locker keeps; the others are revoked.
+const maxPooled = 64
 
 var (
 	_ fence.Locker    = (*Locker)(nil)
@@ -66,7 +90,74 @@ func (l *Locker) closeOnce() bool {
 		return true
 	}
 	close(l.done)
+	for _, ls := range l.pool {
+		for _, pl := range ls {
+			l.revoke(pl.id)
+		}
+	}
+	l.pool, l.pooled, l.held = nil, 0, nil
 	return false
+}
+
+// putLease keeps etcd lease id, whose countdown of secs seconds started no later than
+// renewed and which has no key attached, for reuse; it revokes it if the pool is full
+// or the Locker closed.
+func (l *Locker) putLease(id clientv3.LeaseID, secs int64, renewed time.Time) {
+	if id == 0 {
+		return
+	}
+	l.mu.Lock()
+	if l.closed.Load() || l.pooled >= maxPooled {
+		l.mu.Unlock()
+		l.revoke(id)
+		return
+	}
+	if l.pool == nil {
+		l.pool = map[int64][]pooledLease{}
+	}
+	l.pool[secs] = append(l.pool[secs], pooledLease{id: id, renewed: renewed})
+	l.pooled++
+	l.mu.Unlock()
+}
+
+// track remembers the etcd lease of a grant for pooling at release.
+func (l *Locker) track(id clientv3.LeaseID, secs int64, renewed time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil {
+		l.held = map[clientv3.LeaseID]heldLease{}
+	}
+	if len(l.held) < maxTracked {
+		l.held[id] = heldLease{secs: secs, renewed: renewed}
+	}
+}
+
+// untrack forgets the etcd lease of a grant and returns what was known of it.
+func (l *Locker) untrack(id clientv3.LeaseID) (heldLease, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, ok := l.held[id]
+	delete(l.held, id)
+	return h, ok
+}
+
+// getLease returns a pooled etcd lease of secs seconds that has not expired by the
+// local clock (with a margin), or 0. Expired ones are dropped: etcd removed them.
+func (l *Locker) getLease(secs int64) clientv3.LeaseID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ls := l.pool[secs]
+	for len(ls) > 0 {
+		pl := ls[len(ls)-1]
+		ls = ls[:len(ls)-1]
+		l.pooled--
+		if l.clock.Now().Sub(pl.renewed) < time.Duration(secs)*time.Second-500*time.Millisecond {
+			l.pool[secs] = ls
+			return pl.id
+		}
+	}
+	delete(l.pool, secs)
+	return 0
 }
 
 // leaseSeconds is the etcd lease TTL for a fence TTL: whole seconds, rounded up, so
@@ -117,13 +208,14 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			return nil, err
 		}
 		if won != 0 {
+			l.track(el, leaseSeconds(ttl), start)
 			return fence.NewLease(fence.LeaseConfig{
 				Locker: l, Name: name, Token: won, ID: id, TTL: ttl,
 				Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
 			}), nil
 		}
 		if o.Wait == 0 {
-			l.revoke(el)
+			l.putLease(el, leaseSeconds(ttl), start)
 			return nil, l.heldError(ctx, name, nil)
 		}
 		if w == nil || w.broken {
@@ -133,13 +225,13 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 				w.cancel()
 			}
 			if w, err = l.watch(ctx, name, waitEnd); err != nil {
-				l.revoke(el)
+				l.putLease(el, leaseSeconds(ttl), start)
 				return nil, err
 			}
 			continue
 		}
 		if err := w.wait(ctx, waitEnd); err != nil {
-			l.revoke(el)
+			l.putLease(el, leaseSeconds(ttl), start)
 			return nil, err
 		}
 	}
@@ -147,11 +239,15 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 
 // prepareLease makes *el an etcd lease with ttl's seconds left, and returns when the
 // request that started its countdown was sent (the lease's Start: the holder's
-// deadline is never later than etcd's expiry). The first attempt grants a lease; a
-// waiter keeps it while it waits and, when woken, refreshes it with a keep-alive (no
-// Raft write, so the handoff costs one write less), granting a new one only if it
-// has expired meanwhile.
+// deadline is never later than etcd's expiry). The first attempt takes a spare lease
+// of the Locker's pool, or grants one; a waiter keeps it while it waits. A kept or
+// spare lease is refreshed with a keep-alive, which is not a Raft write (so a handoff
+// or an uncontended acquire costs one write less than with a grant); a new one is
+// granted only if it expired meanwhile.
 func (l *Locker) prepareLease(ctx context.Context, name string, el *clientv3.LeaseID, ttl time.Duration) (time.Time, error) {
+	if *el == 0 {
+		*el = l.getLease(leaseSeconds(ttl))
+	}
 	if *el != 0 {
 		start := l.clock.Now()
 		if _, err := l.cli.KeepAliveOnce(ctx, *el); err == nil {
@@ -347,12 +443,19 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("etcd: renew %q: lock key has no etcd lease: %w", name, ErrCorrupt)
 	}
 	old := clientv3.LeaseID(kvs[0].Lease)
+	kaStart := l.clock.Now()
 	ka, err := l.cli.KeepAliveOnce(ctx, old)
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, storeErr(err))
 	}
 	want := leaseSeconds(ttl)
 	if ka.TTL >= want && ka.TTL <= 2*want+1 {
+		l.mu.Lock()
+		if h, ok := l.held[old]; ok {
+			h.renewed = kaStart
+			l.held[old] = h
+		}
+		l.mu.Unlock()
 		return nil
 	}
 	// Move the key to a lease of the new TTL, if it is still ours on the old lease.
@@ -372,6 +475,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		l.revoke(g.ID)
 		return fmt.Errorf("etcd: renew %q: %w", name, fence.ErrNotHeld)
 	}
+	l.untrack(old)
 	l.revoke(old)
 	return nil
 }
@@ -397,7 +501,14 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("etcd: release %q: %w", name, fence.ErrNotHeld)
 	}
 	if prev := resp.Responses[0].GetResponseDeleteRange().GetPrevKvs(); len(prev) == 1 && prev[0].Lease != 0 {
-		l.revoke(clientv3.LeaseID(prev[0].Lease))
+		// The etcd lease now has no key: keep it for the next grant if this Locker
+		// granted it, else revoke it.
+		id := clientv3.LeaseID(prev[0].Lease)
+		if h, ok := l.untrack(id); ok {
+			l.putLease(id, h.secs, h.renewed)
+		} else {
+			l.revoke(id)
+		}
 	}
 	return nil
 }
