@@ -35,6 +35,9 @@ var (
 	inspectScript = goredis.NewScript(inspectSrc)
 )
 
+// maxTokenArg is fence.MaxToken as the acquire script's argument, boxed once.
+var maxTokenArg any = strconv.FormatUint(uint64(fence.MaxToken), 10)
+
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Healer    = (*Locker)(nil)
@@ -219,7 +222,7 @@ func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration
 	id := fence.NewLeaseID()
 	start := l.clock.Now()
 	keys := []string{k.lock, k.token}
-	args := []any{id, ttl.Milliseconds(), uint64(fence.MaxToken)}
+	args := []any{id, ttl.Milliseconds(), maxTokenArg}
 	var (
 		res any
 		err error

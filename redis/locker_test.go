@@ -232,7 +232,7 @@ func TestLocker_Acquire_LockKeyOfWrongType(t *testing.T) {
 func TestLocker_Acquire_CounterNotAToken(t *testing.T) {
 	l, c := newLocker(t, nil)
 	ctx := ctxT(t)
-	for _, bad := range []string{"abc", "-5", "1.5", "12345678901234567", " 7"} {
+	for _, bad := range []string{"abc", "-5", "0x10", "1.5", "12345678901234567", "9223372036854775807", " 7", ""} {
 		name := uniqueName(t)
 		k := l.keysFor(name)
 		if err := c.Set(ctx, k.token, bad, 0).Err(); err != nil {
@@ -243,6 +243,9 @@ func TestLocker_Acquire_CounterNotAToken(t *testing.T) {
 		}
 		if n, _ := c.Exists(ctx, k.lock).Result(); n != 0 {
 			t.Errorf("counter %q: lock key was set; want no grant", bad)
+		}
+		if got, _ := c.Get(ctx, k.token).Result(); got != bad {
+			t.Errorf("counter after refused acquire = %q, want %q (unchanged)", got, bad)
 		}
 		if err := l.Heal(ctx, name, 5); !errors.Is(err, ErrWrongType) {
 			t.Errorf("Heal with counter %q = %v, want ErrWrongType", bad, err)
