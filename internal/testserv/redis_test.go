@@ -137,6 +137,18 @@ func TestFindBinary_Missing_NamesPackage(t *testing.T) {
 	}
 }
 
+func TestStartRedis_BinaryMissing_SaysWhatToInstall(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // redis-server lives in /usr/bin, found only through PATH
+	srv, err := testserv.StartRedis()
+	if err == nil {
+		srv.Close()
+		t.Fatal("StartRedis with redis-server not in PATH succeeded, want an error")
+	}
+	if want := "redis-server not found: apt-get install redis-server"; !errors.Is(err, testserv.ErrNotFound) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %q, want ErrNotFound saying %q", err, want)
+	}
+}
+
 func TestFreePort_NeverReserved(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		p, err := testserv.FreePort()

@@ -163,8 +163,9 @@ type process struct {
 	waitErr error         // set before done is closed
 }
 
-// startProcess starts bin with args in its own process group, stdout and stderr appended
-// to logPath. cred, if not nil, is the user to run as.
+// startProcess starts bin with args in its own process group, in the directory of
+// logPath, with stdout and stderr appended to logPath. cred, if not nil, is the user to
+// run as.
 func startProcess(name, bin string, args []string, logPath string, cred *syscall.Credential) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -173,6 +174,7 @@ func startProcess(name, bin string, args []string, logPath string, cred *syscall
 	defer logf.Close() // the child has its own copy of the descriptor
 	fmt.Fprintf(logf, "=== testserv %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
+	cmd.Dir = filepath.Dir(logPath) // the server's own directory, readable by its user
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{
