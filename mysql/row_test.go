@@ -2,9 +2,13 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/mysql"
@@ -219,5 +223,35 @@ func TestRow_AddedFenceColumns_UnfencedRowAdmitsFirstFence(t *testing.T) {
 	}
 	if _, err := r.Highest(ctx, testDB, 99); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatalf("Highest of a missing row: want fence.ErrNotFound, got %v", err)
+	}
+}
+
+// Over a connection that counts changed rows, an identical rewrite under the same
+// lease matches but changes nothing; Row.Update refuses to guess and names the
+// missing DSN setting instead of reporting a stale or missing row.
+func TestRow_Update_ChangedRowsDSN_DetectedNotMisreported(t *testing.T) {
+	db(t)
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientFoundRows = false
+	plain, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	r := accounts(t)
+	ctx := context.Background()
+	f := fenceOf("acct", 4, "a")
+	if err := r.Upsert(ctx, plain, f, 1, 10, "x"); err != nil {
+		t.Fatal(err)
+	}
+	err = r.Update(ctx, plain, f, 1, 10, "x")
+	if !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), "clientFoundRows") {
+		t.Fatalf("want fence.ErrInvalid naming clientFoundRows, got %v", err)
+	}
+	if err := r.Update(ctx, testDB, f, 1, 10, "x"); err != nil {
+		t.Fatalf("the same write with clientFoundRows=true: want nil, got %v", err)
 	}
 }
