@@ -215,7 +215,9 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 // stayed held, also matching ctx.Err() when the context ended the wait;
 // fence.ErrInvalid for a bad name or TTL; fence.ErrUnavailable when the server
 // cannot be reached (the server may have granted a lease nobody will learn of; it
-// expires after ttl); ErrUnauthorized for a refused auth token.
+// expires after ttl); ErrUnauthorized for a refused auth token. While a wait lasts,
+// an unavailable or restarting server is retried with backoff (50ms to 1s), so a
+// waiter survives a graceful restart of the server.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	if err := fence.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fencehttp: acquire: %w", err)
@@ -230,6 +232,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	if o.Wait > 0 && !forever {
 		waitEnd = time.Now().Add(o.Wait)
 	}
+	backoff := minBackoff
 	for {
 		var poll time.Duration
 		switch {
@@ -264,12 +267,37 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, fmt.Errorf("fencehttp: acquire %q: %w", name, errors.Join(fence.ErrNotAcquired, cerr))
 		}
-		if errors.Is(err, fence.ErrNotAcquired) && (forever || (o.Wait > 0 && time.Until(waitEnd) > 0)) {
+		waitLeft := forever || (o.Wait > 0 && time.Until(waitEnd) > 0)
+		switch {
+		case errors.Is(err, fence.ErrNotAcquired) && waitLeft:
+			backoff = minBackoff
 			continue // the server's poll ended before our wait: poll again
+		case errors.Is(err, fence.ErrUnavailable) && waitLeft:
+			// The server is restarting or draining (it ends long polls with 503):
+			// try again, backing off, until the wait is over.
+			d := backoff
+			if !forever {
+				d = min(d, time.Until(waitEnd))
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, fmt.Errorf("fencehttp: acquire %q: %w (after: %w)", name, errors.Join(fence.ErrNotAcquired, ctx.Err()), err)
+			case <-t.C:
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
 		}
 		return nil, fmt.Errorf("fencehttp: acquire %q: %w", name, err)
 	}
 }
+
+// Backoff of a waiting Acquire while the server is unavailable.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
 
 // Renew extends the lease to ttl from now by the server's store (see fence.Locker).
 // It returns fence.ErrNotHeld if the lease is gone (or not yours), fence.ErrInvalid

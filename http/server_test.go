@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -363,18 +364,29 @@ func TestClient_Acquire_ContextCancelled_MatchesNotAcquiredAndCanceled(t *testin
 }
 
 func TestServer_Drain_EndsLongPollsWith503AndHealthz503(t *testing.T) {
-	s, hs := newServer(t, fencehttp.Config{})
+	s, hs := newServer(t, fencehttp.Config{MaxWait: time.Hour})
 	c := mustClient(t, hs.URL, nil)
 	mustAcquire(t, c, "busy", time.Hour)
-	got := make(chan error, 1)
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	got := make(chan result, 1)
 	go func() {
-		_, err := c.Acquire(ctxFor(t), "busy", time.Minute, fence.WithWait(time.Hour))
-		got <- err
+		resp, err := http.Post(hs.URL+"/v1/locks/busy/acquire", "application/json", strings.NewReader(`{"wait_ms":3600000}`))
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- result{status: resp.StatusCode, body: string(b)}
 	}()
 	waitForWaiters(t, s, 1)
 	s.Drain()
-	if err := <-got; !errors.Is(err, fence.ErrUnavailable) {
-		t.Fatalf("long poll during drain: want ErrUnavailable, got %v", err)
+	if r := <-got; r.err != nil || r.status != 503 || !strings.Contains(r.body, `"code":"unavailable"`) {
+		t.Fatalf("hour-long poll during drain: want 503 unavailable at once, got %d %s %v", r.status, r.body, r.err)
 	}
 	wantError(t, "healthz while draining", call(t, "GET", hs.URL+"/healthz", "", nil), 503, "unavailable")
 }
@@ -594,5 +606,62 @@ func TestClient_LongPollGrant_LeaseDatedFromTheGrant(t *testing.T) {
 	// Dated from when the poll began, the lease would have under ttl/4 left.
 	if left := time.Until(r.l.Deadline()); left < ttl/2 {
 		t.Fatalf("lease granted at the end of a long poll: want about %v left, got %v", ttl, left)
+	}
+}
+
+func TestClient_Acquire_WaitSurvivesServerRestart(t *testing.T) {
+	locker := inmem.NewLocker(inmem.Options{}) // the store outlives both server processes
+	start := func(addr string) (*fencehttp.Server, *http.Server) {
+		s, err := fencehttp.NewServer(fencehttp.Config{Locker: locker})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ln net.Listener
+		for i := 0; ; i++ { // the port of the first server may take a moment to be free
+			if ln, err = net.Listen("tcp", addr); err == nil || i == 100 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := &http.Server{Handler: s.Handler()}
+		go hs.Serve(ln)
+		t.Cleanup(func() { hs.Close() })
+		return s, hs
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for both servers
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s1, hs1 := start(addr)
+	c := mustClient(t, "http://"+addr, nil)
+	holder := mustAcquire(t, c, "restart", time.Hour)
+	got := make(chan error, 1)
+	var next *fence.Lease
+	go func() {
+		var err error
+		next, err = c.Acquire(ctxFor(t), "restart", time.Minute, fence.WithWait(time.Minute))
+		got <- err
+	}()
+	waitForWaiters(t, s1, 1)
+	// A graceful restart: drain ends the long poll with 503, the port goes away,
+	// a new server comes up on it.
+	s1.Drain()
+	if err := hs1.Shutdown(ctxFor(t)); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	start(addr)
+	if err := holder.Release(ctxFor(t)); err != nil {
+		t.Fatalf("Release through the new server: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter across the restart: want granted, got %v", err)
+	}
+	if next.Token() <= holder.Token() {
+		t.Fatalf("token %d: want greater than %d", next.Token(), holder.Token())
 	}
 }
