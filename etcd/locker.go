@@ -85,17 +85,19 @@ func (l *Locker) Close() error {
 // closeOnce closes l and reports whether it was already closed.
 func (l *Locker) closeOnce() bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed.Swap(true) {
+		l.mu.Unlock()
 		return true
 	}
 	close(l.done)
-	for _, ls := range l.pool {
+	pool := l.pool
+	l.pool, l.pooled, l.held = nil, 0, nil
+	l.mu.Unlock()
+	for _, ls := range pool { // spare leases have no key: revoking frees etcd's memory
 		for _, pl := range ls {
 			l.revoke(pl.id)
 		}
 	}
-	l.pool, l.pooled, l.held = nil, 0, nil
 	return false
 }
 
