@@ -246,16 +246,16 @@ func TestStore_Reopen_AfterCrash_GraceRefusesShortLeasesThenTokensHigher(t *test
 		t.Fatal(err)
 	}
 	var tokens []fence.Token
-	var lastExpiry time.Time
 	for i := 0; i < 10; i++ {
 		l := mustAcquire(t, s, "n", 200*time.Millisecond)
 		tokens = append(tokens, l.Token())
-		lastExpiry = time.Now().Add(200 * time.Millisecond)
 		_ = l.Release(context.Background())
 	}
+	// The store's expiry of the held lease is at least heldMin (the call began
+	// after heldStart): until then no grant on "h" is allowed.
+	heldStart := time.Now()
 	held := mustAcquire(t, s, "h", 300*time.Millisecond)
-	heldExpiry := time.Now().Add(300 * time.Millisecond)
-	_ = lastExpiry
+	heldMin := heldStart.Add(300 * time.Millisecond)
 	s.abandon() // as kill -9: no final write
 
 	s, err = Open(path, o)
@@ -265,15 +265,15 @@ func TestStore_Reopen_AfterCrash_GraceRefusesShortLeasesThenTokensHigher(t *test
 	defer s.Close()
 	_, err = s.Acquire(context.Background(), "h", time.Second)
 	var he *fence.HeldError
-	if time.Now().Before(heldExpiry) && (!errors.As(err, &he) || he.ExpiresIn <= 0) {
-		t.Fatalf("Acquire during grace: got %v, want a *fence.HeldError", err)
+	if returned := time.Now(); returned.Before(heldMin) && (!errors.As(err, &he) || he.ExpiresIn <= 0) {
+		t.Fatalf("Acquire during grace, %v before the pre-crash lease expired: got %v, want a *fence.HeldError", heldMin.Sub(returned), err)
 	}
 	l, err := s.Acquire(context.Background(), "h", time.Second, fence.WithWait(5*time.Second))
 	if err != nil {
 		t.Fatalf("Acquire after grace: %v", err)
 	}
-	if time.Now().Before(heldExpiry) {
-		t.Fatalf("granted %v before the pre-crash lease expired", time.Until(heldExpiry))
+	if returned := time.Now(); returned.Before(heldMin) {
+		t.Fatalf("granted %v before the pre-crash lease expired", heldMin.Sub(returned))
 	}
 	if l.Token() <= held.Token() || l.Token() <= tokens[len(tokens)-1] {
 		t.Fatalf("token after crash %d, want > %d and > %d", l.Token(), held.Token(), tokens[len(tokens)-1])
@@ -676,7 +676,7 @@ func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 // no two holders overlap and that each name's tokens increase in grant order.
 func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
 	s := openStore(t, &Options{TokenBlock: 2, FlushInterval: time.Millisecond,
-		SyncTTL: 500 * time.Millisecond, HorizonChunk: 5 * time.Millisecond})
+		SyncTTL: 5 * time.Second, HorizonChunk: 5 * time.Millisecond})
 	ctx := context.Background()
 	var mu sync.Mutex
 	holder := map[string]fence.Token{}
@@ -688,9 +688,11 @@ func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 80; i++ {
 				name := fmt.Sprintf("c%d", (g+i)%5)
-				ttl := time.Second // written to disk (above SyncTTL)
+				// TTLs far above how long a lease is held here, even on a loaded
+				// machine, so no lease expires and exclusivity is exact.
+				ttl := 10 * time.Second // written to disk (above SyncTTL)
 				if i%3 != 0 {
-					ttl = 400 * time.Millisecond // covered by the horizon
+					ttl = 4 * time.Second // covered by the horizon
 				}
 				l, err := s.Acquire(ctx, name, ttl, fence.WithWait(10*time.Second))
 				if err != nil {
