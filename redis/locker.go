@@ -111,9 +111,9 @@ type Locker struct {
 	clock   fence.Clock
 	durable bool
 
-	closeOnce sync.Once
-	closed    chan struct{}
-	bg        sync.WaitGroup // best-effort releases after ambiguous acquires
+	closeMu sync.Mutex // orders bg.Add before Close's bg.Wait
+	closed  chan struct{}
+	bg      sync.WaitGroup // best-effort releases after ambiguous acquires
 }
 
 // NewLocker returns a Locker on client with opts (nil means defaults). It returns an
@@ -168,7 +168,11 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 // it, and waits for background clean-up (releases of grants whose reply was lost).
 // It does not close the client. It always returns nil.
 func (l *Locker) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
+	l.closeMu.Lock()
+	if !l.isClosed() {
+		close(l.closed)
+	}
+	l.closeMu.Unlock()
 	l.bg.Wait()
 	return nil
 }
@@ -364,12 +368,23 @@ func isNoScript(err error) bool {
 // or unusable: the lease id is fresh, so this can only end that grant. Failures are
 // ignored; the lock then expires with its TTL.
 func (l *Locker) releaseLater(name string, k keys, id string) {
-	l.bg.Add(1)
-	go func() {
-		defer l.bg.Done()
+	release := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = l.release(ctx, k, id)
+	}
+	l.closeMu.Lock()
+	if l.isClosed() {
+		// Close may be waiting already: release in this goroutine instead.
+		l.closeMu.Unlock()
+		release()
+		return
+	}
+	l.bg.Add(1)
+	l.closeMu.Unlock()
+	go func() {
+		defer l.bg.Done()
+		release()
 	}()
 }
 
