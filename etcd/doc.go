@@ -52,6 +52,17 @@
 // notified as the delete is applied. (Watching from "the failed attempt's revision
 // + 1" is synced only if no other write happened in between, so it is not used.)
 //
+// A waiter whose attempt fails because etcd is unavailable (a leader election, a
+// short partition) backs off (50 ms doubling to 1 s) and tries again until its wait
+// ends, so a leader change mid-wait costs time, not the wait; TryAcquire (no wait)
+// returns fence.ErrUnavailable at once.
+//
+// A Locker keeps the etcd leases of its released grants (their key is gone) and of
+// failed tries in a small pool, and reuses them with a keep-alive instead of a grant:
+// a grant is a Raft write with a backend commit, a keep-alive is answered by the
+// leader alone. So an uncontended acquire+release is two Raft writes, like
+// concurrency.Mutex's lock+unlock.
+//
 // Waiting is not FIFO: every waiter on a name is woken by the delete and they race
 // with one transaction each; one wins and the others keep watching. With many
 // waiters on one lock this is a thundering herd of one failed transaction each per

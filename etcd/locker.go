@@ -199,16 +199,34 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			w.cancel()
 		}
 	}()
+	backoff := minBackoff
 	for {
 		start, err := l.prepareLease(ctx, name, &el, ttl)
-		if err != nil {
-			return nil, err
+		var won fence.Token
+		if err == nil {
+			if won, err = l.try(ctx, name, id, el); err != nil {
+				l.revoke(el) // a key the attempt may have created goes with it
+				el = 0
+			}
 		}
-		won, err := l.try(ctx, name, id, el)
 		if err != nil {
-			l.revoke(el)
-			return nil, err
+			// A waiter rides out a leader election or a short partition: it tries
+			// again, backing off, until its wait ends.
+			if o.Wait == 0 || ctx.Err() != nil || !errors.Is(err, fence.ErrUnavailable) {
+				l.putLease(el, leaseSeconds(ttl), start)
+				return nil, err
+			}
+			if err := l.pause(ctx, name, backoff, waitEnd, err); err != nil {
+				l.putLease(el, leaseSeconds(ttl), start)
+				return nil, err
+			}
+			backoff = min(2*backoff, maxBackoff)
+			if w != nil {
+				w.broken = true
+			}
+			continue
 		}
+		backoff = minBackoff
 		if won != 0 {
 			l.track(el, leaseSeconds(ttl), start)
 			return fence.NewLease(fence.LeaseConfig{
@@ -227,8 +245,15 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 				w.cancel()
 			}
 			if w, err = l.watch(ctx, name, waitEnd); err != nil {
-				l.putLease(el, leaseSeconds(ttl), start)
-				return nil, err
+				if !errors.Is(err, fence.ErrUnavailable) || ctx.Err() != nil {
+					l.putLease(el, leaseSeconds(ttl), start)
+					return nil, err
+				}
+				if err := l.pause(ctx, name, backoff, waitEnd, err); err != nil {
+					l.putLease(el, leaseSeconds(ttl), start)
+					return nil, err
+				}
+				backoff = min(2*backoff, maxBackoff)
 			}
 			continue
 		}
@@ -236,6 +261,30 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			l.putLease(el, leaseSeconds(ttl), start)
 			return nil, err
 		}
+	}
+}
+
+// Backoff of a waiter whose attempts fail because etcd is unavailable.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// pause waits d before a waiter's next attempt after lastErr (fence.ErrUnavailable).
+// It returns lastErr if the wait ends first, lastErr and ctx.Err() if ctx ends, and
+// fence.ErrClosed if the Locker is closed.
+func (l *Locker) pause(ctx context.Context, name string, d time.Duration, waitEnd <-chan time.Time, lastErr error) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-waitEnd:
+		return lastErr
+	case <-ctx.Done():
+		return fmt.Errorf("%w (waiting ended: %w)", lastErr, ctx.Err())
+	case <-l.done:
+		return fmt.Errorf("etcd: acquire %q: %w", name, fence.ErrClosed)
 	}
 }
 
@@ -256,8 +305,10 @@ func (l *Locker) prepareLease(ctx context.Context, name string, el *clientv3.Lea
 			return start, nil
 		} else if !errors.Is(storeErr(err), fence.ErrNotHeld) {
 			l.revoke(*el)
+			*el = 0
 			return time.Time{}, fmt.Errorf("etcd: acquire %q: keep-alive: %w", name, storeErr(err))
 		}
+		*el = 0 // expired: etcd removed it
 	}
 	start := l.clock.Now()
 	g, err := l.cli.Grant(ctx, leaseSeconds(ttl))
