@@ -203,3 +203,83 @@ func TestStore_TwoServersOneCluster_StaleWriteRejected(t *testing.T) {
 		t.Fatalf("Inspect through the first server = %+v, %v; want held with B's token %d", info, err, b.Token())
 	}
 }
+
+// TestCluster_WaiterRidesOutLeaderKill_DoneClosesWhenQuorumLost: a waiter blocked
+// while the leader is SIGKILLed still gets the lock when the holder releases under
+// the new leader; then, with a second member killed (no quorum), the new holder's
+// auto-renewal cannot reach etcd and its Done closes at its deadline, and a new
+// Acquire fails with fence.ErrUnavailable within its context.
+func TestCluster_WaiterRidesOutLeaderKill_DoneClosesWhenQuorumLost(t *testing.T) {
+	testserv.SkipIfShort(t)
+	c := testserv.NewEtcdCluster(t, 3)
+	ctx := testCtx(t)
+	endpoints := c.Endpoints()
+	holder := etcd.NewLocker(newClient(t, endpoints), nil)
+	waiter := etcd.NewLocker(newClient(t, endpoints), nil)
+	name := uniq("ride")
+
+	h, err := holder.Acquire(ctx, name, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *fence.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name, 2*time.Second, fence.WithWait(30*time.Second), fence.WithAutoRenew())
+		got <- result{l, err}
+	}()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Kill()
+	// The holder releases as soon as the new leader answers.
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := h.Release(rctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fence.ErrUnavailable) {
+			t.Fatalf("holder's Release after the leader was killed = %v; want nil or fence.ErrUnavailable", err)
+		}
+	}
+	var w result
+	select {
+	case w = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter not granted 20s after the holder released under the new leader")
+	}
+	if w.err != nil {
+		t.Fatalf("waiter's Acquire across the leader kill = %v; want a lease", w.err)
+	}
+	if w.lease.Token() <= h.Token() {
+		t.Fatalf("waiter's token %d; want > holder's %d", w.lease.Token(), h.Token())
+	}
+
+	// Lose quorum: the auto-renewed lease cannot be renewed and ends at its deadline.
+	next, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := time.Now()
+	next.Kill()
+	select {
+	case <-w.lease.Done():
+	case <-time.After(2*time.Second + 5*time.Second):
+		t.Fatalf("Done of an auto-renewed 2s lease still open %v after quorum was lost", time.Since(lost))
+	}
+	if !errors.Is(w.lease.Err(), fence.ErrNotHeld) {
+		t.Fatalf("lease.Err() after quorum loss = %v; want fence.ErrNotHeld", w.lease.Err())
+	}
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	l, err := waiter.Acquire(actx, uniq("noquorum"), time.Second)
+	if l != nil || !errors.Is(err, fence.ErrUnavailable) {
+		t.Fatalf("Acquire without quorum = %v, %v; want nil, fence.ErrUnavailable", l, err)
+	}
+}
