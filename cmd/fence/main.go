@@ -88,16 +88,22 @@ func run(args []string) int {
 	var ec *exitCodeError
 	if errors.As(err, &ec) {
 		if ec.err != nil {
-			fmt.Fprintln(os.Stderr, "fence:", ec.err)
+			fmt.Fprintln(os.Stderr, "fence:", oneLine(ec.err))
 		}
 		return ec.code
 	}
-	fmt.Fprintln(os.Stderr, "fence:", err)
+	fmt.Fprintln(os.Stderr, "fence:", oneLine(err))
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsage(err) {
 		return exitUsage
 	}
 	return exitError
+}
+
+// oneLine returns err's message on one line: drivers (pgx, etcd) put newlines and
+// tabs in theirs, and the CLI contract is one line per error.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
 // isCobraUsage recognises cobra's own argument errors (unknown command, wrong

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+// playRaceAcrossServers plays the seed's race with A on server one and B on server
+// two, both serving the same --store: B must wait out A's lease (shared locks), get
+// a higher token, and A's late write through its own server must be refused (shared
+// fenced data).
+func playRaceAcrossServers(t *testing.T, store string) {
+	t.Helper()
+	one, err := startServe(t.TempDir(), "--store", store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = one.stop() })
+	two, err := startServe(t.TempDir(), "--store", store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = two.stop() })
+
+	name := uniqName(t)
+	key := "ledger-" + strings.ReplaceAll(name, "/", "-")
+	a := acquireJSON(t, one.url, name, "--ttl", "2s")
+	// B asks through the other server while A holds the lock: refused at once.
+	r := runFence(t, two.url, nil, "", "acquire", name, "--ttl", "10s")
+	wantCode(t, "acquire through server two while A holds the lock", r, exitNotAcquired)
+	// A "pauses"; B waits through server two and gets the lock once A's lease expires.
+	start := time.Now()
+	b := acquireJSON(t, two.url, name, "--ttl", "10s", "--wait", "20s")
+	if b.Token <= a.Token {
+		t.Fatalf("B's token through server two: want > A's %d, got %d", a.Token, b.Token)
+	}
+	if waited := time.Since(start); waited > 15*time.Second {
+		t.Fatalf("B waited %v for a 2s lease", waited)
+	}
+	env := []string{"FENCE_LOCK=" + name}
+	r = runFence(t, two.url, env, "", "kv", "put", key, "--token", fmt.Sprint(b.Token), "--lease", b.Lease, "written by B")
+	wantCode(t, "B's write through server two", r, 0)
+	r = runFence(t, one.url, env, "", "kv", "put", key, "--token", fmt.Sprint(a.Token), "--lease", a.Lease, "written by A")
+	wantCode(t, "A's stale write through server one", r, 1)
+	if want := fmt.Sprintf("highest seen %d", b.Token); !strings.Contains(r.stderr, want) {
+		t.Fatalf("A's stale write: want an error saying %q, got %q", want, r.stderr)
+	}
+	r = runFence(t, one.url, nil, "", "kv", "get", key)
+	wantCode(t, "kv get through server one", r, 0)
+	if got := strings.TrimSpace(r.stdout); got != "written by B" {
+		t.Fatalf("value after the race, read through server one: want %q, got %q", "written by B", got)
+	}
+}
+
+func TestServe_StorePostgres_TwoServersShareLocksAndData(t *testing.T) {
+	testserv.SkipIfShort(t)
+	pg := testserv.Postgres(t)
+	playRaceAcrossServers(t, pg.CreateDatabase(t))
+}
