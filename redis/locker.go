@@ -244,7 +244,7 @@ func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration
 			l.releaseLater(name, k, id)
 		}
 		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("redis: acquire %q: %w", name, errors.Join(fence.ErrNotAcquired, ctx.Err()))
+			return nil, nil, fmt.Errorf("redis: acquire %q: %w: %w", name, fence.ErrNotAcquired, ctx.Err())
 		}
 		return nil, nil, fmt.Errorf("redis: acquire %q: %w", name, translate(err))
 	}
@@ -411,7 +411,7 @@ func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duratio
 
 	ended := func() (*fence.Lease, error) {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("redis: acquire %q: %w", name, errors.Join(held, ctx.Err()))
+			return nil, fmt.Errorf("redis: acquire %q: %w: %w", name, held, ctx.Err())
 		}
 		return nil, fmt.Errorf("redis: acquire %q: %w", name, held)
 	}
