@@ -1,0 +1,35 @@
+// Package chaos runs fence under real faults and checks what it recorded.
+//
+// A run starts a real `fence serve` process (embedded bolt store in a temp data
+// directory) and several worker processes (the fence binary in its hidden
+// `fence chaos worker` mode). Each worker loops: acquire the lock (HTTP client),
+// advance the key's fence to the lease's fence (so a paused predecessor is fenced off
+// before the new holder reads), read the key, write value+1 with the lease's fence,
+// release. Every operation is logged as one JSON line ([Op]) with invoke and complete
+// times on the machine's monotonic clock, relative to the run's start.
+//
+// Nemeses inject faults while the workers run, each bounded in count and time:
+//
+//   - pause: SIGSTOP the current lock holder (found by matching the server's lock
+//     token against the workers' logs; a random worker if none matches) for longer
+//     than the TTL, then SIGCONT;
+//   - kill: SIGKILL the `fence serve` process and restart it on the same port and
+//     data directory.
+//
+// Redis failover, etcd member loss and toxiproxy link faults are not implemented.
+//
+// [Check] then verifies the history: a linearizability check with porcupine of each
+// key against a fenced-register model (a write is legal only if fence.Admit accepts
+// its lease's fence against the highest fence accepted so far; a rejected write is
+// legal only if Admit refuses it), and direct invariants: no stale write accepted,
+// no acknowledged write lost (the counter the workers increment is at least the
+// number of acknowledged increments, and the final read shows the last accepted
+// write), no value of a rejected write ever read.
+//
+// Control runs (fencing off) must fail: the workers then skip the fence step and
+// write with a token they invent from the wall clock in microseconds, which the
+// server admits whenever it arrives later, exactly like a store that does not check
+// tokens. The history still records each write's real lease fence, so the checker
+// judges it as a fenced write. A control run that finds no violation means the
+// checker proved nothing, and [Run] reports that as a failure.
+package chaos
