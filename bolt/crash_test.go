@@ -54,6 +54,7 @@ func TestMain(m *testing.M) {
 // write, unbuffered:
 //
 //	G name token startUnixNano endUnixNano ttlNanos   granted (start/end bracket the call)
+//	P name token startUnixNano ttlNanos                about to renew (printed before)
 //	N name token startUnixNano ttlNanos                renewed (printed after success)
 //	R name token                                       about to release (printed before)
 //	F name startUnixNano endUnixNano                   not acquired
@@ -102,6 +103,9 @@ func crashChild(path string) int {
 		case r < 7:
 			ttl2 := crashTTLs[rng.Intn(len(crashTTLs))]
 			start := time.Now()
+			// Announce the renewal first: it may shorten the lease, and a kill can
+			// come after the store applied it but before "N" is printed.
+			fmt.Printf("P %s %d %d %d\n", name, l.Token(), start.UnixNano(), int64(ttl2))
 			if err := l.Renew(ctx, ttl2); err == nil {
 				fmt.Printf("N %s %d %d %d\n", name, l.Token(), start.UnixNano(), int64(ttl2))
 			} else if !errors.Is(err, fence.ErrNotHeld) {
@@ -211,7 +215,12 @@ func (c *crashChecker) line(line string) {
 		if prev := c.leases[name]; prev != nil && !prev.released && prev.run != c.run && end < prev.minUntil {
 			c.refused++ // granting this would have violated P6
 		}
-	case "N":
+	case "P": // the renewal may happen: the expiry is at least the smaller bound
+		name, tok, start, ttl := f[1], fence.Token(num(2)), num(3), num(4)
+		if l := c.leases[name]; l != nil && l.token == tok {
+			l.minUntil = min(l.minUntil, start+ttl)
+		}
+	case "N": // the renewal happened at or after start
 		name, tok, start, ttl := f[1], fence.Token(num(2)), num(3), num(4)
 		if l := c.leases[name]; l != nil && l.token == tok {
 			l.minUntil = start + ttl
