@@ -49,8 +49,8 @@ type heldLease struct {
 	renewed time.Time
 }
 
-// maxTracked bounds the grants whose etcd leases a Locker remembers for pooling
-// (leases that expire without a release are never forgotten otherwise).
+// maxTracked bounds the grants whose etcd leases a Locker remembers for pooling; when
+// it is reached, the entries of leases that expired without a release are dropped.
 const maxTracked = 4096
 
 // pooledLease is an etcd lease with no key attached, kept for reuse: a keep-alive
@@ -128,6 +128,14 @@ func (l *Locker) track(id clientv3.LeaseID, secs int64, renewed time.Time) {
 	defer l.mu.Unlock()
 	if l.held == nil {
 		l.held = map[clientv3.LeaseID]heldLease{}
+	}
+	if len(l.held) >= maxTracked { // forget the leases that have expired by now
+		now := l.clock.Now()
+		for k, h := range l.held {
+			if now.Sub(h.renewed) > time.Duration(h.secs)*time.Second {
+				delete(l.held, k)
+			}
+		}
 	}
 	if len(l.held) < maxTracked {
 		l.held[id] = heldLease{secs: secs, renewed: renewed}
