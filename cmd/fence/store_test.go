@@ -61,3 +61,13 @@ func TestServe_StorePostgres_TwoServersShareLocksAndData(t *testing.T) {
 	pg := testserv.Postgres(t)
 	playRaceAcrossServers(t, pg.CreateDatabase(t))
 }
+
+func TestServe_StoreEtcd_TwoServersOnThreeMemberCluster(t *testing.T) {
+	testserv.SkipIfShort(t)
+	cluster := testserv.NewEtcdCluster(t, 3)
+	var hosts []string
+	for _, ep := range cluster.Endpoints() {
+		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+	}
+	playRaceAcrossServers(t, "etcd://"+strings.Join(hosts, ",")+"/fence-cli-test/")
+}
