@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -413,5 +412,3 @@ func SaveFailure(dir string, ops []Op, r *Report) ([]string, error) {
 	}
 	return paths, nil
 }
-
-var errNoViolation = errors.New("chaos: the control run (fencing off) found no violation: the checker proved nothing")

@@ -1,0 +1,232 @@
+package chaos
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fencelock/fence"
+	fencehttp "github.com/fencelock/fence/http"
+)
+
+// MonoNow returns the machine's monotonic clock (CLOCK_MONOTONIC) in nanoseconds.
+// Unlike Go's monotonic readings it is shared by every process on the machine, so
+// the harness and its workers can time operations on one scale.
+func MonoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		// Cannot happen on Linux; fall back to wall time rather than panic.
+		return time.Now().UnixNano()
+	}
+	return ts.Nano()
+}
+
+// WorkerConfig configures one worker process (`fence chaos worker`).
+type WorkerConfig struct {
+	ID      int           // worker number, recorded in every Op
+	Server  string        // base URL of the `fence serve` server
+	Lock    string        // lock name
+	Key     string        // KV key of the fenced counter
+	TTL     time.Duration // lease TTL
+	Hold    time.Duration // time spent between the read and the write (where pauses bite)
+	Wait    time.Duration // how long one acquire waits for the lock
+	Fencing bool          // false: control run, writes ignore the lease's token
+	Start   int64         // MonoNow of the run's start; times are recorded relative to it
+}
+
+// Validate returns an error matching fence.ErrInvalid for a config RunWorker cannot run.
+func (c WorkerConfig) Validate() error {
+	switch {
+	case c.Server == "":
+		return fmt.Errorf("chaos: worker: %w: server URL is empty", fence.ErrInvalid)
+	case c.TTL <= 0 || c.Hold < 0 || c.Wait < 0:
+		return fmt.Errorf("chaos: worker: %w: ttl must be positive, hold and wait not negative", fence.ErrInvalid)
+	case c.ID < 0:
+		return fmt.Errorf("chaos: worker: %w: id %d is negative", fence.ErrInvalid, c.ID)
+	}
+	if err := fence.ValidateName(c.Lock); err != nil {
+		return fmt.Errorf("chaos: worker: lock: %w", err)
+	}
+	if c.Key == "" {
+		return fmt.Errorf("chaos: worker: %w: key is empty", fence.ErrInvalid)
+	}
+	return nil
+}
+
+// recorder writes Ops as JSON lines, one write call per Op, so a worker killed or
+// stopped loses at most the line it was writing.
+type recorder struct {
+	mu    sync.Mutex
+	enc   *json.Encoder
+	start int64
+	err   error
+}
+
+func (r *recorder) now() int64 { return MonoNow() - r.start }
+
+func (r *recorder) record(o Op) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = r.enc.Encode(o)
+	}
+}
+
+// hashLease returns a short digest of a lease id: enough to tell leases apart in a
+// history without recording the credential itself.
+func hashLease(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:8])
+}
+
+// outcome classifies the error of a fenced write or fence.
+func outcome(err error) (Result, string) {
+	switch {
+	case err == nil:
+		return ResultOK, ""
+	case errors.Is(err, fence.ErrStaleToken), errors.Is(err, fence.ErrNamespace):
+		return ResultRejected, err.Error()
+	case errors.Is(err, fence.ErrInvalid):
+		return ResultFailed, err.Error()
+	}
+	return ResultUnknown, err.Error()
+}
+
+// RunWorker loops until ctx is done: acquire cfg.Lock, fence cfg.Key with the lease
+// (skipped with fencing off), read the counter, wait cfg.Hold, write counter+1,
+// release. Each operation is written to out as one JSON Op. It returns nil when ctx
+// ends, an error matching fence.ErrInvalid for a bad config, or the error writing to
+// out.
+func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	c, err := fencehttp.NewClient(cfg.Server, &fencehttp.ClientOptions{RequestTimeout: 2 * time.Second + cfg.Wait})
+	if err != nil {
+		return fmt.Errorf("chaos: worker: %w", err)
+	}
+	rec := &recorder{enc: json.NewEncoder(out), start: cfg.Start}
+	base := Op{Worker: cfg.ID, Key: cfg.Key, Lock: cfg.Lock}
+	backoff := func() {
+		t := time.NewTimer(20 * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	for seq := 1; ctx.Err() == nil; seq++ {
+		if rec.err != nil {
+			return fmt.Errorf("chaos: worker %d: log: %w", cfg.ID, rec.err)
+		}
+		o := base
+		o.Kind = KindAcquire
+		o.Call = rec.now()
+		lease, err := c.Acquire(ctx, cfg.Lock, cfg.TTL, fence.WithWait(cfg.Wait))
+		o.Return = rec.now()
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			o.Result, o.Err = ResultFailed, err.Error()
+			rec.record(o)
+			backoff()
+			continue
+		}
+		f := lease.Fence()
+		base.Token, base.Lease = f.Token, hashLease(f.LeaseID)
+		o.Token, o.Lease, o.Result = base.Token, base.Lease, ResultOK
+		rec.record(o)
+		cfg.critical(ctx, c, rec, base, lease, seq)
+		base.Token, base.Lease = 0, ""
+	}
+	return rec.err
+}
+
+// critical runs one critical section under lease and releases it.
+func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *recorder, base Op, lease *fence.Lease, seq int) {
+	f := lease.Fence()
+	defer func() {
+		o := base
+		o.Kind = KindRelease
+		o.Call = rec.now()
+		// A fresh context: release even when the run is ending.
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := lease.Release(rctx)
+		cancel()
+		o.Return = rec.now()
+		o.Result = ResultOK
+		if err != nil {
+			o.Result, o.Err = ResultFailed, err.Error()
+		}
+		rec.record(o)
+	}()
+	if cfg.Fencing {
+		o := base
+		o.Kind = KindFence
+		o.Call = rec.now()
+		err := c.Fence(ctx, cfg.Key, f)
+		o.Return = rec.now()
+		o.Result, o.Err = outcome(err)
+		if o.Result == ResultUnknown {
+			o.Return = Never
+		}
+		rec.record(o)
+		if err != nil {
+			return
+		}
+	}
+	o := base
+	o.Kind = KindRead
+	o.Call = rec.now()
+	item, err := c.Get(ctx, cfg.Key)
+	o.Return = rec.now()
+	switch {
+	case err == nil:
+		o.Result, o.Value = ResultOK, string(item.Value)
+	case errors.Is(err, fence.ErrNotFound):
+		o.Result = ResultOK
+	default:
+		o.Result, o.Err = ResultFailed, err.Error()
+		rec.record(o)
+		return
+	}
+	rec.record(o)
+	n, _ := counterOf(o.Value) // only workers write the key: "" or "N:wW:S"
+	value := fmt.Sprintf("%d:w%d:%d", n+1, cfg.ID, seq)
+	if cfg.Hold > 0 {
+		t := time.NewTimer(cfg.Hold)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	o = base
+	o.Kind = KindWrite
+	o.Value = value
+	sent := f
+	if !cfg.Fencing {
+		// Control run: a token invented from the wall clock, so the store admits any
+		// write that arrives later, as if it did not check tokens at all.
+		sent = fence.Fence{Name: cfg.Lock, Token: fence.Token(time.Now().UnixMicro())}
+		o.Unfenced = true
+	}
+	o.Call = rec.now()
+	err = c.Put(ctx, cfg.Key, []byte(value), sent)
+	o.Return = rec.now()
+	o.Result, o.Err = outcome(err)
+	if o.Result == ResultUnknown {
+		o.Return = Never
+	}
+	rec.record(o)
+}

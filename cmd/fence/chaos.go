@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fencelock/fence/chaos"
+)
+
+func init() { addCommand(newChaosCmd()) }
+
+func newChaosCmd() *cobra.Command {
+	var (
+		cfg     chaos.Config
+		nemeses string
+		fencing string
+	)
+	cmd := &cobra.Command{
+		Use:   "chaos [--duration 30s] [--workers 4] [--nemesis pause,kill] [--fencing on|off] [--results DIR]",
+		Short: "Run workers against a real fence serve under faults and check the history",
+		Long: `chaos starts a fence serve process on a fresh data directory and --workers worker
+processes (this binary) that loop: acquire a lock, fence a key, read it, write it +1,
+release. Nemeses inject faults while they run: pause (SIGSTOP the lock holder past its
+TTL, then SIGCONT) and kill (kill -9 fence serve, restart it on the same data). Then
+every recorded operation is checked: linearizability of the fenced key (porcupine),
+no stale write accepted, no acknowledged write lost.
+
+Exit status 0 when fencing on shows no violation, or when fencing off (the control
+run) shows violations; 1 otherwise. Failing histories (JSON lines and porcupine's HTML
+visualisation) are saved under --results.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch fencing {
+			case "on":
+				cfg.Fencing = true
+			case "off":
+				cfg.Fencing = false
+			default:
+				return usagef("--fencing must be on or off, got %q", fencing)
+			}
+			cfg.Nemeses = nil
+			for _, n := range strings.Split(nemeses, ",") {
+				if n = strings.TrimSpace(n); n != "" && n != "none" {
+					cfg.Nemeses = append(cfg.Nemeses, n)
+				}
+			}
+			for _, n := range cfg.Nemeses {
+				known := false
+				for _, k := range chaos.Nemeses {
+					known = known || k == n
+				}
+				if !known {
+					return usagef("--nemesis %q: want a list of %s", n, strings.Join(chaos.Nemeses, ","))
+				}
+			}
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("chaos: find own binary: %w", err)
+			}
+			cfg.Binary = bin
+			if output == "text" {
+				cfg.Progress = cmd.ErrOrStderr()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			sum, err := chaos.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				r := sum.Report
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(map[string]any{
+					"backend": sum.Backend, "faults": sum.Nemeses, "fencing": sum.Fencing, "injected": sum.Faults,
+					"operations": r.Operations, "acquisitions": r.Acquisitions, "writes": r.Writes,
+					"stale_rejected": r.StaleRejected, "stale_accepted": r.StaleAccepted, "lost": r.Lost,
+					"rejected_seen": r.RejectedSeen, "overlaps": r.Overlaps, "unknown": r.Unknown,
+					"linearizable": string(r.Linearizable), "violations": r.Violations,
+					"passed": sum.Passed(), "dir": sum.Dir, "saved": sum.Saved,
+				}); err != nil {
+					return err
+				}
+			} else {
+				chaos.FormatTable(out, []*chaos.Summary{sum})
+				fmt.Fprintf(out, "run folder: %s\n", sum.Dir)
+				if len(sum.Saved) > 0 {
+					fmt.Fprintf(out, "history saved: %s\n", strings.Join(sum.Saved, ", "))
+				}
+				for i, v := range sum.Report.Violations {
+					if i == 5 {
+						fmt.Fprintf(out, "  ... %d more\n", len(sum.Report.Violations)-5)
+						break
+					}
+					fmt.Fprintf(out, "  violation: %s\n", v)
+				}
+			}
+			if !sum.Passed() {
+				if !sum.Fencing {
+					return &exitCodeError{exitError, fmt.Errorf("chaos: the control run (fencing off) found no violation: the checker proved nothing")}
+				}
+				return &exitCodeError{exitError, fmt.Errorf("chaos: %d violation(s) with fencing on", len(sum.Report.Violations))}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the workers run (e.g. 10m for a soak)")
+	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
+	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: pause, kill (or none)")
+	f.StringVar(&fencing, "fencing", "on", "on, or off for the control run that must find violations")
+	f.StringVar(&cfg.Results, "results", "chaos-results", "directory for run folders and failing histories")
+	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL of the workers")
+	f.DurationVar(&cfg.Hold, "hold", 20*time.Millisecond, "time a worker holds between its read and its write")
+	f.DurationVar(&cfg.Interval, "interval", 3*time.Second, "mean time between two faults of one nemesis")
+	f.IntVar(&cfg.MaxFaults, "max-faults", 0, "most faults per nemesis (0: bounded by --duration only)")
+	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the nemeses' choices (0: from the clock)")
+	cmd.AddCommand(newChaosWorkerCmd())
+	return cmd
+}
+
+// newChaosWorkerCmd is the hidden worker mode the harness starts.
+func newChaosWorkerCmd() *cobra.Command {
+	var (
+		wc      chaos.WorkerConfig
+		fencing string
+		logPath string
+	)
+	cmd := &cobra.Command{
+		Use:    "worker --server URL --log FILE ...",
+		Short:  "One chaos worker (started by fence chaos)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch fencing {
+			case "on":
+				wc.Fencing = true
+			case "off":
+				wc.Fencing = false
+			default:
+				return usagef("--fencing must be on or off, got %q", fencing)
+			}
+			if logPath == "" {
+				return usagef("--log is required")
+			}
+			if err := wc.Validate(); err != nil {
+				return usageError{err}
+			}
+			f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				return fmt.Errorf("chaos worker: %w", err)
+			}
+			defer f.Close()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return chaos.RunWorker(ctx, wc, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&wc.ID, "id", 0, "worker number")
+	fl.StringVar(&wc.Server, "server", "", "base URL of fence serve")
+	fl.StringVar(&wc.Lock, "lock", "chaos", "lock name")
+	fl.StringVar(&wc.Key, "key", "chaos/counter", "KV key of the counter")
+	fl.DurationVar(&wc.TTL, "ttl", 400*time.Millisecond, "lease TTL")
+	fl.DurationVar(&wc.Hold, "hold", 20*time.Millisecond, "time between read and write")
+	fl.DurationVar(&wc.Wait, "wait", 2*time.Second, "how long one acquire waits")
+	fl.StringVar(&fencing, "fencing", "on", "on or off")
+	fl.Int64Var(&wc.Start, "start", 0, "CLOCK_MONOTONIC nanoseconds of the run's start")
+	fl.StringVar(&logPath, "log", "", "file the operations are appended to, one JSON line each")
+	return cmd
+}
