@@ -249,6 +249,31 @@ func TestCluster_ThreeMasters(t *testing.T) {
 		}
 	})
 
+	t.Run("WaitReplicas_PipelineOnSlotOwner", func(t *testing.T) {
+		dl, err := NewLocker(c.client, &Options{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dl.Close()
+		// Names on different masters: the script and WAIT go, pipelined, to each
+		// name's own master (a wrong node would answer MOVED, not run WAIT).
+		owners := map[int]bool{}
+		for _, name := range []string{"durable-a", "durable-b", "durable-c", "durable-d"} {
+			owners[c.owner(t, c.keySlot(t, l.keysFor(name).lock)).port] = true
+			_, err := dl.Acquire(ctx, name, time.Minute)
+			if !errors.Is(err, ErrNotReplicated) {
+				t.Fatalf("%q: Acquire with WaitReplicas 1 and no replicas = %v, want ErrNotReplicated", name, err)
+			}
+			info, err := l.Inspect(ctx, name)
+			if err != nil || info.Held || info.LastToken != 1 {
+				t.Errorf("%q: Inspect = %+v, %v; want released, counter 1", name, info, err)
+			}
+		}
+		if len(owners) < 2 {
+			t.Errorf("durable names on %d masters, want at least 2", len(owners))
+		}
+	})
+
 	t.Run("LockSurvivesMOVED", func(t *testing.T) {
 		name := "moving{slot}"
 		k := l.keysFor(name)
