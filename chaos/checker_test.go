@@ -217,6 +217,20 @@ func TestSaveFailure_WritesHistoryAndVisualisation(t *testing.T) {
 	}
 }
 
+// A history saved by a real control run (fence chaos --fencing off --nemesis pause
+// --duration 4s --workers 3 --seed 7): two stale writes accepted, two increments lost.
+// Kept as a regression fixture of the checker.
+func TestCheck_SavedControlRunFixture_Reported(t *testing.T) {
+	ops, err := ReadHistoryFile(filepath.Join("testdata", "control-stale-write.jsonl"))
+	if err != nil {
+		t.Fatalf("ReadHistoryFile: %v", err)
+	}
+	r := mustCheck(t, ops)
+	if !r.Found() || r.StaleAccepted != 2 || r.Lost != 2 || r.Linearizable != porcupine.Illegal {
+		t.Errorf("Found, StaleAccepted, Lost, Linearizable = %v, %d, %d, %v; want true, 2, 2, Illegal", r.Found(), r.StaleAccepted, r.Lost, r.Linearizable)
+	}
+}
+
 func TestReadHistory_MalformedLine_Error(t *testing.T) {
 	_, err := ReadHistory(strings.NewReader("{\"op\":\"read\"}\nnot json\n{\"op\":\"read\"}\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 2") {

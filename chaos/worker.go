@@ -109,7 +109,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	c, err := fencehttp.NewClient(cfg.Server, &fencehttp.ClientOptions{RequestTimeout: 2 * time.Second + cfg.Wait})
+	c, err := fencehttp.NewClient(cfg.Server, &fencehttp.ClientOptions{RequestTimeout: 2*time.Second + cfg.Wait})
 	if err != nil {
 		return fmt.Errorf("chaos: worker: %w", err)
 	}

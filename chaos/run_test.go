@@ -1,0 +1,171 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/fencelock/fence"
+)
+
+// fenceBin is the fence binary built once for the package's runs ("" under -short).
+var fenceBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(func() int {
+		if !testing.Short() {
+			dir, err := os.MkdirTemp("", "chaos-bin-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "chaos: temp dir:", err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			fenceBin = filepath.Join(dir, "fence")
+			out, err := exec.Command("go", "build", "-o", fenceBin, "../cmd/fence").CombinedOutput()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "chaos: go build ./cmd/fence: %v\n%s", err, out)
+				return 1
+			}
+		}
+		return m.Run()
+	}())
+}
+
+func runChaos(t *testing.T, cfg Config) *Summary {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("chaos runs start real processes; skipped under -short")
+	}
+	cfg.Binary = fenceBin
+	cfg.Results = t.TempDir()
+	sum, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	r := sum.Report
+	t.Logf("%s fencing=%v faults=%v: ops %d, acquisitions %d, rejected %d, stale accepted %d, lost %d, overlaps %d, unknown %d, linearizable %v",
+		sum.Nemeses, sum.Fencing, sum.Faults, r.Operations, r.Acquisitions, r.StaleRejected, r.StaleAccepted, r.Lost, r.Overlaps, r.Unknown, r.Linearizable)
+	return sum
+}
+
+// The CI pass: with fencing on, pauses past the TTL and kill -9 of the server leave
+// no stale write accepted, no acknowledged write lost, and a linearizable history.
+func TestRun_FencingOn_PausesAndKills_NoViolation(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 4, Duration: 12 * time.Second, Interval: 2 * time.Second, MaxFaults: 4,
+		Nemeses: []string{NemesisPause, NemesisKill}, Fencing: true, Seed: 1})
+	r := sum.Report
+	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
+		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
+	}
+	if r.Linearizable != porcupine.Ok {
+		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
+	}
+	if sum.Faults[NemesisPause] < 1 || sum.Faults[NemesisKill] < 1 {
+		t.Errorf("faults injected = %v, want at least one pause and one kill", sum.Faults)
+	}
+	if r.Writes < 10 {
+		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", r.Writes)
+	}
+	if !sum.Passed() {
+		t.Errorf("Passed() = false, want true")
+	}
+}
+
+// The control run: with fencing off the same faults must produce violations, or the
+// checker proves nothing.
+func TestRun_FencingOff_ControlFindsViolations(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 4, Duration: 10 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 5,
+		Nemeses: []string{NemesisPause}, Fencing: false, Seed: 2})
+	r := sum.Report
+	if !r.Found() || r.StaleAccepted+r.Lost == 0 {
+		t.Fatalf("control run: Found() = %v, stale accepted %d, lost %d; want violations", r.Found(), r.StaleAccepted, r.Lost)
+	}
+	if !sum.Passed() {
+		t.Errorf("Passed() = false for a control run with violations, want true")
+	}
+	if len(sum.Saved) == 0 {
+		t.Errorf("Saved = none, want the failing history saved")
+	}
+	for _, p := range sum.Saved {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("saved file %s: %v", p, err)
+		}
+	}
+}
+
+func TestRun_BadConfig_Invalid(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no binary":       {},
+		"unknown nemesis": {Binary: "fence", Nemeses: []string{"flood"}},
+		"twice":           {Binary: "fence", Nemeses: []string{"pause", "pause"}},
+		"one worker":      {Binary: "fence", Workers: 1},
+		"tiny ttl":        {Binary: "fence", TTL: time.Millisecond},
+	} {
+		_, err := Run(context.Background(), cfg)
+		if !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%s: Run error = %v, want fence.ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestWorkerConfig_Validate(t *testing.T) {
+	good := WorkerConfig{Server: "http://127.0.0.1:1", Lock: "chaos", Key: "k", TTL: time.Second}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("Validate(good) = %v, want nil", err)
+	}
+	for name, mut := range map[string]func(*WorkerConfig){
+		"no server": func(c *WorkerConfig) { c.Server = "" },
+		"bad lock":  func(c *WorkerConfig) { c.Lock = "" },
+		"no key":    func(c *WorkerConfig) { c.Key = "" },
+		"zero ttl":  func(c *WorkerConfig) { c.TTL = 0 },
+		"neg id":    func(c *WorkerConfig) { c.ID = -1 },
+	} {
+		c := good
+		mut(&c)
+		if err := c.Validate(); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%s: Validate = %v, want fence.ErrInvalid", name, err)
+		}
+	}
+}
+
+// A worker against a server that is not there records failed acquisitions and
+// stops when its context ends.
+func TestRunWorker_NoServer_RecordsFailuresAndStops(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "w.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = RunWorker(ctx, WorkerConfig{Server: "http://" + addr, Lock: "chaos", Key: "k", TTL: time.Second, Start: MonoNow()}, f)
+	f.Close()
+	if err != nil {
+		t.Fatalf("RunWorker = %v, want nil at the end of its context", err)
+	}
+	ops, err := ReadHistoryFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) == 0 {
+		t.Fatalf("recorded 0 ops, want failed acquisitions")
+	}
+	for _, o := range ops {
+		if o.Kind != KindAcquire || o.Result != ResultFailed {
+			t.Errorf("op %+v, want a failed acquire", o)
+		}
+	}
+}
