@@ -40,8 +40,8 @@ type Lease struct {
 	auto     bool
 	err      error
 	done     chan struct{}
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
+	ctx      context.Context         // made on first use: most holders never ask
+	cancel   context.CancelCauseFunc // set with ctx
 }
 
 // LeaseConfig is what a Locker implementation knows of a grant, for NewLease.
@@ -77,7 +77,6 @@ func NewLease(c LeaseConfig) *Lease {
 		ttl: c.TTL, deadline: start.Add(c.TTL), auto: c.AutoRenew,
 		done: make(chan struct{}),
 	}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.mu.Lock()
 	l.armLocked()
 	if l.auto {
@@ -121,7 +120,17 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 
 // Context returns a context that is cancelled when Done closes; context.Cause of it
 // is Err. Run work that must stop on lease loss under it, and still fence its writes.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		if l.err != nil {
+			l.cancel(l.err)
+		}
+	}
+	return l.ctx
+}
 
 // Err returns nil while the lease is believed held, and after Done closes the
 // reason: ErrReleased, ErrExpired, or the renewal error (matching ErrNotHeld).
@@ -231,7 +240,7 @@ func (l *Lease) autoRenew() {
 	}
 	// Bound the attempt by the time left, in real time: a renewal answered after
 	// the deadline is useless.
-	ctx, cancel := context.WithTimeout(l.ctx, left)
+	ctx, cancel := context.WithTimeout(l.Context(), left)
 	err := l.renew(ctx, ttl)
 	cancel()
 	l.mu.Lock()
@@ -257,7 +266,9 @@ func (l *Lease) endLocked(err error) {
 		l.renewal.Stop()
 	}
 	close(l.done)
-	l.cancel(err)
+	if l.cancel != nil {
+		l.cancel(err)
+	}
 }
 
 // leaseJSON is the wire shape of a lease in the HTTP API and `-o json`.
