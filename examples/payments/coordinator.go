@@ -62,6 +62,9 @@ type result struct {
 	Stale      int // ledger writes the guard refused
 	Replayed   int // provider answers replayed from the idempotency store
 	Paused     time.Duration
+	// Overtaken is true if another instance acquired the lock while instance 1 was
+	// stopped: the race of the incident happened.
+	Overtaken bool
 }
 
 // run runs the job once under protection p: it prepares the database, starts the
@@ -103,6 +106,9 @@ func run(cfg config, p protection) (result, error) {
 		pauseOnce.Do(func() {
 			if proc := first.Load(); proc != nil {
 				pauseErr = proc.Signal(syscall.SIGSTOP)
+				if pauseErr == nil {
+					pauseErr = waitStopped(proc.Pid)
+				}
 				pausedAt = time.Now()
 			}
 			close(paused)
@@ -163,10 +169,27 @@ func run(cfg config, p protection) (result, error) {
 		if pauseErr != nil {
 			return res, fmt.Errorf("payments: pause instance 1: %w", pauseErr)
 		}
+		// The others can only have run after instance 1's lease expired, so the
+		// pause already outlasted the lease; it is also kept at least one full TTL
+		// long, as the incident's GC pause was.
+		if rest := cfg.TTL - time.Since(pausedAt); rest > 0 {
+			t := time.NewTimer(rest)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return res, fmt.Errorf("payments: resume instance 1: %w", ctx.Err())
+			}
+		}
 		if err := children[0].cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			return res, fmt.Errorf("payments: resume instance 1: %w", err)
 		}
 		res.Paused = time.Since(pausedAt)
+		for _, c := range children[1:] {
+			if !c.acquiredAt.IsZero() && c.acquiredAt.After(pausedAt) {
+				res.Overtaken = true
+			}
+		}
 	default:
 		// Instance 1 never reached the pause line (it failed, or found the line paid).
 	}
@@ -205,14 +228,15 @@ func run(cfg config, p protection) (result, error) {
 
 // child is one instance process.
 type child struct {
-	cfg      instanceConfig
-	cmd      *exec.Cmd
-	stderr   lockedBuffer
-	acquired chan struct{} // closed at the "acquired" event
-	exited   chan struct{} // closed once the process was waited for
-	waitErr  error         // the process's exit, valid after exited
-	stats    instStats     // from the "done" event, valid after exited
-	done     *event
+	cfg        instanceConfig
+	cmd        *exec.Cmd
+	stderr     lockedBuffer
+	acquired   chan struct{} // closed at the "acquired" event
+	acquiredAt time.Time     // when the "acquired" event came, valid after acquired
+	exited     chan struct{} // closed once the process was waited for
+	waitErr    error         // the process's exit, valid after exited
+	stats      instStats     // from the "done" event, valid after exited
+	done       *event
 }
 
 // startChild re-executes the program as instance cfg.Number.
@@ -247,7 +271,10 @@ func startChild(ctx context.Context, exe string, cfg instanceConfig, logw io.Wri
 			}
 			switch ev.Event {
 			case "acquired":
-				once.Do(func() { close(c.acquired) })
+				once.Do(func() {
+					c.acquiredAt = time.Now()
+					close(c.acquired)
+				})
 			case "done":
 				c.done = &ev
 				if ev.Stats != nil {
