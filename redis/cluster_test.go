@@ -295,6 +295,17 @@ func TestCluster_ThreeMasters(t *testing.T) {
 			waiter <- err
 		}()
 		waitClusterSubscribers(t, c, k.wake, 1)
+		// A durable Locker on its own client, whose slot map predates the move.
+		stale := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{c.nodes[0].Addr}})
+		defer stale.Close()
+		dl, err := NewLocker(stale, &Options{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dl.Close()
+		if _, err := dl.Inspect(ctx, name); err != nil {
+			t.Fatal(err)
+		}
 		to := c.moveSlot(t, slot, k.lock, k.token)
 		t.Logf("slot %d of %q moved from :%d to :%d", slot, name, from, to)
 		if out, _ := c.server(to).CLI("EXISTS", k.lock, k.token); out != "2" {
@@ -316,6 +327,15 @@ func TestCluster_ThreeMasters(t *testing.T) {
 		}
 		if err := <-waiter; err != nil {
 			t.Errorf("waiter across the slot move (poll 1h): %v", err)
+		}
+		// The durable path pipelines to the master it knew; after MOVED it refreshes
+		// the slot map and runs on the new owner (no replicas there: ErrNotReplicated,
+		// not ErrUnavailable).
+		if _, err := dl.Acquire(ctx, name, time.Minute); !errors.Is(err, ErrNotReplicated) {
+			t.Errorf("durable Acquire with a stale slot map = %v, want ErrNotReplicated from the new owner", err)
+		}
+		if info, err := l.Inspect(ctx, name); err != nil || info.Held || info.LastToken != lease.Token()+2 {
+			t.Errorf("after the durable attempt: %+v, %v; want released, counter %d", info, err, lease.Token()+2)
 		}
 	})
 }

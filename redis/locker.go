@@ -295,19 +295,24 @@ type masterForKeyer interface {
 // use one connection (WAIT counts the writes of its own connection). If the grant is
 // not acknowledged as asked, it releases the lock and fails closed.
 func (l *Locker) acquireDurable(ctx context.Context, name string, k keys, keys []string, args []any) (any, error) {
-	var p goredis.Pipeliner
-	if mk, ok := l.client.(masterForKeyer); ok {
-		c, err := mk.MasterForKey(ctx, k.lock)
-		if err != nil {
-			return nil, err
+	pipeline := func() (goredis.Pipeliner, error) {
+		if mk, ok := l.client.(masterForKeyer); ok {
+			c, err := mk.MasterForKey(ctx, k.lock)
+			if err != nil {
+				return nil, err
+			}
+			return c.Pipeline(), nil
 		}
-		p = c.Pipeline()
-	} else {
-		p = l.client.Pipeline()
+		return l.client.Pipeline(), nil
 	}
-	for attempt := 0; ; attempt++ {
+	p, err := pipeline()
+	if err != nil {
+		return nil, err
+	}
+	evalSha, reloaded := true, false
+	for {
 		var script *goredis.Cmd
-		if attempt == 0 {
+		if evalSha {
 			script = acquireScript.EvalSha(ctx, p, keys, args...)
 		} else {
 			script = acquireScript.Eval(ctx, p, keys, args...)
@@ -325,8 +330,18 @@ func (l *Locker) acquireDurable(ctx context.Context, name string, k keys, keys [
 		_, _ = p.Exec(ctx) // errors are read per command below
 		res, err := script.Result()
 		if err != nil {
-			if attempt == 0 && isNoScript(err) {
-				continue // the server lost its script cache (restart, failover): send the source
+			if evalSha && isNoScript(err) {
+				evalSha = false // the server lost its script cache (restart, failover): send the source
+				continue
+			}
+			if addr, moved := goredis.IsMovedError(err); moved && !reloaded {
+				// The slot moved: this pipeline bypassed the Cluster client's
+				// redirection. Refresh its slot map and try the new owner once.
+				reloaded = true
+				if np := l.pipelineAt(ctx, k.lock, addr); np != nil {
+					p = np
+					continue
+				}
 			}
 			return nil, err
 		}
@@ -358,6 +373,30 @@ func (l *Locker) acquireDurable(ctx context.Context, name string, k keys, keys [
 		}
 		return nil, fmt.Errorf("redis: acquire %q: token %d: %s; lock released: %w", name, n, problem, ErrNotReplicated)
 	}
+}
+
+// stateReloader is implemented by *goredis.ClusterClient.
+type stateReloader interface {
+	masterForKeyer
+	ReloadState(ctx context.Context)
+}
+
+// pipelineAt asks a Cluster client to reload its slot map (which it does in the
+// background) and returns a pipeline on key's master once that is addr, or nil if
+// the client is no Cluster client or the map did not catch up within about 500ms.
+func (l *Locker) pipelineAt(ctx context.Context, key, addr string) goredis.Pipeliner {
+	r, ok := l.client.(stateReloader)
+	if !ok {
+		return nil
+	}
+	r.ReloadState(ctx)
+	for i := 0; i < 50 && ctx.Err() == nil; i++ {
+		if c, err := r.MasterForKey(ctx, key); err == nil && c.Options().Addr == addr {
+			return c.Pipeline()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }
 
 func isNoScript(err error) bool {
