@@ -61,6 +61,10 @@
 // out the lease only if enough replicas (fsyncs) acknowledged the grant; otherwise it
 // releases the lock and returns ErrNotReplicated (fail closed: the token is skipped).
 //
+// On a Cluster the pipeline goes to the master of the name's slot; after a MOVED
+// reply the Locker refreshes the slot map and tries the new owner once, and during
+// a migration (ASK) it returns fence.ErrUnavailable, to be retried.
+//
 // What that guarantees: when Acquire returns a token, that many replicas had received
 // (or fsynced) the counter increment. If a failover then promotes one of them, the
 // counter does not go backwards past that token.
