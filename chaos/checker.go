@@ -36,9 +36,11 @@ func (r *Report) OK() bool {
 	return len(r.Violations) == 0 && r.Linearizable == porcupine.Ok
 }
 
-// Found reports whether any violation was found (the outcome a control run needs).
+// Found reports whether a violation was proven (the outcome a control run needs):
+// an invariant broken or a history proven not linearizable. A linearizability check
+// that timed out proves nothing either way.
 func (r *Report) Found() bool {
-	return len(r.Violations) > 0 || r.Linearizable == porcupine.Illegal
+	return r.StaleAccepted+r.Lost+r.RejectedSeen > 0 || r.Linearizable == porcupine.Illegal
 }
 
 // CheckOptions tunes [Check].
