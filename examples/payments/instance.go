@@ -97,7 +97,9 @@ func runInstance(ctx context.Context, cfg instanceConfig, events *json.Encoder, 
 	defer locker.Close()
 
 	lockName := "payouts/" + cfg.Batch
-	lease, err := locker.Acquire(ctx, lockName, cfg.TTL, fence.WithWait(fence.WaitForever))
+	// Auto-renewal keeps a healthy instance's lease through a long batch; it cannot
+	// help a stopped process, which is the point.
+	lease, err := locker.Acquire(ctx, lockName, cfg.TTL, fence.WithWait(fence.WaitForever), fence.WithAutoRenew())
 	if err != nil {
 		return st, fmt.Errorf("payments: instance %d: acquire %q: %w", cfg.Number, lockName, err)
 	}
