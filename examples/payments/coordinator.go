@@ -307,8 +307,8 @@ func (c *child) failure() error {
 	return nil
 }
 
-// kill stops a still running instance (resuming it first if it was stopped) and
-// waits for it.
+// kill stops a still running instance with SIGKILL (which also ends a stopped
+// process) and waits for it.
 func (c *child) kill() {
 	select {
 	case <-c.exited:

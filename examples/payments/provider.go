@@ -80,7 +80,9 @@ func (p *provider) Close() error { return p.srv.Close() }
 func (p *provider) charge(w http.ResponseWriter, r *http.Request) {
 	var req chargeRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.Payout == "" || req.AmountCents <= 0 {
-		http.Error(w, `{"error":"bad charge request"}`, http.StatusBadRequest)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":"bad charge request: want {\"payout\": \"batch/line\", \"amount_cents\": N > 0}"}`+"\n") //nolint:errcheck // client gone
 		return
 	}
 	p.mu.Lock()
