@@ -1,0 +1,44 @@
+package testserv_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence/internal/testserv"
+)
+
+func TestZooKeeper_StandaloneServesAndCloses(t *testing.T) {
+	testserv.SkipIfShort(t)
+	s := testserv.ZooKeeper(t)
+	mode, err := testserv.ZooKeeperMode(s.Addr)
+	if err != nil || mode != "standalone" {
+		t.Fatalf("ZooKeeperMode(%s) = %q, %v; want \"standalone\", nil", s.Addr, mode, err)
+	}
+	s.Close()
+	if _, err := testserv.ZooKeeperMode(s.Addr); err == nil {
+		t.Fatalf("ZooKeeperMode(%s) after Close = nil error; want the server gone", s.Addr)
+	}
+}
+
+func TestZooKeeperEnsemble_LeaderKilled_NewLeaderElected(t *testing.T) {
+	testserv.SkipIfShort(t)
+	e := testserv.NewZooKeeperEnsemble(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old, err := e.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Kill()
+	if old.Alive() {
+		t.Fatalf("member %d alive after Kill; want it dead", old.ID)
+	}
+	nu, err := e.Leader(ctx)
+	if err != nil {
+		t.Fatalf("no new leader after member %d was killed: %v", old.ID, err)
+	}
+	if nu.ID == old.ID {
+		t.Fatalf("leader after killing member %d is member %d; want another member", old.ID, nu.ID)
+	}
+}
