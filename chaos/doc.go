@@ -14,9 +14,14 @@
 //     token against the workers' logs; a random worker if none matches) for longer
 //     than the TTL, then SIGCONT;
 //   - kill: SIGKILL the `fence serve` process and restart it on the same port and
-//     data directory.
+//     data directory;
+//   - link: the workers reach the server through an in-process TCP proxy of this
+//     package (toxiproxy is not available to this build) that injects latency (0.5
+//     to 1.5 TTL per chunk forwarded), resets (every connection aborted with RST) and
+//     cuts (a black hole for 3 TTLs, then a reset).
 //
-// Redis failover, etcd member loss and toxiproxy link faults are not implemented.
+// Redis failover and etcd member loss are not implemented: `fence serve` serves only
+// its embedded bolt store so far.
 //
 // [Check] then verifies the history: a linearizability check with porcupine of each
 // key against a fenced-register model (a write is legal only if fence.Admit accepts

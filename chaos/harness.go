@@ -28,10 +28,11 @@ import (
 const (
 	NemesisPause = "pause" // SIGSTOP the lock holder past its TTL, then SIGCONT
 	NemesisKill  = "kill"  // SIGKILL `fence serve` and restart it on the same data
+	NemesisLink  = "link"  // latency, resets and cuts on the workers' link to the server
 )
 
 // Nemeses lists the implemented nemeses.
-var Nemeses = []string{NemesisPause, NemesisKill}
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink}
 
 // Config configures a chaos run.
 type Config struct {
@@ -277,12 +278,23 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	var linkProxy *linkProxy
 	srv := &server{bin: cfg.Binary, addr: addr, data: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "server.log")}
 	if err := srv.start(ctx); err != nil {
 		return nil, err
 	}
 	defer srv.stop()
 
+	workerURL := srv.url()
+	if contains(cfg.Nemeses, NemesisLink) {
+		px, err := startLinkProxy(addr)
+		if err != nil {
+			return nil, err
+		}
+		defer px.close()
+		workerURL = "http://" + px.addr()
+		linkProxy = px
+	}
 	const lock, key = "chaos", "chaos/counter"
 	start := MonoNow()
 	workers := make([]*worker, cfg.Workers)
@@ -306,7 +318,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			fencing = "off"
 		}
 		w.cmd = exec.Command(cfg.Binary, "chaos", "worker",
-			"--server", srv.url(), "--lock", lock, "--key", key, "--id", strconv.Itoa(i),
+			"--server", workerURL, "--lock", lock, "--key", key, "--id", strconv.Itoa(i),
 			"--ttl", cfg.TTL.String(), "--hold", cfg.Hold.String(), "--wait", (4 * cfg.TTL).String(),
 			"--fencing", fencing, "--start", strconv.FormatInt(start, 10), "--log", w.logPath)
 		w.cmd.Stdout, w.cmd.Stderr = errf, errf
@@ -343,6 +355,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 				err = pauseNemesis(runCtx, cfg, rng, client, lock, workers, func() { count(n) })
 			case NemesisKill:
 				err = killNemesis(runCtx, cfg, rng, srv, func() { count(n) })
+			case NemesisLink:
+				linkNemesis(runCtx, cfg, rng, linkProxy, count)
 			}
 			if err != nil {
 				emu.Lock()
@@ -369,8 +383,8 @@ progress:
 					w.mu.Unlock()
 				}
 				fmu.Lock()
-				fmt.Fprintf(cfg.Progress, "\rchaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d ",
-					mode, time.Since(began).Seconds(), cfg.Duration.Seconds(), ops, acq, faults[NemesisPause], faults[NemesisKill])
+				fmt.Fprintf(cfg.Progress, "\rchaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d  links %d ",
+					mode, time.Since(began).Seconds(), cfg.Duration.Seconds(), ops, acq, faults[NemesisPause], faults[NemesisKill], faults[NemesisLink])
 				fmu.Unlock()
 			}
 		}
@@ -513,10 +527,48 @@ func killNemesis(ctx context.Context, cfg Config, rng *rand.Rand, srv *server, i
 	return nil
 }
 
+// linkNemesis injects one link fault at a time on the proxy between the workers and
+// the server, picked at random: latency (0.5 to 1.5 TTL on every chunk, for 3 TTLs,
+// so a write can arrive after its lease expired), reset
+// (every open connection aborted) or cut (a black hole for 3 TTLs, then a reset).
+// Faults are counted as "link" and by kind ("link/latency", ...).
+func linkNemesis(ctx context.Context, cfg Config, rng *rand.Rand, px *linkProxy, count func(string)) {
+	for n := 0; cfg.MaxFaults == 0 || n < cfg.MaxFaults; n++ {
+		if !sleepCtx(ctx, jitter(rng, cfg.Interval)) {
+			return
+		}
+		count(NemesisLink)
+		switch rng.IntN(3) {
+		case 0:
+			count(NemesisLink + "/latency")
+			px.setLatency(jitter(rng, cfg.TTL))
+			time.Sleep(3 * cfg.TTL)
+			px.setLatency(0)
+		case 1:
+			count(NemesisLink + "/reset")
+			px.reset()
+		default:
+			count(NemesisLink + "/cut")
+			px.setCut(true)
+			time.Sleep(3 * cfg.TTL)
+			px.setCut(false)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
 // FormatTable writes the final table of one or more runs, one row per run.
 func FormatTable(w io.Writer, runs []*Summary) {
-	fmt.Fprintf(w, "%-20s %-11s %-7s %7s %6s %6s %5s %8s %8s %6s %8s %6s %s\n",
-		"backend", "faults", "fencing", "ops", "acq", "pauses", "kills", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
+	fmt.Fprintf(w, "%-20s %-15s %-7s %7s %6s %6s %5s %5s %8s %8s %6s %8s %7s %s\n",
+		"backend", "faults", "fencing", "ops", "acq", "pauses", "kills", "links", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
 	for _, s := range runs {
 		r := s.Report
 		fencing := "on"
@@ -532,8 +584,8 @@ func FormatTable(w io.Writer, runs []*Summary) {
 		case !s.Fencing:
 			verdict = "FAIL: control run found no violation, the checker proved nothing"
 		}
-		fmt.Fprintf(w, "%-20s %-11s %-7s %7d %6d %6d %5d %8d %8d %6d %8d %6s %s\n",
-			s.Backend, s.Nemeses, fencing, r.Operations, r.Acquisitions, s.Faults[NemesisPause], s.Faults[NemesisKill],
+		fmt.Fprintf(w, "%-20s %-15s %-7s %7d %6d %6d %5d %5d %8d %8d %6d %8d %7s %s\n",
+			s.Backend, s.Nemeses, fencing, r.Operations, r.Acquisitions, s.Faults[NemesisPause], s.Faults[NemesisKill], s.Faults[NemesisLink],
 			r.StaleRejected, r.StaleAccepted, r.Lost, r.Overlaps, r.Linearizable, verdict)
 	}
 }

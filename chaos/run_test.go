@@ -57,11 +57,12 @@ func runChaos(t *testing.T, cfg Config) *Summary {
 	return sum
 }
 
-// The CI pass: with fencing on, pauses past the TTL and kill -9 of the server leave
+// The CI pass: with fencing on, pauses past the TTL, kill -9 of the server and link
+// faults (latency, resets, cuts) leave
 // no stale write accepted, no acknowledged write lost, and a linearizable history.
 func TestRun_FencingOn_PausesAndKills_NoViolation(t *testing.T) {
 	sum := runChaos(t, Config{Workers: 4, Duration: 12 * time.Second, Interval: 2 * time.Second, MaxFaults: 4,
-		Nemeses: []string{NemesisPause, NemesisKill}, Fencing: true, Seed: 1})
+		Nemeses: []string{NemesisPause, NemesisKill, NemesisLink}, Fencing: true, Seed: 1})
 	r := sum.Report
 	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
 		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
@@ -69,8 +70,8 @@ func TestRun_FencingOn_PausesAndKills_NoViolation(t *testing.T) {
 	if r.Linearizable != porcupine.Ok {
 		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
 	}
-	if sum.Faults[NemesisPause] < 1 || sum.Faults[NemesisKill] < 1 {
-		t.Errorf("faults injected = %v, want at least one pause and one kill", sum.Faults)
+	if sum.Faults[NemesisPause] < 1 || sum.Faults[NemesisKill] < 1 || sum.Faults[NemesisLink] < 1 {
+		t.Errorf("faults injected = %v, want at least one pause, one kill and one link fault", sum.Faults)
 	}
 	if r.Writes < 10 {
 		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", r.Writes)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/chaos"
 )
 
@@ -29,7 +31,8 @@ func newChaosCmd() *cobra.Command {
 		Long: `chaos starts a fence serve process on a fresh data directory and --workers worker
 processes (this binary) that loop: acquire a lock, fence a key, read it, write it +1,
 release. Nemeses inject faults while they run: pause (SIGSTOP the lock holder past its
-TTL, then SIGCONT) and kill (kill -9 fence serve, restart it on the same data). Then
+TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data) and link
+(latency, resets and cuts on a TCP proxy between the workers and the server). Then
 every recorded operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.
 
@@ -58,7 +61,7 @@ visualisation) are saved under --results.`,
 					known = known || k == n
 				}
 				if !known {
-					return usagef("--nemesis %q: want a list of %s", n, strings.Join(chaos.Nemeses, ","))
+					return usagef("--nemesis %q: want a comma-separated list of %s", n, strings.Join(chaos.Nemeses, ","))
 				}
 			}
 			bin, err := os.Executable()
@@ -72,6 +75,9 @@ visualisation) are saved under --results.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			sum, err := chaos.Run(ctx, cfg)
+			if errors.Is(err, fence.ErrInvalid) {
+				return usageError{err} // the config came from the flags
+			}
 			if err != nil {
 				return err
 			}
@@ -116,7 +122,7 @@ visualisation) are saved under --results.`,
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the workers run (e.g. 10m for a soak)")
 	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
-	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: pause, kill (or none)")
+	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: pause, kill, link (or none)")
 	f.StringVar(&fencing, "fencing", "on", "on, or off for the control run that must find violations")
 	f.StringVar(&cfg.Results, "results", "chaos-results", "directory for run folders and failing histories")
 	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL of the workers")
