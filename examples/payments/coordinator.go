@@ -29,6 +29,7 @@ type config struct {
 	Batch     int
 	PauseLine int
 	TTL       time.Duration
+	Pause     time.Duration // shortest stop of instance 1, at least TTL
 	Verbose   bool
 	Log       io.Writer // the instances' logs go here when set
 }
@@ -46,6 +47,8 @@ func (c config) validate() error {
 		return fmt.Errorf("payments: --pause-line %d: want 1 to the batch size %d", c.PauseLine, c.Batch)
 	case c.TTL < 200*time.Millisecond || c.TTL > 10*time.Minute:
 		return fmt.Errorf("payments: --ttl %v: want 200ms to 10m", c.TTL)
+	case c.Pause < c.TTL || c.Pause > 10*time.Minute:
+		return fmt.Errorf("payments: --pause %v: want the TTL (%v) to 10m: a shorter stop is no pause past the lease", c.Pause, c.TTL)
 	}
 	return nil
 }
@@ -170,9 +173,9 @@ func run(cfg config, p protection) (result, error) {
 			return res, fmt.Errorf("payments: pause instance 1: %w", pauseErr)
 		}
 		// The others can only have run after instance 1's lease expired, so the
-		// pause already outlasted the lease; it is also kept at least one full TTL
-		// long, as the incident's GC pause was.
-		if rest := cfg.TTL - time.Since(pausedAt); rest > 0 {
+		// pause already outlasted the lease; it is also kept at least cfg.Pause
+		// (one TTL or more) long, as the incident's GC pause was.
+		if rest := cfg.Pause - time.Since(pausedAt); rest > 0 {
 			t := time.NewTimer(rest)
 			select {
 			case <-t.C:

@@ -50,6 +50,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.DSN, "postgres", os.Getenv("PAYMENTS_POSTGRES"), "PostgreSQL URL of the ledger database (default $PAYMENTS_POSTGRES)")
 	fs.IntVar(&cfg.PauseLine, "pause-line", 0, "line whose in-flight charge instance 1 is paused at (default: the middle of the batch)")
 	fs.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "lease TTL of the batch lock (the incident's was 30s)")
+	fs.DurationVar(&cfg.Pause, "pause", 0, "shortest time instance 1 stays stopped, at least the TTL (default: the TTL); it is resumed only once the other instances finished")
 	fs.BoolVar(&cfg.Verbose, "v", false, "show the instances' logs")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -60,6 +61,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "payments: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if cfg.Pause == 0 {
+		cfg.Pause = cfg.TTL
 	}
 	if cfg.PauseLine == 0 {
 		cfg.PauseLine = (cfg.Batch + 1) / 2
@@ -140,8 +144,8 @@ func parseModes(list string) ([]protection, error) {
 
 // printTable writes one row per run.
 func printTable(w io.Writer, cfg config, results []result) {
-	fmt.Fprintf(w, "batch of %d payouts, %d instances, lock TTL %v; instance 1 paused (SIGSTOP) during its charge of line %d until the others finished\n\n",
-		cfg.Batch, cfg.Instances, cfg.TTL, cfg.PauseLine)
+	fmt.Fprintf(w, "batch of %d payouts, %d instances, lock TTL %v; instance 1 paused (SIGSTOP) during its charge of line %d for at least %v and until the others finished\n\n",
+		cfg.Batch, cfg.Instances, cfg.TTL, cfg.PauseLine, cfg.Pause)
 	fmt.Fprintf(w, "%-12s %8s %11s %8s %12s %12s %12s\n", "protect", "charges", "duplicates", "unpaid", "ledger rows", "stale writes", "paused for")
 	for _, r := range results {
 		fmt.Fprintf(w, "%-12s %8d %11d %8d %12d %12d %12v\n", r.Mode, r.Charges, r.Duplicates, r.Unpaid, r.LedgerRows, r.Stale, r.Paused.Round(10*time.Millisecond))

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 func testConfig(t *testing.T) config {
 	t.Helper()
 	testserv.SkipIfShort(t)
-	cfg := config{DSN: dsn, Instances: 2, Batch: 8, PauseLine: 3, TTL: time.Second}
+	cfg := config{DSN: dsn, Instances: 2, Batch: 8, PauseLine: 3, TTL: time.Second, Pause: time.Second}
 	if testing.Verbose() {
 		cfg.Log = os.Stderr
 	}
@@ -72,8 +72,8 @@ func runMode(t *testing.T, cfg config, mode string) result {
 	if r.Unpaid != 0 {
 		t.Errorf("%s: unpaid lines = %d, want 0", mode, r.Unpaid)
 	}
-	if !r.Overtaken || r.Paused < cfg.TTL {
-		t.Errorf("%s: instance 1 paused for %v, lock taken over meanwhile = %v; want a pause over the TTL %v during which another instance took the lock", mode, r.Paused, r.Overtaken, cfg.TTL)
+	if !r.Overtaken || r.Paused < cfg.Pause {
+		t.Errorf("%s: instance 1 paused for %v, lock taken over meanwhile = %v; want a pause of at least %v during which another instance took the lock", mode, r.Paused, r.Overtaken, cfg.Pause)
 	}
 	return r
 }
@@ -149,7 +149,7 @@ func TestRun_SingleProtections(t *testing.T) {
 func TestRunMain_PrintsTable(t *testing.T) {
 	cfg := testConfig(t)
 	var out, errOut bytes.Buffer
-	code := runMain([]string{"--postgres", cfg.DSN, "--batch", "6", "--ttl", "1s", "--protect", "all,none"}, &out, &errOut)
+	code := runMain([]string{"--postgres", cfg.DSN, "--batch", "6", "--ttl", "1s", "--pause", "1500ms", "--protect", "all,none"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit code = %d, want 0; stderr:\n%s", code, errOut.String())
 	}
@@ -176,6 +176,7 @@ func TestRunMain_BadUsage(t *testing.T) {
 		{[]string{"--postgres", "postgres://x@127.0.0.1/db", "--instances", "1"}, "--instances 1: want 2 to 32"},
 		{[]string{"--postgres", "postgres://x@127.0.0.1/db", "--batch", "5", "--pause-line", "6"}, "--pause-line 6"},
 		{[]string{"--postgres", "postgres://x@127.0.0.1/db", "--ttl", "10ms"}, "--ttl 10ms"},
+		{[]string{"--postgres", "postgres://x@127.0.0.1/db", "--ttl", "2s", "--pause", "1s"}, "--pause 1s"},
 		{[]string{"--postgres", ""}, "no database"},
 		{[]string{"--postgres", "postgres://x@127.0.0.1/db", "extra"}, "unexpected arguments"},
 	} {
