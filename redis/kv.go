@@ -1,0 +1,232 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fence"
+)
+
+var (
+	//go:embed scripts/kv_put.lua
+	kvPutSrc string
+	//go:embed scripts/kv_get.lua
+	kvGetSrc string
+
+	kvPutScript = goredis.NewScript(kvPutSrc)
+	kvGetScript = goredis.NewScript(kvGetSrc)
+)
+
+var (
+	_ fence.KV    = (*KV)(nil)
+	_ fence.Guard = (*KV)(nil)
+)
+
+// MaxValueLen is the largest value KV.Put stores, in bytes (1 MiB). A larger value
+// is refused with an error matching fence.ErrInvalid, before anything is sent.
+const MaxValueLen = 1 << 20
+
+// kvSuffix ends the record key of a KV key K: Prefix + "{" + escaped K + "}:kv". The
+// hash tag puts the record in one Cluster slot; the suffix keeps it apart from the
+// keys of a lock that has the same name.
+const kvSuffix = ":kv"
+
+// KV is a fenced key-value store in Redis (fence.KV and fence.Guard): what `fence
+// serve --store redis://...` keeps its data in, so servers sharing a Redis share the
+// data.
+//
+// Each key K is one hash, fence:{K}:kv (K escaped as lock names are, see the package
+// documentation), with the fields name, token and lease (the highest fence accepted)
+// and value (absent while the key was only fenced). Put and Fence run one Lua script
+// that reads the stored fence, applies fence.Admit's rule (the stored token compared
+// as a number, after checking it is a decimal in [1, fence.MaxToken]) and writes the
+// new fence and value, all in one atomic step; there is no read-compare-write window
+// between clients or servers. Records never expire and fence never deletes them.
+//
+// Durability (P3 on Redis): an acknowledged Put is in the primary's memory. Redis
+// replicates asynchronously, so a failover to a replica that had not received the
+// write loses it, and a restart without AOF (appendonly yes, appendfsync always for
+// no loss at all) loses what was not saved. KV does not send WAIT after a Put:
+// Options.WaitReplicas and the WAITAOF options apply to Locker.Acquire only. Where an
+// acknowledged write must survive the loss of the primary, keep the data in a store
+// with synchronous replication (etcd, PostgreSQL) and use Redis only for locks.
+//
+// A KV is safe for concurrent use. It does not own its client.
+type KV struct {
+	client Client
+	prefix string
+	closed atomic.Bool // set by Store.Close
+}
+
+// NewKV returns a KV that keeps its records in Redis through client, under
+// opts.Prefix (default "fence:"; only Prefix is used of opts, nil means defaults).
+// It returns an error matching fence.ErrInvalid if client is nil or the prefix holds
+// '{' or '}'. It does not contact the server.
+func NewKV(client Client, opts *Options) (*KV, error) {
+	if client == nil {
+		return nil, fmt.Errorf("redis: new kv: %w", &fence.InvalidError{Field: "client", Reason: "is nil"})
+	}
+	prefix := "fence:"
+	if opts != nil && opts.Prefix != "" {
+		prefix = opts.Prefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redis: new kv: %w", &fence.InvalidError{Field: "prefix", Value: prefix, Reason: "must not contain '{' or '}'"})
+	}
+	return &KV{client: client, prefix: prefix}, nil
+}
+
+func (s *KV) recordKey(key string) string {
+	return s.prefix + "{" + escapeName(key) + "}" + kvSuffix
+}
+
+// Put stores value under key if f is admitted (see fence.Admit) and records f as the
+// key's fence, in one script. It returns a *fence.StaleTokenError (matching
+// fence.ErrStaleToken, carrying the highest token accepted) or a
+// *fence.NamespaceError (fence.ErrNamespace) if f is refused, in which case nothing
+// changed; fence.ErrInvalid for a bad key or fence or a value over MaxValueLen;
+// ErrWrongType if the record key holds data this package did not write (it is left
+// alone); fence.ErrUnavailable if Redis cannot be reached (the write may or may not
+// have been applied); and fence.ErrClosed after the Store was closed.
+func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
+	if err := s.check(key, f); err != nil {
+		return fmt.Errorf("redis: put %q: %w", key, err)
+	}
+	if len(value) > MaxValueLen {
+		return fmt.Errorf("redis: put %q: %w", key, &fence.InvalidError{
+			Field: "value", Value: fmt.Sprintf("%d bytes", len(value)),
+			Reason: fmt.Sprintf("is longer than %d bytes", MaxValueLen),
+		})
+	}
+	if err := s.admit(ctx, key, f, true, value); err != nil {
+		return fmt.Errorf("redis: put %q: %w", key, err)
+	}
+	return nil
+}
+
+// Fence advances key's fence to f without changing its value (see fence.Guard), so a
+// new holder fences off a paused predecessor before its first write. It returns nil
+// if f was accepted or already is the key's fence; a *fence.StaleTokenError or
+// *fence.NamespaceError if it is refused; and otherwise the errors of Put.
+func (s *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
+	if err := s.check(key, f); err != nil {
+		return fmt.Errorf("redis: fence %q: %w", key, err)
+	}
+	if err := s.admit(ctx, key, f, false, nil); err != nil {
+		return fmt.Errorf("redis: fence %q: %w", key, err)
+	}
+	return nil
+}
+
+func (s *KV) check(key string, f fence.Fence) error {
+	if s.closed.Load() {
+		return fence.ErrClosed
+	}
+	if err := fence.ValidateKey(key); err != nil {
+		return err
+	}
+	return f.Validate()
+}
+
+// admit runs the kv_put script and turns its reply into fence's errors.
+func (s *KV) admit(ctx context.Context, key string, f fence.Fence, withValue bool, value []byte) error {
+	mode := "0"
+	if withValue {
+		mode = "1"
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	tok := strconv.FormatUint(uint64(f.Token), 10)
+	res, err := kvPutScript.Run(ctx, s.client, []string{s.recordKey(key)}, f.Name, tok, f.LeaseID, mode, value).Result()
+	if err != nil {
+		return kvTranslate(err)
+	}
+	a, ok := res.([]any)
+	if !ok || len(a) != 2 {
+		return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	}
+	code, ok1 := a[0].(int64)
+	detail, ok2 := a[1].(string)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	}
+	switch code {
+	case 0:
+		return nil
+	case 1:
+		highest, err := fence.ParseToken(detail)
+		if err != nil {
+			return fmt.Errorf("%w: script replied stale with highest token %q", fence.ErrUnavailable, detail)
+		}
+		return &fence.StaleTokenError{Resource: key, Token: f.Token, Highest: highest, SameToken: f.Token == highest}
+	case 2:
+		return &fence.NamespaceError{Resource: key, Want: detail, Got: f.Name}
+	}
+	return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+}
+
+// Get returns the value stored under key and the fence that wrote it (the key's
+// highest fence). A key that was only fenced has a nil Value. It returns
+// fence.ErrNotFound if key was never written or fenced, fence.ErrInvalid for a bad
+// key, ErrWrongType if the record key holds data this package did not write,
+// fence.ErrUnavailable if Redis cannot be reached, and fence.ErrClosed after the
+// Store was closed.
+func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
+	if s.closed.Load() {
+		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, fence.ErrClosed)
+	}
+	if err := fence.ValidateKey(key); err != nil {
+		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, err)
+	}
+	rk := s.recordKey(key)
+	res, err := kvGetScript.Run(ctx, s.client, []string{rk}).Slice()
+	if err != nil {
+		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, kvTranslate(err))
+	}
+	if len(res) == 1 && res[0] == int64(0) {
+		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, fence.ErrNotFound)
+	}
+	if len(res) != 6 {
+		return fence.Item{}, fmt.Errorf("redis: get %q: %w: unexpected script reply of %d elements", key, fence.ErrUnavailable, len(res))
+	}
+	name, ok1 := res[1].(string)
+	tokText, ok2 := res[2].(string)
+	lease, ok3 := res[3].(string)
+	hasValue, ok4 := res[4].(int64)
+	value, ok5 := res[5].(string)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return fence.Item{}, fmt.Errorf("redis: get %q: %w: unexpected script reply", key, fence.ErrUnavailable)
+	}
+	tok, err := fence.ParseToken(tokText)
+	f := fence.Fence{Name: name, Token: tok, LeaseID: lease}
+	if err == nil {
+		err = f.Validate()
+	}
+	if err != nil {
+		return fence.Item{}, fmt.Errorf("redis: get %q: record key %s holds a fence this package did not write (%v): %w", key, rk, err, ErrWrongType)
+	}
+	it := fence.Item{Fence: f}
+	if hasValue == 1 {
+		it.Value = make([]byte, len(value)) // non-nil even when empty: the key was written
+		copy(it.Value, value)
+	}
+	return it, nil
+}
+
+// kvTranslate is translate for the KV scripts, which also reply FENCE_INVALID (only
+// if a token got past Go's validation, which would be a bug: fail closed).
+func kvTranslate(err error) error {
+	var rerr goredis.Error
+	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "FENCE_INVALID ") {
+		return fmt.Errorf("%w: server refused: %s", fence.ErrInvalid, rerr.Error())
+	}
+	return translate(err)
+}
