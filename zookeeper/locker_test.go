@@ -1,0 +1,176 @@
+package zookeeper_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/zookeeper"
+)
+
+func TestExample_Flow(t *testing.T) {
+	l := open(t, nil)
+	ctx := testCtx(t)
+	name := "example/" + fence.NewLeaseID()[:8]
+	first, err := l.Acquire(ctx, name, 10*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire = %v; want a lease", err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("Release = %v; want nil", err)
+	}
+	second, err := l.Acquire(ctx, name, 10*time.Second, fence.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("second Acquire = %v; want a lease", err)
+	}
+	defer second.Release(ctx)
+	if second.Token() <= first.Token() {
+		t.Fatalf("second token = %d; want > first %d", second.Token(), first.Token())
+	}
+}
+
+// The token is the node's czxid: the czxid a raw client reads for the holder's node
+// equals the lease's token, and the directory name encodes '/' and '.'.
+func TestLocker_Token_IsNodeCzxid(t *testing.T) {
+	l := open(t, &zookeeper.Options{Root: "/fence-test/czxid"})
+	ctx := testCtx(t)
+	name := "a/b.c " + fence.NewLeaseID()[:8]
+	lease, err := l.Acquire(ctx, name, time.Minute)
+	if err != nil {
+		t.Fatalf("Acquire = %v", err)
+	}
+	defer lease.Release(ctx)
+	c, _, err := zk.Connect([]string{srv.Addr}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dirs, _, err := c.Children("/fence-test/czxid")
+	if err != nil {
+		t.Fatalf("Children(root) = %v", err)
+	}
+	want := "a%2Fb%2Ec%20" + strings.TrimPrefix(name, "a/b.c ")
+	found := false
+	for _, d := range dirs {
+		if d == want {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("lock directories = %q; want one named %q", dirs, want)
+	}
+	kids, _, err := c.Children("/fence-test/czxid/" + want)
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("Children(lock dir) = %q, %v; want one node", kids, err)
+	}
+	_, st, err := c.Get("/fence-test/czxid/" + want + "/" + kids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fence.Token(st.Czxid) != lease.Token() {
+		t.Fatalf("holder node czxid = %d; want the lease token %d", st.Czxid, lease.Token())
+	}
+	if st.EphemeralOwner == 0 {
+		t.Fatalf("holder node EphemeralOwner = 0; want an ephemeral node")
+	}
+}
+
+// Closing the connection ends the session: its node goes at once, so another client
+// is granted the lock without waiting for the TTL, and the first lease's Done closes
+// when it learns its session is gone.
+func TestLocker_SessionClosed_NextHolderAtOnce(t *testing.T) {
+	a := open(t, nil)
+	b := open(t, nil)
+	ctx := testCtx(t)
+	name := "session-" + fence.NewLeaseID()[:8]
+	la, err := a.Acquire(ctx, name, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	start := time.Now()
+	lb, err := b.Acquire(ctx, name, time.Minute, fence.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after the holder's session closed = %v; want a lease", err)
+	}
+	defer lb.Release(ctx)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("grant took %v after the holder's session closed; want well under the 1m TTL", d)
+	}
+	if lb.Token() <= la.Token() {
+		t.Fatalf("token = %d; want > %d", lb.Token(), la.Token())
+	}
+	err = la.Renew(ctx, time.Minute)
+	if !errors.Is(err, fence.ErrNotHeld) && !errors.Is(err, fence.ErrClosed) {
+		t.Fatalf("Renew of a lease whose session closed = %v; want ErrNotHeld or ErrClosed", err)
+	}
+}
+
+// A lease granted on one Locker can be renewed and released through another Locker
+// (a different session): ownership is the lease id, as for every backend.
+func TestLocker_RenewRelease_FromAnotherSession(t *testing.T) {
+	a, b := open(t, nil), open(t, nil)
+	ctx := testCtx(t)
+	name := "cross-" + fence.NewLeaseID()[:8]
+	lease, err := a.Acquire(ctx, name, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Renew(ctx, name, lease.ID(), time.Minute); err != nil {
+		t.Fatalf("Renew through another Locker = %v; want nil", err)
+	}
+	if err := b.Release(ctx, name, lease.ID()); err != nil {
+		t.Fatalf("Release through another Locker = %v; want nil", err)
+	}
+	if err := a.Release(ctx, name, lease.ID()); !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("second Release = %v; want ErrNotHeld", err)
+	}
+}
+
+func TestLocker_Closed_ErrClosed(t *testing.T) {
+	l := open(t, nil)
+	l.Close()
+	_, err := l.Acquire(testCtx(t), "closed", time.Minute)
+	if !errors.Is(err, fence.ErrClosed) {
+		t.Fatalf("Acquire after Close = %v; want ErrClosed", err)
+	}
+	if !strings.HasPrefix(err.Error(), "zookeeper: ") {
+		t.Fatalf("error %q; want it to start with the package name", err)
+	}
+}
+
+func TestOpen_BadInput(t *testing.T) {
+	if _, err := zookeeper.Open(nil, nil); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("Open(no servers) = %v; want ErrInvalid", err)
+	}
+	if _, err := zookeeper.NewLocker(nil, nil, nil); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("NewLocker(nil conn) = %v; want ErrInvalid", err)
+	}
+	testserv.SkipIfShort(t)
+	for _, root := range []string{"relative", "/", "/a//b"} {
+		if _, err := zookeeper.Open([]string{srv.Addr}, &zookeeper.Options{Root: root}); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("Open with root %q = %v; want ErrInvalid", root, err)
+		}
+	}
+}
+
+func TestOpen_NoServer_ErrUnavailable(t *testing.T) {
+	port, err := testserv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = zookeeper.Open([]string{fmt.Sprintf("127.0.0.1:%d", port)}, &zookeeper.Options{SessionTimeout: time.Second})
+	if !errors.Is(err, fence.ErrUnavailable) {
+		t.Fatalf("Open(nothing listening) = %v; want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Open(nothing listening) took %v; want about the 1s session timeout", d)
+	}
+}
