@@ -50,37 +50,45 @@ const kvSuffix = ":kv"
 // new fence and value, all in one atomic step; there is no read-compare-write window
 // between clients or servers. Records never expire and fence never deletes them.
 //
-// Durability (P3 on Redis): an acknowledged Put is in the primary's memory. Redis
-// replicates asynchronously, so a failover to a replica that had not received the
-// write loses it, and a restart without AOF (appendonly yes, appendfsync always for
-// no loss at all) loses what was not saved. KV does not send WAIT after a Put:
-// Options.WaitReplicas and the WAITAOF options apply to Locker.Acquire only. Where an
-// acknowledged write must survive the loss of the primary, keep the data in a store
-// with synchronous replication (etcd, PostgreSQL) and use Redis only for locks.
+// Durability (P3 on Redis): by default an acknowledged Put is in the primary's memory
+// only. Redis replicates asynchronously, so a failover to a replica that had not
+// received the write loses it, and a restart without AOF (appendonly yes,
+// appendfsync always for no loss at all) loses what was not saved. With
+// Options.WaitReplicas (and/or WaitAOFLocal, WaitAOFReplicas) a Put or Fence that
+// wrote sends WAIT (WAITAOF) after the script on the same connection, and succeeds
+// only if enough replicas (fsyncs) acknowledged it; otherwise it returns an error
+// matching fence.ErrUnavailable: the write is on the primary and cannot be taken
+// back (that would be a write of its own), so its fate is unknown, as that error
+// says. The limits of the Locker's WAIT apply (see the package documentation): it
+// narrows the loss window, it does not make Redis consistent. On a Cluster the
+// pipeline goes to the key's master; a slot that moved meanwhile answers MOVED, and
+// the Put returns fence.ErrUnavailable (the script did not run), to be retried.
+// Where an acknowledged write must survive the loss of the primary, keep the data
+// in a store with synchronous replication (etcd, PostgreSQL).
 //
 // A KV is safe for concurrent use. It does not own its client.
 type KV struct {
-	client Client
-	prefix string
-	closed atomic.Bool // set by Store.Close
+	client  Client
+	prefix  string
+	opts    Options // the WAIT / WAITAOF settings
+	durable bool
+	closed  atomic.Bool // set by Store.Close
 }
 
 // NewKV returns a KV that keeps its records in Redis through client, under
-// opts.Prefix (default "fence:"; only Prefix is used of opts, nil means defaults).
-// It returns an error matching fence.ErrInvalid if client is nil or the prefix holds
-// '{' or '}'. It does not contact the server.
+// opts.Prefix (default "fence:"), with opts's WaitReplicas, WaitAOFLocal,
+// WaitAOFReplicas and WaitTimeout for its writes (see KV); the other options are
+// the Locker's. nil means defaults. It returns an error matching fence.ErrInvalid if
+// client is nil or an option is out of range, as NewLocker does. It does not
+// contact the server.
 func NewKV(client Client, opts *Options) (*KV, error) {
-	if client == nil {
-		return nil, fmt.Errorf("redis: new kv: %w", &fence.InvalidError{Field: "client", Reason: "is nil"})
+	// NewLocker validates and defaults the options shared by both; it has no side
+	// effect but the Locker it returns, which is dropped.
+	l, err := NewLocker(client, opts)
+	if err != nil {
+		return nil, fmt.Errorf("redis: new kv: %w", errors.Unwrap(err))
 	}
-	prefix := "fence:"
-	if opts != nil && opts.Prefix != "" {
-		prefix = opts.Prefix
-	}
-	if strings.ContainsAny(prefix, "{}") {
-		return nil, fmt.Errorf("redis: new kv: %w", &fence.InvalidError{Field: "prefix", Value: prefix, Reason: "must not contain '{' or '}'"})
-	}
-	return &KV{client: client, prefix: prefix}, nil
+	return &KV{client: client, prefix: l.prefix, opts: l.opts, durable: l.durable}, nil
 }
 
 func (s *KV) recordKey(key string) string {
@@ -145,7 +153,18 @@ func (s *KV) admit(ctx context.Context, key string, f fence.Fence, withValue boo
 		value = []byte{}
 	}
 	tok := strconv.FormatUint(uint64(f.Token), 10)
-	res, err := kvPutScript.Run(ctx, s.client, []string{s.recordKey(key)}, f.Name, tok, f.LeaseID, mode, value).Result()
+	keys := []string{s.recordKey(key)}
+	args := []any{f.Name, tok, f.LeaseID, mode, value}
+	var (
+		res     any
+		err     error
+		problem string
+	)
+	if s.durable {
+		res, problem, err = s.putDurable(ctx, keys, args)
+	} else {
+		res, err = kvPutScript.Run(ctx, s.client, keys, args...).Result()
+	}
 	if err != nil {
 		return kvTranslate(err)
 	}
@@ -160,6 +179,9 @@ func (s *KV) admit(ctx context.Context, key string, f fence.Fence, withValue boo
 	}
 	switch code {
 	case 0:
+		if problem != "" {
+			return fmt.Errorf("%w: written on the primary, but %s; a failover may lose it", fence.ErrUnavailable, problem)
+		}
 		return nil
 	case 1:
 		highest, err := fence.ParseToken(detail)
@@ -171,6 +193,63 @@ func (s *KV) admit(ctx context.Context, key string, f fence.Fence, withValue boo
 		return &fence.NamespaceError{Resource: key, Want: detail, Got: f.Name}
 	}
 	return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+}
+
+// putDurable runs the kv_put script and WAIT / WAITAOF in one pipeline on one
+// connection (WAIT counts the writes of its own connection). It returns the script's
+// reply and, if the write was not acknowledged as Options ask, what fell short.
+func (s *KV) putDurable(ctx context.Context, keys []string, args []any) (any, string, error) {
+	var p goredis.Pipeliner
+	if mk, ok := s.client.(masterForKeyer); ok {
+		c, err := mk.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, "", err
+		}
+		p = c.Pipeline()
+	} else {
+		p = s.client.Pipeline()
+	}
+	timeoutMS := s.opts.WaitTimeout.Milliseconds()
+	for _, evalSha := range []bool{true, false} {
+		var script *goredis.Cmd
+		if evalSha {
+			script = kvPutScript.EvalSha(ctx, p, keys, args...)
+		} else {
+			script = kvPutScript.Eval(ctx, p, keys, args...)
+		}
+		var wait, waitAOF *goredis.Cmd
+		if s.opts.WaitReplicas > 0 {
+			wait = p.Do(ctx, "WAIT", s.opts.WaitReplicas, timeoutMS)
+		}
+		if s.opts.WaitAOFLocal > 0 || s.opts.WaitAOFReplicas > 0 {
+			waitAOF = p.Do(ctx, "WAITAOF", s.opts.WaitAOFLocal, s.opts.WaitAOFReplicas, timeoutMS)
+		}
+		_, _ = p.Exec(ctx) // errors are read per command below
+		res, err := script.Result()
+		if err != nil {
+			if evalSha && isNoScript(err) {
+				continue // the server lost its script cache (restart, failover): send the source
+			}
+			return nil, "", err
+		}
+		var problem string
+		if wait != nil {
+			if got, err := wait.Int64(); err != nil {
+				problem = fmt.Sprintf("WAIT failed: %v", err)
+			} else if got < int64(s.opts.WaitReplicas) {
+				problem = fmt.Sprintf("WAIT: %d of %d replicas acknowledged within %v", got, s.opts.WaitReplicas, s.opts.WaitTimeout)
+			}
+		}
+		if waitAOF != nil && problem == "" {
+			if got, err := waitAOF.Int64Slice(); err != nil {
+				problem = fmt.Sprintf("WAITAOF failed (needs Redis 7.2+): %v", err)
+			} else if len(got) != 2 || got[0] < int64(s.opts.WaitAOFLocal) || got[1] < int64(s.opts.WaitAOFReplicas) {
+				problem = fmt.Sprintf("WAITAOF: acknowledged %v, wanted [%d %d] within %v", got, s.opts.WaitAOFLocal, s.opts.WaitAOFReplicas, s.opts.WaitTimeout)
+			}
+		}
+		return res, problem, nil
+	}
+	return nil, "", fmt.Errorf("%w: script not loaded after EVAL", fence.ErrUnavailable)
 }
 
 // Get returns the value stored under key and the fence that wrote it (the key's

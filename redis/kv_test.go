@@ -3,13 +3,16 @@ package redis
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/internal/testserv"
 )
 
 // newKV returns a KV on the package's server under a prefix of its own, with the
@@ -248,5 +251,57 @@ func TestKV_Unreachable_ErrUnavailable(t *testing.T) {
 	}
 	if _, err := kv.Get(ctx, "k"); !errors.Is(err, fence.ErrUnavailable) {
 		t.Errorf("Get from an unreachable server = %v; want fence.ErrUnavailable", err)
+	}
+}
+
+// With WaitReplicas, a Put returns only once the replica has the record; when fewer
+// replicas acknowledge than asked, the Put says ErrUnavailable (written on the
+// primary, fate unknown) instead of claiming success.
+func TestKV_Put_WaitReplicas(t *testing.T) {
+	testserv.SkipIfShort(t)
+	ctx := ctxT(t)
+	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0")
+	replica := testserv.RedisReplica(t, primary)
+	pc, rc := newClient(t, primary.Addr), newClient(t, replica.Addr)
+	// Empty the script cache first: the pipelined EVALSHA+WAIT must fall back to EVAL.
+	if err := pc.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := NewKV(pc, &Options{WaitReplicas: 1, WaitTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tok := fence.Token(1); tok <= 3; tok++ {
+		v := fmt.Sprintf("v%d", tok)
+		if err := kv.Put(ctx, "k", []byte(v), fence.Fence{Name: "l", Token: tok}); err != nil {
+			t.Fatalf("Put(%d) with WaitReplicas 1 and one replica = %v; want nil", tok, err)
+		}
+		// Acknowledged by WAIT: the replica has applied it, no polling needed.
+		if got, err := rc.HGet(ctx, kv.recordKey("k"), "value").Result(); err != nil || got != v {
+			t.Fatalf("replica right after Put(%d): value %q, %v; want %q", tok, got, err, v)
+		}
+	}
+	err = kv.Put(ctx, "k", []byte("old"), fence.Fence{Name: "l", Token: 2})
+	if !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("stale Put with WaitReplicas = %v; want fence.ErrStaleToken", err)
+	}
+
+	two, err := NewKV(pc, &Options{WaitReplicas: 2, WaitTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = two.Put(ctx, "k", []byte("v4"), fence.Fence{Name: "l", Token: 4})
+	if !errors.Is(err, fence.ErrUnavailable) || !strings.Contains(err.Error(), "1 of 2 replicas") {
+		t.Fatalf("Put with WaitReplicas 2 and one replica = %v; want fence.ErrUnavailable saying 1 of 2 replicas acknowledged", err)
+	}
+}
+
+func TestNewKV_BadWaitOptions_ErrInvalid(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, o := range []Options{{WaitReplicas: -1}, {WaitAOFLocal: 2}, {WaitTimeout: time.Microsecond}} {
+		if _, err := NewKV(c, &o); !errors.Is(err, fence.ErrInvalid) || !strings.HasPrefix(err.Error(), "redis: new kv: ") {
+			t.Errorf("NewKV(%+v) = %v; want fence.ErrInvalid prefixed \"redis: new kv: \"", o, err)
+		}
 	}
 }
