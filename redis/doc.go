@@ -1,5 +1,6 @@
 // Package redis is a fence.Locker on Redis (go-redis v9): a plain server, a Sentinel
-// failover client or a Cluster. It also implements fence.Healer and fence.Inspector.
+// failover client or a Cluster. It also implements fence.Healer and fence.Inspector,
+// and a fenced KV store (KV) for data kept in the same Redis.
 //
 //	l, err := redis.NewLocker(goredis.NewClient(&goredis.Options{Addr: addr}), nil)
 //	lease, err := l.Acquire(ctx, "payments", 30*time.Second, fence.WithWait(10*time.Second))
@@ -76,6 +77,15 @@
 // AOF, and lock exclusivity (P6) is not protected at all: a promoted replica may not
 // know about a lease it did see expire on a different clock. Tokens stay best effort;
 // guards still reject regressed tokens, and Heal repairs the counter.
+//
+// # Fenced KV and Store
+//
+// KV is a fenced key-value store (fence.KV and fence.Guard) in the same Redis: each
+// key is a hash fence:{K}:kv holding the highest fence accepted and the value, and
+// one Lua script applies fence.Admit and writes both atomically. Store bundles a
+// Locker and a KV on a client it opens from a redis:// or rediss:// URL (Open);
+// it is what `fence serve --store redis://...` runs on. See KV for its durability:
+// without WaitReplicas, a failover can lose an acknowledged Put.
 //
 // # Regression healing (P4)
 //
