@@ -1,11 +1,7 @@
 package mysql
 
 import (
-	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
-	"fmt"
 	"net"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -50,41 +46,27 @@ const (
 // wrap adds the package prefix and context what to err, and translates driver
 // errors to the root sentinels so that callers can test them with errors.Is without
 // importing the driver. The driver error stays in the chain for errors.As.
-func wrap(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var st *fence.StaleTokenError
-	var ns *fence.NamespaceError
-	var inv *fence.InvalidError
-	switch {
-	case errors.As(err, &st), errors.As(err, &ns), errors.As(err, &inv),
-		errors.Is(err, ErrSchema), errors.Is(err, ErrConflict), errors.Is(err, fence.ErrNotFound),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("mysql: %s: %w", what, err)
-	}
+func wrap(what string, err error) error { return dialect.Wrap(what, err) }
+
+// translate maps a MariaDB or MySQL error to the sentinel it means, nil if none
+// (sqlfence.Dialect.Translate).
+func translate(err error) error {
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
 		case errNoSuchTable, errBadField, errNoDefault, errBadNull, errCheckMariaDB, errCheckMySQL,
 			errUnknownDatabase, errTruncatedWrong, errDataTooLong, errOutOfRange:
-			return fmt.Errorf("mysql: %s: %w: %w", what, ErrSchema, err)
+			return ErrSchema
 		case errDeadlock, errLockWaitTimeout:
-			return fmt.Errorf("mysql: %s: %w: %w", what, ErrConflict, err)
+			return ErrConflict
 		case errServerShutdown, errQueryInterrupted, errReadOnlyTxn:
-			return fmt.Errorf("mysql: %s: %w: %w", what, fence.ErrUnavailable, err)
+			return fence.ErrUnavailable
 		}
-		return fmt.Errorf("mysql: %s: %w", what, err)
+		return nil
 	}
 	var ne net.Error
-	switch {
-	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone):
-		return fmt.Errorf("mysql: %s: %w: %w", what, fence.ErrClosed, err)
-	case errors.Is(err, driver.ErrBadConn), errors.Is(err, gomysql.ErrInvalidConn), errors.As(err, &ne):
-		return fmt.Errorf("mysql: %s: %w: %w", what, fence.ErrUnavailable, err)
-	case err.Error() == "sql: database is closed":
-		// database/sql has no exported sentinel for a closed *sql.DB.
-		return fmt.Errorf("mysql: %s: %w: %w", what, fence.ErrClosed, err)
+	if errors.Is(err, gomysql.ErrInvalidConn) || errors.As(err, &ne) {
+		return fence.ErrUnavailable
 	}
-	return fmt.Errorf("mysql: %s: %w", what, err)
+	return nil
 }

@@ -3,13 +3,10 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/sqlfence"
 )
 
 // DefaultTable is the fences table a Guard uses when GuardOptions.Table is empty.
@@ -55,11 +52,7 @@ type GuardOptions struct {
 //
 // A Guard is safe for concurrent use.
 type Guard struct {
-	db    DB
-	table string // quoted
-	err   error  // a bad table name, returned by every method
-
-	fenceSQL, readSQL, readLockSQL, schemaSQL string
+	g *sqlfence.Guard
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -71,42 +64,22 @@ func NewGuard(db DB, opts *GuardOptions) *Guard {
 	if opts != nil && opts.Table != "" {
 		table = opts.Table
 	}
-	g := &Guard{db: db}
-	q, err := quoteIdent(table)
-	if err != nil {
-		g.err = fmt.Errorf("mysql: new guard: %w", err)
-		return g
-	}
-	if db == nil {
-		g.err = fmt.Errorf("mysql: new guard: %w", &fence.InvalidError{Field: "db", Value: "<nil>", Reason: "is nil"})
-		return g
-	}
-	g.table = q
-	g.schemaSQL = strings.Replace(Schema, "`fence_resources`", q, 1)
-	g.fenceSQL = "INSERT INTO " + q + " (resource, name, token, lease) VALUES (?, ?, ?, ?)" +
-		" ON DUPLICATE KEY UPDATE lease = IF(LAST_INSERT_ID(IF(" + admitCond("name", "token", "lease") + ", " + markAccepted + ", " + markRejected + ")) = " + markAccepted + ", ?, lease)," +
-		" token = IF(" + admitCond("name", "token", "lease") + ", ?, token)"
-	g.readSQL = "SELECT name, token, lease FROM " + q + " WHERE resource = ?"
-	g.readLockSQL = g.readSQL + " FOR UPDATE"
-	return g
+	return &Guard{g: sqlfence.NewGuard(dialect, db, table, Schema, DefaultTable)}
 }
 
 // Table returns the quoted name of the fences table.
-func (g *Guard) Table() string { return g.table }
+func (g *Guard) Table() string { return g.g.Table() }
 
 // SchemaSQL returns the DDL of the guard's fences table (Schema with its name).
-func (g *Guard) SchemaSQL() string { return g.schemaSQL }
+func (g *Guard) SchemaSQL() string { return g.g.SchemaSQL() }
 
 // CreateSchema creates the fences table if it does not exist, then runs Check. It
 // returns an error matching ErrSchema if a table of that name exists with another
 // shape, and fence.ErrInvalid if the connection counts changed rather than found
 // rows.
 func (g *Guard) CreateSchema(ctx context.Context) error {
-	if g.err != nil {
-		return g.err
-	}
-	if _, err := g.db.ExecContext(ctx, g.schemaSQL); err != nil {
-		return wrap("create schema "+g.table, err)
+	if err := g.g.CreateSchema(ctx); err != nil {
+		return err
 	}
 	return g.Check(ctx)
 }
@@ -117,21 +90,22 @@ func (g *Guard) CreateSchema(ctx context.Context) error {
 // error matching ErrSchema for a missing or misshapen table and fence.ErrInvalid for
 // a DSN without clientFoundRows=true.
 func (g *Guard) Check(ctx context.Context) error {
-	if g.err != nil {
-		return g.err
+	if err := g.g.Err(); err != nil {
+		return err
 	}
-	tx, err := g.db.BeginTx(ctx, nil)
+	tx, err := g.g.DB().BeginTx(ctx, nil)
 	if err != nil {
 		return wrap("check", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	table := g.g.Table()
 	probe := "fence/probe/" + fence.NewLeaseID()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO "+g.table+" (resource, name, token, lease) VALUES (?, ?, 1, '')", probe, probe); err != nil {
-		return wrap("check "+g.table, err)
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" (resource, name, token, lease) VALUES (?, ?, 1, '')", probe, probe); err != nil {
+		return wrap("check "+table, err)
 	}
-	res, err := tx.ExecContext(ctx, "UPDATE "+g.table+" SET token = token WHERE resource = ?", probe)
+	res, err := tx.ExecContext(ctx, "UPDATE "+table+" SET token = token WHERE resource = ?", probe)
 	if err != nil {
-		return wrap("check "+g.table, err)
+		return wrap("check "+table, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return fmt.Errorf("mysql: check: %w", errNoFoundRows)
@@ -164,67 +138,14 @@ var errNoFoundRows = &fence.InvalidError{Field: "dsn", Value: "clientFoundRows",
 // fence.ErrUnavailable or fence.ErrClosed for a broken or closed connection. On any
 // error the caller rolls tx back; FenceTx itself changed nothing.
 func (g *Guard) FenceTx(ctx context.Context, tx Querier, resource string, f fence.Fence) error {
-	if err := g.validate(tx, resource, f); err != nil {
-		return err
-	}
-	what := fmt.Sprintf("fence %q", resource)
-	tok := int64(f.Token)
-	c := condArgs(f)
-	args := make([]any, 0, 4+2*len(c)+2)
-	args = append(args, resource, f.Name, tok, f.LeaseID)
-	args = append(args, c...)
-	args = append(args, f.LeaseID)
-	args = append(args, c...)
-	args = append(args, tok)
-	res, err := tx.ExecContext(ctx, g.fenceSQL, args...)
-	if err != nil {
-		return wrap(what, err)
-	}
-	accepted, err := outcome(res)
-	if err != nil {
-		return wrap(what, err)
-	}
-	if accepted {
-		return nil
-	}
-	return g.rejection(ctx, tx, resource, f)
-}
-
-// rejection reads the fence that refused f and returns the error fence.Admit gives.
-func (g *Guard) rejection(ctx context.Context, q Querier, resource string, f fence.Fence) error {
-	what := fmt.Sprintf("fence %q", resource)
-	stored, err := scanFence(q.QueryRowContext(ctx, g.readLockSQL, resource))
-	if err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("mysql: %s: %w: the fence row vanished after a rejection", what, ErrSchema)
-		}
-		return wrap(what, err)
-	}
-	if err := fence.Admit(resource, stored, f); err != nil {
-		return wrap(what, err)
-	}
-	return fmt.Errorf("mysql: %s: %w: the database refused %v over %v, which the rule admits (does the table compare bytes?)", what, ErrSchema, f, stored)
+	return g.g.FenceTx(ctx, tx, resource, f)
 }
 
 // Fence advances resource's fence to f in a transaction of its own (see FenceTx), so
 // that a new holder fences off a paused predecessor before its first write. It
 // returns what FenceTx returns.
 func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error {
-	if err := g.validate(g.db, resource, f); err != nil {
-		return err
-	}
-	tx, err := g.db.BeginTx(ctx, nil)
-	if err != nil {
-		return wrap(fmt.Sprintf("fence %q: begin", resource), err)
-	}
-	if err := g.FenceTx(ctx, tx, resource, f); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return wrap(fmt.Sprintf("fence %q: commit", resource), err)
-	}
-	return nil
+	return g.g.Fence(ctx, resource, f)
 }
 
 // Do runs write in a transaction fenced by f: it begins the transaction, runs
@@ -237,145 +158,12 @@ func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error
 // begin or commit (after a failed commit the transaction may or may not have
 // committed only if the connection broke: fence.ErrUnavailable).
 func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write func(tx *sql.Tx) error) error {
-	if err := g.validate(g.db, resource, f); err != nil {
-		return err
-	}
-	if write == nil {
-		return fmt.Errorf("mysql: do %q: %w", resource, &fence.InvalidError{Field: "write", Value: "<nil>", Reason: "is nil"})
-	}
-	tx, err := g.db.BeginTx(ctx, nil)
-	if err != nil {
-		return wrap(fmt.Sprintf("do %q: begin", resource), err)
-	}
-	if err := g.FenceTx(ctx, tx, resource, f); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := write(tx); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("mysql: do %q: write failed, rolled back: %w", resource, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return wrap(fmt.Sprintf("do %q: commit", resource), err)
-	}
-	return nil
+	return g.g.Do(ctx, resource, f, write)
 }
 
 // Highest returns the highest fence accepted for resource. It returns an error
 // matching fence.ErrNotFound if resource was never fenced, fence.ErrInvalid for a bad
 // resource and ErrSchema for a wrong table.
 func (g *Guard) Highest(ctx context.Context, resource string) (fence.Fence, error) {
-	if g.err != nil {
-		return fence.Fence{}, g.err
-	}
-	if err := fence.ValidateKey(resource); err != nil {
-		return fence.Fence{}, fmt.Errorf("mysql: highest: %w", err)
-	}
-	f, err := scanFence(g.db.QueryRowContext(ctx, g.readSQL, resource))
-	if errors.Is(err, sql.ErrNoRows) {
-		return fence.Fence{}, fmt.Errorf("mysql: highest %q: %w", resource, fence.ErrNotFound)
-	}
-	if err != nil {
-		return fence.Fence{}, wrap(fmt.Sprintf("highest %q", resource), err)
-	}
-	return f, nil
-}
-
-func (g *Guard) validate(q Querier, resource string, f fence.Fence) error {
-	if g.err != nil {
-		return g.err
-	}
-	if q == nil {
-		return fmt.Errorf("mysql: fence %q: %w", resource, &fence.InvalidError{Field: "tx", Value: "<nil>", Reason: "is nil"})
-	}
-	if err := fence.ValidateKey(resource); err != nil {
-		return fmt.Errorf("mysql: fence: %w", err)
-	}
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("mysql: fence %q: %w", resource, err)
-	}
-	return nil
-}
-
-// The markers FenceTx and Row leave in LAST_INSERT_ID. They are far above any
-// AUTO_INCREMENT value a table reaches, so an insert into a table with one is not
-// mistaken for an update.
-const (
-	markAcceptedID int64 = 9223372036854775001
-	markRejectedID int64 = 9223372036854775002
-)
-
-var (
-	markAccepted = strconv.FormatInt(markAcceptedID, 10)
-	markRejected = strconv.FormatInt(markRejectedID, 10)
-)
-
-// outcome reads the marker of an INSERT ... ON DUPLICATE KEY UPDATE whose update
-// clause sets LAST_INSERT_ID(IF(admit, markAccepted, markRejected)).
-func outcome(res sql.Result) (accepted bool, err error) {
-	id, err := res.LastInsertId()
-	if err != nil {
-		return false, err
-	}
-	switch id {
-	case markAcceptedID:
-		return true, nil
-	case markRejectedID:
-		return false, nil
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, err
-	}
-	if n != 1 {
-		return false, fmt.Errorf("%w: the upsert affected %d rows without leaving a marker (is the key the only unique key?)", ErrSchema, n)
-	}
-	return true, nil // inserted: the update clause did not run
-}
-
-// admitCond is fence.Admit's rule in SQL over the stored columns, for a fence
-// bound as (name, token, token, lease, lease) by condArgs. A NULL column makes it
-// NULL, which refuses the write.
-func admitCond(name, token, lease string) string {
-	return name + " = ? AND (? > " + token + " OR (? = " + token + " AND ? <> '' AND ? = " + lease + "))"
-}
-
-func condArgs(f fence.Fence) []any {
-	t := int64(f.Token)
-	return []any{f.Name, t, t, f.LeaseID, f.LeaseID}
-}
-
-// scanFence reads (name, token, lease) into a fence, refusing NULLs and tokens out
-// of range with ErrSchema.
-func scanFence(row *sql.Row) (fence.Fence, error) {
-	var name, lease sql.NullString
-	var token sql.NullInt64
-	if err := row.Scan(&name, &token, &lease); err != nil {
-		return fence.Fence{}, err
-	}
-	if !name.Valid || !token.Valid || !lease.Valid {
-		return fence.Fence{}, fmt.Errorf("%w: a fence column is NULL (name %v, token %v, lease %v); declare them NOT NULL", ErrSchema, name.Valid, token.Valid, lease.Valid)
-	}
-	if token.Int64 <= 0 || uint64(token.Int64) > uint64(fence.MaxToken) {
-		return fence.Fence{}, fmt.Errorf("%w: stored token %d is outside [1, %d]", ErrSchema, token.Int64, uint64(fence.MaxToken))
-	}
-	return fence.Fence{Name: name.String, Token: fence.Token(token.Int64), LeaseID: lease.String}, nil
-}
-
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,63}$`)
-
-// quoteIdent validates a table or column name (optionally db.name) and quotes it.
-// Names are never user data: they come from options and Row descriptions.
-func quoteIdent(s string) (string, error) {
-	parts := strings.Split(s, ".")
-	if len(parts) > 2 {
-		return "", &fence.InvalidError{Field: "identifier", Value: s, Reason: "has more than one '.'"}
-	}
-	for i, p := range parts {
-		if !identRE.MatchString(p) {
-			return "", &fence.InvalidError{Field: "identifier", Value: s, Reason: "must be 1 to 64 letters, digits, '_' or '$', not starting with a digit"}
-		}
-		parts[i] = "`" + p + "`"
-	}
-	return strings.Join(parts, "."), nil
+	return g.g.Highest(ctx, resource)
 }

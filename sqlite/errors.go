@@ -1,11 +1,7 @@
 package sqlite
 
 import (
-	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
-	"fmt"
 	"strings"
 
 	msqlite "modernc.org/sqlite"
@@ -45,45 +41,32 @@ const (
 
 // wrap adds the package prefix and context what to err, and translates driver
 // errors to the root sentinels; the driver error stays in the chain.
-func wrap(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var st *fence.StaleTokenError
-	var ns *fence.NamespaceError
-	var inv *fence.InvalidError
-	switch {
-	case errors.As(err, &st), errors.As(err, &ns), errors.As(err, &inv),
-		errors.Is(err, ErrSchema), errors.Is(err, ErrConflict), errors.Is(err, fence.ErrNotFound),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("sqlite: %s: %w", what, err)
-	}
+func wrap(what string, err error) error { return dialect.Wrap(what, err) }
+
+// translate maps a SQLite error to the sentinel it means, nil if none
+// (sqlfence.Dialect.Translate).
+func translate(err error) error {
 	var se *msqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case codeBusy, codeLocked:
-			return fmt.Errorf("sqlite: %s: %w: %w", what, ErrConflict, err)
+			return ErrConflict
 		case codeConstr, codeMismatch:
-			return fmt.Errorf("sqlite: %s: %w: %w", what, ErrSchema, err)
+			return ErrSchema
 		case codeError:
 			msg := se.Error()
 			for _, s := range []string{"no such table", "no such column", "has no column named", "ON CONFLICT clause does not match", "no such database"} {
 				if strings.Contains(msg, s) {
-					return fmt.Errorf("sqlite: %s: %w: %w", what, ErrSchema, err)
+					return ErrSchema
 				}
 			}
 		case codeReadOnly, codeIOErr, codeCorrupt, codeFull, codeCantOpen:
-			return fmt.Errorf("sqlite: %s: %w: %w", what, fence.ErrUnavailable, err)
+			return fence.ErrUnavailable
 		}
-		return fmt.Errorf("sqlite: %s: %w", what, err)
+		return nil
 	}
-	switch {
-	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone), err.Error() == "sql: database is closed":
-		return fmt.Errorf("sqlite: %s: %w: %w", what, fence.ErrClosed, err)
-	case errors.Is(err, driver.ErrBadConn):
-		return fmt.Errorf("sqlite: %s: %w: %w", what, fence.ErrUnavailable, err)
-	case strings.HasPrefix(err.Error(), "sql: Scan error"):
-		return fmt.Errorf("sqlite: %s: %w: %w", what, ErrSchema, err)
+	if strings.HasPrefix(err.Error(), "sql: Scan error") {
+		return ErrSchema
 	}
-	return fmt.Errorf("sqlite: %s: %w", what, err)
+	return nil
 }

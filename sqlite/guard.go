@@ -3,15 +3,14 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/sqlfence"
 )
 
 // DefaultTable is the fences table a Guard uses when GuardOptions.Table is empty.
@@ -85,11 +84,7 @@ type GuardOptions struct {
 //
 // A Guard is safe for concurrent use.
 type Guard struct {
-	db    DB
-	table string
-	err   error
-
-	schemaSQL, fenceSQL, readSQL string
+	g *sqlfence.Guard
 }
 
 var _ fence.Guard = (*Guard)(nil)
@@ -101,42 +96,18 @@ func NewGuard(db DB, opts *GuardOptions) *Guard {
 	if opts != nil && opts.Table != "" {
 		table = opts.Table
 	}
-	g := &Guard{db: db}
-	q, err := quoteIdent(table)
-	if err != nil {
-		g.err = fmt.Errorf("sqlite: new guard: %w", err)
-		return g
-	}
-	if db == nil {
-		g.err = fmt.Errorf("sqlite: new guard: %w", &fence.InvalidError{Field: "db", Value: "<nil>", Reason: "is nil"})
-		return g
-	}
-	g.table = q
-	g.schemaSQL = strings.Replace(Schema, `"fence_resources"`, q, 1)
-	g.fenceSQL = "INSERT INTO " + q + " AS f (resource, name, token, lease) VALUES (?, ?, ?, ?)" +
-		" ON CONFLICT (resource) DO UPDATE SET lease = excluded.lease, token = excluded.token" +
-		" WHERE " + admitCond("f.name", "f.token", "f.lease") + " RETURNING 1"
-	g.readSQL = "SELECT name, token, lease FROM " + q + " WHERE resource = ?"
-	return g
+	return &Guard{g: sqlfence.NewGuard(dialect, db, table, Schema, DefaultTable)}
 }
 
 // Table returns the quoted name of the fences table.
-func (g *Guard) Table() string { return g.table }
+func (g *Guard) Table() string { return g.g.Table() }
 
 // SchemaSQL returns the DDL of the guard's fences table (Schema with its name).
-func (g *Guard) SchemaSQL() string { return g.schemaSQL }
+func (g *Guard) SchemaSQL() string { return g.g.SchemaSQL() }
 
 // CreateSchema creates the fences table if it does not exist. It returns an error
 // matching ErrSchema or fence.ErrUnavailable if SQLite refuses.
-func (g *Guard) CreateSchema(ctx context.Context) error {
-	if g.err != nil {
-		return g.err
-	}
-	if _, err := g.db.ExecContext(ctx, g.schemaSQL); err != nil {
-		return wrap("create schema "+g.table, err)
-	}
-	return nil
-}
+func (g *Guard) CreateSchema(ctx context.Context) error { return g.g.CreateSchema(ctx) }
 
 // FenceTx advances resource's fence to f inside tx, in one statement:
 //
@@ -158,50 +129,14 @@ func (g *Guard) CreateSchema(ctx context.Context) error {
 // busy timeout, and fence.ErrUnavailable or fence.ErrClosed for an unusable
 // database. On any error the caller rolls tx back; FenceTx itself changed nothing.
 func (g *Guard) FenceTx(ctx context.Context, tx Querier, resource string, f fence.Fence) error {
-	if err := g.validate(tx, resource, f); err != nil {
-		return err
-	}
-	what := fmt.Sprintf("fence %q", resource)
-	var one int
-	err := tx.QueryRowContext(ctx, g.fenceSQL, resource, f.Name, int64(f.Token), f.LeaseID).Scan(&one)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return wrap(what, err)
-	}
-	stored, err := scanFence(tx.QueryRowContext(ctx, g.readSQL, resource))
-	if err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sqlite: %s: %w: the fence row vanished after a rejection", what, ErrSchema)
-		}
-		return wrap(what, err)
-	}
-	if err := fence.Admit(resource, stored, f); err != nil {
-		return wrap(what, err)
-	}
-	return fmt.Errorf("sqlite: %s: %w: SQLite refused %v over %v, which the rule admits (do the columns compare bytes?)", what, ErrSchema, f, stored)
+	return g.g.FenceTx(ctx, tx, resource, f)
 }
 
 // Fence advances resource's fence to f in a transaction of its own (see FenceTx), so
 // that a new holder fences off a paused predecessor before its first write. It
 // returns what FenceTx returns.
 func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error {
-	if err := g.validate(g.db, resource, f); err != nil {
-		return err
-	}
-	tx, err := g.db.BeginTx(ctx, nil)
-	if err != nil {
-		return wrap(fmt.Sprintf("fence %q: begin", resource), err)
-	}
-	if err := g.FenceTx(ctx, tx, resource, f); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return wrap(fmt.Sprintf("fence %q: commit", resource), err)
-	}
-	return nil
+	return g.g.Fence(ctx, resource, f)
 }
 
 // Do runs write in a transaction fenced by f: it begins the transaction, runs
@@ -214,111 +149,12 @@ func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error
 // begin or commit (after a failed commit the transaction may or may not have
 // committed only if the connection broke: fence.ErrUnavailable).
 func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write func(tx *sql.Tx) error) error {
-	if err := g.validate(g.db, resource, f); err != nil {
-		return err
-	}
-	if write == nil {
-		return fmt.Errorf("sqlite: do %q: %w", resource, &fence.InvalidError{Field: "write", Value: "<nil>", Reason: "is nil"})
-	}
-	tx, err := g.db.BeginTx(ctx, nil)
-	if err != nil {
-		return wrap(fmt.Sprintf("do %q: begin", resource), err)
-	}
-	if err := g.FenceTx(ctx, tx, resource, f); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := write(tx); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("sqlite: do %q: write failed, rolled back: %w", resource, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return wrap(fmt.Sprintf("do %q: commit", resource), err)
-	}
-	return nil
+	return g.g.Do(ctx, resource, f, write)
 }
 
 // Highest returns the highest fence accepted for resource. It returns an error
 // matching fence.ErrNotFound if resource was never fenced, fence.ErrInvalid for a bad
 // resource and ErrSchema for a wrong table.
 func (g *Guard) Highest(ctx context.Context, resource string) (fence.Fence, error) {
-	if g.err != nil {
-		return fence.Fence{}, g.err
-	}
-	if err := fence.ValidateKey(resource); err != nil {
-		return fence.Fence{}, fmt.Errorf("sqlite: highest: %w", err)
-	}
-	f, err := scanFence(g.db.QueryRowContext(ctx, g.readSQL, resource))
-	if errors.Is(err, sql.ErrNoRows) {
-		return fence.Fence{}, fmt.Errorf("sqlite: highest %q: %w", resource, fence.ErrNotFound)
-	}
-	if err != nil {
-		return fence.Fence{}, wrap(fmt.Sprintf("highest %q", resource), err)
-	}
-	return f, nil
-}
-
-func (g *Guard) validate(q Querier, resource string, f fence.Fence) error {
-	if g.err != nil {
-		return g.err
-	}
-	if q == nil {
-		return fmt.Errorf("sqlite: fence %q: %w", resource, &fence.InvalidError{Field: "tx", Value: "<nil>", Reason: "is nil"})
-	}
-	if err := fence.ValidateKey(resource); err != nil {
-		return fmt.Errorf("sqlite: fence: %w", err)
-	}
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("sqlite: fence %q: %w", resource, err)
-	}
-	return nil
-}
-
-// admitCond is fence.Admit's rule over the stored columns and the excluded (new)
-// row. A NULL stored column makes it NULL, which refuses the write.
-func admitCond(name, token, lease string) string {
-	return name + " = excluded." + unqualified(name) + " AND (excluded." + unqualified(token) + " > " + token +
-		" OR (excluded." + unqualified(token) + " = " + token + " AND excluded." + unqualified(lease) + " <> '' AND excluded." + unqualified(lease) + " = " + lease + "))"
-}
-
-func unqualified(col string) string {
-	if i := strings.LastIndexByte(col, '.'); i >= 0 {
-		return col[i+1:]
-	}
-	return col
-}
-
-// scanFence reads (name, token, lease) into a fence, refusing NULLs and tokens out
-// of range with ErrSchema.
-func scanFence(row *sql.Row) (fence.Fence, error) {
-	var name, lease sql.NullString
-	var token sql.NullInt64
-	if err := row.Scan(&name, &token, &lease); err != nil {
-		return fence.Fence{}, err
-	}
-	if !name.Valid || !token.Valid || !lease.Valid {
-		return fence.Fence{}, fmt.Errorf("%w: a fence column is NULL (name %v, token %v, lease %v); declare them NOT NULL", ErrSchema, name.Valid, token.Valid, lease.Valid)
-	}
-	if token.Int64 <= 0 || uint64(token.Int64) > uint64(fence.MaxToken) {
-		return fence.Fence{}, fmt.Errorf("%w: stored token %d is outside [1, %d]", ErrSchema, token.Int64, uint64(fence.MaxToken))
-	}
-	return fence.Fence{Name: name.String, Token: fence.Token(token.Int64), LeaseID: lease.String}, nil
-}
-
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-
-// quoteIdent validates a table or column name (optionally schema.name) and quotes
-// it. Names are never user data: they come from options and Row descriptions.
-func quoteIdent(s string) (string, error) {
-	parts := strings.Split(s, ".")
-	if len(parts) > 2 {
-		return "", &fence.InvalidError{Field: "identifier", Value: s, Reason: "has more than one '.'"}
-	}
-	for i, p := range parts {
-		if !identRE.MatchString(p) {
-			return "", &fence.InvalidError{Field: "identifier", Value: s, Reason: "must be 1 to 64 letters, digits or '_', not starting with a digit"}
-		}
-		parts[i] = `"` + p + `"`
-	}
-	return strings.Join(parts, "."), nil
+	return g.g.Highest(ctx, resource)
 }
