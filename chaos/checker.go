@@ -19,7 +19,7 @@ type Report struct {
 	Operations     int // operations recorded, of every kind
 	Acquisitions   int // leases granted
 	Writes         int // writes acknowledged as accepted
-	StaleRejected  int // writes the guard refused (a stale holder fenced off)
+	StaleRejected  int // writes and fences the guard refused (a stale holder or a regressed counter fenced off)
 	StaleAccepted  int // accepted writes or fences whose lease fence a guard had to refuse: must be 0
 	Lost           int // acknowledged increments missing from the final value: must be 0
 	RejectedSeen   int // reads that returned the value of a rejected write: must be 0
@@ -176,7 +176,7 @@ func Check(ops []Op, opts CheckOptions) (*Report, error) {
 			if o.Result == ResultOK {
 				r.Acquisitions++
 			}
-		case KindRelease:
+		case KindRelease, KindHeal:
 		case KindFence, KindWrite, KindRead:
 			if o.Result == ResultFailed {
 				continue // no effect, nothing observed
@@ -225,11 +225,12 @@ func Check(ops []Op, opts CheckOptions) (*Report, error) {
 
 // checkStale counts accepted writes and fences that Admit refuses against the
 // highest fence accepted by an operation that completed before they were invoked
-// (real-time order, so no search is needed). Rejected writes are counted too.
+// (real-time order, so no search is needed). Rejected writes and fences are counted
+// too.
 func (r *Report) checkStale(res []Op) {
 	var acc []Op
 	for _, o := range res {
-		if o.Kind == KindWrite && o.Result == ResultRejected {
+		if o.Kind != KindRead && o.Result == ResultRejected {
 			r.StaleRejected++
 		}
 		if o.Kind != KindRead && o.Result == ResultOK {

@@ -19,9 +19,14 @@
 //     package (toxiproxy is not available to this build) that injects latency (0.5
 //     to 1.5 TTL per chunk forwarded), resets (every connection aborted with RST) and
 //     cuts (a black hole for 3 TTLs, then a reset).
+//   - failover: the locks come from a Redis primary (redis.Locker in the workers,
+//     through a proxy), the fenced key stays in `fence serve`; the replica is cut off
+//     from replication (REPLICAOF NO ONE), the workers go on for 2 TTLs, the primary
+//     is killed and the proxy sent to the old replica, whose counter is behind. New
+//     grants then carry regressed tokens: the key refuses them, and the worker heals
+//     the counter (fence.Healer) with the highest token the refusal reported.
 //
-// Redis failover and etcd member loss are not implemented: `fence serve` serves only
-// its embedded bolt store so far.
+// etcd member loss is not implemented.
 //
 // [Check] then verifies the history: a linearizability check with porcupine of each
 // key against a fenced-register model (a write is legal only if fence.Admit accepts

@@ -20,8 +20,12 @@ import (
 	"syscall"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fence"
 	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/internal/testserv"
+	fenceredis "github.com/fencelock/fence/redis"
 )
 
 // Nemesis names accepted by Config.Nemeses.
@@ -29,10 +33,13 @@ const (
 	NemesisPause = "pause" // SIGSTOP the lock holder past its TTL, then SIGCONT
 	NemesisKill  = "kill"  // SIGKILL `fence serve` and restart it on the same data
 	NemesisLink  = "link"  // latency, resets and cuts on the workers' link to the server
+	// NemesisFailover makes the locks come from a Redis primary with a replica, and
+	// fails over to the replica after it missed recent INCRs.
+	NemesisFailover = "failover"
 )
 
 // Nemeses lists the implemented nemeses.
-var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink}
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover}
 
 // Config configures a chaos run.
 type Config struct {
@@ -295,6 +302,26 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		workerURL = "http://" + px.addr()
 		linkProxy = px
 	}
+	backend := "fence serve (bolt)"
+	var redisArgs []string
+	var inspector fence.Inspector
+	var rp *redisPair
+	if contains(cfg.Nemeses, NemesisFailover) {
+		rp, err = startRedisPair()
+		if err != nil {
+			return nil, err
+		}
+		defer rp.close()
+		redisArgs = []string{"--redis", rp.proxy.addr()}
+		backend = "redis+serve kv"
+		rc := goredis.NewClient(&goredis.Options{Addr: rp.proxy.addr(), MaxRetries: -1})
+		defer rc.Close()
+		rl, err := fenceredis.NewLocker(rc, nil)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: %w", err)
+		}
+		inspector = rl
+	}
 	const lock, key = "chaos", "chaos/counter"
 	start := MonoNow()
 	workers := make([]*worker, cfg.Workers)
@@ -321,6 +348,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			"--server", workerURL, "--lock", lock, "--key", key, "--id", strconv.Itoa(i),
 			"--ttl", cfg.TTL.String(), "--hold", cfg.Hold.String(), "--wait", (4 * cfg.TTL).String(),
 			"--fencing", fencing, "--start", strconv.FormatInt(start, 10), "--log", w.logPath)
+		w.cmd.Args = append(w.cmd.Args, redisArgs...)
 		w.cmd.Stdout, w.cmd.Stderr = errf, errf
 		if err := w.cmd.Start(); err != nil {
 			errf.Close()
@@ -338,6 +366,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
+	if inspector == nil {
+		inspector = client
+	}
 	faults := map[string]int{}
 	var fmu sync.Mutex
 	count := func(kind string) { fmu.Lock(); faults[kind]++; fmu.Unlock() }
@@ -352,11 +383,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			var err error
 			switch n {
 			case NemesisPause:
-				err = pauseNemesis(runCtx, cfg, rng, client, lock, workers, func() { count(n) })
+				err = pauseNemesis(runCtx, cfg, rng, inspector, lock, workers, func() { count(n) })
 			case NemesisKill:
 				err = killNemesis(runCtx, cfg, rng, srv, func() { count(n) })
 			case NemesisLink:
 				linkNemesis(runCtx, cfg, rng, linkProxy, count)
+			case NemesisFailover:
+				err = failoverNemesis(runCtx, cfg, rng, rp, func() { count(n) })
 			}
 			if err != nil {
 				emu.Lock()
@@ -383,8 +416,8 @@ progress:
 					w.mu.Unlock()
 				}
 				fmu.Lock()
-				fmt.Fprintf(cfg.Progress, "\rchaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d  links %d ",
-					mode, time.Since(began).Seconds(), cfg.Duration.Seconds(), ops, acq, faults[NemesisPause], faults[NemesisKill], faults[NemesisLink])
+				fmt.Fprintf(cfg.Progress, "\rchaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d  links %d  failovers %d ",
+					mode, time.Since(began).Seconds(), cfg.Duration.Seconds(), ops, acq, faults[NemesisPause], faults[NemesisKill], faults[NemesisLink], faults[NemesisFailover])
 				fmu.Unlock()
 			}
 		}
@@ -448,7 +481,7 @@ progress:
 	if names == "" {
 		names = "none"
 	}
-	sum := &Summary{Backend: "fence serve (bolt)", Nemeses: names, Fencing: cfg.Fencing, Faults: faults, Report: rep, Dir: dir}
+	sum := &Summary{Backend: backend, Nemeses: names, Fencing: cfg.Fencing, Faults: faults, Report: rep, Dir: dir}
 	if rep.Found() || !rep.OK() {
 		sum.Saved, err = SaveFailure(filepath.Join(dir, "failure"), ops, rep)
 		if err != nil {
@@ -478,7 +511,7 @@ func jitter(rng *rand.Rand, d time.Duration) time.Duration {
 // pauseNemesis SIGSTOPs the lock holder (the worker whose latest acquisition has the
 // token the server reports as held; a random worker if none matches) for 3 TTLs, so
 // its lease expires and another worker takes the lock, then SIGCONTs it.
-func pauseNemesis(ctx context.Context, cfg Config, rng *rand.Rand, c *fencehttp.Client, lock string, workers []*worker, injected func()) error {
+func pauseNemesis(ctx context.Context, cfg Config, rng *rand.Rand, c fence.Inspector, lock string, workers []*worker, injected func()) error {
 	for n := 0; cfg.MaxFaults == 0 || n < cfg.MaxFaults; n++ {
 		if !sleepCtx(ctx, jitter(rng, cfg.Interval)) {
 			return nil
@@ -567,8 +600,8 @@ func contains(list []string, s string) bool {
 
 // FormatTable writes the final table of one or more runs, one row per run.
 func FormatTable(w io.Writer, runs []*Summary) {
-	fmt.Fprintf(w, "%-20s %-15s %-7s %7s %6s %6s %5s %5s %8s %8s %6s %8s %7s %s\n",
-		"backend", "faults", "fencing", "ops", "acq", "pauses", "kills", "links", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
+	fmt.Fprintf(w, "%-20s %-24s %-7s %7s %6s %6s %5s %5s %9s %8s %8s %6s %8s %7s %s\n",
+		"backend", "faults", "fencing", "ops", "acq", "pauses", "kills", "links", "failovers", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
 	for _, s := range runs {
 		r := s.Report
 		fencing := "on"
@@ -584,8 +617,73 @@ func FormatTable(w io.Writer, runs []*Summary) {
 		case !s.Fencing:
 			verdict = "FAIL: control run found no violation, the checker proved nothing"
 		}
-		fmt.Fprintf(w, "%-20s %-15s %-7s %7d %6d %6d %5d %5d %8d %8d %6d %8d %7s %s\n",
-			s.Backend, s.Nemeses, fencing, r.Operations, r.Acquisitions, s.Faults[NemesisPause], s.Faults[NemesisKill], s.Faults[NemesisLink],
+		fmt.Fprintf(w, "%-20s %-24s %-7s %7d %6d %6d %5d %5d %9d %8d %8d %6d %8d %7s %s\n",
+			s.Backend, s.Nemeses, fencing, r.Operations, r.Acquisitions, s.Faults[NemesisPause], s.Faults[NemesisKill], s.Faults[NemesisLink], s.Faults[NemesisFailover],
 			r.StaleRejected, r.StaleAccepted, r.Lost, r.Overlaps, r.Linearizable, verdict)
 	}
+}
+
+// redisPair is a Redis primary and its replica behind a proxy whose address the
+// workers use, so that a failover is a retarget of the proxy.
+type redisPair struct {
+	primary, replica *testserv.RedisServer
+	proxy            *linkProxy
+}
+
+func startRedisPair() (*redisPair, error) {
+	p, err := testserv.StartRedis()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: redis primary: %w", err)
+	}
+	r, err := testserv.StartRedisReplica(p)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("chaos: redis replica: %w", err)
+	}
+	px, err := startLinkProxy(p.Addr)
+	if err != nil {
+		p.Close()
+		r.Close()
+		return nil, err
+	}
+	return &redisPair{primary: p, replica: r, proxy: px}, nil
+}
+
+func (rp *redisPair) close() {
+	rp.proxy.close()
+	rp.primary.Close()
+	rp.replica.Close()
+}
+
+// failoverNemesis fails the locks' Redis over to a replica that missed the latest
+// increments: the replica is cut off from replication (REPLICAOF NO ONE) while the
+// workers go on acquiring on the primary for about 2 TTLs; then the primary is
+// killed (SIGKILL) and the workers are sent to the old replica, whose counters are
+// behind. The old primary comes back as a replica of the new one, ready for the
+// next round.
+func failoverNemesis(ctx context.Context, cfg Config, rng *rand.Rand, rp *redisPair, injected func()) error {
+	for n := 0; cfg.MaxFaults == 0 || n < cfg.MaxFaults; n++ {
+		if !sleepCtx(ctx, jitter(rng, cfg.Interval)) {
+			return nil
+		}
+		if _, err := rp.replica.Do("REPLICAOF", "NO", "ONE"); err != nil {
+			return fmt.Errorf("chaos: failover: detach replica: %w", err)
+		}
+		time.Sleep(2 * cfg.TTL) // increments the replica misses
+		rp.primary.Kill()
+		rp.proxy.retarget(rp.replica.Addr)
+		injected()
+		old := rp.primary
+		rp.primary, rp.replica = rp.replica, old
+		if err := old.Restart(); err != nil {
+			return fmt.Errorf("chaos: failover: restart old primary: %w", err)
+		}
+		if _, err := old.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(rp.primary.Port)); err != nil {
+			return fmt.Errorf("chaos: failover: old primary as replica: %w", err)
+		}
+		if err := old.WaitReplicaSynced(10 * time.Second); err != nil {
+			return fmt.Errorf("chaos: failover: resync: %w", err)
+		}
+	}
+	return nil
 }

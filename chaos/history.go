@@ -23,6 +23,7 @@ const (
 	KindRead    Kind = "read"
 	KindWrite   Kind = "write"
 	KindRelease Kind = "release"
+	KindHeal    Kind = "heal" // the worker healed the lock's counter up to Token
 )
 
 // Result is how an operation ended.
@@ -57,7 +58,8 @@ type Op struct {
 	Result Result `json:"result"`
 	Err    string `json:"err,omitempty"`
 	// Call and Return are monotonic nanoseconds since the run's start. Return is
-	// Never for an unknown outcome.
+	// Never for an unknown outcome. A fence or write retried after an unknown
+	// outcome is one Op, from the first call to the last return.
 	Call   int64 `json:"call"`
 	Return int64 `json:"ret"`
 	// Unfenced marks a write sent with an invented token (control run).

@@ -83,7 +83,10 @@ func (p *linkProxy) state() (time.Duration, bool) {
 
 func (p *linkProxy) handle(down net.Conn) {
 	defer p.wg.Done()
-	up, err := net.DialTimeout("tcp", p.target, time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.DialTimeout("tcp", target, time.Second)
 	if err != nil { // server down (kill nemesis): the client sees a closed connection
 		p.untrack(down)
 		return
@@ -121,6 +124,15 @@ func (p *linkProxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// retarget sends new connections to target and resets the open ones (a failover
+// behind a stable address).
+func (p *linkProxy) retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.reset()
 }
 
 // setLatency delays every forwarded chunk by d (0: none).

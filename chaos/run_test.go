@@ -58,11 +58,12 @@ func runChaos(t *testing.T, cfg Config) *Summary {
 }
 
 // The CI pass: with fencing on, pauses past the TTL, kill -9 of the server and link
-// faults (latency, resets, cuts) leave
+// faults (latency, resets, cuts), and Redis failovers to a replica that missed
+// increments (regressed tokens, refused and healed) leave
 // no stale write accepted, no acknowledged write lost, and a linearizable history.
-func TestRun_FencingOn_PausesAndKills_NoViolation(t *testing.T) {
+func TestRun_FencingOn_AllNemeses_NoViolation(t *testing.T) {
 	sum := runChaos(t, Config{Workers: 4, Duration: 12 * time.Second, Interval: 2 * time.Second, MaxFaults: 4,
-		Nemeses: []string{NemesisPause, NemesisKill, NemesisLink}, Fencing: true, Seed: 1})
+		Nemeses: []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover}, Fencing: true, Seed: 1})
 	r := sum.Report
 	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
 		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
@@ -70,8 +71,8 @@ func TestRun_FencingOn_PausesAndKills_NoViolation(t *testing.T) {
 	if r.Linearizable != porcupine.Ok {
 		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
 	}
-	if sum.Faults[NemesisPause] < 1 || sum.Faults[NemesisKill] < 1 || sum.Faults[NemesisLink] < 1 {
-		t.Errorf("faults injected = %v, want at least one pause, one kill and one link fault", sum.Faults)
+	if sum.Faults[NemesisPause] < 1 || sum.Faults[NemesisKill] < 1 || sum.Faults[NemesisLink] < 1 || sum.Faults[NemesisFailover] < 1 {
+		t.Errorf("faults injected = %v, want at least one of each nemesis", sum.Faults)
 	}
 	if r.Writes < 10 {
 		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", r.Writes)
@@ -81,11 +82,11 @@ func TestRun_FencingOn_PausesAndKills_NoViolation(t *testing.T) {
 	}
 }
 
-// The control run: with fencing off the same faults must produce violations, or the
-// checker proves nothing.
+// The control run: with fencing off, pauses and failovers must produce violations,
+// or the checker proves nothing.
 func TestRun_FencingOff_ControlFindsViolations(t *testing.T) {
 	sum := runChaos(t, Config{Workers: 4, Duration: 10 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 5,
-		Nemeses: []string{NemesisPause}, Fencing: false, Seed: 2})
+		Nemeses: []string{NemesisPause, NemesisFailover}, Fencing: false, Seed: 2})
 	r := sum.Report
 	if !r.Found() || r.StaleAccepted+r.Lost == 0 {
 		t.Fatalf("control run: Found() = %v, stale accepted %d, lost %d; want violations", r.Found(), r.StaleAccepted, r.Lost)

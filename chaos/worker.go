@@ -11,10 +11,12 @@ import (
 	"sync"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"golang.org/x/sys/unix"
 
 	"github.com/fencelock/fence"
 	fencehttp "github.com/fencelock/fence/http"
+	fenceredis "github.com/fencelock/fence/redis"
 )
 
 // MonoNow returns the machine's monotonic clock (CLOCK_MONOTONIC) in nanoseconds.
@@ -32,7 +34,8 @@ func MonoNow() int64 {
 // WorkerConfig configures one worker process (`fence chaos worker`).
 type WorkerConfig struct {
 	ID      int           // worker number, recorded in every Op
-	Server  string        // base URL of the `fence serve` server
+	Server  string        // base URL of the `fence serve` server (the fenced KV, and the locks unless Redis is set)
+	Redis   string        // host:port of a Redis whose redis.Locker grants the locks; "" means the server
 	Lock    string        // lock name
 	Key     string        // KV key of the fenced counter
 	TTL     time.Duration // lease TTL
@@ -113,6 +116,17 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("chaos: worker: %w", err)
 	}
+	var locker fence.Locker = c
+	if cfg.Redis != "" {
+		rc := goredis.NewClient(&goredis.Options{Addr: cfg.Redis, MaxRetries: -1, DialTimeout: time.Second,
+			ReadTimeout: time.Second, WriteTimeout: time.Second})
+		defer rc.Close()
+		rl, err := fenceredis.NewLocker(rc, &fenceredis.Options{PollInterval: cfg.TTL})
+		if err != nil {
+			return fmt.Errorf("chaos: worker: %w", err)
+		}
+		locker = rl
+	}
 	rec := &recorder{enc: json.NewEncoder(out), start: cfg.Start}
 	base := Op{Worker: cfg.ID, Key: cfg.Key, Lock: cfg.Lock}
 	backoff := func() {
@@ -130,7 +144,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		o := base
 		o.Kind = KindAcquire
 		o.Call = rec.now()
-		lease, err := c.Acquire(ctx, cfg.Lock, cfg.TTL, fence.WithWait(cfg.Wait))
+		lease, err := locker.Acquire(ctx, cfg.Lock, cfg.TTL, fence.WithWait(cfg.Wait))
 		o.Return = rec.now()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -145,14 +159,30 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		base.Token, base.Lease = f.Token, hashLease(f.LeaseID)
 		o.Token, o.Lease, o.Result = base.Token, base.Lease, ResultOK
 		rec.record(o)
-		cfg.critical(ctx, c, rec, base, lease, seq)
+		if highest := cfg.critical(ctx, c, rec, base, lease, seq); highest > 0 {
+			// Refused as stale: the lock's counter is behind what the key accepted (a
+			// failover lost increments). Heal it, as fence's P4 says, so the next grant
+			// is above.
+			if h, ok := locker.(fence.Healer); ok {
+				o := base
+				o.Kind, o.Token, o.Lease, o.Call = KindHeal, highest, "", rec.now()
+				err := h.Heal(ctx, cfg.Lock, highest)
+				o.Return = rec.now()
+				o.Result, o.Err = ResultOK, ""
+				if err != nil {
+					o.Result, o.Err = ResultFailed, err.Error()
+				}
+				rec.record(o)
+			}
+		}
 		base.Token, base.Lease = 0, ""
 	}
 	return rec.err
 }
 
-// critical runs one critical section under lease and releases it.
-func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *recorder, base Op, lease *fence.Lease, seq int) {
+// critical runs one critical section under lease and releases it. It returns the
+// highest token the key reported when it refused the lease's fence as stale, else 0.
+func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *recorder, base Op, lease *fence.Lease, seq int) (highest fence.Token) {
 	f := lease.Fence()
 	defer func() {
 		o := base
@@ -173,7 +203,7 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 		o := base
 		o.Kind = KindFence
 		o.Call = rec.now()
-		err := c.Fence(ctx, cfg.Key, f)
+		err := retryUnknown(ctx, func() error { return c.Fence(ctx, cfg.Key, f) })
 		o.Return = rec.now()
 		o.Result, o.Err = outcome(err)
 		if o.Result == ResultUnknown {
@@ -181,7 +211,7 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 		}
 		rec.record(o)
 		if err != nil {
-			return
+			return staleHighest(err)
 		}
 	}
 	o := base
@@ -197,7 +227,7 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 	default:
 		o.Result, o.Err = ResultFailed, err.Error()
 		rec.record(o)
-		return
+		return 0
 	}
 	rec.record(o)
 	n, _ := counterOf(o.Value) // only workers write the key: "" or "N:wW:S"
@@ -207,7 +237,7 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return 0
 		case <-t.C:
 		}
 	}
@@ -222,11 +252,52 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 		o.Unfenced = true
 	}
 	o.Call = rec.now()
-	err = c.Put(ctx, cfg.Key, []byte(value), sent)
+	err = retryUnknown(ctx, func() error { return c.Put(ctx, cfg.Key, []byte(value), sent) })
 	o.Return = rec.now()
 	o.Result, o.Err = outcome(err)
 	if o.Result == ResultUnknown {
 		o.Return = Never
 	}
 	rec.record(o)
+	if cfg.Fencing {
+		return staleHighest(err)
+	}
+	return 0
+}
+
+// retryUnknown calls do until its outcome is definite (accepted or refused), for up
+// to about 3s, and returns the last error. A fence or a write retried with the same
+// lease fence is idempotent: applied twice it leaves the state it leaves once, and
+// once a retry is refused, a delayed earlier attempt would be refused too (the
+// key's fence only rises). So the retried operation is recorded as one, from the
+// first call to the last return, which keeps outcomes of unknown, unbounded
+// duration (which make the linearizability search explode) to the few cases where
+// the server stayed unreachable. A control run's write carries a fixed invented
+// token, so it is idempotent in the same way.
+func retryUnknown(ctx context.Context, do func() error) error {
+	var err error
+	for try := 0; try < 30; try++ {
+		if err = do(); err != nil {
+			if r, _ := outcome(err); r == ResultUnknown && ctx.Err() == nil {
+				t := time.NewTimer(100 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+				continue
+			}
+		}
+		return err
+	}
+	return err
+}
+
+// staleHighest returns the highest token of a *fence.StaleTokenError, else 0.
+func staleHighest(err error) fence.Token {
+	var se *fence.StaleTokenError
+	if errors.As(err, &se) {
+		return se.Highest
+	}
+	return 0
 }
