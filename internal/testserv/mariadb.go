@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,9 +25,7 @@ type MariaDBServer struct {
 	bin      string // mariadbd
 	rootUser bool   // running as root: pass --user=root, which mariadbd demands
 
-	mu     sync.Mutex
-	proc   *process // nil while killed or stopped
-	closed bool
+	life lifecycle
 }
 
 // StartMariaDB creates a fresh data directory (mariadb-install-db) in a temporary
@@ -51,34 +47,17 @@ func StartMariaDB() (*MariaDBServer, error) {
 		return nil, err
 	}
 	s := &MariaDBServer{Dir: dir, bin: bin, rootUser: os.Geteuid() == 0}
+	s.life.dir = dir
+	s.life.launch = s.launch
+	s.life.stopSig = syscall.SIGTERM // a clean shutdown
 	key := templateKey("mariadb", []string{install, bin}, strings.Join(installOnlyArgs, " "), strings.Join(s.installArgs(), " "))
 	build := func(string) error { return s.installDB(install) }
-	cached, err := initFromTemplate(key, s.dataDir(), build)
-	if err != nil {
+	setPort := func(port int) { s.Port = port }
+	if err := startFromTemplate(key, s.dataDir(), build, setPort, s.life.start); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		if s.Port, err = FreePort(); err != nil {
-			break
-		}
-		if err = s.start(); err == nil {
-			return s, nil
-		}
-		if cached && !addrInUse(err) {
-			// A bad template (say, a half-written cache): drop it and start from scratch.
-			cached = false
-			if err = rebuildTemplate(key, s.dataDir(), build); err != nil {
-				break
-			}
-			continue
-		}
-		if !addrInUse(err) || attempt >= startAttempts {
-			break
-		}
-	}
-	os.RemoveAll(dir)
-	return nil, err
+	return s, nil
 }
 
 // MariaDB starts a server like StartMariaDB for the test t, and stops it and removes its
@@ -134,18 +113,15 @@ var installOnlyArgs = []string{"--auth-root-authentication-method=normal", "--sk
 func (s *MariaDBServer) installDB(install string) error {
 	args := append([]string{"--no-defaults"}, // must come first
 		append(installOnlyArgs, s.serverOptions()...)...)
-	cmd := exec.Command(install, args...)
-	cmd.Dir = s.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
+	out, err := runTool(install, args, s.Dir, nil)
 	if err != nil {
 		return fmt.Errorf("testserv: mariadb: %s: %w:\n%s", filepath.Base(install), err, out)
 	}
 	return nil
 }
 
-// start launches mariadbd on s.Port and waits until it accepts connections.
-func (s *MariaDBServer) start() error {
+// launch starts mariadbd on s.Port and waits until it accepts connections.
+func (s *MariaDBServer) launch() (*process, error) {
 	args := append([]string{
 		"--no-defaults", // must come first
 		"--port=" + strconv.Itoa(s.Port),
@@ -154,16 +130,7 @@ func (s *MariaDBServer) start() error {
 		"--pid-file=" + filepath.Join(s.Dir, "mariadb.pid"),
 		"--max-connections=300",
 	}, s.serverOptions()...)
-	p, err := startProcess("mariadbd", s.bin, args, s.logPath(), nil)
-	if err != nil {
-		return err
-	}
-	if err := p.waitReady(s.ping); err != nil {
-		p.kill()
-		return err
-	}
-	s.proc = p
-	return nil
+	return launch("mariadbd", s.bin, args, s.logPath(), nil, s.ping)
 }
 
 // ping connects as root and pings.
@@ -219,10 +186,7 @@ func (s *MariaDBServer) CreateDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		s.mu.Lock()
-		running := s.proc != nil
-		s.mu.Unlock()
-		if !running {
+		if !s.life.running() {
 			return // closed or killed: nothing to drop, or Close removes it all
 		}
 		if err := s.Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
@@ -234,49 +198,14 @@ func (s *MariaDBServer) CreateDatabase(t testing.TB) string {
 
 // Kill stops the server with SIGKILL, like a crash. The port and directory are kept;
 // Restart recovers. Killing a killed server does nothing.
-func (s *MariaDBServer) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.kill()
-		s.proc = nil
-	}
-}
+func (s *MariaDBServer) Kill() { s.life.kill() }
 
 // Restart stops the server if it runs (SIGTERM, a clean shutdown) and starts it again on
 // the same port and directory; after Kill it starts it again, running crash recovery. It
 // returns an error with the log's tail if the server does not come back, or if it was
 // closed.
-func (s *MariaDBServer) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserv: mariadb :%d: restart after Close", s.Port)
-	}
-	if s.proc != nil {
-		s.proc.stop(syscall.SIGTERM)
-		s.proc = nil
-	}
-	var err error
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if err = s.start(); err == nil || !addrInUse(err) {
-			return err
-		}
-	}
-	return err
-}
+func (s *MariaDBServer) Restart() error { return s.life.restart("mariadb :" + strconv.Itoa(s.Port)) }
 
 // Close kills the server and removes its directory; nothing in it is kept, so a clean
 // shutdown would only cost time. It is safe to call more than once.
-func (s *MariaDBServer) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.kill()
-		s.proc = nil
-	}
-	if !s.closed {
-		s.closed = true
-		os.RemoveAll(s.Dir)
-	}
-}
+func (s *MariaDBServer) Close() { s.life.close() }

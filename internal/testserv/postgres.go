@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,9 +25,7 @@ type PostgresServer struct {
 	bin  string // the postgres executable
 	cred *syscall.Credential
 
-	mu     sync.Mutex
-	proc   *process // nil while killed or stopped
-	closed bool
+	life lifecycle
 }
 
 // StartPostgres creates a fresh cluster in a temporary directory (initdb) and starts a
@@ -56,38 +52,22 @@ func StartPostgres() (*PostgresServer, error) {
 		return nil, err
 	}
 	s := &PostgresServer{Dir: dir, bin: bin, cred: cred}
+	s.life.dir = dir
+	s.life.launch = s.launch
+	s.life.stopSig = syscall.SIGINT // a fast shutdown
+	s.life.gracefulClose = true
 	if err := chownTo(s.Dir, s.cred); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("testserv: postgres: %w", err)
 	}
 	key := postgresTemplateKey(initdb, bin, cred)
 	build := func(string) error { return s.initdb(initdb) }
-	cached, err := initFromTemplate(key, s.dataDir(), build)
-	if err != nil {
+	setPort := func(port int) { s.Port = port }
+	if err := startFromTemplate(key, s.dataDir(), build, setPort, s.life.start); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		if s.Port, err = FreePort(); err != nil {
-			break
-		}
-		if err = s.start(); err == nil {
-			return s, nil
-		}
-		if cached && !addrInUse(err) {
-			// A bad template (say, a half-written cache): drop it and start from scratch.
-			cached = false
-			if err = rebuildTemplate(key, s.dataDir(), build); err != nil {
-				break
-			}
-			continue
-		}
-		if !addrInUse(err) || attempt >= startAttempts {
-			break
-		}
-	}
-	os.RemoveAll(dir)
-	return nil, err
+	return s, nil
 }
 
 // postgresTemplateKey returns the template cache key for a cluster made by initdb for
@@ -163,18 +143,15 @@ func (s *PostgresServer) logPath() string { return filepath.Join(s.Dir, "postgre
 
 // initdb creates the cluster in s.Dir/data.
 func (s *PostgresServer) initdb(initdb string) error {
-	cmd := exec.Command(initdb, append([]string{"-D", s.dataDir()}, initdbArgs...)...)
-	cmd.Dir = s.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
-	out, err := cmd.CombinedOutput()
+	out, err := runTool(initdb, append([]string{"-D", s.dataDir()}, initdbArgs...), s.Dir, s.cred)
 	if err != nil {
 		return fmt.Errorf("testserv: postgres: initdb: %w:\n%s", err, out)
 	}
 	return nil
 }
 
-// start launches postgres on s.Port and waits until it accepts connections.
-func (s *PostgresServer) start() error {
+// launch starts postgres on s.Port and waits until it accepts connections.
+func (s *PostgresServer) launch() (*process, error) {
 	// The log file is opened by us (root) and inherited; create it now so the server user
 	// could reopen it too.
 	if f, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
@@ -192,16 +169,7 @@ func (s *PostgresServer) start() error {
 		"-c", "max_connections=200",
 		"-c", "shared_buffers=32MB",
 	}
-	p, err := startProcess("postgres", s.bin, args, s.logPath(), s.cred)
-	if err != nil {
-		return err
-	}
-	if err := p.waitReady(s.ping); err != nil {
-		p.kill()
-		return err
-	}
-	s.proc = p
-	return nil
+	return launch("postgres", s.bin, args, s.logPath(), s.cred, s.ping)
 }
 
 // ping connects to the postgres database and runs a query.
@@ -254,10 +222,7 @@ func (s *PostgresServer) CreateDatabase(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		s.mu.Lock()
-		running := s.proc != nil
-		s.mu.Unlock()
-		if !running {
+		if !s.life.running() {
 			return // closed or killed: nothing to drop, or Close removes it all
 		}
 		if err := s.Exec("postgres", "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
@@ -280,49 +245,14 @@ func (s *PostgresServer) majorVersion() int {
 // Kill stops the server with SIGKILL to its whole process group, like a crash. The port
 // and directory are kept; Restart recovers the cluster. Killing a killed server does
 // nothing.
-func (s *PostgresServer) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.kill()
-		s.proc = nil
-	}
-}
+func (s *PostgresServer) Kill() { s.life.kill() }
 
 // Restart stops the server if it runs (SIGINT, a fast shutdown) and starts it again on
 // the same port and directory; after Kill it starts it again, running crash recovery. It
 // returns an error with the log's tail if the server does not come back, or if it was
 // closed.
-func (s *PostgresServer) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserv: postgres :%d: restart after Close", s.Port)
-	}
-	if s.proc != nil {
-		s.proc.stop(syscall.SIGINT)
-		s.proc = nil
-	}
-	var err error
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if err = s.start(); err == nil || !addrInUse(err) {
-			return err
-		}
-	}
-	return err
-}
+func (s *PostgresServer) Restart() error { return s.life.restart("postgres :" + strconv.Itoa(s.Port)) }
 
 // Close stops the server (a fast shutdown) and removes its directory. It is safe to call
 // more than once.
-func (s *PostgresServer) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.stop(syscall.SIGINT)
-		s.proc = nil
-	}
-	if !s.closed {
-		s.closed = true
-		os.RemoveAll(s.Dir)
-	}
-}
+func (s *PostgresServer) Close() { s.life.close() }

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,9 +26,7 @@ type RedisServer struct {
 	bin  string
 	args []string // extra config from the caller
 
-	mu     sync.Mutex
-	proc   *process // nil while killed
-	closed bool
+	life lifecycle
 }
 
 // StartRedis starts a redis-server on a free port of 127.0.0.1 with a fresh temporary
@@ -48,20 +45,18 @@ func StartRedis(args ...string) (*RedisServer, error) {
 		return nil, err
 	}
 	s := &RedisServer{Dir: dir, bin: bin, args: append([]string(nil), args...)}
-	for attempt := 1; ; attempt++ {
-		if s.Port, err = FreePort(); err != nil {
-			break
-		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		if err = s.start(); err == nil {
-			return s, nil
-		}
-		if !addrInUse(err) || attempt == startAttempts {
-			break
-		}
+	s.life.dir = dir
+	s.life.launch = s.launch
+	s.life.stopSig = syscall.SIGTERM // it saves if persistence is on
+	setPort := func(port int) {
+		s.Port = port
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
-	os.RemoveAll(dir)
-	return nil, err
+	if err := startOnFreePort(setPort, s.life.start, nil); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
 }
 
 // Redis starts a redis-server like StartRedis for the test t, and stops it and removes
@@ -103,8 +98,8 @@ func RedisReplica(t testing.TB, primary *RedisServer, args ...string) *RedisServ
 	return s
 }
 
-// start launches redis-server on s.Port and waits until it answers PING.
-func (s *RedisServer) start() error {
+// launch starts redis-server on s.Port and waits until it answers PING.
+func (s *RedisServer) launch() (*process, error) {
 	args := []string{
 		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
@@ -118,16 +113,7 @@ func (s *RedisServer) start() error {
 		"--repl-diskless-sync-delay", "0",
 	}
 	args = append(args, s.args...)
-	p, err := startProcess("redis-server", s.bin, args, filepath.Join(s.Dir, "redis.log"), nil)
-	if err != nil {
-		return err
-	}
-	if err := p.waitReady(s.ping); err != nil {
-		p.kill()
-		return err
-	}
-	s.proc = p
-	return nil
+	return launch("redis-server", s.bin, args, filepath.Join(s.Dir, "redis.log"), nil, s.ping)
 }
 
 // ping checks that the server answers PING (a NOAUTH error counts: it is up).
@@ -263,59 +249,17 @@ func (s *RedisServer) CLI(args ...string) (string, error) {
 
 // Kill stops the server with SIGKILL, like a crash: nothing is saved on the way down.
 // The port and directory are kept for Restart. Killing a killed server does nothing.
-func (s *RedisServer) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.kill()
-		s.proc = nil
-	}
-}
+func (s *RedisServer) Kill() { s.life.kill() }
 
 // Stop shuts the server down gracefully (SIGTERM: it saves if persistence is on) and
 // keeps the port and directory for Restart.
-func (s *RedisServer) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.stop(syscall.SIGTERM)
-		s.proc = nil
-	}
-}
+func (s *RedisServer) Stop() { s.life.stop() }
 
 // Restart stops the server if it runs (gracefully, SIGTERM) and starts it again on the
 // same port with the same directory and args, so it reloads whatever it persisted. After
 // Kill it starts the server again. It returns an error with the log's tail if the server
 // does not come back, or if it was closed.
-func (s *RedisServer) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("testserv: redis %s: restart after Close", s.Addr)
-	}
-	if s.proc != nil {
-		s.proc.stop(syscall.SIGTERM)
-		s.proc = nil
-	}
-	var err error
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if err = s.start(); err == nil || !addrInUse(err) {
-			return err
-		}
-	}
-	return err
-}
+func (s *RedisServer) Restart() error { return s.life.restart("redis " + s.Addr) }
 
 // Close kills the server and removes its directory. It is safe to call more than once.
-func (s *RedisServer) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.kill()
-		s.proc = nil
-	}
-	if !s.closed {
-		s.closed = true
-		os.RemoveAll(s.Dir)
-	}
-}
+func (s *RedisServer) Close() { s.life.close() }

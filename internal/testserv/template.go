@@ -74,6 +74,23 @@ func initFromTemplate(key, dataDir string, build func(dataDir string) error) (ca
 	return false, nil
 }
 
+// startFromTemplate makes dataDir from the cached template key (initFromTemplate; build
+// makes it from scratch) and starts the server on a free port (startOnFreePort with
+// setPort and start). If the server fails to start from a cached data directory for
+// another reason than a port clash, the template is rebuilt once (rebuildTemplate) and
+// the start tried again. It returns the error of the set-up or of the last start.
+func startFromTemplate(key, dataDir string, build func(dataDir string) error, setPort func(port int), start func() error) error {
+	cached, err := initFromTemplate(key, dataDir, build)
+	if err != nil {
+		return err
+	}
+	var rebuild func() error
+	if cached {
+		rebuild = func() error { return rebuildTemplate(key, dataDir, build) }
+	}
+	return startOnFreePort(setPort, start, rebuild)
+}
+
 // saveTemplate copies dataDir to tmpl/data, atomically: a copy under a temporary name,
 // renamed into place. If another process saved one first, ours is discarded.
 func saveTemplate(root, tmpl, dataDir string) {
