@@ -18,7 +18,7 @@
 //   - link: the workers reach the server through an in-process TCP proxy of this
 //     package (toxiproxy is not available to this build) that injects latency (0.5
 //     to 1.5 TTL per chunk forwarded), resets (every connection aborted with RST) and
-//     cuts (a black hole for 3 TTLs, then a reset).
+//     cuts (a black hole for 3 TTLs, then a reset);
 //   - failover: the locks come from a Redis primary (redis.Locker in the workers,
 //     through a proxy), the fenced key stays in `fence serve`; the replica is cut off
 //     from replication (REPLICAOF NO ONE), the workers go on for 2 TTLs, the primary

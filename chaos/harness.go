@@ -155,7 +155,7 @@ func (s *server) start(ctx context.Context) error {
 	// Wait until it serves.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		resp, err := http.Get(s.url() + "/healthz")
+		resp, err := healthClient.Get(s.url() + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -201,6 +201,9 @@ func (s *server) stop() {
 	}
 	s.cmd = nil
 }
+
+// healthClient polls /healthz; a server stopped mid-answer must not hang the poll.
+var healthClient = &http.Client{Timeout: time.Second}
 
 // freeAddr returns 127.0.0.1:PORT with a port free at the time of the call.
 func freeAddr() (string, error) {
