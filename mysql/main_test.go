@@ -6,11 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/sqlfence/sqlfencetest"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/mysql"
 )
@@ -79,32 +77,17 @@ func db(t testing.TB) *sql.DB {
 	return testDB
 }
 
-var tableSeq atomic.Int64
-
 // uniqueTable returns a fresh table name for t, created by ddl (with %s for the
 // name) and dropped in cleanup.
 func uniqueTable(t testing.TB, ddl string) string {
 	t.Helper()
-	name := fmt.Sprintf("t%d_%s", tableSeq.Add(1), strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '_'
-	}, t.Name()))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	if ddl != "" {
-		if _, err := db(t).Exec(fmt.Sprintf(ddl, "`"+name+"`")); err != nil {
-			t.Fatalf("create table %s: %v", name, err)
-		}
-	}
-	t.Cleanup(func() { _, _ = testDB.Exec("DROP TABLE IF EXISTS `" + name + "`") })
-	return name
+	return sqlfencetest.UniqueTable(t, db(t), ddl)
 }
 
-// resource returns a resource name unique to this run of t, so that reruns
-// against one server (-count=N) start from no fence.
-func resource(t testing.TB) string {
-	return t.Name() + "/" + fence.NewLeaseID()[:12]
-}
+// The helpers the package's tests share with sqlite's (see sqlfencetest).
+var (
+	resource  = sqlfencetest.Resource
+	fenceOf   = sqlfencetest.FenceOf
+	wantStale = sqlfencetest.WantStale
+	inTx      = sqlfencetest.InTx
+)

@@ -11,24 +11,6 @@ import (
 	"github.com/fencelock/fence/sqlite"
 )
 
-func fenceOf(name string, tok fence.Token, lease string) fence.Fence {
-	return fence.Fence{Name: name, Token: tok, LeaseID: lease}
-}
-
-func wantStale(t *testing.T, err error, highest fence.Token, same bool) {
-	t.Helper()
-	var st *fence.StaleTokenError
-	if !errors.As(err, &st) {
-		t.Fatalf("want *fence.StaleTokenError (highest %d), got %v", highest, err)
-	}
-	if !errors.Is(err, fence.ErrStaleToken) {
-		t.Fatalf("want errors.Is(err, fence.ErrStaleToken), got %v", err)
-	}
-	if st.Highest != highest || st.SameToken != same {
-		t.Fatalf("want highest %d same-token %v, got highest %d same-token %v (%v)", highest, same, st.Highest, st.SameToken, err)
-	}
-}
-
 func TestGuard_Fence_HigherAcceptedLowerRejectedWithHighest(t *testing.T) {
 	d := db(t)
 	g := sqlite.NewGuard(d, nil)

@@ -3,13 +3,10 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/sqlfence/sqlfencetest"
 	"github.com/fencelock/fence/sqlite"
 )
 
@@ -32,24 +29,16 @@ func db(t testing.TB) *sql.DB {
 	return d
 }
 
-var tableSeq atomic.Int64
-
 // uniqueTable creates a table in d by ddl (with %s for the name) and returns its name.
 func uniqueTable(t testing.TB, d *sql.DB, ddl string) string {
 	t.Helper()
-	name := fmt.Sprintf("t%d_%s", tableSeq.Add(1), strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '_'
-	}, t.Name()))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	if _, err := d.Exec(fmt.Sprintf(ddl, `"`+name+`"`)); err != nil {
-		t.Fatalf("create table %s: %v", name, err)
-	}
-	return name
+	return sqlfencetest.UniqueTable(t, d, ddl)
 }
 
-func resource(t testing.TB) string { return t.Name() + "/" + fence.NewLeaseID()[:12] }
+// The helpers the package's tests share with mysql's (see sqlfencetest).
+var (
+	resource  = sqlfencetest.Resource
+	fenceOf   = sqlfencetest.FenceOf
+	wantStale = sqlfencetest.WantStale
+	inTx      = sqlfencetest.InTx
+)

@@ -1,4 +1,4 @@
-package mysql_test
+package sqlfencetest
 
 import (
 	"context"
@@ -9,8 +9,85 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/mysql"
 )
+
+// ConcurrencyTests runs the 16-writer interleaving tests against b, one subtest each.
+func ConcurrencyTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
+	t.Run("FenceTx_16Writers_HighestWinsNoLowerAfterHigher", b.concurrencyFenceTx)
+	t.Run("RowUpsert_16Writers_HighestWinsNoLowerAfterHigher", b.concurrencyRowUpsert)
+}
+
+// commitOrder reads the tokens of a log table in insertion (auto-increment) order,
+// which is the order the database let the transactions through.
+func commitOrder(t *testing.T, d *sql.DB, table string) []fence.Token {
+	t.Helper()
+	rows, err := d.Query("SELECT token FROM `" + table + "` ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []fence.Token
+	for rows.Next() {
+		var tok fence.Token
+		if err := rows.Scan(&tok); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tok)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+const logDDL = "CREATE TABLE %s (seq {AUTOID}, token {INT} NOT NULL)"
+
+func (b *Backend[Q, R, G]) concurrencyFenceTx(t *testing.T) {
+	d := b.DB(t)
+	g := b.NewGuard(d)
+	ctx := context.Background()
+	data := b.table(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, token {INT} NOT NULL)")
+	logT := b.table(t, d, logDDL)
+	r := Resource(t)
+	log := runInterleaved(t, func(f fence.Fence) error {
+		return InTx(ctx, d, func(tx *sql.Tx) error {
+			if err := g.FenceTx(ctx, b.q(tx), r, f); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, token) VALUES (1, ?)"+b.Upsert("id", "token"), int64(f.Token)); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))
+			return err
+		})
+	})
+	var final fence.Token
+	if err := d.QueryRow("SELECT token FROM `" + data + "` WHERE id = 1").Scan(&final); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, log, commitOrder(t, d, logT), final)
+}
+
+func (b *Backend[Q, R, G]) concurrencyRowUpsert(t *testing.T) {
+	d := b.DB(t)
+	ctx := context.Background()
+	table, r := b.Accounts(t, d, "balance")
+	logT := b.table(t, d, logDDL)
+	log := runInterleaved(t, func(f fence.Fence) error {
+		return InTx(ctx, d, func(tx *sql.Tx) error {
+			if err := r.Upsert(ctx, b.q(tx), f, 1, int64(f.Token)); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))
+			return err
+		})
+	})
+	var final fence.Token
+	if err := d.QueryRow("SELECT balance FROM `" + table + "` WHERE id = 1").Scan(&final); err != nil {
+		t.Fatal(err)
+	}
+	checkLog(t, log, commitOrder(t, d, logT), final)
+}
 
 const (
 	writers          = 16
@@ -42,7 +119,7 @@ func runInterleaved(t *testing.T, write func(f fence.Fence) error) []attempt {
 				defer wg.Done()
 				<-start
 				tok := fence.Token(g + 1 + i*writers)
-				err := write(fenceOf("lock", tok, fmt.Sprintf(concurrencyLease, tok)))
+				err := write(FenceOf("lock", tok, fmt.Sprintf(concurrencyLease, tok)))
 				a := attempt{token: tok, err: err}
 				var st *fence.StaleTokenError
 				if errors.As(err, &st) {
@@ -104,89 +181,4 @@ func checkLog(t *testing.T, log []attempt, order []fence.Token, final fence.Toke
 		t.Fatalf("want the highest token %d accepted and stored, got accepted max %d, stored %d", want, max, final)
 	}
 	t.Logf("%d writes: %d accepted, %d rejected", len(log), len(accepted), len(log)-len(accepted))
-}
-
-// commitOrder reads the tokens of a log table in insertion (AUTO_INCREMENT) order,
-// which is the order the fence row lock let the transactions through.
-func commitOrder(t *testing.T, table string) []fence.Token {
-	t.Helper()
-	rows, err := testDB.Query("SELECT token FROM `" + table + "` ORDER BY seq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []fence.Token
-	for rows.Next() {
-		var tok fence.Token
-		if err := rows.Scan(&tok); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, tok)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-const logDDL = "CREATE TABLE %s (seq BIGINT AUTO_INCREMENT PRIMARY KEY, token BIGINT NOT NULL)"
-
-func TestConcurrency_FenceTx_16Writers_HighestWinsNoLowerAfterHigher(t *testing.T) {
-	d := db(t)
-	g := mysql.NewGuard(d, nil)
-	ctx := context.Background()
-	data := uniqueTable(t, "CREATE TABLE %s (id INT PRIMARY KEY, token BIGINT NOT NULL)")
-	logT := uniqueTable(t, logDDL)
-	r := resource(t)
-	log := runInterleaved(t, func(f fence.Fence) error {
-		return inTx(ctx, d, func(tx *sql.Tx) error {
-			if err := g.FenceTx(ctx, tx, r, f); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, token) VALUES (1, ?) ON DUPLICATE KEY UPDATE token = VALUES(token)", int64(f.Token)); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))
-			return err
-		})
-	})
-	var final fence.Token
-	if err := d.QueryRow("SELECT token FROM `" + data + "` WHERE id = 1").Scan(&final); err != nil {
-		t.Fatal(err)
-	}
-	checkLog(t, log, commitOrder(t, logT), final)
-}
-
-func TestConcurrency_RowUpsert_16Writers_HighestWinsNoLowerAfterHigher(t *testing.T) {
-	d := db(t)
-	ctx := context.Background()
-	r := &mysql.Row{Table: uniqueTable(t, accountsDDL), Key: "id", Columns: []string{"balance"}}
-	logT := uniqueTable(t, logDDL)
-	log := runInterleaved(t, func(f fence.Fence) error {
-		return inTx(ctx, d, func(tx *sql.Tx) error {
-			if err := r.Upsert(ctx, tx, f, 1, int64(f.Token)); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))
-			return err
-		})
-	})
-	var final fence.Token
-	if err := d.QueryRow("SELECT balance FROM `" + r.Table + "` WHERE id = 1").Scan(&final); err != nil {
-		t.Fatal(err)
-	}
-	checkLog(t, log, commitOrder(t, logT), final)
-}
-
-// inTx runs f in a transaction, committing if it returns nil.
-func inTx(ctx context.Context, d *sql.DB, f func(*sql.Tx) error) error {
-	tx, err := d.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := f(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }

@@ -1,0 +1,40 @@
+package mysql_test
+
+import (
+	"database/sql"
+	"strings"
+	"testing"
+
+	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/internal/sqlfence/sqlfencetest"
+	"github.com/fencelock/fence/mysql"
+)
+
+// backend runs the tests mysql shares with sqlite on the package's MariaDB server.
+var backend = sqlfencetest.Backend[mysql.Querier, *mysql.Row, *mysql.Guard]{
+	Name: "mysql",
+	DB:   db,
+	NewRow: func(table, key string, cols ...string) *mysql.Row {
+		return &mysql.Row{Table: table, Key: key, Columns: cols}
+	},
+	NewGuard:    func(d *sql.DB) *mysql.Guard { return mysql.NewGuard(d, nil) },
+	NewKV:       func(d *sql.DB) fencetest.Guarded { return mysql.NewKV(d, nil) },
+	ErrSchema:   mysql.ErrSchema,
+	MaxValueLen: mysql.MaxValueLen,
+	Types: strings.NewReplacer("{INT}", "BIGINT", "{NAME}", "VARBINARY(255)", "{LEASE}", "VARBINARY(128)",
+		"{BLOB}", "LONGBLOB", "{AUTOID}", "BIGINT AUTO_INCREMENT PRIMARY KEY"),
+	Upsert: func(key string, cols ...string) string {
+		set := make([]string, len(cols))
+		for i, c := range cols {
+			set[i] = c + " = VALUES(" + c + ")"
+		}
+		return " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+	},
+}
+
+// accountsDDL is the row-fence table of the benchmarks and row tests.
+var accountsDDL = backend.Types.Replace(sqlfencetest.AccountsDDL)
+
+func TestRow(t *testing.T)         { sqlfencetest.RowTests(t, backend) }
+func TestKV(t *testing.T)          { sqlfencetest.KVTests(t, backend) }
+func TestConcurrency(t *testing.T) { sqlfencetest.ConcurrencyTests(t, backend) }
