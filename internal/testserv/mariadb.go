@@ -182,17 +182,7 @@ func (s *MariaDBServer) Exec(query string) error {
 func (s *MariaDBServer) CreateDatabase(t testing.TB) string {
 	t.Helper()
 	name := uniqueName("test")
-	if err := s.Exec("CREATE DATABASE `" + name + "`"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !s.life.running() {
-			return // closed or killed: nothing to drop, or Close removes it all
-		}
-		if err := s.Exec("DROP DATABASE IF EXISTS `" + name + "`"); err != nil {
-			t.Errorf("testserv: drop test database: %v", err)
-		}
-	})
+	s.life.createDatabase(t, s.Exec, "CREATE DATABASE `"+name+"`", "DROP DATABASE IF EXISTS `"+name+"`")
 	return s.DSN(name)
 }
 

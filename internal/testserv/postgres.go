@@ -218,17 +218,8 @@ func (s *PostgresServer) CreateDatabase(t testing.TB) string {
 		// off, a file copy is about twice as fast.
 		create += " STRATEGY FILE_COPY"
 	}
-	if err := s.Exec("postgres", create); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !s.life.running() {
-			return // closed or killed: nothing to drop, or Close removes it all
-		}
-		if err := s.Exec("postgres", "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("testserv: drop test database: %v", err)
-		}
-	})
+	exec := func(sql string) error { return s.Exec("postgres", sql) }
+	s.life.createDatabase(t, exec, create, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	return s.DSN(name)
 }
 

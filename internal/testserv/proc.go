@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -398,6 +399,24 @@ func (l *lifecycle) restart(name string) error {
 		}
 	}
 	return err
+}
+
+// createDatabase runs the statement create with exec, failing t if it fails, and when t
+// ends runs drop, failing t if that fails, unless the server is no longer running
+// (killed: nothing to drop now; closed: Close removed it all).
+func (l *lifecycle) createDatabase(t testing.TB, exec func(sql string) error, create, drop string) {
+	t.Helper()
+	if err := exec(create); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !l.running() {
+			return
+		}
+		if err := exec(drop); err != nil {
+			t.Errorf("testserv: drop test database: %v", err)
+		}
+	})
 }
 
 // close stops the process (stopSig if gracefulClose, else SIGKILL) and removes the directory.
