@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -133,10 +134,15 @@ func postgresBinDirs() []string {
 }
 
 // FreePort returns a TCP port of 127.0.0.1 that was free a moment ago (the kernel's
-// choice for port 0), never one of 6379, 5432 or 3306. Another process may take it
-// before the caller binds it; the Start* functions retry in that case.
+// choice for port 0), never one of 6379, 5432 or 3306, and none of the last
+// recentPortsKept ports it returned in this process, so that the ports of one cluster
+// (client, peer and election ports, chosen one after the other) are distinct. Another
+// process may take it before the caller binds it; the Start* functions retry in that
+// case.
 func FreePort() (int, error) {
-	for i := 0; i < 10; i++ {
+	portMu.Lock()
+	defer portMu.Unlock()
+	for i := 0; i < 50; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return 0, fmt.Errorf("testserv: free port: %w", err)
@@ -145,12 +151,26 @@ func FreePort() (int, error) {
 		if err := l.Close(); err != nil {
 			return 0, fmt.Errorf("testserv: free port: %w", err)
 		}
-		if !reservedPorts[port] {
+		if !reservedPorts[port] && !slices.Contains(recentPorts, port) {
+			if len(recentPorts) == recentPortsKept {
+				recentPorts = recentPorts[1:]
+			}
+			recentPorts = append(recentPorts, port)
 			return port, nil
 		}
 	}
-	return 0, errors.New("testserv: free port: the kernel keeps choosing reserved ports")
+	return 0, errors.New("testserv: free port: the kernel keeps choosing reserved or just-returned ports")
 }
+
+// recentPortsKept is how many of its last ports FreePort does not return again: the
+// kernel may choose a port again as soon as it is released, which happened to a
+// ZooKeeper ensemble whose client and election ports came out equal.
+const recentPortsKept = 64
+
+var (
+	portMu      sync.Mutex
+	recentPorts []int // the last ports FreePort returned, oldest first
+)
 
 // uniqueName returns a database name that is unique within this process and unlikely to
 // clash across processes: prefix, pid and a counter.
