@@ -184,7 +184,7 @@ func (l *Locker) Close() error {
 // watchSession follows the connection's session: expiry, or a disconnect longer than
 // the session timeout, marks the session lost and ends its leases.
 func (l *Locker) watchSession(events <-chan zk.Event) {
-	var last int64
+	last := l.conn.SessionID() // Open consumed the first session event
 	for {
 		select {
 		case <-l.stop:
@@ -236,10 +236,11 @@ func (l *Locker) loseSession(session int64) {
 	l.mu.Lock()
 	l.lost[session] = true
 	var ends []*fence.Lease
-	for id, g := range l.grants {
+	for _, g := range l.grants {
+		// Kept in grants: Renew finds the session in lost and answers ErrNotHeld
+		// without asking the server, which may be unreachable (LOST).
 		if g.session == session {
 			ends = append(ends, g.lease)
-			delete(l.grants, id)
 		}
 	}
 	l.mu.Unlock()
@@ -316,6 +317,27 @@ func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Dur
 		return nil, fmt.Errorf("%w: server returned node %q", fence.ErrUnavailable, path)
 	}
 	leaseID := secret + "-" + me.seqText
+	// The node's czxid (the token) never changes: ask for it now, pipelined with the
+	// first Children call on the same connection, so the fast path costs one round
+	// trip less.
+	type stat struct {
+		ok  bool
+		st  *zk.Stat
+		err error
+	}
+	statc := make(chan stat, 1)
+	go func() {
+		ok, st, err := l.conn.Exists(path)
+		statc <- stat{ok, st, err}
+	}()
+	var czxid *stat
+	nodeStat := func() stat {
+		if czxid == nil {
+			r := <-statc
+			czxid = &r
+		}
+		return *czxid
+	}
 	waiting := false // our node's data says "w" (not yet a holder)
 	version := int32(0)
 	giveUp := func(cause error) error {
@@ -349,13 +371,14 @@ func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Dur
 					return nil, giveUp(zkErr(err))
 				}
 			}
-			ok, st, err := l.conn.Exists(path)
-			if err != nil {
-				return nil, giveUp(zkErr(err))
+			ns := nodeStat()
+			if ns.err != nil {
+				return nil, giveUp(zkErr(ns.err))
 			}
-			if !ok {
+			if !ns.ok {
 				return nil, errRestart
 			}
+			st := ns.st
 			if st.Czxid <= 0 || fence.Token(st.Czxid) > fence.MaxToken {
 				return nil, giveUp(fmt.Errorf("%w: czxid %#x is above %d", fence.ErrTokenExhausted, st.Czxid, uint64(fence.MaxToken)))
 			}

@@ -174,3 +174,33 @@ func TestOpen_NoServer_ErrUnavailable(t *testing.T) {
 		t.Fatalf("Open(nothing listening) took %v; want about the 1s session timeout", d)
 	}
 }
+
+// When the server goes away for longer than the session timeout (LOST, as the client
+// sees it), the lease's Done closes with ErrNotHeld long before its TTL: another
+// client may hold the lock by now.
+func TestLease_Done_ClosesWhenDisconnectOutlastsSession(t *testing.T) {
+	testserv.SkipIfShort(t)
+	own := testserv.ZooKeeper(t)
+	l, err := zookeeper.Open([]string{own.Addr}, &zookeeper.Options{SessionTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(testCtx(t), "lost", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.Close()
+	killed := time.Now()
+	select {
+	case <-lease.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("lease Done still open %v after the server died (session timeout 1s, TTL 1h); want it closed once the disconnect outlasts the session timeout", time.Since(killed).Round(time.Millisecond))
+	}
+	if !errors.Is(lease.Err(), fence.ErrNotHeld) {
+		t.Fatalf("lease.Err() = %v; want an error matching ErrNotHeld", lease.Err())
+	}
+	if d := time.Since(killed); d < 900*time.Millisecond {
+		t.Fatalf("Done closed %v after the server died; want not before the 1s session timeout (SUSPENDED is not LOST)", d)
+	}
+}
