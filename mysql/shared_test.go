@@ -17,7 +17,12 @@ var backend = sqlfencetest.Backend[mysql.Querier, *mysql.Row, *mysql.Guard]{
 	NewRow: func(table, key string, cols ...string) *mysql.Row {
 		return &mysql.Row{Table: table, Key: key, Columns: cols}
 	},
-	NewGuard:    func(d *sql.DB) *mysql.Guard { return mysql.NewGuard(d, nil) },
+	NewGuard: func(d *sql.DB, table string) *mysql.Guard {
+		if d == nil {
+			return mysql.NewGuard(nil, &mysql.GuardOptions{Table: table})
+		}
+		return mysql.NewGuard(d, &mysql.GuardOptions{Table: table})
+	},
 	NewKV:       func(d *sql.DB) fencetest.Guarded { return mysql.NewKV(d, nil) },
 	ErrSchema:   mysql.ErrSchema,
 	MaxValueLen: mysql.MaxValueLen,
@@ -35,6 +40,7 @@ var backend = sqlfencetest.Backend[mysql.Querier, *mysql.Row, *mysql.Guard]{
 // accountsDDL is the row-fence table of the benchmarks and row tests.
 var accountsDDL = backend.Types.Replace(sqlfencetest.AccountsDDL)
 
+func TestGuard(t *testing.T)       { sqlfencetest.GuardTests(t, backend) }
 func TestRow(t *testing.T)         { sqlfencetest.RowTests(t, backend) }
 func TestKV(t *testing.T)          { sqlfencetest.KVTests(t, backend) }
 func TestConcurrency(t *testing.T) { sqlfencetest.ConcurrencyTests(t, backend) }

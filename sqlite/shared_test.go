@@ -17,7 +17,12 @@ var backend = sqlfencetest.Backend[sqlite.Querier, *sqlite.Row, *sqlite.Guard]{
 	NewRow: func(table, key string, cols ...string) *sqlite.Row {
 		return &sqlite.Row{Table: table, Key: key, Columns: cols}
 	},
-	NewGuard:    func(d *sql.DB) *sqlite.Guard { return sqlite.NewGuard(d, nil) },
+	NewGuard: func(d *sql.DB, table string) *sqlite.Guard {
+		if d == nil {
+			return sqlite.NewGuard(nil, &sqlite.GuardOptions{Table: table})
+		}
+		return sqlite.NewGuard(d, &sqlite.GuardOptions{Table: table})
+	},
 	NewKV:       func(d *sql.DB) fencetest.Guarded { return sqlite.NewKV(d, nil) },
 	ErrSchema:   sqlite.ErrSchema,
 	MaxValueLen: sqlite.MaxValueLen,
@@ -35,6 +40,7 @@ var backend = sqlfencetest.Backend[sqlite.Querier, *sqlite.Row, *sqlite.Guard]{
 // accountsDDL is the row-fence table of the benchmarks.
 var accountsDDL = backend.Types.Replace(sqlfencetest.AccountsDDL)
 
+func TestGuard(t *testing.T)       { sqlfencetest.GuardTests(t, backend) }
 func TestRow(t *testing.T)         { sqlfencetest.RowTests(t, backend) }
 func TestKV(t *testing.T)          { sqlfencetest.KVTests(t, backend) }
 func TestConcurrency(t *testing.T) { sqlfencetest.ConcurrencyTests(t, backend) }

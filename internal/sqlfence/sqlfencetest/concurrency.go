@@ -44,7 +44,7 @@ const logDDL = "CREATE TABLE %s (seq {AUTOID}, token {INT} NOT NULL)"
 
 func (b *Backend[Q, R, G]) concurrencyFenceTx(t *testing.T) {
 	d := b.DB(t)
-	g := b.NewGuard(d)
+	g := b.NewGuard(d, "")
 	ctx := context.Background()
 	data := b.table(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, token {INT} NOT NULL)")
 	logT := b.table(t, d, logDDL)

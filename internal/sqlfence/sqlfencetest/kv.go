@@ -28,7 +28,7 @@ func KVTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
 			d := b.DB(t)
 			data := b.table(t, d, "CREATE TABLE %s (k {NAME} PRIMARY KEY, v {BLOB} NOT NULL,"+
 				" name {NAME} NOT NULL, token {INT} NOT NULL, lease {LEASE} NOT NULL)")
-			return &txKV[Q, R, G]{b: &b, db: d, g: b.NewGuard(d), data: "`" + data + "`"}
+			return &txKV[Q, R, G]{b: &b, db: d, g: b.NewGuard(d, ""), data: "`" + data + "`"}
 		})
 	})
 }

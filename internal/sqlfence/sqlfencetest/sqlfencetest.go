@@ -30,6 +30,7 @@ type Guard[Q any] interface {
 	FenceTx(ctx context.Context, tx Q, resource string, f fence.Fence) error
 	Fence(ctx context.Context, resource string, f fence.Fence) error
 	Highest(ctx context.Context, resource string) (fence.Fence, error)
+	Do(ctx context.Context, resource string, f fence.Fence, write func(tx *sql.Tx) error) error
 }
 
 // Backend is one package under test: its constructors, its sentinels, and the
@@ -40,9 +41,10 @@ type Backend[Q any, R Row[Q], G Guard[Q]] struct {
 	// DB returns a database with the default fences and KV tables created (shared
 	// or fresh per test), skipping t where the package skips integration tests.
 	DB func(t testing.TB) *sql.DB
-	// NewRow, NewGuard and NewKV are the package's constructors.
+	// NewRow, NewGuard and NewKV are the package's constructors. NewGuard passes
+	// a nil d as a nil DB and table "" as the default table.
 	NewRow   func(table, key string, cols ...string) R
-	NewGuard func(d *sql.DB) G
+	NewGuard func(d *sql.DB, table string) G
 	NewKV    func(d *sql.DB) fencetest.Guarded
 	// ErrSchema is the package's sentinel; MaxValueLen its KV limit.
 	ErrSchema   error

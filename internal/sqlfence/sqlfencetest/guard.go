@@ -1,0 +1,206 @@
+package sqlfencetest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	"github.com/fencelock/fence"
+)
+
+// GuardTests runs the resource-fence tests against b, one subtest each.
+func GuardTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
+	t.Run("Fence_HigherAcceptedLowerRejectedWithHighest", b.guardHigherAccepted)
+	t.Run("Fence_SameLeaseAgainAccepted_EqualTokenOtherLeaseRejected", b.guardSameLease)
+	t.Run("Fence_EmptyLease_EqualTokenRejected", b.guardEmptyLease)
+	t.Run("Fence_OtherNamespaceRejected", b.guardOtherNamespace)
+	t.Run("Highest_NeverFenced_NotFound", b.guardNeverFenced)
+	t.Run("FenceTx_StaleRollsBackCallerWrites", b.guardStaleRollsBack)
+	t.Run("BadInput_InvalidAndNothingWritten", b.guardBadInput)
+	t.Run("Do_CommitsOnSuccess_RollsBackOnStaleOrWriteError", b.guardDo)
+}
+
+func (b *Backend[Q, R, G]) guardHigherAccepted(t *testing.T) {
+	g := b.NewGuard(b.DB(t), "")
+	ctx := context.Background()
+	r := Resource(t)
+	if err := g.Fence(ctx, r, FenceOf("lock", 5, "a")); err != nil {
+		t.Fatalf("first fence: want nil, got %v", err)
+	}
+	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 4, "b")), 5, false)
+	if err := g.Fence(ctx, r, FenceOf("lock", 9, "c")); err != nil {
+		t.Fatalf("higher fence: want nil, got %v", err)
+	}
+	got, err := g.Highest(ctx, r)
+	if err != nil || got != FenceOf("lock", 9, "c") {
+		t.Fatalf("Highest: want lock#9 lease c, got %+v, %v", got, err)
+	}
+}
+
+func (b *Backend[Q, R, G]) guardSameLease(t *testing.T) {
+	g := b.NewGuard(b.DB(t), "")
+	ctx := context.Background()
+	r := Resource(t)
+	for i := 0; i < 3; i++ {
+		if err := g.Fence(ctx, r, FenceOf("lock", 7, "lease-a")); err != nil {
+			t.Fatalf("write %d under one lease: want nil, got %v", i, err)
+		}
+	}
+	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 7, "lease-b")), 7, true)
+	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 7, "")), 7, true)
+}
+
+func (b *Backend[Q, R, G]) guardEmptyLease(t *testing.T) {
+	g := b.NewGuard(b.DB(t), "")
+	ctx := context.Background()
+	r := Resource(t)
+	if err := g.Fence(ctx, r, FenceOf("lock", 3, "")); err != nil {
+		t.Fatalf("first fence without lease: want nil, got %v", err)
+	}
+	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 3, "")), 3, true)
+	if err := g.Fence(ctx, r, FenceOf("lock", 4, "")); err != nil {
+		t.Fatalf("higher fence without lease: want nil, got %v", err)
+	}
+}
+
+func (b *Backend[Q, R, G]) guardOtherNamespace(t *testing.T) {
+	g := b.NewGuard(b.DB(t), "")
+	ctx := context.Background()
+	r := Resource(t)
+	if err := g.Fence(ctx, r, FenceOf("payments", 2, "a")); err != nil {
+		t.Fatal(err)
+	}
+	err := g.Fence(ctx, r, FenceOf("reports", 100, "b"))
+	var ns *fence.NamespaceError
+	if !errors.As(err, &ns) || ns.Want != "payments" || ns.Got != "reports" {
+		t.Fatalf("want NamespaceError want=payments got=reports, got %v", err)
+	}
+	if got, _ := g.Highest(ctx, r); got.Token != 2 || got.Name != "payments" {
+		t.Fatalf("fence after a refused namespace: want payments#2, got %v", got)
+	}
+}
+
+func (b *Backend[Q, R, G]) guardNeverFenced(t *testing.T) {
+	_, err := b.NewGuard(b.DB(t), "").Highest(context.Background(), Resource(t))
+	if !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("want fence.ErrNotFound, got %v", err)
+	}
+}
+
+// A stale FenceTx rolls back the whole transaction: the caller's other writes in it
+// are not applied.
+func (b *Backend[Q, R, G]) guardStaleRollsBack(t *testing.T) {
+	d := b.DB(t)
+	g := b.NewGuard(d, "")
+	ctx := context.Background()
+	data := UniqueTable(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v TEXT NOT NULL)")
+	r := Resource(t)
+
+	write := func(f fence.Fence, id int, v string) error {
+		tx, err := d.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := g.FenceTx(ctx, b.q(tx), r, f); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, v) VALUES (?, ?)"+b.Upsert("id", "v"), id, v); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	if err := write(FenceOf("lock", 10, "new"), 1, "new holder"); err != nil {
+		t.Fatal(err)
+	}
+	// The zombie tries to overwrite row 1 and insert row 2: a row fence alone could
+	// not stop the insert, the resource fence does.
+	WantStale(t, write(FenceOf("lock", 9, "zombie"), 1, "zombie"), 10, false)
+	WantStale(t, write(FenceOf("lock", 9, "zombie"), 2, "zombie"), 10, false)
+
+	var n int
+	var v string
+	if err := d.QueryRow("SELECT COUNT(*), MAX(v) FROM `"+data+"`").Scan(&n, &v); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || v != "new holder" {
+		t.Fatalf("want 1 row %q, got %d rows, max %q", "new holder", n, v)
+	}
+}
+
+func (b *Backend[Q, R, G]) guardBadInput(t *testing.T) {
+	var nilQ Q
+	g := b.NewGuard(b.DB(t), "")
+	ctx := context.Background()
+	r := Resource(t)
+	cases := []struct {
+		name     string
+		resource string
+		f        fence.Fence
+	}{
+		{"token 0", r, FenceOf("lock", 0, "a")},
+		{"token above 2^53", r, FenceOf("lock", fence.MaxToken+1, "a")},
+		{"token above bigint", r, FenceOf("lock", 1<<63, "a")},
+		{"empty resource", "", FenceOf("lock", 1, "a")},
+		{"empty lock name", r, FenceOf("", 1, "a")},
+		{"lease with spaces", r, FenceOf("lock", 1, "a b")},
+	}
+	for _, c := range cases {
+		if err := g.Fence(ctx, c.resource, c.f); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%s: want fence.ErrInvalid, got %v", c.name, err)
+		}
+	}
+	if err := g.FenceTx(ctx, nilQ, r, FenceOf("lock", 1, "a")); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("nil tx: want fence.ErrInvalid, got %v", err)
+	}
+	if _, err := g.Highest(ctx, r); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("after only bad input: want no fence (ErrNotFound), got %v", err)
+	}
+	bad := b.NewGuard(b.DB(t), "x`; DROP TABLE y; --")
+	if err := bad.Fence(ctx, r, FenceOf("lock", 1, "a")); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("bad table name: want fence.ErrInvalid, got %v", err)
+	}
+	if err := b.NewGuard(nil, "").Fence(ctx, r, FenceOf("lock", 1, "a")); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("nil db: want fence.ErrInvalid, got %v", err)
+	}
+}
+
+func (b *Backend[Q, R, G]) guardDo(t *testing.T) {
+	d := b.DB(t)
+	g := b.NewGuard(d, "")
+	ctx := context.Background()
+	data := UniqueTable(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v TEXT NOT NULL)")
+	r := Resource(t)
+	insert := func(id int, v string) func(tx *sql.Tx) error {
+		return func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, v) VALUES (?, ?)", id, v)
+			return err
+		}
+	}
+	if err := g.Do(ctx, r, FenceOf("lock", 2, "a"), insert(1, "ok")); err != nil {
+		t.Fatalf("Do: want nil, got %v", err)
+	}
+	WantStale(t, g.Do(ctx, r, FenceOf("lock", 1, "z"), insert(2, "zombie")), 2, false)
+	boom := errors.New("boom")
+	err := g.Do(ctx, r, FenceOf("lock", 3, "b"), func(tx *sql.Tx) error {
+		if err := insert(3, "half")(tx); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("failed write: want its error, got %v", err)
+	}
+	if err := g.Do(ctx, r, FenceOf("lock", 3, "b"), nil); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("nil write: want fence.ErrInvalid, got %v", err)
+	}
+	var n int
+	if err := d.QueryRow("SELECT COUNT(*) FROM `" + data + "`").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("want only the first row (1), got %d rows (%v)", n, err)
+	}
+	// The failed write's fence rolled back with it.
+	if got, err := g.Highest(ctx, r); err != nil || got.Token != 2 {
+		t.Fatalf("want the fence of the last committed Do (2), got %v, %v", got, err)
+	}
+}
