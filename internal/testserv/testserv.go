@@ -134,11 +134,11 @@ func postgresBinDirs() []string {
 }
 
 // FreePort returns a TCP port of 127.0.0.1 that was free a moment ago (the kernel's
-// choice for port 0), never one of 6379, 5432 or 3306, and none of the last
-// recentPortsKept ports it returned in this process, so that the ports of one cluster
-// (client, peer and election ports, chosen one after the other) are distinct. Another
-// process may take it before the caller binds it; the Start* functions retry in that
-// case.
+// choice for port 0), never one of 6379, 5432 or 3306, and none of the last 64 ports it
+// returned in this process, so that the ports of one cluster (client, peer and election
+// ports, chosen one after the other) are distinct. Another process may take it before
+// the caller binds it; the Start* functions retry in that case. It returns an error if
+// no port can be had.
 func FreePort() (int, error) {
 	portMu.Lock()
 	defer portMu.Unlock()
