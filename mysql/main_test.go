@@ -89,5 +89,4 @@ var (
 	resource  = sqlfencetest.Resource
 	fenceOf   = sqlfencetest.FenceOf
 	wantStale = sqlfencetest.WantStale
-	inTx      = sqlfencetest.InTx
 )

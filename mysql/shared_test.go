@@ -37,9 +37,6 @@ var backend = sqlfencetest.Backend[mysql.Querier, *mysql.Row, *mysql.Guard]{
 	},
 }
 
-// accountsDDL is the row-fence table of the benchmarks and row tests.
-var accountsDDL = backend.Types.Replace(sqlfencetest.AccountsDDL)
-
 func TestGuard(t *testing.T)       { sqlfencetest.GuardTests(t, backend) }
 func TestRow(t *testing.T)         { sqlfencetest.RowTests(t, backend) }
 func TestKV(t *testing.T)          { sqlfencetest.KVTests(t, backend) }

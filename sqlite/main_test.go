@@ -40,5 +40,4 @@ var (
 	resource  = sqlfencetest.Resource
 	fenceOf   = sqlfencetest.FenceOf
 	wantStale = sqlfencetest.WantStale
-	inTx      = sqlfencetest.InTx
 )

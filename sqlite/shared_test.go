@@ -37,9 +37,6 @@ var backend = sqlfencetest.Backend[sqlite.Querier, *sqlite.Row, *sqlite.Guard]{
 	},
 }
 
-// accountsDDL is the row-fence table of the benchmarks.
-var accountsDDL = backend.Types.Replace(sqlfencetest.AccountsDDL)
-
 func TestGuard(t *testing.T)       { sqlfencetest.GuardTests(t, backend) }
 func TestRow(t *testing.T)         { sqlfencetest.RowTests(t, backend) }
 func TestKV(t *testing.T)          { sqlfencetest.KVTests(t, backend) }
