@@ -313,9 +313,9 @@ func startOnFreePort(setPort func(port int), start func() error, rebuild func() 
 }
 
 // lifecycle is what RedisServer, PostgresServer and MariaDBServer share: at most one
-// process at a time, on a port and directory fixed for the server's life; Kill crashes
-// it, stop and Restart shut it down with a signal, Close ends it and removes the
-// directory. Its methods are safe for concurrent use. Set its fields before the first
+// process at a time, on a port and directory fixed for the server's life; kill crashes
+// it, stop and restart shut it down with a signal (restart then launches it again),
+// close ends it and removes the directory. Its methods are safe for concurrent use. Set its fields before the first
 // call, and do not copy it.
 type lifecycle struct {
 	dir           string                   // removed by close
