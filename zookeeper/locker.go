@@ -80,6 +80,10 @@ type grant struct {
 // and then closes the Done channels of the leases granted in that session. Close does
 // not close conn.
 func NewLocker(conn *zk.Conn, events <-chan zk.Event, opts *Options) (*Locker, error) {
+	return newLocker(conn, events, opts, false)
+}
+
+func newLocker(conn *zk.Conn, events <-chan zk.Event, opts *Options, owned bool) (*Locker, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("zookeeper: new locker: %w", &fence.InvalidError{Field: "conn", Value: "nil", Reason: "is nil"})
 	}
@@ -103,7 +107,7 @@ func NewLocker(conn *zk.Conn, events <-chan zk.Event, opts *Options) (*Locker, e
 		o.Clock = fence.SystemClock
 	}
 	l := &Locker{
-		conn: conn, root: strings.TrimSuffix(o.Root, "/"), acl: o.ACL, clock: o.Clock, timeout: o.SessionTimeout,
+		conn: conn, owned: owned, root: strings.TrimSuffix(o.Root, "/"), acl: o.ACL, clock: o.Clock, timeout: o.SessionTimeout,
 		grants: map[string]*grant{}, lost: map[int64]bool{}, stop: make(chan struct{}),
 	}
 	if events != nil {
@@ -141,12 +145,11 @@ func Open(servers []string, opts *Options) (*Locker, error) {
 			if ev.State != zk.StateHasSession {
 				continue
 			}
-			l, err := NewLocker(conn, events, opts)
+			l, err := newLocker(conn, events, opts, true)
 			if err != nil {
 				conn.Close()
 				return nil, err
 			}
-			l.owned = true
 			return l, nil
 		case <-wait.C:
 			conn.Close()
