@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"sync"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/internal/sqlfence"
@@ -39,19 +38,13 @@ type Row struct {
 	FenceToken string   // default DefaultFenceToken
 	FenceLease string   // default DefaultFenceLease
 
-	once sync.Once
-	r    *sqlfence.Row
+	lazy sqlfence.LazyRow
 }
 
 // row compiles the Row's fields on first use.
 func (r *Row) row() *sqlfence.Row {
-	r.once.Do(func() {
-		r.r = sqlfence.NewRow(dialect, sqlfence.RowSpec{
-			Table: r.Table, Key: r.Key, Columns: r.Columns,
-			FenceName: r.FenceName, FenceToken: r.FenceToken, FenceLease: r.FenceLease,
-		})
-	})
-	return r.r
+	return r.lazy.Get(dialect, sqlfence.RowSpec{Table: r.Table, Key: r.Key, Columns: r.Columns,
+		FenceName: r.FenceName, FenceToken: r.FenceToken, FenceLease: r.FenceLease})
 }
 
 // SQL returns the three statements the row runs, for logs and review: the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/fencelock/fence"
 )
@@ -231,4 +232,19 @@ func (r *Row) Highest(ctx context.Context, q Querier, key any) (fence.Fence, err
 		return fence.Fence{}, r.d.Wrap(what, err)
 	}
 	return f, nil
+}
+
+// LazyRow compiles a Row on first use, for wrappers whose Row is a struct the
+// caller fills in before the first call. Its zero value is ready; it is safe for
+// concurrent use.
+type LazyRow struct {
+	once sync.Once
+	r    *Row
+}
+
+// Get returns the Row of spec for d, compiled by the first call; later calls
+// return that Row whatever they pass.
+func (l *LazyRow) Get(d *Dialect, spec RowSpec) *Row {
+	l.once.Do(func() { l.r = NewRow(d, spec) })
+	return l.r
 }
