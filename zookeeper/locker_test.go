@@ -1,6 +1,7 @@
 package zookeeper_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -202,5 +203,52 @@ func TestLease_Done_ClosesWhenDisconnectOutlastsSession(t *testing.T) {
 	}
 	if d := time.Since(killed); d < 900*time.Millisecond {
 		t.Fatalf("Done closed %v after the server died; want not before the 1s session timeout (SUSPENDED is not LOST)", d)
+	}
+}
+
+// A waiter whose wait ends (context cancelled, or the wait ran out) deletes its node:
+// only the holder's node is left, so no orphan stands in the queue.
+func TestLocker_Wait_EndDeletesWaitingNode(t *testing.T) {
+	root := "/fence-test/waiters-" + fence.NewLeaseID()[:8]
+	l := open(t, &zookeeper.Options{Root: root})
+	ctx := testCtx(t)
+	holder, err := l.Acquire(ctx, "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(cctx, "w", time.Minute, fence.WithWait(fence.WaitForever))
+		done <- err
+	}()
+	c, _, err := zk.Connect([]string{srv.Addr}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Wait until the waiter's node is there (two nodes), watching the directory.
+	for {
+		kids, _, ch, err := c.ChildrenW(root + "/w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kids) == 2 {
+			break
+		}
+		<-ch
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire = %v; want ErrNotAcquired and context.Canceled", err)
+	}
+	_, err = l.Acquire(ctx, "w", time.Minute, fence.WithWait(100*time.Millisecond))
+	if !errors.Is(err, fence.ErrNotAcquired) {
+		t.Fatalf("Acquire with a 100ms wait on a held lock = %v; want ErrNotAcquired", err)
+	}
+	kids, _, err := c.Children(root + "/w")
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("lock nodes after the waits ended = %q, %v; want only the holder's", kids, err)
 	}
 }
