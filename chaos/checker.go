@@ -74,35 +74,22 @@ type regState struct {
 // (the Metadata of each operation is its key). A write or fence is legal only if
 // its output agrees with fence.Admit against the highest fence accepted so far: an
 // accepted one must be admitted (and becomes the highest), a rejected one must be
-// refused (and changes nothing). An unknown outcome takes effect if admitted: the
-// checker may linearize it after every other operation, which is "never". A read
-// must return the current value.
+// refused (and changes nothing). An operation of unknown outcome may take effect (if
+// admitted) or not, anywhere between its call and its return (Never when it stayed
+// unknown). A read must return the current value.
 func RegisterModel() porcupine.Model {
-	return porcupine.Model{
-		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-			byKey := map[string][]porcupine.Operation{}
-			var keys []string
-			for _, o := range h {
-				k, _ := o.Metadata.(string)
-				if _, ok := byKey[k]; !ok {
-					keys = append(keys, k)
-				}
-				byKey[k] = append(byKey[k], o)
-			}
-			sort.Strings(keys)
-			out := make([][]porcupine.Operation, 0, len(keys))
-			for _, k := range keys {
-				out = append(out, byKey[k])
-			}
-			return out
-		},
-		Init: func() interface{} { return regState{} },
-		Step: func(state, input, output interface{}) (bool, interface{}) {
+	nm := porcupine.NondeterministicModel{
+		Partition: partitionByKey,
+		Init:      func() []interface{} { return []interface{}{regState{}} },
+		Step: func(state, input, output interface{}) []interface{} {
 			st := state.(regState)
 			in := input.(regInput)
 			out := output.(regOutput)
 			if in.Kind == KindRead {
-				return out.Value == st.Value, st
+				if out.Value == st.Value {
+					return []interface{}{st}
+				}
+				return nil
 			}
 			admitted := fence.Admit("chaos", st.Highest, in.Fence) == nil
 			next := st
@@ -110,29 +97,19 @@ func RegisterModel() porcupine.Model {
 			if in.Kind == KindWrite {
 				next.Value = in.Value
 			}
-			switch out.Result {
-			case ResultOK:
-				return admitted, next
-			case ResultRejected:
-				return !admitted, st
-			default: // unknown: happened if it could
-				if admitted {
-					return true, next
-				}
-				return true, st
+			switch {
+			case out.Result == ResultOK && admitted:
+				return []interface{}{next}
+			case out.Result == ResultRejected && !admitted:
+				return []interface{}{st}
+			case out.Result == ResultUnknown && admitted:
+				return []interface{}{next, st} // it happened, or it did not
+			case out.Result == ResultUnknown:
+				return []interface{}{st}
 			}
+			return nil
 		},
-		DescribeOperation: func(input, output interface{}) string {
-			in := input.(regInput)
-			out := output.(regOutput)
-			switch in.Kind {
-			case KindRead:
-				return fmt.Sprintf("read() -> %q", out.Value)
-			case KindFence:
-				return fmt.Sprintf("fence(#%d %s) -> %s", in.Fence.Token, in.Fence.LeaseID, out.Result)
-			}
-			return fmt.Sprintf("write(#%d %s, %q) -> %s", in.Fence.Token, in.Fence.LeaseID, in.Value, out.Result)
-		},
+		DescribeOperation: describeOp,
 		DescribeState: func(state interface{}) string {
 			st := state.(regState)
 			return fmt.Sprintf("%q, highest #%d %s", st.Value, st.Highest.Token, st.Highest.LeaseID)
@@ -142,6 +119,37 @@ func RegisterModel() porcupine.Model {
 			return "key " + k
 		},
 	}
+	return nm.ToModel()
+}
+
+func partitionByKey(h []porcupine.Operation) [][]porcupine.Operation {
+	byKey := map[string][]porcupine.Operation{}
+	var keys []string
+	for _, o := range h {
+		k, _ := o.Metadata.(string)
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], o)
+	}
+	sort.Strings(keys)
+	out := make([][]porcupine.Operation, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, byKey[k])
+	}
+	return out
+}
+
+func describeOp(input, output interface{}) string {
+	in := input.(regInput)
+	out := output.(regOutput)
+	switch in.Kind {
+	case KindRead:
+		return fmt.Sprintf("read() -> %q", out.Value)
+	case KindFence:
+		return fmt.Sprintf("fence(#%d %s) -> %s", in.Fence.Token, in.Fence.LeaseID, out.Result)
+	}
+	return fmt.Sprintf("write(#%d %s, %q) -> %s", in.Fence.Token, in.Fence.LeaseID, in.Value, out.Result)
 }
 
 // counterOf parses the counter at the start of a worker's value "N:wW:S"; ok is
@@ -184,7 +192,7 @@ func Check(ops []Op, opts CheckOptions) (*Report, error) {
 			if o.Kind == KindRead && o.Result != ResultOK {
 				continue // a read that did not return observed nothing
 			}
-			if o.Result == ResultUnknown {
+			if o.Result == ResultUnknown && o.Return < o.Call {
 				o.Return = Never
 			}
 			res = append(res, o)

@@ -243,3 +243,31 @@ func TestReadHistory_MalformedLine_Error(t *testing.T) {
 }
 
 func fenceToken(n uint64) fence.Token { return fence.Token(n) }
+
+// A write retried after an unknown outcome and then refused (a newer holder came in
+// meanwhile) may have been applied by its first attempt: its value may be read
+// before the refusal, so it is recorded unknown with the refusal as its end.
+func TestCheck_RetriedWriteRefused_UnknownBoundedOutcomeLegal(t *testing.T) {
+	var ops []Op
+	ops = append(ops,
+		op(0, KindAcquire, 1, "a", "", ResultOK, 0, 1),
+		op(0, KindFence, 1, "a", "", ResultOK, 2, 3),
+		op(0, KindRead, 1, "a", "", ResultOK, 4, 5),
+		op(0, KindWrite, 1, "a", "1:w0:1", ResultUnknown, 6, 40), // first attempt applied at ~7
+	)
+	ops = append(ops, holder(1, 2, "b", "1:w0:1", "2:w1:1", 10)...)
+	ops = append(ops, finalRead("2:w1:1", 50))
+	r := mustCheck(t, ops)
+	if !r.OK() {
+		t.Fatalf("OK() = false, want true; linearizable %v, violations %q", r.Linearizable, r.Violations)
+	}
+	// The same value read after the bounded unknown write's end, with no other
+	// write: impossible, since it could not take effect after its end.
+	late := append([]Op(nil), ops[:4]...)
+	late = append(late, finalRead("", 50))
+	late[3].Return = 20
+	late = append(late, op(1, KindRead, 0, "", "1:w0:1", ResultOK, 60, 61))
+	if r := mustCheck(t, late); r.Linearizable != porcupine.Illegal {
+		t.Errorf("value read after its unknown write ended, final read empty before it: Linearizable = %v, want Illegal", r.Linearizable)
+	}
+}

@@ -203,10 +203,10 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 		o := base
 		o.Kind = KindFence
 		o.Call = rec.now()
-		err := retryUnknown(ctx, func() error { return c.Fence(ctx, cfg.Key, f) })
+		err, retried := retryUnknown(ctx, func() error { return c.Fence(ctx, cfg.Key, f) })
 		o.Return = rec.now()
-		o.Result, o.Err = outcome(err)
-		if o.Result == ResultUnknown {
+		o.Result, o.Err = retriedOutcome(err, retried)
+		if r, _ := outcome(err); r == ResultUnknown {
 			o.Return = Never
 		}
 		rec.record(o)
@@ -252,10 +252,10 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 		o.Unfenced = true
 	}
 	o.Call = rec.now()
-	err = retryUnknown(ctx, func() error { return c.Put(ctx, cfg.Key, []byte(value), sent) })
+	err, retried := retryUnknown(ctx, func() error { return c.Put(ctx, cfg.Key, []byte(value), sent) })
 	o.Return = rec.now()
-	o.Result, o.Err = outcome(err)
-	if o.Result == ResultUnknown {
+	o.Result, o.Err = retriedOutcome(err, retried)
+	if r, _ := outcome(err); r == ResultUnknown {
 		o.Return = Never
 	}
 	rec.record(o)
@@ -270,13 +270,14 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 // lease fence is idempotent: applied twice it leaves the state it leaves once, and
 // once a retry is refused, a delayed earlier attempt would be refused too (the
 // key's fence only rises). So the retried operation is recorded as one, from the
-// first call to the last return, which keeps outcomes of unknown, unbounded
+// first call to the last return (its outcome unknown if a retry was refused, see
+// retriedOutcome), which keeps outcomes of unknown, unbounded
 // duration (which make the linearizability search explode) to the few cases where
 // the server stayed unreachable. A control run's write carries a fixed invented
 // token, so it is idempotent in the same way.
-func retryUnknown(ctx context.Context, do func() error) error {
-	var err error
+func retryUnknown(ctx context.Context, do func() error) (err error, retried bool) {
 	for try := 0; try < 30; try++ {
+		retried = try > 0
 		if err = do(); err != nil {
 			if r, _ := outcome(err); r == ResultUnknown && ctx.Err() == nil {
 				t := time.NewTimer(100 * time.Millisecond)
@@ -288,9 +289,20 @@ func retryUnknown(ctx context.Context, do func() error) error {
 				continue
 			}
 		}
-		return err
+		return err, retried
 	}
-	return err
+	return err, retried
+}
+
+// retriedOutcome is outcome for a retried operation: refused after an attempt of
+// unknown outcome, the first attempt may have been applied before the refusal, so
+// the outcome is unknown, but bounded by the refusal (the key's fence only rises).
+func retriedOutcome(err error, retried bool) (Result, string) {
+	r, msg := outcome(err)
+	if retried && r == ResultRejected {
+		return ResultUnknown, "refused on a retry after an unknown outcome: " + msg
+	}
+	return r, msg
 }
 
 // staleHighest returns the highest token of a *fence.StaleTokenError, else 0.
