@@ -252,3 +252,81 @@ func TestLocker_Wait_EndDeletesWaitingNode(t *testing.T) {
 		t.Fatalf("lock nodes after the waits ended = %q, %v; want only the holder's", kids, err)
 	}
 }
+
+// No herd: with three waiters queued behind a holder, each node is watched by one
+// session only (its successor's), so a release wakes one waiter, not all of them.
+func TestLocker_Waiters_WatchOnlyPredecessor(t *testing.T) {
+	root := "/fence-test/herd-" + fence.NewLeaseID()[:8]
+	holder := open(t, &zookeeper.Options{Root: root})
+	ctx := testCtx(t)
+	lease, err := holder.Acquire(ctx, "h", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := zk.Connect([]string{srv.Addr}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const waiters = 3
+	results := make(chan *fence.Lease, waiters)
+	for i := 0; i < waiters; i++ {
+		w := open(t, &zookeeper.Options{Root: root})
+		go func() {
+			l, err := w.Acquire(ctx, "h", time.Minute, fence.WithWait(30*time.Second))
+			if err != nil {
+				t.Errorf("waiter Acquire = %v", err)
+			}
+			results <- l
+		}()
+	}
+	dir := root + "/h"
+	// Wait until every waiter has its node and its watch in place.
+	var out string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out, err = testserv.ZooKeeperCommand(srv.Addr, "wchp")
+		if err != nil {
+			t.Fatalf("wchp = %v", err)
+		}
+		if strings.Count(out, dir+"/") >= waiters || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server's watch table: nothing to wait on
+	}
+	watchers := map[string]int{} // node path -> sessions watching it
+	var cur string
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "/"):
+			cur = line
+		case strings.TrimSpace(line) != "" && strings.HasPrefix(cur, dir+"/"):
+			watchers[cur]++
+		}
+	}
+	if len(watchers) != waiters {
+		t.Fatalf("watched lock nodes = %v; want %d (the holder and the first %d waiters, one watch each); wchp:\n%s", watchers, waiters, waiters-1, out)
+	}
+	t.Logf("watches on lock nodes: %v", watchers)
+	for p, n := range watchers {
+		if n != 1 {
+			t.Errorf("node %s is watched by %d sessions; want 1 (its successor only)", p, n)
+		}
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var last fence.Token = lease.Token()
+	for i := 0; i < waiters; i++ {
+		l := <-results
+		if l == nil {
+			t.FailNow()
+		}
+		if l.Token() <= last {
+			t.Fatalf("waiter %d got token %d after %d; want FIFO grants with increasing tokens", i, l.Token(), last)
+		}
+		last = l.Token()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -84,7 +84,7 @@ func zkConfig(dataDir string, clientPort int, servers []string) string {
 	fmt.Fprintf(&b, "minSessionTimeout=%d\n", ZooKeeperMinSession.Milliseconds())
 	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", ZooKeeperMaxSession.Milliseconds())
 	b.WriteString("admin.enableServer=false\n")
-	b.WriteString("4lw.commands.whitelist=srvr,stat,ruok\n")
+	b.WriteString("4lw.commands.whitelist=srvr,stat,ruok,wchp\n")
 	b.WriteString("maxClientCnxns=0\n")
 	b.WriteString("forceSync=no\n") // throwaway data: durability across machine crashes is not tested
 	if len(servers) > 0 {
@@ -173,6 +173,22 @@ func (s *ZooKeeperServer) Close() {
 		s.proc.kill() // throwaway data: no need for a graceful stop
 		os.RemoveAll(s.Dir)
 	})
+}
+
+// ZooKeeperCommand sends a four-letter command (srvr, stat, ruok or wchp: the ones the
+// servers started here allow) to the server at addr and returns its whole answer.
+func ZooKeeperCommand(addr, cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
 }
 
 // ZooKeeperMode asks the server at addr with the srvr four-letter command and returns
