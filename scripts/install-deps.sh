@@ -13,8 +13,8 @@
 #   redis      redis-server, redis-cli          (redis-server, redis-tools)
 #   PostgreSQL initdb, postgres                 (postgresql)
 #   MariaDB    mariadbd, mariadb-install-db     (mariadb-server)
-#   ZooKeeper  zkServer.sh and its jars         (zookeeper; optional: warns if it
-#              cannot be installed, the ZooKeeper tests then say what is missing)
+#   ZooKeeper  zkServer.sh, its jars and java   (zookeeper; the zookeeper package's
+#              tests run it)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -58,10 +58,9 @@ required=(
 	"redis-tools redis-cli"
 	"postgresql initdb postgres"
 	"mariadb-server mariadbd mariadb-install-db"
+	"zookeeper zkServer.sh java"
 )
-optional=(
-	"zookeeper zkServer.sh"
-)
+optional=()
 
 # missing LINE...: print the packages whose probes are not all found.
 missing() {
