@@ -1,0 +1,251 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fence"
+)
+
+var (
+	_ fence.KV    = (*KV)(nil)
+	_ fence.Guard = (*KV)(nil)
+)
+
+// MaxValueSize is the largest value KV.Put accepts (512 KiB). ZooKeeper refuses znode
+// data above its jute.maxbuffer (about 1 MiB by default), and the record holds the
+// value base64-encoded (4/3 of its size) next to the fences.
+const MaxValueSize = 512 << 10
+
+// maxCASAttempts bounds the read-Admit-CAS loop of one Put or Fence. Every failed
+// attempt means another writer's conditional write to the same key succeeded in
+// between, so the bound is only reached under extreme contention on one key.
+const maxCASAttempts = 100
+
+// KV is a fenced key-value store (fence.KV) and guard (fence.Guard) on ZooKeeper.
+//
+// Each key is one persistent znode under the KV root, named with the same encoding as
+// the lock directories ("jobs/x" is "jobs%2Fx"). The KV root is derived from
+// Options.Root: a root ending in "/locks" has it replaced by "/kv" (the default
+// /fence/locks gives /fence/kv), any other root gets "-kv" appended (/myapp gives
+// /myapp-kv). The znode's data is a JSON record
+//
+//	{"fence":{"name":..,"token":..,"lease":..},"writer":{...},"value":"<base64>"}
+//
+// where fence is the highest fence admitted for the key, writer the fence of the Put
+// that stored value (absent for a key that was only fenced) and value absent for a
+// key that was only fenced.
+//
+// Put and Fence read the record and its version, apply fence.Admit, and write with
+// Set(path, data, version), or Create when the key has no znode; a concurrent writer
+// makes the write fail with ErrBadVersion or ErrNodeExists, and the loop starts over
+// with a fresh read. The check, the new fence and the value thus change in one
+// ZooKeeper transaction. It is safe for concurrent use and across processes.
+type KV struct {
+	conn *zk.Conn
+	root string
+	acl  []zk.ACL
+
+	closed atomic.Bool // set by Store.Close
+}
+
+// record is the data of a key's znode.
+type record struct {
+	Fence  fence.Fence  `json:"fence"`
+	Writer *fence.Fence `json:"writer,omitempty"`
+	Value  []byte       `json:"value,omitempty"`
+}
+
+// NewKV returns a KV that uses conn (which it never closes) with the KV root derived
+// from opts.Root and opts.ACL (see KV). It returns an error matching fence.ErrInvalid
+// for a nil conn or a bad root.
+func NewKV(conn *zk.Conn, opts *Options) (*KV, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("zookeeper: new kv: %w", &fence.InvalidError{Field: "conn", Value: "nil", Reason: "is nil"})
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Root == "" {
+		o.Root = DefaultRoot
+	}
+	if err := validRoot(o.Root); err != nil {
+		return nil, err
+	}
+	if o.ACL == nil {
+		o.ACL = zk.WorldACL(zk.PermAll)
+	}
+	return &KV{conn: conn, root: kvRoot(strings.TrimSuffix(o.Root, "/")), acl: o.ACL}, nil
+}
+
+// kvRoot is the KV root for the lock root root (see KV).
+func kvRoot(root string) string {
+	if base, ok := strings.CutSuffix(root, "/locks"); ok && base != "" {
+		return base + "/kv"
+	}
+	return root + "-kv"
+}
+
+// Root returns the znode under which the KV keeps its keys.
+func (kv *KV) Root() string { return kv.root }
+
+// Put stores value under key if f is admitted (fence.Admit against the key's highest
+// fence) and records f as the key's fence. It returns a *fence.StaleTokenError or
+// *fence.NamespaceError if f is refused (nothing changed), fence.ErrInvalid for a bad
+// key or fence or a value above MaxValueSize, fence.ErrUnavailable if ZooKeeper does
+// not answer or the key stayed contended for maxCASAttempts writes, fence.ErrClosed
+// after the connection was closed, and ctx's error if ctx ends between attempts.
+func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
+	if len(value) > MaxValueSize {
+		return fmt.Errorf("zookeeper: put %q: %w", key, &fence.InvalidError{Field: "value", Value: fmt.Sprintf("%d bytes", len(value)), Reason: fmt.Sprintf("is larger than %d bytes", MaxValueSize)})
+	}
+	if value == nil {
+		value = []byte{} // a written key always has a value, so Get tells it from a fenced one
+	}
+	return kv.update(ctx, "put", key, f, func(r *record) {
+		w := f
+		r.Writer = &w
+		r.Value = value
+	})
+}
+
+// Fence advances key's fence to f without changing its value. It returns nil if f is
+// admitted, a *fence.StaleTokenError or *fence.NamespaceError if not, and otherwise
+// the errors of Put.
+func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
+	return kv.update(ctx, "fence", key, f, nil)
+}
+
+// update runs the read-Admit-CAS loop: it admits f against key's record, applies
+// change (if any) and writes the record conditionally on the version it read.
+func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change func(*record)) error {
+	if err := fence.ValidateKey(key); err != nil {
+		return fmt.Errorf("zookeeper: %s: %w", op, err)
+	}
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
+	}
+	path := kv.path(key)
+	for range maxCASAttempts {
+		if err := kv.check(ctx); err != nil {
+			return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
+		}
+		data, st, err := kv.conn.Get(path)
+		exists := err == nil
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return fmt.Errorf("zookeeper: %s %q: %w", op, key, zkErr(err))
+		}
+		var r record
+		if exists {
+			if r, err = decodeRecord(data); err != nil {
+				return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
+			}
+		}
+		if err := fence.Admit(key, r.Fence, f); err != nil {
+			return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
+		}
+		if change == nil && exists && r.Fence == f {
+			return nil // already this fence: nothing to write
+		}
+		r.Fence = f
+		if change != nil {
+			change(&r)
+		}
+		out, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("zookeeper: %s %q: encode record: %w", op, key, err)
+		}
+		if exists {
+			_, err = kv.conn.Set(path, out, st.Version)
+		} else {
+			err = kv.create(path, out)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNodeExists), errors.Is(err, zk.ErrNoNode):
+			continue // another writer got in between (or the key was deleted): read again
+		default:
+			return fmt.Errorf("zookeeper: %s %q: %w", op, key, zkErr(err))
+		}
+	}
+	return fmt.Errorf("zookeeper: %s %q: %w: still contended after %d attempts", op, key, fence.ErrUnavailable, maxCASAttempts)
+}
+
+// create makes the key's znode, creating the KV root first if it is missing. It
+// returns zk.ErrNodeExists if another writer created the key first.
+func (kv *KV) create(path string, data []byte) error {
+	_, err := kv.conn.Create(path, data, 0, kv.acl)
+	if !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	cur := ""
+	for _, p := range strings.Split(strings.TrimPrefix(kv.root, "/"), "/") {
+		cur += "/" + p
+		if _, err := kv.conn.Create(cur, nil, 0, kv.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+	}
+	_, err = kv.conn.Create(path, data, 0, kv.acl)
+	return err
+}
+
+// Get returns the value stored under key and the fence of the Put that stored it. For
+// a key that was only fenced it returns a nil value with the key's fence. It returns
+// fence.ErrNotFound for a key never written or fenced, fence.ErrInvalid for a bad key
+// or a znode whose data is not a KV record, fence.ErrUnavailable if ZooKeeper does not
+// answer and fence.ErrClosed after the connection was closed.
+func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
+	if err := fence.ValidateKey(key); err != nil {
+		return fence.Item{}, fmt.Errorf("zookeeper: get: %w", err)
+	}
+	if err := kv.check(ctx); err != nil {
+		return fence.Item{}, fmt.Errorf("zookeeper: get %q: %w", key, err)
+	}
+	data, _, err := kv.conn.Get(kv.path(key))
+	if errors.Is(err, zk.ErrNoNode) {
+		return fence.Item{}, fmt.Errorf("zookeeper: get %q: %w", key, fence.ErrNotFound)
+	}
+	if err != nil {
+		return fence.Item{}, fmt.Errorf("zookeeper: get %q: %w", key, zkErr(err))
+	}
+	r, err := decodeRecord(data)
+	if err != nil {
+		return fence.Item{}, fmt.Errorf("zookeeper: get %q: %w", key, err)
+	}
+	if r.Writer == nil {
+		return fence.Item{Fence: r.Fence}, nil
+	}
+	return fence.Item{Value: r.Value, Fence: *r.Writer}, nil
+}
+
+// check returns fence.ErrClosed after Store.Close and ctx's error once it is done.
+func (kv *KV) check(ctx context.Context) error {
+	if kv.closed.Load() {
+		return fence.ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (kv *KV) path(key string) string { return kv.root + "/" + encodeName(key) }
+
+// decodeRecord parses a key's znode data; anything else (a znode written by another
+// program) is refused with fence.ErrInvalid rather than overwritten.
+func decodeRecord(data []byte) (record, error) {
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil || r.Fence.Validate() != nil || (r.Writer != nil && r.Writer.Validate() != nil) {
+		v := string(data)
+		return record{}, &fence.InvalidError{Field: "record", Value: v, Reason: "is not a fence KV record"}
+	}
+	if r.Writer != nil && r.Value == nil {
+		r.Value = []byte{}
+	}
+	return r, nil
+}
