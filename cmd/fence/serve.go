@@ -44,9 +44,6 @@ var storeOpeners = map[string]storeOpener{
 	"bolt": openBoltStore,
 }
 
-// plannedStores are the schemes of backends not wired into this binary yet.
-var plannedStores = []string{"redis", "rediss", "etcd", "postgres", "postgresql"}
-
 // openBoltStore opens the embedded store: --store bolt:PATH (or bolt:///abs/path),
 // or DATA/fence.db when --store is omitted.
 func openBoltStore(_ context.Context, u *url.URL, dataDir string) (*servedStore, error) {
@@ -80,7 +77,7 @@ func openStore(ctx context.Context, store, dataDir string) (*servedStore, error)
 	scheme, _, ok := strings.Cut(store, ":")
 	scheme = strings.ToLower(scheme)
 	if !ok || scheme == "" {
-		return nil, usagef("--store %q: want a URL such as bolt:PATH, redis://HOST:PORT, etcd://HOST:PORT, postgres://...", redactURL(store))
+		return nil, usagef("--store %q: want a URL such as bolt:PATH, redis://HOST:PORT, etcd://HOST:PORT,HOST:PORT, postgres://..., zk://HOST:PORT", redactURL(store))
 	}
 	if open, found := storeOpeners[scheme]; found {
 		u, err := url.Parse(store)
@@ -88,11 +85,6 @@ func openStore(ctx context.Context, store, dataDir string) (*servedStore, error)
 			return nil, usagef("--store %q: %v", redactURL(store), err)
 		}
 		return open(ctx, u, dataDir)
-	}
-	for _, p := range plannedStores {
-		if scheme == p {
-			return nil, fmt.Errorf("store %s:// not built into this binary yet", scheme)
-		}
 	}
 	return nil, usagef("--store %q: unknown store scheme %q", redactURL(store), scheme)
 }
@@ -146,7 +138,13 @@ func newServeCmd() *cobra.Command {
 		Long: `serve runs the lock server: fenced locks and a fenced key-value store over HTTP (see
 package fencehttp for the API). Without --store it keeps everything in the embedded
 durable store DATA/fence.db: tokens and leases survive kill -9. With --store the
-locks and the KV live in that store, so several servers can share it.
+locks and the KV live in that store, so several servers can share it:
+
+  --store bolt:PATH                      another embedded file
+  --store etcd://h1:2379,h2:2379[/pfx/]  etcd cluster (the way past one machine)
+  --store postgres://user@host/db        PostgreSQL (tables created if missing)
+  --store redis://host:6379[/db]         Redis (tokens best effort across failover)
+  --store zk://h1:2181,h2:2181[/root]    ZooKeeper ensemble
 
 --auth-token-file makes every request but /healthz need Authorization: Bearer TOKEN
 (one token a line in the file; clients read $FENCE_AUTH_TOKEN). --tls-cert and
@@ -196,7 +194,7 @@ in flight finish (up to --shutdown-timeout), then the store is closed cleanly.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:7420", "address to listen on (port 0: any free port, logged)")
 	f.StringVar(&data, "data", "./fence-data", "directory of the embedded store")
-	f.StringVar(&store, "store", "", "store URL instead of the embedded one: bolt:PATH, redis://, etcd://, postgres://")
+	f.StringVar(&store, "store", "", "store URL instead of the embedded one: bolt:PATH, redis://, etcd://h1,h2/, postgres://, zk://h1,h2")
 	f.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS")
 	f.StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&authFile, "auth-token-file", "", "file of accepted bearer tokens, one a line")
