@@ -24,9 +24,13 @@
 //     from replication (REPLICAOF NO ONE), the workers go on for 2 TTLs, the primary
 //     is killed and the proxy sent to the old replica, whose counter is behind. New
 //     grants then carry regressed tokens: the key refuses them, and the worker heals
-//     the counter (fence.Healer) with the highest token the refusal reported.
-//
-// etcd member loss is not implemented.
+//     the counter (fence.Healer) with the highest token the refusal reported;
+//   - member: `fence serve` runs with --store etcd:// on a 3-member etcd cluster
+//     whose members are processes of the fence binary (its hidden `fence chaos
+//     etcd-member` mode, an embedded etcd with a 500 ms election timeout); the
+//     current leader (found through the members' Status) is killed with SIGKILL,
+//     kept down for about 2 TTLs (at least etcd's 1 s minimum lease TTL) and
+//     restarted on the same data directory.
 //
 // [Check] then verifies the history: a linearizability check with porcupine of each
 // key against a fenced-register model (a write is legal only if fence.Admit accepts

@@ -39,7 +39,7 @@ const (
 )
 
 // Nemeses lists the implemented nemeses.
-var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover}
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember}
 
 // Config configures a chaos run.
 type Config struct {
@@ -129,6 +129,7 @@ func (c *Config) defaults() error {
 // server is the `fence serve` child process, restartable on the same port and data.
 type server struct {
 	bin, addr, data, logPath string
+	store                    string // --store URL; "" means the embedded bolt store in data
 	mu                       sync.Mutex
 	cmd                      *exec.Cmd
 	exited                   chan struct{}
@@ -144,6 +145,9 @@ func (s *server) start(ctx context.Context) error {
 		return fmt.Errorf("chaos: server log: %w", err)
 	}
 	cmd := exec.Command(s.bin, "serve", "--listen", s.addr, "--data", s.data, "--log-level", "warn", "--shutdown-timeout", "2s")
+	if s.store != "" {
+		cmd.Args = append(cmd.Args, "--store", s.store)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -290,6 +294,17 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	var linkProxy *linkProxy
 	srv := &server{bin: cfg.Binary, addr: addr, data: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "server.log")}
+	backend := "fence serve (bolt)"
+	var cluster *etcdCluster
+	if contains(cfg.Nemeses, NemesisMember) {
+		cluster, err = startEtcdCluster(ctx, cfg.Binary, filepath.Join(dir, "etcd"), 3)
+		if err != nil {
+			return nil, err
+		}
+		defer cluster.close()
+		srv.store = cluster.storeURL()
+		backend = "fence serve (etcd x3)"
+	}
 	if err := srv.start(ctx); err != nil {
 		return nil, err
 	}
@@ -305,7 +320,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		workerURL = "http://" + px.addr()
 		linkProxy = px
 	}
-	backend := "fence serve (bolt)"
 	var redisArgs []string
 	var inspector fence.Inspector
 	var rp *redisPair
@@ -393,6 +407,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 				linkNemesis(runCtx, cfg, rng, linkProxy, count)
 			case NemesisFailover:
 				err = failoverNemesis(runCtx, cfg, rng, rp, func() { count(n) })
+			case NemesisMember:
+				err = memberNemesis(runCtx, cfg, rng, cluster, func() { count(n) })
 			}
 			if err != nil {
 				emu.Lock()
@@ -419,8 +435,8 @@ progress:
 					w.mu.Unlock()
 				}
 				fmu.Lock()
-				fmt.Fprintf(cfg.Progress, "\rchaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d  links %d  failovers %d ",
-					mode, time.Since(began).Seconds(), cfg.Duration.Seconds(), ops, acq, faults[NemesisPause], faults[NemesisKill], faults[NemesisLink], faults[NemesisFailover])
+				fmt.Fprintf(cfg.Progress, "\rchaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d  links %d  failovers %d  members %d ",
+					mode, time.Since(began).Seconds(), cfg.Duration.Seconds(), ops, acq, faults[NemesisPause], faults[NemesisKill], faults[NemesisLink], faults[NemesisFailover], faults[NemesisMember])
 				fmu.Unlock()
 			}
 		}
@@ -603,8 +619,8 @@ func contains(list []string, s string) bool {
 
 // FormatTable writes the final table of one or more runs, one row per run.
 func FormatTable(w io.Writer, runs []*Summary) {
-	fmt.Fprintf(w, "%-20s %-24s %-7s %7s %6s %6s %5s %5s %9s %8s %8s %6s %8s %7s %s\n",
-		"backend", "faults", "fencing", "ops", "acq", "pauses", "kills", "links", "failovers", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
+	fmt.Fprintf(w, "%-21s %-24s %-7s %7s %6s %6s %5s %5s %9s %7s %8s %8s %6s %8s %7s %s\n",
+		"backend", "faults", "fencing", "ops", "acq", "pauses", "kills", "links", "failovers", "members", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
 	for _, s := range runs {
 		r := s.Report
 		fencing := "on"
@@ -620,8 +636,8 @@ func FormatTable(w io.Writer, runs []*Summary) {
 		case !s.Fencing:
 			verdict = "FAIL: control run found no violation, the checker proved nothing"
 		}
-		fmt.Fprintf(w, "%-20s %-24s %-7s %7d %6d %6d %5d %5d %9d %8d %8d %6d %8d %7s %s\n",
-			s.Backend, s.Nemeses, fencing, r.Operations, r.Acquisitions, s.Faults[NemesisPause], s.Faults[NemesisKill], s.Faults[NemesisLink], s.Faults[NemesisFailover],
+		fmt.Fprintf(w, "%-21s %-24s %-7s %7d %6d %6d %5d %5d %9d %7d %8d %8d %6d %8d %7s %s\n",
+			s.Backend, s.Nemeses, fencing, r.Operations, r.Acquisitions, s.Faults[NemesisPause], s.Faults[NemesisKill], s.Faults[NemesisLink], s.Faults[NemesisFailover], s.Faults[NemesisMember],
 			r.StaleRejected, r.StaleAccepted, r.Lost, r.Overlaps, r.Linearizable, verdict)
 	}
 }

@@ -82,6 +82,48 @@ func TestRun_FencingOn_AllNemeses_NoViolation(t *testing.T) {
 	}
 }
 
+// The member-loss pass: `fence serve` on a 3-member etcd cluster whose leader is
+// killed with SIGKILL and restarted on its data, together with pauses of the lock
+// holder, leaves no stale write accepted, no acknowledged write lost, and a
+// linearizable history.
+func TestRun_FencingOn_EtcdMemberLoss_NoViolation(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 3, Duration: 10 * time.Second, Interval: 2 * time.Second, MaxFaults: 3,
+		Nemeses: []string{NemesisMember, NemesisPause}, Fencing: true, Seed: 4})
+	r := sum.Report
+	if sum.Backend != "fence serve (etcd x3)" {
+		t.Errorf("Backend = %q, want %q", sum.Backend, "fence serve (etcd x3)")
+	}
+	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
+		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
+	}
+	if r.Linearizable != porcupine.Ok {
+		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
+	}
+	if sum.Faults[NemesisMember] < 1 || sum.Faults[NemesisPause] < 1 {
+		t.Errorf("faults injected = %v, want at least one member kill and one pause", sum.Faults)
+	}
+	if r.Writes < 10 {
+		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", r.Writes)
+	}
+}
+
+func TestRunEtcdMember_BadConfig_Invalid(t *testing.T) {
+	good := EtcdMemberConfig{Name: "m0", Dir: t.TempDir(), ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2", InitialCluster: "m0=http://127.0.0.1:2"}
+	for name, mut := range map[string]func(*EtcdMemberConfig){
+		"no name":            func(m *EtcdMemberConfig) { m.Name = "" },
+		"no dir":             func(m *EtcdMemberConfig) { m.Dir = "" },
+		"no initial cluster": func(m *EtcdMemberConfig) { m.InitialCluster = "" },
+		"bad client url":     func(m *EtcdMemberConfig) { m.ClientURL = "127.0.0.1:1" },
+		"bad peer url":       func(m *EtcdMemberConfig) { m.PeerURL = "::" },
+	} {
+		m := good
+		mut(&m)
+		if err := RunEtcdMember(context.Background(), m); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%s: RunEtcdMember = %v, want fence.ErrInvalid", name, err)
+		}
+	}
+}
+
 // The control run: with fencing off, pauses and failovers must produce violations,
 // or the checker proves nothing.
 func TestRun_FencingOff_ControlFindsViolations(t *testing.T) {

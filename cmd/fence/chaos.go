@@ -31,8 +31,11 @@ func newChaosCmd() *cobra.Command {
 		Long: `chaos starts a fence serve process on a fresh data directory and --workers worker
 processes (this binary) that loop: acquire a lock, fence a key, read it, write it +1,
 release. Nemeses inject faults while they run: pause (SIGSTOP the lock holder past its
-TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data) and link
-(latency, resets and cuts on a TCP proxy between the workers and the server). Then
+TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data), link
+(latency, resets and cuts on a TCP proxy between the workers and the server),
+failover (locks from a Redis primary that fails over to a lagging replica) and
+member (fence serve on a 3-member etcd cluster whose leader is killed with -9 and
+restarted on its data). Then
 every recorded operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.
 
@@ -122,7 +125,7 @@ visualisation) are saved under --results.`,
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the workers run (e.g. 10m for a soak)")
 	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
-	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: pause, kill, link, failover (or none)")
+	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: pause, kill, link, failover, member (or none)")
 	f.StringVar(&fencing, "fencing", "on", "on, or off for the control run that must find violations")
 	f.StringVar(&cfg.Results, "results", "chaos-results", "directory for run folders and failing histories")
 	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL of the workers")
@@ -130,7 +133,7 @@ visualisation) are saved under --results.`,
 	f.DurationVar(&cfg.Interval, "interval", 3*time.Second, "mean time between two faults of one nemesis")
 	f.IntVar(&cfg.MaxFaults, "max-faults", 0, "most faults per nemesis (0: bounded by --duration only)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the nemeses' choices (0: from the clock)")
-	cmd.AddCommand(newChaosWorkerCmd())
+	cmd.AddCommand(newChaosWorkerCmd(), newChaosEtcdMemberCmd())
 	return cmd
 }
 
@@ -183,5 +186,46 @@ func newChaosWorkerCmd() *cobra.Command {
 	fl.StringVar(&fencing, "fencing", "on", "on or off")
 	fl.Int64Var(&wc.Start, "start", 0, "CLOCK_MONOTONIC nanoseconds of the run's start")
 	fl.StringVar(&logPath, "log", "", "file the operations are appended to, one JSON line each")
+	return cmd
+}
+
+// newChaosEtcdMemberCmd is the hidden etcd member mode the harness starts for the
+// member nemesis: one embedded etcd member until SIGTERM (or SIGKILL).
+func newChaosEtcdMemberCmd() *cobra.Command {
+	var (
+		m     chaos.EtcdMemberConfig
+		state string
+	)
+	cmd := &cobra.Command{
+		Use:    "etcd-member --name m0 --dir DIR --client-url URL --peer-url URL --initial-cluster m0=URL,...",
+		Short:  "One etcd member (started by fence chaos --nemesis member)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch state {
+			case "new":
+				m.Existing = false
+			case "existing":
+				m.Existing = true
+			default:
+				return usagef("--state must be new or existing, got %q", state)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err := chaos.RunEtcdMember(ctx, m)
+			if errors.Is(err, fence.ErrInvalid) {
+				return usageError{err}
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&m.Name, "name", "", "member name")
+	fl.StringVar(&m.Dir, "dir", "", "data directory (kept across restarts)")
+	fl.StringVar(&m.ClientURL, "client-url", "", "client URL, http://127.0.0.1:PORT")
+	fl.StringVar(&m.PeerURL, "peer-url", "", "peer URL, http://127.0.0.1:PORT")
+	fl.StringVar(&m.InitialCluster, "initial-cluster", "", "name=peerURL,... of every member")
+	fl.StringVar(&m.ClusterToken, "cluster-token", "fence-chaos", "initial cluster token")
+	fl.StringVar(&state, "state", "new", "initial cluster state: new or existing")
 	return cmd
 }

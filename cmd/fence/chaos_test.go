@@ -15,6 +15,8 @@ func TestChaos_UsageErrors_Exit2(t *testing.T) {
 		{"chaos", "--ttl", "1ms", "--duration", "1s"},
 		{"chaos", "worker", "--server", "http://127.0.0.1:1"},
 		{"chaos", "worker", "--log", "/dev/null"},
+		{"chaos", "etcd-member", "--state", "maybe"},
+		{"chaos", "etcd-member", "--name", "m0"},
 	} {
 		r := runFence(t, cli.serve.url, nil, "", args...)
 		wantCode(t, fmt.Sprintf("fence %q", args), r, exitUsage)
