@@ -32,6 +32,12 @@
 //     kept down for about 2 TTLs (at least etcd's 1 s minimum lease TTL) and
 //     restarted on the same data directory.
 //
+// The counter lives in the fenced KV of `fence serve`, or with Config.Resource
+// ResourcePostgres in a PostgreSQL table whose row is written through
+// postgres.Guard (the resource fence advanced in the same transaction as the row
+// update; the fence step is Guard.Fence), so the checker judges the database's
+// enforcement instead of the server's.
+//
 // [Check] then verifies the history: a linearizability check with porcupine of each
 // key against a fenced-register model (a write is legal only if fence.Admit accepts
 // its lease's fence against the highest fence accepted so far; a rejected write is

@@ -59,6 +59,11 @@ type Config struct {
 	// means none.
 	Progress io.Writer
 	Seed     uint64 // seed of the nemeses' choices; 0 means from the clock
+	// Resource is what holds the workers' counter: ResourceServe (the default, the
+	// fenced KV of `fence serve`) or ResourcePostgres (a table of the PostgreSQL at
+	// Postgres, written through postgres.Guard; the run deletes its row first).
+	Resource string
+	Postgres string // DSN of the PostgreSQL of ResourcePostgres
 }
 
 // Summary is the outcome of a run.
@@ -119,6 +124,12 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("chaos: %w: nemesis %q given twice", fence.ErrInvalid, n)
 		}
 		seen[n] = true
+	}
+	if err := validResource(c.Resource); err != nil {
+		return err
+	}
+	if (c.Resource == ResourcePostgres) != (c.Postgres != "") {
+		return fmt.Errorf("chaos: %w: a postgres DSN goes with the postgres resource, and only with it", fence.ErrInvalid)
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
@@ -340,6 +351,24 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		inspector = rl
 	}
 	const lock, key = "chaos", "chaos/counter"
+	client, err := fencehttp.NewClient(srv.url(), &fencehttp.ClientOptions{RequestTimeout: time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	var res resource = serveResource{client}
+	if cfg.Resource == ResourcePostgres {
+		pr, err := openPostgresResource(ctx, cfg.Postgres)
+		if err != nil {
+			return nil, err
+		}
+		defer pr.close()
+		if err := pr.reset(ctx, key); err != nil {
+			return nil, err
+		}
+		res = pr
+		redisArgs = append(redisArgs, "--postgres", cfg.Postgres)
+		backend += " + postgres"
+	}
 	start := MonoNow()
 	workers := make([]*worker, cfg.Workers)
 	defer func() { // never leave a worker behind, stopped or running
@@ -379,10 +408,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
-	client, err := fencehttp.NewClient(srv.url(), &fencehttp.ClientOptions{RequestTimeout: time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("chaos: %w", err)
-	}
 	if inspector == nil {
 		inspector = client
 	}
@@ -464,24 +489,20 @@ progress:
 	}
 	// The final read, after every worker stopped.
 	final := Op{Worker: -1, Kind: KindRead, Key: key, Lock: lock}
-	var item fence.Item
+	var value string
 	for try := 0; ; try++ {
 		final.Call = MonoNow() - start
-		item, err = client.Get(ctx, key)
+		value, err = res.get(ctx, key)
 		final.Return = MonoNow() - start
-		if err == nil || errors.Is(err, fence.ErrNotFound) || try == 50 {
+		if err == nil || try == 50 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	switch {
-	case err == nil:
-		final.Result, final.Value = ResultOK, string(item.Value)
-	case errors.Is(err, fence.ErrNotFound):
-		final.Result = ResultOK
-	default:
+	if err != nil {
 		return nil, fmt.Errorf("chaos: final read: %w", err)
 	}
+	final.Result, final.Value = ResultOK, value
 	ops := []Op{}
 	for _, w := range workers {
 		wops, err := ReadHistoryFile(w.logPath)

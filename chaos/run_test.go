@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/testserv"
 )
 
 // fenceBin is the fence binary built once for the package's runs ("" under -short).
@@ -107,6 +109,39 @@ func TestRun_FencingOn_EtcdMemberLoss_NoViolation(t *testing.T) {
 	}
 }
 
+// The PostgreSQL resource: the counter is a table row written through
+// postgres.Guard (the resource fence advanced in the row update's transaction);
+// pauses of the lock holder and kills of the server leave no stale write accepted,
+// no acknowledged write lost, and a linearizable history; the control run on it
+// finds violations.
+func TestRun_PostgresResource_FencedPassesControlFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
+	pg := testserv.Postgres(t)
+	dsn := pg.CreateDatabase(t)
+	sum := runChaos(t, Config{Workers: 3, Duration: 6 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 3,
+		Nemeses: []string{NemesisPause, NemesisKill}, Fencing: true, Seed: 5, Resource: ResourcePostgres, Postgres: dsn})
+	r := sum.Report
+	if !strings.HasSuffix(sum.Backend, "+ postgres") {
+		t.Errorf("Backend = %q, want it to end in %q", sum.Backend, "+ postgres")
+	}
+	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 || r.Linearizable != porcupine.Ok {
+		t.Errorf("stale accepted, lost, rejected seen, linearizable = %d, %d, %d, %v; want 0, 0, 0, Ok; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Linearizable, r.Violations)
+	}
+	if sum.Faults[NemesisPause] < 1 || r.Writes < 10 {
+		t.Errorf("pauses, accepted writes = %d, %d; want >= 1, >= 10", sum.Faults[NemesisPause], r.Writes)
+	}
+	// The control run on the same server (a fresh database): without fencing the
+	// pauses must produce violations in the table, or the checker proved nothing there.
+	dsn = pg.CreateDatabase(t)
+	sum = runChaos(t, Config{Workers: 4, Duration: 6 * time.Second, Interval: 700 * time.Millisecond, MaxFaults: 5, Hold: 60 * time.Millisecond,
+		Nemeses: []string{NemesisPause}, Fencing: false, Seed: 6, Resource: ResourcePostgres, Postgres: dsn})
+	if r := sum.Report; !r.Found() || r.StaleAccepted+r.Lost == 0 {
+		t.Errorf("postgres control run: Found() = %v, stale accepted %d, lost %d; want violations", r.Found(), r.StaleAccepted, r.Lost)
+	}
+}
+
 func TestRunEtcdMember_BadConfig_Invalid(t *testing.T) {
 	good := EtcdMemberConfig{Name: "m0", Dir: t.TempDir(), ClientURL: "http://127.0.0.1:1", PeerURL: "http://127.0.0.1:2", InitialCluster: "m0=http://127.0.0.1:2"}
 	for name, mut := range map[string]func(*EtcdMemberConfig){
@@ -153,6 +188,9 @@ func TestRun_BadConfig_Invalid(t *testing.T) {
 		"twice":           {Binary: "fence", Nemeses: []string{"pause", "pause"}},
 		"one worker":      {Binary: "fence", Workers: 1},
 		"tiny ttl":        {Binary: "fence", TTL: time.Millisecond},
+		"bad resource":    {Binary: "fence", Resource: "mysql"},
+		"postgres no dsn": {Binary: "fence", Resource: ResourcePostgres},
+		"dsn no postgres": {Binary: "fence", Postgres: "postgres://x@127.0.0.1:1/db"},
 	} {
 		_, err := Run(context.Background(), cfg)
 		if !errors.Is(err, fence.ErrInvalid) {

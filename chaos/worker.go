@@ -33,16 +33,19 @@ func MonoNow() int64 {
 
 // WorkerConfig configures one worker process (`fence chaos worker`).
 type WorkerConfig struct {
-	ID      int           // worker number, recorded in every Op
-	Server  string        // base URL of the `fence serve` server (the fenced KV, and the locks unless Redis is set)
-	Redis   string        // host:port of a Redis whose redis.Locker grants the locks; "" means the server
-	Lock    string        // lock name
-	Key     string        // KV key of the fenced counter
-	TTL     time.Duration // lease TTL
-	Hold    time.Duration // time spent between the read and the write (where pauses bite)
-	Wait    time.Duration // how long one acquire waits for the lock
-	Fencing bool          // false: control run, writes ignore the lease's token
-	Start   int64         // MonoNow of the run's start; times are recorded relative to it
+	ID     int    // worker number, recorded in every Op
+	Server string // base URL of the `fence serve` server (the fenced KV, and the locks unless Redis is set)
+	Redis  string // host:port of a Redis whose redis.Locker grants the locks; "" means the server
+	// Postgres is the DSN of a PostgreSQL whose table holds the counter, written
+	// through postgres.Guard; "" means the server's KV.
+	Postgres string
+	Lock     string        // lock name
+	Key      string        // KV key of the fenced counter
+	TTL      time.Duration // lease TTL
+	Hold     time.Duration // time spent between the read and the write (where pauses bite)
+	Wait     time.Duration // how long one acquire waits for the lock
+	Fencing  bool          // false: control run, writes ignore the lease's token
+	Start    int64         // MonoNow of the run's start; times are recorded relative to it
 }
 
 // Validate returns an error matching fence.ErrInvalid for a config RunWorker cannot run.
@@ -127,6 +130,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		}
 		locker = rl
 	}
+	var res resource = serveResource{c}
+	if cfg.Postgres != "" {
+		pr, err := openPostgresResource(ctx, cfg.Postgres)
+		if err != nil {
+			return fmt.Errorf("chaos: worker: %w", err)
+		}
+		res = pr
+	}
+	defer res.close()
 	rec := &recorder{enc: json.NewEncoder(out), start: cfg.Start}
 	base := Op{Worker: cfg.ID, Key: cfg.Key, Lock: cfg.Lock}
 	backoff := func() {
@@ -159,7 +171,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		base.Token, base.Lease = f.Token, hashLease(f.LeaseID)
 		o.Token, o.Lease, o.Result = base.Token, base.Lease, ResultOK
 		rec.record(o)
-		if highest := cfg.critical(ctx, c, rec, base, lease, seq); highest > 0 {
+		if highest := cfg.critical(ctx, res, rec, base, lease, seq); highest > 0 {
 			// Refused as stale: the lock's counter is behind what the key accepted (a
 			// failover lost increments). Heal it, as fence's P4 says, so the next grant
 			// is above.
@@ -182,7 +194,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 
 // critical runs one critical section under lease and releases it. It returns the
 // highest token the key reported when it refused the lease's fence as stale, else 0.
-func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *recorder, base Op, lease *fence.Lease, seq int) (highest fence.Token) {
+func (cfg WorkerConfig) critical(ctx context.Context, res resource, rec *recorder, base Op, lease *fence.Lease, seq int) (highest fence.Token) {
 	f := lease.Fence()
 	defer func() {
 		o := base
@@ -203,7 +215,7 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 		o := base
 		o.Kind = KindFence
 		o.Call = rec.now()
-		err, retried := retryUnknown(ctx, func() error { return c.Fence(ctx, cfg.Key, f) })
+		err, retried := retryUnknown(ctx, func() error { return res.fence(ctx, cfg.Key, f) })
 		o.Return = rec.now()
 		o.Result, o.Err = retriedOutcome(err, retried)
 		if r, _ := outcome(err); r == ResultUnknown {
@@ -217,18 +229,14 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 	o := base
 	o.Kind = KindRead
 	o.Call = rec.now()
-	item, err := c.Get(ctx, cfg.Key)
+	v, err := res.get(ctx, cfg.Key)
 	o.Return = rec.now()
-	switch {
-	case err == nil:
-		o.Result, o.Value = ResultOK, string(item.Value)
-	case errors.Is(err, fence.ErrNotFound):
-		o.Result = ResultOK
-	default:
+	if err != nil {
 		o.Result, o.Err = ResultFailed, err.Error()
 		rec.record(o)
 		return 0
 	}
+	o.Result, o.Value = ResultOK, v
 	rec.record(o)
 	n, _ := counterOf(o.Value) // only workers write the key: "" or "N:wW:S"
 	value := fmt.Sprintf("%d:w%d:%d", n+1, cfg.ID, seq)
@@ -252,7 +260,7 @@ func (cfg WorkerConfig) critical(ctx context.Context, c *fencehttp.Client, rec *
 		o.Unfenced = true
 	}
 	o.Call = rec.now()
-	err, retried := retryUnknown(ctx, func() error { return c.Put(ctx, cfg.Key, []byte(value), sent) })
+	err, retried := retryUnknown(ctx, func() error { return res.put(ctx, cfg.Key, value, sent) })
 	o.Return = rec.now()
 	o.Result, o.Err = retriedOutcome(err, retried)
 	if r, _ := outcome(err); r == ResultUnknown {

@@ -35,7 +35,8 @@ TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data), lin
 (latency, resets and cuts on a TCP proxy between the workers and the server),
 failover (locks from a Redis primary that fails over to a lagging replica) and
 member (fence serve on a 3-member etcd cluster whose leader is killed with -9 and
-restarted on its data). Then
+restarted on its data). With --resource postgres --postgres DSN the counter is a
+row of a PostgreSQL table written through postgres.Guard instead of fence serve's KV. Then
 every recorded operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.
 
@@ -133,6 +134,8 @@ visualisation) are saved under --results.`,
 	f.DurationVar(&cfg.Interval, "interval", 3*time.Second, "mean time between two faults of one nemesis")
 	f.IntVar(&cfg.MaxFaults, "max-faults", 0, "most faults per nemesis (0: bounded by --duration only)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the nemeses' choices (0: from the clock)")
+	f.StringVar(&cfg.Resource, "resource", "serve", "where the counter lives: serve (fence serve's KV) or postgres (a table written through postgres.Guard; needs --postgres)")
+	f.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of --resource postgres (postgres://user@host:port/db)")
 	cmd.AddCommand(newChaosWorkerCmd(), newChaosEtcdMemberCmd())
 	return cmd
 }
@@ -177,6 +180,7 @@ func newChaosWorkerCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.IntVar(&wc.ID, "id", 0, "worker number")
 	fl.StringVar(&wc.Server, "server", "", "base URL of fence serve")
+	fl.StringVar(&wc.Postgres, "postgres", "", "PostgreSQL DSN of the counter's table (default: the server's KV)")
 	fl.StringVar(&wc.Redis, "redis", "", "host:port of the Redis granting the locks (default: the server)")
 	fl.StringVar(&wc.Lock, "lock", "chaos", "lock name")
 	fl.StringVar(&wc.Key, "key", "chaos/counter", "KV key of the counter")
