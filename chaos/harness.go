@@ -46,9 +46,12 @@ type Config struct {
 	Binary   string        // the fence binary (its serve and chaos worker modes)
 	Workers  int           // worker processes; default 4
 	Duration time.Duration // how long the workers run; default 30s
-	TTL      time.Duration // lease TTL; default 400ms
-	Hold     time.Duration // time between a worker's read and write; default 20ms
-	Nemeses  []string      // subset of Nemeses; empty means none
+	// TTL is the lease TTL; default 400ms. With the member nemesis it is at least 1s,
+	// etcd's minimum lease TTL there, so that pauses (3 TTLs) outlast the etcd lease
+	// that really holds the lock.
+	TTL     time.Duration
+	Hold    time.Duration // time between a worker's read and write; default 20ms
+	Nemeses []string      // subset of Nemeses; empty means none
 	// Interval is the mean time between two faults of one nemesis; default 3s.
 	Interval time.Duration
 	// MaxFaults bounds the faults each nemesis injects; 0 means no bound but Duration.
@@ -124,6 +127,9 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("chaos: %w: nemesis %q given twice", fence.ErrInvalid, n)
 		}
 		seen[n] = true
+	}
+	if seen[NemesisMember] && c.TTL < etcdMinTTL {
+		c.TTL = etcdMinTTL
 	}
 	if err := validResource(c.Resource); err != nil {
 		return err
