@@ -109,6 +109,16 @@ func TestRun_FencingOn_EtcdMemberLoss_NoViolation(t *testing.T) {
 	}
 }
 
+// The member-loss control run: without fencing, pauses on the etcd-backed server
+// must produce violations, or the fenced run above proved nothing.
+func TestRun_FencingOff_EtcdMemberLoss_ControlFindsViolations(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 4, Duration: 8 * time.Second, Interval: time.Second, MaxFaults: 4, Hold: 100 * time.Millisecond,
+		Nemeses: []string{NemesisMember, NemesisPause}, Fencing: false, Seed: 7})
+	if r := sum.Report; !r.Found() || r.StaleAccepted+r.Lost == 0 {
+		t.Errorf("control run: Found() = %v, stale accepted %d, lost %d; want violations", r.Found(), r.StaleAccepted, r.Lost)
+	}
+}
+
 // The PostgreSQL resource: the counter is a table row written through
 // postgres.Guard (the resource fence advanced in the row update's transaction);
 // pauses of the lock holder and kills of the server leave no stale write accepted,
