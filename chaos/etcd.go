@@ -2,10 +2,8 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,76 +16,28 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/etcdmember"
 )
 
 // NemesisMember kills the etcd leader (SIGKILL) under `fence serve --store etcd://`
 // and restarts it on the same data directory.
 const NemesisMember = "member"
 
-// Raft timing of the chaos etcd members (the choices of internal/testserv): 50 ms
-// ticks and a 500 ms election timeout, so a new leader is elected within about a
-// second and etcd's minimum lease TTL is 1 s.
-const (
-	etcdTickMs     = 50
-	etcdElectionMs = 500
-	etcdMinTTL     = time.Second
-)
+// etcdMinTTL is etcd's minimum lease TTL with the members' Raft timing.
+const etcdMinTTL = etcdmember.MinLeaseTTL
 
 // EtcdMemberConfig is what one etcd member process needs (the flags of the hidden
-// `fence chaos etcd-member` mode).
-type EtcdMemberConfig struct {
-	Name           string // member name, e.g. "m0"
-	Dir            string // data directory, kept across restarts
-	ClientURL      string // e.g. "http://127.0.0.1:PORT"
-	PeerURL        string // e.g. "http://127.0.0.1:PORT"
-	InitialCluster string // "m0=PEERURL,m1=PEERURL,..."
-	ClusterToken   string
-	Existing       bool // initial cluster state "existing" (a restart) rather than "new"
-}
-
-// embedConfig returns the embed configuration of m, or a fence.ErrInvalid error for a
-// missing field or a bad URL.
-func (m EtcdMemberConfig) embedConfig() (*embed.Config, error) {
-	if m.Name == "" || m.Dir == "" || m.InitialCluster == "" {
-		return nil, fmt.Errorf("chaos: etcd member: %w: name, data dir and initial cluster are required", fence.ErrInvalid)
-	}
-	curl, err := url.Parse(m.ClientURL)
-	if err != nil || curl.Host == "" {
-		return nil, fmt.Errorf("chaos: etcd member %s: %w: bad client URL %q", m.Name, fence.ErrInvalid, m.ClientURL)
-	}
-	purl, err := url.Parse(m.PeerURL)
-	if err != nil || purl.Host == "" {
-		return nil, fmt.Errorf("chaos: etcd member %s: %w: bad peer URL %q", m.Name, fence.ErrInvalid, m.PeerURL)
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = m.Name
-	cfg.Dir = m.Dir
-	cfg.ListenClientUrls = []url.URL{*curl}
-	cfg.AdvertiseClientUrls = []url.URL{*curl}
-	cfg.ListenPeerUrls = []url.URL{*purl}
-	cfg.AdvertisePeerUrls = []url.URL{*purl}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = m.InitialCluster
-	cfg.InitialClusterToken = m.ClusterToken
-	cfg.ClusterState = embed.ClusterStateFlagNew
-	if m.Existing {
-		cfg.ClusterState = embed.ClusterStateFlagExisting
-	}
-	cfg.TickMs = etcdTickMs
-	cfg.ElectionMs = etcdElectionMs
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	return cfg, nil
-}
+// `fence chaos etcd-member` mode); the members run internal/etcdmember's embedded
+// configuration, the same as the test helpers' clusters.
+type EtcdMemberConfig = etcdmember.Config
 
 // RunEtcdMember runs one embedded etcd member until ctx ends (then it closes the
 // member and returns nil) or the member fails. It returns a fence.ErrInvalid error for
 // a bad config, or the error that stopped the member.
 func RunEtcdMember(ctx context.Context, m EtcdMemberConfig) error {
-	cfg, err := m.embedConfig()
+	cfg, err := m.Embed()
 	if err != nil {
-		return err
+		return fmt.Errorf("chaos: %w", err)
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -262,41 +212,22 @@ func (c *etcdCluster) leader(ctx context.Context) (*etcdMember, error) {
 }
 
 func (c *etcdCluster) leaderOnce(ctx context.Context) (*etcdMember, error) {
-	var eps []string
-	for _, m := range c.members {
-		eps = append(eps, m.cfg.ClientURL)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	ids := map[uint64]*etcdMember{}
-	var leader uint64
+	var live []*etcdMember
+	var urls []string
 	for _, m := range c.members {
 		m.mu.Lock()
 		alive := m.cmd != nil
 		m.mu.Unlock()
-		if !alive {
-			continue
+		if alive {
+			live = append(live, m)
+			urls = append(urls, m.cfg.ClientURL)
 		}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := cli.Status(sctx, m.cfg.ClientURL)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("status of %s: %w", m.cfg.Name, err)
-		}
-		ids[st.Header.MemberId] = m
-		if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
-			return nil, errors.New("no agreed leader")
-		}
-		leader = st.Leader
 	}
-	m, ok := ids[leader]
-	if !ok {
-		return nil, errors.New("leader is not a live member")
+	i, err := etcdmember.Leader(ctx, urls)
+	if err != nil {
+		return nil, err
 	}
-	return m, nil
+	return live[i], nil
 }
 
 // close kills every member.

@@ -3,9 +3,7 @@ package testserv
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,19 +16,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/fencelock/fence/internal/etcdmember"
 )
 
-// Raft timing of every etcd the helpers start. etcd derives its minimum lease TTL from
-// them: ceil(1.5 * ElectionMs) in whole seconds, so 500 ms gives EtcdMinLeaseTTL. A
-// lease granted with a shorter TTL is silently raised to it by the server.
-const (
-	etcdTickMs     = 50
-	etcdElectionMs = 500
-)
-
-// EtcdMinLeaseTTL is the shortest lease TTL the etcd servers started here honour (see
-// etcd's --election-timeout): tests of lease expiry use at least this.
-const EtcdMinLeaseTTL = time.Second
+// EtcdMinLeaseTTL is the shortest lease TTL the etcd servers started here honour:
+// etcd derives it from the election timeout of internal/etcdmember, and silently
+// raises a shorter TTL to it. Tests of lease expiry use at least this.
+const EtcdMinLeaseTTL = etcdmember.MinLeaseTTL
 
 // etcdMemberEnv carries a member's config (JSON) to a child process of the test binary;
 // EtcdMemberMain looks for it.
@@ -63,7 +56,7 @@ func StartEtcd() (*EtcdServer, error) {
 			return nil, err
 		}
 		m.InitialCluster = m.Name + "=" + m.PeerURL
-		cfg, err := m.embedConfig()
+		cfg, err := m.Embed()
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
@@ -125,14 +118,7 @@ func startEmbed(cfg *embed.Config) (*embed.Etcd, error) {
 
 // etcdMemberConfig is what a member needs to start; it is passed to child processes as
 // JSON.
-type etcdMemberConfig struct {
-	Name           string
-	Dir            string
-	ClientURL      string
-	PeerURL        string
-	InitialCluster string
-	ClusterToken   string
-}
+type etcdMemberConfig = etcdmember.Config
 
 // newEtcdMemberConfig chooses free ports for a member whose data lives under parent.
 func newEtcdMemberConfig(name, parent string) (etcdMemberConfig, error) {
@@ -153,33 +139,6 @@ func newEtcdMemberConfig(name, parent string) (etcdMemberConfig, error) {
 	}, nil
 }
 
-func (m etcdMemberConfig) embedConfig() (*embed.Config, error) {
-	curl, err := url.Parse(m.ClientURL)
-	if err != nil {
-		return nil, err
-	}
-	purl, err := url.Parse(m.PeerURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = m.Name
-	cfg.Dir = m.Dir
-	cfg.ListenClientUrls = []url.URL{*curl}
-	cfg.AdvertiseClientUrls = []url.URL{*curl}
-	cfg.ListenPeerUrls = []url.URL{*purl}
-	cfg.AdvertisePeerUrls = []url.URL{*purl}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = m.InitialCluster
-	cfg.InitialClusterToken = m.ClusterToken
-	cfg.ClusterState = embed.ClusterStateFlagNew
-	cfg.TickMs = etcdTickMs
-	cfg.ElectionMs = etcdElectionMs
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
-	return cfg, nil
-}
-
 // The members of an EtcdCluster are child processes of the test binary: in such a
 // child (the environment carries etcdMemberEnv) this init runs the member until it is
 // killed and never returns, before any test or TestMain runs. In the test process
@@ -196,7 +155,7 @@ func etcdMemberMain() {
 		fmt.Fprintf(os.Stderr, "testserv: etcd member: bad %s: %v\n", etcdMemberEnv, err)
 		os.Exit(3)
 	}
-	cfg, err := m.embedConfig()
+	cfg, err := m.Embed()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testserv: etcd member %s: %v\n", m.Name, err)
 		os.Exit(3)
@@ -376,34 +335,19 @@ func (c *EtcdCluster) Leader(ctx context.Context) (*EtcdMember, error) {
 }
 
 func (c *EtcdCluster) leaderOnce(ctx context.Context) (*EtcdMember, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	var live []*EtcdMember
+	var urls []string
+	for _, m := range c.Members {
+		if m.Alive() {
+			live = append(live, m)
+			urls = append(urls, m.ClientURL)
+		}
+	}
+	i, err := etcdmember.Leader(ctx, urls)
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	ids := map[uint64]*EtcdMember{}
-	var leader uint64
-	for _, m := range c.Members {
-		if !m.Alive() {
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := cli.Status(sctx, m.ClientURL)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("status of %s: %w", m.Name, err)
-		}
-		ids[st.Header.MemberId] = m
-		if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
-			return nil, errors.New("no agreed leader")
-		}
-		leader = st.Leader
-	}
-	m, ok := ids[leader]
-	if !ok {
-		return nil, errors.New("leader is not a live member")
-	}
-	return m, nil
+	return live[i], nil
 }
 
 // Close kills every member and removes the cluster's directory. It is idempotent.
