@@ -328,7 +328,7 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 			fmt.Fprintf(w, `<line x1="20" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#cccccc" stroke-dasharray="2,3"/>`+"\n", ly, width-20, ly)
 		}
 		by := top + l.barTop
-		fmt.Fprintf(w, `<text x="20" y="%.1f" style="%s;font-size:13px;font-weight:bold" fill="%s">%s</text>`+"\n", by+11, svgFont, colText, xmlText(l.name))
+		fmt.Fprintf(w, `<text class="lane" x="20" y="%.1f" style="%s;font-size:13px;font-weight:bold" fill="%s">%s</text>`+"\n", by+11, svgFont, colText, xmlText(l.name))
 		fmt.Fprintf(w, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999999"/>`+"\n", svgLaneLeft, by+svgBarH/2, p.x(p.ticks), by+svgBarH/2)
 	}
 	laneOf := func(worker string) *svgLane {
@@ -342,13 +342,13 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 	for _, sp := range run.Leases {
 		l := laneOf(sp.Worker)
 		x1, x2 := p.x(ticksOf(sp.Start)), p.x(ticksOf(sp.End))
-		fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s" stroke="%s"><title>%s</title></rect>`+"\n",
+		fmt.Fprintf(w, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s" stroke="%s"><title>%s</title></rect>`+"\n",
 			x1, top+l.barTop, math.Max(x2-x1, 1), svgBarH, colLease, colLeaseEdg, xmlText(sp.Label+", "+sp.Reason))
 	}
 	for _, sp := range run.Pauses {
 		l := laneOf(sp.Worker)
 		x1, x2 := p.x(ticksOf(sp.Start)), p.x(ticksOf(sp.End))
-		fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="url(#hatch)" stroke="#333333"><title>%s</title></rect>`+"\n",
+		fmt.Fprintf(w, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="url(#hatch)" stroke="#333333"><title>%s</title></rect>`+"\n",
 			x1, top+l.barTop-3, math.Max(x2-x1, 1), svgBarH+6, xmlText(sp.Label))
 	}
 	for _, sp := range run.InFlight {
@@ -376,7 +376,7 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 			if lb.bold {
 				weight = ";font-weight:bold"
 			}
-			fmt.Fprintf(w, `<text x="%.1f" y="%.1f" style="%s;font-size:11px%s" fill="%s">%s</text>`+"\n", lb.x, ly, svgFont, weight, lb.colour, xmlText(lb.text))
+			fmt.Fprintf(w, `<text class="label" x="%.1f" y="%.1f" style="%s;font-size:11px%s" fill="%s">%s</text>`+"\n", lb.x, ly, svgFont, weight, lb.colour, xmlText(lb.text))
 		}
 	}
 	y := lanesBottom + 34
@@ -393,8 +393,12 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 	fmt.Fprintln(w, `</g>`)
 }
 
+// writeMark draws m as one group of class "mark", so the marks of a picture can be
+// told from its lanes, bars and labels.
 func writeMark(w io.Writer, m svgMark, cy float64) {
 	x := m.x
+	fmt.Fprintln(w, `<g class="mark">`)
+	defer fmt.Fprintln(w, `</g>`)
 	switch m.kind {
 	case "accept":
 		fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="7" fill="%s" stroke="#ffffff" stroke-width="1.5"/>`+"\n", x, cy, m.colour)
