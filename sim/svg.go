@@ -20,6 +20,41 @@ const (
 	svgFont       = "font-family:Helvetica,Arial,sans-serif"
 )
 
+// textWidth returns an upper bound of the width, in pixels, of s set at size px in
+// svgFont, regular or bold. A viewer picks the font: Helvetica on macOS, Arial on
+// Windows, Liberation Sans or, often, DejaVu Sans (the widest) on Linux. So each
+// character counts as its widest advance among these, bold, rounded up by class;
+// layout that fits this fits whichever of them the viewer has.
+func textWidth(s string, size float64) float64 {
+	em := 0.0
+	for _, r := range s {
+		em += charEm(r)
+	}
+	return em * size
+}
+
+// charEm returns an upper bound of the advance of r in em (see textWidth).
+func charEm(r rune) float64 {
+	switch {
+	case r == ' ':
+		return 0.36
+	case strings.ContainsRune("!'.,:;|/\\ijlI", r):
+		return 0.46
+	case strings.ContainsRune("frt()[]-\"`*", r):
+		return 0.53
+	case strings.ContainsRune("mwMW%@", r):
+		return 1.11
+	case strings.ContainsRune("&<>=+#~^{}", r):
+		return 0.88
+	case r >= 'A' && r <= 'Z':
+		return 0.86
+	case r < 0x80:
+		return 0.72
+	default: // not measured: as wide as the widest
+		return 1.11
+	}
+}
+
 // Colours, chosen to differ in lightness too, so they read in grey; every mark
 // also has a distinct shape and a text label.
 const (
