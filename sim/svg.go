@@ -11,14 +11,54 @@ import (
 // SVG layout, in pixels.
 const (
 	svgMinWidth   = 1200
-	svgLaneLeft   = 175 // lane names left of this
+	svgMinLeft    = 175 // the lanes start at least this far right
+	svgTextLeft   = 20  // lane names and headings start here
+	svgFrame      = 10  // a panel's frame runs from here to the width less this
+	svgPad        = 8   // text keeps this far inside a panel's frame
+	svgGutterGap  = 20  // from the longest lane name to the lanes; a mark reaches 10 left of its time
 	svgRight      = 40
 	svgMinPerTick = 6.0
-	svgCharW      = 6.3 // estimated width of a character at font-size 11
+	svgLabelPx    = 11 // font size of labels in the lanes
+	svgLanePx     = 13 // font size of lane names
 	svgRowH       = 14
 	svgBarH       = 14
 	svgFont       = "font-family:Helvetica,Arial,sans-serif"
 )
+
+// textWidth returns an upper bound of the width, in pixels, of s set at size px in
+// svgFont, regular or bold. A viewer picks the font: Helvetica on macOS, Arial on
+// Windows, Liberation Sans or, often, DejaVu Sans (the widest) on Linux. So each
+// character counts as its widest advance among these, bold, rounded up by class;
+// layout that fits this fits whichever of them the viewer has.
+func textWidth(s string, size float64) float64 {
+	em := 0.0
+	for _, r := range s {
+		em += charEm(r)
+	}
+	return em * size
+}
+
+// charEm returns an upper bound of the advance of r in em (see textWidth).
+func charEm(r rune) float64 {
+	switch {
+	case r == ' ':
+		return 0.36
+	case strings.ContainsRune("!'.,:;|/\\ijlI", r):
+		return 0.46
+	case strings.ContainsRune("frt()[]-\"`*", r):
+		return 0.53
+	case strings.ContainsRune("mwMW%@", r):
+		return 1.11
+	case strings.ContainsRune("&<>=+#~^{}", r):
+		return 0.88
+	case r >= 'A' && r <= 'Z':
+		return 0.86
+	case r < 0x80:
+		return 0.72
+	default: // not measured: as wide as the widest
+		return 1.11
+	}
+}
 
 // Colours, chosen to differ in lightness too, so they read in grey; every mark
 // also has a distinct shape and a text label.
@@ -60,10 +100,11 @@ type svgLane struct {
 
 func (l *svgLane) height() float64 { return float64(l.rows)*svgRowH + 12 + svgBarH + 14 }
 
-// place puts a label into the lowest row where it overlaps no other label.
-func (l *svgLane) place(lb *svgLabel, right float64) {
+// place puts a label into the lowest row where it overlaps no other label. A label
+// that would end right of right moves left, but not left of left.
+func (l *svgLane) place(lb *svgLabel, left, right float64) {
 	if lb.x+lb.w > right {
-		lb.x = right - lb.w
+		lb.x = math.Max(right-lb.w, left)
 	}
 	for row := 0; ; row++ {
 		free := true
@@ -84,6 +125,7 @@ func (l *svgLane) place(lb *svgLabel, right float64) {
 
 type svgPanel struct {
 	run    *Run
+	left   float64 // x of T0: the lane names' gutter is left of it
 	ppt    float64 // pixels per tick
 	ticks  float64
 	width  float64
@@ -99,7 +141,7 @@ type svgVLine struct {
 	label string
 }
 
-func (p *svgPanel) x(d float64) float64 { return svgLaneLeft + d*p.ppt }
+func (p *svgPanel) x(d float64) float64 { return p.left + d*p.ppt }
 
 // WriteSVG writes r as a self-contained SVG timeline: for each run a panel with a
 // lane per worker, lease intervals as bars, pauses hatched and labelled, writes as
@@ -110,12 +152,23 @@ func (p *svgPanel) x(d float64) float64 { return svgLaneLeft + d*p.ppt }
 // returns the first write error.
 func WriteSVG(w io.Writer, r *Report) error {
 	var panels []*svgPanel
-	width := float64(svgMinWidth)
+	// The picture is as wide as its widest text needs, measured by textWidth, an
+	// upper bound: nothing is cut at the right edge, whichever font the viewer has.
+	title := "fence simulate: " + mermaidTitle(r)
+	width := math.Max(svgMinWidth, svgTextLeft+textWidth(title, 18)+svgTextLeft)
+	left := lanesLeft(r.Runs)
 	for _, run := range r.Runs {
-		p := layoutPanel(run)
+		p := layoutPanel(run, left)
 		width = math.Max(width, p.width)
 		panels = append(panels, p)
 	}
+	var colX []float64
+	if r.Table != nil {
+		var tableRight float64
+		colX, tableRight = tableColumns(r.Table)
+		width = math.Max(width, tableRight+svgTextLeft)
+	}
+	width = math.Max(width, legendWidth()+svgTextLeft)
 	y := 50.0
 	for _, p := range panels {
 		p.top = y
@@ -136,49 +189,76 @@ func WriteSVG(w io.Writer, r *Report) error {
 	fmt.Fprintln(bw, `<marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#444444"/></marker>`)
 	fmt.Fprintln(bw, `</defs>`)
 	fmt.Fprintf(bw, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`+"\n", width, y)
-	fmt.Fprintf(bw, `<text x="20" y="30" style="%s;font-size:18px;font-weight:bold" fill="%s">%s</text>`+"\n", svgFont, colText, xmlText("fence simulate: "+mermaidTitle(r)))
+	fmt.Fprintf(bw, `<text x="20" y="30" style="%s;font-size:18px;font-weight:bold" fill="%s">%s</text>`+"\n", svgFont, colText, xmlText(title))
 	for _, p := range panels {
 		writePanel(bw, p, width)
 	}
 	if r.Table != nil {
-		writeSVGTable(bw, r.Table, tableTop)
+		writeSVGTable(bw, r.Table, colX, tableTop)
 	}
 	writeLegend(bw, legendTop)
 	fmt.Fprintln(bw, `</svg>`)
 	return bw.Flush()
 }
 
-func layoutPanel(run *Run) *svgPanel {
-	ticks := math.Max(float64(run.End/Tick), 1)
-	ppt := math.Max((svgMinWidth-svgLaneLeft-svgRight)/ticks, svgMinPerTick)
-	p := &svgPanel{run: run, ppt: ppt, ticks: ticks}
-	p.width = svgLaneLeft + ticks*ppt + svgRight
-	right := p.width - 10
-	lane := make(map[string]*svgLane) // lookup only; p.lanes keeps the order
+// laneNames returns the names of run's lanes: one per worker, then the lane of
+// events without a worker, if any, named after the peers they concern.
+func laneNames(run *Run) (workers []string, system string, hasSystem bool) {
 	for _, wk := range run.Workers {
-		l := &svgLane{name: "worker " + wk}
-		lane[wk] = l
-		p.lanes = append(p.lanes, l)
+		workers = append(workers, "worker "+wk)
 	}
 	var sysPeers []string
 	for _, e := range run.Events {
 		if e.Worker == "" && !contains(sysPeers, e.Peer) && e.Peer != "" {
 			sysPeers = append(sysPeers, e.Peer)
 		}
-		if e.Worker == "" && p.system == nil {
-			p.system = &svgLane{}
+		hasSystem = hasSystem || e.Worker == ""
+	}
+	system = strings.Join(sysPeers, " / ")
+	if system == "" {
+		system = "network"
+	}
+	return workers, system, hasSystem
+}
+
+// lanesLeft returns the x of T0 for every panel of runs, so that the panels line
+// up and no mark enters the gutter of the longest lane name.
+func lanesLeft(runs []*Run) float64 {
+	left := float64(svgMinLeft)
+	for _, run := range runs {
+		workers, system, hasSystem := laneNames(run)
+		if hasSystem {
+			workers = append(workers, system)
+		}
+		for _, name := range workers {
+			left = math.Max(left, svgTextLeft+textWidth(name, svgLanePx)+svgGutterGap)
 		}
 	}
-	if p.system != nil {
-		p.system.name = strings.Join(sysPeers, " / ")
-		if p.system.name == "" {
-			p.system.name = "network"
-		}
+	return math.Ceil(left)
+}
+
+func layoutPanel(run *Run, left float64) *svgPanel {
+	ticks := math.Max(float64(run.End/Tick), 1)
+	ppt := math.Max((svgMinWidth-left-svgRight)/ticks, svgMinPerTick)
+	p := &svgPanel{run: run, left: left, ppt: ppt, ticks: ticks}
+	p.width = left + ticks*ppt + svgRight
+	// Labels near the right edge move left, to end inside the frame; one wider than
+	// the lanes starts at T0 and widens the panel (below).
+	right := p.width - svgFrame - svgPad
+	lane := make(map[string]*svgLane) // lookup only; p.lanes keeps the order
+	workers, system, hasSystem := laneNames(run)
+	for i, wk := range run.Workers {
+		l := &svgLane{name: workers[i]}
+		lane[wk] = l
+		p.lanes = append(p.lanes, l)
+	}
+	if hasSystem {
+		p.system = &svgLane{name: system}
 		p.lanes = append(p.lanes, p.system)
 	}
 	at := func(d float64) float64 { return p.x(d) }
 	label := func(l *svgLane, x float64, text, colour string, bold bool) {
-		l.place(&svgLabel{x: x - 3, w: float64(len(text)) * svgCharW, markerX: x, text: text, colour: colour, bold: bold}, right)
+		l.place(&svgLabel{x: x - 3, w: textWidth(text, svgLabelPx), markerX: x, text: text, colour: colour, bold: bold}, left-3, right)
 	}
 	// Lease and pause labels first: they sit at the start of their bars.
 	for _, sp := range run.Leases {
@@ -273,6 +353,21 @@ func layoutPanel(run *Run) *svgPanel {
 		}
 		label(lane[sp.Worker], at(ticksOf(sp.End)), sp.Lease+" "+sp.Reason, colMuted, false)
 	}
+	// The panel is as wide as its marks, labels, heading and outcome need.
+	need := svgTextLeft + math.Max(textWidth(runHeading(run), 15), textWidth(panelSubtitle(run), 12))
+	need = math.Max(need, p.x(p.ticks)+textWidth(fmt.Sprintf("T%.0f", p.ticks), 10)/2)
+	for _, line := range run.Outcome {
+		need = math.Max(need, svgOutcomeLeft+textWidth(line, 12))
+	}
+	for _, l := range p.lanes {
+		for _, m := range l.marks {
+			need = math.Max(need, m.x+10) // a mark reaches 10 right of its x
+		}
+		for _, lb := range l.labels {
+			need = math.Max(need, lb.x+lb.w)
+		}
+	}
+	p.width = math.Max(p.width, math.Ceil(need+svgPad+svgFrame))
 	p.height = 44 // heading and title
 	for _, l := range p.lanes {
 		l.top = p.height
@@ -310,8 +405,7 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 	fmt.Fprintf(w, `<rect x="10" y="%.1f" width="%.0f" height="%.1f" fill="none" stroke="#bbbbbb"/>`+"\n", top-6, width-20, p.height+6)
 	head := runHeading(run)
 	fmt.Fprintf(w, `<text x="20" y="%.1f" style="%s;font-size:15px;font-weight:bold" fill="%s">%s</text>`+"\n", top+14, svgFont, colText, xmlText(head))
-	fmt.Fprintf(w, `<text x="20" y="%.1f" style="%s;font-size:12px" fill="%s">%s</text>`+"\n", top+32, svgFont, colMuted,
-		xmlText(fmt.Sprintf("%s (ttl %v, 1 tick = %v)", run.Title, run.TTL, Tick)))
+	fmt.Fprintf(w, `<text x="20" y="%.1f" style="%s;font-size:12px" fill="%s">%s</text>`+"\n", top+32, svgFont, colMuted, xmlText(panelSubtitle(run)))
 	lanesTop := top + p.lanes[0].top
 	lanesBottom := top + p.lanes[len(p.lanes)-1].top + p.lanes[len(p.lanes)-1].height()
 	// Time grid.
@@ -328,8 +422,8 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 			fmt.Fprintf(w, `<line x1="20" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#cccccc" stroke-dasharray="2,3"/>`+"\n", ly, width-20, ly)
 		}
 		by := top + l.barTop
-		fmt.Fprintf(w, `<text x="20" y="%.1f" style="%s;font-size:13px;font-weight:bold" fill="%s">%s</text>`+"\n", by+11, svgFont, colText, xmlText(l.name))
-		fmt.Fprintf(w, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999999"/>`+"\n", svgLaneLeft, by+svgBarH/2, p.x(p.ticks), by+svgBarH/2)
+		fmt.Fprintf(w, `<text class="lane" x="20" y="%.1f" style="%s;font-size:13px;font-weight:bold" fill="%s">%s</text>`+"\n", by+11, svgFont, colText, xmlText(l.name))
+		fmt.Fprintf(w, `<line x1="%.0f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999999"/>`+"\n", p.left, by+svgBarH/2, p.x(p.ticks), by+svgBarH/2)
 	}
 	laneOf := func(worker string) *svgLane {
 		for i, wk := range run.Workers {
@@ -342,13 +436,13 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 	for _, sp := range run.Leases {
 		l := laneOf(sp.Worker)
 		x1, x2 := p.x(ticksOf(sp.Start)), p.x(ticksOf(sp.End))
-		fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s" stroke="%s"><title>%s</title></rect>`+"\n",
+		fmt.Fprintf(w, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s" stroke="%s"><title>%s</title></rect>`+"\n",
 			x1, top+l.barTop, math.Max(x2-x1, 1), svgBarH, colLease, colLeaseEdg, xmlText(sp.Label+", "+sp.Reason))
 	}
 	for _, sp := range run.Pauses {
 		l := laneOf(sp.Worker)
 		x1, x2 := p.x(ticksOf(sp.Start)), p.x(ticksOf(sp.End))
-		fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="url(#hatch)" stroke="#333333"><title>%s</title></rect>`+"\n",
+		fmt.Fprintf(w, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="url(#hatch)" stroke="#333333"><title>%s</title></rect>`+"\n",
 			x1, top+l.barTop-3, math.Max(x2-x1, 1), svgBarH+6, xmlText(sp.Label))
 	}
 	for _, sp := range run.InFlight {
@@ -376,7 +470,7 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 			if lb.bold {
 				weight = ";font-weight:bold"
 			}
-			fmt.Fprintf(w, `<text x="%.1f" y="%.1f" style="%s;font-size:11px%s" fill="%s">%s</text>`+"\n", lb.x, ly, svgFont, weight, lb.colour, xmlText(lb.text))
+			fmt.Fprintf(w, `<text class="label" x="%.1f" y="%.1f" style="%s;font-size:11px%s" fill="%s">%s</text>`+"\n", lb.x, ly, svgFont, weight, lb.colour, xmlText(lb.text))
 		}
 	}
 	y := lanesBottom + 34
@@ -387,14 +481,26 @@ func writePanel(w io.Writer, p *svgPanel, width float64) {
 			style += ";font-weight:bold"
 			colour = colReject
 		}
-		fmt.Fprintf(w, `<text x="30" y="%.1f" style="%s" fill="%s">%s</text>`+"\n", y, style, colour, xmlText(line))
+		fmt.Fprintf(w, `<text x="%d" y="%.1f" style="%s" fill="%s">%s</text>`+"\n", svgOutcomeLeft, y, style, colour, xmlText(line))
 		y += 15
 	}
 	fmt.Fprintln(w, `</g>`)
 }
 
+// svgOutcomeLeft is the x of a panel's outcome lines.
+const svgOutcomeLeft = 30
+
+// panelSubtitle is the line under a panel's heading.
+func panelSubtitle(run *Run) string {
+	return fmt.Sprintf("%s (ttl %v, 1 tick = %v)", run.Title, run.TTL, Tick)
+}
+
+// writeMark draws m as one group of class "mark", so the marks of a picture can be
+// told from its lanes, bars and labels.
 func writeMark(w io.Writer, m svgMark, cy float64) {
 	x := m.x
+	fmt.Fprintln(w, `<g class="mark">`)
+	defer fmt.Fprintln(w, `</g>`)
 	switch m.kind {
 	case "accept":
 		fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="7" fill="%s" stroke="#ffffff" stroke-width="1.5"/>`+"\n", x, cy, m.colour)
@@ -417,15 +523,40 @@ func writeMark(w io.Writer, m svgMark, cy float64) {
 	}
 }
 
-func writeSVGTable(w io.Writer, t *Table, top float64) {
-	fmt.Fprintf(w, `<text x="20" y="%.1f" style="%s;font-size:15px;font-weight:bold" fill="%s">payments: which protection stops which case</text>`+"\n", top+14, svgFont, colText)
-	colX := []float64{30, 170, 360, 530, 720, 910}
+const svgTableTitle = "payments: which protection stops which case"
+
+// tableColumns returns the x of each column of t (the case, then one per
+// protection set), spaced by the widest text in each, and the right end of the
+// table.
+func tableColumns(t *Table) (colX []float64, right float64) {
+	widths := make([]float64, len(t.Columns)+1)
+	widths[0] = textWidth("case", 12)
+	for i, c := range t.Columns {
+		widths[i+1] = textWidth(c, 12)
+	}
+	for _, row := range t.Rows {
+		widths[0] = math.Max(widths[0], textWidth(row.Case, 12))
+		for i, c := range row.Cells {
+			if i+1 < len(widths) {
+				widths[i+1] = math.Max(widths[i+1], textWidth(c.String(), 12))
+			}
+		}
+	}
+	x := 30.0
+	for _, w := range widths {
+		colX = append(colX, math.Ceil(x))
+		right = x + w
+		x += w + 24
+	}
+	return colX, math.Max(right, svgTextLeft+textWidth(svgTableTitle, 15))
+}
+
+func writeSVGTable(w io.Writer, t *Table, colX []float64, top float64) {
+	fmt.Fprintf(w, `<text x="20" y="%.1f" style="%s;font-size:15px;font-weight:bold" fill="%s">%s</text>`+"\n", top+14, svgFont, colText, xmlText(svgTableTitle))
 	y := top + 40
 	head := append([]string{"case"}, t.Columns...)
 	for i, h := range head {
-		if i < len(colX) {
-			fmt.Fprintf(w, `<text x="%.0f" y="%.1f" style="%s;font-size:12px;font-weight:bold" fill="%s">%s</text>`+"\n", colX[i], y, svgFont, colText, xmlText(h))
-		}
+		fmt.Fprintf(w, `<text x="%.0f" y="%.1f" style="%s;font-size:12px;font-weight:bold" fill="%s">%s</text>`+"\n", colX[i], y, svgFont, colText, xmlText(h))
 	}
 	for _, row := range t.Rows {
 		y += 18
@@ -443,35 +574,76 @@ func writeSVGTable(w io.Writer, t *Table, top float64) {
 	}
 }
 
+// legendItem is a sample of a mark and what it means.
+type legendItem struct {
+	text string
+	draw func(w io.Writer, x, cy float64)
+}
+
+// legendRows are the legend's items, row by row.
+var legendRows = [][]legendItem{
+	{
+		{"lease held at the lock service", func(w io.Writer, x, cy float64) {
+			fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="12" height="10" fill="%s" stroke="%s"/>`+"\n", x, cy-5, colLease, colLeaseEdg)
+		}},
+		{"worker paused", func(w io.Writer, x, cy float64) {
+			fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="12" height="12" fill="url(#hatch)" stroke="#333333"/>`+"\n", x, cy-6)
+		}},
+		{"write accepted", func(w io.Writer, x, cy float64) {
+			writeMark(w, svgMark{kind: "accept", x: x + 6, colour: colAccept}, cy)
+		}},
+		{"write REJECTED by the guard", func(w io.Writer, x, cy float64) {
+			writeMark(w, svgMark{kind: "reject", x: x + 6, colour: colReject}, cy)
+		}},
+		{"stale write accepted (no fencing)", func(w io.Writer, x, cy float64) {
+			writeMark(w, svgMark{kind: "stale", x: x + 6, colour: colStale}, cy)
+		}},
+	},
+	{
+		{"write delayed in the network", func(w io.Writer, x, cy float64) {
+			fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#444444" stroke-width="1.5" stroke-dasharray="5,3" marker-end="url(#arrow)"/>`+"\n", x, cy, x+12, cy)
+		}},
+		{"acquire refused (held)", func(w io.Writer, x, cy float64) {
+			writeMark(w, svgMark{kind: "hollow", x: x + 6, colour: colMuted}, cy)
+		}},
+		{"failover or clock jump", func(w io.Writer, x, cy float64) {
+			fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6,4"/>`+"\n", x+6, cy-8, x+6, cy+8, colSystem)
+		}},
+	},
+}
+
+// Legend layout: items start at legendLeft; each is a sample, a gap, its text.
+const (
+	legendLeft   = 80
+	legendSample = 20 // from an item's start to its text
+	legendGap    = 24 // from an item's text to the next item
+)
+
+// legendWidth returns the right end of the legend's widest row.
+func legendWidth() float64 {
+	right := 0.0
+	for _, row := range legendRows {
+		x := float64(legendLeft)
+		for _, it := range row {
+			right = math.Max(right, x+legendSample+textWidth(it.text, svgLabelPx))
+			x += legendSample + textWidth(it.text, svgLabelPx) + legendGap
+		}
+	}
+	return right
+}
+
 func writeLegend(w io.Writer, top float64) {
 	y := top + 20
 	fmt.Fprintf(w, `<text x="20" y="%.1f" style="%s;font-size:12px;font-weight:bold" fill="%s">legend</text>`+"\n", y, svgFont, colText)
-	x := 80.0
-	item := func(draw func(x float64), text string) {
-		draw(x)
-		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" style="%s;font-size:11px" fill="%s">%s</text>`+"\n", x+20, y, svgFont, colText, xmlText(text))
-		x += 20 + float64(len(text))*svgCharW + 24
+	for _, row := range legendRows {
+		x, cy := float64(legendLeft), y-4
+		for _, it := range row {
+			it.draw(w, x, cy)
+			fmt.Fprintf(w, `<text x="%.1f" y="%.1f" style="%s;font-size:11px" fill="%s">%s</text>`+"\n", x+legendSample, y, svgFont, colText, xmlText(it.text))
+			x += legendSample + textWidth(it.text, svgLabelPx) + legendGap
+		}
+		y += 22
 	}
-	cy := y - 4
-	item(func(x float64) {
-		fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="12" height="10" fill="%s" stroke="%s"/>`+"\n", x, cy-5, colLease, colLeaseEdg)
-	}, "lease held at the lock service")
-	item(func(x float64) {
-		fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="12" height="12" fill="url(#hatch)" stroke="#333333"/>`+"\n", x, cy-6)
-	}, "worker paused")
-	item(func(x float64) { writeMark(w, svgMark{kind: "accept", x: x + 6, colour: colAccept}, cy) }, "write accepted")
-	item(func(x float64) { writeMark(w, svgMark{kind: "reject", x: x + 6, colour: colReject}, cy) }, "write REJECTED by the guard")
-	item(func(x float64) { writeMark(w, svgMark{kind: "stale", x: x + 6, colour: colStale}, cy) }, "stale write accepted (no fencing)")
-	y += 22
-	x = 80
-	cy = y - 4
-	item(func(x float64) {
-		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#444444" stroke-width="1.5" stroke-dasharray="5,3" marker-end="url(#arrow)"/>`+"\n", x, cy, x+12, cy)
-	}, "write delayed in the network")
-	item(func(x float64) { writeMark(w, svgMark{kind: "hollow", x: x + 6, colour: colMuted}, cy) }, "acquire refused (held)")
-	item(func(x float64) {
-		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6,4"/>`+"\n", x+6, cy-8, x+6, cy+8, colSystem)
-	}, "failover or clock jump")
 }
 
 // gridStep returns the distance between time labels, in ticks.
