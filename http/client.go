@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fencelock/fence"
@@ -33,6 +35,7 @@ type ClientOptions struct {
 	// means the system roots.
 	TLSConfig *tls.Config
 	// HTTPClient replaces the client's keep-alive transport; TLSConfig is then ignored.
+	// The default client never follows redirects; an HTTPClient should not either.
 	HTTPClient *http.Client
 	// Clock measures the local deadlines of leases; nil means fence.SystemClock.
 	Clock fence.Clock
@@ -48,6 +51,16 @@ type ClientOptions struct {
 // `fence serve` server (HTTP API v1) over keep-alive connections. It is safe for
 // concurrent use. Leases it returns are fence.Lease values, so Done, Context and
 // WithAutoRenew work over HTTP.
+//
+// Errors: an error the server answered is a *ServerError whose Error is the server's
+// message verbatim (it names the operation and the lock or key: `release "job1":
+// lease not held (expired, released, or never granted)`), matching the fence
+// sentinel of its code with errors.Is and, where the answer carries detail, the typed
+// fence error with errors.As. A server that cannot be reached gives an error
+// matching fence.ErrUnavailable that reads `cannot reach the fence server at URL:
+// REASON` (connection refused, timeout, connection reset, EOF, ...). Arguments the
+// Client refuses before any request read as the server's would (`release "job1":
+// invalid lease: is empty`) and match fence.ErrInvalid and *fence.InvalidError.
 type Client struct {
 	base    string // scheme://host[/path], without a trailing slash
 	hc      *http.Client
@@ -69,18 +82,19 @@ var (
 // It returns an error matching fence.ErrInvalid if baseURL is not an absolute http
 // or https URL without query or fragment.
 func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
+	badURL := &clientError{msg: fmt.Sprintf("invalid server URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL), causes: []error{fence.ErrInvalid}}
 	u, err := url.Parse(baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("fencehttp: server URL %q: %w: %v", baseURL, fence.ErrInvalid, err)
+		return nil, badURL
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("fencehttp: server URL %q: %w: want http://HOST:PORT or https://HOST:PORT", baseURL, fence.ErrInvalid)
+		return nil, badURL
 	}
 	if opts == nil {
 		opts = &ClientOptions{}
 	}
 	if opts.RequestTimeout < 0 || opts.MaxPoll < 0 {
-		return nil, fmt.Errorf("fencehttp: new client: %w: negative timeout", fence.ErrInvalid)
+		return nil, &clientError{msg: "invalid client options: negative timeout", causes: []error{fence.ErrInvalid}}
 	}
 	c := &Client{
 		base:    strings.TrimSuffix(u.String(), "/"),
@@ -98,7 +112,9 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 		if opts.TLSConfig != nil {
 			t.TLSClientConfig = opts.TLSConfig.Clone()
 		}
-		c.hc = &http.Client{Transport: t}
+		// Never follow a redirect: the server sends none, and one from elsewhere (a
+		// proxy cleaning a path) could point a request at another lock.
+		c.hc = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if c.clock == nil {
 		c.clock = fence.SystemClock
@@ -122,18 +138,20 @@ type response struct {
 	body   []byte
 }
 
-// do sends one request and reads the whole answer. Transport failures match
-// fence.ErrUnavailable (and ctx.Err() when the context ended the request).
-func (c *Client) do(ctx context.Context, method, path string, header http.Header, body []byte, extra time.Duration) (*response, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout+extra)
+// do sends one request for op on name (for messages) and reads the whole answer.
+// A transport failure is a *clientError matching fence.ErrUnavailable: "cannot
+// reach the fence server at URL: REASON", or, when ctx ended the request,
+// "OP NAME: context canceled" matching ctx.Err() as well.
+func (c *Client) do(ctx context.Context, op, name, method, path string, header http.Header, body []byte, extra time.Duration) (*response, error) {
+	rctx, cancel := context.WithTimeout(ctx, c.timeout+extra)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(rctx, method, c.base+path, rd)
 	if err != nil {
-		return nil, fmt.Errorf("%w: building the request: %v", fence.ErrInvalid, err)
+		return nil, &clientError{msg: fmt.Sprintf("%s: cannot build the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
 	}
 	for k, vs := range header {
 		req.Header[k] = vs
@@ -143,87 +161,155 @@ func (c *Client) do(ctx context.Context, method, path string, header http.Header
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, transportError(ctx, err)
+		return nil, c.transportError(ctx, op, name, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return nil, transportError(ctx, err)
+		return nil, c.transportError(ctx, op, name, err)
 	}
 	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
 }
 
-func transportError(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("%w (%w)", fence.ErrUnavailable, cerr)
+// opName is the "<op> "<name>"" that starts a message.
+func opName(op, name string) string {
+	if name == "" {
+		return op
 	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err // the URL is in the caller's context already
-	}
-	return fmt.Errorf("%w: %v", fence.ErrUnavailable, err)
+	return fmt.Sprintf("%s %q", op, name)
 }
 
-// doJSON posts in (if not nil) as JSON and decodes a 200 answer into out; any other
-// status becomes the error the server reported.
-func (c *Client) doJSON(ctx context.Context, method, path string, in, out any, extra time.Duration) error {
+// transportError is the error of a request that got no answer. ctx is the caller's:
+// if it ended, that is the reason; otherwise the server could not be reached (or
+// did not answer within RequestTimeout).
+func (c *Client) transportError(ctx context.Context, op, name string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return &clientError{msg: fmt.Sprintf("%s: %v", opName(op, name), cerr), causes: []error{fence.ErrUnavailable, cerr}}
+	}
+	return &clientError{msg: fmt.Sprintf("cannot reach the fence server at %s: %s", c.base, reachReason(err)), causes: []error{fence.ErrUnavailable, err}}
+}
+
+// reachReason says in a few words why a request got no answer, without the chain of
+// *url.Error and *net.OpError around the cause.
+func reachReason(err error) string {
+	var (
+		dns *net.DNSError
+		cve *tls.CertificateVerificationError
+		ne  net.Error
+	)
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "connection reset"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "EOF"
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return "no such host"
+	case errors.As(err, &dns):
+		return "DNS lookup failed: " + dns.Err
+	case errors.As(err, &cve):
+		return "TLS: " + strings.TrimPrefix(cve.Err.Error(), "x509: ")
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to host"
+	}
+	for {
+		switch e := err.(type) {
+		case *url.Error:
+			err = e.Err
+			continue
+		case *net.OpError:
+			err = e.Err
+			continue
+		case *os.SyscallError:
+			err = e.Err
+			continue
+		}
+		return err.Error()
+	}
+}
+
+// doJSON sends in (if not nil) as JSON and decodes a 200 answer into out; any other
+// status becomes the error the server reported (see ServerError).
+func (c *Client) doJSON(ctx context.Context, op, name, method, path string, in, out any, extra time.Duration) error {
 	var body []byte
 	var h http.Header
 	if in != nil {
 		var err error
 		if body, err = json.Marshal(in); err != nil {
-			return fmt.Errorf("%w: %v", fence.ErrInvalid, err)
+			return &clientError{msg: fmt.Sprintf("%s: cannot encode the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
 		}
 		h = http.Header{"Content-Type": {"application/json"}}
 	}
-	resp, err := c.do(ctx, method, path, h, body, extra)
+	resp, err := c.do(ctx, op, name, method, path, h, body, extra)
 	if err != nil {
 		return err
 	}
 	if resp.status != http.StatusOK {
-		return resp.err()
+		return c.answerError(resp)
 	}
 	if out != nil {
 		if err := json.Unmarshal(resp.body, out); err != nil {
-			return fmt.Errorf("%w: malformed answer: %v", fence.ErrUnavailable, err)
+			return c.malformed(op, name)
 		}
 	}
 	return nil
 }
 
-// err decodes an error answer. A body that is not our JSON (a proxy's page) still
-// yields a *ServerError with the status.
-func (r *response) err() error {
+// malformed is the error of a 200 answer the Client cannot read.
+func (c *Client) malformed(op, name string) error {
+	return &clientError{msg: fmt.Sprintf("%s: malformed answer from the fence server at %s", opName(op, name), c.base), causes: []error{fence.ErrUnavailable}}
+}
+
+// answerError decodes an error answer into a *ServerError. A body that is not fence's
+// JSON (a proxy's page) still yields one, with the status: a 502, 503 or 504 then
+// reads "cannot reach the fence server at URL: 502 Bad Gateway".
+func (c *Client) answerError(r *response) error {
 	var body errorResponse
-	if json.Unmarshal(r.body, &body) != nil || body.Code == "" {
-		msg := strings.TrimSpace(string(r.body))
-		if len(msg) > 200 {
-			msg = msg[:200]
-		}
-		return &ServerError{Status: r.status, Code: "", Message: fmt.Sprintf("server answered %d: %s", r.status, msg)}
+	if json.Unmarshal(r.body, &body) == nil && body.Code != "" {
+		return decodeError(r.status, body)
 	}
-	return decodeError(r.status, body)
+	status := fmt.Sprintf("%d %s", r.status, http.StatusText(r.status))
+	switch r.status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return &ServerError{Status: r.status, Message: fmt.Sprintf("cannot reach the fence server at %s: %s", c.base, status)}
+	}
+	msg := strings.Join(strings.Fields(string(r.body)), " ")
+	if len(msg) > 200 {
+		msg = msg[:200] + "..."
+	}
+	if msg != "" {
+		status += ": " + msg
+	}
+	return &ServerError{Status: r.status, Message: fmt.Sprintf("unexpected answer from %s (not a fence server?): %s", c.base, status)}
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // Acquire asks the server for a lease on name (see fence.Locker). With WithWait the
 // server long-polls; waits longer than MaxPoll are several polls. The lease's local
-// deadline counts from when the granting request was sent.
+// deadline counts from when the granting request was sent, plus the time the server
+// reports it held the request before the store started the grant (waited_ms), so it
+// is never later than the store's expiry, and a grant at the end of a long poll still
+// gets its whole TTL.
 //
-// It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the lock
-// stayed held, also matching ctx.Err() when the context ended the wait;
-// fence.ErrInvalid for a bad name or TTL; fence.ErrUnavailable when the server
-// cannot be reached (the server may have granted a lease nobody will learn of; it
-// expires after ttl); ErrUnauthorized for a refused auth token. While a wait lasts,
-// an unavailable or restarting server is retried with backoff (50ms to 1s), so a
-// waiter survives a graceful restart of the server.
+// It returns an error matching fence.ErrNotAcquired (a *ServerError unwrapping to a
+// *fence.HeldError) if the lock stayed held; one matching fence.ErrNotAcquired and
+// ctx.Err() when the context ended the wait; fence.ErrInvalid for a bad name or TTL;
+// fence.ErrUnavailable when the server cannot be reached (the server may have
+// granted a lease nobody will learn of; it expires after ttl); ErrUnauthorized for a
+// refused auth token. While a wait lasts, an unavailable or restarting server is
+// retried with backoff (50ms to 1s), so a waiter survives a graceful restart of the
+// server. Errors of a server answer read as the server's message (see ServerError).
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	const op = "acquire"
 	if err := fence.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("fencehttp: acquire: %w", err)
+		return nil, invalidArg(op, "", err)
 	}
 	if err := fence.ValidateTTL(ttl); err != nil {
-		return nil, fmt.Errorf("fencehttp: acquire %q: %w", name, err)
+		return nil, invalidArg(op, name, err)
 	}
 	o := fence.ApplyAcquireOptions(opts...)
 	path := "/v1/locks/" + EscapeName(name) + "/acquire"
@@ -247,17 +333,20 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		start := c.clock.Now()
 		var resp leaseResponse
 		ttlMs := ms(ttl)
-		err := c.doJSON(ctx, http.MethodPost, path, acquireRequest{TTLms: &ttlMs, WaitMs: max(ms(poll), 0)}, &resp, max(poll, 0))
+		err := c.doJSON(ctx, op, name, http.MethodPost, path, acquireRequest{TTLms: &ttlMs, WaitMs: max(ms(poll), 0)}, &resp, max(poll, 0))
 		if err == nil {
 			if resp.Name != name || fence.ValidateToken(resp.Token) != nil || fence.ValidateLeaseID(resp.Lease) != nil || resp.TTLms <= 0 || resp.WaitedMs < 0 {
-				return nil, fmt.Errorf("fencehttp: acquire %q: %w: malformed grant from the server", name, fence.ErrUnavailable)
+				return nil, c.malformed(op, name)
 			}
-			// The server started counting the TTL no earlier than when this request
-			// left plus the time the server held it: date the lease from there, so
-			// the local deadline is never later than the server's, and a grant at the
-			// end of a long poll still gets its whole TTL.
-			if waited := time.Duration(resp.WaitedMs) * time.Millisecond; waited > 0 && waited <= poll {
+			// The store started counting the TTL when the server's granting request
+			// to it was sent: waited_ms (rounded down) after the server got this
+			// request, which left here no later than start. Never date the lease
+			// after now, whatever the server says.
+			if waited := time.Duration(resp.WaitedMs) * time.Millisecond; waited > 0 {
 				start = start.Add(waited)
+				if now := c.clock.Now(); start.After(now) {
+					start = now
+				}
 			}
 			return fence.NewLease(fence.LeaseConfig{
 				Locker: c, Name: name, Token: resp.Token, ID: resp.Lease,
@@ -265,7 +354,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			}), nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
-			return nil, fmt.Errorf("fencehttp: acquire %q: %w", name, errors.Join(fence.ErrNotAcquired, cerr))
+			return nil, notAcquired(name, cerr)
 		}
 		waitLeft := forever || (o.Wait > 0 && time.Until(waitEnd) > 0)
 		switch {
@@ -283,14 +372,20 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, fmt.Errorf("fencehttp: acquire %q: %w (after: %w)", name, errors.Join(fence.ErrNotAcquired, ctx.Err()), err)
+				return nil, notAcquired(name, ctx.Err(), err)
 			case <-t.C:
 			}
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		return nil, fmt.Errorf("fencehttp: acquire %q: %w", name, err)
+		return nil, err
 	}
+}
+
+// notAcquired is the error of a wait on name that ctx ended (cerr): it matches
+// fence.ErrNotAcquired, cerr, and also the error the last attempt met, if any.
+func notAcquired(name string, cerr error, last ...error) error {
+	return &clientError{msg: fmt.Sprintf("acquire %q: not acquired: %v", name, cerr), causes: append([]error{fence.ErrNotAcquired, cerr}, last...)}
 }
 
 // Backoff of a waiting Acquire while the server is unavailable.
@@ -303,17 +398,15 @@ const (
 // It returns fence.ErrNotHeld if the lease is gone (or not yours), fence.ErrInvalid
 // for bad arguments, fence.ErrUnavailable when the server cannot be reached.
 func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := validateLeaseArgs(name, leaseID); err != nil {
-		return fmt.Errorf("fencehttp: renew %q: %w", name, err)
+	const op = "renew"
+	if err := validateLeaseArgs(op, name, leaseID); err != nil {
+		return err
 	}
 	if err := fence.ValidateTTL(ttl); err != nil {
-		return fmt.Errorf("fencehttp: renew %q: %w", name, err)
+		return invalidArg(op, name, err)
 	}
 	ttlMs := ms(ttl)
-	if err := c.doJSON(ctx, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/renew", renewRequest{Lease: leaseID, TTLms: &ttlMs}, nil, 0); err != nil {
-		return fmt.Errorf("fencehttp: renew %q: %w", name, err)
-	}
-	return nil
+	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/renew", renewRequest{Lease: leaseID, TTLms: &ttlMs}, nil, 0)
 }
 
 // Release ends the lease and wakes the server's waiters (see fence.Locker). It
@@ -321,13 +414,11 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 // fence.ErrInvalid for bad arguments, fence.ErrUnavailable when the server cannot be
 // reached (retrying is safe).
 func (c *Client) Release(ctx context.Context, name, leaseID string) error {
-	if err := validateLeaseArgs(name, leaseID); err != nil {
-		return fmt.Errorf("fencehttp: release %q: %w", name, err)
+	const op = "release"
+	if err := validateLeaseArgs(op, name, leaseID); err != nil {
+		return err
 	}
-	if err := c.doJSON(ctx, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/release", releaseRequest{Lease: leaseID}, nil, 0); err != nil {
-		return fmt.Errorf("fencehttp: release %q: %w", name, err)
-	}
-	return nil
+	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/release", releaseRequest{Lease: leaseID}, nil, 0)
 }
 
 // Heal reports to the server that a guard saw token seen for lock name, so the next
@@ -336,35 +427,37 @@ func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 // counters cannot go backwards), fence.ErrUnavailable when the server cannot be
 // reached (healing again is safe: it never lowers a counter).
 func (c *Client) Heal(ctx context.Context, name string, seen fence.Token) error {
+	const op = "heal"
 	if err := fence.ValidateName(name); err != nil {
-		return fmt.Errorf("fencehttp: heal: %w", err)
+		return invalidArg(op, "", err)
 	}
 	if err := fence.ValidateToken(seen); err != nil {
-		return fmt.Errorf("fencehttp: heal %q: %w", name, err)
+		return invalidArg(op, name, err)
 	}
-	if err := c.doJSON(ctx, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/heal", healRequest{Seen: seen}, nil, 0); err != nil {
-		return fmt.Errorf("fencehttp: heal %q: %w", name, err)
-	}
-	return nil
+	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/heal", healRequest{Seen: seen}, nil, 0)
 }
 
-func validateLeaseArgs(name, leaseID string) error {
+func validateLeaseArgs(op, name, leaseID string) error {
 	if err := fence.ValidateName(name); err != nil {
-		return err
+		return invalidArg(op, "", err)
 	}
-	return fence.ValidateLeaseID(leaseID)
+	if err := fence.ValidateLeaseID(leaseID); err != nil {
+		return invalidArg(op, name, err)
+	}
+	return nil
 }
 
 // Inspect returns the state of one lock (see fence.Inspector). It returns
 // fence.ErrInvalid for a bad name, ErrNotImplemented if the server's store cannot
 // report state, fence.ErrUnavailable when the server cannot be reached.
 func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
+	const op = "inspect"
 	if err := fence.ValidateName(name); err != nil {
-		return fence.LockInfo{}, fmt.Errorf("fencehttp: inspect: %w", err)
+		return fence.LockInfo{}, invalidArg(op, "", err)
 	}
 	var li lockInfo
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/locks/"+EscapeName(name), nil, &li, 0); err != nil {
-		return fence.LockInfo{}, fmt.Errorf("fencehttp: inspect %q: %w", name, err)
+	if err := c.doJSON(ctx, op, name, http.MethodGet, "/v1/locks/"+EscapeName(name), nil, &li, 0); err != nil {
+		return fence.LockInfo{}, err
 	}
 	return li.toFence(), nil
 }
@@ -385,8 +478,8 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		path += "?" + q.Encode()
 	}
 	var resp listResponse
-	if err := c.doJSON(ctx, http.MethodGet, path, nil, &resp, 0); err != nil {
-		return nil, fmt.Errorf("fencehttp: list %q: %w", prefix, err)
+	if err := c.doJSON(ctx, "list", prefix, http.MethodGet, path, nil, &resp, 0); err != nil {
+		return nil, err
 	}
 	out := make([]fence.LockInfo, 0, len(resp.Locks))
 	for _, li := range resp.Locks {
@@ -400,82 +493,69 @@ func (li lockInfo) toFence() fence.LockInfo {
 		ExpiresIn: time.Duration(li.ExpiresInMs) * time.Millisecond}
 }
 
-// fenceHeader returns the headers of a fenced write. An empty f.Name leaves out
-// Fence-Lock (the server then uses the key's lock).
+// fenceHeader returns the headers of a fenced write of f (validated).
 func fenceHeader(f fence.Fence) http.Header {
-	h := http.Header{HeaderToken: {f.Token.String()}}
-	if f.Name != "" {
-		h.Set(HeaderLock, url.PathEscape(f.Name))
-	}
+	h := http.Header{HeaderToken: {f.Token.String()}, HeaderLock: {url.PathEscape(f.Name)}}
 	if f.LeaseID != "" {
 		h.Set(HeaderLease, f.LeaseID)
 	}
 	return h
 }
 
-// Put stores value under key if the server's KV admits f (see fence.KV). It returns
-// a *fence.StaleTokenError (fence.ErrStaleToken) carrying the highest token, or a
-// *fence.NamespaceError (fence.ErrNamespace), when the write is refused and changed
-// nothing; fence.ErrInvalid for a bad key or fence or a value over the server's
-// limit; ErrNotImplemented if the server has no KV; fence.ErrUnavailable when the
-// server cannot be reached (the write may or may not have happened).
-func (c *Client) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("fencehttp: put %q: %w", key, err)
-	}
-	return c.put(ctx, key, value, f)
-}
-
-// PutToken is Put without a lock name: the server checks token against the lock that
-// already fences key (no Fence-Lock header). A key that no lock fences yet is refused
-// with fence.ErrInvalid. Prefer Put, which also refuses a token of another lock.
-func (c *Client) PutToken(ctx context.Context, key string, value []byte, token fence.Token, leaseID string) error {
-	f := fence.Fence{Token: token, LeaseID: leaseID}
-	if err := fence.ValidateToken(token); err != nil {
-		return fmt.Errorf("fencehttp: put %q: %w", key, err)
-	}
-	if leaseID != "" {
-		if err := fence.ValidateLeaseID(leaseID); err != nil {
-			return fmt.Errorf("fencehttp: put %q: %w", key, err)
-		}
-	}
-	return c.put(ctx, key, value, f)
-}
-
-func (c *Client) put(ctx context.Context, key string, value []byte, f fence.Fence) error {
+// validateWrite checks the key and fence of a fenced write (Put, Fence) before any
+// request: a fence must name its lock (the namespace of its token).
+func validateWrite(op, key string, f fence.Fence) error {
 	if err := fence.ValidateKey(key); err != nil {
-		return fmt.Errorf("fencehttp: put: %w", err)
+		return invalidArg(op, "", err)
+	}
+	if err := f.Validate(); err != nil {
+		return invalidArg(op, key, err)
+	}
+	return nil
+}
+
+// Put stores value under key if the server's KV admits f (see fence.KV); f must name
+// its lock (f.Name), which the server checks the token against. It returns a
+// *fence.StaleTokenError (fence.ErrStaleToken) carrying the highest token, or a
+// *fence.NamespaceError (fence.ErrNamespace) when key is fenced by another lock,
+// when the write is refused and changed nothing; fence.ErrInvalid for a bad key or
+// fence (an empty lock name included) or a value over the server's limit;
+// ErrNotImplemented if the server has no KV; fence.ErrUnavailable when the server
+// cannot be reached (the write may or may not have happened).
+func (c *Client) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
+	const op = "put"
+	if err := validateWrite(op, key, f); err != nil {
+		return err
 	}
 	h := fenceHeader(f)
 	h.Set("Content-Type", "application/octet-stream")
 	if value == nil {
 		value = []byte{}
 	}
-	resp, err := c.do(ctx, http.MethodPut, "/v1/kv/"+EscapeName(key), h, value, 0)
-	if err == nil && resp.status != http.StatusOK {
-		err = resp.err()
-	}
+	resp, err := c.do(ctx, op, key, http.MethodPut, "/v1/kv/"+EscapeName(key), h, value, 0)
 	if err != nil {
-		return fmt.Errorf("fencehttp: put %q: %w", key, err)
+		return err
+	}
+	if resp.status != http.StatusOK {
+		return c.answerError(resp)
 	}
 	return nil
 }
 
 // Fence advances key's fence to f without writing a value (see fence.Guard). Errors
-// are those of Put.
+// are those of Put, and ErrNotImplemented if the server's store cannot fence
+// without writing.
 func (c *Client) Fence(ctx context.Context, key string, f fence.Fence) error {
-	if err := fence.ValidateKey(key); err != nil {
-		return fmt.Errorf("fencehttp: fence: %w", err)
+	const op = "fence"
+	if err := validateWrite(op, key, f); err != nil {
+		return err
 	}
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("fencehttp: fence %q: %w", key, err)
-	}
-	resp, err := c.do(ctx, http.MethodPost, "/v1/fences/"+EscapeName(key), fenceHeader(f), nil, 0)
-	if err == nil && resp.status != http.StatusOK {
-		err = resp.err()
-	}
+	resp, err := c.do(ctx, op, key, http.MethodPost, "/v1/fences/"+EscapeName(key), fenceHeader(f), nil, 0)
 	if err != nil {
-		return fmt.Errorf("fencehttp: fence %q: %w", key, err)
+		return err
+	}
+	if resp.status != http.StatusOK {
+		return c.answerError(resp)
 	}
 	return nil
 }
@@ -486,20 +566,21 @@ func (c *Client) Fence(ctx context.Context, key string, f fence.Fence) error {
 // fence.ErrInvalid for a bad key, fence.ErrUnavailable when the server cannot be
 // reached.
 func (c *Client) Get(ctx context.Context, key string) (fence.Item, error) {
+	const op = "get"
 	if err := fence.ValidateKey(key); err != nil {
-		return fence.Item{}, fmt.Errorf("fencehttp: get: %w", err)
+		return fence.Item{}, invalidArg(op, "", err)
 	}
-	resp, err := c.do(ctx, http.MethodGet, "/v1/kv/"+EscapeName(key), nil, nil, 0)
-	if err == nil && resp.status != http.StatusOK {
-		err = resp.err()
-	}
+	resp, err := c.do(ctx, op, key, http.MethodGet, "/v1/kv/"+EscapeName(key), nil, nil, 0)
 	if err != nil {
-		return fence.Item{}, fmt.Errorf("fencehttp: get %q: %w", key, err)
+		return fence.Item{}, err
+	}
+	if resp.status != http.StatusOK {
+		return fence.Item{}, c.answerError(resp)
 	}
 	tok, terr := fence.ParseToken(resp.header.Get(HeaderToken))
 	name, nerr := url.PathUnescape(resp.header.Get(HeaderLock))
 	if terr != nil || nerr != nil {
-		return fence.Item{}, fmt.Errorf("fencehttp: get %q: %w: malformed %s or %s header in the answer", key, fence.ErrUnavailable, HeaderToken, HeaderLock)
+		return fence.Item{}, c.malformed(op, key)
 	}
 	return fence.Item{Value: resp.body, Fence: fence.Fence{Name: name, Token: tok}}, nil
 }

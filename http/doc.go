@@ -9,14 +9,15 @@
 // # API v1
 //
 //	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  -> 200 {"name","token","lease","ttl_ms","waited_ms"}
-//	                                                            409 held (after the wait)
+//	                                                            409 held (after the wait; expires_in_ms as of its end)
 //	POST /v1/locks/{name}/renew    {"lease":ID,"ttl_ms":N}  -> 200 | 410 lease expired or lost
 //	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
 //	POST /v1/locks/{name}/heal     {"seen":N}               -> 200 | 501 (fence.Healer, P4)
 //	GET  /v1/locks/{name}          -> 200 {"name","held","token","last_token","expires_in_ms"}
 //	GET  /v1/locks?prefix=P&limit=N -> 200 {"locks":[...]}
-//	PUT  /v1/kv/{key}     headers Fence-Token: N [Fence-Lease: ID] [Fence-Lock: NAME]
+//	PUT  /v1/kv/{key}     headers Fence-Token: N, Fence-Lock: NAME [, Fence-Lease: ID]
 //	                      -> 200 {"key","lock","token"} | 409 {"error","code","highest"}
+//	                         | 400 (Fence-Lock missing: {"code":"invalid","field":"Fence-Lock"})
 //	GET  /v1/kv/{key}     -> 200 the value, headers Fence-Token and Fence-Lock
 //	POST /v1/fences/{key} headers as for PUT, no body: advance the key's fence only
 //	GET  /healthz         -> 200 {"status":"ok"}, 503 while shutting down (never needs auth)
@@ -31,40 +32,66 @@
 // unescaped slashes (POST /v1/locks/jobs/nightly/acquire is the lock "jobs/nightly"):
 // the action is the last segment of the escaped path, the name everything before it.
 //
+// A path with an empty segment (//) or a dot segment (. or ..) is answered 400
+// "invalid", never redirected: path cleaning would make /v1/locks/a/../b/acquire the
+// lock "b", and a client following the redirect would take a lock it never named.
+// The same holds for escaped dots (%2E%2E) in a name or key sent with unescaped
+// slashes, since URL normalisation treats %2E as '.'. Names with such parts travel
+// as one escaped segment, as EscapeName makes them: a%2F..%2Fb is the lock "a/../b",
+// and %2E%2E the lock "..".
+//
 // # Waiting
 //
 // An acquire with wait_ms is a long poll: the request stays open until the lock is
 // granted (woken by the release, through the backend's own wake-up), the wait ends
 // (409), or the client goes away. The server caps one poll at Config.MaxWait (60s by
 // default); the Client polls again until its own wait is over, so fence.WaitForever
-// works. A grant made just as its client went away is released at once. The answer's
-// waited_ms says how long the server held the request before the grant, so a client
-// can date the lease from the grant, not from when its poll began.
+// works. A grant made just as its client went away is released at once.
+//
+// The answer's waited_ms (rounded down) is the time from when the server got the
+// request to when it sent the store the request that granted the lease, which is
+// when the store started counting the TTL (a fence.Lease's deadline is that time
+// plus the TTL). A client adds it to the time it sent its request: its deadline is
+// then never later than the store's expiry, however long the store took to
+// acknowledge the grant (an fsync, a Redis WAIT, a Raft commit), and a grant at the
+// end of a long poll still gets its whole TTL. A 409 after a wait reports the time
+// the holder's lease has left when the wait ended (expires_in_ms, and in the message).
 //
 // # The fenced KV store and the Fence-Lock header
 //
 // A fence is a lock name (the namespace of its token counter), a token and a lease
-// id. A write carries the token in Fence-Token, the lease id in Fence-Lease (optional;
-// without it an equal token is refused, as fence.Admit says) and the lock name in
-// Fence-Lock. Fence-Lock may be omitted for a key that is already fenced: the server
-// then uses the lock that fences the key (a key's lock never changes once it has a
-// fence, so this is not a race). The first write to a key must name its lock; without
-// Fence-Lock it is refused with 400. Sending Fence-Lock always is the safe habit: it
-// makes the server refuse a token of another lock (409, code "wrong_lock") instead of
-// comparing tokens of different counters. Fence-Lock is URL-escaped like a path
-// segment (plain names are unchanged by that), and GET /v1/kv answers with it
+// id. Every fenced write (PUT /v1/kv/{key}, POST /v1/fences/{key}) carries the token
+// in Fence-Token and the lock name in Fence-Lock, both required, and the lease id in
+// Fence-Lease (optional; without it an equal token is refused, as fence.Admit says).
+// A write without Fence-Lock is refused with 400 (code "invalid", field
+// "Fence-Lock"), also on a key that a lock already fences: the server never guesses
+// the lock, because a token of another lock's counter compared as if it were the
+// key's lock's would pass or fail by accident. With the lock named, a token of
+// another lock is refused (409, code "wrong_lock"). Fence-Lock is URL-escaped like a
+// path segment (plain names are unchanged by that), and GET /v1/kv answers with it
 // escaped the same way.
 //
 // # Errors
 //
 // Every error is JSON {"error":"...","code":"..."} with one status per cause (one
-// table in the server, matched with errors.Is on the fence sentinels):
+// table in the server, matched with errors.Is on the fence sentinels). "error" is the
+// one line a user should read, each fact once, without the server's internal
+// wrapping: the operation and the lock or key, then what happened:
 //
-//	400 invalid          bad name, key, TTL, token, lease id, JSON or header
+//	release "job1": lease not held (expired, released, or never granted)
+//	put "ledger": stale token 1, highest seen 2
+//	put "ledger": token of lock "other", but the key is fenced by lock "report"
+//	acquire "job1": invalid ttl_ms "0": must be between 1 and 86400000
+//	lock "job1" is held (expires in 1.2s)
+//
+// A lease id is never echoed. The codes:
+//
+//	400 invalid          bad name, key, TTL, token, lease id, JSON, header or path;
+//	                     Fence-Lock missing ({"field":"Fence-Lock"})
 //	401 unauthorized     missing or wrong bearer token
 //	404 not_found        unknown key or route
 //	405 method_not_allowed
-//	409 held             lock still held after the wait (expires_in_ms when known)
+//	409 held             lock still held after the wait (expires_in_ms as of its end, when known)
 //	409 stale_token      {"highest":N,"token":N}: the key accepted a higher token
 //	409 wrong_lock       {"lock":NAME}: the key is fenced by another lock
 //	409 token_exhausted  the lock's counter is at fence.MaxToken
@@ -72,6 +99,11 @@
 //	413 too_large        request body over the limit
 //	501 not_implemented  the store has no KV, Guard or Inspector
 //	503 unavailable      the store could not be reached, or the server is shutting down
+//
+// The Client's errors for an answer read exactly as "error" (a *ServerError) and
+// match the code's fence sentinel with errors.Is and, where the body has detail, the
+// typed fence error with errors.As; a server it cannot reach reads "cannot reach the
+// fence server at URL: REASON" and matches fence.ErrUnavailable.
 //
 // A renew or release with another holder's lease id is answered 410 (not 403): a
 // backend cannot tell "not yours" from "gone", and saying which would leak whether

@@ -19,15 +19,31 @@ var (
 	ErrNotImplemented = errors.New("fencehttp: not implemented by the server's store")
 )
 
-// Server-side causes without a fence sentinel (errShuttingDown matches
-// fence.ErrUnavailable, so a client sees 503 "unavailable").
+// Server-side causes without a fence sentinel. They are kinds: a request's error is
+// a *causeError of one of them, which carries the fact a user reads
+// (errShuttingDown matches fence.ErrUnavailable, so a client sees 503 "unavailable").
 var (
 	errTooLarge      = errors.New("fencehttp: request body too large")
 	errNoRoute       = errors.New("fencehttp: no such route")
 	errMethod        = errors.New("fencehttp: method not allowed")
-	errShuttingDown  = fmt.Errorf("fencehttp: server shutting down: %w", fence.ErrUnavailable)
+	errShuttingDown  = &causeError{kind: fence.ErrUnavailable, fact: "the server is shutting down"}
 	errInternalError = errors.New("fencehttp: internal error")
 )
+
+// causeError is a server-side cause: kind decides the status (statusTable), fact is
+// what the user reads after "<op> <name>:". Error, for logs, has both.
+type causeError struct {
+	kind error
+	fact string
+}
+
+func (e *causeError) Error() string { return e.kind.Error() + ": " + e.fact }
+func (e *causeError) Unwrap() error { return e.kind }
+
+// because returns a *causeError of kind with the fact formatted.
+func because(kind error, format string, args ...any) error {
+	return &causeError{kind: kind, fact: fmt.Sprintf(format, args...)}
+}
 
 // statusTable maps causes to statuses and codes: the one place the server decides a
 // status. The first entry that errors.Is matches wins, so order matters where an
@@ -55,20 +71,25 @@ var statusTable = []struct {
 	{context.Canceled, http.StatusServiceUnavailable, "unavailable"},
 }
 
-// errorBody returns the status and JSON body that answer err. Typed fence errors add
-// their detail. Unknown errors are 500 with a generic message (the caller logs err).
-func errorBody(err error) (int, errorResponse) {
-	status, code := http.StatusInternalServerError, "internal"
+// statusOf returns the status and code of err from statusTable: 500 "internal" for
+// an error it does not know.
+func statusOf(err error) (int, string) {
 	for _, e := range statusTable {
 		if errors.Is(err, e.err) {
-			status, code = e.status, e.code
-			break
+			return e.status, e.code
 		}
 	}
-	body := errorResponse{Error: err.Error(), Code: code}
-	if status == http.StatusInternalServerError {
-		body.Error = errInternalError.Error()
-	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// errorBody returns the status and JSON body that answer err, which op (acquire,
+// renew, release, heal, inspect, list, put, get, fence; "" outside those) met on
+// name (a lock name, key or list prefix; "" if unknown or invalid). Typed fence errors
+// add their detail. Unknown errors are 500 with a generic message (the caller logs
+// err).
+func errorBody(op, name string, err error) (int, errorResponse) {
+	status, code := statusOf(err)
+	body := errorResponse{Error: userMessage(op, name, err), Code: code}
 	var (
 		held  *fence.HeldError
 		stale *fence.StaleTokenError
@@ -76,41 +97,171 @@ func errorBody(err error) (int, errorResponse) {
 		inv   *fence.InvalidError
 	)
 	switch {
+	case status == http.StatusInternalServerError:
 	case errors.As(err, &stale):
 		body.Key, body.Token, body.Highest, body.SameToken = stale.Resource, stale.Token, stale.Highest, stale.SameToken
 	case errors.As(err, &ns):
 		body.Key, body.Lock, body.Got = ns.Resource, ns.Want, ns.Got
 	case errors.As(err, &held):
 		body.Name, body.ExpiresInMs = held.Name, held.ExpiresIn.Milliseconds()
+		if body.Name == "" {
+			body.Name = name
+		}
 	case errors.As(err, &inv):
 		body.Field, body.Value, body.Reason = inv.Field, inv.Value, inv.Reason
-		if inv.Field == "lease" {
+		if secretField(inv.Field) {
 			body.Value = "" // a lease id is a credential: never echo it
-			body.Error = (&fence.InvalidError{Field: inv.Field, Reason: inv.Reason}).Error()
 		}
+	case code == "not_held" && isLockOp(op):
+		body.Name = name
 	}
 	return status, body
 }
 
-// ServerError is an error answer of the server that has no richer fence type. It
-// matches (errors.Is) the fence sentinel of its code: ErrNotHeld for 410,
-// ErrUnavailable for 503, ErrInvalid for 400 and 413, and so on.
+// userMessage is the one line a user reads for err, which op met on name: the
+// "error" of every error answer, and the message of the Client's errors. It names the
+// operation and the lock or key once, then the fact, with no package prefixes or
+// internal wrapping:
+//
+//	release "job1": lease not held (expired, released, or never granted)
+//	put "ledger": stale token 1, highest seen 2
+//	acquire "job1": invalid ttl_ms "0": must be between 1 and 86400000
+//	lock "job1" is held (expires in 1.2s)
+//
+// A held lock is the one exception to "<op> <name>: <fact>": the name is the subject.
+// Without op the fact stands alone; without name (an invalid one, say) only the op
+// precedes it.
+func userMessage(op, name string, err error) string {
+	var (
+		held  *fence.HeldError
+		stale *fence.StaleTokenError
+		ns    *fence.NamespaceError
+		inv   *fence.InvalidError
+		cause *causeError
+	)
+	status, code := statusOf(err)
+	var fact string
+	switch {
+	case status == http.StatusInternalServerError:
+		fact = "internal error"
+	case code == "held":
+		if errors.As(err, &held) {
+			if name == "" {
+				name = held.Name
+			}
+			if held.ExpiresIn > 0 {
+				return fmt.Sprintf("lock %q is held (expires in %v)", name, roundLeft(held.ExpiresIn))
+			}
+		}
+		if name == "" {
+			return "lock is held"
+		}
+		return fmt.Sprintf("lock %q is held", name)
+	case errors.As(err, &stale):
+		fact = fmt.Sprintf("stale token %d, highest seen %d", stale.Token, stale.Highest)
+		if stale.SameToken {
+			fact += " (accepted under another lease)"
+		}
+	case errors.As(err, &ns):
+		fact = fmt.Sprintf("token of lock %q, but %q is fenced by lock %q", ns.Got, ns.Resource, ns.Want)
+		if name == ns.Resource {
+			fact = fmt.Sprintf("token of lock %q, but the key is fenced by lock %q", ns.Got, ns.Want)
+		}
+	case errors.As(err, &inv):
+		fact = invalidFact(inv)
+	case errors.As(err, &cause):
+		fact = cause.fact
+	case code == "not_held":
+		fact = "lease not held (expired, released, or never granted)"
+	case code == "not_found":
+		fact = "not found"
+	case code == "token_exhausted":
+		fact = "token counter exhausted: the lock grants no more leases"
+	case code == "unauthorized":
+		fact = "unauthorized"
+	case errors.Is(err, fence.ErrClosed):
+		fact = "store closed"
+	case errors.Is(err, context.DeadlineExceeded):
+		fact = "store unavailable (timed out)"
+	case errors.Is(err, context.Canceled):
+		fact = "cancelled"
+	case code == "unavailable":
+		fact = "store unavailable"
+	default:
+		fact = code
+	}
+	switch {
+	case op == "":
+		return fact
+	case name == "":
+		return op + ": " + fact
+	}
+	return fmt.Sprintf("%s %q: %s", op, name, fact)
+}
+
+// invalidFact is the fact of an InvalidError: the field, its value (never a lease
+// id's) and the reason.
+func invalidFact(inv *fence.InvalidError) string {
+	if inv.Value == "" || secretField(inv.Field) {
+		return fmt.Sprintf("invalid %s: %s", inv.Field, inv.Reason)
+	}
+	v := inv.Value
+	if len(v) > 64 {
+		v = v[:64] + "..."
+	}
+	return fmt.Sprintf("invalid %s %q: %s", inv.Field, v, inv.Reason)
+}
+
+// secretField reports whether an invalid field's value is a credential.
+func secretField(field string) bool { return field == "lease" || field == HeaderLease }
+
+// isLockOp reports whether op works on a lock (rather than a key).
+func isLockOp(op string) bool {
+	switch op {
+	case "acquire", "renew", "release", "heal", "inspect":
+		return true
+	}
+	return false
+}
+
+// roundLeft rounds a time left for a message: to 100ms from a second up (1.2s), to
+// the millisecond below, never to zero.
+func roundLeft(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Truncate(100 * time.Millisecond)
+	}
+	return max(d.Truncate(time.Millisecond), time.Millisecond)
+}
+
+// ServerError is an error answer of the server. Its Error is the server's message
+// verbatim (the "error" of the JSON body: it names the operation and the lock or key
+// already). It matches (errors.Is) the fence sentinel of its code: ErrNotAcquired for
+// "held", ErrNotHeld for 410, ErrUnavailable for 503, ErrInvalid for 400 and 413, and
+// so on; where the body carries detail it unwraps to the typed error, so errors.As
+// finds a *fence.HeldError, *fence.StaleTokenError, *fence.NamespaceError or
+// *fence.InvalidError.
 type ServerError struct {
 	Status  int    // HTTP status
-	Code    string // the "code" of the JSON body
-	Message string // the "error" of the JSON body
+	Code    string // the "code" of the JSON body ("" if the answer was not fence's JSON)
+	Message string // the "error" of the JSON body, or a description of a foreign answer
+
+	detail error // the typed fence error the body describes, or nil
 }
 
 // Error returns the server's message, or the status and code if it sent none.
 func (e *ServerError) Error() string {
 	if e.Message == "" {
-		return fmt.Sprintf("fencehttp: server answered %d %s", e.Status, e.Code)
+		return fmt.Sprintf("server answered %d %s", e.Status, e.Code)
 	}
 	return e.Message
 }
 
-// Unwrap returns the fence sentinel for the code, or nil.
+// Unwrap returns the typed fence error the body describes if there is one, else the
+// sentinel for the code (or, for an answer without a code, for the status), or nil.
 func (e *ServerError) Unwrap() error {
+	if e.detail != nil {
+		return e.detail
+	}
 	switch e.Code {
 	case "invalid", "too_large":
 		return fence.ErrInvalid
@@ -142,20 +293,39 @@ func (e *ServerError) Unwrap() error {
 	return nil
 }
 
-// decodeError turns an error answer back into the error the server's store returned:
-// the typed fence errors where the body carries their detail, else a *ServerError.
+// decodeError turns an error answer back into an error: a *ServerError with the
+// server's message, unwrapping to the typed fence error where the body carries its
+// detail.
 func decodeError(status int, body errorResponse) error {
+	e := &ServerError{Status: status, Code: body.Code, Message: body.Error}
 	switch body.Code {
 	case "held":
-		return &fence.HeldError{Name: body.Name, ExpiresIn: time.Duration(body.ExpiresInMs) * time.Millisecond}
+		e.detail = &fence.HeldError{Name: body.Name, ExpiresIn: time.Duration(body.ExpiresInMs) * time.Millisecond}
 	case "stale_token":
-		return &fence.StaleTokenError{Resource: body.Key, Token: body.Token, Highest: body.Highest, SameToken: body.SameToken}
+		e.detail = &fence.StaleTokenError{Resource: body.Key, Token: body.Token, Highest: body.Highest, SameToken: body.SameToken}
 	case "wrong_lock":
-		return &fence.NamespaceError{Resource: body.Key, Want: body.Lock, Got: body.Got}
+		e.detail = &fence.NamespaceError{Resource: body.Key, Want: body.Lock, Got: body.Got}
 	case "invalid":
 		if body.Field != "" {
-			return &fence.InvalidError{Field: body.Field, Value: body.Value, Reason: body.Reason}
+			e.detail = &fence.InvalidError{Field: body.Field, Value: body.Value, Reason: body.Reason}
 		}
 	}
-	return &ServerError{Status: status, Code: body.Code, Message: body.Error}
+	return e
+}
+
+// clientError is an error the Client makes itself (bad arguments, an unreachable
+// server, a cancelled context): Error is msg, worded as the server's messages are,
+// and errors.Is and errors.As see every cause.
+type clientError struct {
+	msg    string
+	causes []error
+}
+
+func (e *clientError) Error() string   { return e.msg }
+func (e *clientError) Unwrap() []error { return e.causes }
+
+// invalidArg is a Client's validation error for op on name: the server's wording,
+// matching fence.ErrInvalid and the *fence.InvalidError.
+func invalidArg(op, name string, err error) error {
+	return &clientError{msg: userMessage(op, name, err), causes: []error{err}}
 }

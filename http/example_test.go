@@ -58,7 +58,7 @@ func Example() {
 	// A holds token 1
 	// B holds token 2
 	// B writes: <nil>
-	// A writes: fencehttp: put "balance": fence: stale token 1 for "balance", highest seen 2
+	// A writes: put "balance": stale token 1, highest seen 2
 	// highest seen: 2
 	// balance: 100 (token 2)
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -130,24 +131,75 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
 
 func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/locks", s.handleLocksRoot)
-	mux.HandleFunc("/v1/locks/", s.handleLocks)
-	mux.HandleFunc("/v1/kv/", s.handleKV)
-	mux.HandleFunc("/v1/fences/", s.handleFences)
-	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, r, fmt.Errorf("%w: %s %s", errNoRoute, r.Method, r.URL.EscapedPath()))
+	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
+	// Routing is by prefix of the escaped path, by hand rather than with a ServeMux:
+	// a ServeMux cleans paths and answers a redirect to the cleaned one, so that
+	// /v1/locks/a/../b/acquire would become a 307 to the lock "b".
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.EscapedPath(); {
+		case p == "/v1/locks":
+			s.handleLocksRoot(w, r)
+		case strings.HasPrefix(p, "/v1/locks/"):
+			s.handleLocks(w, r)
+		case strings.HasPrefix(p, "/v1/kv/"):
+			s.handleKV(w, r)
+		case strings.HasPrefix(p, "/v1/fences/"):
+			s.handleFences(w, r)
+		case p == "/metrics":
+			metrics.ServeHTTP(w, r)
+		default:
+			s.fail(w, r, "", "", because(errNoRoute, "no such route: %s %s", r.Method, p))
+		}
 	})
-	authed := s.authenticate(mux)
+	authed := s.authenticate(api)
 	health := http.HandlerFunc(s.handleHealth)
 	return s.recoverPanics(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkPath(requestPath(r)); err != nil {
+			s.fail(w, r, "", "", err)
+			return
+		}
 		if r.URL.Path == "/healthz" {
 			health.ServeHTTP(w, r)
 			return
 		}
 		authed.ServeHTTP(w, r)
 	}))
+}
+
+// requestPath is the path of r as the client sent it: the request target up to the
+// query when it is in origin form (a target "//v1/locks/x" would otherwise be read
+// as the host "v1" and the path "/locks/x"), else the URL's escaped path.
+func requestPath(r *http.Request) string {
+	if t := r.RequestURI; strings.HasPrefix(t, "/") {
+		p, _, _ := strings.Cut(t, "?")
+		return p
+	}
+	return r.URL.EscapedPath()
+}
+
+// checkPath refuses an escaped path with an empty segment ("//") or a dot segment
+// ("." or ".."), which path cleaning, by a proxy or a redirect-following client,
+// would turn into another lock or key: /v1/locks/a/../b/acquire is not the lock
+// "b", and not the lock "a/../b" either (send that name as one escaped segment,
+// a%2F..%2Fb; see EscapeName). A trailing slash is not an empty segment here
+// (GET /v1/locks/ is the listing). Escaped dots are judged where the name is parsed
+// (see unescapeName).
+func checkPath(escaped string) error {
+	segs := strings.Split(strings.TrimPrefix(escaped, "/"), "/")
+	for i, seg := range segs {
+		var reason string
+		switch {
+		case seg == "" && i < len(segs)-1:
+			reason = "has an empty segment (//)"
+		case seg == "." || seg == "..":
+			reason = fmt.Sprintf("has a %q segment", seg)
+		default:
+			continue
+		}
+		return &fence.InvalidError{Field: "path", Value: escaped,
+			Reason: reason + "; send a name or key as one escaped segment ('/' as %2F, '.' as %2E)"}
+	}
+	return nil
 }
 
 // recoverPanics answers 500 JSON if a handler (or the store under it) panics.
@@ -159,7 +211,7 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 					panic(v)
 				}
 				s.log.Error("panic serving request", "method", r.Method, "path", r.URL.EscapedPath(), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				s.writeJSON(w, http.StatusInternalServerError, errorResponse{Error: errInternalError.Error(), Code: "internal"})
+				s.writeJSON(w, http.StatusInternalServerError, errorResponse{Error: userMessage("", "", errInternalError), Code: "internal"})
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -175,7 +227,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if !s.authorized(r.Header.Get("Authorization")) {
 			s.log.Warn("unauthorized request", "method", r.Method, "route", routeOf(r), "remote", r.RemoteAddr)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fence"`)
-			s.fail(w, r, fmt.Errorf("%w: missing or wrong bearer token", ErrUnauthorized))
+			s.fail(w, r, "", "", because(ErrUnauthorized, "unauthorized: missing or wrong bearer token"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -203,7 +255,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.drainCtx.Err() != nil {
-		s.fail(w, r, errShuttingDown)
+		s.fail(w, r, "", "", errShuttingDown)
 		return
 	}
 	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -218,7 +270,7 @@ func (s *Server) handleLocksRoot(w http.ResponseWriter, r *http.Request) {
 	s.list(w, r)
 }
 
-// handleLocks serves /v1/locks/{name} and /v1/locks/{name}/{acquire,renew,release}.
+// handleLocks serves /v1/locks/{name} and /v1/locks/{name}/{acquire,renew,release,heal}.
 // It parses the escaped path itself so that names with an escaped '/' round-trip.
 func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/locks/")
@@ -230,44 +282,59 @@ func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request) {
 		}
 		name, err := unescapeName("name", rest)
 		if err != nil {
-			s.fail(w, r, err)
+			s.fail(w, r, "inspect", "", err)
 			return
 		}
 		s.inspect(w, r, name)
 	case http.MethodPost:
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 {
-			s.fail(w, r, fmt.Errorf("%w: POST /v1/locks/{name} needs an action: /acquire, /renew or /release", errNoRoute))
+			s.fail(w, r, "", "", because(errNoRoute, "no such route: POST /v1/locks/{name} needs an action: /acquire, /renew, /release or /heal"))
 			return
 		}
 		action := rest[i+1:]
-		name, err := unescapeName("name", rest[:i])
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
+		var handle func(http.ResponseWriter, *http.Request, string)
 		switch action {
 		case "acquire":
-			s.acquire(w, r, name)
+			handle = s.acquire
 		case "renew":
-			s.renew(w, r, name)
+			handle = s.renew
 		case "release":
-			s.release(w, r, name)
+			handle = s.release
 		case "heal":
-			s.heal(w, r, name)
+			handle = s.heal
 		default:
-			s.fail(w, r, fmt.Errorf("%w: unknown lock action %q (want acquire, renew, release or heal)", errNoRoute, action))
+			s.fail(w, r, "", "", because(errNoRoute, "no such route: unknown lock action %q (want acquire, renew, release or heal)", action))
+			return
 		}
+		name, err := unescapeName("name", rest[:i])
+		if err != nil {
+			s.fail(w, r, action, "", err)
+			return
+		}
+		handle(w, r, name)
 	default:
 		s.methodNotAllowed(w, r, "GET, HEAD, POST")
 	}
 }
 
-// unescapeName decodes one escaped path segment and validates it as a name or key.
+// unescapeName decodes the escaped name or key part of a path and validates it. A
+// name sent with unescaped slashes (jobs/nightly) must not have a dot segment, not
+// even an escaped one: RFC 3986 makes %2E the same as '.', so a normalising proxy
+// may resolve a/%2E%2E/b to b. A whole name "." or ".." (one segment, as EscapeName
+// sends it) cannot be resolved into another lock or key, and is accepted.
 func unescapeName(field, escaped string) (string, error) {
 	name, err := url.PathUnescape(escaped)
 	if err != nil {
 		return "", &fence.InvalidError{Field: field, Value: escaped, Reason: "is not a valid escaped path segment"}
+	}
+	if segs := strings.Split(escaped, "/"); len(segs) > 1 {
+		for _, seg := range segs {
+			if d, err := url.PathUnescape(seg); err == nil && (d == "." || d == "..") {
+				return "", &fence.InvalidError{Field: field, Value: escaped,
+					Reason: fmt.Sprintf("has a %q segment; send it as one escaped segment ('/' as %%2F, '.' as %%2E)", d)}
+			}
+		}
 	}
 	if field == "key" {
 		err = fence.ValidateKey(name)
@@ -293,18 +360,19 @@ func (s *Server) ttlFromMs(ms *int64) (time.Duration, error) {
 }
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
+	const op = "acquire"
 	var req acquireRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, op, name, err)
 		return
 	}
 	ttl, err := s.ttlFromMs(req.TTLms)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, op, name, err)
 		return
 	}
 	if req.WaitMs < 0 {
-		s.fail(w, r, &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"})
+		s.fail(w, r, op, name, &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"})
 		return
 	}
 	wait := s.cfg.MaxWait
@@ -320,12 +388,16 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		s.m.waits.Inc()
 		wctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(s.drainCtx, cancel)
+		waitStart := time.Now()
 		lease, err = s.cfg.Locker.Acquire(wctx, name, ttl, fence.WithWait(wait-time.Since(start)))
 		stop()
 		cancel()
 		s.m.waitSeconds.Observe(time.Since(start).Seconds())
-		if err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("acquire %q: %w", name, errShuttingDown)
+		switch {
+		case err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil:
+			err = errShuttingDown
+		case errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil:
+			err = s.heldAtEnd(ctx, name, err, waitStart)
 		}
 	}
 	elapsed := time.Since(start).Seconds()
@@ -335,7 +407,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 			result = "held"
 		}
 		s.m.acquireSeconds.WithLabelValues(result).Observe(elapsed)
-		s.fail(w, r, err)
+		s.fail(w, r, op, name, err)
 		return
 	}
 	if ctx.Err() != nil {
@@ -346,21 +418,69 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		cancel()
 		s.log.Info("released a grant whose client went away", "lock", name, "token", uint64(lease.Token()), "err", rerr)
 		s.m.acquireSeconds.WithLabelValues("error").Observe(elapsed)
-		s.fail(w, r, fmt.Errorf("acquire %q: client went away: %w", name, ctx.Err()))
+		s.fail(w, r, op, name, because(ctx.Err(), "client went away"))
 		return
 	}
+	granted := grantedAt(lease, ttl, start)
 	s.m.grants.Inc()
 	s.m.acquireSeconds.WithLabelValues("granted").Observe(elapsed)
-	s.held.set(name, start.Add(ttl))
+	s.held.set(name, granted.Add(ttl))
 	s.log.Debug("granted", "lock", name, "token", uint64(lease.Token()), "ttl", ttl)
 	s.ok(w, r, leaseResponse{Name: name, Token: lease.Token(), Lease: lease.ID(), TTLms: ttl.Milliseconds(),
-		WaitedMs: time.Since(start).Milliseconds()})
+		WaitedMs: granted.Sub(start).Milliseconds()})
+}
+
+// grantedAt returns when the backend request that granted lease was sent, which is
+// when the backend started counting its TTL: a fence.Lease's deadline is that time
+// plus the TTL. It is not when the backend answered: a grant can take a while to be
+// acknowledged (an fsync, a Redis WAIT, a Raft commit) after its TTL started, and a
+// holder dating its lease from the answer would believe in it for that much too long.
+// The result is clamped to [start, now], so a backend on another clock can only make
+// the holder's deadline earlier, never later.
+func grantedAt(lease *fence.Lease, ttl time.Duration, start time.Time) time.Time {
+	t := lease.Deadline().Add(-ttl)
+	if now := time.Now(); t.After(now) {
+		t = now
+	}
+	if t.Before(start) {
+		t = start
+	}
+	return t
+}
+
+// heldAtEnd returns the answer to a wait that ended with err (ErrNotAcquired) with
+// the time the lock has left as of now, the wait's end. The backend's *HeldError
+// describes its last try, possibly when the wait began. It asks the Locker
+// (Inspect) if it can; otherwise it takes the time since the wait began off the
+// backend's figure, which can only say the lock expires sooner than it does, never
+// later. waitStart is when the waiting Acquire was called.
+func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStart time.Time) error {
+	var held *fence.HeldError
+	if !errors.As(err, &held) {
+		return err
+	}
+	if in, ok := s.cfg.Locker.(fence.Inspector); ok {
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		info, ierr := in.Inspect(ictx, name)
+		cancel()
+		if ierr == nil {
+			if !info.Held {
+				info.ExpiresIn = 0 // freed since: the time left is no longer known
+			}
+			return &fence.HeldError{Name: name, ExpiresIn: info.ExpiresIn}
+		}
+	}
+	left := held.ExpiresIn - time.Since(waitStart)
+	if held.ExpiresIn <= 0 || left <= 0 {
+		left = 0 // unknown: the holder renewed, or the lock is about to be free
+	}
+	return &fence.HeldError{Name: name, ExpiresIn: left}
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 	var req renewRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "renew", name, err)
 		return
 	}
 	ttl, err := s.ttlFromMs(req.TTLms)
@@ -368,7 +488,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 		err = fence.ValidateLeaseID(req.Lease)
 	}
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "renew", name, err)
 		return
 	}
 	start := time.Now()
@@ -377,7 +497,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 			s.m.lost.Inc()
 			s.log.Info("renew refused: lease not held", "lock", name)
 		}
-		s.fail(w, r, err)
+		s.fail(w, r, "renew", name, err)
 		return
 	}
 	s.held.set(name, start.Add(ttl))
@@ -387,15 +507,15 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	var req releaseRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "release", name, err)
 		return
 	}
 	if err := fence.ValidateLeaseID(req.Lease); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "release", name, err)
 		return
 	}
 	if err := s.cfg.Locker.Release(r.Context(), name, req.Lease); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "release", name, err)
 		return
 	}
 	s.held.remove(name)
@@ -406,20 +526,20 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 	var req healRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "heal", name, err)
 		return
 	}
 	if err := fence.ValidateToken(req.Seen); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "heal", name, err)
 		return
 	}
 	h, ok := s.cfg.Locker.(fence.Healer)
 	if !ok {
-		s.fail(w, r, fmt.Errorf("%w: the locker's counters cannot go backwards, so there is nothing to heal", ErrNotImplemented))
+		s.fail(w, r, "heal", name, because(ErrNotImplemented, "not supported by this server's store (its counters cannot go backwards, so there is nothing to heal)"))
 		return
 	}
 	if err := h.Heal(r.Context(), name, req.Seen); err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "heal", name, err)
 		return
 	}
 	s.log.Info("healed", "lock", name, "seen", uint64(req.Seen))
@@ -429,7 +549,7 @@ func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 func (s *Server) inspector() (fence.Inspector, error) {
 	in, ok := s.cfg.Locker.(fence.Inspector)
 	if !ok {
-		return nil, fmt.Errorf("%w: the locker cannot report lock state", ErrNotImplemented)
+		return nil, because(ErrNotImplemented, "not supported by this server's store (it cannot report lock state)")
 	}
 	return in, nil
 }
@@ -443,13 +563,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 			return
 		}
 	}
-	s.fail(w, r, err)
+	s.fail(w, r, "inspect", name, err)
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	in, err := s.inspector()
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "list", "", err)
 		return
 	}
 	q := r.URL.Query()
@@ -461,7 +581,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			if errors.As(err, &inv) {
 				reason = inv.Reason
 			}
-			s.fail(w, r, &fence.InvalidError{Field: "prefix", Value: prefix, Reason: reason})
+			s.fail(w, r, "list", "", &fence.InvalidError{Field: "prefix", Value: prefix, Reason: reason})
 			return
 		}
 	}
@@ -469,14 +589,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxListLimit {
-			s.fail(w, r, &fence.InvalidError{Field: "limit", Value: v, Reason: fmt.Sprintf("must be an integer in [0, %d]", maxListLimit)})
+			s.fail(w, r, "list", "", &fence.InvalidError{Field: "limit", Value: v, Reason: fmt.Sprintf("must be an integer in [0, %d]", maxListLimit)})
 			return
 		}
 		limit = n
 	}
 	infos, err := in.List(r.Context(), prefix, limit)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, "list", prefix, err)
 		return
 	}
 	resp := listResponse{Locks: make([]lockInfo, 0, len(infos))}
@@ -492,12 +612,17 @@ func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
 		s.methodNotAllowed(w, r, "GET, HEAD, PUT")
 		return
 	}
-	key, err := unescapeName("key", strings.TrimPrefix(r.URL.EscapedPath(), "/v1/kv/"))
-	if err == nil && s.cfg.KV == nil {
-		err = fmt.Errorf("%w: this server has no KV store", ErrNotImplemented)
+	op := "get"
+	if r.Method == http.MethodPut {
+		op = "put"
 	}
+	key, err := unescapeName("key", strings.TrimPrefix(r.URL.EscapedPath(), "/v1/kv/"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, op, "", err)
+		return
+	}
+	if s.cfg.KV == nil {
+		s.fail(w, r, op, key, because(ErrNotImplemented, "not supported by this server (it has no KV store)"))
 		return
 	}
 	if r.Method == http.MethodPut {
@@ -506,7 +631,7 @@ func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
 	}
 	item, err := s.cfg.KV.Get(r.Context(), key)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, op, key, err)
 		return
 	}
 	h := w.Header()
@@ -522,73 +647,88 @@ func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fenceFromHeaders reads Fence-Token, Fence-Lease and Fence-Lock. Without Fence-Lock
-// it takes the lock that already fences key (see the package doc).
-func (s *Server) fenceFromHeaders(r *http.Request, key string) (fence.Fence, error) {
+// fenceFromHeaders reads the fence of a write: Fence-Token and Fence-Lock, each
+// exactly once, and Fence-Lease at most once. Fence-Lock is required even for a key
+// that a lock already fences: it is what lets the store refuse a token of another
+// lock's counter instead of comparing it as if it were its own lock's.
+func fenceFromHeaders(r *http.Request) (fence.Fence, error) {
 	var f fence.Fence
 	h := r.Header
-	if vs := h.Values(HeaderToken); len(vs) != 1 {
-		return f, &fence.InvalidError{Field: HeaderToken, Value: strings.Join(vs, ","), Reason: "must be given exactly once"}
+	vs := h.Values(HeaderToken)
+	if len(vs) != 1 {
+		return f, missingOrRepeated(HeaderToken, vs)
 	}
-	tok, err := fence.ParseToken(strings.TrimSpace(h.Get(HeaderToken)))
+	tok, err := fence.ParseToken(strings.TrimSpace(vs[0]))
 	if err != nil {
-		return f, err
+		return f, asField(HeaderToken, err)
 	}
 	f.Token = tok
-	if vs := h.Values(HeaderLease); len(vs) > 1 {
+	vs = h.Values(HeaderLock)
+	if len(vs) == 0 {
+		return f, &fence.InvalidError{Field: HeaderLock, Reason: "is required: name the lock whose counter issued " + HeaderToken}
+	}
+	if len(vs) != 1 {
+		return f, missingOrRepeated(HeaderLock, vs)
+	}
+	// Header values are bytes; a name with non-ASCII or odd characters is sent
+	// URL-escaped (as a path segment), which plain names are unchanged by.
+	name, err := url.PathUnescape(strings.TrimSpace(vs[0]))
+	if err != nil {
+		return f, &fence.InvalidError{Field: HeaderLock, Value: vs[0], Reason: "is not a valid escaped lock name"}
+	}
+	if err := fence.ValidateName(name); err != nil {
+		return f, asField(HeaderLock, err)
+	}
+	f.Name = name
+	switch vs := h.Values(HeaderLease); {
+	case len(vs) > 1:
 		return f, &fence.InvalidError{Field: HeaderLease, Reason: "must be given at most once"}
-	} else if len(vs) == 1 {
+	case len(vs) == 1:
 		f.LeaseID = strings.TrimSpace(vs[0])
 		if err := fence.ValidateLeaseID(f.LeaseID); err != nil {
-			return f, err
-		}
-	}
-	switch vs := h.Values(HeaderLock); {
-	case len(vs) > 1:
-		return f, &fence.InvalidError{Field: HeaderLock, Value: strings.Join(vs, ","), Reason: "must be given at most once"}
-	case len(vs) == 1:
-		// Header values are bytes; a name with non-ASCII or odd characters is sent
-		// URL-escaped (as a path segment), which plain names are unchanged by.
-		name, err := url.PathUnescape(vs[0])
-		if err != nil {
-			return f, &fence.InvalidError{Field: HeaderLock, Value: vs[0], Reason: "is not a valid escaped lock name"}
-		}
-		if err := fence.ValidateName(name); err != nil {
-			return f, err
-		}
-		f.Name = name
-	default:
-		item, err := s.cfg.KV.Get(r.Context(), key)
-		switch {
-		case err == nil && item.Fence.Token != 0 && item.Fence.Name != "":
-			f.Name = item.Fence.Name
-		case err == nil || errors.Is(err, fence.ErrNotFound):
-			return f, &fence.InvalidError{Field: HeaderLock, Reason: fmt.Sprintf("is required: no lock fences key %q yet", key)}
-		default:
-			return f, err
+			return f, asField(HeaderLease, err)
 		}
 	}
 	return f, nil
 }
 
+// missingOrRepeated is the error of a header that must be given exactly once.
+func missingOrRepeated(header string, vs []string) error {
+	if len(vs) == 0 {
+		return &fence.InvalidError{Field: header, Reason: "is required"}
+	}
+	return &fence.InvalidError{Field: header, Value: strings.Join(vs, ","), Reason: "must be given exactly once"}
+}
+
+// asField renames the field of an InvalidError to the header it came from, so the
+// message names what the user sent.
+func asField(field string, err error) error {
+	var inv *fence.InvalidError
+	if errors.As(err, &inv) {
+		return &fence.InvalidError{Field: field, Value: inv.Value, Reason: inv.Reason}
+	}
+	return err
+}
+
 func (s *Server) put(w http.ResponseWriter, r *http.Request, key string) {
+	const op = "put"
 	if r.ContentLength > s.cfg.MaxValueBytes {
-		s.fail(w, r, fmt.Errorf("%w: value of %d bytes, the limit is %d", errTooLarge, r.ContentLength, s.cfg.MaxValueBytes))
+		s.fail(w, r, op, key, because(errTooLarge, "value of %d bytes is over the limit of %d", r.ContentLength, s.cfg.MaxValueBytes))
 		return
 	}
-	f, err := s.fenceFromHeaders(r, key)
+	f, err := fenceFromHeaders(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, op, key, err)
 		return
 	}
 	value, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxValueBytes))
 	if err != nil {
-		s.fail(w, r, bodyError(err, s.cfg.MaxValueBytes))
+		s.fail(w, r, op, key, bodyError(err, "value", s.cfg.MaxValueBytes))
 		return
 	}
 	if err := s.cfg.KV.Put(r.Context(), key, value, f); err != nil {
 		s.countRefusal(err, key, f)
-		s.fail(w, r, err)
+		s.fail(w, r, op, key, err)
 		return
 	}
 	s.m.kvWrites.Inc()
@@ -597,28 +737,33 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, key string) {
 
 // handleFences serves POST /v1/fences/{key}: fence.Guard.Fence over HTTP.
 func (s *Server) handleFences(w http.ResponseWriter, r *http.Request) {
+	const op = "fence"
 	if r.Method != http.MethodPost {
 		s.methodNotAllowed(w, r, "POST")
 		return
 	}
 	key, err := unescapeName("key", strings.TrimPrefix(r.URL.EscapedPath(), "/v1/fences/"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, op, "", err)
 		return
 	}
 	g, ok := s.cfg.KV.(fence.Guard)
 	if !ok {
-		s.fail(w, r, fmt.Errorf("%w: this server's store cannot fence without writing", ErrNotImplemented))
+		why := "not supported by this server's store (it cannot fence without writing)"
+		if s.cfg.KV == nil {
+			why = "not supported by this server (it has no KV store)"
+		}
+		s.fail(w, r, op, key, because(ErrNotImplemented, "%s", why))
 		return
 	}
-	f, err := s.fenceFromHeaders(r, key)
+	f, err := fenceFromHeaders(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, op, key, err)
 		return
 	}
 	if err := g.Fence(r.Context(), key, f); err != nil {
 		s.countRefusal(err, key, f)
-		s.fail(w, r, err)
+		s.fail(w, r, op, key, err)
 		return
 	}
 	s.ok(w, r, kvResponse{Key: key, Lock: f.Name, Token: f.Token})
@@ -632,14 +777,16 @@ func (s *Server) countRefusal(err error, key string, f fence.Fence) {
 }
 
 // decodeJSON decodes a JSON body strictly into v: one object, no unknown fields,
-// nothing after it, at most MaxBodyBytes. An empty body leaves v as it is.
+// nothing after it, at most MaxBodyBytes. An empty body leaves v as it is. Its
+// errors say what is wrong in terms of the API, never echoing the body (which may
+// hold a lease id).
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.ContentLength > s.cfg.MaxBodyBytes {
-		return fmt.Errorf("%w: body of %d bytes, the limit is %d", errTooLarge, r.ContentLength, s.cfg.MaxBodyBytes)
+		return because(errTooLarge, "body of %d bytes is over the limit of %d", r.ContentLength, s.cfg.MaxBodyBytes)
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
-		return bodyError(err, s.cfg.MaxBodyBytes)
+		return bodyError(err, "body", s.cfg.MaxBodyBytes)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
@@ -647,32 +794,52 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &fence.InvalidError{Field: "body", Value: truncate(string(data)), Reason: "is not the expected JSON object: " + err.Error()}
+		return &fence.InvalidError{Field: "body", Reason: jsonReason(err)}
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return &fence.InvalidError{Field: "body", Value: truncate(string(data)), Reason: "has data after the JSON object"}
+		return &fence.InvalidError{Field: "body", Reason: "has data after the JSON object"}
 	}
 	return nil
 }
 
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64]
+// jsonReason says what is wrong with a JSON body in the API's terms.
+func jsonReason(err error) string {
+	var (
+		typ *json.UnmarshalTypeError
+		syn *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &typ) && typ.Field != "":
+		want := "a string"
+		switch typ.Type.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			want = "an integer"
+		case reflect.Bool:
+			want = "true or false"
+		}
+		return fmt.Sprintf("field %q must be %s, got %s", typ.Field, want, typ.Value)
+	case errors.As(err, &typ):
+		return "must be a JSON object, got " + typ.Value
+	case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF):
+		return "is not valid JSON"
 	}
-	return s
+	// Unknown fields: json: unknown field "ttl".
+	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
-func bodyError(err error, limit int64) error {
+// bodyError is the error of reading a request body (what names "body" or "value").
+func bodyError(err error, what string, limit int64) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return fmt.Errorf("%w: the limit is %d bytes", errTooLarge, limit)
+		return because(errTooLarge, "%s over the limit of %d bytes", what, limit)
 	}
-	return fmt.Errorf("fencehttp: reading the body: %w: %v", fence.ErrUnavailable, err)
+	return because(fence.ErrUnavailable, "reading the request %s failed", what)
 }
 
 func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
 	w.Header().Set("Allow", allow)
-	s.fail(w, r, fmt.Errorf("%w: %s %s (allowed: %s)", errMethod, r.Method, r.URL.EscapedPath(), allow))
+	s.fail(w, r, "", "", because(errMethod, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.EscapedPath(), allow))
 }
 
 func (s *Server) ok(w http.ResponseWriter, r *http.Request, v any) {
@@ -680,9 +847,10 @@ func (s *Server) ok(w http.ResponseWriter, r *http.Request, v any) {
 	s.writeJSON(w, http.StatusOK, v)
 }
 
-// fail answers err with the status and code of statusTable.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, body := errorBody(err)
+// fail answers err, which op met on name (see errorBody), with the status and code
+// of statusTable and the user's message of userMessage. The log keeps err itself.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, op, name string, err error) {
+	status, body := errorBody(op, name, err)
 	s.m.requests.WithLabelValues(routeOf(r), strconv.Itoa(status)).Inc()
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "route", routeOf(r), "status", status, "err", err)
@@ -695,7 +863,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	data, err := json.Marshal(v)
 	if err != nil { // only plain structs are marshalled; this is a bug
-		status, data = http.StatusInternalServerError, []byte(`{"error":"fencehttp: internal error","code":"internal"}`)
+		status, data = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

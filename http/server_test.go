@@ -443,9 +443,6 @@ func TestServer_KV_StaleWrite409WithHighestAndNothingChanged(t *testing.T) {
 	if w.json["highest"] != float64(b.Token()) {
 		t.Fatalf("stale write: want highest %d, got %s", b.Token(), w.raw)
 	}
-	// Without Fence-Lock the key's own lock is used: still stale.
-	w = call(t, "PUT", base+"/v1/kv/"+key, "old", map[string]string{"Fence-Token": a.Token().String()})
-	wantError(t, "stale write without Fence-Lock", w, 409, "stale_token")
 	// A token of another lock is refused, not compared.
 	w = call(t, "PUT", base+"/v1/kv/"+key, "x", map[string]string{"Fence-Token": "999", "Fence-Lock": "another-lock"})
 	wantError(t, "token of another lock", w, 409, "wrong_lock")

@@ -13,7 +13,8 @@ const (
 	HeaderToken = "Fence-Token"
 	// HeaderLease carries the lease id of a write (optional).
 	HeaderLease = "Fence-Lease"
-	// HeaderLock carries the lock name whose counter issued the token.
+	// HeaderLock carries the lock name whose counter issued the token (required on
+	// every fenced write), URL-escaped as a path segment.
 	HeaderLock = "Fence-Lock"
 )
 
@@ -45,10 +46,12 @@ type leaseResponse struct {
 	Token fence.Token `json:"token"`
 	Lease string      `json:"lease"`
 	TTLms int64       `json:"ttl_ms"`
-	// WaitedMs is how long the server held the request before the grant (rounded
-	// down). A client adds it to the time it sent the request to date the grant:
-	// without it, a lease granted at the end of a long poll would look, to its
-	// holder, as if it had started when the poll began, and expire early.
+	// WaitedMs is the time from when the server got the request to when it sent the
+	// store the request that granted the lease (rounded down): when the store's TTL
+	// started, not when the store answered, which may be later by the grant's
+	// commit. A client adds it to the time it sent the request to date the grant, so
+	// that its deadline is never later than the store's expiry and a lease granted at
+	// the end of a long poll does not look as if it had started when the poll began.
 	WaitedMs int64 `json:"waited_ms"`
 }
 
@@ -111,8 +114,8 @@ func toLockInfo(i fence.LockInfo) lockInfo {
 }
 
 // EscapeName returns name escaped as one URL path segment: url.PathEscape, with '.'
-// escaped as well so that the names "." and ".." survive path cleaning. The server
-// unescapes it back to name exactly.
+// escaped as well, so that the names "." and ".." are not dot segments (the server
+// refuses those, see the package doc). The server unescapes it back to name exactly.
 func EscapeName(name string) string {
 	return strings.ReplaceAll(url.PathEscape(name), ".", "%2E")
 }
