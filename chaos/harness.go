@@ -58,10 +58,15 @@ type Config struct {
 	MaxFaults int
 	Fencing   bool   // false: the control run, which must find violations
 	Results   string // directory for run folders (logs, failing histories); default a temp dir
-	// Progress receives a progress line about once a second ("\r"-terminated); nil
-	// means none.
+	// Progress receives progress lines while the workers run; nil means none. By
+	// default each is a line of its own ("\n"-terminated, no "\r"), about once a
+	// second (less often on long runs, about 60 lines a run), fit for a log file or
+	// a pipe.
 	Progress io.Writer
-	Seed     uint64 // seed of the nemeses' choices; 0 means from the clock
+	// ProgressInPlace rewrites one progress line in place ("\r" before each, one
+	// "\n" at the end), once a second: for a terminal.
+	ProgressInPlace bool
+	Seed            uint64 // seed of the nemeses' choices; 0 means from the clock
 	// Resource is what holds the workers' counter: ResourceServe (the default, the
 	// fenced KV of `fence serve`) or ResourcePostgres (a table of the PostgreSQL at
 	// Postgres, written through postgres.Guard; the run deletes its row first).
@@ -449,7 +454,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}()
 	}
 	// Progress until the run's time is up.
-	tick := time.NewTicker(time.Second)
+	every := time.Second
+	if !cfg.ProgressInPlace {
+		every = max(every, (cfg.Duration / 60).Truncate(time.Second))
+	}
+	tick := time.NewTicker(every)
 	began := time.Now()
 progress:
 	for {
@@ -466,15 +475,20 @@ progress:
 					w.mu.Unlock()
 				}
 				fmu.Lock()
-				fmt.Fprintf(cfg.Progress, "\rchaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d  links %d  failovers %d  members %d ",
+				line := fmt.Sprintf("chaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d  links %d  failovers %d  members %d",
 					mode, time.Since(began).Seconds(), cfg.Duration.Seconds(), ops, acq, faults[NemesisPause], faults[NemesisKill], faults[NemesisLink], faults[NemesisFailover], faults[NemesisMember])
 				fmu.Unlock()
+				if cfg.ProgressInPlace {
+					fmt.Fprintf(cfg.Progress, "\r%s ", line)
+				} else {
+					fmt.Fprintln(cfg.Progress, line)
+				}
 			}
 		}
 	}
 	tick.Stop()
 	wg.Wait() // nemeses resume what they paused and restart what they killed
-	if cfg.Progress != nil {
+	if cfg.Progress != nil && cfg.ProgressInPlace {
 		fmt.Fprintln(cfg.Progress)
 	}
 	if nemErr != nil {
@@ -644,8 +658,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// FormatTable writes the final table of one or more runs, one row per run.
+// FormatTable writes the final table of one or more runs, one row per run, and a
+// legend of its columns.
 func FormatTable(w io.Writer, runs []*Summary) {
+	defer fmt.Fprint(w, tableLegend)
 	fmt.Fprintf(w, "%-21s %-24s %-7s %7s %6s %6s %5s %5s %9s %7s %8s %8s %6s %8s %7s %s\n",
 		"backend", "faults", "fencing", "ops", "acq", "pauses", "kills", "links", "failovers", "members", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
 	for _, s := range runs {
@@ -668,6 +684,25 @@ func FormatTable(w io.Writer, runs []*Summary) {
 			r.StaleRejected, r.StaleAccepted, r.Lost, r.Overlaps, r.Linearizable, verdict)
 	}
 }
+
+// tableLegend explains FormatTable's columns, overlaps above all: they are expected
+// under pauses, and what fencing makes harmless.
+const tableLegend = `columns:
+  ops        operations the workers recorded (acquire, read, write, fence, release)
+  acq        leases granted
+  pauses ... members
+             faults injected by each nemesis
+  rejected   stale writes and fences the resource refused: fencing at work
+  accepted   stale writes or fences the resource accepted anyway: must be 0 with fencing on
+  lost       acknowledged writes missing from the final value: must be 0 with fencing on
+  overlaps   how often two workers believed they held the lock at once (pairs of
+             leases), each by its own clock: a holder paused past its TTL woke up
+             still "holding" it while the next holder had it. Expected under pauses, and harmless with fencing on:
+             the resource rejected the stale holder's writes (see rejected). With
+             fencing off they are where accepted stale writes and lost writes come from.
+  linear     whether the history of the fenced key is linearizable (porcupine): Ok,
+             Illegal, or Unknown when the check ran out of time
+`
 
 // redisPair is a Redis primary and its replica behind a proxy whose address the
 // workers use, so that a failover is a retarget of the proxy.

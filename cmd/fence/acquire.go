@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
+	fencehttp "github.com/fencelock/fence/http"
 )
 
 func init() {
@@ -31,9 +34,13 @@ its name, fencing token, lease id and TTL (-o json: {"name","token","lease","ttl
 The lease is not renewed: renew it with 'fence renew' before the TTL runs out, and
 release it with 'fence release'. To run a command under a lock, use 'fence lock'.
 
-With --wait it waits up to that long for a held lock (a long poll, woken by the
-release). Exit status 75 when the lock stayed held.`,
-		Args: cobra.ExactArgs(1),
+By default it tries once. With --wait it waits up to that long for a held lock (a
+long poll, woken by the release).
+
+Exit status: 0 with the lease printed; 75 when the lock stayed held; 130 or 143 when
+SIGINT or SIGTERM ended the wait; 1 for other errors (an unreachable server); 2 for
+usage errors.`,
+		Args: exactArgs("a lock NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := checkName("lock name", name); err != nil {
@@ -49,31 +56,141 @@ release). Exit status 75 when the lock stayed held.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			lease, err := c.Acquire(ctx, name, ttl, fence.WithWait(wait))
+			w := watchSignals(cmd.Context())
+			defer w.stop()
+			lease, err := acquireLease(w.ctx, c, name, ttl, wait)
+			if sig := w.end(); sig != 0 {
+				if lease != nil {
+					_ = releaseLease(lease)
+				}
+				return interrupted(name, sig)
+			}
 			if err != nil {
-				return notAcquired(ctx, name, wait, err)
+				return notAcquired(name, wait, err)
 			}
 			return printLease(cmd.OutOrStdout(), lease)
 		},
 	}
 	flags = addClientFlags(cmd)
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL")
-	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for a held lock (0: try once)")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for a held lock (default 0: try once)")
 	return cmd
 }
 
-// notAcquired turns an acquire error into the exit status: 130 when a signal ended
-// the wait, 75 when the lock stayed held, 1 otherwise.
-func notAcquired(ctx context.Context, name string, wait time.Duration, err error) error {
-	if ctx.Err() != nil {
-		return &exitCodeError{code: exitInterrupted, err: fmt.Errorf("lock %q: interrupted while acquiring", name)}
+// acquireLease acquires name, waiting up to wait (fence.WaitForever: until ctx is
+// done). It tries once first, so that a server that cannot be reached is reported
+// at once: a waiting client retries an unavailable server (to ride out a restart),
+// which would hide a wrong address behind a silent wait.
+func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wait time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	start := time.Now()
+	lease, err := c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(0))...)
+	if err == nil || wait == 0 || ctx.Err() != nil || !errors.Is(err, fence.ErrNotAcquired) || errors.Is(err, fence.ErrUnavailable) {
+		return lease, err
 	}
-	if errors.Is(err, fence.ErrNotAcquired) && !errors.Is(err, fence.ErrUnavailable) {
-		return &exitCodeError{code: exitNotAcquired, err: fmt.Errorf("lock %q not acquired within %v: %w", name, wait, err)}
+	if wait != fence.WaitForever {
+		if wait -= time.Since(start); wait <= 0 {
+			return nil, err
+		}
+	}
+	return c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(wait))...)
+}
+
+// notAcquired turns an acquire error into the exit status: 75 when the lock stayed
+// held, 1 otherwise. The message says each fact once: the lock, that it is held,
+// for how long still, and the wait that ran out.
+func notAcquired(name string, wait time.Duration, err error) error {
+	if !errors.Is(err, fence.ErrNotAcquired) || errors.Is(err, fence.ErrUnavailable) {
+		return err
+	}
+	msg := fmt.Sprintf("lock %q is held", name)
+	var held *fence.HeldError
+	if errors.As(err, &held) && held.ExpiresIn > 0 {
+		msg += fmt.Sprintf(" (expires in %v)", roundDuration(held.ExpiresIn))
+	}
+	if wait > 0 && wait != fence.WaitForever {
+		msg += fmt.Sprintf("; not acquired within --wait %v", wait)
+	}
+	return &exitCodeError{code: exitNotAcquired, err: errors.New(msg)}
+}
+
+// interrupted is the error of a wait that a signal ended: 128+N, like a shell's
+// status for a job killed by signal N (130 for SIGINT, 143 for SIGTERM).
+func interrupted(name string, sig syscall.Signal) error {
+	return &exitCodeError{code: 128 + int(sig), err: fmt.Errorf("lock %q: interrupted (%v) while waiting for it", name, sigName(sig))}
+}
+
+func sigName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return sig.String()
+}
+
+// roundDuration rounds d for a message: to 100ms above a second, else to 1ms.
+func roundDuration(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// releaseLease releases l, bounded in time; a lease that is gone already is fine.
+func releaseLease(l *fence.Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := l.Release(ctx)
+	if errors.Is(err, fence.ErrNotHeld) {
+		return nil // gone already: nothing to free
 	}
 	return err
+}
+
+// waitSignals watches SIGINT, SIGTERM and SIGHUP while a command waits: the first
+// one cancels ctx, and end reports which it was.
+type waitSignals struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	sigs   chan os.Signal
+	done   chan struct{}
+	got    os.Signal
+}
+
+func watchSignals(parent context.Context) *waitSignals {
+	w := &waitSignals{sigs: make(chan os.Signal, 4), done: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(parent)
+	signal.Notify(w.sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		defer close(w.done)
+		select {
+		case s := <-w.sigs:
+			w.got = s
+			w.cancel()
+		case <-w.ctx.Done():
+		}
+	}()
+	return w
+}
+
+// end stops watching (signals keep being caught, and queue on w.sigs for the
+// caller) and returns the signal that ended the wait, or nil.
+func (w *waitSignals) end() syscall.Signal {
+	w.cancel()
+	<-w.done
+	if s, ok := w.got.(syscall.Signal); ok {
+		return s
+	}
+	return 0
+}
+
+// stop restores the default handling of the signals.
+func (w *waitSignals) stop() {
+	w.end()
+	signal.Stop(w.sigs)
 }
 
 // leaseFlag returns --lease, or $FENCE_LEASE (set by `fence lock` for its child).
@@ -84,8 +201,8 @@ func leaseFlag(lease string) (string, error) {
 	if lease == "" {
 		return "", usagef("--lease is required (or $%s)", envLease)
 	}
-	if err := fence.ValidateLeaseID(lease); err != nil {
-		return "", usagef("--lease: %v", err)
+	if err := invalidUsage("--lease", fence.ValidateLeaseID(lease)); err != nil {
+		return "", err
 	}
 	return lease, nil
 }
@@ -100,7 +217,7 @@ func newRenewCmd() *cobra.Command {
 		Long: `renew extends the lease ID on lock NAME to --ttl from now. It fails (exit 1) if the
 lease expired, was released, or is not the current one: the lock is then no longer
 yours, and writes under its token may be refused by a guard.`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs("a lock NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := checkName("lock name", name); err != nil {
@@ -143,7 +260,7 @@ func newReleaseCmd() *cobra.Command {
 		Short: "Release a lease and wake the waiters",
 		Long: `release ends the lease ID on lock NAME. It fails (exit 1) if that lease is no longer
 held; it never releases somebody else's lease, so retrying is safe.`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs("a lock NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := checkName("lock name", name); err != nil {
@@ -198,7 +315,7 @@ func newStatusCmd() *cobra.Command {
 for it and the time left on the lease. Without NAME it lists the locks whose names
 start with --prefix (all locks without it), at most --limit of them. Lease ids are
 never shown.`,
-		Args: cobra.MaximumNArgs(1),
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 && prefix != "" {
 				return usagef("give NAME or --prefix, not both")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -40,10 +41,17 @@ row of a PostgreSQL table written through postgres.Guard instead of fence serve'
 every recorded operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.
 
+While the workers run it prints a progress line on stdout about once a second (one
+line rewritten in place on a terminal, a line each time otherwise), then a table of
+what the checker found and a legend of its columns. "overlaps" counts the times two
+workers believed they held the lock at once, each by its own clock: expected under
+pauses, and harmless with fencing on, because the resource rejected the stale
+holder's writes.
+
 Exit status 0 when fencing on shows no violation, or when fencing off (the control
 run) shows violations; 1 otherwise. Failing histories (JSON lines and porcupine's HTML
 visualisation) are saved under --results.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch fencing {
 			case "on":
@@ -74,7 +82,10 @@ visualisation) are saved under --results.`,
 			}
 			cfg.Binary = bin
 			if output == "text" {
-				cfg.Progress = cmd.ErrOrStderr()
+				// Progress goes with the table it leads to, on stdout: a line each
+				// time for a log or a pipe, one line rewritten in place for a terminal.
+				cfg.Progress = cmd.OutOrStdout()
+				cfg.ProgressInPlace = isTerminal(cfg.Progress)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -140,6 +151,17 @@ visualisation) are saved under --results.`,
 	return cmd
 }
 
+// isTerminal reports whether w is a character device, as a terminal is (so is
+// /dev/null, where rewriting a line in place does no harm).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
 // newChaosWorkerCmd is the hidden worker mode the harness starts.
 func newChaosWorkerCmd() *cobra.Command {
 	var (
@@ -151,7 +173,7 @@ func newChaosWorkerCmd() *cobra.Command {
 		Use:    "worker --server URL --log FILE ...",
 		Short:  "One chaos worker (started by fence chaos)",
 		Hidden: true,
-		Args:   cobra.NoArgs,
+		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch fencing {
 			case "on":
@@ -204,7 +226,7 @@ func newChaosEtcdMemberCmd() *cobra.Command {
 		Use:    "etcd-member --name m0 --dir DIR --client-url URL --peer-url URL --initial-cluster m0=URL,...",
 		Short:  "One etcd member (started by fence chaos --nemesis member)",
 		Hidden: true,
-		Args:   cobra.NoArgs,
+		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch state {
 			case "new":

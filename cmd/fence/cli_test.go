@@ -273,7 +273,7 @@ func TestCLI_UsageErrors_Exit2(t *testing.T) {
 		{"renew", "a", "--lease", "has space"},
 		{"release", "a"},
 		{"status", "a", "--prefix", "b"},
-		{"lock", "a"},
+		{"lock", "a", "--"},
 		{"lock", "a", "b", "--", "c"},
 		{"kv", "put", "k", "v"},
 		{"kv", "put", "k", "--token", "0", "v"},
@@ -292,14 +292,6 @@ func TestCLI_UsageErrors_Exit2(t *testing.T) {
 		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; r.stderr == "" || lines != 1 {
 			t.Fatalf("fence %q: want one line on stderr, got %q", args, r.stderr)
 		}
-	}
-}
-
-func TestCLI_ServerDown_OneLineError(t *testing.T) {
-	r := runFence(t, "http://127.0.0.1:1", nil, "", "acquire", "x")
-	wantCode(t, "acquire with no server", r, exitError)
-	if !strings.Contains(r.stderr, "unavailable") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-		t.Fatalf("acquire with no server: want one line saying the store is unavailable, got %q", r.stderr)
 	}
 }
 

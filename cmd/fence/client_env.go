@@ -5,10 +5,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,43 +42,96 @@ const (
 	// exitLeaseLost is the status of `fence lock` when the lease was lost while the
 	// command ran (it was sent SIGTERM, then SIGKILL after --grace).
 	exitLeaseLost = 76
-	// exitInterrupted is the status when SIGINT or SIGTERM ended a wait (128+SIGINT).
+	// exitInterrupted is the status when SIGINT ended a wait (128+SIGINT); SIGTERM
+	// gives 143 (128+SIGTERM), like a shell reporting a job killed by the signal.
 	exitInterrupted = 130
 )
 
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
-	server string
-	caCert string
+	server        string
+	caCert        string
+	authTokenFile string
 }
 
 func addClientFlags(cmd *cobra.Command) *clientFlags {
 	cf := &clientFlags{}
-	cmd.Flags().StringVar(&cf.server, "server", "", "server URL (default $"+envServer+", else "+defaultServer+")")
+	cmd.Flags().StringVar(&cf.server, "server", "", "server URL, or a bare HOST:PORT (http; https when a CA is given) (default $"+envServer+", else "+defaultServer+")")
 	cmd.Flags().StringVar(&cf.caCert, "ca-cert", "", "PEM file of the CA of an https server (default $"+envCACert+")")
+	cmd.Flags().StringVar(&cf.authTokenFile, "auth-token-file", "", "file holding the bearer token (default $"+envAuthToken+")")
 	return cf
 }
 
-// serverURL returns the server the command talks to: --server, $FENCE_SERVER, or the
-// default.
-func (cf *clientFlags) serverURL() string {
-	if cf.server != "" {
-		return cf.server
+// caFile returns --ca-cert, or $FENCE_CA_CERT.
+func (cf *clientFlags) caFile() string {
+	if cf.caCert != "" {
+		return cf.caCert
 	}
-	if s := os.Getenv(envServer); s != "" {
-		return s
-	}
-	return defaultServer
+	return os.Getenv(envCACert)
 }
 
-// client returns a client of serverURL with $FENCE_AUTH_TOKEN and the CA, if any.
-func (cf *clientFlags) client() (*fencehttp.Client, error) {
-	opts := &fencehttp.ClientOptions{AuthToken: os.Getenv(envAuthToken)}
-	ca := cf.caCert
-	if ca == "" {
-		ca = os.Getenv(envCACert)
+// serverURL returns the server the command talks to: --server, $FENCE_SERVER, or the
+// default. A bare HOST:PORT means http://HOST:PORT, or https://HOST:PORT when a CA
+// certificate is given (it is only of use for https).
+func (cf *clientFlags) serverURL() (string, error) {
+	s, from := cf.server, "--server"
+	if s == "" {
+		s, from = os.Getenv(envServer), "$"+envServer
 	}
-	if ca != "" {
+	if s == "" {
+		return defaultServer, nil
+	}
+	full := s
+	if !strings.Contains(s, "://") {
+		scheme := "http://"
+		if cf.caFile() != "" {
+			scheme = "https://"
+		}
+		full = scheme + s
+	}
+	u, err := url.Parse(full)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", usagef("%s %q: want http://HOST:PORT, https://HOST:PORT or HOST:PORT", from, s)
+	}
+	return strings.TrimSuffix(full, "/"), nil
+}
+
+// authToken returns the bearer token: the content of --auth-token-file (trimmed),
+// else $FENCE_AUTH_TOKEN, else none. fromFile tells where it came from.
+func (cf *clientFlags) authToken() (tok string, fromFile bool, err error) {
+	if cf.authTokenFile == "" {
+		return os.Getenv(envAuthToken), false, nil
+	}
+	b, err := os.ReadFile(cf.authTokenFile)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is in our message already
+		}
+		return "", false, usagef("--auth-token-file %s: %v", cf.authTokenFile, err)
+	}
+	tok = strings.TrimSpace(string(b))
+	switch {
+	case tok == "":
+		return "", false, usagef("--auth-token-file %s: the file is empty; want the token in it", cf.authTokenFile)
+	case strings.ContainsAny(tok, " \t\r\n"):
+		return "", false, usagef("--auth-token-file %s: want one token, the file holds several words or lines", cf.authTokenFile)
+	}
+	return tok, true, nil
+}
+
+// client returns a client of serverURL with the auth token and the CA, if any.
+func (cf *clientFlags) client() (*fencehttp.Client, error) {
+	server, err := cf.serverURL()
+	if err != nil {
+		return nil, err
+	}
+	tok, _, err := cf.authToken()
+	if err != nil {
+		return nil, err
+	}
+	opts := &fencehttp.ClientOptions{AuthToken: tok}
+	if ca := cf.caFile(); ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
 			return nil, usagef("CA certificate: %v", err)
@@ -85,11 +142,26 @@ func (cf *clientFlags) client() (*fencehttp.Client, error) {
 		}
 		opts.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	c, err := fencehttp.NewClient(cf.serverURL(), opts)
+	c, err := fencehttp.NewClient(server, opts)
 	if err != nil {
-		return nil, usagef("%s: %v", envServer, err)
+		return nil, usagef("server %q: %v", server, err)
 	}
 	return c, nil
+}
+
+// childEnv is what a child of `fence lock` needs to reach the same server as we do:
+// FENCE_SERVER always (normalised), FENCE_CA_CERT and FENCE_AUTH_TOKEN when they came
+// from flags rather than from the environment it inherits.
+func (cf *clientFlags) childEnv() []string {
+	server, _ := cf.serverURL() // checked by client() already
+	env := []string{envServer + "=" + server}
+	if cf.caCert != "" {
+		env = append(env, envCACert+"="+cf.caCert)
+	}
+	if tok, fromFile, _ := cf.authToken(); fromFile {
+		env = append(env, envAuthToken+"="+tok)
+	}
+	return env
 }
 
 // signalContext is the command's context, cancelled by SIGINT or SIGTERM so that a
@@ -107,10 +179,27 @@ func checkTTL(ttl time.Duration) error {
 }
 
 func checkName(what, name string) error {
-	if err := fence.ValidateName(name); err != nil {
-		return usagef("%s: %v", what, err)
+	return invalidUsage(what, fence.ValidateName(name))
+}
+
+// invalidUsage turns a validation error about what (a flag or an argument) into a
+// usage error that names it once: `lock name "": is empty`.
+func invalidUsage(what string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	var inv *fence.InvalidError
+	if errors.As(err, &inv) {
+		if inv.Field == "lease" { // a credential: not echoed
+			return usagef("%s: %s", what, inv.Reason)
+		}
+		v := inv.Value
+		if len(v) > 64 {
+			v = v[:64] + "..."
+		}
+		return usagef("%s %q: %s", what, v, inv.Reason)
+	}
+	return usagef("%s: %v", what, err)
 }
 
 // printJSON writes v as one indented JSON document.

@@ -25,7 +25,7 @@ the real clock and the embedded durable store: A acquires (token 1) and pauses p
 its TTL, B acquires (token 2) and writes, A wakes and writes. With fencing off A's
 write silently overwrites B's; with fencing on it is rejected with the stale-token
 error naming token 2. Exits 0 only when both outcomes were observed.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := fenceValidateDemoTTL(ttl); err != nil {
 				return usageError{err}

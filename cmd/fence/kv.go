@@ -19,12 +19,27 @@ func newKVCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kv",
 		Short: "Read and write the server's fenced key-value store",
-		Long: `kv put writes a value that the server stores only if its fencing token is admitted:
-greater than every token the key accepted before (or equal, under the same lease).
-A stale write is refused with the highest token seen, and changes nothing.`,
-		Args: cobra.NoArgs,
+		Long: `kv reads and writes the fenced key-value store of the fence server ($FENCE_SERVER).
+
+  fence kv put KEY --lock NAME --token N [--lease ID] (VALUE | -)
+      writes VALUE, or standard input when VALUE is -, under KEY. The server stores
+      it only if the fencing token N of lock NAME is admitted: greater than every
+      token KEY accepted before (or equal, under the same --lease). A stale write
+      is refused (exit 1) with the highest token seen, and changes nothing.
+      --lock, --token and --lease default to $FENCE_LOCK, $FENCE_TOKEN and
+      $FENCE_LEASE, which 'fence lock' sets for its command: under it,
+      'fence kv put KEY VALUE' needs no flags. --lock is required: the server
+      compares only tokens of the same lock.
+
+  fence kv get KEY
+      prints the value under KEY as it is (no newline added); with -o json
+      {"key","lock","token","value"} ("value_base64" for a value that is not
+      UTF-8). Exit 1 if KEY was never written.
+
+See 'fence kv put --help' and 'fence kv get --help' for the flags.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usagef("kv needs a subcommand: put or get")
+			return argsError(cmd, "missing a subcommand: put or get")
 		},
 	}
 	cmd.AddCommand(newKVPutCmd(), newKVGetCmd())
@@ -35,22 +50,33 @@ func newKVPutCmd() *cobra.Command {
 	var tokenStr, lease, lock string
 	var flags *clientFlags
 	cmd := &cobra.Command{
-		Use:   "put KEY --token N [--lease ID] [--lock NAME] (VALUE | -)",
-		Short: "Write VALUE (or stdin, with -) under KEY, fenced by a token",
+		Use:   "put KEY --lock NAME --token N [--lease ID] (VALUE | -)",
+		Short: "Write VALUE (or stdin, with -) under KEY, fenced by a lock's token",
 		Long: `put writes VALUE, or standard input when VALUE is -, under KEY, carrying the fence
---token (default $FENCE_TOKEN), --lease (default $FENCE_LEASE) and --lock (default
-$FENCE_LOCK): under 'fence lock' all three come from the environment.
+of --lock (default $FENCE_LOCK), --token (default $FENCE_TOKEN) and --lease
+(default $FENCE_LEASE): under 'fence lock' all three come from the environment.
 
---lock names the lock that issued the token. Without it the server checks the token
-against the lock that already fences KEY, and refuses a first write to KEY. Give it
-when you can: the server then also refuses a token of another lock.
+--lock names the lock that issued the token; it is required, because tokens are
+comparable only within one lock: the server refuses a token of another lock than
+the one that fences KEY. --lease, when given, lets several writes carry the same
+token under one lease.
 
-Fails (exit 1) with the highest token seen when the token is stale.`,
-		Args: cobra.ExactArgs(2),
+Exit status 0 when stored; 1 when the token is stale (the message gives the highest
+token seen) or the server refuses the write; 2 for usage errors.`,
+		Args: exactArgs("a KEY", "a VALUE (or - to read standard input)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, valueArg := args[0], args[1]
-			if err := fence.ValidateKey(key); err != nil {
-				return usagef("key: %v", err)
+			if err := invalidUsage("key", fence.ValidateKey(key)); err != nil {
+				return err
+			}
+			if lock == "" {
+				lock = os.Getenv(envLock)
+			}
+			if lock == "" {
+				return usagef("kv put: no lock: give --lock NAME or set $%s (the lock whose token fences the write)", envLock)
+			}
+			if err := checkName("--lock", lock); err != nil {
+				return err
 			}
 			if tokenStr == "" {
 				tokenStr = os.Getenv(envToken)
@@ -60,21 +86,13 @@ Fails (exit 1) with the highest token seen when the token is stale.`,
 			}
 			tok, err := fence.ParseToken(tokenStr)
 			if err != nil {
-				return usagef("--token: %v", err)
+				return invalidUsage("--token", err)
 			}
 			if lease == "" {
 				lease = os.Getenv(envLease)
 			}
 			if lease != "" {
-				if err := fence.ValidateLeaseID(lease); err != nil {
-					return usagef("--lease: %v", err)
-				}
-			}
-			if lock == "" {
-				lock = os.Getenv(envLock)
-			}
-			if lock != "" {
-				if err := checkName("--lock", lock); err != nil {
+				if err := invalidUsage("--lease", fence.ValidateLeaseID(lease)); err != nil {
 					return err
 				}
 			}
@@ -92,12 +110,7 @@ Fails (exit 1) with the highest token seen when the token is stale.`,
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			if lock != "" {
-				err = c.Put(ctx, key, value, fence.Fence{Name: lock, Token: tok, LeaseID: lease})
-			} else {
-				err = c.PutToken(ctx, key, value, tok, lease)
-			}
-			if err != nil {
+			if err := c.Put(ctx, key, value, fence.Fence{Name: lock, Token: tok, LeaseID: lease}); err != nil {
 				return err
 			}
 			if output == "json" {
@@ -108,9 +121,9 @@ Fails (exit 1) with the highest token seen when the token is stale.`,
 		},
 	}
 	flags = addClientFlags(cmd)
-	cmd.Flags().StringVar(&tokenStr, "token", "", "fencing token (default $"+envToken+")")
+	cmd.Flags().StringVar(&lock, "lock", "", "lock that issued the token; required (default $"+envLock+")")
+	cmd.Flags().StringVar(&tokenStr, "token", "", "fencing token; required (default $"+envToken+")")
 	cmd.Flags().StringVar(&lease, "lease", "", "lease id (default $"+envLease+")")
-	cmd.Flags().StringVar(&lock, "lock", "", "lock that issued the token (default $"+envLock+")")
 	return cmd
 }
 
@@ -122,11 +135,11 @@ func newKVGetCmd() *cobra.Command {
 		Long: `get prints the value stored under KEY as it is, without a newline added. With -o json
 it prints {"key","lock","token","value"}, or "value_base64" for a value that is not
 UTF-8. Exit 1 if KEY was never written.`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs("a KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := fence.ValidateKey(key); err != nil {
-				return usagef("key: %v", err)
+			if err := invalidUsage("key", fence.ValidateKey(key)); err != nil {
+				return err
 			}
 			c, err := flags.client()
 			if err != nil {

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
-	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,22 +17,33 @@ import (
 
 func init() { addCommand(newLockCmd()) }
 
+// lockUse is the synopsis of `fence lock`, also shown by its usage errors.
+const lockUse = "lock NAME [--ttl 30s] [--wait DURATION] [-- CMD [ARGS...]]"
+
 func newLockCmd() *cobra.Command {
 	var ttl, wait, grace time.Duration
 	var flags *clientFlags
 	cmd := &cobra.Command{
-		Use:   "lock NAME [--ttl 30s] [--wait DURATION] [--grace 10s] -- CMD [ARGS...]",
-		Short: "Run a command holding a lock, renewing it while the command runs",
-		Long: `lock acquires NAME on the fence server ($FENCE_SERVER), runs CMD with the lease in its
+		Use:   lockUse,
+		Short: "Run a command holding a lock (or hold it until interrupted), renewing it",
+		Long: `lock acquires NAME on the fence server ($FENCE_SERVER), waiting for as long as it
+is held (as flock, consul lock and etcdctl lock do), runs CMD with the lease in its
 environment, renews the lease at a third of --ttl while CMD runs, and releases it
-when CMD exits. CMD gets:
+when CMD exits. --wait D gives up after D (exit 75); --wait 0 tries once. CMD gets:
 
   FENCE_LOCK    the lock name
   FENCE_TOKEN   the fencing token: send it with every write to the protected resource
   FENCE_LEASE   the lease id
   FENCE_SERVER  the server URL
 
-so that 'fence kv put KEY VALUE' inside CMD is fenced without flags.
+so that 'fence kv put KEY VALUE' inside CMD is fenced without flags (and
+FENCE_CA_CERT and FENCE_AUTH_TOKEN when --ca-cert or --auth-token-file gave them).
+
+A server that cannot be reached when lock starts is an error at once (exit 1), not
+a silent wait; once waiting, a server that restarts is retried until the wait ends.
+
+Without CMD, lock prints the lease (as 'fence acquire' does) and holds it, renewing
+it, until SIGINT, SIGTERM or SIGHUP; then it releases it and exits 0.
 
 If the lease is lost while CMD runs (renewals failed until it expired, or the server
 said it is gone), CMD's process group gets SIGTERM, then SIGKILL after --grace.
@@ -41,15 +52,28 @@ CMD runs in a process group of its own, so it cannot read from the terminal.
 
 Exit status: CMD's status (128+N if it was killed by signal N); 75 if the lock was
 not acquired within --wait; 76 if the lease was lost while CMD ran (whatever CMD's
-status); 127 if CMD could not be started; 130 if interrupted while waiting for the
-lock; 1 for other errors, 2 for usage errors.
+status) or while held without CMD; 127 if CMD could not be started; 128+N if
+signal N ended the wait for the lock (130 for SIGINT, 143 for SIGTERM, 129 for
+SIGHUP); without CMD, 0 after the release on a signal; 1 for other errors (an
+unreachable server), 2 for usage errors.
 With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.`,
-		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
-			if dash != -1 && dash != 1 {
-				return usagef("usage: fence lock NAME [flags] -- CMD [ARGS...]")
+			switch {
+			case len(args) == 0:
+				return argsError(cmd, "missing a lock NAME")
+			case dash == 0:
+				return argsError(cmd, "missing the lock NAME before --")
+			case dash == -1 && len(args) > 1:
+				return argsError(cmd, "unexpected argument %q: put the command after --", args[1])
+			case dash > 1:
+				return argsError(cmd, "unexpected argument %q before --", args[1])
+			case dash == 1 && len(args) == 1:
+				return argsError(cmd, "missing the command after --")
 			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
 			if err := checkName("lock name", name); err != nil {
 				return err
@@ -60,23 +84,34 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			if wait < 0 || grace < 0 {
 				return usagef("--wait and --grace must not be negative")
 			}
+			if !cmd.Flags().Changed("wait") {
+				wait = fence.WaitForever
+			}
 			c, err := flags.client()
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext(cmd)
-			lease, err := c.Acquire(ctx, name, ttl, fence.WithWait(wait), fence.WithAutoRenew())
+			// One handler for the signals from the wait to the release, so that none
+			// finds the default action (death with the lock held) in between.
+			w := watchSignals(cmd.Context())
+			defer w.stop()
+			lease, err := acquireLease(w.ctx, c, name, ttl, wait, fence.WithAutoRenew())
+			if sig := w.end(); sig != 0 {
+				if lease != nil {
+					_ = releaseLease(lease)
+				}
+				return interrupted(name, sig)
+			}
 			if err != nil {
-				err = notAcquired(ctx, name, wait, err)
-				stop()
-				return err
+				return notAcquired(name, wait, err)
 			}
-			stop()
-			r := &lockRun{name: name, lease: lease, grace: grace, env: []string{envServer + "=" + flags.serverURL()}}
-			if flags.caCert != "" {
-				r.env = append(r.env, envCACert+"="+flags.caCert)
+			r := &lockRun{name: name, lease: lease, grace: grace, env: flags.childEnv(), sigs: w.sigs}
+			var code int
+			if len(argv) == 0 {
+				code, err = r.hold(cmd.OutOrStdout())
+			} else {
+				code, err = r.run(argv)
 			}
-			code, err := r.run(argv)
 			if output == "json" {
 				_ = printJSON(os.Stderr, map[string]any{"name": name, "token": lease.Token(), "exit_code": code, "lease_lost": r.lost})
 			}
@@ -88,18 +123,62 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 	}
 	flags = addClientFlags(cmd)
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL; the lease is renewed at a third of it")
-	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for a held lock (0: try once)")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "give up when the lock is still held after this long (default: wait until acquired; 0: try once)")
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, how long before SIGKILL")
 	return cmd
 }
 
-// lockRun runs one child under a held lease.
+// lockRun runs one child, or holds the lock without one, under a held lease.
 type lockRun struct {
 	name  string
 	lease *fence.Lease
 	grace time.Duration
-	env   []string // FENCE_SERVER and what else the child needs to reach the server
+	env   []string       // FENCE_SERVER and what else the child needs to reach the server
+	sigs  chan os.Signal // SIGINT, SIGTERM and SIGHUP sent to us
 	lost  bool
+}
+
+// hold prints the lease and holds it until a signal (then releases it: exit 0) or
+// until it is lost (exit 76).
+func (r *lockRun) hold(out io.Writer) (int, error) {
+	if err := printLease(out, r.lease); err != nil {
+		_ = r.release()
+		return exitError, err
+	}
+	select {
+	case <-r.sigs:
+		if err := r.release(); err != nil {
+			return exitError, fmt.Errorf("%s (the lock frees itself when its TTL runs out)", aboutLock(r.name, err))
+		}
+		return exitOK, nil
+	case <-r.lease.Done():
+		r.lost = true
+		return exitLeaseLost, fmt.Errorf("lock %q: lease lost (%s)", r.name, lossReason(r.lease.Err()))
+	}
+}
+
+// aboutLock is err's message, naming lock name unless it does already (the
+// server's answers name it; a transport failure names the server instead).
+func aboutLock(name string, err error) string {
+	msg := oneLine(err)
+	if strings.Contains(msg, fmt.Sprintf("%q", name)) {
+		return msg
+	}
+	return fmt.Sprintf("lock %q: %s", name, msg)
+}
+
+// lossReason says why a lease ended without naming the lock, which the caller's
+// message names already.
+func lossReason(err error) string {
+	switch {
+	case errors.Is(err, fence.ErrExpired):
+		return "it expired before a renewal got through"
+	case errors.Is(err, fence.ErrNotHeld):
+		return "the server refused to renew it: not held any more"
+	case err == nil:
+		return "unknown cause"
+	}
+	return oneLine(err)
 }
 
 // run starts argv, supervises it and releases the lease. It returns the exit status
@@ -117,13 +196,13 @@ func (r *lockRun) run(argv []string) (int, error) {
 	// children), and terminal signals reach it once, through us.
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-
 	if err := child.Start(); err != nil {
-		r.release()
-		return 127, fmt.Errorf("lock %q: starting %s: %w", r.name, argv[0], err)
+		_ = r.release()
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			err = ee.Err // without the name, which our message gives
+		}
+		return 127, fmt.Errorf("lock %q: cannot start %s: %w", r.name, argv[0], err)
 	}
 	pgid := child.Process.Pid
 	exited := make(chan error, 1)
@@ -132,17 +211,18 @@ func (r *lockRun) run(argv []string) (int, error) {
 	var killTimer <-chan time.Time
 	leaseDone := r.lease.Done()
 	var waitErr error
+	told := false // the loss was reported when it happened
 loop:
 	for {
 		select {
 		case waitErr = <-exited:
 			break loop
-		case s := <-sigs:
+		case s := <-r.sigs:
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
 		case <-leaseDone:
 			leaseDone = nil
-			r.lost = true
-			fmt.Fprintf(os.Stderr, "fence: lock %q: lease lost (%v); sending SIGTERM to %s, SIGKILL in %v\n", r.name, r.lease.Err(), argv[0], r.grace)
+			r.lost, told = true, true
+			fmt.Fprintf(os.Stderr, "fence: lock %q: lease lost (%s); sending SIGTERM to %s, SIGKILL in %v\n", r.name, lossReason(r.lease.Err()), argv[0], r.grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			killTimer = time.After(r.grace)
 		case <-killTimer:
@@ -165,23 +245,18 @@ loop:
 		fmt.Fprintf(os.Stderr, "fence: lock %q: waiting for %s: %v\n", r.name, argv[0], waitErr)
 	}
 	if r.lost {
-		return exitLeaseLost, fmt.Errorf("lock %q: lease lost while %s ran (%v); it exited with status %d", r.name, argv[0], r.lease.Err(), code)
+		if told {
+			return exitLeaseLost, fmt.Errorf("lock %q: %s exited with status %d after the lease was lost", r.name, argv[0], code)
+		}
+		return exitLeaseLost, fmt.Errorf("lock %q: lease lost while %s ran (%s); it exited with status %d", r.name, argv[0], lossReason(r.lease.Err()), code)
 	}
 	if err := r.release(); err != nil {
-		fmt.Fprintf(os.Stderr, "fence: lock %q: release: %v (the lock frees itself when its TTL runs out)\n", r.name, err)
+		fmt.Fprintf(os.Stderr, "fence: %s (the lock frees itself when its TTL runs out)\n", aboutLock(r.name, err))
 	}
 	return code, nil
 }
 
-func (r *lockRun) release() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := r.lease.Release(ctx)
-	if errors.Is(err, fence.ErrNotHeld) {
-		return nil // gone already: nothing to free
-	}
-	return err
-}
+func (r *lockRun) release() error { return releaseLease(r.lease) }
 
 // exitStatus is the shell's view of a finished child: its exit code, or 128+N when
 // signal N killed it.

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit statuses shared by all commands.
@@ -22,7 +23,7 @@ const (
 	exitUsage = 2
 )
 
-// exitError carries a specific exit status out of a command's RunE.
+// exitCodeError carries a specific exit status out of a command's RunE.
 type exitCodeError struct {
 	code int
 	err  error // may be nil: exit silently with code
@@ -57,6 +58,7 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "fence",
 		Short:         "Distributed locks with fencing tokens, and the tools to prove them",
+		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -65,9 +67,17 @@ func newRootCmd() *cobra.Command {
 			}
 			return nil
 		},
+		// Without a command the usage goes to stderr and the exit status is 2, as for
+		// any other incomplete command line.
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
+			return &exitCodeError{code: exitUsage}
+		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(flagError)
 	for _, c := range commands {
 		root.AddCommand(c)
 	}
@@ -101,20 +111,126 @@ func run(args []string) int {
 }
 
 // oneLine returns err's message on one line: drivers (pgx, etcd) put newlines and
-// tabs in theirs, and the CLI contract is one line per error.
+// tabs in theirs, and the CLI contract is one line per error. The caller prints
+// "fence: " before it, so the root package's own prefix, which its sentinels and
+// typed errors carry ("chaos: fence: invalid argument: ..."), is dropped rather
+// than said again.
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	for strings.HasPrefix(msg, "fence: ") {
+		msg = strings.TrimPrefix(msg, "fence: ")
+	}
+	return strings.ReplaceAll(msg, ": fence: ", ": ")
 }
 
-// isCobraUsage recognises cobra's own argument errors (unknown command, wrong
-// number of args), which it returns as plain errors.
+// isCobraUsage recognises cobra's own argument errors that no hook of ours turns
+// into a usageError (cobra's help and completion commands return plain errors).
 func isCobraUsage(err error) bool {
 	msg := err.Error()
 	for _, p := range []string{"unknown command", "accepts ", "requires at least", "requires at most",
-		"unknown flag", "unknown shorthand", "invalid argument", "flag needs an argument"} {
+		"unknown flag", "unknown shorthand", "flag needs an argument"} {
 		if strings.Contains(msg, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// cmdName is the command's path without the binary's name: "kv put".
+func cmdName(cmd *cobra.Command) string {
+	if !cmd.HasParent() {
+		return cmd.Name()
+	}
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+// usageLine is the command's synopsis as its help shows it: "fence lock NAME ...".
+func usageLine(cmd *cobra.Command) string {
+	if !cmd.HasParent() {
+		return cmd.Use
+	}
+	return cmd.Parent().CommandPath() + " " + cmd.Use
+}
+
+// argsError is a usage error about the positional arguments, ending with the
+// command's usage line so the one line says what to type instead.
+func argsError(cmd *cobra.Command, format string, a ...any) error {
+	return usageError{fmt.Errorf("%s: %s; usage: %s", cmdName(cmd), fmt.Sprintf(format, a...), usageLine(cmd))}
+}
+
+// exactArgs wants exactly len(what) positional arguments; what names them for the
+// message ("a lock NAME").
+func exactArgs(what ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < len(what) {
+			return argsError(cmd, "missing %s", strings.Join(what[len(args):], " and "))
+		}
+		if len(args) > len(what) {
+			return argsError(cmd, "unexpected argument %q", args[len(what)])
+		}
+		return nil
+	}
+}
+
+// maxArgs allows at most n positional arguments.
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return argsError(cmd, "unexpected argument %q", args[n])
+		}
+		return nil
+	}
+}
+
+// noArgs refuses positional arguments: on a command with subcommands the first one
+// is a mistyped subcommand, with cobra's suggestions when it has any.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if cmd.HasAvailableSubCommands() {
+		if cmd.SuggestionsMinimumDistance <= 0 {
+			cmd.SuggestionsMinimumDistance = 2 // cobra's default, set lazily by cobra itself
+		}
+		hint := ""
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = fmt.Sprintf(" (did you mean %q?)", s[0])
+		}
+		return usageError{fmt.Errorf("unknown command %q for %q%s; run '%s --help' for the commands", args[0], cmd.CommandPath(), hint, cmd.CommandPath())}
+	}
+	return argsError(cmd, "unexpected argument %q (it takes no arguments)", args[0])
+}
+
+// flagError turns pflag's parse errors into one actionable line naming the command.
+func flagError(cmd *cobra.Command, err error) error {
+	help := fmt.Sprintf("run '%s --help' for its flags", cmd.CommandPath())
+	var (
+		notExist *pflag.NotExistError
+		needsVal *pflag.ValueRequiredError
+		invalid  *pflag.InvalidValueError
+		syntax   *pflag.InvalidSyntaxError
+	)
+	switch {
+	case errors.As(err, &notExist):
+		flag := "--" + notExist.GetSpecifiedName()
+		if s := notExist.GetSpecifiedShortnames(); s != "" {
+			flag = "-" + notExist.GetSpecifiedName()[:1]
+		}
+		return usagef("%s: unknown flag %s; %s", cmdName(cmd), flag, help)
+	case errors.As(err, &needsVal):
+		return usagef("%s: --%s needs a value; %s", cmdName(cmd), needsVal.GetFlag().Name, help)
+	case errors.As(err, &invalid):
+		f := invalid.GetFlag()
+		want := fmt.Sprint(invalid.Unwrap())
+		switch f.Value.Type() {
+		case "duration":
+			want = "want a duration such as 500ms, 30s or 5m"
+		case "int", "int64", "uint", "uint64":
+			want = "want a whole number"
+		}
+		return usagef("%s: --%s %q: %s", cmdName(cmd), f.Name, invalid.GetValue(), want)
+	case errors.As(err, &syntax):
+		return usagef("%s: bad flag syntax %q; %s", cmdName(cmd), syntax.GetSpecifiedFlag(), help)
+	}
+	return usagef("%s: %v; %s", cmdName(cmd), err, help)
 }

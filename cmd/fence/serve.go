@@ -152,7 +152,7 @@ locks and the KV live in that store, so several servers can share it:
 
 SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls end, requests
 in flight finish (up to --shutdown-timeout), then the store is closed cleanly.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (tlsCert == "") != (tlsKey == "") {
 				return usagef("--tls-cert and --tls-key go together")

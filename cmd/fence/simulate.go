@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/sim"
 )
 
@@ -53,7 +54,7 @@ self-contained timeline picture: lanes per worker, leases, pauses, accepted and
 rejected writes). The global -o json is the same as --format json.
 
 Example: fence simulate --format svg > pause-past-ttl.svg`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			write, err := simulateWriter(format, output, cmd.Flags().Changed("format"))
 			if err != nil {
@@ -69,8 +70,8 @@ Example: fence simulate --format svg > pause-past-ttl.svg`,
 			default:
 				return usagef("simulate: --fencing must be on or off, got %q", fencing)
 			}
-			if errors.Is(err, sim.ErrUnknownScenario) {
-				return usageError{err}
+			if errors.Is(err, sim.ErrUnknownScenario) || errors.Is(err, fence.ErrInvalid) {
+				return usageError{err} // the options came from the flags
 			}
 			if err != nil {
 				return err

@@ -134,7 +134,7 @@ func TestSimulate_BadFlags_ExitTwoWithOneLine(t *testing.T) {
 		{[]string{"simulate", "--format", "png"}, "--format must be one of"},
 		{[]string{"-o", "json", "simulate", "--format", "svg"}, "conflicts with --format svg"},
 		{[]string{"simulate", "--scenario", "random", "--workers", "30"}, "workers must be 1 to 26"},
-		{[]string{"simulate", "extra"}, "unknown command"},
+		{[]string{"simulate", "extra"}, `unexpected argument "extra"`},
 	}
 	for _, c := range cases {
 		r := simulateCLI(t, c.args...)
