@@ -15,6 +15,7 @@
 #   MariaDB    mariadbd, mariadb-install-db     (mariadb-server)
 #   ZooKeeper  zkServer.sh, its jars and java   (zookeeper; the zookeeper package's
 #              tests run it)
+#   curl       the README tours use it; cmd/fence's docs test runs them as written
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -59,6 +60,7 @@ required=(
 	"postgresql initdb postgres"
 	"mariadb-server mariadbd mariadb-install-db"
 	"zookeeper zkServer.sh java"
+	"curl curl"
 )
 optional=()
 
@@ -82,7 +84,7 @@ missing() {
 need=$(missing "${required[@]}")
 want=$(missing "${optional[@]}")
 if [ -z "$need$want" ]; then
-	log "redis, PostgreSQL, MariaDB, ZooKeeper and gcc are installed: nothing to do"
+	log "redis, PostgreSQL, MariaDB, ZooKeeper, curl and gcc are installed: nothing to do"
 	exit 0
 fi
 log "missing packages: $(echo $need $want)"
