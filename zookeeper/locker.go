@@ -415,7 +415,11 @@ func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Dur
 				if err != nil {
 					return nil, giveUp(err)
 				}
-				left := time.UnixMilli(st.Mtime).Add(pttl).Sub(now)
+				// Both readings are whole milliseconds and the node may have been
+				// written up to a millisecond after its mtime: the TTL has surely
+				// passed only once the leader's clock is past mtime+TTL (as Renew
+				// judges it, and as Redis expires keys).
+				left := time.UnixMilli(st.Mtime).Add(pttl).Sub(now) + time.Millisecond
 				if left <= 0 {
 					// Expired by the server's clock: take it over. The version makes
 					// the delete fail if the holder renewed meanwhile.
