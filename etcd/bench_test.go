@@ -161,8 +161,11 @@ func benchName(b *testing.B) string { return "bench-" + fence.NewLeaseID()[:12] 
 // fencetest.BenchmarkExpiryHandoff): a holder never releases a 100ms lease, a waiter
 // on its own client is already waiting. etcd cannot expire that precisely: it raises
 // the lease to its minimum TTL (1.5 election timeouts in whole seconds) and checks
-// for expired leases every 500ms, so the handoff comes about the minimum TTL (up to
-// half a second more) after the holder's deadline. "fast-timing" is the package's
+// for expired leases every 500ms, so the handoff comes the minimum TTL less the TTL,
+// plus up to half a second, after the holder's deadline. Rounds run back to back, so
+// they fall in step with etcd's 500ms check and each shows about the worst case
+// (minimum - ttl + 500ms); by chance a lone holder is replaced 0 to 500ms sooner.
+// "fast-timing" is the package's
 // test member (500ms election timeout: 1s minimum); "default-timing" a member with
 // etcd's defaults (1s election timeout: 2s minimum), what an unconfigured cluster
 // gives.
