@@ -18,7 +18,13 @@
 //
 //   - Lock names and resource keys: 1 to [MaxNameLen] (255) bytes of valid UTF-8 with no
 //     control characters ([ValidateName]).
-//   - TTLs: [MinTTL] (1ms) to [MaxTTL] (24h) ([ValidateTTL]).
+//   - TTLs: [MinTTL] (1ms) to [MaxTTL] (24h) ([ValidateTTL]). A lease's deadline is
+//     never later than the backend's expiry, but a backend may keep a lock longer than
+//     its TTL, which delays the next holder when a holder never releases: etcd keeps
+//     it at least its minimum lease TTL (2s with etcd's default timing) and revokes
+//     expired leases every 500ms, so a 100ms lease is handed over about 2.4s after its
+//     deadline. Bolt, inmem, Redis, PostgreSQL, ZooKeeper and the HTTP server on them
+//     hand over within a few milliseconds of the TTL.
 //   - Tokens: 1 to [MaxToken] (2^53-1, so they survive JSON numbers and Lua doubles);
 //     0 is never a valid token ([ValidateToken]).
 //   - Lease ids: 1 to [MaxLeaseIDLen] (128) bytes of printable ASCII; the ids fence

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/inmem"
 )
 
@@ -145,4 +146,18 @@ func heapInUse() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// BenchmarkExpiryHandoff measures the handoff after an expiry (see
+// fencetest.BenchmarkExpiryHandoff) on a durable store with default options: a
+// holder never releases a 100ms lease, a waiter is already waiting.
+//
+//	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./bolt/
+func BenchmarkExpiryHandoff(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "fence.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	fencetest.BenchmarkExpiryHandoff(b, s, s, 100*time.Millisecond)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/etcd"
+	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/internal/testserv"
 )
 
 // Run both sets in one run, on the same embedded etcd, so the ratios are fair:
@@ -154,3 +156,34 @@ func reportMedian(b *testing.B, d []time.Duration) {
 }
 
 func benchName(b *testing.B) string { return "bench-" + fence.NewLeaseID()[:12] }
+
+// BenchmarkExpiryHandoff measures the handoff after an expiry (see
+// fencetest.BenchmarkExpiryHandoff): a holder never releases a 100ms lease, a waiter
+// on its own client is already waiting. etcd cannot expire that precisely: it raises
+// the lease to its minimum TTL (1.5 election timeouts in whole seconds) and checks
+// for expired leases every 500ms, so the handoff comes the minimum TTL less the TTL,
+// plus up to half a second, after the holder's deadline. Rounds run back to back, so
+// they fall in step with etcd's 500ms check and each shows about the worst case
+// (minimum - ttl + 500ms); by chance a lone holder is replaced 0 to 500ms sooner.
+// "fast-timing" is the package's
+// test member (500ms election timeout: 1s minimum); "default-timing" a member with
+// etcd's defaults (1s election timeout: 2s minimum), what an unconfigured cluster
+// gives.
+//
+//	go test -run '^$' -bench ExpiryHandoff -benchtime 10x ./etcd/
+func BenchmarkExpiryHandoff(b *testing.B) {
+	const ttl = 100 * time.Millisecond
+	b.Run("fast-timing", func(b *testing.B) {
+		fencetest.BenchmarkExpiryHandoff(b, etcd.NewLocker(client(b), nil), etcd.NewLocker(client(b), nil), ttl)
+	})
+	b.Run("default-timing", func(b *testing.B) {
+		s, err := testserv.StartEtcdDefaultTiming()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(s.Close)
+		holder := etcd.NewLocker(newClient(b, s.Endpoints), nil)
+		waiter := etcd.NewLocker(newClient(b, s.Endpoints), nil)
+		fencetest.BenchmarkExpiryHandoff(b, holder, waiter, ttl)
+	})
+}

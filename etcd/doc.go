@@ -29,6 +29,26 @@
 // (Lease.Deadline, Done) is the requested ttl from when the request that started the
 // etcd lease's countdown was sent.
 //
+// So a holder that never releases blocks the lock for longer than its TTL: etcd
+// deletes the lock key when it revokes the expired etcd lease, and its leader looks
+// for expired leases every 500 ms. The next holder gets the lock max(ceil(ttl), the
+// minimum lease TTL) plus up to 500 ms after the holder's grant. Measured
+// (BenchmarkExpiryHandoff, a 100 ms lease): about 2.4 s after the holder's deadline
+// with etcd's default timing, 1.4 s with a 500 ms election timeout (1 s minimum). A
+// TTL of whole seconds at or above the minimum is handed over at most about half a
+// second after the holder's deadline. A release hands over at once (a watch event).
+// This is etcd's floor, not fence's: use TTLs of at least the minimum lease TTL (and
+// whole seconds) where a crashed holder must be replaced within its TTL.
+//
+// A shorter TTL is neither rejected nor rounded up on the holder's side: the holder's
+// deadline stays the TTL asked, which is never later than etcd's expiry, so Done
+// closes early rather than late. What etcd keeps is reported as it is: Inspect (and
+// so `fence status` and the HTTP API's lock state) shows the lock held, with etcd's
+// remaining TTL in whole seconds (0 in its last second), until etcd deletes the key.
+// `fence serve --store etcd://` does the same: an acquire with "ttl_ms":100 succeeds
+// with "ttl_ms":100 in the reply (the holder's deadline), and a waiter is granted
+// the lock only when etcd has revoked the holder's lease.
+//
 // Renew checks that the lock key still holds the lease id, then sends a keep-alive
 // for its etcd lease (which restarts the lease at its granted TTL); a different TTL
 // moves the key to a new etcd lease, keeping its create revision and so its token.

@@ -575,8 +575,11 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 // Inspect returns the state of the lock name: Held and Token (the lock key's create
-// revision) if it exists, LastToken (the revision of the last grant) and ExpiresIn
-// (the etcd lease's remaining TTL, in whole seconds). A lock never acquired is
+// revision) while the lock key and its etcd lease exist, LastToken (the revision of
+// the last grant) and ExpiresIn (the etcd lease's remaining TTL, in whole seconds,
+// truncated: 0 in its last second). This is etcd's view, which for a TTL below etcd's
+// minimum lease TTL lasts longer than the holder's deadline (see the package
+// documentation). A lock never acquired is
 // reported not held with LastToken 0. It returns fence.ErrInvalid for a bad name,
 // fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
@@ -623,9 +626,13 @@ func (l *Locker) fillHeld(ctx context.Context, info *fence.LockInfo, rev int64, 
 		}
 		return storeErr(err)
 	}
-	if ttl.TTL <= 0 {
-		return nil
+	if ttl.TTL < 0 {
+		return nil // the etcd lease is gone, and the key with it
 	}
+	// The etcd lease exists, so etcd keeps the key and nobody else is granted the
+	// lock: held. TTL is whole seconds, truncated; 0 means under a second left, or
+	// expired and waiting for etcd's revocation (checked every 500ms), and is
+	// reported as ExpiresIn 0 (unknown).
 	info.Held = true
 	info.Token = fence.Token(rev)
 	info.ExpiresIn = time.Duration(ttl.TTL) * time.Second

@@ -100,6 +100,60 @@ func TestLocker_LostEtcdLease_RenewErrNotHeldDoneCloses(t *testing.T) {
 	}
 }
 
+// A TTL below etcd's minimum lease TTL is granted, not rejected nor rounded up on the
+// holder's side: the lease's deadline is the TTL asked (so Done closes then, never
+// after etcd's expiry), while etcd keeps the lock key for its minimum, which the etcd
+// lease's granted TTL says and Inspect reports as held (it said "not held" in the
+// etcd lease's last second, while nobody could take the lock); the next holder gets
+// the lock after that.
+func TestLocker_TTLBelowEtcdMinimum_HolderDeadlineAsAskedEtcdHoldsLonger(t *testing.T) {
+	cli := client(t)
+	ctx := testCtx(t)
+	holder, waiter := etcd.NewLocker(cli, nil), etcd.NewLocker(client(t), nil)
+	name := uniq("short")
+	const ttl = 100 * time.Millisecond
+	called := time.Now()
+	a, err := holder.Acquire(ctx, name, ttl)
+	returned := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := a.Deadline(); d.Before(called.Add(ttl)) || d.After(returned.Add(ttl)) {
+		t.Fatalf("Deadline %v after the call; want the %v asked, counted from the request", d.Sub(called), ttl)
+	}
+	resp, err := cli.Get(ctx, etcd.DefaultPrefix+"lock/"+name)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("Get lock key = %v, %v; want one key", resp, err)
+	}
+	ttlResp, err := cli.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if min := int64(testserv.EtcdMinLeaseTTL / time.Second); ttlResp.GrantedTTL < min {
+		t.Fatalf("etcd lease granted for %ds; want etcd's minimum, %ds", ttlResp.GrantedTTL, min)
+	}
+	<-a.Done() // the holder's deadline
+	_, tryErr := fence.TryAcquire(ctx, waiter, name, time.Minute)
+	info, infoErr := waiter.Inspect(ctx, name)
+	if time.Since(called) >= testserv.EtcdMinLeaseTTL {
+		t.Skip("inconclusive: the machine took longer than etcd's minimum lease TTL to get here")
+	}
+	if !errors.Is(tryErr, fence.ErrNotAcquired) {
+		t.Fatalf("TryAcquire after the holder's deadline, within etcd's minimum = %v; want fence.ErrNotAcquired", tryErr)
+	}
+	if infoErr != nil || !info.Held || info.Token != a.Token() {
+		t.Fatalf("Inspect after the holder's deadline = %+v, %v; want held by token %d (etcd still has the key)", info, infoErr, a.Token())
+	}
+	b, err := waiter.Acquire(ctx, name, time.Minute, fence.WithWait(testserv.EtcdMinLeaseTTL+10*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire once etcd expires the lease = %v; want a lease", err)
+	}
+	defer b.Release(ctx)
+	if b.Token() <= a.Token() {
+		t.Fatalf("next token %d; want > %d", b.Token(), a.Token())
+	}
+}
+
 // A lock key overwritten by hand (no lease, another value): the holder can no longer
 // renew or release, and nobody else is granted the lock until the key is deleted.
 func TestLocker_HandEditedLockKey_NeverGrantedTwice(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/inmem"
 )
 
@@ -104,4 +105,13 @@ func BenchmarkManualClock_Advance1000Timers(b *testing.B) {
 		}
 		c.Advance(time.Second)
 	}
+}
+
+// The handoff after an expiry (see fencetest.BenchmarkExpiryHandoff), by the system
+// clock: a holder never releases a 100ms lease, a waiter is already waiting.
+//
+//	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./inmem/
+func BenchmarkLocker_ExpiryHandoff(b *testing.B) {
+	l := inmem.NewLocker(inmem.Options{})
+	fencetest.BenchmarkExpiryHandoff(b, l, l, 100*time.Millisecond)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5"
 )
@@ -206,4 +207,18 @@ func BenchmarkLocker_Handoff(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "handoff-ns")
 	_ = lease.Release(ctx)
+}
+
+// BenchmarkLocker_ExpiryHandoff measures the handoff after an expiry (see
+// fencetest.BenchmarkExpiryHandoff): a holder never releases a 100ms lease, a waiter
+// on its own Locker (default options) is already waiting. Expiry sends no NOTIFY: the
+// waiter wakes at the remaining time the database reported.
+//
+//	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./postgres/
+func BenchmarkLocker_ExpiryHandoff(b *testing.B) {
+	holder := postgres.NewLocker(sharedPool, nil)
+	defer holder.Close()
+	waiter := postgres.NewLocker(sharedPool, nil)
+	defer waiter.Close()
+	fencetest.BenchmarkExpiryHandoff(b, holder, waiter, 100*time.Millisecond)
 }

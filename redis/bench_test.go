@@ -25,6 +25,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencetest"
 )
 
 // benchResults keeps the last figure of each sub-benchmark for the ratio logs.
@@ -348,4 +349,17 @@ func waitBenchSubscribers(b *testing.B, c *goredis.Client, channel string, n int
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// BenchmarkExpiryHandoff measures the handoff after an expiry (see
+// fencetest.BenchmarkExpiryHandoff): a holder never releases a 100ms lease and a
+// waiter, on its own client with the default PollInterval, is already waiting. The
+// figures are milliseconds after the holder's deadline; a waiter that missed the
+// expiry shows as about a PollInterval (1s).
+//
+//	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./redis/
+func BenchmarkExpiryHandoff(b *testing.B) {
+	holder, _ := newLocker(b, nil)
+	waiter, _ := newLocker(b, nil)
+	fencetest.BenchmarkExpiryHandoff(b, holder, waiter, 100*time.Millisecond)
 }

@@ -37,8 +37,12 @@
 // tries again, so a release between a failed try and the subscription is never missed.
 // Release publishes after deleting the lock, so handoff takes about one round trip.
 // Because messages can be lost (reconnects, a Cluster slot moving), a waiter also
-// retries when the holder's lease expires (the PTTL the script returned) and at least
-// every Options.PollInterval. Each waiting call holds one pub/sub connection.
+// retries when the holder's lease expires and at least every Options.PollInterval.
+// The expiry is the PTTL the script returned, plus the millisecond Redis keeps a key
+// at PTTL 0; a try that still finds the key in its last millisecond (0 or 1 ms left)
+// is retried a millisecond later, a few times, then with a doubling delay, so a
+// holder that never releases is replaced about a millisecond after its TTL, not a
+// PollInterval later. Each waiting call holds one pub/sub connection.
 //
 // Herd behaviour: a release wakes every waiter on that name; each runs the acquire
 // script once, one wins and the others go back to waiting with the new holder's

@@ -208,7 +208,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	}
 	o := fence.ApplyAcquireOptions(opts...)
 	k := l.keysFor(name)
-	lease, held, err := l.try(ctx, name, k, ttl, o)
+	lease, held, _, err := l.try(ctx, name, k, ttl, o)
 	switch {
 	case err != nil:
 		return nil, err
@@ -220,9 +220,10 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	return l.wait(ctx, name, k, ttl, o, held)
 }
 
-// try runs the acquire script once. It returns a lease, or the holder's state, or an
-// error already wrapped for the caller.
-func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration, o fence.AcquireOptions) (*fence.Lease, *fence.HeldError, error) {
+// try runs the acquire script once. It returns a lease, or the holder's state and the
+// lock key's PTTL as the script saw it (-1: no expiry), or an error already wrapped
+// for the caller.
+func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration, o fence.AcquireOptions) (*fence.Lease, *fence.HeldError, int64, error) {
 	id := fence.NewLeaseID()
 	start := l.clock.Now()
 	keys := []string{k.lock, k.token}
@@ -238,37 +239,37 @@ func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration
 	}
 	if err != nil {
 		if errors.Is(err, ErrNotReplicated) {
-			return nil, nil, err // already released and described
+			return nil, nil, 0, err // already released and described
 		}
 		if ambiguous(err) {
 			l.releaseLater(name, k, id)
 		}
 		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("redis: acquire %q: %w: %w", name, fence.ErrNotAcquired, ctx.Err())
+			return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w: %w", name, fence.ErrNotAcquired, ctx.Err())
 		}
-		return nil, nil, fmt.Errorf("redis: acquire %q: %w", name, translate(err))
+		return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w", name, translate(err))
 	}
 	granted, n, err := pair(res)
 	if err != nil {
 		l.releaseLater(name, k, id)
-		return nil, nil, fmt.Errorf("redis: acquire %q: %w", name, err)
+		return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w", name, err)
 	}
 	if granted == 0 {
 		held := &fence.HeldError{Name: name}
 		if n > 0 {
 			held.ExpiresIn = time.Duration(n) * time.Millisecond
 		}
-		return nil, held, nil
+		return nil, held, n, nil
 	}
 	tok := fence.Token(n)
 	if fence.ValidateToken(tok) != nil {
 		l.releaseLater(name, k, id)
-		return nil, nil, fmt.Errorf("redis: acquire %q: %w: script issued token %d", name, fence.ErrUnavailable, n)
+		return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w: script issued token %d", name, fence.ErrUnavailable, n)
 	}
 	return fence.NewLease(fence.LeaseConfig{
 		Locker: l, Name: name, Token: tok, ID: id, TTL: ttl,
 		Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
-	}), nil, nil
+	}), nil, 0, nil
 }
 
 // pair decodes the {flag, number} reply of the acquire script.
@@ -458,6 +459,7 @@ func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duratio
 	// the client refreshes its slot map), subscribe again soon, backing off up to
 	// PollInterval, rather than rely on polling alone.
 	resub := time.Duration(0)
+	quick := 0 // tries in a row that found the holder's lease at its last millisecond
 	for {
 		if sub == nil {
 			// Subscribe before the next try: a release after the try is then seen.
@@ -474,7 +476,7 @@ func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duratio
 		if wctx.Err() != nil {
 			return ended()
 		}
-		lease, h, err := l.try(wctx, name, k, ttl, o)
+		lease, h, pttl, err := l.try(wctx, name, k, ttl, o)
 		switch {
 		case err != nil && wctx.Err() != nil:
 			return ended()
@@ -484,10 +486,8 @@ func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duratio
 			return lease, nil
 		}
 		held = h
-		d := l.opts.PollInterval
-		if h.ExpiresIn > 0 && h.ExpiresIn < d {
-			d = h.ExpiresIn
-		}
+		var d time.Duration
+		d, quick = retryAfter(pttl, quick, l.opts.PollInterval)
 		if sub == nil && resub < d {
 			d = resub
 		}
@@ -517,6 +517,39 @@ func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duratio
 			}
 		}
 	}
+}
+
+// quickRetries is how many tries in a row a waiter makes a millisecond apart when
+// it finds the holder's lease in its last millisecond, before it backs off.
+const quickRetries = 3
+
+// retryAfter returns how long a waiter sleeps, unless woken by a release message,
+// after a try found the lock held with pttl milliseconds left (the acquire script's
+// PTTL of the lock key; -1 if it has no expiry), and the new count of quick retries
+// in a row (quick is the count so far).
+//
+// Redis keeps a key while its clock, in whole milliseconds, is at or before the
+// key's expiry, and PTTL is the difference, so the key is gone pttl+1 ms after the
+// script ran; the waiter tries again then. A PTTL of 0 or 1 is common, not a corner
+// case: a waiter woken at the PTTL it was told arrives in the key's last
+// millisecond, or Redis's expiry lags (it deletes lazily, on access, or in its
+// active-expire cycle). Each such try is retried after a millisecond or two, never
+// after a whole PollInterval; after quickRetries of them in a row (a Redis clock
+// that does not move, a holder renewing to 1ms leases) the sleep doubles up to
+// PollInterval, so a waiter cannot spin.
+func retryAfter(pttl int64, quick int, poll time.Duration) (time.Duration, int) {
+	if pttl < 0 {
+		return poll, 0 // no expiry: only a release or the poll ends the wait
+	}
+	d := time.Duration(pttl+1) * time.Millisecond
+	if pttl > 1 {
+		return min(d, poll), 0
+	}
+	quick++
+	if quick > quickRetries {
+		d = max(d, time.Millisecond<<min(quick-quickRetries, 20))
+	}
+	return min(d, poll), quick
 }
 
 // subscribe subscribes to a wake channel and waits for the server's confirmation. It

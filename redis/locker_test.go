@@ -332,6 +332,73 @@ func TestLocker_Release_RetriedAfterExpiry_LeavesNewHolder(t *testing.T) {
 	}
 }
 
+// TestLocker_Wait_HolderExpiry_RetriedPromptly is the regression test of a waiter
+// that slept a whole PollInterval when its try at the holder's expiry found the key
+// in its last millisecond (PTTL 0). With PollInterval an hour, such a miss cannot
+// pass for slowness: the wait, bounded at the holder's deadline plus missBound, ends
+// without the lock. Before the fix most rounds missed on an idle machine and a few
+// in twenty under load; missBound only has to absorb scheduling delays on a loaded
+// machine, which are far below a PollInterval.
+func TestLocker_Wait_HolderExpiry_RetriedPromptly(t *testing.T) {
+	const (
+		rounds    = 20
+		ttl       = 50 * time.Millisecond
+		missBound = 500 * time.Millisecond
+	)
+	l, _ := newLocker(t, &Options{PollInterval: time.Hour})
+	ctx := ctxT(t)
+	var worst time.Duration
+	for i := 0; i < rounds; i++ {
+		name := uniqueName(t)
+		old, err := l.Acquire(ctx, name, ttl) // never released
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, err := l.Acquire(ctx, name, time.Minute, fence.WithWait(ttl+missBound))
+		if err != nil {
+			t.Fatalf("round %d: waiter not granted within %v after a %v lease that was never released: %v", i, missBound, ttl, err)
+		}
+		late := time.Since(old.Deadline())
+		worst = max(worst, late)
+		if cur.Token() <= old.Token() {
+			t.Errorf("round %d: token %d, want > %d", i, cur.Token(), old.Token())
+		}
+		if err := cur.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("latest grant: %v after the holder's deadline", worst)
+}
+
+func TestRetryAfter_ShortPTTLRetriesSoonThenBacksOff(t *testing.T) {
+	const poll = time.Second
+	for _, c := range []struct {
+		pttl  int64
+		quick int
+		want  time.Duration
+		next  int
+	}{
+		{-1, 0, poll, 0},                    // no expiry: poll
+		{-1, 5, poll, 0},                    // and the streak ends
+		{5000, 0, poll, 0},                  // longer than the poll: poll
+		{100, 2, 101 * time.Millisecond, 0}, // the key is gone a millisecond after PTTL
+		{2, 3, 3 * time.Millisecond, 0},     // a fresh PTTL ends the streak
+		{0, 0, time.Millisecond, 1},         // last millisecond: retry at once, not a poll
+		{1, 0, 2 * time.Millisecond, 1},     // likewise
+		{0, quickRetries - 1, time.Millisecond, quickRetries},
+		{0, quickRetries, 2 * time.Millisecond, quickRetries + 1}, // then back off
+		{0, quickRetries + 1, 4 * time.Millisecond, quickRetries + 2},
+		{1, quickRetries + 8, 512 * time.Millisecond, quickRetries + 9},
+		{0, quickRetries + 10, poll, quickRetries + 11}, // up to the poll
+		{0, 1 << 20, poll, 1<<20 + 1},                   // no overflow
+	} {
+		got, next := retryAfter(c.pttl, c.quick, poll)
+		if got != c.want || next != c.next {
+			t.Errorf("retryAfter(%d, %d) = %v, %d; want %v, %d", c.pttl, c.quick, got, next, c.want, c.next)
+		}
+	}
+}
+
 // waitSubscribers waits until n clients subscribe to name's wake channel.
 func waitSubscribers(t *testing.T, c *goredis.Client, l *Locker, name string, n int64) {
 	t.Helper()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/etcd"
+	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/internal/testserv"
 )
 
@@ -220,3 +221,14 @@ func reportMedian(b *testing.B, d []time.Duration) {
 }
 
 func benchName() string { return "bench-" + fence.NewLeaseID()[:12] }
+
+// BenchmarkExpiryHandoff measures the handoff after an expiry (see
+// fencetest.BenchmarkExpiryHandoff): a holder never releases a 100ms lease (its
+// session stays alive), a waiter in its own session is already waiting, and takes
+// the lock over by the leader's clock (mtime + TTL), not by session expiry.
+//
+//	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./zookeeper/
+func BenchmarkExpiryHandoff(b *testing.B) {
+	warmUp(b)
+	fencetest.BenchmarkExpiryHandoff(b, open(b, nil), open(b, nil), 100*time.Millisecond)
+}

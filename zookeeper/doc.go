@@ -39,8 +39,12 @@
 // ZooKeeper leader's wall-clock time when the node was created or last renewed. Renew
 // rewrites the data (a new mtime). The waiter right behind the holder reads the
 // holder's mtime and TTL and the leader's current time (the mtime of a write to the lock
-// directory, which nobody watches), and deletes the holder's node once mtime+TTL has
-// passed, with a version check so that a renewal in between wins. So P6 holds by the
+// directory, which nobody watches), and deletes the holder's node once the leader's
+// millisecond clock is past mtime+TTL, with a version check so that a renewal in
+// between wins. It sleeps until then; when that timer fires it reads the leader's
+// clock and deletes straight away (the version check covers a renewal meanwhile),
+// then takes the lock without listing the directory again, so a holder that never
+// releases is replaced a few round trips after its TTL. So P6 holds by the
 // ZooKeeper leader's clock: a lock is never granted before mtime+TTL by that clock. If
 // a new leader's clock is behind the old one's, a lease can last longer by the skew; if
 // ahead, shorter by the skew. Keep the ensemble's clocks synchronised (NTP), and fence

@@ -347,21 +347,78 @@ func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Dur
 		l.deleteQuietly(path)
 		return cause
 	}
-	for {
-		kids, _, err := l.conn.Children(dir)
-		if err != nil {
-			return nil, giveUp(zkErr(err))
+	// The holder we wait behind, as last read. When our timer for its expiry fires,
+	// it is judged again from this (one write to read the leader's clock, one delete)
+	// without listing the directory or reading the holder again: no node can come
+	// between it and ours, and a renewal meanwhile changed its version, so the
+	// delete fails and the loop starts over.
+	var (
+		fired    <-chan zk.Event // the watch on our predecessor
+		pred     string
+		predStat *zk.Stat
+		predTTL  time.Duration
+		recheck  bool // our timer for the holder's expiry fired
+		lowest   bool // our predecessor is gone and our node waits: we hold the lock
+	)
+	// sleep waits for the watch, the holder's expiry (if expiresIn > 0) or the end of
+	// the wait; it reports whether the expiry timer fired.
+	sleep := func(expiresIn time.Duration) (bool, error) {
+		var expiry <-chan time.Time
+		if expiresIn > 0 {
+			t := time.NewTimer(expiresIn)
+			defer t.Stop()
+			expiry = t.C
 		}
-		nodes := parseNodes(kids)
-		idx := -1
-		for i, n := range nodes {
-			if n.name == me.name {
-				idx = i
-				break
+		select {
+		case <-fired:
+			return false, nil
+		case <-expiry:
+			return true, nil
+		case <-waitEnd:
+			return false, giveUp(&fence.HeldError{Name: name})
+		case <-ctx.Done():
+			return false, giveUp(errors.Join(&fence.HeldError{Name: name}, ctx.Err()))
+		case <-l.stop:
+			return false, giveUp(fence.ErrClosed)
+		}
+	}
+	for {
+		if recheck {
+			recheck = false
+			left, gone, err := l.takeOver(dir, pred, predStat, predTTL)
+			switch {
+			case err != nil:
+				return nil, giveUp(err)
+			case gone:
+				lowest = true // we slept, so our node says "w"
+			case left > 0:
+				// Not yet by the leader's clock (our timer ran ahead of it).
+				if recheck, err = sleep(left); err != nil {
+					return nil, err
+				}
+				continue
 			}
 		}
-		if idx < 0 {
-			return nil, errRestart
+		idx := 0
+		var nodes []node
+		if lowest {
+			lowest = false // the version check of the Set below proves the node is ours
+		} else {
+			kids, _, err := l.conn.Children(dir)
+			if err != nil {
+				return nil, giveUp(zkErr(err))
+			}
+			nodes = parseNodes(kids)
+			idx = -1
+			for i, n := range nodes {
+				if n.name == me.name {
+					idx = i
+					break
+				}
+			}
+			if idx < 0 {
+				return nil, errRestart
+			}
 		}
 		if idx == 0 {
 			if waiting {
@@ -394,16 +451,14 @@ func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Dur
 			l.mu.Unlock()
 			return lease, nil
 		}
-		pred := dir + "/" + nodes[idx-1].name
-		var (
-			fired     <-chan zk.Event
-			expiresIn time.Duration
-		)
+		pred = dir + "/" + nodes[idx-1].name
+		var expiresIn time.Duration
 		if idx == 1 {
 			// The predecessor holds the lock: watch it, and judge its TTL by the
 			// leader's clock.
 			data, st, ch, err := l.conn.GetW(pred)
 			if errors.Is(err, zk.ErrNoNode) {
+				lowest = waiting
 				continue
 			}
 			if err != nil {
@@ -411,20 +466,17 @@ func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Dur
 			}
 			fired = ch
 			if pttl, held := parseHold(data); held {
-				now, err := l.serverNow(dir)
-				if err != nil {
+				left, gone, err := l.takeOver(dir, pred, st, pttl)
+				switch {
+				case err != nil:
 					return nil, giveUp(err)
-				}
-				left := time.UnixMilli(st.Mtime).Add(pttl).Sub(now)
-				if left <= 0 {
-					// Expired by the server's clock: take it over. The version makes
-					// the delete fail if the holder renewed meanwhile.
-					if err := l.conn.Delete(pred, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
-						return nil, giveUp(zkErr(err))
-					}
+				case gone:
+					lowest = waiting
 					continue
+				case left <= 0:
+					continue // renewed meanwhile: read it again
 				}
-				expiresIn = left
+				expiresIn, predStat, predTTL = left, st, pttl
 			}
 		} else {
 			ok, _, ch, err := l.conn.ExistsW(pred)
@@ -450,22 +502,38 @@ func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Dur
 			}
 			waiting, version = true, st.Version
 		}
-		var expiry <-chan time.Time
-		if expiresIn > 0 {
-			t := time.NewTimer(expiresIn)
-			expiry = t.C
-			defer t.Stop()
+		expired, err := sleep(expiresIn)
+		if err != nil {
+			return nil, err
 		}
-		select {
-		case <-fired:
-		case <-expiry:
-		case <-waitEnd:
-			return nil, giveUp(&fence.HeldError{Name: name})
-		case <-ctx.Done():
-			return nil, giveUp(errors.Join(&fence.HeldError{Name: name}, ctx.Err()))
-		case <-l.stop:
-			return nil, giveUp(fence.ErrClosed)
-		}
+		recheck = expired
+	}
+}
+
+// takeOver judges the holder's node pred (stat st, TTL pttl) by the ZooKeeper
+// leader's clock: if mtime+TTL has not passed, it returns the time until it has; if
+// it has, it deletes the node, with st's version so that a renewal in between wins,
+// and reports whether the node is gone (deleted by us, or already gone). Left 0 and
+// not gone means the holder renewed: read it again.
+//
+// Both clock readings are whole milliseconds, and the node may have been written up
+// to a millisecond after its mtime, so the TTL has surely passed only once the
+// leader's clock is past mtime+TTL (as Renew judges it, and as Redis expires keys).
+func (l *Locker) takeOver(dir, pred string, st *zk.Stat, pttl time.Duration) (time.Duration, bool, error) {
+	now, err := l.serverNow(dir)
+	if err != nil {
+		return 0, false, err
+	}
+	if left := time.UnixMilli(st.Mtime).Add(pttl).Sub(now); left >= 0 {
+		return left + time.Millisecond, false, nil
+	}
+	switch err := l.conn.Delete(pred, st.Version); {
+	case err == nil, errors.Is(err, zk.ErrNoNode):
+		return 0, true, nil
+	case errors.Is(err, zk.ErrBadVersion):
+		return 0, false, nil
+	default:
+		return 0, false, zkErr(err)
 	}
 }
 

@@ -141,7 +141,9 @@ durable store DATA/fence.db: tokens and leases survive kill -9. With --store the
 locks and the KV live in that store, so several servers can share it:
 
   --store bolt:PATH                      another embedded file
-  --store etcd://h1:2379,h2:2379[/pfx/]  etcd cluster (the way past one machine)
+  --store etcd://h1:2379,h2:2379[/pfx/]  etcd cluster (the way past one machine; a lock
+                                         not released is held at least etcd's minimum
+                                         lease TTL, 2s by default, whatever its TTL)
   --store postgres://user@host/db        PostgreSQL (tables created if missing)
   --store redis://host:6379[/db]         Redis (tokens best effort across failover)
   --store zk://h1:2181,h2:2181[/root]    ZooKeeper ensemble

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
+	"github.com/fencelock/fence/fencetest"
 	fencehttp "github.com/fencelock/fence/http"
 )
 
@@ -234,4 +235,24 @@ func waits(b *testing.B, s *fencehttp.Server) float64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkExpiryHandoff measures the handoff after an expiry through `fence serve`
+// (see fencetest.BenchmarkExpiryHandoff): over HTTP, on the bolt store, a holder
+// never releases a 100ms lease and a waiter on its own client is already waiting
+// in its long poll at the server.
+//
+//	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./http/bench/
+func BenchmarkExpiryHandoff(b *testing.B) {
+	_, base := fenceServer(b)
+	clients := make([]*fencehttp.Client, 2)
+	for i := range clients {
+		c, err := fencehttp.NewClient(base, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.CloseIdleConnections)
+		clients[i] = c
+	}
+	fencetest.BenchmarkExpiryHandoff(b, clients[0], clients[1], 100*time.Millisecond)
 }

@@ -43,7 +43,19 @@ type EtcdServer struct {
 // StartEtcd starts a single-member embedded etcd and waits until it serves clients.
 // Its logs are discarded. The caller must Close it. It returns an error if no free port
 // could be bound or the server did not become ready within 30 s.
-func StartEtcd() (*EtcdServer, error) {
+func StartEtcd() (*EtcdServer, error) { return startEtcd(false) }
+
+// EtcdDefaultMinLeaseTTL is the shortest lease TTL of an etcd member with etcd's
+// default timing (100 ms ticks, 1 s election timeout), as StartEtcdDefaultTiming
+// starts: 1.5 election timeouts, rounded up to whole seconds.
+const EtcdDefaultMinLeaseTTL = 2 * time.Second
+
+// StartEtcdDefaultTiming is StartEtcd with etcd's default Raft timing instead of the
+// faster one of internal/etcdmember, for measuring what users of an etcd configured
+// by default get (its minimum lease TTL is EtcdDefaultMinLeaseTTL).
+func StartEtcdDefaultTiming() (*EtcdServer, error) { return startEtcd(true) }
+
+func startEtcd(defaultTiming bool) (*EtcdServer, error) {
 	dir, err := makeServerDir("etcd")
 	if err != nil {
 		return nil, err
@@ -62,6 +74,10 @@ func StartEtcd() (*EtcdServer, error) {
 			return nil, err
 		}
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		if defaultTiming {
+			def := embed.NewConfig()
+			cfg.TickMs, cfg.ElectionMs = def.TickMs, def.ElectionMs
+		}
 		e, err := startEmbed(cfg)
 		if err == nil {
 			return &EtcdServer{Endpoints: []string{m.ClientURL}, Dir: dir, e: e}, nil

@@ -50,6 +50,23 @@ func TestEtcd_ServesThenCloseRemovesDir(t *testing.T) {
 	}
 }
 
+func TestEtcdDefaultTiming_MinLeaseTTL(t *testing.T) {
+	s, err := StartEtcdDefaultTiming()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := etcdClient(t, s.Endpoints).Grant(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(EtcdDefaultMinLeaseTTL / time.Second); g.TTL != want {
+		t.Errorf("Grant(1s).TTL = %d; want %d (EtcdDefaultMinLeaseTTL)", g.TTL, want)
+	}
+}
+
 func TestEtcdCluster_LeaderKilled_NewLeaderServes(t *testing.T) {
 	SkipIfShort(t)
 	c := NewEtcdCluster(t, 3)
