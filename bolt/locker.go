@@ -53,7 +53,7 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 		// The grant is timed from start, taken before the request: the holder's
 		// deadline (start+ttl) is then exactly the store's expiry, never later.
 		start := s.clock.Now()
-		g, err := s.grant(name, int64(ttl), int64(start.Sub(s.base)))
+		g, err := s.grant(name, int64(ttl), start)
 		if err != nil {
 			return nil, err
 		}
@@ -87,10 +87,10 @@ type grantResult struct {
 	wake  <-chan struct{}
 }
 
-// grant grants name for ttl nanoseconds if it is free, waiting for the flusher
-// when the token ceiling or lease horizon must be raised first, or when the lease
-// itself must be on disk before it is handed out.
-func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
+// grant grants name for ttl if it is free at the clock reading start, and
+// returns once the grant is on disk (group commit); it also waits for the flusher
+// when the token ceiling must be raised first.
+func (s *Store) grant(name string, ttl int64, start time.Time) (grantResult, error) {
 	// Make the lease id outside the lock (crypto/rand is the slowest step).
 	var nr grantResult
 	nr.id = fence.NewLeaseID()
@@ -99,7 +99,7 @@ func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
 	}
 	for {
 		s.mu.Lock()
-		r, g, granted, err := s.grantLocked(name, ttl, now, nr)
+		r, g, granted, err := s.grantLocked(name, ttl, s.readLocked(start), nr)
 		s.mu.Unlock()
 		if g == nil {
 			return r, err
@@ -109,7 +109,7 @@ func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
 			if g.err != nil {
 				return grantResult{}, fmt.Errorf("bolt: acquire %q: reserve tokens: %w", name, g.err)
 			}
-			now = s.now()
+			start = s.clock.Now()
 			continue
 		}
 		if g.err != nil {
@@ -125,8 +125,8 @@ func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
 }
 
 // grantLocked does one attempt at lease time now, granting with nr's lease id.
-// It returns a flush to wait for: before retrying
-// if granted is false, before handing out the grant if granted is true.
+// It returns a flush to wait for: before retrying if granted is false, before
+// handing out the grant if granted is true.
 func (s *Store) grantLocked(name string, ttl, now int64, nr grantResult) (r grantResult, g *flushGen, granted bool, err error) {
 	if s.isClose {
 		return r, nil, false, fmt.Errorf("bolt: acquire %q: %w", name, fence.ErrClosed)
@@ -155,16 +155,6 @@ func (s *Store) grantLocked(name string, ttl, now int64, nr grantResult) (r gran
 	if t > s.ceil {
 		return r, s.syncLocked(), false, nil
 	}
-	if t+s.block/2 > s.ceil {
-		s.kickLocked()
-	}
-	exp := now + ttl
-	durable := ttl > s.syncTTL
-	if !durable {
-		if g := s.coverLocked(exp); g != nil {
-			return r, g, false, nil
-		}
-	}
 	s.next++
 	if e == nil {
 		e = &entry{name: name, hidx: -1}
@@ -172,35 +162,16 @@ func (s *Store) grantLocked(name string, ttl, now int64, nr grantResult) (r gran
 	}
 	r.id, r.idb = nr.id, nr.idb
 	r.token = fence.Token(t)
-	e.id, e.token, e.last, e.expires, e.durable = r.idb, r.token, r.token, exp, durable
+	e.id, e.token, e.last, e.expires = r.idb, r.token, r.token, now+ttl
 	s.heapPush(e)
 	s.armLocked(now)
-	if durable {
-		s.markDirtyLocked(e)
-		return r, s.syncLocked(), true, nil
-	}
-	// A short lease is not written: the horizon covers it, and its last token is
-	// written behind when the lease ends (endLeaseLocked), so a million held
-	// leases cost no writes.
-	return r, nil, true, nil
-}
-
-// coverLocked makes sure the lease horizon covers a lease expiring at exp (lease
-// time): it returns nil if it does, and otherwise the flush to wait for. It asks
-// for the horizon to be pushed ahead when exp comes within half a chunk of it.
-func (s *Store) coverLocked(exp int64) *flushGen {
-	w := s.wallAt(exp)
-	if w+s.chunk/2 <= s.hDur {
-		return nil
-	}
-	if want := w + s.chunk; want > s.hWant {
-		s.hWant = want
-	}
-	if w <= s.hDur {
-		s.kickLocked()
-		return nil
-	}
-	return s.syncLocked()
+	// The lease is held in memory at once (others see it held), and handed out
+	// once it is on disk, so that after a crash it is restored. The flush also
+	// raises the token ceiling when the counter nears it.
+	s.markDirtyLocked(e)
+	g = s.syncLocked()
+	g.grants++
+	return r, g, true, nil
 }
 
 func (s *Store) markDirtyLocked(e *entry) {
@@ -213,7 +184,7 @@ func (s *Store) markDirtyLocked(e *entry) {
 // endLeaseLocked ends e's lease (release or expiry) and wakes its waiters.
 func (s *Store) endLeaseLocked(e *entry) {
 	s.heapRemove(e)
-	e.id, e.token, e.expires, e.durable = [16]byte{}, 0, 0, false
+	e.id, e.token, e.expires = [16]byte{}, 0, 0
 	s.markDirtyLocked(e) // lets the flusher reclaim e once its last token is on disk
 	if e.wake != nil {
 		close(e.wake)
@@ -263,58 +234,41 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 		return fmt.Errorf("bolt: renew %q: %w", name, err)
 	}
 	id, ok := parseLeaseID(leaseID)
-	for {
-		s.mu.Lock()
-		if s.isClose {
-			s.mu.Unlock()
-			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrClosed)
-		}
-		e := s.locks[name]
-		now := s.now()
-		if !ok || e == nil || e.hidx < 0 || e.id != id {
-			s.mu.Unlock()
-			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrNotHeld)
-		}
-		if e.expires <= now {
-			s.endLeaseLocked(e)
-			s.mu.Unlock()
-			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrExpired)
-		}
-		exp := now + int64(ttl)
-		durable := int64(ttl) > s.syncTTL
-		if !durable {
-			if g := s.coverLocked(exp); g != nil {
-				s.mu.Unlock()
-				if <-g.done; g.err != nil {
-					return fmt.Errorf("bolt: renew %q: %w", name, g.err)
-				}
-				continue
-			}
-		}
-		oldExp, oldDurable := e.expires, e.durable
-		e.expires = exp
-		s.heapFix(e)
-		s.armLocked(now)
-		if !durable && !oldDurable {
-			s.mu.Unlock()
-			return nil
-		}
-		e.durable = durable
-		s.markDirtyLocked(e)
-		g := s.syncLocked()
+	s.mu.Lock()
+	if s.isClose {
 		s.mu.Unlock()
-		if <-g.done; g.err != nil {
-			s.mu.Lock()
-			if e.hidx >= 0 && e.id == id && s.locks[name] == e {
-				e.expires, e.durable = oldExp, oldDurable
-				s.heapFix(e)
-				s.armLocked(s.now())
-			}
-			s.mu.Unlock()
-			return fmt.Errorf("bolt: renew %q: %w", name, g.err)
-		}
-		return nil
+		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrClosed)
 	}
+	e := s.locks[name]
+	now := s.readLocked(s.clock.Now())
+	if !ok || e == nil || e.hidx < 0 || e.id != id {
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrNotHeld)
+	}
+	if e.expires <= now {
+		s.endLeaseLocked(e)
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrExpired)
+	}
+	oldExp := e.expires
+	e.expires = now + int64(ttl)
+	s.heapFix(e)
+	s.armLocked(now)
+	s.markDirtyLocked(e)
+	g := s.syncLocked()
+	s.mu.Unlock()
+	if <-g.done; g.err != nil {
+		s.mu.Lock()
+		if e.hidx >= 0 && e.id == id && s.locks[name] == e {
+			e.expires = oldExp
+			s.heapFix(e)
+			s.armLocked(s.now())
+			s.markDirtyLocked(e)
+		}
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: renew %q: %w", name, g.err)
+	}
+	return nil
 }
 
 // Release ends the lease identified by name and leaseID and wakes the waiters on
@@ -344,17 +298,11 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrNotHeld)
 	}
 	expired := e.expires <= now
-	durable := e.durable
 	s.endLeaseLocked(e)
-	var g *flushGen
-	if durable {
-		g = s.syncLocked()
-	}
+	g := s.syncLocked()
 	s.mu.Unlock()
-	if g != nil {
-		if <-g.done; g.err != nil {
-			return fmt.Errorf("bolt: release %q: %w", name, g.err)
-		}
+	if <-g.done; g.err != nil {
+		return fmt.Errorf("bolt: release %q: %w", name, g.err)
 	}
 	if expired {
 		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrExpired)

@@ -19,8 +19,6 @@ import (
 const (
 	DefaultTimeout       = time.Second
 	DefaultTokenBlock    = 1 << 16
-	DefaultSyncTTL       = time.Minute
-	DefaultHorizonChunk  = time.Second
 	DefaultFlushInterval = 100 * time.Millisecond
 	// DefaultListLimit is how many locks List returns when called with limit <= 0.
 	DefaultListLimit = 1000
@@ -46,8 +44,14 @@ var (
 
 // Options configure a Store. The zero value (or a nil *Options) is a safe default.
 type Options struct {
-	// Clock judges lease expiry and the lease horizon; nil means fence.SystemClock.
+	// Clock judges lease expiry; nil means fence.SystemClock. Durations are
+	// measured with it (monotonic for the system clock).
 	Clock fence.Clock
+	// Wall reads the wall clock, in which the file stores lease expiries (the one
+	// clock that survives a restart); nil means the wall reading of Clock.Now. Tests
+	// inject a wall clock that steps, to show that a forward step does not shorten
+	// a lease after a restart (see the package doc).
+	Wall func() time.Time
 	// Timeout bounds how long Open waits for the file lock held by another process
 	// before it fails with fence.ErrUnavailable; 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -58,15 +62,18 @@ type Options struct {
 	// TokenBlock is how many tokens are reserved on disk ahead of use (see the
 	// package doc); 0 means DefaultTokenBlock. A crash skips at most this many.
 	TokenBlock uint64
-	// SyncTTL is the longest TTL covered by the lease horizon; leases with longer
-	// TTLs are written to disk before Acquire returns. It bounds the grace period
-	// after a crash (SyncTTL+HorizonChunk). 0 means DefaultSyncTTL.
+	// SyncTTL is ignored.
+	//
+	// Deprecated: every grant, renewal and release is written before it is
+	// acknowledged, whatever its TTL, so there is no lease horizon any more.
 	SyncTTL time.Duration
-	// HorizonChunk is how far past a grant the lease horizon is pushed; 0 means
-	// DefaultHorizonChunk.
+	// HorizonChunk is ignored.
+	//
+	// Deprecated: see SyncTTL.
 	HorizonChunk time.Duration
-	// FlushInterval is how often the last tokens of ended leases are written
-	// behind (their memory is reclaimed then); 0 means DefaultFlushInterval.
+	// FlushInterval is how often the store checks the wall clock for a forward
+	// step when it is idle, and writes the last tokens of leases that expired
+	// (their memory is reclaimed then); 0 means DefaultFlushInterval.
 	FlushInterval time.Duration
 }
 
@@ -77,12 +84,15 @@ type Store struct {
 	db    *bbolt.DB
 	path  string
 	clock fence.Clock
-	base  time.Time // clock reading at Open; lease times are nanoseconds since it
-	wall0 int64     // base as Unix nanoseconds, to turn those into wall-clock times
+	wall  func() time.Time // nil: the wall reading of clock.Now
+	base  time.Time        // clock reading at Open; lease times are nanoseconds since it
+	// wall0 turns lease times into wall-clock times (Unix nanoseconds): the wall
+	// reading at Open, raised by every forward step of the wall clock seen since
+	// (never lowered), so written expiries never come earlier by the wall clock
+	// than the lease's real expiry. Guarded by mu.
+	wall0 int64
 
 	block    uint64
-	syncTTL  int64
-	chunk    int64
 	interval time.Duration
 
 	closed  atomic.Bool
@@ -100,12 +110,18 @@ type Store struct {
 
 	next  uint64 // next token to hand out
 	ceil  uint64 // durable token ceiling: tokens <= ceil may be handed out
-	hDur  int64  // durable lease horizon, Unix nanoseconds
-	hWant int64  // horizon requested from the flusher
+	steps int    // forward wall-clock steps absorbed (for tests and logs)
 
-	graceUntil int64         // no grants before this (lease time); 0: no grace
+	// Commits of lock records and the grants they carried, for the benchmarks.
+	statCommits, statGrants int64
+
+	// graceUntil is only set when a file written by an older version (with a
+	// lease horizon) is opened after a crash: until that horizon passes no
+	// grants (lease time); 0: no grace.
+	graceUntil int64
 	graceDone  chan struct{} // closed when the grace period ends
 
+	fmu     sync.Mutex // serialises flushOnce
 	dirty   []*entry
 	pending *flushGen
 	kick    chan struct{}
@@ -122,15 +138,15 @@ type entry struct {
 	last    fence.Token // last token issued for name (or healed to)
 	expires int64       // holder's expiry, lease time
 	hidx    int32       // index in the expiry heap; -1: not held
-	dirty   bool        // last/lease not yet written behind
-	durable bool        // lease is written to disk (TTL > SyncTTL)
+	dirty   bool        // last/lease not yet written
 	wake    chan struct{}
 }
 
 // flushGen is one run of the flusher; its done closes after its commit.
 type flushGen struct {
-	done chan struct{}
-	err  error
+	done   chan struct{}
+	err    error
+	grants int // grants waiting for this commit (for the benchmarks)
 }
 
 var (
@@ -157,7 +173,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("bolt: open: %w", &fence.InvalidError{Field: "path", Reason: "is empty"})
 	}
-	if o.Timeout < 0 || o.SyncTTL < 0 || o.HorizonChunk < 0 || o.FlushInterval < 0 {
+	if o.Timeout < 0 || o.FlushInterval < 0 {
 		return nil, fmt.Errorf("bolt: open %s: negative duration in options: %w", path, fence.ErrInvalid)
 	}
 	if o.Clock == nil {
@@ -168,12 +184,6 @@ func Open(path string, opts *Options) (*Store, error) {
 	}
 	if o.TokenBlock == 0 {
 		o.TokenBlock = DefaultTokenBlock
-	}
-	if o.SyncTTL == 0 {
-		o.SyncTTL = DefaultSyncTTL
-	}
-	if o.HorizonChunk == 0 {
-		o.HorizonChunk = DefaultHorizonChunk
 	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = DefaultFlushInterval
@@ -200,19 +210,24 @@ func Open(path string, opts *Options) (*Store, error) {
 	db.MaxBatchDelay = time.Millisecond
 
 	s := &Store{
-		db: db, path: path, clock: o.Clock,
-		block: o.TokenBlock, syncTTL: int64(o.SyncTTL), chunk: int64(o.HorizonChunk),
-		interval: o.FlushInterval,
-		closing:  make(chan struct{}),
-		locks:    make(map[string]*entry),
-		pending:  &flushGen{done: make(chan struct{})},
-		kick:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		db: db, path: path, clock: o.Clock, wall: o.Wall,
+		block: o.TokenBlock, interval: o.FlushInterval,
+		closing: make(chan struct{}),
+		locks:   make(map[string]*entry),
+		pending: &flushGen{done: make(chan struct{})},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
+	// The frame's wall reading is taken after base and the one that restores
+	// leases before it, so that rounding errs toward longer leases both ways.
+	wallBefore := s.wallNow(s.clock.Now())
 	s.base = s.clock.Now()
-	s.wall0 = s.base.UnixNano()
-	if err := s.load(); err != nil {
+	s.wall0 = s.wallNow(s.base)
+	if s.wall == nil {
+		wallBefore = s.wall0 // one reading: exact
+	}
+	if err := s.load(wallBefore); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -298,11 +313,13 @@ func openError(path string, timeout time.Duration, err error) error {
 	return fmt.Errorf("bolt: open %s: %w (%w)", path, err, ErrNotStore)
 }
 
-// load initialises a new file or reads the token ceiling, lease horizon and
-// durable leases of an existing one, and starts the grace period.
-func (s *Store) load() error {
+// load initialises a new file or reads the token ceiling and the written leases
+// of an existing one. A lease whose written expiry is still ahead of nowWall
+// (the wall clock at Open) is restored, held by the same lease id and token until
+// that expiry.
+func (s *Store) load(nowWall int64) error {
 	var restored []*entry
-	nowWall := s.clock.Now().UnixNano()
+	var horizon int64 // lease horizon of a file written by an older version
 	err := guarded(s.path, func() error {
 		return s.db.Update(func(tx *bbolt.Tx) error {
 			if err := checkSchema(s.path, tx); err != nil {
@@ -330,7 +347,7 @@ func (s *Store) load() error {
 				if len(v) != 8 {
 					return fmt.Errorf("bolt: open %s: lease horizon is %d bytes: %w", s.path, len(v), ErrCorrupt)
 				}
-				s.hDur = int64(binary.BigEndian.Uint64(v))
+				horizon = int64(binary.BigEndian.Uint64(v))
 			}
 			return tx.Bucket(bucketLocks).ForEach(func(k, v []byte) error {
 				r, err := decodeLock(v)
@@ -340,7 +357,7 @@ func (s *Store) load() error {
 				if r.hasLease && r.wallExp > nowWall {
 					restored = append(restored, &entry{
 						name: string(k), id: r.id, token: r.token, last: r.last,
-						expires: r.wallExp - s.wall0, hidx: -1, durable: true,
+						expires: r.wallExp - nowWall, hidx: -1,
 					})
 				}
 				return nil
@@ -361,7 +378,7 @@ func (s *Store) load() error {
 	case "tokens":
 		s.next = 1
 	case "leases":
-		restored, s.hDur = nil, 0
+		restored = nil
 	}
 	now := s.now()
 	for _, e := range restored {
@@ -370,7 +387,12 @@ func (s *Store) load() error {
 	}
 	s.peak = len(s.locks)
 	s.armLocked(now)
-	if left := s.hDur - s.wallAt(now); left > 0 {
+	// Earlier releases kept short leases in memory only, covered by a horizon
+	// written ahead: after a crash of such a version, wait for it once.
+	if brokenForTest == "grace" { // the old behaviour: refuse every grant for a while
+		horizon = max(horizon, nowWall+int64(300*time.Millisecond))
+	}
+	if left := horizon - nowWall; left > 0 {
 		s.graceUntil = now + left
 		s.graceDone = make(chan struct{})
 		done := s.graceDone
@@ -379,25 +401,66 @@ func (s *Store) load() error {
 	return nil
 }
 
-// brokenForTest, set only by the crash test's negative control, makes Open forget
-// what it must remember ("tokens": the token ceiling; "leases": the lease horizon
-// and written leases), to show that the crash checker catches it.
+// brokenForTest, set only by the crash test's negative control, makes the store
+// forget what it must remember ("tokens": the token ceiling; "leases": the
+// written leases; "steps": forward steps of the wall clock; "grace": that names
+// were free, refusing every grant for 300ms as a lease horizon did), to show
+// that the crash checker catches it.
 var brokenForTest string
+
+// stepTolerance is how far the wall clock may run ahead of the store's frame
+// before the store treats it as a forward step. The wall and monotonic clocks
+// advance at the same rate (NTP slews both), so only a step moves one against
+// the other; the tolerance absorbs reading jitter of an injected wall clock.
+const stepTolerance = int64(time.Millisecond)
+
+// wallNow returns the wall-clock reading that goes with n (a reading of the
+// store's clock), in Unix nanoseconds.
+func (s *Store) wallNow(n time.Time) int64 {
+	if s.wall != nil {
+		return s.wall().UnixNano()
+	}
+	return n.UnixNano()
+}
+
+// readLocked returns the lease time of n (a reading of the store's clock taken
+// now). If the wall clock has stepped forward against it, it raises the frame
+// that turns lease times into wall times by the step and marks every held lease
+// for rewriting, so that a restart, which has only the wall clock, does not see
+// them end early; the caller's next flush carries the rewrite. A backward step is
+// ignored: written expiries then lie later by the wall clock (longer, never
+// shorter). s.mu must be held.
+func (s *Store) readLocked(n time.Time) int64 {
+	t := int64(n.Sub(s.base))
+	// Compare with a fresh reading: n may be a while old.
+	m := s.clock.Now()
+	skew := s.wallNow(m) - (s.wall0 + int64(m.Sub(s.base)))
+	if skew <= stepTolerance || brokenForTest == "steps" {
+		return t
+	}
+	s.wall0 += skew
+	s.steps++
+	for _, e := range s.heap {
+		s.markDirtyLocked(e)
+	}
+	return t
+}
 
 // now returns the lease time: nanoseconds since Open by the store's clock
 // (monotonic for the system clock).
 func (s *Store) now() int64 { return int64(s.clock.Now().Sub(s.base)) }
 
-// wallAt turns a lease time into Unix nanoseconds.
+// wallAt turns a lease time into Unix nanoseconds. s.mu must be held.
 func (s *Store) wallAt(t int64) int64 { return s.wall0 + t }
 
 // Path returns the file the store was opened from.
 func (s *Store) Path() string { return s.path }
 
-// Close writes every held lease and pending last token to the file, wakes every
-// waiter with fence.ErrClosed, stops the timers and closes the file. Later calls
-// of any method return fence.ErrClosed; a second Close returns nil. It returns
-// the error of the final write or of closing the file.
+// Close writes what is not yet written (last tokens of expired leases) to the
+// file, wakes every waiter with fence.ErrClosed, stops the timers and closes the
+// file. Held leases stay held in the file: a store reopened before they expire
+// honours them. Later calls of any method return fence.ErrClosed; a second Close
+// returns nil. It returns the error of the final write or of closing the file.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.isClose {
@@ -413,7 +476,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 
 	close(s.stop)
-	<-s.stopped // the flusher's last run wrote every held lease
+	<-s.stopped // the flusher's last run wrote what was dirty
 
 	s.life.Lock() // wait for KV operations in flight
 	defer s.life.Unlock()
@@ -441,14 +504,18 @@ func (s *Store) abandon() {
 	s.crashed.Store(true)
 	close(s.stop)
 	<-s.stopped
+	s.mu.Lock()
+	s.pending.err = fence.ErrClosed // nothing more is written: fail those waiting
+	close(s.pending.done)
+	s.mu.Unlock()
 	s.life.Lock()
 	_ = s.db.Close()
 	s.life.Unlock()
 }
 
-// flusher writes dirty entries, the token ceiling and the lease horizon, every
-// interval or at once when kicked; one commit serves everyone waiting (group
-// commit).
+// flusher writes dirty entries and the token ceiling when kicked, and checks the
+// wall clock for a step every interval; one commit serves everyone waiting
+// (group commit): operations that arrive while a commit runs share the next.
 func (s *Store) flusher() {
 	defer close(s.stopped)
 	t := time.NewTicker(s.interval)
@@ -457,17 +524,20 @@ func (s *Store) flusher() {
 		select {
 		case <-s.kick:
 		case <-t.C:
+			s.mu.Lock()
+			s.readLocked(s.clock.Now())
+			s.mu.Unlock()
 		case <-s.stop:
 			if s.crashed.Load() {
 				return
 			}
-			err := s.flushOnce(true)
+			err := s.flushOnce()
 			s.mu.Lock()
 			s.pending.err = err
 			s.mu.Unlock()
 			return
 		}
-		_ = s.flushOnce(false)
+		_ = s.flushOnce()
 	}
 }
 
@@ -496,37 +566,29 @@ type lockRec struct {
 // huge transaction.
 const maxTxRecords = 20000
 
-// flushOnce runs one flush. With final (from Close) it writes every held lease,
-// so the horizon can be dropped and the store reopens without a grace period.
-func (s *Store) flushOnce(final bool) error {
+// flushOnce runs one flush: it writes every dirty entry as it is now (the
+// latest state of each name, however many operations changed it) and, when
+// needed, a higher token ceiling, then closes the generation it took over.
+func (s *Store) flushOnce() error {
+	// One flush at a time, so that an older snapshot of an entry is never
+	// committed after a newer one.
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
 	s.mu.Lock()
 	g := s.pending
 	s.pending = &flushGen{done: make(chan struct{})}
 	ents := s.dirty
 	s.dirty = nil
-	if final {
-		ents = ents[:0]
-		for _, e := range s.locks {
-			ents = append(ents, e)
-		}
-	}
 	recs := make([]lockRec, 0, len(ents))
 	for _, e := range ents {
 		e.dirty = false
-		recs = append(recs, lockRec{name: e.name, val: s.encodeLock(e, final)})
+		recs = append(recs, lockRec{name: e.name, val: s.encodeLock(e)})
 	}
 	var meta [][2][]byte
-	newCeil, newH := s.ceil, s.hDur
+	newCeil := s.ceil
 	if s.next-1+s.block/2 > s.ceil {
 		newCeil = s.next - 1 + s.block
 		meta = append(meta, [2][]byte{keyCeiling, u64(newCeil)})
-	}
-	if final {
-		newH = 0
-		meta = append(meta, [2][]byte{keyHorizon, u64(0)})
-	} else if s.hWant > s.hDur {
-		newH = s.hWant
-		meta = append(meta, [2][]byte{keyHorizon, u64(uint64(newH))})
 	}
 	s.mu.Unlock()
 
@@ -558,7 +620,11 @@ func (s *Store) flushOnce(final bool) error {
 
 	s.mu.Lock()
 	if err == nil {
-		s.ceil, s.hDur = newCeil, newH
+		s.ceil = newCeil
+	}
+	if len(recs) > 0 {
+		s.statCommits++
+		s.statGrants += int64(g.grants)
 	}
 	for _, e := range ents {
 		switch {
@@ -611,8 +677,8 @@ type lockFields struct {
 	hasLease    bool
 }
 
-func (s *Store) encodeLock(e *entry, allLeases bool) []byte {
-	if e.hidx < 0 || !(e.durable || allLeases) {
+func (s *Store) encodeLock(e *entry) []byte {
+	if e.hidx < 0 {
 		b := make([]byte, 9)
 		binary.BigEndian.PutUint64(b[1:], uint64(e.last))
 		return b
