@@ -9,41 +9,47 @@
 //	...
 //	err = st.Put(ctx, "ledger/42", data, lease.Fence())
 //
-// # Durability without one fsync per acquisition
+// # A restart is a non-event
 //
-// Leases live in memory: a map from name to a compact entry, an expiry heap (one
-// clock timer for the earliest expiry, so expired leases are reclaimed in
-// O(log n) each, never by scanning) and a per-name channel that wakes waiters at
-// once on Release and on expiry. What must survive kill -9 is made durable ahead
-// of time, by a single background flusher that group-commits to the file:
+// After a clean Close and after kill -9 alike, a reopened store knows exactly
+// which names had live leases and until when:
+//
+//   - a lease granted before the restart is held by the same lease id and token
+//     until its expiry; its holder renews and releases it as before (P6);
+//   - a name without a live lease (never used, released, or expired) is granted
+//     at once: there is no grace period;
+//   - no token is reissued or lower than one handed out before (P1).
+//
+// The cost of opening is a read-only consistency walk of the file and one scan
+// of the lock records (O(file size)); `fence serve` on a small store answers
+// again within tens of milliseconds of being started.
+//
+// # How: group commit, tokens reserved ahead
+//
+// Leases live in memory (a map from name to a compact entry, an expiry heap with
+// one clock timer for the earliest expiry, a per-name channel that wakes waiters
+// at once on Release and on expiry), and every change is on disk before it is
+// acknowledged:
+//
+//   - Leases. Acquire, Renew and Release update memory (so other callers see the
+//     change at once), mark the name dirty and wait for the background flusher,
+//     which writes every dirty name's record (name, lease id, token, expiry) in one
+//     bbolt transaction and fsyncs it. Operations that arrive while a commit runs
+//     share the next one (group commit): one commit carries about one operation
+//     per waiting caller. If a commit fails, a grant is taken back and a renewal
+//     undone, and the caller gets fence.ErrUnavailable.
 //
 //   - Tokens (P1). One counter serves all names (tokens need only increase per
-//     name, and a global counter is the simplest way to make that hold across
-//     crashes). The file stores a ceiling C; tokens up to C may be handed out,
-//     and none above C is handed out before C is on disk. When the counter comes
-//     within half a block of C, the flusher raises C by Options.TokenBlock in the
-//     background, so acquisitions rarely wait. After a crash the counter restarts
-//     at C+1: tokens skip values (allowed), never repeat or go down.
+//     name; a global counter makes that hold across crashes simply). The file
+//     stores a ceiling C; tokens up to C may be handed out, none above C before C
+//     is on disk. When the counter comes within half a block of C, the flusher
+//     raises C by Options.TokenBlock in the same commits, so grants rarely wait for
+//     it. After a crash the counter restarts at C+1: tokens skip values (allowed),
+//     never repeat or go down.
 //
-//   - Leases (P6). A lease whose TTL is at most Options.SyncTTL is covered by a
-//     durable lease horizon H, a wall-clock time after which no such lease
-//     expires. A grant whose expiry would pass H waits for the flusher to write a
-//     later H (H is pushed Options.HorizonChunk past the grant, and pushed ahead in
-//     the background when a grant comes within half a chunk of it). After a crash,
-//     Open refuses every grant (fence.ErrNotAcquired with a *fence.HeldError, or a
-//     wait with fence.WithWait) until H has passed: at most SyncTTL+HorizonChunk.
-//     A lease with a longer TTL is written to the file (group commit) before
-//     Acquire or Renew returns, and so is its Release; after a crash it is
-//     restored and honoured until its own expiry.
-//
-//   - A clean Close writes every held lease to the file and lowers H, so a store
-//     closed cleanly reopens with its leases and without a grace period.
-//
-//   - Each name's last token is written behind for Inspect and List when its
-//     lease ends (every Options.FlushInterval), and then the name leaves memory.
-//     After a crash LastToken may lag (or be 0 for a name whose short lease was
-//     never released); the next grant's token is still above every token handed
-//     out before the crash, since it comes from the ceiling.
+//   - A grant acknowledged is on disk; a grant whose answer the caller never saw
+//     (the store died between its commit and the reply) may be on disk too, and is
+//     then honoured until its expiry, as a grant whose reply was lost would be.
 //
 // Heal raises the one counter, so it raises the next token of every name. That is
 // allowed (tokens only increase) and keeps Heal durable with the same ceiling. A
@@ -51,22 +57,38 @@
 // counter; but note that Heal(name, fence.MaxToken) exhausts every name (the store
 // fails closed with fence.ErrTokenExhausted).
 //
-// The horizon and written leases are wall-clock times: if the system clock jumps
-// forward across a restart, the grace period (and written leases) are shortened by
-// the jump, and leases granted before the crash may be granted again early; a jump
-// backward lengthens them. While the process runs, expiry is measured with the
-// monotonic clock. Keep the clock synchronised (NTP slews, it does not jump).
+// # Clocks
+//
+// While the store runs, expiry is measured with the monotonic clock. The file
+// stores expiries as wall-clock times, since the wall clock is the only clock that
+// survives a restart: a lease time t is written as W0+t, where W0 is the wall
+// reading at Open. If the wall clock steps forward while the store runs (common
+// at boot, before NTP syncs), the store sees it (at its next grant or renewal, and
+// every Options.FlushInterval when idle), raises W0 by the step and rewrites every
+// held lease in the next commit, so after a restart no lease ends earlier than it
+// would have; the operation that saw the step is acknowledged only after that
+// rewrite. A step backward is not followed: written expiries then lie later by the
+// wall clock, so a restart honours leases longer (by the step), never shorter.
+//
+// What the store cannot see: a crash in the moment between a forward step and the
+// commit that absorbs it (at most one FlushInterval plus one commit when idle), and
+// a step while the store is not running (between the crash and the reopen). Both
+// shorten the leases restored by the step. Keep the clock synchronised before
+// starting the store (NTP slews, it does not step, once synchronised).
 //
 // # Costs
 //
-// An acquisition or release of a lease of at most SyncTTL takes one mutex and
-// touches the lease map and the expiry heap (O(log n)); it waits for no write. The
-// flusher writes in the background: the ceiling every TokenBlock/2 tokens, the
-// horizon every HorizonChunk/2 of time, ended leases' last tokens every
-// FlushInterval. A store holding a million
-// leases keeps about 160 bytes per lease (BenchmarkHeldLeases; each *fence.Lease
-// a caller holds adds about 600 more). The file keeps one small record per lock
-// name ever used (its last token), as counters of other backends do.
+// Every Acquire, Renew and Release waits for one group commit: a bbolt
+// transaction with two fsyncs (data, then meta page). On the reference machine
+// (2 vCPUs, ext4 on a virtual disk) an uncontended Acquire+Release pair takes
+// about 0.5ms (two commits) where it took about 2µs with the lease horizon,
+// which wrote nothing per grant; at 16 and 64 concurrent callers a commit carries
+// about 4 and 16 grants (and as many releases), so throughput grows with callers
+// (BenchmarkAcquireRelease reports pairs/s and grants/commit). Over HTTP the
+// commit is a small part of a request's cost. Memory: about 160 bytes per held
+// lease in the store (BenchmarkHeldLeases; each *fence.Lease a caller holds adds
+// about 600 more). The file keeps one small record per lock name ever used (its
+// last token, and its lease while held), as counters of other backends do.
 //
 // # Fenced key-value store
 //

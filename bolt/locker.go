@@ -22,12 +22,13 @@ var (
 
 // Acquire grants a lease on name for ttl, with a token greater than every token
 // the store handed out before, for any name, across restarts and crashes. By
-// default it tries once; with fence.WithWait it waits, woken at once by a Release,
-// by the holder's expiry and by the end of the grace period after a crash, for at
-// most the wait (by the store's clock) and until ctx is done.
+// default it tries once; with fence.WithWait it waits, woken at once by a Release
+// and by the holder's expiry, for at most the wait (by the store's clock) and
+// until ctx is done. The grant is on disk when Acquire returns (group commit), so
+// a restart, after a crash too, honours it until its expiry.
 //
 // It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the
-// lock stayed held (also during the grace period after a crash), also matching
+// lock stayed held, also matching
 // ctx.Err() when ctx ended the wait; fence.ErrInvalid for a bad name or TTL;
 // fence.ErrTokenExhausted when the counter reached fence.MaxToken;
 // fence.ErrUnavailable when the file could not be written; fence.ErrClosed after
@@ -218,7 +219,8 @@ func validateLease(name, leaseID string) error {
 }
 
 // Renew extends the lease identified by name and leaseID to ttl from now, by the
-// store's clock, durably as Acquire does. It returns an error matching
+// store's clock, durably as Acquire does; a lease restored after a restart is
+// renewed by its holder as any other. It returns an error matching
 // fence.ErrNotHeld if that lease expired, was released or never existed (another
 // holder's lease is never touched), fence.ErrInvalid for a bad name, lease id or
 // TTL, fence.ErrUnavailable if the file could not be written (the lease keeps its
@@ -275,9 +277,9 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 // name. It returns an error matching fence.ErrNotHeld if that lease is no longer
 // held (fence.ErrExpired if it had expired), so a retried Release never ends a
 // newer holder's lease; fence.ErrInvalid for a bad name or lease id;
-// fence.ErrUnavailable if the release of a lease longer than SyncTTL could not be
-// written (it took effect in memory; after a crash the lease would be honoured
-// until its expiry); fence.ErrClosed after Close.
+// fence.ErrUnavailable if the release could not be written (it took effect in
+// memory; after a crash the lease would be honoured until its expiry);
+// fence.ErrClosed after Close. The release is on disk when Release returns.
 func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 	if err := validateLease(name, leaseID); err != nil {
 		return fmt.Errorf("bolt: release: %w", err)
@@ -355,8 +357,9 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 	return nil
 }
 
-// fillLocked describes e at now. During the grace period after a crash every lock
-// is reported held (by an unknown lease) until the grace ends.
+// fillLocked describes e at now. During the grace period after a crash of an
+// earlier release of this store (see load) every lock is reported held, by an
+// unknown lease, until the grace ends.
 func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 	if e != nil {
 		info.LastToken = e.last
@@ -371,8 +374,8 @@ func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 }
 
 // Inspect returns the state of name. A lock never acquired is reported with Held
-// false and LastToken 0. After a crash, LastToken may lag by one FlushInterval,
-// and during the grace period every lock is reported held with Token 0. It returns
+// false and LastToken 0. After a crash, a lease restored from the file is
+// reported held with its token and time left. It returns
 // fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
 // read, and fence.ErrClosed after Close.
 func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
@@ -420,10 +423,9 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 // List returns the locks whose names start with prefix, held or not, in name
 // order, at most limit of them (DefaultListLimit if limit <= 0). It reads the
 // names from the file (a range scan) plus those in memory (a walk of the lease
-// table, so it costs O(held leases): it is for inspection, not hot paths). After
-// a crash, names whose last lease was short and unreleased may be missing. It
-// returns fence.ErrUnavailable if the file could
-// not be read and fence.ErrClosed after Close.
+// table, so it costs O(held leases): it is for inspection, not hot paths). It
+// returns fence.ErrUnavailable if the file could not be read and fence.ErrClosed
+// after Close.
 func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
