@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -537,6 +538,9 @@ func (s *Store) flusher() {
 			s.mu.Unlock()
 			return
 		}
+		// Let the callers the last commit woke queue their next operation, so
+		// that it joins this commit rather than waiting for the one after.
+		runtime.Gosched()
 		_ = s.flushOnce()
 	}
 }
