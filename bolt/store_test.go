@@ -826,3 +826,52 @@ func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants opens a file
+// as an earlier release of the store left it after a crash: short leases not
+// written, only a lease horizon ahead. The grace it promised is kept (every name
+// refused until the horizon), and then names are granted.
+func TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s, err := Open(path, &Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := mustAcquire(t, s, "n", time.Minute).Token()
+	s.abandon()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	horizon := time.Now().Add(300 * time.Millisecond)
+	err = db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyHorizon, u64(uint64(horizon.UnixNano())))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(path, &Options{NoSync: true})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	_, err = s.Acquire(context.Background(), "fresh", time.Second)
+	var he *fence.HeldError
+	if time.Now().Before(horizon) && !errors.As(err, &he) {
+		t.Fatalf("Acquire before the old horizon: got %v, want a *fence.HeldError", err)
+	}
+	l, err := s.Acquire(context.Background(), "fresh", time.Second, fence.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire waiting past the old horizon: %v", err)
+	}
+	if time.Now().Before(horizon) {
+		t.Fatalf("granted %v before the old horizon", time.Until(horizon))
+	}
+	if l.Token() <= last {
+		t.Fatalf("token %d, want above %d", l.Token(), last)
+	}
+}
