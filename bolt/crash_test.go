@@ -80,6 +80,9 @@ func crashChild(path string) int {
 	o := crashOptions
 	o.Wall = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	brokenForTest = os.Getenv(crashBrokenEnv)
+	if rng.Intn(2) == 0 {
+		walLimitForTest = 2048 // checkpoint every few commits: kills land in them too
+	}
 	s, err := Open(path, &o)
 	if err != nil {
 		fmt.Printf("E open: %v\n", err)
@@ -589,8 +592,8 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 }
 
 // TestCrash_BrokenStore_CheckerFindsViolations is the crash test's negative
-// control: with a store that forgets its token ceiling, its written leases, or
-// the forward steps of the wall clock, after a restart, the same checker must
+// control: with a store that forgets its token ceiling, its written leases, its
+// lease log, or the forward steps of the wall clock, after a restart, the same checker must
 // report P1 or P6 violations; with one that refuses every grant for a while
 // after a restart (as the lease horizon did), it must report free names
 // refused. A checker that cannot fail proves nothing.
@@ -600,7 +603,7 @@ func TestCrash_BrokenStore_CheckerFindsViolations(t *testing.T) {
 	}
 	for _, tc := range []struct{ broken, want string }{
 		{"tokens", "P1 violated"}, {"leases", "P6 violated"}, {"steps", "P6 violated"},
-		{"grace", "restart not a non-event"},
+		{"grace", "restart not a non-event"}, {"log", "P6 violated"},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			seed := time.Now().UnixNano()

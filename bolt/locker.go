@@ -396,6 +396,15 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 		s.mu.Unlock()
 		return info, nil
 	}
+	if v := s.wal.names[name]; v != nil { // logged, not yet in the bbolt file
+		rec, err := decodeLock(v)
+		if err == nil {
+			info.LastToken = rec.last
+			s.fillLocked(&info, nil, s.now())
+			s.mu.Unlock()
+			return info, nil
+		}
+	}
 	s.mu.Unlock()
 	var rec lockFields
 	err := s.view(func(tx *bbolt.Tx) error {
@@ -456,8 +465,16 @@ func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.Loc
 	if s.isClose {
 		return nil, fmt.Errorf("bolt: list %q: %w", prefix, fence.ErrClosed)
 	}
-	// Names held by short leases may not be on disk yet: add the in-memory ones.
-	// This walks the lease table, O(n): List is for inspection, not hot paths.
+	// Names logged but not yet in the bbolt file, and those in memory. This
+	// walks the lease table, O(n): List is for inspection, not hot paths.
+	for name, v := range s.wal.names {
+		if rec, err := decodeLock(v); err == nil && strings.HasPrefix(name, prefix) {
+			if _, dup := onDisk[name]; !dup {
+				names = append(names, name)
+			}
+			onDisk[name] = max(onDisk[name], rec.last)
+		}
+	}
 	for name := range s.locks {
 		if _, dup := onDisk[name]; !dup && strings.HasPrefix(name, prefix) {
 			onDisk[name] = 0

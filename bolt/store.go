@@ -123,6 +123,7 @@ type Store struct {
 	graceDone  chan struct{} // closed when the grace period ends
 
 	fmu     sync.Mutex // serialises flushOnce
+	wal     *wal       // the lease log the flusher appends to
 	dirty   []*entry
 	pending *flushGen
 	kick    chan struct{}
@@ -209,9 +210,14 @@ func Open(path string, opts *Options) (*Store, error) {
 		return nil, openError(path, o.Timeout, err)
 	}
 	db.MaxBatchDelay = time.Millisecond
+	w, err := openWAL(path, o.NoSync)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 
 	s := &Store{
-		db: db, path: path, clock: o.Clock, wall: o.Wall,
+		db: db, path: path, clock: o.Clock, wall: o.Wall, wal: w,
 		block: o.TokenBlock, interval: o.FlushInterval,
 		closing: make(chan struct{}),
 		locks:   make(map[string]*entry),
@@ -229,6 +235,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		wallBefore = s.wall0 // one reading: exact
 	}
 	if err := s.load(wallBefore); err != nil {
+		_ = w.close()
 		_ = db.Close()
 		return nil, err
 	}
@@ -321,6 +328,11 @@ func openError(path string, timeout time.Duration, err error) error {
 func (s *Store) load(nowWall int64) error {
 	var restored []*entry
 	var horizon int64 // lease horizon of a file written by an older version
+	if s.wal.f == nil {
+		if err := s.createLog(); err != nil {
+			return err
+		}
+	}
 	err := guarded(s.path, func() error {
 		return s.db.Update(func(tx *bbolt.Tx) error {
 			if err := checkSchema(s.path, tx); err != nil {
@@ -336,7 +348,7 @@ func (s *Store) load(nowWall int64) error {
 				if err := tx.Bucket(bucketMeta).Put(keySchema, []byte(SchemaVersion)); err != nil {
 					return fmt.Errorf("bolt: open %s: write schema: %w", s.path, err)
 				}
-				return nil
+				return s.replayLocked(tx)
 			}
 			if v := meta.Get(keyCeiling); v != nil {
 				if len(v) != 8 {
@@ -349,6 +361,9 @@ func (s *Store) load(nowWall int64) error {
 					return fmt.Errorf("bolt: open %s: lease horizon is %d bytes: %w", s.path, len(v), ErrCorrupt)
 				}
 				horizon = int64(binary.BigEndian.Uint64(v))
+			}
+			if err := s.replayLocked(tx); err != nil {
+				return err
 			}
 			return tx.Bucket(bucketLocks).ForEach(func(k, v []byte) error {
 				r, err := decodeLock(v)
@@ -371,6 +386,12 @@ func (s *Store) load(nowWall int64) error {
 		}
 		return err
 	}
+	// The log's records are in the bbolt file now, under a new generation:
+	// start the log afresh with it.
+	if err := s.wal.reset(s.wal.gen); err != nil {
+		return fmt.Errorf("bolt: open %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
+	}
+	clear(s.wal.names)
 	s.mu.Lock() // the expiry timer armed below may fire at once
 	defer s.mu.Unlock()
 	// Every token up to the ceiling may have been handed out before a crash.
@@ -402,9 +423,76 @@ func (s *Store) load(nowWall int64) error {
 	return nil
 }
 
+// createLog creates the lease log at Open if it is missing, which is fine for a
+// new file, a file of an earlier release and one left by a clean Close (its log
+// was folded into it); for any other the log's records are lost: refused, before
+// anything is written.
+func (s *Store) createLog() error {
+	var folded, clean bool
+	err := guarded(s.path, func() error {
+		return s.db.View(func(tx *bbolt.Tx) error {
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				folded = meta.Get(keyWALGen) != nil
+				clean = meta.Get(keyWALClean) != nil
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if folded && !clean {
+		return fmt.Errorf("bolt: open %s: the lease log %s is missing: %w", s.path, s.wal.path, ErrCorrupt)
+	}
+	if err := s.wal.create(); err != nil {
+		return fmt.Errorf("bolt: open %s: %w", s.wal.path, err)
+	}
+	return nil
+}
+
+// replayLocked folds the lease log read at Open into the bbolt file in tx, if
+// the file has not folded it already, and sets the generation the log restarts
+// with (written in tx; s.wal.gen then holds it, for the reset after the commit).
+func (s *Store) replayLocked(tx *bbolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	var folded uint64 // generation of the last fold (0: never)
+	if v := meta.Get(keyWALGen); v != nil {
+		if len(v) != 8 {
+			return fmt.Errorf("bolt: open %s: lease log generation is %d bytes: %w", s.path, len(v), ErrCorrupt)
+		}
+		folded = binary.BigEndian.Uint64(v)
+	}
+	if meta.Get(keyWALClean) != nil {
+		if err := meta.Delete(keyWALClean); err != nil {
+			return err
+		}
+	}
+	w := s.wal
+	switch {
+	case w.gen > folded && w.size > 0:
+		return fmt.Errorf("bolt: open %s: lease log generation %d is ahead of the file's %d: %w", s.path, w.gen, folded, ErrCorrupt)
+	case w.gen == folded && w.size > 0 && brokenForTest != "log":
+		b := tx.Bucket(bucketLocks)
+		for k, v := range w.names {
+			if err := b.Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		if v := meta.Get(keyCeiling); w.ceil > 0 && (len(v) != 8 || binary.BigEndian.Uint64(v) < w.ceil) {
+			if err := meta.Put(keyCeiling, u64(w.ceil)); err != nil {
+				return err
+			}
+			s.ceil = w.ceil
+		}
+	}
+	w.gen = max(w.gen, folded) + 1
+	return meta.Put(keyWALGen, u64(w.gen))
+}
+
 // brokenForTest, set only by the crash test's negative control, makes the store
 // forget what it must remember ("tokens": the token ceiling; "leases": the
-// written leases; "steps": forward steps of the wall clock; "grace": that names
+// written leases; "log": the lease log, not replayed; "steps": forward steps of
+// the wall clock; "grace": that names
 // were free, refusing every grant for 300ms as a lease horizon did), to show
 // that the crash checker catches it.
 var brokenForTest string
@@ -485,6 +573,15 @@ func (s *Store) Close() error {
 	if s.pending != nil && s.pending.err != nil {
 		err = s.pending.err
 	}
+	// Leave the bbolt file complete on its own: fold the lease log into it.
+	s.fmu.Lock()
+	if cerr := s.checkpointLocked(true); cerr != nil && err == nil {
+		err = cerr
+	}
+	s.fmu.Unlock()
+	if cerr := s.wal.close(); cerr != nil && err == nil {
+		err = fmt.Errorf("bolt: close %s: %w", s.wal.path, cerr)
+	}
 	if cerr := s.db.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("bolt: close %s: %w", s.path, cerr)
 	}
@@ -510,6 +607,7 @@ func (s *Store) abandon() {
 	close(s.pending.done)
 	s.mu.Unlock()
 	s.life.Lock()
+	_ = s.wal.close()
 	_ = s.db.Close()
 	s.life.Unlock()
 }
@@ -588,43 +686,30 @@ func (s *Store) flushOnce() error {
 		e.dirty = false
 		recs = append(recs, lockRec{name: e.name, val: s.encodeLock(e)})
 	}
-	var meta [][2][]byte
-	newCeil := s.ceil
+	newCeil, ceilRec := s.ceil, uint64(0)
 	if s.next-1+s.block/2 > s.ceil {
 		newCeil = s.next - 1 + s.block
-		meta = append(meta, [2][]byte{keyCeiling, u64(newCeil)})
+		ceilRec = newCeil
 	}
 	s.mu.Unlock()
 
+	// One write and one fdatasync of the lease log; the bbolt file gets the
+	// records at the next checkpoint.
 	var err error
-	for i := 0; err == nil && (i < len(recs) || (i == 0 && len(meta) > 0)); i += maxTxRecords {
-		part := recs[i:min(i+maxTxRecords, len(recs))]
-		last := i+maxTxRecords >= len(recs)
-		err = s.db.Update(func(tx *bbolt.Tx) error {
-			b := tx.Bucket(bucketLocks)
-			for _, r := range part {
-				if err := b.Put([]byte(r.name), r.val); err != nil {
-					return err
-				}
-			}
-			if last {
-				m := tx.Bucket(bucketMeta)
-				for _, kv := range meta {
-					if err := m.Put(kv[0], kv[1]); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
+	var logged int64
+	if len(recs) > 0 || ceilRec != 0 {
+		logged, err = s.wal.append(recs, ceilRec)
 	}
 	if err != nil {
-		err = fmt.Errorf("bolt: write %s: %v: %w", s.path, err, fence.ErrUnavailable)
+		err = fmt.Errorf("bolt: write %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
 	}
 
 	s.mu.Lock()
 	if err == nil {
 		s.ceil = newCeil
+		for _, r := range recs {
+			s.wal.names[r.name] = r.val
+		}
 	}
 	if len(recs) > 0 {
 		s.statCommits++
@@ -645,7 +730,30 @@ func (s *Store) flushOnce() error {
 	s.mu.Unlock()
 	g.err = err
 	close(g.done)
+	if err == nil && logged > s.wal.limit() {
+		_ = s.checkpointLocked(false) // on failure the log keeps growing; retried next flush
+	}
 	return err
+}
+
+// checkpointLocked folds the lease log into the bbolt file and starts the log
+// afresh. s.fmu must be held (it keeps the flusher out, the log's only writer).
+func (s *Store) checkpointLocked(clean bool) error {
+	w := s.wal
+	if w.off <= walHeaderLen && len(w.names) == 0 && w.ceil == 0 && !clean {
+		return nil
+	}
+	gen := w.gen + 1
+	if err := w.fold(s.db, w.names, w.ceil, gen, clean); err != nil {
+		return fmt.Errorf("bolt: checkpoint %s: %v: %w", s.path, err, fence.ErrUnavailable)
+	}
+	if err := w.reset(gen); err != nil {
+		return fmt.Errorf("bolt: checkpoint %s: %v: %w", w.path, err, fence.ErrUnavailable)
+	}
+	s.mu.Lock()
+	w.names = make(map[string][]byte)
+	s.mu.Unlock()
+	return nil
 }
 
 // shrinkLocked rebuilds the map and heap when they hold a quarter of their peak,
