@@ -19,7 +19,9 @@ import (
 // checkpoint) when the log passes its limit, at Close, and at Open, which first
 // replays the log into the bbolt file.
 //
-// Layout: a header (magic, generation, CRC), then records
+// Layout: two header slots (magic, generation, CRC; a reset writes the one the
+// new generation's parity picks, the valid one of higher generation counts), then
+// records
 //
 //	len u32 | crc u32 | generation u64 | payload (len bytes)
 //
@@ -34,8 +36,9 @@ import (
 
 const (
 	walMagic     = "fencewal"
-	walHeaderLen = 32
-	walRecHead   = 16 // len, crc, generation
+	walSlotLen   = 32             // one header: magic, generation, CRC
+	walHeaderLen = 2 * walSlotLen // two header slots, written in turn
+	walRecHead   = 16             // len, crc, generation
 	walGrow      = 4 << 20
 	// walLimit is the log size past which the flusher checkpoints.
 	walLimit = 4 << 20
@@ -151,11 +154,27 @@ func (w *wal) read() error {
 	if len(data) >= walHeaderLen && allZero(data[:walHeaderLen]) {
 		return nil // grown, then a crash before the first header was written
 	}
-	if len(data) < walHeaderLen || string(data[:8]) != walMagic ||
-		crc32.Checksum(data[:16], castagnoli) != binary.BigEndian.Uint32(data[16:20]) {
+	// The valid slot of the higher generation is the header: a reset writes the
+	// other slot, so one cut in the middle leaves the previous header readable.
+	valid := false
+	for i := 0; i+walSlotLen <= min(len(data), walHeaderLen); i += walSlotLen {
+		h := data[i : i+walSlotLen]
+		if string(h[:8]) != walMagic || crc32.Checksum(h[:16], castagnoli) != binary.BigEndian.Uint32(h[16:20]) {
+			continue
+		}
+		if g := binary.BigEndian.Uint64(h[8:16]); !valid || g > w.gen {
+			w.gen, valid = g, true
+		}
+	}
+	if !valid {
+		// Without a header, records cannot be read. If there are none (the first
+		// header write was cut), nothing is lost: an empty log. Else refuse.
+		if len(data) >= walHeaderLen+walRecHead && allZero(data[walHeaderLen:walHeaderLen+walRecHead]) {
+			w.gen = 0
+			return nil
+		}
 		return fmt.Errorf("bolt: open %s: not a fence lease log (bad header): %w", w.path, ErrCorrupt)
 	}
-	w.gen = binary.BigEndian.Uint64(data[8:16])
 	off := int64(walHeaderLen)
 	for off+walRecHead <= int64(len(data)) {
 		h := data[off:]
@@ -241,14 +260,14 @@ func (w *wal) fold(db *bbolt.DB, names map[string][]byte, ceil, gen uint64, clea
 // reset starts generation gen: it rewrites the header (creating the file if
 // missing) and makes the log empty.
 func (w *wal) reset(gen uint64) error {
-	var h [walHeaderLen]byte
+	var h [walSlotLen]byte
 	copy(h[:8], walMagic)
 	binary.BigEndian.PutUint64(h[8:16], gen)
 	binary.BigEndian.PutUint32(h[16:20], crc32.Checksum(h[:16], castagnoli))
 	if err := w.ensure(walHeaderLen); err != nil {
 		return err
 	}
-	if _, err := w.f.WriteAt(h[:], 0); err != nil {
+	if _, err := w.f.WriteAt(h[:], int64(gen%2)*walSlotLen); err != nil {
 		return err
 	}
 	if err := w.sync(); err != nil {

@@ -139,6 +139,9 @@ func TestWAL_BadHeader_RefusedUntouched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := f.WriteAt(make([]byte, walHeaderLen), 0); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.WriteAt([]byte("notawal!"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -173,4 +176,32 @@ func TestWAL_CleanClose_FileOpensWithoutLog(t *testing.T) {
 	if l := mustAcquire(t, s, "next", time.Second); l.Token() <= held.Token() {
 		t.Fatalf("token %d, want above %d", l.Token(), held.Token())
 	}
+}
+
+func TestWAL_HeaderCutInReset_PreviousSlotCounts(t *testing.T) {
+	path, a, b, _ := crashedStore(t)
+	// Open replays the log and resets it, writing the other header slot; cut that
+	// write: the slot of the previous generation counts, and the records it
+	// covers were folded into the bbolt file by the reopen's commit.
+	s, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := s.wal.gen
+	s.abandon()
+	f, err := os.OpenFile(path+"-wal", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("torn"), int64(gen%2)*walSlotLen+10); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s, err = Open(path, nil)
+	if err != nil {
+		t.Fatalf("reopen with the newer header slot cut: %v", err)
+	}
+	defer s.Close()
+	wantHeld(t, s, a)
+	wantHeld(t, s, b)
 }
