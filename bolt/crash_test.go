@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,15 +29,18 @@ const (
 	crashKillsEnv = "FENCE_BOLT_CRASH_KILLS"
 	// crashBrokenEnv breaks the child's store on purpose (negative control).
 	crashBrokenEnv = "FENCE_BOLT_CRASH_BROKEN"
+	// crashWallEnv is how far the child's wall clock runs ahead of the real one
+	// (nanoseconds): the forward steps of earlier runs, which a restart keeps.
+	crashWallEnv = "FENCE_BOLT_CRASH_WALL"
+	// crashLeasesEnv lists the leases of earlier runs that may still be held
+	// (name:token:id, comma-separated): the child renews or releases some of
+	// them right after it opens the store, as their holders would.
+	crashLeasesEnv = "FENCE_BOLT_CRASH_LEASES"
 )
 
-// crashOptions keep the grace period short (SyncTTL+HorizonChunk = 280ms), the
-// token block small (so many ceilings are written) and exercise both kinds of
-// lease: TTLs up to 250ms are covered by the horizon, longer ones are written.
+// crashOptions keep the token block small, so many ceilings are written.
 var crashOptions = Options{
 	TokenBlock:    8,
-	SyncTTL:       250 * time.Millisecond,
-	HorizonChunk:  30 * time.Millisecond,
 	FlushInterval: 20 * time.Millisecond,
 }
 
@@ -51,18 +57,32 @@ func TestMain(m *testing.M) {
 }
 
 // crashChild acquires leases until killed. Each line goes to stdout in one
-// write, unbuffered:
+// write, unbuffered; times are of the real clock (time.Now), never of the
+// stepped wall clock the store is given:
 //
-//	G name token startUnixNano endUnixNano ttlNanos   granted (start/end bracket the call)
-//	P name token startUnixNano ttlNanos                about to renew (printed before)
-//	N name token startUnixNano ttlNanos                renewed (printed after success)
-//	R name token                                       about to release (printed before)
-//	F name startUnixNano endUnixNano                   not acquired
+//	O unixNano                                          opened
+//	A name ttl                                          about to acquire (printed before)
+//	G name token start end ttl id                       granted (start/end bracket the call)
+//	F name start end                                    not acquired
+//	P name token start ttl                              about to renew (printed before)
+//	N name token start end ttl                          renewed (printed after success)
+//	X name token start end                              renewal refused: not held
+//	R name token                                        about to release (printed before)
+//	D name token                                        released (printed after success)
+//	T offset                                            wants to step the wall clock to real+offset (waits for a line on stdin)
+//	S                                                   the step is absorbed (a grant was written since)
 func crashChild(path string) int {
 	seed, _ := strconv.ParseInt(os.Getenv(crashSeedEnv), 10, 64)
 	rng := rand.New(rand.NewSource(seed))
+	var offset atomic.Int64
+	off, _ := strconv.ParseInt(os.Getenv(crashWallEnv), 10, 64)
+	offset.Store(off)
 	o := crashOptions
+	o.Wall = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	brokenForTest = os.Getenv(crashBrokenEnv)
+	if rng.Intn(2) == 0 {
+		walLimitForTest = 2048 // checkpoint every few commits: kills land in them too
+	}
 	s, err := Open(path, &o)
 	if err != nil {
 		fmt.Printf("E open: %v\n", err)
@@ -70,19 +90,90 @@ func crashChild(path string) int {
 	}
 	fmt.Printf("O %d\n", time.Now().UnixNano())
 	ctx := context.Background()
+	release := func(name string, tok fence.Token, id string) int {
+		fmt.Printf("R %s %d\n", name, tok)
+		err := s.Release(ctx, name, id)
+		switch {
+		case err == nil:
+			fmt.Printf("D %s %d\n", name, tok)
+		case !errors.Is(err, fence.ErrNotHeld):
+			fmt.Printf("E release %s: %v\n", name, err)
+			return 5
+		}
+		return 0
+	}
+	// The holders of earlier runs' leases renew or release some of them.
+	if v := os.Getenv(crashLeasesEnv); v != "" {
+		for _, l := range strings.Split(v, ",") {
+			f := strings.Split(l, ":")
+			name, id := f[0], f[2]
+			tok, _ := strconv.ParseUint(f[1], 10, 64)
+			if rng.Intn(3) == 0 {
+				continue // left alone: it must still keep others out
+			}
+			ttl := crashTTLs[rng.Intn(len(crashTTLs))]
+			start := time.Now()
+			fmt.Printf("P %s %d %d %d\n", name, tok, start.UnixNano(), int64(ttl))
+			err := s.Renew(ctx, name, id, ttl)
+			end := time.Now()
+			switch {
+			case err == nil:
+				fmt.Printf("N %s %d %d %d %d\n", name, tok, start.UnixNano(), end.UnixNano(), int64(ttl))
+				if rng.Intn(2) == 0 {
+					if code := release(name, fence.Token(tok), id); code != 0 {
+						return code
+					}
+				}
+			case errors.Is(err, fence.ErrNotHeld):
+				fmt.Printf("X %s %d %d %d\n", name, tok, start.UnixNano(), end.UnixNano())
+			default:
+				fmt.Printf("E renew %s: %v\n", name, err)
+				return 6
+			}
+		}
+	}
+	stepAt := -1
+	if rng.Intn(2) == 0 {
+		stepAt = 3 + rng.Intn(12)
+	}
 	for i := 0; ; i++ {
-		// First try every repeated name once, right after the reopen, while the
-		// leases of the killed run are most likely unexpired.
-		name := fmt.Sprintf("r%d", i)
-		if i >= 6 {
+		// First a name never used, then every repeated name once, without
+		// waiting: right after the reopen each must be granted at once unless a
+		// lease of the killed run may still hold it.
+		name := fmt.Sprintf("f-%d", seed)
+		wait := fence.WithWait(0)
+		switch {
+		case i >= 1 && i <= 6:
+			name = fmt.Sprintf("r%d", i-1)
+		case i > 6:
 			name = fmt.Sprintf("r%d", rng.Intn(6))
 			if rng.Intn(10) < 3 {
 				name = fmt.Sprintf("u-%d-%d", seed, i)
 			}
+			wait = fence.WithWait(30 * time.Millisecond)
+		}
+		if i == stepAt {
+			// A forward step of the wall clock (as at boot, before NTP syncs),
+			// absorbed by the next grant's commit; the parent holds its kill
+			// from T to S.
+			step := time.Second + time.Duration(rng.Int63n(int64(2*time.Second)))
+			fmt.Printf("T %d\n", offset.Load()+int64(step))
+			// Step only once the parent has promised not to kill before S (it
+			// may have sent the kill already: then it never answers).
+			if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+				fmt.Printf("E read the parent's go-ahead: %v\n", err)
+				return 7
+			}
+			offset.Add(int64(step))
+			name = fmt.Sprintf("s-%d", seed)
+			wait = fence.WithWait(fence.WaitForever) // S must follow
 		}
 		ttl := crashTTLs[rng.Intn(len(crashTTLs))]
+		// Announce it: a kill can come after the grant is written but before
+		// "G" is printed, and then the lease holds the name after the restart.
+		fmt.Printf("A %s %d\n", name, int64(ttl))
 		start := time.Now()
-		l, err := s.Acquire(ctx, name, ttl, fence.WithWait(30*time.Millisecond))
+		l, err := s.Acquire(ctx, name, ttl, wait)
 		end := time.Now()
 		if errors.Is(err, fence.ErrNotAcquired) {
 			fmt.Printf("F %s %d %d\n", name, start.UnixNano(), end.UnixNano())
@@ -92,13 +183,14 @@ func crashChild(path string) int {
 			fmt.Printf("E acquire %s: %v\n", name, err)
 			return 4
 		}
-		fmt.Printf("G %s %d %d %d %d\n", name, l.Token(), start.UnixNano(), end.UnixNano(), int64(ttl))
+		fmt.Printf("G %s %d %d %d %d %s\n", name, l.Token(), start.UnixNano(), end.UnixNano(), int64(ttl), l.ID())
+		if i == stepAt {
+			fmt.Printf("S\n")
+		}
 		switch r := rng.Intn(10); {
 		case r < 5:
-			fmt.Printf("R %s %d\n", name, l.Token())
-			if err := l.Release(ctx); err != nil && !errors.Is(err, fence.ErrNotHeld) {
-				fmt.Printf("E release %s: %v\n", name, err)
-				return 5
+			if code := release(name, l.Token(), l.ID()); code != 0 {
+				return code
 			}
 		case r < 7:
 			ttl2 := crashTTLs[rng.Intn(len(crashTTLs))]
@@ -107,7 +199,7 @@ func crashChild(path string) int {
 			// come after the store applied it but before "N" is printed.
 			fmt.Printf("P %s %d %d %d\n", name, l.Token(), start.UnixNano(), int64(ttl2))
 			if err := l.Renew(ctx, ttl2); err == nil {
-				fmt.Printf("N %s %d %d %d\n", name, l.Token(), start.UnixNano(), int64(ttl2))
+				fmt.Printf("N %s %d %d %d %d\n", name, l.Token(), start.UnixNano(), time.Now().UnixNano(), int64(ttl2))
 			} else if !errors.Is(err, fence.ErrNotHeld) {
 				fmt.Printf("E renew %s: %v\n", name, err)
 				return 6
@@ -119,10 +211,19 @@ func crashChild(path string) int {
 // crashLease is what the parent knows of a lease from the child's output.
 type crashLease struct {
 	token    fence.Token
-	minUntil int64 // a lower bound of the store's expiry, Unix nanoseconds
+	id       string
+	minUntil int64 // a lower bound of the store's expiry, Unix nanoseconds (real clock)
+	maxUntil int64 // an upper bound of it
+	renewTTL int64 // a renewal was announced (P) and not answered: its TTL
 	released bool  // a release was announced: it may have happened
+	acked    bool  // a release was acknowledged: it happened
 	run      int
 }
+
+// crashSlack is how much later than the bound the checker allows a lease that
+// is surely over to keep a free name refused (reading jitter), before it calls
+// that a violation.
+const crashSlack = int64(5 * time.Millisecond)
 
 // crashChecker checks the child's lines of every run against everything before.
 type crashChecker struct {
@@ -132,10 +233,19 @@ type crashChecker struct {
 	maxToken map[string]fence.Token // per name, over earlier runs
 	runMax   map[string]fence.Token // per name, in this run
 	leases   map[string]*crashLease // per name, the last lease
+	// ghosts: per name, an upper bound of the expiry of a grant that may have
+	// been written but was never printed (an "A" answered by the kill).
+	ghosts   map[string]int64
+	acquire  []string // the unanswered "A" line's fields, if any
+	offset   int64    // the wall clock's step so far (T lines)
+	stepping bool     // between T and S: the parent holds its kill
 	grants   int
 	crossRun int // grants checked against an unreleased lease from an earlier run
 	heldBack int // of those, calls that began while that lease was unexpired
 	refused  int // refusals that P6 required: a grant would have violated it
+	renewed  int // renewals after a restart of a lease granted before it
+	freeNow  int // grants without waiting, right after a restart, of names surely free
+	steps    int
 	// record makes violations be recorded (for the negative control) instead of
 	// failing the test.
 	record     bool
@@ -152,6 +262,36 @@ func (c *crashChecker) startRun(run int) {
 	c.run = run
 }
 
+// endRun closes a run whose child was gone by killedBy: a renewal it announced
+// and never answered may have happened before then.
+func (c *crashChecker) endRun(killedBy int64) {
+	for _, l := range c.leases {
+		if l.renewTTL != 0 {
+			l.maxUntil = max(l.maxUntil, killedBy+l.renewTTL)
+			l.renewTTL = 0
+		}
+	}
+	if a := c.acquire; a != nil {
+		ttl, _ := strconv.ParseInt(a[2], 10, 64)
+		c.ghosts[a[1]] = max(c.ghosts[a[1]], killedBy+ttl)
+		c.acquire = nil
+	}
+	c.stepping = false
+}
+
+// carried returns the leases that may still be held at now, as the child's
+// crashLeasesEnv wants them.
+func (c *crashChecker) carried(now int64) string {
+	var out []string
+	for name, l := range c.leases {
+		if !l.acked && l.maxUntil > now {
+			out = append(out, fmt.Sprintf("%s:%d:%s", name, l.token, l.id))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
 func (c *crashChecker) violate(format string, args ...any) {
 	c.t.Helper()
 	msg := fmt.Sprintf(format, args...)
@@ -163,7 +303,17 @@ func (c *crashChecker) violate(format string, args ...any) {
 
 func newCrashChecker(t *testing.T) *crashChecker {
 	return &crashChecker{t: t, tokens: map[fence.Token]string{}, maxToken: map[string]fence.Token{},
-		runMax: map[string]fence.Token{}, leases: map[string]*crashLease{}}
+		runMax: map[string]fence.Token{}, leases: map[string]*crashLease{}, ghosts: map[string]int64{}}
+}
+
+// surelyFree reports whether name had no lease at time at: never granted, its
+// last lease's release acknowledged, or expired for certain.
+func (c *crashChecker) surelyFree(name string, at int64) bool {
+	if at <= c.ghosts[name]+crashSlack {
+		return false
+	}
+	l := c.leases[name]
+	return l == nil || l.acked || at > l.maxUntil+crashSlack
 }
 
 func (c *crashChecker) line(line string) {
@@ -179,13 +329,23 @@ func (c *crashChecker) line(line string) {
 		}
 		return n
 	}
+	at := func(ns int64) string { return time.Unix(0, ns).Format("15:04:05.000000") }
 	switch f[0] {
 	case "O":
 	case "E":
 		t.Fatalf("run %d: child failed: %s", c.run, line)
+	case "T": // handled by runCrashes, which answers it
+	case "S":
+		c.stepping = false
+	case "A":
+		c.acquire = f
 	case "G":
 		name, tok, start, end, ttl := f[1], fence.Token(num(2)), num(3), num(4), num(5)
+		if len(f) < 7 {
+			t.Fatalf("run %d: short line %q", c.run, line)
+		}
 		c.grants++
+		c.acquire = nil
 		if other, dup := c.tokens[tok]; dup {
 			c.violate("run %d: P1 violated: token %d granted on %q was already granted on %q", c.run, tok, name, other)
 		}
@@ -200,7 +360,7 @@ func (c *crashChecker) line(line string) {
 		if prev := c.leases[name]; prev != nil && !prev.released {
 			if end < prev.minUntil {
 				c.violate("run %d: P6 violated: %q granted (token %d) by %v, %v before the lease of token %d (run %d) expired",
-					c.run, name, tok, time.Unix(0, end).Format("15:04:05.000000"), time.Duration(prev.minUntil-end), prev.token, prev.run)
+					c.run, name, tok, at(end), time.Duration(prev.minUntil-end), prev.token, prev.run)
 			}
 			if prev.run != c.run {
 				c.crossRun++
@@ -209,9 +369,22 @@ func (c *crashChecker) line(line string) {
 				}
 			}
 		}
-		c.leases[name] = &crashLease{token: tok, minUntil: start + ttl, run: c.run}
+		if prev := c.leases[name]; prev != nil && prev.run != c.run && c.surelyFree(name, start) {
+			c.freeNow++ // the first grant in this run of a name free at the restart
+		}
+		c.leases[name] = &crashLease{token: tok, id: f[6], minUntil: start + ttl, maxUntil: end + ttl, run: c.run}
 	case "F":
-		name, end := f[1], num(3)
+		name, start, end := f[1], num(2), num(3)
+		c.acquire = nil
+		if c.surelyFree(name, start) {
+			l := c.leases[name]
+			if l == nil {
+				c.violate("run %d: restart not a non-event: %q, never granted, refused at %v", c.run, name, at(start))
+			} else {
+				c.violate("run %d: restart not a non-event: %q refused at %v, but the lease of token %d (run %d) had ended (released %v, expired by %v)",
+					c.run, name, at(start), l.token, l.run, l.acked, at(l.maxUntil))
+			}
+		}
 		if prev := c.leases[name]; prev != nil && !prev.released && prev.run != c.run && end < prev.minUntil {
 			c.refused++ // granting this would have violated P6
 		}
@@ -219,29 +392,53 @@ func (c *crashChecker) line(line string) {
 		name, tok, start, ttl := f[1], fence.Token(num(2)), num(3), num(4)
 		if l := c.leases[name]; l != nil && l.token == tok {
 			l.minUntil = min(l.minUntil, start+ttl)
+			l.renewTTL = ttl
 		}
-	case "N": // the renewal happened at or after start
-		name, tok, start, ttl := f[1], fence.Token(num(2)), num(3), num(4)
+	case "N": // the renewal happened between start and end
+		name, tok, start, end, ttl := f[1], fence.Token(num(2)), num(3), num(4), num(5)
 		if l := c.leases[name]; l != nil && l.token == tok {
-			l.minUntil = start + ttl
+			if l.run != c.run {
+				c.renewed++
+			}
+			l.minUntil, l.maxUntil, l.renewTTL = start+ttl, end+ttl, 0
+		}
+	case "X": // a renewal by the holder was refused
+		name, tok, end := f[1], fence.Token(num(2)), num(4)
+		if l := c.leases[name]; l != nil && l.token == tok {
+			// The store judged at or before end: refusing then was wrong.
+			if !l.released && end < l.minUntil {
+				c.violate("run %d: P6 violated: renewal of %q (token %d, run %d) by its holder refused by %v, %v before the lease expired",
+					c.run, name, tok, l.run, at(end), time.Duration(l.minUntil-end))
+			}
+			l.renewTTL = 0
 		}
 	case "R":
 		if l := c.leases[f[1]]; l != nil && l.token == fence.Token(num(2)) {
 			l.released = true
+		}
+	case "D":
+		if l := c.leases[f[1]]; l != nil && l.token == fence.Token(num(2)) {
+			l.released, l.acked = true, true
 		}
 	default:
 		t.Fatalf("run %d: unexpected line %q", c.run, line)
 	}
 }
 
-// TestCrash_KillNine_NoTokenReissuedNoLeaseGrantedEarly runs a child that acquires
-// leases (repeated and distinct names, TTLs on both sides of SyncTTL, renewals and
-// releases) and SIGKILLs it at random points, at least 50 times, reopening the
-// same file each time. Across all runs no token is granted twice or lower than
-// one granted before for that name (P1), and no name is granted while a lease
-// printed before a crash was still unexpired (P6). Set FENCE_BOLT_CRASH_SEED to
-// replay a run, FENCE_BOLT_CRASH_KILLS for more kills.
-func TestCrash_KillNine_NoTokenReissuedNoLeaseGrantedEarly(t *testing.T) {
+// TestCrash_KillNine_RestartIsANonEvent runs a child that acquires leases
+// (repeated and distinct names, short and long TTLs, renewals and releases) and
+// SIGKILLs it at random points, at least 50 times, reopening the same file each
+// time; about every other run the child's wall clock steps forward by 1-3s while
+// the store runs. Across all runs:
+//
+//   - no token is granted twice or lower than one granted before for that name (P1);
+//   - no name is granted while a lease printed before a crash was still unexpired,
+//     and the holder of such a lease can renew it after the restart (P6);
+//   - a name that was free at the crash (never used, released, or expired) is
+//     granted at once after the restart, without waiting.
+//
+// Set FENCE_BOLT_CRASH_SEED to replay a run, FENCE_BOLT_CRASH_KILLS for more kills.
+func TestCrash_KillNine_RestartIsANonEvent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: skipped in -short mode")
 	}
@@ -259,10 +456,16 @@ func TestCrash_KillNine_NoTokenReissuedNoLeaseGrantedEarly(t *testing.T) {
 	c := newCrashChecker(t)
 	began := time.Now()
 	grantsAfterReopen := runCrashes(t, rng, path, kills, "", c, nil)
-	t.Logf("%d kills in %v: %d grants, %d grants after a reopen, %d checked against an unreleased pre-crash lease (%d requested while it was unexpired), %d refusals P6 required",
-		kills, time.Since(began).Round(time.Millisecond), c.grants, grantsAfterReopen, c.crossRun, c.heldBack, c.refused)
+	t.Logf("%d kills in %v: %d grants, %d grants after a reopen, %d checked against an unreleased pre-crash lease (%d requested while it was unexpired), %d refusals P6 required, %d renewals across a restart, %d names free at a restart granted at once, %d wall-clock steps",
+		kills, time.Since(began).Round(time.Millisecond), c.grants, grantsAfterReopen, c.crossRun, c.heldBack, c.refused, c.renewed, c.freeNow, c.steps)
 	if c.refused == 0 {
 		t.Fatalf("no acquisition was attempted while a pre-crash lease was unexpired: P6 was not exercised")
+	}
+	if c.renewed == 0 {
+		t.Fatalf("no lease was renewed across a restart: renewals were not exercised")
+	}
+	if c.freeNow < kills/2 {
+		t.Fatalf("only %d grants of names free at a restart in %d runs: the crash test checked too little", c.freeNow, kills)
 	}
 	if grantsAfterReopen < kills {
 		t.Fatalf("only %d grants after reopening in %d runs: the crash test checked too little", grantsAfterReopen, kills)
@@ -271,6 +474,7 @@ func TestCrash_KillNine_NoTokenReissuedNoLeaseGrantedEarly(t *testing.T) {
 	// The file still opens and hands out tokens above all of them.
 	c.startRun(kills)
 	o := crashOptions
+	o.Wall = func() time.Time { return time.Now().Add(time.Duration(c.offset)) } // the steps are kept
 	s, err := Open(path, &o)
 	if err != nil {
 		t.Fatalf("final reopen: %v", err)
@@ -292,9 +496,10 @@ func TestCrash_KillNine_NoTokenReissuedNoLeaseGrantedEarly(t *testing.T) {
 }
 
 // runCrashes runs the child kills times on the store at path, SIGKILLing it at
-// random points drawn from rng, feeding every line to c. broken is passed to the
-// child (see brokenForTest); stop, if not nil, ends the runs early. It returns
-// how many grants were made by children that reopened a used file.
+// random points drawn from rng (never between a T and an S line: the step is
+// then being absorbed), feeding every line to c. broken is passed to the child
+// (see brokenForTest); stop, if not nil, ends the runs early. It returns how
+// many grants were made by children that reopened a used file.
 func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken string, c *crashChecker, stop func() bool) int {
 	grantsAfterReopen := 0
 	for run := 0; run < kills && (stop == nil || !stop()); run++ {
@@ -305,12 +510,19 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+path, fmt.Sprintf("%s=%d", crashSeedEnv, rng.Int63()),
 			crashBrokenEnv+"="+broken,
+			fmt.Sprintf("%s=%d", crashWallEnv, c.offset),
+			crashLeasesEnv+"="+c.carried(time.Now().UnixNano()),
 			"GORACE=halt_on_error=1") // a race in the child fails the run (exit 66, not SIGKILL)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
 		}
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -323,6 +535,13 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 			close(lines)
 		}()
 		var kill <-chan time.Time
+		killDue, killed := false, false
+		doKill := func() {
+			if err := cmd.Process.Kill(); err != nil { // SIGKILL
+				t.Fatalf("run %d: kill: %v", run, err)
+			}
+			killed = true
+		}
 		guard := time.NewTimer(20 * time.Second)
 		for lines != nil {
 			select {
@@ -332,13 +551,27 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 					break
 				}
 				c.line(line)
-				if kill == nil && (line[0] == 'O' && !killAfterGrant || line[0] == 'G') {
+				if line[0] == 'T' && !killed {
+					// Let it step, and hold the kill until the step is absorbed.
+					c.offset, _ = strconv.ParseInt(strings.TrimPrefix(line, "T "), 10, 64)
+					c.stepping = true
+					c.steps++
+					if _, err := io.WriteString(in, "go\n"); err != nil {
+						t.Fatalf("run %d: answer the step: %v", run, err)
+					}
+				}
+				if kill == nil && !killDue && !killed && (line[0] == 'O' && !killAfterGrant || line[0] == 'G') {
 					kill = time.After(delay)
+				}
+				if killDue && !killed && !c.stepping {
+					doKill()
 				}
 			case <-kill:
 				kill = nil
-				if err := cmd.Process.Kill(); err != nil { // SIGKILL
-					t.Fatalf("run %d: kill: %v", run, err)
+				if c.stepping {
+					killDue = true // after the S line
+				} else if !killed {
+					doKill()
 				}
 			case <-guard.C:
 				_ = cmd.Process.Kill()
@@ -347,6 +580,7 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 		}
 		guard.Stop()
 		err = cmd.Wait()
+		c.endRun(time.Now().UnixNano())
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
 			t.Fatalf("run %d: child ended with %v, want killed by SIGKILL", run, err)
 		}
@@ -358,14 +592,19 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 }
 
 // TestCrash_BrokenStore_CheckerFindsViolations is the crash test's negative
-// control: with a store that forgets its token ceiling, or its lease horizon and
-// written leases, after a restart, the same checker must report P1 or P6
-// violations. A checker that cannot fail proves nothing.
+// control: with a store that forgets its token ceiling, its written leases, its
+// lease log, or the forward steps of the wall clock, after a restart, the same checker must
+// report P1 or P6 violations; with one that refuses every grant for a while
+// after a restart (as the lease horizon did), it must report free names
+// refused. A checker that cannot fail proves nothing.
 func TestCrash_BrokenStore_CheckerFindsViolations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: skipped in -short mode")
 	}
-	for _, tc := range []struct{ broken, want string }{{"tokens", "P1 violated"}, {"leases", "P6 violated"}} {
+	for _, tc := range []struct{ broken, want string }{
+		{"tokens", "P1 violated"}, {"leases", "P6 violated"}, {"steps", "P6 violated"},
+		{"grace", "restart not a non-event"}, {"log", "P6 violated"},
+	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			seed := time.Now().UnixNano()
 			t.Logf("seed %d", seed)
@@ -379,9 +618,9 @@ func TestCrash_BrokenStore_CheckerFindsViolations(t *testing.T) {
 				}
 				return false
 			}
-			runCrashes(t, rand.New(rand.NewSource(seed)), filepath.Join(t.TempDir(), "fence.db"), 20, tc.broken, c, found)
+			runCrashes(t, rand.New(rand.NewSource(seed)), filepath.Join(t.TempDir(), "fence.db"), 30, tc.broken, c, found)
 			if !found() {
-				t.Fatalf("store broken in its %s: no %q found in 20 kills; violations: %q", tc.broken, tc.want, c.violations)
+				t.Fatalf("store broken in its %s: no %q found in 30 kills; violations: %q", tc.broken, tc.want, c.violations)
 			}
 			t.Logf("found as expected: %s", c.violations[0])
 		})

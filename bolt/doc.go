@@ -1,7 +1,7 @@
 // Package bolt is fence's embedded, durable store: a fence.Locker (with
 // fence.Healer and fence.Inspector) and a fenced key-value store (fence.KV and
-// fence.Guard) in one bbolt file. It is the default store of `fence serve`, which
-// opens DIR/fence.db.
+// fence.Guard) in one bbolt file and its lease log (PATH-wal). It is the default
+// store of `fence serve`, which opens DIR/fence.db.
 //
 //	st, err := bolt.Open("fence.db", nil)
 //	...
@@ -9,41 +9,59 @@
 //	...
 //	err = st.Put(ctx, "ledger/42", data, lease.Fence())
 //
-// # Durability without one fsync per acquisition
+// # A restart is a non-event
 //
-// Leases live in memory: a map from name to a compact entry, an expiry heap (one
-// clock timer for the earliest expiry, so expired leases are reclaimed in
-// O(log n) each, never by scanning) and a per-name channel that wakes waiters at
-// once on Release and on expiry. What must survive kill -9 is made durable ahead
-// of time, by a single background flusher that group-commits to the file:
+// After a clean Close and after kill -9 alike, a reopened store knows exactly
+// which names had live leases and until when:
+//
+//   - a lease granted before the restart is held by the same lease id and token
+//     until its expiry; its holder renews and releases it as before (P6);
+//   - a name without a live lease (never used, released, or expired) is granted
+//     at once: there is no grace period;
+//   - no token is reissued or lower than one handed out before (P1).
+//
+// The cost of opening is a read-only consistency walk of the file, a replay of
+// the lease log and one scan of the lock records (O(file size)); `fence serve`
+// on a small store answers again about 20ms after it is started.
+//
+// # How: group commit, tokens reserved ahead
+//
+// Leases live in memory (a map from name to a compact entry, an expiry heap with
+// one clock timer for the earliest expiry, a per-name channel that wakes waiters
+// at once on Release and on expiry), and every change is on disk before it is
+// acknowledged:
+//
+//   - Leases. Acquire, Renew and Release update memory (so other callers see the
+//     change at once), mark the name dirty and wait for the background flusher,
+//     which appends every dirty name's record (name, lease id, token, expiry) to
+//     the lease log with one write and one fdatasync. Operations that arrive while
+//     a commit runs share the next one (group commit): one commit carries about
+//     one operation per waiting caller. If a commit fails, a grant is taken back
+//     and a renewal undone, and the caller gets fence.ErrUnavailable.
+//
+//   - The lease log (PATH-wal) holds what the bbolt file does not have yet. Each
+//     record carries the log's generation and a CRC. When the log passes 4 MiB,
+//     and at Close, the flusher folds it into the bbolt file (one transaction
+//     with the latest record of each name and the next generation) and then
+//     restarts the log under that generation; Open replays the log into the bbolt
+//     file the same way. A crash at any point leaves either a log to replay (the
+//     fold is idempotent: each record is a name's whole state) or one already
+//     folded (its generation is behind the file's, so it is skipped). Replay
+//     stops at the first record that is short, zero, of another generation or
+//     fails its CRC: the tail of a write a crash cut, which was never
+//     acknowledged, since a commit is acknowledged after its fdatasync.
 //
 //   - Tokens (P1). One counter serves all names (tokens need only increase per
-//     name, and a global counter is the simplest way to make that hold across
-//     crashes). The file stores a ceiling C; tokens up to C may be handed out,
-//     and none above C is handed out before C is on disk. When the counter comes
-//     within half a block of C, the flusher raises C by Options.TokenBlock in the
-//     background, so acquisitions rarely wait. After a crash the counter restarts
-//     at C+1: tokens skip values (allowed), never repeat or go down.
+//     name; a global counter makes that hold across crashes simply). The file
+//     stores a ceiling C; tokens up to C may be handed out, none above C before C
+//     is on disk. When the counter comes within half a block of C, the flusher
+//     raises C by Options.TokenBlock in the same commits, so grants rarely wait for
+//     it. After a crash the counter restarts at C+1: tokens skip values (allowed),
+//     never repeat or go down.
 //
-//   - Leases (P6). A lease whose TTL is at most Options.SyncTTL is covered by a
-//     durable lease horizon H, a wall-clock time after which no such lease
-//     expires. A grant whose expiry would pass H waits for the flusher to write a
-//     later H (H is pushed Options.HorizonChunk past the grant, and pushed ahead in
-//     the background when a grant comes within half a chunk of it). After a crash,
-//     Open refuses every grant (fence.ErrNotAcquired with a *fence.HeldError, or a
-//     wait with fence.WithWait) until H has passed: at most SyncTTL+HorizonChunk.
-//     A lease with a longer TTL is written to the file (group commit) before
-//     Acquire or Renew returns, and so is its Release; after a crash it is
-//     restored and honoured until its own expiry.
-//
-//   - A clean Close writes every held lease to the file and lowers H, so a store
-//     closed cleanly reopens with its leases and without a grace period.
-//
-//   - Each name's last token is written behind for Inspect and List when its
-//     lease ends (every Options.FlushInterval), and then the name leaves memory.
-//     After a crash LastToken may lag (or be 0 for a name whose short lease was
-//     never released); the next grant's token is still above every token handed
-//     out before the crash, since it comes from the ceiling.
+//   - A grant acknowledged is on disk; a grant whose answer the caller never saw
+//     (the store died between its commit and the reply) may be on disk too, and is
+//     then honoured until its expiry, as a grant whose reply was lost would be.
 //
 // Heal raises the one counter, so it raises the next token of every name. That is
 // allowed (tokens only increase) and keeps Heal durable with the same ceiling. A
@@ -51,22 +69,44 @@
 // counter; but note that Heal(name, fence.MaxToken) exhausts every name (the store
 // fails closed with fence.ErrTokenExhausted).
 //
-// The horizon and written leases are wall-clock times: if the system clock jumps
-// forward across a restart, the grace period (and written leases) are shortened by
-// the jump, and leases granted before the crash may be granted again early; a jump
-// backward lengthens them. While the process runs, expiry is measured with the
-// monotonic clock. Keep the clock synchronised (NTP slews, it does not jump).
+// # Clocks
+//
+// While the store runs, expiry is measured with the monotonic clock. The file
+// stores expiries as wall-clock times, since the wall clock is the only clock that
+// survives a restart: a lease time t is written as W0+t, where W0 is the wall
+// reading at Open. If the wall clock steps forward while the store runs (common
+// at boot, before NTP syncs), the store sees it (at its next grant or renewal, and
+// every Options.FlushInterval when idle), raises W0 by the step and rewrites every
+// held lease in the next commit, so after a restart no lease ends earlier than it
+// would have; the operation that saw the step is acknowledged only after that
+// rewrite. A step backward is not followed: written expiries then lie later by the
+// wall clock, so a restart honours leases longer (by the step), never shorter.
+//
+// What the store cannot see: a crash in the moment between a forward step and the
+// commit that absorbs it (at most one FlushInterval plus one commit when idle), and
+// a step while the store is not running (between the crash and the reopen). Both
+// shorten the leases restored by the step. Keep the clock synchronised before
+// starting the store (NTP slews, it does not step, once synchronised).
 //
 // # Costs
 //
-// An acquisition or release of a lease of at most SyncTTL takes one mutex and
-// touches the lease map and the expiry heap (O(log n)); it waits for no write. The
-// flusher writes in the background: the ceiling every TokenBlock/2 tokens, the
-// horizon every HorizonChunk/2 of time, ended leases' last tokens every
-// FlushInterval. A store holding a million
-// leases keeps about 160 bytes per lease (BenchmarkHeldLeases; each *fence.Lease
-// a caller holds adds about 600 more). The file keeps one small record per lock
-// name ever used (its last token), as counters of other backends do.
+// Every Acquire, Renew and Release waits for one group commit: one write and one
+// fdatasync of the lease log, about 0.1ms on the reference machine (2 vCPUs,
+// ext4 on a virtual disk; a bbolt commit, two fsyncs, is about 0.2ms). In-process,
+// an uncontended Acquire+Release pair takes about 0.27ms (two commits; 3.7k
+// pairs/s) where it took about 2µs with the lease horizon, which wrote nothing
+// per grant. With more callers a commit carries more operations
+// (BenchmarkAcquireRelease reports pairs/s and grants/commit): at 1, 16 and 64
+// callers a commit carries 0.5, 7 and 20 grants (and as many releases), for
+// about 3.7k, 49k and 110k pairs/s. A checkpoint (every 4 MiB of log, about
+// 50,000 operations) is one bbolt transaction. Reopening after a crash takes
+// about 70ms with 100,000 live leases and 0.8s with a million
+// (BenchmarkReopenAfterCrash). Memory: about
+// 140 bytes per held lease in the store (BenchmarkHeldLeases; each *fence.Lease a
+// caller holds adds about 500 more), plus the latest record of each name logged
+// since the last checkpoint. The file keeps one small record per lock name ever
+// used (its last token, and its lease while held), as counters of other backends
+// do; the log keeps up to 4 MiB, allocated ahead.
 //
 // # Fenced key-value store
 //
@@ -84,4 +124,10 @@
 // consistency check, O(file size)), so damage is reported at Open rather than as a
 // panic later. A second process opening a file in use gets fence.ErrUnavailable
 // after Options.Timeout.
+//
+// The lease log PATH-wal belongs to the file: move, copy and back up both
+// together. After a clean Close the bbolt file alone is complete (Close folds the
+// log into it), so a copy of it taken then opens without the log. Otherwise Open
+// refuses a file whose log is missing (ErrCorrupt) rather than forget the leases
+// and tokens the log held, and it refuses a log with a damaged header.
 package bolt

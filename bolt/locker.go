@@ -22,12 +22,13 @@ var (
 
 // Acquire grants a lease on name for ttl, with a token greater than every token
 // the store handed out before, for any name, across restarts and crashes. By
-// default it tries once; with fence.WithWait it waits, woken at once by a Release,
-// by the holder's expiry and by the end of the grace period after a crash, for at
-// most the wait (by the store's clock) and until ctx is done.
+// default it tries once; with fence.WithWait it waits, woken at once by a Release
+// and by the holder's expiry, for at most the wait (by the store's clock) and
+// until ctx is done. The grant is on disk when Acquire returns (group commit), so
+// a restart, after a crash too, honours it until its expiry.
 //
 // It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the
-// lock stayed held (also during the grace period after a crash), also matching
+// lock stayed held, also matching
 // ctx.Err() when ctx ended the wait; fence.ErrInvalid for a bad name or TTL;
 // fence.ErrTokenExhausted when the counter reached fence.MaxToken;
 // fence.ErrUnavailable when the file could not be written; fence.ErrClosed after
@@ -53,7 +54,7 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 		// The grant is timed from start, taken before the request: the holder's
 		// deadline (start+ttl) is then exactly the store's expiry, never later.
 		start := s.clock.Now()
-		g, err := s.grant(name, int64(ttl), int64(start.Sub(s.base)))
+		g, err := s.grant(name, int64(ttl), start)
 		if err != nil {
 			return nil, err
 		}
@@ -87,10 +88,10 @@ type grantResult struct {
 	wake  <-chan struct{}
 }
 
-// grant grants name for ttl nanoseconds if it is free, waiting for the flusher
-// when the token ceiling or lease horizon must be raised first, or when the lease
-// itself must be on disk before it is handed out.
-func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
+// grant grants name for ttl if it is free at the clock reading start, and
+// returns once the grant is on disk (group commit); it also waits for the flusher
+// when the token ceiling must be raised first.
+func (s *Store) grant(name string, ttl int64, start time.Time) (grantResult, error) {
 	// Make the lease id outside the lock (crypto/rand is the slowest step).
 	var nr grantResult
 	nr.id = fence.NewLeaseID()
@@ -99,7 +100,7 @@ func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
 	}
 	for {
 		s.mu.Lock()
-		r, g, granted, err := s.grantLocked(name, ttl, now, nr)
+		r, g, granted, err := s.grantLocked(name, ttl, s.readLocked(start), nr)
 		s.mu.Unlock()
 		if g == nil {
 			return r, err
@@ -109,7 +110,7 @@ func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
 			if g.err != nil {
 				return grantResult{}, fmt.Errorf("bolt: acquire %q: reserve tokens: %w", name, g.err)
 			}
-			now = s.now()
+			start = s.clock.Now()
 			continue
 		}
 		if g.err != nil {
@@ -125,8 +126,8 @@ func (s *Store) grant(name string, ttl, now int64) (grantResult, error) {
 }
 
 // grantLocked does one attempt at lease time now, granting with nr's lease id.
-// It returns a flush to wait for: before retrying
-// if granted is false, before handing out the grant if granted is true.
+// It returns a flush to wait for: before retrying if granted is false, before
+// handing out the grant if granted is true.
 func (s *Store) grantLocked(name string, ttl, now int64, nr grantResult) (r grantResult, g *flushGen, granted bool, err error) {
 	if s.isClose {
 		return r, nil, false, fmt.Errorf("bolt: acquire %q: %w", name, fence.ErrClosed)
@@ -155,16 +156,6 @@ func (s *Store) grantLocked(name string, ttl, now int64, nr grantResult) (r gran
 	if t > s.ceil {
 		return r, s.syncLocked(), false, nil
 	}
-	if t+s.block/2 > s.ceil {
-		s.kickLocked()
-	}
-	exp := now + ttl
-	durable := ttl > s.syncTTL
-	if !durable {
-		if g := s.coverLocked(exp); g != nil {
-			return r, g, false, nil
-		}
-	}
 	s.next++
 	if e == nil {
 		e = &entry{name: name, hidx: -1}
@@ -172,35 +163,16 @@ func (s *Store) grantLocked(name string, ttl, now int64, nr grantResult) (r gran
 	}
 	r.id, r.idb = nr.id, nr.idb
 	r.token = fence.Token(t)
-	e.id, e.token, e.last, e.expires, e.durable = r.idb, r.token, r.token, exp, durable
+	e.id, e.token, e.last, e.expires = r.idb, r.token, r.token, now+ttl
 	s.heapPush(e)
 	s.armLocked(now)
-	if durable {
-		s.markDirtyLocked(e)
-		return r, s.syncLocked(), true, nil
-	}
-	// A short lease is not written: the horizon covers it, and its last token is
-	// written behind when the lease ends (endLeaseLocked), so a million held
-	// leases cost no writes.
-	return r, nil, true, nil
-}
-
-// coverLocked makes sure the lease horizon covers a lease expiring at exp (lease
-// time): it returns nil if it does, and otherwise the flush to wait for. It asks
-// for the horizon to be pushed ahead when exp comes within half a chunk of it.
-func (s *Store) coverLocked(exp int64) *flushGen {
-	w := s.wallAt(exp)
-	if w+s.chunk/2 <= s.hDur {
-		return nil
-	}
-	if want := w + s.chunk; want > s.hWant {
-		s.hWant = want
-	}
-	if w <= s.hDur {
-		s.kickLocked()
-		return nil
-	}
-	return s.syncLocked()
+	// The lease is held in memory at once (others see it held), and handed out
+	// once it is on disk, so that after a crash it is restored. The flush also
+	// raises the token ceiling when the counter nears it.
+	s.markDirtyLocked(e)
+	g = s.syncLocked()
+	g.grants++
+	return r, g, true, nil
 }
 
 func (s *Store) markDirtyLocked(e *entry) {
@@ -213,7 +185,7 @@ func (s *Store) markDirtyLocked(e *entry) {
 // endLeaseLocked ends e's lease (release or expiry) and wakes its waiters.
 func (s *Store) endLeaseLocked(e *entry) {
 	s.heapRemove(e)
-	e.id, e.token, e.expires, e.durable = [16]byte{}, 0, 0, false
+	e.id, e.token, e.expires = [16]byte{}, 0, 0
 	s.markDirtyLocked(e) // lets the flusher reclaim e once its last token is on disk
 	if e.wake != nil {
 		close(e.wake)
@@ -247,7 +219,8 @@ func validateLease(name, leaseID string) error {
 }
 
 // Renew extends the lease identified by name and leaseID to ttl from now, by the
-// store's clock, durably as Acquire does. It returns an error matching
+// store's clock, durably as Acquire does; a lease restored after a restart is
+// renewed by its holder as any other. It returns an error matching
 // fence.ErrNotHeld if that lease expired, was released or never existed (another
 // holder's lease is never touched), fence.ErrInvalid for a bad name, lease id or
 // TTL, fence.ErrUnavailable if the file could not be written (the lease keeps its
@@ -263,67 +236,50 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 		return fmt.Errorf("bolt: renew %q: %w", name, err)
 	}
 	id, ok := parseLeaseID(leaseID)
-	for {
-		s.mu.Lock()
-		if s.isClose {
-			s.mu.Unlock()
-			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrClosed)
-		}
-		e := s.locks[name]
-		now := s.now()
-		if !ok || e == nil || e.hidx < 0 || e.id != id {
-			s.mu.Unlock()
-			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrNotHeld)
-		}
-		if e.expires <= now {
-			s.endLeaseLocked(e)
-			s.mu.Unlock()
-			return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrExpired)
-		}
-		exp := now + int64(ttl)
-		durable := int64(ttl) > s.syncTTL
-		if !durable {
-			if g := s.coverLocked(exp); g != nil {
-				s.mu.Unlock()
-				if <-g.done; g.err != nil {
-					return fmt.Errorf("bolt: renew %q: %w", name, g.err)
-				}
-				continue
-			}
-		}
-		oldExp, oldDurable := e.expires, e.durable
-		e.expires = exp
-		s.heapFix(e)
-		s.armLocked(now)
-		if !durable && !oldDurable {
-			s.mu.Unlock()
-			return nil
-		}
-		e.durable = durable
-		s.markDirtyLocked(e)
-		g := s.syncLocked()
+	s.mu.Lock()
+	if s.isClose {
 		s.mu.Unlock()
-		if <-g.done; g.err != nil {
-			s.mu.Lock()
-			if e.hidx >= 0 && e.id == id && s.locks[name] == e {
-				e.expires, e.durable = oldExp, oldDurable
-				s.heapFix(e)
-				s.armLocked(s.now())
-			}
-			s.mu.Unlock()
-			return fmt.Errorf("bolt: renew %q: %w", name, g.err)
-		}
-		return nil
+		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrClosed)
 	}
+	e := s.locks[name]
+	now := s.readLocked(s.clock.Now())
+	if !ok || e == nil || e.hidx < 0 || e.id != id {
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrNotHeld)
+	}
+	if e.expires <= now {
+		s.endLeaseLocked(e)
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrExpired)
+	}
+	oldExp := e.expires
+	e.expires = now + int64(ttl)
+	s.heapFix(e)
+	s.armLocked(now)
+	s.markDirtyLocked(e)
+	g := s.syncLocked()
+	s.mu.Unlock()
+	if <-g.done; g.err != nil {
+		s.mu.Lock()
+		if e.hidx >= 0 && e.id == id && s.locks[name] == e {
+			e.expires = oldExp
+			s.heapFix(e)
+			s.armLocked(s.now())
+			s.markDirtyLocked(e)
+		}
+		s.mu.Unlock()
+		return fmt.Errorf("bolt: renew %q: %w", name, g.err)
+	}
+	return nil
 }
 
 // Release ends the lease identified by name and leaseID and wakes the waiters on
 // name. It returns an error matching fence.ErrNotHeld if that lease is no longer
 // held (fence.ErrExpired if it had expired), so a retried Release never ends a
 // newer holder's lease; fence.ErrInvalid for a bad name or lease id;
-// fence.ErrUnavailable if the release of a lease longer than SyncTTL could not be
-// written (it took effect in memory; after a crash the lease would be honoured
-// until its expiry); fence.ErrClosed after Close.
+// fence.ErrUnavailable if the release could not be written (it took effect in
+// memory; after a crash the lease would be honoured until its expiry);
+// fence.ErrClosed after Close. The release is on disk when Release returns.
 func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 	if err := validateLease(name, leaseID); err != nil {
 		return fmt.Errorf("bolt: release: %w", err)
@@ -344,17 +300,11 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrNotHeld)
 	}
 	expired := e.expires <= now
-	durable := e.durable
 	s.endLeaseLocked(e)
-	var g *flushGen
-	if durable {
-		g = s.syncLocked()
-	}
+	g := s.syncLocked()
 	s.mu.Unlock()
-	if g != nil {
-		if <-g.done; g.err != nil {
-			return fmt.Errorf("bolt: release %q: %w", name, g.err)
-		}
+	if <-g.done; g.err != nil {
+		return fmt.Errorf("bolt: release %q: %w", name, g.err)
 	}
 	if expired {
 		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrExpired)
@@ -407,8 +357,9 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 	return nil
 }
 
-// fillLocked describes e at now. During the grace period after a crash every lock
-// is reported held (by an unknown lease) until the grace ends.
+// fillLocked describes e at now. During the grace period after a crash of an
+// earlier release of this store (see load) every lock is reported held, by an
+// unknown lease, until the grace ends.
 func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 	if e != nil {
 		info.LastToken = e.last
@@ -423,8 +374,8 @@ func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 }
 
 // Inspect returns the state of name. A lock never acquired is reported with Held
-// false and LastToken 0. After a crash, LastToken may lag by one FlushInterval,
-// and during the grace period every lock is reported held with Token 0. It returns
+// false and LastToken 0. After a crash, a lease restored from the file is
+// reported held with its token and time left. It returns
 // fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
 // read, and fence.ErrClosed after Close.
 func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
@@ -444,6 +395,15 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 		s.fillLocked(&info, e, s.now())
 		s.mu.Unlock()
 		return info, nil
+	}
+	if v := s.wal.names[name]; v != nil { // logged, not yet in the bbolt file
+		rec, err := decodeLock(v)
+		if err == nil {
+			info.LastToken = rec.last
+			s.fillLocked(&info, nil, s.now())
+			s.mu.Unlock()
+			return info, nil
+		}
 	}
 	s.mu.Unlock()
 	var rec lockFields
@@ -472,10 +432,9 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 // List returns the locks whose names start with prefix, held or not, in name
 // order, at most limit of them (DefaultListLimit if limit <= 0). It reads the
 // names from the file (a range scan) plus those in memory (a walk of the lease
-// table, so it costs O(held leases): it is for inspection, not hot paths). After
-// a crash, names whose last lease was short and unreleased may be missing. It
-// returns fence.ErrUnavailable if the file could
-// not be read and fence.ErrClosed after Close.
+// table, so it costs O(held leases): it is for inspection, not hot paths). It
+// returns fence.ErrUnavailable if the file could not be read and fence.ErrClosed
+// after Close.
 func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
@@ -506,8 +465,16 @@ func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.Loc
 	if s.isClose {
 		return nil, fmt.Errorf("bolt: list %q: %w", prefix, fence.ErrClosed)
 	}
-	// Names held by short leases may not be on disk yet: add the in-memory ones.
-	// This walks the lease table, O(n): List is for inspection, not hot paths.
+	// Names logged but not yet in the bbolt file, and those in memory. This
+	// walks the lease table, O(n): List is for inspection, not hot paths.
+	for name, v := range s.wal.names {
+		if rec, err := decodeLock(v); err == nil && strings.HasPrefix(name, prefix) {
+			if _, dup := onDisk[name]; !dup {
+				names = append(names, name)
+			}
+			onDisk[name] = max(onDisk[name], rec.last)
+		}
+	}
 	for name := range s.locks {
 		if _, dup := onDisk[name]; !dup && strings.HasPrefix(name, prefix) {
 			onDisk[name] = 0

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,8 +20,6 @@ import (
 const (
 	DefaultTimeout       = time.Second
 	DefaultTokenBlock    = 1 << 16
-	DefaultSyncTTL       = time.Minute
-	DefaultHorizonChunk  = time.Second
 	DefaultFlushInterval = 100 * time.Millisecond
 	// DefaultListLimit is how many locks List returns when called with limit <= 0.
 	DefaultListLimit = 1000
@@ -46,8 +45,14 @@ var (
 
 // Options configure a Store. The zero value (or a nil *Options) is a safe default.
 type Options struct {
-	// Clock judges lease expiry and the lease horizon; nil means fence.SystemClock.
+	// Clock judges lease expiry; nil means fence.SystemClock. Durations are
+	// measured with it (monotonic for the system clock).
 	Clock fence.Clock
+	// Wall reads the wall clock, in which the file stores lease expiries (the one
+	// clock that survives a restart); nil means the wall reading of Clock.Now. Tests
+	// inject a wall clock that steps, to show that a forward step does not shorten
+	// a lease after a restart (see the package doc).
+	Wall func() time.Time
 	// Timeout bounds how long Open waits for the file lock held by another process
 	// before it fails with fence.ErrUnavailable; 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -58,15 +63,18 @@ type Options struct {
 	// TokenBlock is how many tokens are reserved on disk ahead of use (see the
 	// package doc); 0 means DefaultTokenBlock. A crash skips at most this many.
 	TokenBlock uint64
-	// SyncTTL is the longest TTL covered by the lease horizon; leases with longer
-	// TTLs are written to disk before Acquire returns. It bounds the grace period
-	// after a crash (SyncTTL+HorizonChunk). 0 means DefaultSyncTTL.
+	// SyncTTL is ignored.
+	//
+	// Deprecated: every grant, renewal and release is written before it is
+	// acknowledged, whatever its TTL, so there is no lease horizon any more.
 	SyncTTL time.Duration
-	// HorizonChunk is how far past a grant the lease horizon is pushed; 0 means
-	// DefaultHorizonChunk.
+	// HorizonChunk is ignored.
+	//
+	// Deprecated: see SyncTTL.
 	HorizonChunk time.Duration
-	// FlushInterval is how often the last tokens of ended leases are written
-	// behind (their memory is reclaimed then); 0 means DefaultFlushInterval.
+	// FlushInterval is how often the store checks the wall clock for a forward
+	// step when it is idle, and writes the last tokens of leases that expired
+	// (their memory is reclaimed then); 0 means DefaultFlushInterval.
 	FlushInterval time.Duration
 }
 
@@ -77,12 +85,15 @@ type Store struct {
 	db    *bbolt.DB
 	path  string
 	clock fence.Clock
-	base  time.Time // clock reading at Open; lease times are nanoseconds since it
-	wall0 int64     // base as Unix nanoseconds, to turn those into wall-clock times
+	wall  func() time.Time // nil: the wall reading of clock.Now
+	base  time.Time        // clock reading at Open; lease times are nanoseconds since it
+	// wall0 turns lease times into wall-clock times (Unix nanoseconds): the wall
+	// reading at Open, raised by every forward step of the wall clock seen since
+	// (never lowered), so written expiries never come earlier by the wall clock
+	// than the lease's real expiry. Guarded by mu.
+	wall0 int64
 
 	block    uint64
-	syncTTL  int64
-	chunk    int64
 	interval time.Duration
 
 	closed  atomic.Bool
@@ -100,12 +111,19 @@ type Store struct {
 
 	next  uint64 // next token to hand out
 	ceil  uint64 // durable token ceiling: tokens <= ceil may be handed out
-	hDur  int64  // durable lease horizon, Unix nanoseconds
-	hWant int64  // horizon requested from the flusher
+	steps int    // forward wall-clock steps absorbed (for tests and logs)
 
-	graceUntil int64         // no grants before this (lease time); 0: no grace
+	// Commits of lock records and the grants they carried, for the benchmarks.
+	statCommits, statGrants int64
+
+	// graceUntil is only set when a file written by an older version (with a
+	// lease horizon) is opened after a crash: until that horizon passes no
+	// grants (lease time); 0: no grace.
+	graceUntil int64
 	graceDone  chan struct{} // closed when the grace period ends
 
+	fmu     sync.Mutex // serialises flushOnce
+	wal     *wal       // the lease log the flusher appends to
 	dirty   []*entry
 	pending *flushGen
 	kick    chan struct{}
@@ -122,15 +140,15 @@ type entry struct {
 	last    fence.Token // last token issued for name (or healed to)
 	expires int64       // holder's expiry, lease time
 	hidx    int32       // index in the expiry heap; -1: not held
-	dirty   bool        // last/lease not yet written behind
-	durable bool        // lease is written to disk (TTL > SyncTTL)
+	dirty   bool        // last/lease not yet written
 	wake    chan struct{}
 }
 
 // flushGen is one run of the flusher; its done closes after its commit.
 type flushGen struct {
-	done chan struct{}
-	err  error
+	done   chan struct{}
+	err    error
+	grants int // grants waiting for this commit (for the benchmarks)
 }
 
 var (
@@ -157,7 +175,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("bolt: open: %w", &fence.InvalidError{Field: "path", Reason: "is empty"})
 	}
-	if o.Timeout < 0 || o.SyncTTL < 0 || o.HorizonChunk < 0 || o.FlushInterval < 0 {
+	if o.Timeout < 0 || o.FlushInterval < 0 {
 		return nil, fmt.Errorf("bolt: open %s: negative duration in options: %w", path, fence.ErrInvalid)
 	}
 	if o.Clock == nil {
@@ -168,12 +186,6 @@ func Open(path string, opts *Options) (*Store, error) {
 	}
 	if o.TokenBlock == 0 {
 		o.TokenBlock = DefaultTokenBlock
-	}
-	if o.SyncTTL == 0 {
-		o.SyncTTL = DefaultSyncTTL
-	}
-	if o.HorizonChunk == 0 {
-		o.HorizonChunk = DefaultHorizonChunk
 	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = DefaultFlushInterval
@@ -198,21 +210,32 @@ func Open(path string, opts *Options) (*Store, error) {
 		return nil, openError(path, o.Timeout, err)
 	}
 	db.MaxBatchDelay = time.Millisecond
+	w, err := openWAL(path, o.NoSync)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 
 	s := &Store{
-		db: db, path: path, clock: o.Clock,
-		block: o.TokenBlock, syncTTL: int64(o.SyncTTL), chunk: int64(o.HorizonChunk),
-		interval: o.FlushInterval,
-		closing:  make(chan struct{}),
-		locks:    make(map[string]*entry),
-		pending:  &flushGen{done: make(chan struct{})},
-		kick:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		db: db, path: path, clock: o.Clock, wall: o.Wall, wal: w,
+		block: o.TokenBlock, interval: o.FlushInterval,
+		closing: make(chan struct{}),
+		locks:   make(map[string]*entry),
+		pending: &flushGen{done: make(chan struct{})},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
+	// The frame's wall reading is taken after base and the one that restores
+	// leases before it, so that rounding errs toward longer leases both ways.
+	wallBefore := s.wallNow(s.clock.Now())
 	s.base = s.clock.Now()
-	s.wall0 = s.base.UnixNano()
-	if err := s.load(); err != nil {
+	s.wall0 = s.wallNow(s.base)
+	if s.wall == nil {
+		wallBefore = s.wall0 // one reading: exact
+	}
+	if err := s.load(wallBefore); err != nil {
+		_ = w.close()
 		_ = db.Close()
 		return nil, err
 	}
@@ -298,11 +321,18 @@ func openError(path string, timeout time.Duration, err error) error {
 	return fmt.Errorf("bolt: open %s: %w (%w)", path, err, ErrNotStore)
 }
 
-// load initialises a new file or reads the token ceiling, lease horizon and
-// durable leases of an existing one, and starts the grace period.
-func (s *Store) load() error {
+// load initialises a new file or reads the token ceiling and the written leases
+// of an existing one. A lease whose written expiry is still ahead of nowWall
+// (the wall clock at Open) is restored, held by the same lease id and token until
+// that expiry.
+func (s *Store) load(nowWall int64) error {
 	var restored []*entry
-	nowWall := s.clock.Now().UnixNano()
+	var horizon int64 // lease horizon of a file written by an older version
+	if s.wal.f == nil {
+		if err := s.createLog(); err != nil {
+			return err
+		}
+	}
 	err := guarded(s.path, func() error {
 		return s.db.Update(func(tx *bbolt.Tx) error {
 			if err := checkSchema(s.path, tx); err != nil {
@@ -318,7 +348,7 @@ func (s *Store) load() error {
 				if err := tx.Bucket(bucketMeta).Put(keySchema, []byte(SchemaVersion)); err != nil {
 					return fmt.Errorf("bolt: open %s: write schema: %w", s.path, err)
 				}
-				return nil
+				return s.replayLocked(tx)
 			}
 			if v := meta.Get(keyCeiling); v != nil {
 				if len(v) != 8 {
@@ -330,7 +360,10 @@ func (s *Store) load() error {
 				if len(v) != 8 {
 					return fmt.Errorf("bolt: open %s: lease horizon is %d bytes: %w", s.path, len(v), ErrCorrupt)
 				}
-				s.hDur = int64(binary.BigEndian.Uint64(v))
+				horizon = int64(binary.BigEndian.Uint64(v))
+			}
+			if err := s.replayLocked(tx); err != nil {
+				return err
 			}
 			return tx.Bucket(bucketLocks).ForEach(func(k, v []byte) error {
 				r, err := decodeLock(v)
@@ -340,7 +373,7 @@ func (s *Store) load() error {
 				if r.hasLease && r.wallExp > nowWall {
 					restored = append(restored, &entry{
 						name: string(k), id: r.id, token: r.token, last: r.last,
-						expires: r.wallExp - s.wall0, hidx: -1, durable: true,
+						expires: r.wallExp - nowWall, hidx: -1,
 					})
 				}
 				return nil
@@ -353,6 +386,12 @@ func (s *Store) load() error {
 		}
 		return err
 	}
+	// The log's records are in the bbolt file now, under a new generation:
+	// start the log afresh with it.
+	if err := s.wal.reset(s.wal.gen); err != nil {
+		return fmt.Errorf("bolt: open %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
+	}
+	clear(s.wal.names)
 	s.mu.Lock() // the expiry timer armed below may fire at once
 	defer s.mu.Unlock()
 	// Every token up to the ceiling may have been handed out before a crash.
@@ -361,7 +400,7 @@ func (s *Store) load() error {
 	case "tokens":
 		s.next = 1
 	case "leases":
-		restored, s.hDur = nil, 0
+		restored = nil
 	}
 	now := s.now()
 	for _, e := range restored {
@@ -370,7 +409,12 @@ func (s *Store) load() error {
 	}
 	s.peak = len(s.locks)
 	s.armLocked(now)
-	if left := s.hDur - s.wallAt(now); left > 0 {
+	// Earlier releases kept short leases in memory only, covered by a horizon
+	// written ahead: after a crash of such a version, wait for it once.
+	if brokenForTest == "grace" { // the old behaviour: refuse every grant for a while
+		horizon = max(horizon, nowWall+int64(300*time.Millisecond))
+	}
+	if left := horizon - nowWall; left > 0 {
 		s.graceUntil = now + left
 		s.graceDone = make(chan struct{})
 		done := s.graceDone
@@ -379,25 +423,133 @@ func (s *Store) load() error {
 	return nil
 }
 
-// brokenForTest, set only by the crash test's negative control, makes Open forget
-// what it must remember ("tokens": the token ceiling; "leases": the lease horizon
-// and written leases), to show that the crash checker catches it.
+// createLog creates the lease log at Open if it is missing, which is fine for a
+// new file, a file of an earlier release and one left by a clean Close (its log
+// was folded into it); for any other the log's records are lost: refused, before
+// anything is written.
+func (s *Store) createLog() error {
+	var folded, clean bool
+	err := guarded(s.path, func() error {
+		return s.db.View(func(tx *bbolt.Tx) error {
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				folded = meta.Get(keyWALGen) != nil
+				clean = meta.Get(keyWALClean) != nil
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if folded && !clean {
+		return fmt.Errorf("bolt: open %s: the lease log %s is missing: %w", s.path, s.wal.path, ErrCorrupt)
+	}
+	if err := s.wal.create(); err != nil {
+		return fmt.Errorf("bolt: open %s: %w", s.wal.path, err)
+	}
+	return nil
+}
+
+// replayLocked folds the lease log read at Open into the bbolt file in tx, if
+// the file has not folded it already, and sets the generation the log restarts
+// with (written in tx; s.wal.gen then holds it, for the reset after the commit).
+func (s *Store) replayLocked(tx *bbolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	var folded uint64 // generation of the last fold (0: never)
+	if v := meta.Get(keyWALGen); v != nil {
+		if len(v) != 8 {
+			return fmt.Errorf("bolt: open %s: lease log generation is %d bytes: %w", s.path, len(v), ErrCorrupt)
+		}
+		folded = binary.BigEndian.Uint64(v)
+	}
+	if meta.Get(keyWALClean) != nil {
+		if err := meta.Delete(keyWALClean); err != nil {
+			return err
+		}
+	}
+	w := s.wal
+	switch {
+	case w.gen > folded && w.size > 0:
+		return fmt.Errorf("bolt: open %s: lease log generation %d is ahead of the file's %d: %w", s.path, w.gen, folded, ErrCorrupt)
+	case w.gen == folded && w.size > 0 && brokenForTest != "log":
+		b := tx.Bucket(bucketLocks)
+		for k, v := range w.names {
+			if err := b.Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		if v := meta.Get(keyCeiling); w.ceil > 0 && (len(v) != 8 || binary.BigEndian.Uint64(v) < w.ceil) {
+			if err := meta.Put(keyCeiling, u64(w.ceil)); err != nil {
+				return err
+			}
+			s.ceil = w.ceil
+		}
+	}
+	w.gen = max(w.gen, folded) + 1
+	return meta.Put(keyWALGen, u64(w.gen))
+}
+
+// brokenForTest, set only by the crash test's negative control, makes the store
+// forget what it must remember ("tokens": the token ceiling; "leases": the
+// written leases; "log": the lease log, not replayed; "steps": forward steps of
+// the wall clock; "grace": that names
+// were free, refusing every grant for 300ms as a lease horizon did), to show
+// that the crash checker catches it.
 var brokenForTest string
+
+// stepTolerance is how far the wall clock may run ahead of the store's frame
+// before the store treats it as a forward step. The wall and monotonic clocks
+// advance at the same rate (NTP slews both), so only a step moves one against
+// the other; the tolerance absorbs reading jitter of an injected wall clock.
+const stepTolerance = int64(time.Millisecond)
+
+// wallNow returns the wall-clock reading that goes with n (a reading of the
+// store's clock), in Unix nanoseconds.
+func (s *Store) wallNow(n time.Time) int64 {
+	if s.wall != nil {
+		return s.wall().UnixNano()
+	}
+	return n.UnixNano()
+}
+
+// readLocked returns the lease time of n (a reading of the store's clock taken
+// now). If the wall clock has stepped forward against it, it raises the frame
+// that turns lease times into wall times by the step and marks every held lease
+// for rewriting, so that a restart, which has only the wall clock, does not see
+// them end early; the caller's next flush carries the rewrite. A backward step is
+// ignored: written expiries then lie later by the wall clock (longer, never
+// shorter). s.mu must be held.
+func (s *Store) readLocked(n time.Time) int64 {
+	t := int64(n.Sub(s.base))
+	// Compare with a fresh reading: n may be a while old.
+	m := s.clock.Now()
+	skew := s.wallNow(m) - (s.wall0 + int64(m.Sub(s.base)))
+	if skew <= stepTolerance || brokenForTest == "steps" {
+		return t
+	}
+	s.wall0 += skew
+	s.steps++
+	for _, e := range s.heap {
+		s.markDirtyLocked(e)
+	}
+	return t
+}
 
 // now returns the lease time: nanoseconds since Open by the store's clock
 // (monotonic for the system clock).
 func (s *Store) now() int64 { return int64(s.clock.Now().Sub(s.base)) }
 
-// wallAt turns a lease time into Unix nanoseconds.
+// wallAt turns a lease time into Unix nanoseconds. s.mu must be held.
 func (s *Store) wallAt(t int64) int64 { return s.wall0 + t }
 
 // Path returns the file the store was opened from.
 func (s *Store) Path() string { return s.path }
 
-// Close writes every held lease and pending last token to the file, wakes every
-// waiter with fence.ErrClosed, stops the timers and closes the file. Later calls
-// of any method return fence.ErrClosed; a second Close returns nil. It returns
-// the error of the final write or of closing the file.
+// Close writes what is not yet written (last tokens of expired leases) to the
+// file, wakes every waiter with fence.ErrClosed, stops the timers and closes the
+// file. Held leases stay held in the file: a store reopened before they expire
+// honours them. Later calls of any method return fence.ErrClosed; a second Close
+// returns nil. It returns the error of the final write or of closing the file.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.isClose {
@@ -413,13 +565,22 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 
 	close(s.stop)
-	<-s.stopped // the flusher's last run wrote every held lease
+	<-s.stopped // the flusher's last run wrote what was dirty
 
 	s.life.Lock() // wait for KV operations in flight
 	defer s.life.Unlock()
 	var err error
 	if s.pending != nil && s.pending.err != nil {
 		err = s.pending.err
+	}
+	// Leave the bbolt file complete on its own: fold the lease log into it.
+	s.fmu.Lock()
+	if cerr := s.checkpointLocked(true); cerr != nil && err == nil {
+		err = cerr
+	}
+	s.fmu.Unlock()
+	if cerr := s.wal.close(); cerr != nil && err == nil {
+		err = fmt.Errorf("bolt: close %s: %w", s.wal.path, cerr)
 	}
 	if cerr := s.db.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("bolt: close %s: %w", s.path, cerr)
@@ -441,14 +602,19 @@ func (s *Store) abandon() {
 	s.crashed.Store(true)
 	close(s.stop)
 	<-s.stopped
+	s.mu.Lock()
+	s.pending.err = fence.ErrClosed // nothing more is written: fail those waiting
+	close(s.pending.done)
+	s.mu.Unlock()
 	s.life.Lock()
+	_ = s.wal.close()
 	_ = s.db.Close()
 	s.life.Unlock()
 }
 
-// flusher writes dirty entries, the token ceiling and the lease horizon, every
-// interval or at once when kicked; one commit serves everyone waiting (group
-// commit).
+// flusher writes dirty entries and the token ceiling when kicked, and checks the
+// wall clock for a step every interval; one commit serves everyone waiting
+// (group commit): operations that arrive while a commit runs share the next.
 func (s *Store) flusher() {
 	defer close(s.stopped)
 	t := time.NewTicker(s.interval)
@@ -457,17 +623,23 @@ func (s *Store) flusher() {
 		select {
 		case <-s.kick:
 		case <-t.C:
+			s.mu.Lock()
+			s.readLocked(s.clock.Now())
+			s.mu.Unlock()
 		case <-s.stop:
 			if s.crashed.Load() {
 				return
 			}
-			err := s.flushOnce(true)
+			err := s.flushOnce()
 			s.mu.Lock()
 			s.pending.err = err
 			s.mu.Unlock()
 			return
 		}
-		_ = s.flushOnce(false)
+		// Let the callers the last commit woke queue their next operation, so
+		// that it joins this commit rather than waiting for the one after.
+		runtime.Gosched()
+		_ = s.flushOnce()
 	}
 }
 
@@ -496,69 +668,52 @@ type lockRec struct {
 // huge transaction.
 const maxTxRecords = 20000
 
-// flushOnce runs one flush. With final (from Close) it writes every held lease,
-// so the horizon can be dropped and the store reopens without a grace period.
-func (s *Store) flushOnce(final bool) error {
+// flushOnce runs one flush: it writes every dirty entry as it is now (the
+// latest state of each name, however many operations changed it) and, when
+// needed, a higher token ceiling, then closes the generation it took over.
+func (s *Store) flushOnce() error {
+	// One flush at a time, so that an older snapshot of an entry is never
+	// committed after a newer one.
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
 	s.mu.Lock()
 	g := s.pending
 	s.pending = &flushGen{done: make(chan struct{})}
 	ents := s.dirty
 	s.dirty = nil
-	if final {
-		ents = ents[:0]
-		for _, e := range s.locks {
-			ents = append(ents, e)
-		}
-	}
 	recs := make([]lockRec, 0, len(ents))
 	for _, e := range ents {
 		e.dirty = false
-		recs = append(recs, lockRec{name: e.name, val: s.encodeLock(e, final)})
+		recs = append(recs, lockRec{name: e.name, val: s.encodeLock(e)})
 	}
-	var meta [][2][]byte
-	newCeil, newH := s.ceil, s.hDur
+	newCeil, ceilRec := s.ceil, uint64(0)
 	if s.next-1+s.block/2 > s.ceil {
 		newCeil = s.next - 1 + s.block
-		meta = append(meta, [2][]byte{keyCeiling, u64(newCeil)})
-	}
-	if final {
-		newH = 0
-		meta = append(meta, [2][]byte{keyHorizon, u64(0)})
-	} else if s.hWant > s.hDur {
-		newH = s.hWant
-		meta = append(meta, [2][]byte{keyHorizon, u64(uint64(newH))})
+		ceilRec = newCeil
 	}
 	s.mu.Unlock()
 
+	// One write and one fdatasync of the lease log; the bbolt file gets the
+	// records at the next checkpoint.
 	var err error
-	for i := 0; err == nil && (i < len(recs) || (i == 0 && len(meta) > 0)); i += maxTxRecords {
-		part := recs[i:min(i+maxTxRecords, len(recs))]
-		last := i+maxTxRecords >= len(recs)
-		err = s.db.Update(func(tx *bbolt.Tx) error {
-			b := tx.Bucket(bucketLocks)
-			for _, r := range part {
-				if err := b.Put([]byte(r.name), r.val); err != nil {
-					return err
-				}
-			}
-			if last {
-				m := tx.Bucket(bucketMeta)
-				for _, kv := range meta {
-					if err := m.Put(kv[0], kv[1]); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
+	var logged int64
+	if len(recs) > 0 || ceilRec != 0 {
+		logged, err = s.wal.append(recs, ceilRec)
 	}
 	if err != nil {
-		err = fmt.Errorf("bolt: write %s: %v: %w", s.path, err, fence.ErrUnavailable)
+		err = fmt.Errorf("bolt: write %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
 	}
 
 	s.mu.Lock()
 	if err == nil {
-		s.ceil, s.hDur = newCeil, newH
+		s.ceil = newCeil
+		for _, r := range recs {
+			s.wal.names[r.name] = r.val
+		}
+	}
+	if len(recs) > 0 {
+		s.statCommits++
+		s.statGrants += int64(g.grants)
 	}
 	for _, e := range ents {
 		switch {
@@ -575,7 +730,30 @@ func (s *Store) flushOnce(final bool) error {
 	s.mu.Unlock()
 	g.err = err
 	close(g.done)
+	if err == nil && logged > s.wal.limit() {
+		_ = s.checkpointLocked(false) // on failure the log keeps growing; retried next flush
+	}
 	return err
+}
+
+// checkpointLocked folds the lease log into the bbolt file and starts the log
+// afresh. s.fmu must be held (it keeps the flusher out, the log's only writer).
+func (s *Store) checkpointLocked(clean bool) error {
+	w := s.wal
+	if w.off <= walHeaderLen && len(w.names) == 0 && w.ceil == 0 && !clean {
+		return nil
+	}
+	gen := w.gen + 1
+	if err := w.fold(s.db, w.names, w.ceil, gen, clean); err != nil {
+		return fmt.Errorf("bolt: checkpoint %s: %v: %w", s.path, err, fence.ErrUnavailable)
+	}
+	if err := w.reset(gen); err != nil {
+		return fmt.Errorf("bolt: checkpoint %s: %v: %w", w.path, err, fence.ErrUnavailable)
+	}
+	s.mu.Lock()
+	w.names = make(map[string][]byte)
+	s.mu.Unlock()
+	return nil
 }
 
 // shrinkLocked rebuilds the map and heap when they hold a quarter of their peak,
@@ -611,8 +789,8 @@ type lockFields struct {
 	hasLease    bool
 }
 
-func (s *Store) encodeLock(e *entry, allLeases bool) []byte {
-	if e.hidx < 0 || !(e.durable || allLeases) {
+func (s *Store) encodeLock(e *entry) []byte {
+	if e.hidx < 0 {
 		b := make([]byte, 9)
 		binary.BigEndian.PutUint64(b[1:], uint64(e.last))
 		return b

@@ -238,24 +238,25 @@ func TestStore_Reopen_CleanClose_KeepsLeasesAndTokensWithoutGrace(t *testing.T) 
 	}
 }
 
-func TestStore_Reopen_AfterCrash_GraceRefusesShortLeasesThenTokensHigher(t *testing.T) {
+func TestStore_Reopen_AfterCrash_HoldersKeepLeasesFreeNamesGrantedAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	o := &Options{TokenBlock: 4, HorizonChunk: 50 * time.Millisecond}
+	o := &Options{TokenBlock: 4}
 	s, err := Open(path, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
 	var tokens []fence.Token
 	for i := 0; i < 10; i++ {
 		l := mustAcquire(t, s, "n", 200*time.Millisecond)
 		tokens = append(tokens, l.Token())
-		_ = l.Release(context.Background())
+		_ = l.Release(ctx)
 	}
 	// The store's expiry of the held lease is at least heldMin (the call began
 	// after heldStart): until then no grant on "h" is allowed.
 	heldStart := time.Now()
-	held := mustAcquire(t, s, "h", 300*time.Millisecond)
-	heldMin := heldStart.Add(300 * time.Millisecond)
+	held := mustAcquire(t, s, "h", 2*time.Second)
+	heldMin := heldStart.Add(2 * time.Second)
 	s.abandon() // as kill -9: no final write
 
 	s, err = Open(path, o)
@@ -263,27 +264,40 @@ func TestStore_Reopen_AfterCrash_GraceRefusesShortLeasesThenTokensHigher(t *test
 		t.Fatalf("reopen: %v", err)
 	}
 	defer s.Close()
-	_, err = s.Acquire(context.Background(), "h", time.Second)
+	// Names without a live lease are granted at once, without waiting.
+	for _, name := range []string{"n", "never-used"} {
+		l, err := s.Acquire(ctx, name, time.Second)
+		if err != nil {
+			t.Fatalf("Acquire(%q) right after the crash: %v, want granted at once", name, err)
+		}
+		if l.Token() <= held.Token() || l.Token() <= tokens[len(tokens)-1] {
+			t.Fatalf("token after crash %d, want > %d and > %d", l.Token(), held.Token(), tokens[len(tokens)-1])
+		}
+	}
+	_, err = s.Acquire(ctx, "h", time.Second)
 	var he *fence.HeldError
 	if returned := time.Now(); returned.Before(heldMin) && (!errors.As(err, &he) || he.ExpiresIn <= 0) {
-		t.Fatalf("Acquire during grace, %v before the pre-crash lease expired: got %v, want a *fence.HeldError", heldMin.Sub(returned), err)
+		t.Fatalf("Acquire(h), %v before the pre-crash lease expires: got %v, want a *fence.HeldError", heldMin.Sub(returned), err)
 	}
-	l, err := s.Acquire(context.Background(), "h", time.Second, fence.WithWait(5*time.Second))
-	if err != nil {
-		t.Fatalf("Acquire after grace: %v", err)
+	info, err := s.Inspect(ctx, "h")
+	if err != nil || !info.Held || info.Token != held.Token() {
+		t.Fatalf("Inspect(h) = %+v, %v; want held by token %d", info, err, held.Token())
 	}
-	if returned := time.Now(); returned.Before(heldMin) {
-		t.Fatalf("granted %v before the pre-crash lease expired", heldMin.Sub(returned))
+	// Its holder renews and releases it with the same lease id.
+	if err := s.Renew(ctx, "h", held.ID(), 3*time.Second); err != nil {
+		t.Fatalf("Renew by the pre-crash holder: %v", err)
 	}
-	if l.Token() <= held.Token() || l.Token() <= tokens[len(tokens)-1] {
-		t.Fatalf("token after crash %d, want > %d and > %d", l.Token(), held.Token(), tokens[len(tokens)-1])
+	if err := s.Release(ctx, "h", held.ID()); err != nil {
+		t.Fatalf("Release by the pre-crash holder: %v", err)
+	}
+	if _, err := s.Acquire(ctx, "h", time.Second); err != nil {
+		t.Fatalf("Acquire(h) after its holder released it: %v", err)
 	}
 }
 
-func TestStore_Reopen_AfterCrash_LongLeaseHonouredPastGrace(t *testing.T) {
+func TestStore_Reopen_AfterCrash_LongLeaseHonouredReleasedNameFree(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	o := &Options{SyncTTL: 100 * time.Millisecond, HorizonChunk: 20 * time.Millisecond}
-	s, err := Open(path, o)
+	s, err := Open(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,22 +309,21 @@ func TestStore_Reopen_AfterCrash_LongLeaseHonouredPastGrace(t *testing.T) {
 	}
 	s.abandon()
 
-	s, err = Open(path, o)
+	s, err = Open(path, nil)
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer s.Close()
 	ctx := context.Background()
-	// After the grace (at most SyncTTL+chunk), short and released names are free.
 	if _, err := s.Acquire(ctx, "short", time.Second, fence.WithWait(5*time.Second)); err != nil {
-		t.Fatalf("Acquire(short) after grace: %v", err)
+		t.Fatalf("Acquire(short) once its 50ms are over: %v", err)
 	}
 	if _, err := s.Acquire(ctx, "released", time.Second); err != nil {
-		t.Fatalf("Acquire(released) after grace: %v", err)
+		t.Fatalf("Acquire(released) right after the crash: %v", err)
 	}
 	_, err = s.Acquire(ctx, "long", time.Second)
 	if !errors.Is(err, fence.ErrNotAcquired) {
-		t.Fatalf("Acquire(long) after grace: got %v, want ErrNotAcquired (held for an hour)", err)
+		t.Fatalf("Acquire(long): got %v, want ErrNotAcquired (held for an hour)", err)
 	}
 	info, err := s.Inspect(ctx, "long")
 	if err != nil || !info.Held || info.Token != long.Token() || info.ExpiresIn < 59*time.Minute {
@@ -318,6 +331,91 @@ func TestStore_Reopen_AfterCrash_LongLeaseHonouredPastGrace(t *testing.T) {
 	}
 	if err := s.Renew(ctx, "long", long.ID(), time.Hour); err != nil {
 		t.Fatalf("Renew by the pre-crash holder: %v", err)
+	}
+}
+
+// steppingClock is a manual monotonic clock with a wall clock that can be
+// stepped apart from it, as the system's is by settimeofday.
+type steppingClock struct {
+	*inmem.ManualClock
+	mu   sync.Mutex
+	step time.Duration
+}
+
+func (c *steppingClock) wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Now().Add(c.step)
+}
+
+func (c *steppingClock) stepWall(d time.Duration) {
+	c.mu.Lock()
+	c.step += d
+	c.mu.Unlock()
+}
+
+// crashWithStep grants a 10s lease, steps the wall clock by step while the store
+// runs, lets the store see it (another grant), crashes, and reopens with the
+// stepped wall clock. It returns the reopened store and the lease.
+func crashWithStep(t *testing.T, step time.Duration) (*Store, *fence.Lease, *steppingClock) {
+	t.Helper()
+	clock := &steppingClock{ManualClock: inmem.NewManualClock(time.Unix(1_700_000_000, 0))}
+	o := &Options{NoSync: true, Clock: clock, Wall: clock.wall}
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s, err := Open(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := mustAcquire(t, s, "held", 10*time.Second)
+	clock.Advance(time.Second)
+	clock.stepWall(step)
+	mustAcquire(t, s, "other", time.Second) // its commit carries the rewrite
+	s.abandon()
+	clock.Advance(time.Second)
+	s, err = Open(path, o)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, held, clock
+}
+
+func TestStore_WallStepForward_WhileRunning_LeaseNotShortenedAfterCrash(t *testing.T) {
+	s, held, _ := crashWithStep(t, time.Hour)
+	// 2s of the lease's 10s are gone; the wall clock's hour must not count.
+	info, err := s.Inspect(context.Background(), "held")
+	if err != nil || !info.Held || info.Token != held.Token() {
+		t.Fatalf("Inspect(held) after a forward step and a crash = %+v, %v; want held by token %d", info, err, held.Token())
+	}
+	if info.ExpiresIn < 8*time.Second-time.Duration(stepTolerance) || info.ExpiresIn > 8*time.Second+2*time.Duration(stepTolerance) {
+		t.Fatalf("lease has %v left after the restart, want 8s (not shortened by the step)", info.ExpiresIn)
+	}
+	if err := s.Renew(context.Background(), "held", held.ID(), 10*time.Second); err != nil {
+		t.Fatalf("Renew by the holder: %v", err)
+	}
+}
+
+func TestStore_WallStepForward_Ignored_LeaseLostAfterCrash(t *testing.T) {
+	// The negative control of the test above: a store that ignores the step
+	// forgets the lease at the restart (the wall says it ended an hour ago).
+	brokenForTest = "steps"
+	t.Cleanup(func() { brokenForTest = "" })
+	s, _, _ := crashWithStep(t, time.Hour)
+	if info, err := s.Inspect(context.Background(), "held"); err != nil || info.Held {
+		t.Fatalf("Inspect(held) with steps ignored = %+v, %v; want not held (so the test above can fail)", info, err)
+	}
+}
+
+func TestStore_WallStepBackward_WhileRunning_LeaseLongerNotShorter(t *testing.T) {
+	s, held, clock := crashWithStep(t, -time.Minute)
+	info, err := s.Inspect(context.Background(), "held")
+	if err != nil || !info.Held || info.Token != held.Token() || info.ExpiresIn < 8*time.Second {
+		t.Fatalf("Inspect(held) after a backward step and a crash = %+v, %v; want held for at least 8s", info, err)
+	}
+	// Honoured for the step longer: the written expiry is a wall time.
+	clock.Advance(info.ExpiresIn)
+	if info, err := s.Inspect(context.Background(), "held"); err != nil || info.Held {
+		t.Fatalf("Inspect(held) after %v more = %+v, %v; want expired", info.ExpiresIn, info, err)
 	}
 }
 
@@ -335,7 +433,7 @@ func TestStore_Heal_RaisesNextTokenDurably(t *testing.T) {
 		t.Fatalf("Heal lower: %v", err)
 	}
 	s.abandon()
-	s, err = Open(path, &Options{TokenBlock: 4, SyncTTL: time.Millisecond})
+	s, err = Open(path, &Options{TokenBlock: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +493,7 @@ func TestStore_InspectList_ReportHeldAndLastTokens(t *testing.T) {
 		}
 	}
 	check("before flush")
-	s.flushOnce(false) // p/b is now only on disk
+	s.flushOnce() // p/b is now only on disk
 	s.mu.Lock()
 	_, inMemory := s.locks["p/b"]
 	s.mu.Unlock()
@@ -424,7 +522,7 @@ func TestStore_Expiry_ReclaimsMemoryWithoutScanning(t *testing.T) {
 	if heapLen != 0 {
 		t.Fatalf("expiry heap holds %d leases after all expired, want 0", heapLen)
 	}
-	s.flushOnce(false)
+	s.flushOnce()
 	s.mu.Lock()
 	n := len(s.locks)
 	s.mu.Unlock()
@@ -671,12 +769,11 @@ func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 }
 
 // TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing hammers a few names
-// from several goroutines with short (horizon) and long (written) leases while the
-// flusher runs constantly (tiny token block and flush interval), and checks that
-// no two holders overlap and that each name's tokens increase in grant order.
+// from several goroutines while the flusher runs constantly (tiny token block
+// and flush interval), and checks that no two holders overlap and that each
+// name's tokens increase in grant order.
 func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
-	s := openStore(t, &Options{TokenBlock: 2, FlushInterval: time.Millisecond,
-		SyncTTL: 5 * time.Second, HorizonChunk: 5 * time.Millisecond})
+	s := openStore(t, &Options{TokenBlock: 2, FlushInterval: time.Millisecond})
 	ctx := context.Background()
 	var mu sync.Mutex
 	holder := map[string]fence.Token{}
@@ -690,9 +787,9 @@ func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
 				name := fmt.Sprintf("c%d", (g+i)%5)
 				// TTLs far above how long a lease is held here, even on a loaded
 				// machine, so no lease expires and exclusivity is exact.
-				ttl := 10 * time.Second // written to disk (above SyncTTL)
+				ttl := 10 * time.Second
 				if i%3 != 0 {
-					ttl = 4 * time.Second // covered by the horizon
+					ttl = 4 * time.Second
 				}
 				l, err := s.Acquire(ctx, name, ttl, fence.WithWait(10*time.Second))
 				if err != nil {
@@ -728,4 +825,53 @@ func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants opens a file
+// as an earlier release of the store left it after a crash: short leases not
+// written, only a lease horizon ahead. The grace it promised is kept (every name
+// refused until the horizon), and then names are granted.
+func TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s, err := Open(path, &Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := mustAcquire(t, s, "n", time.Minute).Token()
+	s.abandon()
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	horizon := time.Now().Add(300 * time.Millisecond)
+	err = db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyHorizon, u64(uint64(horizon.UnixNano())))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(path, &Options{NoSync: true})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	_, err = s.Acquire(context.Background(), "fresh", time.Second)
+	var he *fence.HeldError
+	if time.Now().Before(horizon) && !errors.As(err, &he) {
+		t.Fatalf("Acquire before the old horizon: got %v, want a *fence.HeldError", err)
+	}
+	l, err := s.Acquire(context.Background(), "fresh", time.Second, fence.WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire waiting past the old horizon: %v", err)
+	}
+	if time.Now().Before(horizon) {
+		t.Fatalf("granted %v before the old horizon", time.Until(horizon))
+	}
+	if l.Token() <= last {
+		t.Fatalf("token %d, want above %d", l.Token(), last)
+	}
 }

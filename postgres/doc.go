@@ -126,10 +126,35 @@
 //
 // # Durability and hand edits
 //
-// Tokens live in the lock table, so they survive restarts and crashes of
-// PostgreSQL as committed data does. The table's triggers refuse to lower a
-// token, delete a lock row or truncate the table, since any of these would let a
-// token be issued twice. A row edited into something the Locker never writes (a
+// Tokens and leases live in the lock table, so they survive restarts and crashes
+// of PostgreSQL as committed data does, and the Locker makes sure its own commits
+// are durable whatever the session's synchronous_commit (a role or database may
+// set it to off for speed, and then a crash of the server loses the last
+// commits: tokens would be issued again and held leases forgotten). Acquire,
+// Renew and Release send, in the same pipeline as their statement and so in one
+// round trip and one implicit transaction,
+//
+//	SELECT set_config('synchronous_commit',
+//	    CASE current_setting('synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)
+//
+// which raises off to on for that transaction only and keeps any other setting
+// (local, remote_write, on, remote_apply), so a stricter one is never weakened.
+// They return only after PostgreSQL acknowledged the commit. CreateSchema does
+// the same for its DDL. The cost is the WAL flush the commit waits for, which
+// is what synchronous_commit = on costs every other statement.
+//
+// Guards do not change the commit setting: the fence is checked and written in
+// the caller's own transaction, with the caller's writes, so a fenced write is
+// exactly as durable as the caller's commit makes it. With synchronous_commit =
+// off an acknowledged fenced write can be lost in a crash together with its
+// fence (never one without the other), and the fence is then back where the
+// surviving commits left it: a holder of a token between the two may write again.
+// If the write must survive, commit it with synchronous_commit on (SET LOCAL
+// synchronous_commit = on in the transaction). KV.Put and KV.Fence, which commit
+// their own transactions, follow the session's setting in the same way.
+//
+// The table's triggers refuse to lower a token, delete a lock row or truncate
+// the table, since any of these would let a token be issued twice. A row edited into something the Locker never writes (a
 // NULL or infinite expiry, an expiry beyond fence.MaxTTL) makes Acquire return
 // [ErrCorrupt] and grant nothing; its holder's Renew returns fence.ErrNotHeld.
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -73,7 +74,8 @@ type LockerOptions struct {
 // so the clients' clocks do not matter. Acquire is one statement that grants the
 // lock only if its lease expired and advances the counter in the same row, so a
 // token is never issued twice and, the table being durable, survives restarts
-// of PostgreSQL. Release notifies waiters through LISTEN/NOTIFY, on one
+// and crashes of PostgreSQL: Acquire, Renew and Release commit durably even when
+// the session's synchronous_commit is off (see the package doc). Release notifies waiters through LISTEN/NOTIFY, on one
 // connection per Locker shared by all its waiters; waiters also wake when the
 // holder's lease would expire, and poll at least every PollInterval.
 //
@@ -218,7 +220,8 @@ func (l *Locker) CreateSchema(ctx context.Context) error {
 	}
 	// Several statements in one Exec run as one implicit transaction (simple
 	// protocol, since there are no arguments).
-	if _, err := l.pool.Exec(ctx, l.ddl); err != nil {
+	// The DDL commits durably whatever the session's synchronous_commit.
+	if _, err := l.pool.Exec(ctx, syncCommitSQL+";\n"+l.ddl); err != nil {
 		return fmt.Errorf("postgres: create lock table %s: %w", l.table, dbErr(err))
 	}
 	return nil
@@ -300,12 +303,58 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	}
 }
 
+// syncCommitSQL raises the session's synchronous_commit from off to on for the
+// current transaction only (set_config with is_local), so that the commit of
+// the statement sent after it in the same pipeline waits for its WAL to be
+// flushed. Any other setting (local, remote_write, on, remote_apply) is kept, so
+// a stricter setting of the caller's is never weakened.
+const syncCommitSQL = `SELECT set_config('synchronous_commit',
+    CASE current_setting('synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)`
+
+// durableQueryRow runs sql, returning one bigint column into dest, in one
+// round trip with syncCommitSQL: both go in one pipeline ending in one Sync, so
+// they share one implicit transaction, and the result is returned only after
+// the commit is acknowledged (durable even if the role or database sets
+// synchronous_commit = off). pgx.ErrNoRows means no row.
+func (l *Locker) durableQueryRow(ctx context.Context, dest *int64, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(syncCommitSQL)
+	b.Queue(sql, args...)
+	br := l.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(dest)
+	}
+	// Close reads up to the Sync's answer: only then is the commit done.
+	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
+		err = cerr
+	}
+	return err
+}
+
+// durableExec is durableQueryRow for a statement whose command tag is wanted.
+func (l *Locker) durableExec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	b := &pgx.Batch{}
+	b.Queue(syncCommitSQL)
+	b.Queue(sql, args...)
+	br := l.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
 // try runs the acquire statement once. It returns the token if granted, or a
 // *fence.HeldError (with err set too) if the lock is held, or another error.
 func (l *Locker) try(ctx context.Context, name, id string, ttl time.Duration) (fence.Token, *fence.HeldError, error) {
 	for attempt := 1; ; attempt++ {
 		var tok int64
-		err := l.pool.QueryRow(ctx, l.acquireSQL, name, id, ttl.Milliseconds(), int64(fence.MaxToken)).Scan(&tok)
+		err := l.durableQueryRow(ctx, &tok, l.acquireSQL, name, id, ttl.Milliseconds(), int64(fence.MaxToken))
 		if err == nil {
 			if tok < 1 || tok > int64(fence.MaxToken) {
 				// Only a hand edit gets here (the CHECK allows up to int64): the
@@ -360,7 +409,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := fence.ValidateLeaseID(leaseID); err != nil {
 		return fmt.Errorf("postgres: renew %q: %w", name, err)
 	}
-	tag, err := l.pool.Exec(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds())
+	tag, err := l.durableExec(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("postgres: renew %q: %w", name, dbErr(err))
 	}
@@ -389,7 +438,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 func (l *Locker) release(ctx context.Context, name, leaseID string) error {
-	tag, err := l.pool.Exec(ctx, l.releaseSQL, name, leaseID, l.channel)
+	tag, err := l.durableExec(ctx, l.releaseSQL, name, leaseID, l.channel)
 	if err != nil {
 		return dbErr(err)
 	}

@@ -82,6 +82,46 @@
 // know about a lease it did see expire on a different clock. Tokens stay best effort;
 // guards still reject regressed tokens, and Heal repairs the counter.
 //
+// # What each failure can lose
+//
+// Only Acquire waits for WAIT / WAITAOF; Renew, Release and Heal return as soon as
+// the primary applied them. Lock exclusivity (P6) rests on Redis keeping the lock
+// key, token order (P1) on Redis keeping the counter. Per failure, what an
+// acknowledged call can lose, and what the options and Heal do about it:
+//
+//   - redis-server killed or restarted without AOF (RDB snapshots or no
+//     persistence): everything since the last snapshot. Counters go back (tokens
+//     are issued again), grants, renewals and releases are forgotten (a name is
+//     granted twice). WAIT does not help (the same node restarts from its own
+//     files); WaitAOFLocal makes every Acquire fail (WAITAOF needs appendonly yes).
+//   - redis-server killed (kill -9, OOM killer) with AOF on, the OS running: nothing
+//     in the normal case, since Redis writes the AOF to the OS before it replies;
+//     with appendfsync everysec and a disk so slow that an fsync is still running,
+//     Redis delays that write by up to 2s while replying, and those writes can be lost.
+//     WaitAOFLocal=1 closes that gap for grants.
+//   - OS crash or power loss with appendfsync everysec: up to about 1-2s of writes
+//     (last INCRs, grants, renewals, releases). WaitAOFLocal=1: every acknowledged
+//     grant (its INCR and lock key) was fsynced and survives; a renewal can still be
+//     lost (the lease then ends early after the restart: P6) and so can a release
+//     (the name stays held until its TTL). With appendfsync always nothing
+//     acknowledged is lost.
+//   - Failover (Sentinel, Cluster) to a replica that missed writes (replication is
+//     asynchronous): whatever it had not received, as above. WaitReplicas=n: a grant
+//     survives if one of the n replicas that acknowledged it is promoted (they are
+//     preferred by replication offset), not if another is (a manual failover, a
+//     partition); WaitAOFReplicas=n also survives that replica's own restart.
+//     Renewals, releases and Heal are not covered.
+//   - Partition with the old primary on the minority side: every write it accepts
+//     there is dropped when it rejoins as a replica; with WaitReplicas it fails
+//     closed (ErrNotReplicated) once fewer than n replicas reach it.
+//   - A step of the Redis host's clock, or a promoted replica whose clock differs:
+//     nothing is lost, but leases end by that clock (keys expire at absolute times).
+//
+// Whatever is lost, guards reject a token that went backwards (P2), and Heal, fed
+// the highest token a guard reports, raises the counter so the next grant is above
+// it (P4). Nothing restores a lost lease: where P6 must hold across failures, use
+// the embedded, etcd or PostgreSQL store, or rely on the guards for the window.
+//
 // # Fenced KV and Store
 //
 // KV is a fenced key-value store (fence.KV and fence.Guard) in the same Redis: each

@@ -247,3 +247,28 @@ func (s *PostgresServer) Restart() error { return s.life.restart("postgres :" + 
 // Close stops the server (a fast shutdown) and removes its directory. It is safe to call
 // more than once.
 func (s *PostgresServer) Close() { s.life.close() }
+
+// PauseWALWriter stops the server's WAL writer process with SIGSTOP, so that the WAL
+// of commits made with synchronous_commit = off stays in shared memory (until a
+// synchronous commit or a full WAL buffer writes it) and a Kill loses those commits
+// for certain, not only when it happens to come within the writer's delay. Call the
+// returned resume (SIGCONT) unless Kill follows; Kill ends the pause either way. It
+// returns an error if the server is not running or has no WAL writer process.
+func (s *PostgresServer) PauseWALWriter() (resume func(), err error) {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	if s.life.proc == nil || s.life.proc.exited() {
+		return nil, fmt.Errorf("testserv: postgres :%d: pause WAL writer: not running", s.Port)
+	}
+	for _, pid := range descendants(s.life.proc.cmd.Process.Pid) {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), "walwriter") {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("testserv: postgres :%d: pause WAL writer %d: %w", s.Port, pid, err)
+		}
+		return func() { _ = syscall.Kill(pid, syscall.SIGCONT) }, nil
+	}
+	return nil, fmt.Errorf("testserv: postgres :%d: no walwriter process among the server's", s.Port)
+}

@@ -1,0 +1,129 @@
+package postgres_test
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/postgres"
+)
+
+// TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld runs the
+// Locker on a database whose sessions default to synchronous_commit = off (as a
+// per-database speed setting would), pauses PostgreSQL's WAL writer so that
+// asynchronous commits stay in memory, kills the server with SIGKILL and restarts
+// it. Every acquire, renew and release the Locker acknowledged survives: tokens
+// keep rising and a held lease stays held, renewable by its holder. A plain
+// statement committed asynchronously just before the kill is lost: the control
+// that shows the kill would have caught a Locker that commits asynchronously.
+func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testing.T) {
+	testserv.SkipIfShort(t)
+	srv := testserv.Postgres(t) // its own server: this test kills it
+	dsn := srv.CreateDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	wantOK(t, "ALTER DATABASE ... SET synchronous_commit = off",
+		srv.Exec("postgres", `ALTER DATABASE "`+db+`" SET synchronous_commit = off`))
+	ctx := ctxT(t)
+	pool := newPool(t, dsn)
+	var setting string
+	wantOK(t, "SHOW synchronous_commit", pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting))
+	if setting != "off" {
+		t.Fatalf("session synchronous_commit = %q, want off", setting)
+	}
+	_, err = pool.Exec(ctx, `CREATE TABLE control (id int PRIMARY KEY, n bigint NOT NULL); INSERT INTO control VALUES (1, 0)`)
+	wantOK(t, "create the control table", err)
+
+	l := postgres.NewLocker(pool, &postgres.LockerOptions{PollInterval: time.Hour})
+	t.Cleanup(func() { l.Close() })
+	wantOK(t, "CreateSchema", l.CreateSchema(ctx))
+	// The set-up is on disk whatever follows, so that a Locker that commits
+	// asynchronously fails below on its tokens and leases, not on a lost table.
+	_, err = pool.Exec(ctx, "CHECKPOINT")
+	wantOK(t, "CHECKPOINT", err)
+	var last fence.Token
+	pairs := func(n int) {
+		for i := 0; i < n; i++ {
+			lease, err := l.Acquire(ctx, "job", time.Minute)
+			wantOK(t, "Acquire(job)", err)
+			if lease.Token() <= last {
+				t.Fatalf("token %d after %d", lease.Token(), last)
+			}
+			last = lease.Token()
+			wantOK(t, "Release(job)", lease.Release(ctx))
+		}
+	}
+	pairs(3)
+	held, err := l.Acquire(ctx, "held", time.Minute)
+	wantOK(t, "Acquire(held)", err)
+
+	resume, err := srv.PauseWALWriter()
+	wantOK(t, "pause the WAL writer", err)
+	t.Cleanup(resume) // harmless after the kill
+	pairs(3)
+	heldLast, err := l.Acquire(ctx, "held-late", time.Minute)
+	wantOK(t, "Acquire(held-late)", err)
+	wantOK(t, "Renew(held)", held.Renew(ctx, 2*time.Minute))
+	// The control: acknowledged, committed asynchronously, after the Locker's
+	// last commit (a synchronous commit would write it too).
+	_, err = pool.Exec(ctx, `UPDATE control SET n = n + 1 WHERE id = 1`)
+	wantOK(t, "control UPDATE", err)
+
+	srv.Kill()
+	killed := time.Now()
+	wantOK(t, "restart PostgreSQL after SIGKILL", srv.Restart())
+	t.Logf("PostgreSQL kill -9 to accepting connections again: %v", time.Since(killed).Round(time.Millisecond))
+	pool.Reset()
+
+	var n int64
+	err = retryDead(func() error { return pool.QueryRow(ctx, `SELECT n FROM control WHERE id = 1`).Scan(&n) })
+	wantOK(t, "read the control row", err)
+	if n != 0 {
+		t.Fatalf("control: the asynchronous commit survived the kill (n = %d): this run could not tell a durable Locker from one that is not", n)
+	}
+
+	var lease *fence.Lease
+	err = retryDead(func() (err error) { lease, err = l.Acquire(ctx, "job", time.Minute); return err })
+	wantOK(t, "Acquire(job) after the restart", err)
+	if lease.Token() <= last || lease.Token() <= heldLast.Token() {
+		t.Fatalf("token after the kill = %d, want above %d and %d (granted before it)", lease.Token(), last, heldLast.Token())
+	}
+	for _, h := range []*fence.Lease{held, heldLast} {
+		info, err := l.Inspect(ctx, h.Name())
+		wantOK(t, "Inspect", err)
+		if !info.Held || info.Token != h.Token() {
+			t.Fatalf("Inspect(%q) after the kill = %+v, want held by token %d", h.Name(), info, h.Token())
+		}
+		_, err = l.Acquire(ctx, h.Name(), time.Second)
+		wantIs(t, "Acquire of a lease held across the kill", err, fence.ErrNotAcquired)
+	}
+	if info, _ := l.Inspect(ctx, "held"); info.ExpiresIn < time.Minute {
+		t.Fatalf("held expires in %v after the kill, want over 1m (its renewal to 2m was lost)", info.ExpiresIn)
+	}
+	wantOK(t, "Renew(held) by its holder after the kill", l.Renew(ctx, "held", held.ID(), time.Minute))
+	wantOK(t, "Release(held-late) by its holder after the kill", l.Release(ctx, "held-late", heldLast.ID()))
+}
+
+// retryDead runs f up to three times while it fails with fence.ErrUnavailable or
+// a connection error: the pool's first use after a crash may hit a dead connection.
+func retryDead(f func() error) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = f(); err == nil || !(errors.Is(err, fence.ErrUnavailable) || isConnErr(err)) {
+			return err
+		}
+	}
+	return err
+}
+
+func isConnErr(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "connection") || strings.Contains(s, "EOF") || strings.Contains(s, "broken pipe")
+}
