@@ -360,7 +360,7 @@ func TestServe_Kill9Restart_KeepsTokenOrderAndLeases(t *testing.T) {
 	const shortTTL = 4 * time.Second
 	before := time.Now() // the server's expiry of the short lease is later than before+shortTTL
 	ls := acquireJSON(t, p.url, short, "--ttl", shortTTL.String())
-	ll := acquireJSON(t, p.url, long, "--ttl", "2m") // longer than the store's horizon: written before the grant returns
+	ll := acquireJSON(t, p.url, long, "--ttl", "2m") // a long lease, renewed after the restart below
 	p.kill()
 
 	p2, err := startServe(data)
