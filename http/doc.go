@@ -22,6 +22,11 @@
 //	POST /v1/fences/{key} headers as for PUT, no body: advance the key's fence only
 //	GET  /healthz         -> 200 {"status":"ok"}, 503 while shutting down (never needs auth)
 //	GET  /metrics         -> Prometheus text format
+//	GET  /v1/openapi.json -> the OpenAPI 3.1 document of this API (see OpenAPI)
+//
+// The OpenAPI document describes every route, header, status and error code above
+// and is checked against the server by this package's tests. HEAD is answered as GET
+// without a body, and a method a route lacks is 405 with an Allow header.
 //
 // Bodies are JSON; durations are integer milliseconds. An omitted ttl_ms means 30000
 // (Config.DefaultTTL); an omitted wait_ms means 0 (try once). Unknown fields and

@@ -131,7 +131,7 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
 
 func (s *Server) routes() http.Handler {
-	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
+	metrics := s.getOnly(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	// Routing is by prefix of the escaped path, by hand rather than with a ServeMux:
 	// a ServeMux cleans paths and answers a redirect to the cleaned one, so that
 	// /v1/locks/a/../b/acquire would become a 307 to the lock "b".
@@ -147,6 +147,8 @@ func (s *Server) routes() http.Handler {
 			s.handleFences(w, r)
 		case p == "/metrics":
 			metrics.ServeHTTP(w, r)
+		case p == "/v1/openapi.json":
+			s.handleOpenAPI(w, r)
 		default:
 			s.fail(w, r, "", "", because(errNoRoute, "no such route: %s %s", r.Method, p))
 		}
@@ -890,6 +892,8 @@ func routeOf(r *http.Request) string {
 		return "fences"
 	case p == "/healthz", p == "/metrics":
 		return p[1:]
+	case p == "/v1/openapi.json":
+		return "openapi"
 	}
 	return "other"
 }
