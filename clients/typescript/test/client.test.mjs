@@ -95,14 +95,19 @@ describe("acquire and release", () => {
     const a = await fence.acquire(name, { ttlMs: 30_000 });
     const t0 = performance.now();
     const waiting = fence.acquire(name, { ttlMs: 5000, waitMs: 20_000 });
-    await sleep(300);
+    await sleep(1000);
+    const released = performance.now();
     await a.release();
     const b = await waiting;
     const took = performance.now() - t0;
     assert.ok(b.token > a.token, `waiter's token ${b.token}, want > ${a.token}`);
     assert.ok(took < 10_000, `woken after ${took}ms`);
-    // Dated from the request's sending plus waited_ms: never later than the server's expiry.
-    assert.ok(b.remainingMs() <= 5000, `remaining ${b.remainingMs()}ms of a 5000ms lease`);
+    // Dated from the request's sending plus waited_ms: never later than the server's
+    // expiry, and not from the poll's start either (that would lose the 1s waited).
+    const left = b.remainingMs();
+    const sinceRelease = performance.now() - released;
+    assert.ok(left <= 5000, `remaining ${left}ms of a 5000ms lease`);
+    assert.ok(left >= 5000 - sinceRelease - 250, `remaining ${left}ms of a 5000ms lease granted at most ${sinceRelease}ms ago`);
     await b.release();
   });
 
