@@ -8,12 +8,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 
 if ! command -v node >/dev/null 2>&1; then
-	echo "clients/typescript/test.sh: node not found: install Node.js 20 or later (Debian: apt-get install nodejs npm)" >&2
+	echo "clients/typescript/test.sh: node not found: install Node.js 20.3 or later (Debian: apt-get install nodejs npm)" >&2
 	exit 1
 fi
 major="$(node -p 'process.versions.node.split(".")[0]')"
 if [ "$major" -lt 20 ]; then
-	echo "clients/typescript/test.sh: Node.js $(node --version) is too old: the client needs 20 or later" >&2
+	echo "clients/typescript/test.sh: Node.js $(node --version) is too old: the client needs 20.3 or later" >&2
 	exit 1
 fi
 
