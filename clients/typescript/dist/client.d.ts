@@ -1,0 +1,185 @@
+import { Lease } from "./lease.js";
+/** The server a client talks to when neither the options nor FENCE_SERVER name one. */
+export declare const DEFAULT_SERVER = "http://127.0.0.1:7420";
+/** Options of a {@link FenceClient}. Every field is optional. */
+export interface FenceClientOptions {
+    /**
+     * The server: `http://HOST:PORT` or `https://HOST:PORT` (a path prefix is kept), or
+     * a bare `HOST:PORT` for `http://HOST:PORT`. Default: `$FENCE_SERVER`, else
+     * http://127.0.0.1:7420.
+     */
+    server?: string;
+    /** The bearer token sent as `Authorization: Bearer TOKEN`. Default: `$FENCE_AUTH_TOKEN`. */
+    authToken?: string;
+    /** The bound of one request beyond its long poll, in ms. Default 30000. */
+    requestTimeoutMs?: number;
+    /** The longest wait asked of the server in one long poll, in ms; a longer wait is several polls. Default 30000. */
+    maxPollMs?: number;
+}
+/** Options of {@link FenceClient.acquire}. */
+export interface AcquireOptions {
+    /** The lease's TTL in ms, 1 to 86400000. Default 30000. */
+    ttlMs?: number;
+    /** How long to wait for the lock, in ms: 0 (the default) tries once, Infinity waits until acquired. */
+    waitMs?: number;
+    /** Aborts the wait: acquire then rejects with the signal's reason. */
+    signal?: AbortSignal;
+    /** Renew the lease every ttl/3 until it is released or lost. Default true. */
+    autoRenew?: boolean;
+}
+/** Options of {@link FenceClient.withLock}: those of acquire, but waitMs defaults to Infinity. */
+export interface WithLockOptions extends AcquireOptions {
+}
+/** The fence of a write: the lock whose counter issued the token, the token, and optionally the lease id. */
+export interface FenceSpec {
+    /** The lock's name. */
+    lock: string;
+    /** The fencing token. */
+    token: number;
+    /** The lease id; without it, a write with a token equal to the key's highest is refused. */
+    lease?: string;
+}
+/** A value of the fenced store, with the fence that wrote it. */
+export interface KVItem {
+    /** The value's bytes. */
+    value: Uint8Array;
+    /** The token of the write that stored it. */
+    token: number;
+    /** The lock that fences the key. */
+    lock: string;
+    /** Returns the value decoded as UTF-8. */
+    text(): string;
+}
+/** The state of a lock, as {@link FenceClient.inspect} returns it. */
+export interface LockInfo {
+    name: string;
+    held: boolean;
+    /** The current holder's token (0 when not held). */
+    token: number;
+    /** The last token granted (0 if never). */
+    lastToken: number;
+    /** What the holder's lease has left, in ms (0 when not held). */
+    expiresInMs: number;
+}
+/** A value to store: a string (as UTF-8) or bytes. */
+export type Value = string | Uint8Array | ArrayBuffer;
+/**
+ * FenceClient talks to a `fence serve` server (HTTP API v1) with the global fetch.
+ * It is safe to share; it keeps no state but its options.
+ *
+ * Errors: every method rejects with a {@link FenceError}. For an answer of the server,
+ * its message is the server's `"error"` line verbatim and its class is that of the
+ * code ({@link HeldError}, {@link StaleTokenError}, ...). A server that cannot be
+ * reached gives an {@link UnavailableError} reading `cannot reach the fence server at
+ * URL: REASON`. Bad arguments give an {@link InvalidError} before any request. A
+ * caller's aborted signal rejects with the signal's reason, as fetch does.
+ */
+export declare class FenceClient {
+    #private;
+    /** The server's base URL, without a trailing slash. */
+    readonly server: string;
+    /** The fenced key-value store of the server. */
+    readonly kv: KV;
+    /**
+     * Returns a client of the server in options (see {@link FenceClientOptions}); a
+     * string is the server alone. Throws an {@link InvalidError} if the server is not an
+     * http(s) URL or HOST:PORT, or a timeout is not a positive number.
+     */
+    constructor(options?: FenceClientOptions | string);
+    /**
+     * Acquires the lock `name` and resolves with its {@link Lease}, which renews itself
+     * unless autoRenew is false.
+     *
+     * With waitMs, the server long-polls (woken by the release); a wait longer than one
+     * poll is several, and an unreachable or restarting server is retried with backoff
+     * until the wait is over. The lease's local deadline counts from when the granting
+     * request was sent plus the server's waited_ms, so it is never later than the
+     * server's expiry.
+     *
+     * Rejects with a {@link HeldError} if the lock stayed held (expiresInMs: what the
+     * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs
+     * or waitMs; an {@link UnavailableError} if the server cannot be reached (it may
+     * have granted a lease nobody learns of; it expires after its TTL); the signal's
+     * reason if the signal aborted the wait.
+     */
+    acquire(name: string, opts?: AcquireOptions): Promise<Lease>;
+    /**
+     * Extends the lease `leaseId` of `name` to ttlMs (default 30000) from now. Most
+     * callers use {@link Lease.renew} or auto-renew instead. Rejects with a
+     * {@link NotHeldError} if the lease is gone (or not yours), an {@link InvalidError}
+     * for bad arguments, an {@link UnavailableError} if the server cannot be reached.
+     */
+    renew(name: string, leaseId: string, opts?: {
+        ttlMs?: number;
+        signal?: AbortSignal | undefined;
+    }): Promise<void>;
+    /**
+     * Releases the lease `leaseId` of `name` and wakes the server's waiters. Most callers
+     * use {@link Lease.release}. Rejects with a {@link NotHeldError} if the lease is no
+     * longer held (or not yours), an {@link InvalidError} for bad arguments, an
+     * {@link UnavailableError} if the server cannot be reached (retrying is safe).
+     */
+    release(name: string, leaseId: string): Promise<void>;
+    /**
+     * Tells the server that a resource saw token `seen` for lock `name`, so that its next
+     * grant's token is higher (for stores whose counters can go backwards). Rejects with
+     * a {@link NotImplementedError} if the server's store has nothing to heal, an
+     * {@link InvalidError} for bad arguments, an {@link UnavailableError} if the server
+     * cannot be reached (healing again is safe).
+     */
+    heal(name: string, seen: number): Promise<void>;
+    /**
+     * Resolves with the state of the lock `name`. Rejects with a
+     * {@link NotImplementedError} if the server's store cannot report it, an
+     * {@link InvalidError} for a bad name, an {@link UnavailableError} if the server
+     * cannot be reached.
+     */
+    inspect(name: string): Promise<LockInfo>;
+    /**
+     * Acquires `name` (waiting until acquired unless opts.waitMs bounds it), runs
+     * `fn(lease, signal)` and releases the lease when fn settles. `signal` aborts when the
+     * lease is lost (or when opts.signal aborts): stop work on it, and fence every write
+     * with the lease.
+     *
+     * Resolves with fn's result. Rejects with fn's error if it threw; else with a
+     * {@link NotHeldError} if the lease was lost while fn ran, even though fn finished: the
+     * signal's reason, or the release's 410 if the loss was not yet known; and with
+     * acquire's errors. A release that fails because the
+     * server cannot be reached is not an error of the work: the lease then expires after
+     * its TTL.
+     */
+    withLock<T>(name: string, fn: (lease: Lease, signal: AbortSignal) => T | Promise<T>, opts?: WithLockOptions): Promise<T>;
+}
+/**
+ * KV is the server's fenced key-value store: a write is stored only if its fence's
+ * token is at least the highest the key has accepted (and of the lock that fences it).
+ * Get it as {@link FenceClient.kv}.
+ */
+export declare class KV {
+    #private;
+    /** Returns the store of client c; use {@link FenceClient.kv}. */
+    constructor(c: FenceClient);
+    /**
+     * Stores value under key if the server admits the fence (a {@link FenceSpec} or a
+     * {@link Lease}). Rejects with a {@link StaleTokenError} (highest: the key's token) or a
+     * {@link WrongLockError} when the write is refused and changed nothing; an
+     * {@link InvalidError} for a bad key, fence or value; a {@link TooLargeError} for a value
+     * over the server's limit; a {@link NotImplementedError} if the server has no store;
+     * an {@link UnavailableError} if the server cannot be reached (the write may or may
+     * not have happened).
+     */
+    put(key: string, value: Value, fence: FenceSpec | Lease): Promise<void>;
+    /**
+     * Advances key's fence to `fence` without writing a value. Rejects as
+     * {@link KV.put} does, and with a {@link NotImplementedError} if the store cannot fence
+     * without writing.
+     */
+    fence(key: string, fence: FenceSpec | Lease): Promise<void>;
+    /**
+     * Resolves with the value under key and the fence that wrote it (never its lease id).
+     * Rejects with a {@link NotFoundError} if key was never written, an
+     * {@link InvalidError} for a bad key, an {@link UnavailableError} if the server cannot
+     * be reached.
+     */
+    get(key: string): Promise<KVItem>;
+}

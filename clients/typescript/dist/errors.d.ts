@@ -1,0 +1,139 @@
+/**
+ * Errors of the fence client. Every error the client throws or rejects with is a
+ * {@link FenceError}; its `message` is the one line a user should read. For an answer
+ * of the server it is the server's `"error"` line verbatim (it names the operation and
+ * the lock or key: `release "job1": lease not held (expired, released, or never
+ * granted)`); errors the client makes itself are worded the same way.
+ *
+ * Subclasses carry the detail of their code: branch on `instanceof` or on `code`.
+ *
+ * @module
+ */
+/** The `code` of an error answer of the server, or one the client makes itself. */
+export type FenceErrorCode = "invalid" | "unauthorized" | "not_found" | "method_not_allowed" | "held" | "stale_token" | "wrong_lock" | "token_exhausted" | "not_held" | "too_large" | "not_implemented" | "unavailable" | "internal" | "unexpected";
+/** The JSON body of an error answer: `{"error","code", ...detail}`. */
+export interface ErrorBody {
+    error?: unknown;
+    code?: unknown;
+    [field: string]: unknown;
+}
+/**
+ * FenceError is the base of every error of this package.
+ *
+ * - `code`: the server's code (`"held"`, `"stale_token"`, ...), `"unexpected"` for an
+ *   answer that is not fence's JSON.
+ * - `status`: the HTTP status of the answer, or `undefined` when no answer was received
+ *   (the client refused the arguments, or could not reach the server).
+ * - `message`: the one line to show a user.
+ */
+export declare class FenceError extends Error {
+    /** The error's code. */
+    readonly code: FenceErrorCode;
+    /** The HTTP status of the server's answer; undefined if there was none. */
+    readonly status: number | undefined;
+    /**
+     * Returns an error reading `message`. Callers rarely make these: the client does.
+     * @param code the server's code, or the client's own
+     * @param status the HTTP status, or undefined without an answer
+     * @param message the one line a user reads
+     * @param options `cause`: the underlying error, if any
+     */
+    constructor(code: FenceErrorCode, status: number | undefined, message: string, options?: {
+        cause?: unknown;
+    });
+}
+/** InvalidError: bad input (400 `invalid`), refused by the server or by the client before any request. */
+export declare class InvalidError extends FenceError {
+    /** The field, header or argument that was refused (`"name"`, `"ttlMs"`, `"Fence-Lock"`, ...). */
+    readonly field: string;
+    /** Why it was refused (`"is empty"`). */
+    readonly reason: string;
+    /** Returns an InvalidError of `field`; see {@link FenceError} for the rest. */
+    constructor(status: number | undefined, message: string, field: string, reason: string);
+}
+/** UnauthorizedError: the server refused the bearer token, or got none (401). */
+export declare class UnauthorizedError extends FenceError {
+}
+/** NotFoundError: a key that was never written, or an unknown route (404). */
+export declare class NotFoundError extends FenceError {
+}
+/** HeldError: the lock stayed held through the wait (409 `held`). */
+export declare class HeldError extends FenceError {
+    /** The lock's name. */
+    readonly lockName: string;
+    /** What the holder's lease had left when the wait ended, in ms; 0 if unknown. */
+    readonly expiresInMs: number;
+    /** Returns a HeldError; see {@link FenceError}. */
+    constructor(status: number | undefined, message: string, lockName: string, expiresInMs: number);
+}
+/**
+ * StaleTokenError: the key has accepted a higher token (409 `stale_token`). The write
+ * changed nothing. `highest` is the key's token, `token` the one presented.
+ */
+export declare class StaleTokenError extends FenceError {
+    /** The key written. */
+    readonly key: string;
+    /** The highest token the key has accepted. */
+    readonly highest: number;
+    /** The token the refused write presented. */
+    readonly token: number;
+    /** True if the token equals `highest` but was accepted under another lease. */
+    readonly sameToken: boolean;
+    /** Returns a StaleTokenError; see {@link FenceError}. */
+    constructor(status: number | undefined, message: string, key: string, highest: number, token: number, sameToken: boolean);
+}
+/** WrongLockError: the key is fenced by another lock than the one named (409 `wrong_lock`). */
+export declare class WrongLockError extends FenceError {
+    /** The key written. */
+    readonly key: string;
+    /** The lock that fences the key. */
+    readonly lock: string;
+    /** The lock the refused write named. */
+    readonly got: string;
+    /** Returns a WrongLockError; see {@link FenceError}. */
+    constructor(status: number | undefined, message: string, key: string, lock: string, got: string);
+}
+/** TokenExhaustedError: the lock's counter is at its maximum; it grants no more leases (409). */
+export declare class TokenExhaustedError extends FenceError {
+}
+/**
+ * NotHeldError: the lease expired, was released, or is not yours (410 `not_held`). It
+ * is also the reason of a {@link Lease}'s signal: see {@link LeaseReleasedError} and
+ * {@link LeaseExpiredError}.
+ */
+export declare class NotHeldError extends FenceError {
+    /** The lock's name. */
+    readonly lockName: string;
+    /** Returns a NotHeldError; see {@link FenceError}. */
+    constructor(status: number | undefined, message: string, lockName: string, options?: {
+        cause?: unknown;
+    });
+}
+/** LeaseReleasedError is the reason of a lease's signal after its holder released it. */
+export declare class LeaseReleasedError extends NotHeldError {
+}
+/**
+ * LeaseExpiredError is the reason of a lease's signal when its local deadline passed
+ * without a successful renewal; `cause` is the last renewal's error, if one failed.
+ */
+export declare class LeaseExpiredError extends NotHeldError {
+}
+/** TooLargeError: the request body (a value) is over the server's limit (413). */
+export declare class TooLargeError extends FenceError {
+}
+/** NotImplementedError: the server's store lacks the feature (501): no KV, heal or inspect. */
+export declare class NotImplementedError extends FenceError {
+}
+/**
+ * UnavailableError: the store is unavailable or the server is shutting down (503), or
+ * the server could not be reached at all: then it reads `cannot reach the fence server
+ * at URL: REASON` and `status` is undefined (or the 502/503/504 of a proxy).
+ */
+export declare class UnavailableError extends FenceError {
+}
+/**
+ * Returns the error an error answer describes: the subclass of its code, with the
+ * body's detail, reading as the body's `"error"`. A code this client does not know
+ * gives a plain FenceError with that code.
+ */
+export declare function errorFromBody(status: number, body: ErrorBody): FenceError;

@@ -1,0 +1,184 @@
+/**
+ * Errors of the fence client. Every error the client throws or rejects with is a
+ * {@link FenceError}; its `message` is the one line a user should read. For an answer
+ * of the server it is the server's `"error"` line verbatim (it names the operation and
+ * the lock or key: `release "job1": lease not held (expired, released, or never
+ * granted)`); errors the client makes itself are worded the same way.
+ *
+ * Subclasses carry the detail of their code: branch on `instanceof` or on `code`.
+ *
+ * @module
+ */
+/**
+ * FenceError is the base of every error of this package.
+ *
+ * - `code`: the server's code (`"held"`, `"stale_token"`, ...), `"unexpected"` for an
+ *   answer that is not fence's JSON.
+ * - `status`: the HTTP status of the answer, or `undefined` when no answer was received
+ *   (the client refused the arguments, or could not reach the server).
+ * - `message`: the one line to show a user.
+ */
+export class FenceError extends Error {
+    /** The error's code. */
+    code;
+    /** The HTTP status of the server's answer; undefined if there was none. */
+    status;
+    /**
+     * Returns an error reading `message`. Callers rarely make these: the client does.
+     * @param code the server's code, or the client's own
+     * @param status the HTTP status, or undefined without an answer
+     * @param message the one line a user reads
+     * @param options `cause`: the underlying error, if any
+     */
+    constructor(code, status, message, options) {
+        super(message, options);
+        this.name = new.target.name;
+        this.code = code;
+        this.status = status;
+    }
+}
+/** InvalidError: bad input (400 `invalid`), refused by the server or by the client before any request. */
+export class InvalidError extends FenceError {
+    /** The field, header or argument that was refused (`"name"`, `"ttlMs"`, `"Fence-Lock"`, ...). */
+    field;
+    /** Why it was refused (`"is empty"`). */
+    reason;
+    /** Returns an InvalidError of `field`; see {@link FenceError} for the rest. */
+    constructor(status, message, field, reason) {
+        super("invalid", status, message);
+        this.field = field;
+        this.reason = reason;
+    }
+}
+/** UnauthorizedError: the server refused the bearer token, or got none (401). */
+export class UnauthorizedError extends FenceError {
+}
+/** NotFoundError: a key that was never written, or an unknown route (404). */
+export class NotFoundError extends FenceError {
+}
+/** HeldError: the lock stayed held through the wait (409 `held`). */
+export class HeldError extends FenceError {
+    /** The lock's name. */
+    lockName;
+    /** What the holder's lease had left when the wait ended, in ms; 0 if unknown. */
+    expiresInMs;
+    /** Returns a HeldError; see {@link FenceError}. */
+    constructor(status, message, lockName, expiresInMs) {
+        super("held", status, message);
+        this.lockName = lockName;
+        this.expiresInMs = expiresInMs;
+    }
+}
+/**
+ * StaleTokenError: the key has accepted a higher token (409 `stale_token`). The write
+ * changed nothing. `highest` is the key's token, `token` the one presented.
+ */
+export class StaleTokenError extends FenceError {
+    /** The key written. */
+    key;
+    /** The highest token the key has accepted. */
+    highest;
+    /** The token the refused write presented. */
+    token;
+    /** True if the token equals `highest` but was accepted under another lease. */
+    sameToken;
+    /** Returns a StaleTokenError; see {@link FenceError}. */
+    constructor(status, message, key, highest, token, sameToken) {
+        super("stale_token", status, message);
+        this.key = key;
+        this.highest = highest;
+        this.token = token;
+        this.sameToken = sameToken;
+    }
+}
+/** WrongLockError: the key is fenced by another lock than the one named (409 `wrong_lock`). */
+export class WrongLockError extends FenceError {
+    /** The key written. */
+    key;
+    /** The lock that fences the key. */
+    lock;
+    /** The lock the refused write named. */
+    got;
+    /** Returns a WrongLockError; see {@link FenceError}. */
+    constructor(status, message, key, lock, got) {
+        super("wrong_lock", status, message);
+        this.key = key;
+        this.lock = lock;
+        this.got = got;
+    }
+}
+/** TokenExhaustedError: the lock's counter is at its maximum; it grants no more leases (409). */
+export class TokenExhaustedError extends FenceError {
+}
+/**
+ * NotHeldError: the lease expired, was released, or is not yours (410 `not_held`). It
+ * is also the reason of a {@link Lease}'s signal: see {@link LeaseReleasedError} and
+ * {@link LeaseExpiredError}.
+ */
+export class NotHeldError extends FenceError {
+    /** The lock's name. */
+    lockName;
+    /** Returns a NotHeldError; see {@link FenceError}. */
+    constructor(status, message, lockName, options) {
+        super("not_held", status, message, options);
+        this.lockName = lockName;
+    }
+}
+/** LeaseReleasedError is the reason of a lease's signal after its holder released it. */
+export class LeaseReleasedError extends NotHeldError {
+}
+/**
+ * LeaseExpiredError is the reason of a lease's signal when its local deadline passed
+ * without a successful renewal; `cause` is the last renewal's error, if one failed.
+ */
+export class LeaseExpiredError extends NotHeldError {
+}
+/** TooLargeError: the request body (a value) is over the server's limit (413). */
+export class TooLargeError extends FenceError {
+}
+/** NotImplementedError: the server's store lacks the feature (501): no KV, heal or inspect. */
+export class NotImplementedError extends FenceError {
+}
+/**
+ * UnavailableError: the store is unavailable or the server is shutting down (503), or
+ * the server could not be reached at all: then it reads `cannot reach the fence server
+ * at URL: REASON` and `status` is undefined (or the 502/503/504 of a proxy).
+ */
+export class UnavailableError extends FenceError {
+}
+const str = (v) => (typeof v === "string" ? v : "");
+const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+/**
+ * Returns the error an error answer describes: the subclass of its code, with the
+ * body's detail, reading as the body's `"error"`. A code this client does not know
+ * gives a plain FenceError with that code.
+ */
+export function errorFromBody(status, body) {
+    const code = str(body.code);
+    const msg = str(body.error) || `server answered ${status} ${code}`;
+    switch (code) {
+        case "invalid":
+            return new InvalidError(status, msg, str(body.field), str(body.reason));
+        case "unauthorized":
+            return new UnauthorizedError("unauthorized", status, msg);
+        case "not_found":
+            return new NotFoundError("not_found", status, msg);
+        case "held":
+            return new HeldError(status, msg, str(body.name), num(body.expires_in_ms));
+        case "stale_token":
+            return new StaleTokenError(status, msg, str(body.key), num(body.highest), num(body.token), body.same_token === true);
+        case "wrong_lock":
+            return new WrongLockError(status, msg, str(body.key), str(body.lock), str(body.got));
+        case "token_exhausted":
+            return new TokenExhaustedError("token_exhausted", status, msg);
+        case "not_held":
+            return new NotHeldError(status, msg, str(body.name));
+        case "too_large":
+            return new TooLargeError("too_large", status, msg);
+        case "not_implemented":
+            return new NotImplementedError("not_implemented", status, msg);
+        case "unavailable":
+            return new UnavailableError("unavailable", status, msg);
+    }
+    return new FenceError(code, status, msg);
+}

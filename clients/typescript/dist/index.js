@@ -1,0 +1,17 @@
+/**
+ * Client of `fence serve`, fence's lock server: fenced locks whose grants carry
+ * fencing tokens, and the fenced key-value store, over the HTTP API v1.
+ *
+ * ```js
+ * import { FenceClient } from "@fencelock/fence";
+ * const fence = new FenceClient(); // $FENCE_SERVER or http://127.0.0.1:7420
+ * await fence.withLock("report", async (lease, signal) => {
+ *   await fence.kv.put("ledger", "balance=100", lease); // refused if a later holder wrote
+ * });
+ * ```
+ *
+ * @module
+ */
+export { FenceClient, KV, DEFAULT_SERVER, } from "./client.js";
+export { Lease } from "./lease.js";
+export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, StaleTokenError, WrongLockError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, } from "./errors.js";

@@ -1,0 +1,32 @@
+import { InvalidError } from "./errors.js";
+/** The longest lock name or key, in UTF-8 bytes. */
+export declare const MAX_NAME_BYTES = 255;
+/** The longest lease, in ms (24h). */
+export declare const MAX_TTL_MS = 86400000;
+/** The largest token: 2^53-1, which JSON numbers carry exactly. */
+export declare const MAX_TOKEN: number;
+/** quote renders a value as Go's %q does for the cases that matter here. */
+export declare function quote(s: string): string;
+/** opName is `op "name"`, or `op` alone without a name. */
+export declare function opName(op: string, name: string): string;
+/** invalid returns the InvalidError of field (with its value, unless secret) for op on name. */
+export declare function invalid(op: string, name: string, field: string, value: string | undefined, reason: string): InvalidError;
+/**
+ * checkName throws the InvalidError of a bad lock name or key (field "name" or
+ * "key"): not a string, empty, over 255 bytes, not valid UTF-8, or with a control
+ * character. The error names op only, since the name itself is what is wrong.
+ */
+export declare function checkName(op: string, field: "name" | "key", v: unknown): string;
+/** checkTTL throws the InvalidError of a ttlMs that is not an integer in [1, 86400000]. */
+export declare function checkTTL(op: string, name: string, v: unknown): number;
+/** checkWait throws the InvalidError of a waitMs that is not a number >= 0 (Infinity: wait until acquired). */
+export declare function checkWait(op: string, name: string, v: unknown): number;
+/** checkToken throws the InvalidError of a token that is not an integer in [1, 2^53-1]. */
+export declare function checkToken(op: string, name: string, field: string, v: unknown): number;
+/** checkLeaseId throws the InvalidError of a lease id that is not 1 to 128 printable ASCII characters; it never echoes the id. */
+export declare function checkLeaseId(op: string, name: string, v: unknown): string;
+/**
+ * escapeSegment escapes s as one URL path segment that the server decodes back to s
+ * exactly: '/' as %2F, and '.' as %2E so that "." and ".." are not dot segments.
+ */
+export declare function escapeSegment(s: string): string;

@@ -1,0 +1,543 @@
+import { type ErrorBody, FenceError, HeldError, InvalidError, LeaseReleasedError, NotHeldError, UnavailableError, errorFromBody } from "./errors.js";
+import { Lease, type LeaseOps } from "./lease.js";
+import { checkLeaseId, checkName, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
+
+/** The server a client talks to when neither the options nor FENCE_SERVER name one. */
+export const DEFAULT_SERVER = "http://127.0.0.1:7420";
+
+/** Options of a {@link FenceClient}. Every field is optional. */
+export interface FenceClientOptions {
+  /**
+   * The server: `http://HOST:PORT` or `https://HOST:PORT` (a path prefix is kept), or
+   * a bare `HOST:PORT` for `http://HOST:PORT`. Default: `$FENCE_SERVER`, else
+   * http://127.0.0.1:7420.
+   */
+  server?: string;
+  /** The bearer token sent as `Authorization: Bearer TOKEN`. Default: `$FENCE_AUTH_TOKEN`. */
+  authToken?: string;
+  /** The bound of one request beyond its long poll, in ms. Default 30000. */
+  requestTimeoutMs?: number;
+  /** The longest wait asked of the server in one long poll, in ms; a longer wait is several polls. Default 30000. */
+  maxPollMs?: number;
+}
+
+/** Options of {@link FenceClient.acquire}. */
+export interface AcquireOptions {
+  /** The lease's TTL in ms, 1 to 86400000. Default 30000. */
+  ttlMs?: number;
+  /** How long to wait for the lock, in ms: 0 (the default) tries once, Infinity waits until acquired. */
+  waitMs?: number;
+  /** Aborts the wait: acquire then rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Renew the lease every ttl/3 until it is released or lost. Default true. */
+  autoRenew?: boolean;
+}
+
+/** Options of {@link FenceClient.withLock}: those of acquire, but waitMs defaults to Infinity. */
+export interface WithLockOptions extends AcquireOptions {}
+
+/** The fence of a write: the lock whose counter issued the token, the token, and optionally the lease id. */
+export interface FenceSpec {
+  /** The lock's name. */
+  lock: string;
+  /** The fencing token. */
+  token: number;
+  /** The lease id; without it, a write with a token equal to the key's highest is refused. */
+  lease?: string;
+}
+
+/** A value of the fenced store, with the fence that wrote it. */
+export interface KVItem {
+  /** The value's bytes. */
+  value: Uint8Array;
+  /** The token of the write that stored it. */
+  token: number;
+  /** The lock that fences the key. */
+  lock: string;
+  /** Returns the value decoded as UTF-8. */
+  text(): string;
+}
+
+/** The state of a lock, as {@link FenceClient.inspect} returns it. */
+export interface LockInfo {
+  name: string;
+  held: boolean;
+  /** The current holder's token (0 when not held). */
+  token: number;
+  /** The last token granted (0 if never). */
+  lastToken: number;
+  /** What the holder's lease has left, in ms (0 when not held). */
+  expiresInMs: number;
+}
+
+/** A value to store: a string (as UTF-8) or bytes. */
+export type Value = string | Uint8Array | ArrayBuffer;
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  body: Uint8Array;
+}
+
+interface RequestInit2 {
+  json?: unknown;
+  body?: Uint8Array;
+  headers?: Record<string, string>;
+  signal?: AbortSignal | undefined;
+  /** Added to the request timeout: the long poll asked of the server. */
+  extraMs?: number;
+}
+
+const MIN_BACKOFF_MS = 50;
+const MAX_BACKOFF_MS = 1000;
+const env = (k: string): string | undefined => (typeof process === "undefined" ? undefined : process.env[k]) || undefined;
+const textDecoder = new TextDecoder();
+
+/**
+ * FenceClient talks to a `fence serve` server (HTTP API v1) with the global fetch.
+ * It is safe to share; it keeps no state but its options.
+ *
+ * Errors: every method rejects with a {@link FenceError}. For an answer of the server,
+ * its message is the server's `"error"` line verbatim and its class is that of the
+ * code ({@link HeldError}, {@link StaleTokenError}, ...). A server that cannot be
+ * reached gives an {@link UnavailableError} reading `cannot reach the fence server at
+ * URL: REASON`. Bad arguments give an {@link InvalidError} before any request. A
+ * caller's aborted signal rejects with the signal's reason, as fetch does.
+ */
+export class FenceClient {
+  /** The server's base URL, without a trailing slash. */
+  readonly server: string;
+  /** The fenced key-value store of the server. */
+  readonly kv: KV;
+
+  #auth: string | undefined;
+  #timeoutMs: number;
+  #maxPollMs: number;
+  #ops: LeaseOps;
+
+  /**
+   * Returns a client of the server in options (see {@link FenceClientOptions}); a
+   * string is the server alone. Throws an {@link InvalidError} if the server is not an
+   * http(s) URL or HOST:PORT, or a timeout is not a positive number.
+   */
+  constructor(options: FenceClientOptions | string = {}) {
+    if (typeof options === "string") options = { server: options };
+    this.server = parseServer(options.server ?? env("FENCE_SERVER") ?? DEFAULT_SERVER);
+    this.#auth = options.authToken ?? env("FENCE_AUTH_TOKEN");
+    this.#timeoutMs = positive("requestTimeoutMs", options.requestTimeoutMs ?? 30_000);
+    this.#maxPollMs = positive("maxPollMs", options.maxPollMs ?? 30_000);
+    this.kv = new KV(this);
+    this.#ops = {
+      renew: (name, id, o) => this.renew(name, id, o),
+      release: (name, id) => this.release(name, id),
+    };
+  }
+
+  /**
+   * Acquires the lock `name` and resolves with its {@link Lease}, which renews itself
+   * unless autoRenew is false.
+   *
+   * With waitMs, the server long-polls (woken by the release); a wait longer than one
+   * poll is several, and an unreachable or restarting server is retried with backoff
+   * until the wait is over. The lease's local deadline counts from when the granting
+   * request was sent plus the server's waited_ms, so it is never later than the
+   * server's expiry.
+   *
+   * Rejects with a {@link HeldError} if the lock stayed held (expiresInMs: what the
+   * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs
+   * or waitMs; an {@link UnavailableError} if the server cannot be reached (it may
+   * have granted a lease nobody learns of; it expires after its TTL); the signal's
+   * reason if the signal aborted the wait.
+   */
+  async acquire(name: string, opts: AcquireOptions = {}): Promise<Lease> {
+    const op = "acquire";
+    checkName(op, "name", name);
+    const ttlMs = checkTTL(op, name, opts.ttlMs ?? 30_000);
+    const waitMs = checkWait(op, name, opts.waitMs ?? 0);
+    const signal = opts.signal;
+    const path = `/v1/locks/${escapeSegment(name)}/acquire`;
+    const waitEnd = now() + waitMs; // Infinity for ever
+    let backoff = MIN_BACKOFF_MS;
+    for (;;) {
+      signal?.throwIfAborted();
+      const left = waitEnd - now();
+      const poll = left <= 0 ? 0 : Math.max(1, Math.ceil(Math.min(left, this.#maxPollMs)));
+      const start = now();
+      let err: unknown;
+      try {
+        const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll }, signal, extraMs: poll });
+        return this.#lease(op, name, resp, start, opts.autoRenew ?? true);
+      } catch (e) {
+        err = e;
+      }
+      if (signal?.aborted) throw signal.reason;
+      const waitLeft = waitEnd - now() > 0;
+      if (err instanceof HeldError && waitLeft) {
+        backoff = MIN_BACKOFF_MS;
+        continue; // the server's poll ended before our wait: poll again
+      }
+      if (err instanceof UnavailableError && waitLeft) {
+        // Restarting or draining (it ends long polls with 503): back off and retry.
+        await sleep(Math.min(backoff, waitEnd - now()), signal);
+        backoff = Math.min(2 * backoff, MAX_BACKOFF_MS);
+        continue;
+      }
+      throw err;
+    }
+  }
+
+  #lease(op: string, name: string, r: Record<string, unknown>, start: number, autoRenew: boolean): Lease {
+    const { token, lease, ttl_ms: ttl, waited_ms: waited } = r;
+    if (
+      r.name !== name ||
+      typeof token !== "number" || !Number.isSafeInteger(token) || token < 1 ||
+      typeof lease !== "string" || lease === "" ||
+      typeof ttl !== "number" || ttl <= 0 ||
+      typeof waited !== "number" || waited < 0
+    ) {
+      throw this.#malformed(op, name);
+    }
+    // The server's store started the TTL waited_ms after the server got the request,
+    // which left here no later than start. Never date it after now.
+    const began = Math.min(start + waited, now());
+    return new Lease({ ops: this.#ops, name, token, id: lease, ttlMs: ttl, start: began, autoRenew });
+  }
+
+  /**
+   * Extends the lease `leaseId` of `name` to ttlMs (default 30000) from now. Most
+   * callers use {@link Lease.renew} or auto-renew instead. Rejects with a
+   * {@link NotHeldError} if the lease is gone (or not yours), an {@link InvalidError}
+   * for bad arguments, an {@link UnavailableError} if the server cannot be reached.
+   */
+  async renew(name: string, leaseId: string, opts: { ttlMs?: number; signal?: AbortSignal | undefined } = {}): Promise<void> {
+    const op = "renew";
+    checkName(op, "name", name);
+    checkLeaseId(op, name, leaseId);
+    const ttlMs = checkTTL(op, name, opts.ttlMs ?? 30_000);
+    await this.#json(op, name, "POST", `/v1/locks/${escapeSegment(name)}/renew`, { json: { lease: leaseId, ttl_ms: ttlMs }, signal: opts.signal });
+  }
+
+  /**
+   * Releases the lease `leaseId` of `name` and wakes the server's waiters. Most callers
+   * use {@link Lease.release}. Rejects with a {@link NotHeldError} if the lease is no
+   * longer held (or not yours), an {@link InvalidError} for bad arguments, an
+   * {@link UnavailableError} if the server cannot be reached (retrying is safe).
+   */
+  async release(name: string, leaseId: string): Promise<void> {
+    const op = "release";
+    checkName(op, "name", name);
+    checkLeaseId(op, name, leaseId);
+    await this.#json(op, name, "POST", `/v1/locks/${escapeSegment(name)}/release`, { json: { lease: leaseId } });
+  }
+
+  /**
+   * Tells the server that a resource saw token `seen` for lock `name`, so that its next
+   * grant's token is higher (for stores whose counters can go backwards). Rejects with
+   * a {@link NotImplementedError} if the server's store has nothing to heal, an
+   * {@link InvalidError} for bad arguments, an {@link UnavailableError} if the server
+   * cannot be reached (healing again is safe).
+   */
+  async heal(name: string, seen: number): Promise<void> {
+    const op = "heal";
+    checkName(op, "name", name);
+    checkToken(op, name, "seen", seen);
+    await this.#json(op, name, "POST", `/v1/locks/${escapeSegment(name)}/heal`, { json: { seen } });
+  }
+
+  /**
+   * Resolves with the state of the lock `name`. Rejects with a
+   * {@link NotImplementedError} if the server's store cannot report it, an
+   * {@link InvalidError} for a bad name, an {@link UnavailableError} if the server
+   * cannot be reached.
+   */
+  async inspect(name: string): Promise<LockInfo> {
+    const op = "inspect";
+    checkName(op, "name", name);
+    const r = await this.#json(op, name, "GET", `/v1/locks/${escapeSegment(name)}`, {});
+    const n = (v: unknown): number => (typeof v === "number" ? v : 0);
+    return { name: String(r.name ?? name), held: r.held === true, token: n(r.token), lastToken: n(r.last_token), expiresInMs: n(r.expires_in_ms) };
+  }
+
+  /**
+   * Acquires `name` (waiting until acquired unless opts.waitMs bounds it), runs
+   * `fn(lease, signal)` and releases the lease when fn settles. `signal` aborts when the
+   * lease is lost (or when opts.signal aborts): stop work on it, and fence every write
+   * with the lease.
+   *
+   * Resolves with fn's result. Rejects with fn's error if it threw; else with a
+   * {@link NotHeldError} if the lease was lost while fn ran, even though fn finished: the
+   * signal's reason, or the release's 410 if the loss was not yet known; and with
+   * acquire's errors. A release that fails because the
+   * server cannot be reached is not an error of the work: the lease then expires after
+   * its TTL.
+   */
+  async withLock<T>(name: string, fn: (lease: Lease, signal: AbortSignal) => T | Promise<T>, opts: WithLockOptions = {}): Promise<T> {
+    if (typeof fn !== "function") throw invalid("withLock", typeof name === "string" ? name : "", "fn", undefined, "must be a function");
+    const lease = await this.acquire(name, { ...opts, waitMs: opts.waitMs ?? Infinity, autoRenew: opts.autoRenew ?? true });
+    const signal = opts.signal ? AbortSignal.any([lease.signal, opts.signal]) : lease.signal;
+    let result: T;
+    try {
+      result = await fn(lease, signal);
+    } catch (err) {
+      // Release even a lost lease: the server may still hold it (the local deadline
+      // is earlier than the server's), and releasing frees it for the next holder.
+      await lease.release().catch(() => undefined);
+      throw err;
+    }
+    const reason: unknown = lease.signal.aborted ? lease.signal.reason : undefined;
+    const lost = reason !== undefined && !(reason instanceof LeaseReleasedError) ? reason : undefined; // fn may release it itself
+    try {
+      await lease.release();
+    } catch (err) {
+      // 410: the lease ended before the release, so fn ran (partly) without it.
+      if (lost === undefined && err instanceof NotHeldError) throw err;
+    }
+    if (lost !== undefined) throw lost;
+    return result;
+  }
+
+  /** The request of a lock or key operation: resolves with the 200 answer's JSON object. */
+  async #json(op: string, name: string, method: string, path: string, init: RequestInit2): Promise<Record<string, unknown>> {
+    const r = await this.request(method, path, init);
+    if (r.status !== 200) throw this.#answerError(r);
+    let v: unknown;
+    try {
+      v = JSON.parse(textDecoder.decode(r.body));
+    } catch {
+      throw this.#malformed(op, name);
+    }
+    if (v === null || typeof v !== "object" || Array.isArray(v)) throw this.#malformed(op, name);
+    return v as Record<string, unknown>;
+  }
+
+  /**
+   * Sends one request and reads its whole answer, whatever its status. Used by KV; not
+   * part of the public API.
+   * @internal
+   */
+  async request(method: string, path: string, init: RequestInit2): Promise<Answer> {
+    const headers: Record<string, string> = { ...init.headers };
+    let body: Uint8Array | string | undefined = init.body;
+    if (init.json !== undefined) {
+      body = JSON.stringify(init.json);
+      headers["Content-Type"] = "application/json";
+    }
+    if (this.#auth) headers["Authorization"] = `Bearer ${this.#auth}`;
+    const timeout = AbortSignal.timeout(this.#timeoutMs + (init.extraMs ?? 0));
+    const signal = init.signal ? AbortSignal.any([init.signal, timeout]) : timeout;
+    try {
+      // Never follow a redirect: the server sends none, and one from elsewhere (a
+      // proxy cleaning a path) could point the request at another lock.
+      const res = await fetch(this.server + path, { method, headers, body, signal, redirect: "manual" });
+      const data = new Uint8Array(await res.arrayBuffer());
+      return { status: res.status, headers: res.headers, body: data };
+    } catch (err) {
+      if (init.signal?.aborted) throw init.signal.reason;
+      throw new UnavailableError("unavailable", undefined, `cannot reach the fence server at ${this.server}: ${reachReason(err)}`, { cause: err });
+    }
+  }
+
+  /** Returns the error of a non-200 answer: the server's error, or a description of a foreign answer. */
+  #answerError(r: Answer): FenceError {
+    let body: ErrorBody | undefined;
+    try {
+      const v: unknown = JSON.parse(textDecoder.decode(r.body));
+      if (v !== null && typeof v === "object" && typeof (v as ErrorBody).code === "string" && (v as ErrorBody).code !== "") body = v as ErrorBody;
+    } catch {
+      // not fence's JSON: described below
+    }
+    if (body) return errorFromBody(r.status, body);
+    const status = `${r.status} ${STATUS_TEXT[r.status] ?? ""}`.trimEnd();
+    if (r.status === 502 || r.status === 503 || r.status === 504) {
+      return new UnavailableError("unavailable", r.status, `cannot reach the fence server at ${this.server}: ${status}`);
+    }
+    let text = textDecoder.decode(r.body).split(/\s+/).filter(Boolean).join(" ");
+    if (text.length > 200) text = text.slice(0, 200) + "...";
+    return new FenceError("unexpected", r.status, `unexpected answer from ${this.server} (not a fence server?): ${status}${text ? ": " + text : ""}`);
+  }
+
+  /** @internal */
+  answerError(r: Answer): FenceError {
+    return this.#answerError(r);
+  }
+
+  #malformed(op: string, name: string): FenceError {
+    return new UnavailableError("unavailable", 200, `${opName(op, name)}: malformed answer from the fence server at ${this.server}`);
+  }
+
+  /** @internal */
+  malformed(op: string, name: string): FenceError {
+    return this.#malformed(op, name);
+  }
+}
+
+/**
+ * KV is the server's fenced key-value store: a write is stored only if its fence's
+ * token is at least the highest the key has accepted (and of the lock that fences it).
+ * Get it as {@link FenceClient.kv}.
+ */
+export class KV {
+  #c: FenceClient;
+
+  /** Returns the store of client c; use {@link FenceClient.kv}. */
+  constructor(c: FenceClient) {
+    this.#c = c;
+  }
+
+  /**
+   * Stores value under key if the server admits the fence (a {@link FenceSpec} or a
+   * {@link Lease}). Rejects with a {@link StaleTokenError} (highest: the key's token) or a
+   * {@link WrongLockError} when the write is refused and changed nothing; an
+   * {@link InvalidError} for a bad key, fence or value; a {@link TooLargeError} for a value
+   * over the server's limit; a {@link NotImplementedError} if the server has no store;
+   * an {@link UnavailableError} if the server cannot be reached (the write may or may
+   * not have happened).
+   */
+  async put(key: string, value: Value, fence: FenceSpec | Lease): Promise<void> {
+    const op = "put";
+    checkName(op, "key", key);
+    const headers = fenceHeaders(op, key, fence);
+    let body: Uint8Array;
+    if (typeof value === "string") body = new TextEncoder().encode(value);
+    else if (value instanceof Uint8Array) body = value;
+    else if (value instanceof ArrayBuffer) body = new Uint8Array(value);
+    else throw invalid(op, key, "value", undefined, "must be a string, a Uint8Array or an ArrayBuffer");
+    headers["Content-Type"] = "application/octet-stream";
+    const r = await this.#c.request("PUT", `/v1/kv/${escapeSegment(key)}`, { headers, body });
+    if (r.status !== 200) throw this.#c.answerError(r);
+  }
+
+  /**
+   * Advances key's fence to `fence` without writing a value. Rejects as
+   * {@link KV.put} does, and with a {@link NotImplementedError} if the store cannot fence
+   * without writing.
+   */
+  async fence(key: string, fence: FenceSpec | Lease): Promise<void> {
+    const op = "fence";
+    checkName(op, "key", key);
+    const headers = fenceHeaders(op, key, fence);
+    const r = await this.#c.request("POST", `/v1/fences/${escapeSegment(key)}`, { headers });
+    if (r.status !== 200) throw this.#c.answerError(r);
+  }
+
+  /**
+   * Resolves with the value under key and the fence that wrote it (never its lease id).
+   * Rejects with a {@link NotFoundError} if key was never written, an
+   * {@link InvalidError} for a bad key, an {@link UnavailableError} if the server cannot
+   * be reached.
+   */
+  async get(key: string): Promise<KVItem> {
+    const op = "get";
+    checkName(op, "key", key);
+    const r = await this.#c.request("GET", `/v1/kv/${escapeSegment(key)}`, {});
+    if (r.status !== 200) throw this.#c.answerError(r);
+    const tok = Number(r.headers.get("Fence-Token") ?? "");
+    let lock: string;
+    try {
+      lock = decodeURIComponent(r.headers.get("Fence-Lock") ?? "");
+    } catch {
+      throw this.#c.malformed(op, key);
+    }
+    if (!Number.isSafeInteger(tok) || tok < 1 || lock === "") throw this.#c.malformed(op, key);
+    const value = r.body;
+    return { value, token: tok, lock, text: () => textDecoder.decode(value) };
+  }
+}
+
+/** fenceHeaders checks a write's fence and returns its headers. */
+function fenceHeaders(op: string, key: string, f: FenceSpec | Lease): Record<string, string> {
+  if (f instanceof Lease) return { ...f.fence() };
+  if (f === null || typeof f !== "object") throw invalid(op, key, "fence", undefined, "must be a Lease or {lock, token, lease?}");
+  let lock: string;
+  try {
+    lock = checkName(op, "name", f.lock);
+  } catch (e) {
+    throw e instanceof InvalidError ? invalid(op, key, "lock", typeof f.lock === "string" ? f.lock : undefined, e.reason) : e;
+  }
+  const token = checkToken(op, key, "token", f.token);
+  const h: Record<string, string> = { "Fence-Token": String(token), "Fence-Lock": encodeURIComponent(lock) };
+  if (f.lease !== undefined) h["Fence-Lease"] = checkLeaseId(op, key, f.lease);
+  return h;
+}
+
+/** parseServer returns the base URL of s (http(s)://HOST:PORT[/path], or HOST:PORT), or throws an InvalidError. */
+function parseServer(s: string): string {
+  const bad = (): InvalidError =>
+    new InvalidError(undefined, `invalid server URL ${quote(String(s))}: want http://HOST:PORT or https://HOST:PORT`, "server", "want http://HOST:PORT or https://HOST:PORT");
+  if (typeof s !== "string" || s === "") throw bad();
+  const withScheme = /^[a-zA-Z][a-zA-Z0-9+.-]*:\/\//.test(s) ? s : `http://${s}`;
+  let u: URL;
+  try {
+    u = new URL(withScheme);
+  } catch {
+    throw bad();
+  }
+  if ((u.protocol !== "http:" && u.protocol !== "https:") || u.host === "" || u.search !== "" || u.hash !== "" || u.username !== "" || u.password !== "") {
+    throw bad();
+  }
+  return (u.origin + u.pathname).replace(/\/+$/, "");
+}
+
+function positive(field: string, v: unknown): number {
+  if (typeof v !== "number" || !(v > 0) || !Number.isFinite(v)) {
+    throw new InvalidError(undefined, `invalid client option ${field} ${quote(String(v))}: must be a positive number of ms`, field, "must be a positive number of ms");
+  }
+  return v;
+}
+
+/** reachReason says in a few words why a request got no answer. */
+function reachReason(err: unknown): string {
+  const e = err as { name?: string; message?: string; cause?: unknown };
+  if (e?.name === "TimeoutError") return "timeout";
+  let c = (e?.cause ?? e) as { name?: string; code?: string; message?: string; errors?: { code?: string }[] };
+  if (c?.name === "TimeoutError") return "timeout";
+  const code = c?.code ?? c?.errors?.find((x) => x?.code)?.code;
+  switch (code) {
+    case "ECONNREFUSED":
+      return "connection refused";
+    case "ECONNRESET":
+    case "EPIPE":
+      return "connection reset";
+    case "UND_ERR_SOCKET":
+      return "connection closed";
+    case "ETIMEDOUT":
+    case "UND_ERR_CONNECT_TIMEOUT":
+    case "UND_ERR_HEADERS_TIMEOUT":
+    case "UND_ERR_BODY_TIMEOUT":
+      return "timeout";
+    case "ENOTFOUND":
+      return "no such host";
+    case "EAI_AGAIN":
+      return "DNS lookup failed";
+    case "EHOSTUNREACH":
+    case "ENETUNREACH":
+      return "no route to host";
+  }
+  if (code && /CERT|TLS|SSL|UNABLE_TO_VERIFY|SELF_SIGNED/.test(code)) return `TLS: ${c.message ?? code}`;
+  return c?.message || e?.message || String(err);
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(done, Math.max(0, ms));
+    function done(): void {
+      signal?.removeEventListener("abort", abort);
+      resolve();
+    }
+    function abort(): void {
+      clearTimeout(t);
+      reject(signal!.reason);
+    }
+    signal?.addEventListener("abort", abort, { once: true });
+  });
+}
+
+const now = (): number => performance.now();
+
+const STATUS_TEXT: Record<number, string> = {
+  301: "Moved Permanently", 302: "Found", 307: "Temporary Redirect", 308: "Permanent Redirect",
+  400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+  409: "Conflict", 410: "Gone", 413: "Content Too Large", 500: "Internal Server Error", 501: "Not Implemented",
+  502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
+};

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs the TypeScript client's tests against a real `fence serve` built from this
+# repository. Callable from anywhere (CI: bash clients/typescript/test.sh from the
+# repo root). Needs Node.js >= 20 with npm, and Go (or FENCE_BIN, a built fence).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+if ! command -v node >/dev/null 2>&1; then
+	echo "clients/typescript/test.sh: node not found: install Node.js 20.3 or later (Debian: apt-get install nodejs npm)" >&2
+	exit 1
+fi
+major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "$major" -lt 20 ]; then
+	echo "clients/typescript/test.sh: Node.js $(node --version) is too old: the client needs 20.3 or later" >&2
+	exit 1
+fi
+
+cd "$here"
+# npm ci when node_modules is missing or older than the lock file.
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+	npm ci --no-audit --no-fund
+fi
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/fence-ts-test.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+if [ -z "${FENCE_BIN:-}" ]; then
+	if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+		PATH="$PATH:/usr/local/go/bin"
+	fi
+	(cd "$root" && go build -o "$tmp/fence" ./cmd/fence)
+	export FENCE_BIN="$tmp/fence"
+fi
+
+# Type-check the sources, then run the tests (dist.test.mjs also checks that the
+# committed dist/ is what tsc makes of src/).
+node node_modules/typescript/bin/tsc -p tsconfig.json --noEmit
+node --test test/*.test.mjs
