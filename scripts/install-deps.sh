@@ -16,6 +16,7 @@
 #   ZooKeeper  zkServer.sh, its jars and java   (zookeeper; the zookeeper package's
 #              tests run it)
 #   curl       the README tours use it; cmd/fence's docs test runs them as written
+#   node, npm  the TypeScript client's tests (Node.js >= 20.3; this machine kind ships 20)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -61,6 +62,8 @@ required=(
 	"mariadb-server mariadbd mariadb-install-db"
 	"zookeeper zkServer.sh java"
 	"curl curl"
+	"nodejs node"
+	"npm npm"
 )
 optional=()
 

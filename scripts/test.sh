@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: the one test command, for developers and CI (.ci/run).
 #
-#   scripts/test.sh            everything: deps, gofmt, go vet, go test -race ./...
+#   scripts/test.sh            everything: deps, gofmt, go vet, go test -race ./..., then
+#                              the TypeScript and Python clients' and the dashboard's tests
 #   scripts/test.sh -short     skip the integration tests that start real servers
 #   scripts/test.sh -run Foo   any other go test flags are passed through
 #   CI=true scripts/test.sh    as .ci/run: also -count=1, no cached test results
@@ -45,4 +46,13 @@ fi
 step "go test ${testflags[*]} ${*:+$* }./..."
 go test "${testflags[@]}" "$@" ./... || fail "go test"
 
-printf '\nPASS: gofmt, go vet and go test -race all passed (%ds)\n' "$SECONDS"
+# The clients in other languages and the dashboard's browser test run against a real
+# fence serve too; they run with the whole suite, not with go test flags of their own.
+if [ $# -eq 0 ]; then
+	for t in clients/typescript/test.sh; do
+		step "$t"
+		bash "$t" || fail "$t"
+	done
+fi
+
+printf '\nPASS: gofmt, go vet, go test -race and the clients passed (%ds)\n' "$SECONDS"
