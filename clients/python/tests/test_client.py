@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import socket
@@ -472,6 +473,58 @@ class TestServerURL(Base):
         waited = time.monotonic() - start
         self.assertGreaterEqual(waited, 0.6)
         self.assertLess(waited, 5)
+
+
+class _Foreign(http.server.BaseHTTPRequestHandler):
+    """Answers as a proxy or another server would: pages that are not fence's JSON."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, headers, body = {
+            "/v1/locks/gateway/acquire": (502, {}, b"<html>Bad Gateway</html>"),
+            "/v1/locks/redirect/acquire": (307, {"Location": "/v1/locks/other/acquire"}, b""),
+        }.get(self.path, (404, {}, b"<html>\n  no such page\n</html>"))
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class TestForeignAnswers(unittest.TestCase):
+    def setUp(self) -> None:
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
+        t = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 5)
+        self.addCleanup(self.httpd.server_close)
+        self.addCleanup(self.httpd.shutdown)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        self.client = fence.Client(self.url)
+
+    def test_a_gateway_error_page_is_unavailable(self) -> None:
+        with self.assertRaises(fence.UnavailableError) as cm:
+            self.client.acquire("gateway", ttl=1)
+        self.assertEqual(str(cm.exception), "cannot reach the fence server at %s: 502 Bad Gateway" % self.url)
+        self.assertEqual(cm.exception.status, 502)
+
+    def test_another_servers_page_is_named_as_such(self) -> None:
+        with self.assertRaises(fence.NotFoundError) as cm:
+            self.client.acquire("elsewhere", ttl=1)
+        self.assertEqual(
+            str(cm.exception),
+            "unexpected answer from %s (not a fence server?): 404 Not Found: <html> no such page </html>" % self.url,
+        )
+
+    def test_a_redirect_is_never_followed(self) -> None:
+        with self.assertRaises(fence.FenceError) as cm:
+            self.client.acquire("redirect", ttl=1)
+        self.assertEqual(cm.exception.status, 307)
+        self.assertIn("not a fence server?", str(cm.exception))
 
 
 class TestHeal(Base):

@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Dict, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from ._errors import (
     FenceError,
@@ -99,6 +99,14 @@ def _is_control(ch: str) -> bool:
     return o < 0x20 or 0x7F <= o < 0xA0
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _valid_lease_id(v: str) -> bool:
+    return 0 < len(v) <= MAX_LEASE_ID_BYTES and all("!" <= c <= "~" for c in v)
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -144,7 +152,7 @@ def _check_lease_id(op: str, name: str, lease_id: Any, field: str = "lease") -> 
         raise _invalid(op, name, field, None, "is empty")
     if len(lease_id) > MAX_LEASE_ID_BYTES:
         raise _invalid(op, name, field, None, "is %d bytes, longer than %d" % (len(lease_id), MAX_LEASE_ID_BYTES))
-    if any(not ("!" <= c <= "~") for c in lease_id):
+    if not _valid_lease_id(lease_id):
         raise _invalid(op, name, field, None, "must be printable ASCII without spaces")
     return lease_id
 
@@ -303,7 +311,7 @@ class Client:
                 raise InvalidError("invalid %s %r: must be a positive number of seconds" % (field, v), field=field)
         self.timeout: float = float(timeout)
         self.max_poll: float = float(max_poll)
-        handlers: list = [_NoRedirect()]
+        handlers: List[urllib.request.BaseHandler] = [_NoRedirect()]
         host = urllib.parse.urlsplit(self.server).hostname or ""
         if _is_loopback(host):
             handlers.append(urllib.request.ProxyHandler({}))  # never send loopback through a proxy
@@ -450,19 +458,21 @@ class Client:
             return self._lease_from(op, name, out, sent, auto_renew)
 
     def _lease_from(self, op: str, name: str, out: Dict[str, Any], sent: float, auto_renew: bool) -> Lease:
-        token, lease_id, ttl_ms, waited_ms = out.get("token"), out.get("lease"), out.get("ttl_ms"), out.get("waited_ms", 0)
-        ok = (
-            out.get("name") == name
-            and isinstance(token, int)
-            and 1 <= token <= MAX_TOKEN
-            and isinstance(lease_id, str)
-            and lease_id != ""
-            and isinstance(ttl_ms, int)
-            and ttl_ms > 0
-            and isinstance(waited_ms, int)
-            and waited_ms >= 0
-        )
-        if not ok:
+        token: Any = out.get("token")
+        lease_id: Any = out.get("lease")
+        ttl_ms: Any = out.get("ttl_ms")
+        waited_ms: Any = out.get("waited_ms", 0)
+        if (
+            out.get("name") != name
+            or not _is_int(token)
+            or not 1 <= token <= MAX_TOKEN
+            or not isinstance(lease_id, str)
+            or not _valid_lease_id(lease_id)
+            or not _is_int(ttl_ms)
+            or ttl_ms <= 0
+            or not _is_int(waited_ms)
+            or waited_ms < 0
+        ):
             raise self._malformed(op, name)
         # The store started the TTL waited_ms (rounded down) after the server got the
         # request, which left here at `sent`; never date the lease after now.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 __all__ = [
     "FenceError",
@@ -194,24 +194,22 @@ class InternalError(FenceError):
     code = "internal"
 
 
-_BY_CODE: Dict[str, Type[FenceError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidError,
-        TooLargeError,
-        UnauthorizedError,
-        NotFoundError,
-        MethodNotAllowedError,
-        HeldError,
-        StaleTokenError,
-        WrongLockError,
-        TokenExhaustedError,
-        NotHeldError,
-        NotSupportedError,
-        UnavailableError,
-        InternalError,
-    )
-}
+_CLASSES: Tuple[Type[FenceError], ...] = (
+    InvalidError,
+    TooLargeError,
+    UnauthorizedError,
+    NotFoundError,
+    MethodNotAllowedError,
+    HeldError,
+    StaleTokenError,
+    WrongLockError,
+    TokenExhaustedError,
+    NotHeldError,
+    NotSupportedError,
+    UnavailableError,
+    InternalError,
+)
+_BY_CODE: Dict[str, Type[FenceError]] = {c.code: c for c in _CLASSES}
 
 _BY_STATUS: Dict[int, Type[FenceError]] = {
     400: InvalidError,
@@ -237,7 +235,7 @@ def error_from_answer(status: int, body: Dict[str, Any]) -> FenceError:
         code = ""
     if not isinstance(message, str) or message == "":
         message = "server answered %d %s" % (status, code)
-    cls = _BY_CODE.get(code) or _BY_STATUS.get(status, FenceError)
+    cls = _BY_CODE.get(code, _BY_STATUS.get(status, FenceError))
     return cls(message, status=status, code=code or cls.code, body=body)
 
 
