@@ -1,0 +1,76 @@
+"""fence: fenced distributed locks from Python, over the HTTP API of `fence serve`.
+
+Standard library only. Every grant carries a fencing token; a resource that keeps the
+highest token it has seen refuses writes of older holders. The server's fenced
+key-value store is such a resource::
+
+    import fence
+
+    client = fence.Client()                  # $FENCE_SERVER, else http://127.0.0.1:7420
+    with client.lock("nightly", ttl=30, wait=60) as lease:
+        client.put("ledger", b"balance=100", lease=lease)
+
+    with fence.lock("nightly", ttl=30) as lease:   # the same, on a default client
+        ...
+
+Errors are FenceError subclasses, one per error code of the API; their message is the
+server's "error" line verbatim.
+"""
+
+from __future__ import annotations
+
+from ._client import (
+    DEFAULT_SERVER,
+    FOREVER,
+    Client,
+    Item,
+    Lease,
+    LockContext,
+    default_client,
+    escape_name,
+    lock,
+)
+from ._errors import (
+    FenceError,
+    HeldError,
+    InternalError,
+    InvalidError,
+    MethodNotAllowedError,
+    NotFoundError,
+    NotHeldError,
+    NotSupportedError,
+    StaleTokenError,
+    TokenExhaustedError,
+    TooLargeError,
+    UnauthorizedError,
+    UnavailableError,
+    WrongLockError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "FOREVER",
+    "Client",
+    "Item",
+    "Lease",
+    "LockContext",
+    "default_client",
+    "escape_name",
+    "lock",
+    "FenceError",
+    "HeldError",
+    "InternalError",
+    "InvalidError",
+    "MethodNotAllowedError",
+    "NotFoundError",
+    "NotHeldError",
+    "NotSupportedError",
+    "StaleTokenError",
+    "TokenExhaustedError",
+    "TooLargeError",
+    "UnauthorizedError",
+    "UnavailableError",
+    "WrongLockError",
+]

@@ -1,0 +1,917 @@
+"""The client of `fence serve` (HTTP API v1): Client, Lease, Item and lock()."""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import ipaddress
+import json
+import math
+import os
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, Union
+
+from ._errors import (
+    FenceError,
+    HeldError,
+    InvalidError,
+    NotHeldError,
+    UnavailableError,
+    error_for_status,
+    error_from_answer,
+    quote,
+)
+
+__all__ = ["Client", "Lease", "Item", "LockContext", "lock", "default_client", "FOREVER", "DEFAULT_SERVER"]
+
+DEFAULT_SERVER = "http://127.0.0.1:7420"
+"""DEFAULT_SERVER is the server a Client talks to when neither its argument nor
+FENCE_SERVER names one."""
+
+FOREVER = math.inf
+"""FOREVER, as the wait of acquire or lock, waits until the lock is granted."""
+
+MAX_TOKEN = (1 << 53) - 1
+MAX_NAME_BYTES = 255
+MAX_LEASE_ID_BYTES = 128
+MIN_TTL = 0.001
+MAX_TTL = 86400.0
+
+HEADER_TOKEN = "Fence-Token"
+HEADER_LOCK = "Fence-Lock"
+HEADER_LEASE = "Fence-Lease"
+
+_MAX_RESPONSE_BYTES = 64 << 20
+_MIN_BACKOFF = 0.05
+_MAX_BACKOFF = 1.0
+
+Value = Union[bytes, bytearray, memoryview, str]
+
+
+# --- validation, worded as the server words it -------------------------------------
+
+
+def _op_name(op: str, name: str) -> str:
+    return "%s %s" % (op, quote(name)) if name else op
+
+
+def _invalid(op: str, name: str, field: str, value: Optional[str], reason: str) -> InvalidError:
+    if value is None or value == "":
+        fact = "invalid %s: %s" % (field, reason)
+    else:
+        if len(value) > 64:
+            value = value[:64] + "..."
+        fact = "invalid %s %s: %s" % (field, quote(value), reason)
+    return InvalidError("%s: %s" % (_op_name(op, name), fact), field=field, reason=reason)
+
+
+def _check_name(op: str, name: Any, field: str = "name", subject: str = "") -> str:
+    """Returns name if it is a valid lock name (or key, with field "key"): 1 to 255
+    bytes of UTF-8 without control characters. Raises InvalidError otherwise. The
+    message names op and subject (the lock or key concerned), not the bad name
+    itself, which the fact quotes."""
+    if not isinstance(name, str):
+        raise _invalid(op, subject, field, None, "must be a string, got %s" % type(name).__name__)
+    if name == "":
+        raise _invalid(op, subject, field, None, "is empty")
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _invalid(op, subject, field, None, "is not valid UTF-8") from None
+    if n > MAX_NAME_BYTES:
+        raise _invalid(op, subject, field, name, "is %d bytes, longer than %d" % (n, MAX_NAME_BYTES))
+    for ch in name:
+        if _is_control(ch):
+            raise _invalid(op, subject, field, None, "contains control character U+%04X" % ord(ch))
+    return name
+
+
+def _is_control(ch: str) -> bool:
+    o = ord(ch)
+    return o < 0x20 or 0x7F <= o < 0xA0
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _valid_lease_id(v: str) -> bool:
+    return 0 < len(v) <= MAX_LEASE_ID_BYTES and all("!" <= c <= "~" for c in v)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_ttl(op: str, name: str, ttl: Any) -> int:
+    """Returns ttl (seconds) as whole milliseconds, or raises InvalidError."""
+    if not _is_number(ttl):
+        raise _invalid(op, name, "ttl", None, "must be a number of seconds, got %s" % type(ttl).__name__)
+    if not (MIN_TTL <= ttl <= MAX_TTL):  # NaN fails too
+        raise _invalid(op, name, "ttl", repr(ttl), "must be between %g and %g seconds" % (MIN_TTL, MAX_TTL))
+    ms = round(ttl * 1000)
+    if abs(ms - ttl * 1000) > 1e-6:
+        raise _invalid(op, name, "ttl", repr(ttl), "must be a whole number of milliseconds")
+    return int(ms)
+
+
+def _check_wait(op: str, name: str, wait: Any) -> float:
+    """Returns wait in seconds (0 for None, math.inf for FOREVER), or raises InvalidError."""
+    if wait is None:
+        return 0.0
+    if not _is_number(wait):
+        raise _invalid(op, name, "wait", None, "must be a number of seconds or FOREVER, got %s" % type(wait).__name__)
+    if math.isnan(wait) or wait < 0:
+        raise _invalid(op, name, "wait", repr(wait), "must not be negative")
+    return float(wait)
+
+
+def _check_token(op: str, name: str, token: Any, field: str = "token") -> int:
+    if not isinstance(token, int) or isinstance(token, bool):
+        raise _invalid(op, name, field, None, "must be an integer, got %s" % type(token).__name__)
+    if token < 1:
+        raise _invalid(op, name, field, str(token), "must be at least 1")
+    if token > MAX_TOKEN:
+        raise _invalid(op, name, field, str(token), "is above the maximum %d" % MAX_TOKEN)
+    return token
+
+
+def _check_lease_id(op: str, name: str, lease_id: Any, field: str = "lease") -> str:
+    # A lease id is a credential: never put it in a message.
+    if not isinstance(lease_id, str):
+        raise _invalid(op, name, field, None, "must be a string, got %s" % type(lease_id).__name__)
+    if lease_id == "":
+        raise _invalid(op, name, field, None, "is empty")
+    if len(lease_id) > MAX_LEASE_ID_BYTES:
+        raise _invalid(op, name, field, None, "is %d bytes, longer than %d" % (len(lease_id), MAX_LEASE_ID_BYTES))
+    if not _valid_lease_id(lease_id):
+        raise _invalid(op, name, field, None, "must be printable ASCII without spaces")
+    return lease_id
+
+
+def escape_name(name: str) -> str:
+    """Returns name escaped as one URL path segment, '.' included, so that "." and
+    ".." are not dot segments and '/' travels as %2F (the server unescapes it back)."""
+    return urllib.parse.quote(name, safe="").replace(".", "%2E")
+
+
+def _escape_header(name: str) -> str:
+    """Returns a lock name escaped for the Fence-Lock header (a path segment's escaping;
+    plain names are unchanged by it)."""
+    return urllib.parse.quote(name, safe="")
+
+
+# --- the server URL -----------------------------------------------------------------
+
+
+def _server_url(server: Optional[str]) -> str:
+    """Returns the normalised base URL: server, else $FENCE_SERVER, else the default.
+    A bare HOST:PORT means http://HOST:PORT."""
+    given, source = server, "server"
+    if given is None or given == "":
+        given, source = os.environ.get("FENCE_SERVER", ""), "FENCE_SERVER"
+    if given == "":
+        return DEFAULT_SERVER
+    if not isinstance(given, str):
+        raise InvalidError(
+            "invalid server: must be a string, got %s" % type(given).__name__, field="server", reason="must be a string"
+        )
+    full = given if "://" in given else "http://" + given
+    bad = InvalidError(
+        "invalid %s %s: want http://HOST:PORT, https://HOST:PORT or HOST:PORT" % (source, quote(given)),
+        field="server",
+        reason="want http://HOST:PORT, https://HOST:PORT or HOST:PORT",
+    )
+    try:
+        u = urllib.parse.urlsplit(full)
+        u.port  # raises ValueError for a bad port
+    except ValueError:
+        raise bad from None
+    if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or "@" in u.netloc:
+        raise bad
+    if any(c.isspace() for c in full):
+        raise bad
+    return full.rstrip("/")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: the server sends none, and one from elsewhere (a proxy
+    cleaning a path) could point a request at another lock."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        return None
+
+
+def _reach_reason(exc: BaseException) -> str:
+    """Says in a few words why a request got no answer."""
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        exc = exc.reason
+    elif isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, (http.client.RemoteDisconnected, http.client.IncompleteRead)):
+        return "EOF"
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+        return "connection reset"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, socket.gaierror):
+        if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+            return "no such host"
+        return "DNS lookup failed: %s" % (exc.strerror or exc)
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "TLS: %s" % (exc.verify_message or exc.reason or exc)
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return "no route to host"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+# --- Item ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """Item is a value of the fenced KV store with the key's fence: ``lock``, the lock
+    whose counter fences the key, and ``token``, the highest token the key has
+    accepted (the last write's, or a later Client.fence's). The lease id is never
+    disclosed."""
+
+    value: bytes
+    token: int
+    lock: str
+
+    @property
+    def text(self) -> str:
+        """The value decoded as UTF-8 (raises UnicodeDecodeError if it is not)."""
+        return self.value.decode("utf-8")
+
+
+# --- Client -------------------------------------------------------------------------
+
+
+class Client:
+    """Client talks to a `fence serve` server (HTTP API v1). It is safe to use from
+    several threads.
+
+    ``server`` is the server's URL: ``http://HOST:PORT``, ``https://HOST:PORT`` or a
+    bare ``HOST:PORT`` (http); None means $FENCE_SERVER, else
+    ``http://127.0.0.1:7420``. ``token`` is the bearer token sent with every request;
+    None means $FENCE_AUTH_TOKEN (none if unset). ``timeout`` bounds one request in
+    seconds, beyond the long poll of a waiting acquire. ``max_poll`` is the longest
+    wait asked of the server in one long poll (the server caps it too, at its
+    --max-wait); a longer wait is several polls. ``ssl_context`` verifies an https
+    server (e.g. ``ssl.create_default_context(cafile=...)`` for a private CA).
+
+    Raises InvalidError for a bad server URL or option.
+
+    Every method raises a FenceError subclass: the one of the server's error code for
+    an answer (its message the server's "error" verbatim), UnavailableError
+    (``cannot reach the fence server at URL: REASON``) when there is no answer, and
+    InvalidError for arguments refused before any request.
+    """
+
+    def __init__(
+        self,
+        server: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        timeout: float = 30.0,
+        max_poll: float = 30.0,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        self.server: str = _server_url(server)
+        """The normalised base URL of the server, without a trailing slash."""
+        if token is None:
+            token = os.environ.get("FENCE_AUTH_TOKEN") or None
+        if token is not None and (not isinstance(token, str) or token.strip() == "" or any(c in token for c in "\r\n")):
+            raise InvalidError("invalid auth token: must be a non-empty string on one line", field="token")
+        self._auth = token.strip() if token else None
+        for field, v in (("timeout", timeout), ("max_poll", max_poll)):
+            if not _is_number(v) or not (0 < v < math.inf):
+                raise InvalidError("invalid %s %r: must be a positive number of seconds" % (field, v), field=field)
+        self.timeout: float = float(timeout)
+        self.max_poll: float = float(max_poll)
+        handlers: List[urllib.request.BaseHandler] = [_NoRedirect()]
+        host = urllib.parse.urlsplit(self.server).hostname or ""
+        if _is_loopback(host):
+            handlers.append(urllib.request.ProxyHandler({}))  # never send loopback through a proxy
+        if ssl_context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def __repr__(self) -> str:
+        return "fence.Client(%r)" % self.server
+
+    # --- transport ---
+
+    def _request(
+        self,
+        op: str,
+        name: str,
+        method: str,
+        path: str,
+        *,
+        body: Optional[bytes] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Tuple[int, http.client.HTTPMessage, bytes]:
+        """Sends one request and returns (status, headers, body) of a 200 answer.
+        Raises the FenceError of any other answer, UnavailableError without one."""
+        h = dict(headers or {})
+        if self._auth:
+            h["Authorization"] = "Bearer " + self._auth
+        if body is None and method in ("POST", "PUT"):
+            body = b""
+        req = urllib.request.Request(self.server + path, data=body, headers=h, method=method)
+        t = self.timeout if timeout is None else max(timeout, 0.001)
+        try:
+            with self._opener.open(req, timeout=t) as resp:
+                data = resp.read(_MAX_RESPONSE_BYTES)
+                return resp.status, resp.headers, data
+        except urllib.error.HTTPError as e:
+            try:
+                data = e.read(_MAX_RESPONSE_BYTES)
+            except (OSError, http.client.HTTPException):
+                data = b""
+            finally:
+                e.close()
+            raise self._answer_error(e.code, data) from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+            raise UnavailableError("cannot reach the fence server at %s: %s" % (self.server, _reach_reason(e))) from e
+
+    def _answer_error(self, status: int, data: bytes) -> FenceError:
+        body: Any = None
+        try:
+            body = json.loads(data.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            pass
+        if isinstance(body, dict) and isinstance(body.get("code"), str) and body["code"]:
+            return error_from_answer(status, body)
+        reason = "%d %s" % (status, http.client.responses.get(status, ""))
+        reason = reason.strip()
+        if status in (502, 503, 504):
+            return error_for_status(status, "cannot reach the fence server at %s: %s" % (self.server, reason))
+        text = " ".join(data.decode("utf-8", "replace").split())
+        if len(text) > 200:
+            text = text[:200] + "..."
+        if text:
+            reason += ": " + text
+        return error_for_status(status, "unexpected answer from %s (not a fence server?): %s" % (self.server, reason))
+
+    def _post_json(
+        self, op: str, name: str, path: str, payload: Dict[str, Any], timeout: Optional[float] = None
+    ) -> Dict[str, Any]:
+        data = json.dumps(payload).encode("utf-8")
+        _, _, raw = self._request(
+            op, name, "POST", path, body=data, headers={"Content-Type": "application/json"}, timeout=timeout
+        )
+        try:
+            out = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            out = None
+        if not isinstance(out, dict):
+            raise self._malformed(op, name)
+        return out
+
+    def _malformed(self, op: str, name: str) -> UnavailableError:
+        return UnavailableError("%s: malformed answer from the fence server at %s" % (_op_name(op, name), self.server))
+
+    # --- locks ---
+
+    def acquire(
+        self, name: str, ttl: float = 30, wait: Optional[float] = None, *, auto_renew: bool = False
+    ) -> Lease:
+        """Acquires the lock ``name`` for ``ttl`` seconds and returns its Lease.
+
+        ``wait`` is how long to wait for a held lock, in seconds: None or 0 tries
+        once, FOREVER waits until granted. The wait is a long poll woken by the
+        holder's release; one poll is capped (by max_poll and the server), so a
+        longer wait polls again until it is over. While the wait lasts, an
+        unreachable or restarting server is retried with backoff (50ms to 1s).
+
+        The lease's local deadline counts from when the granting request was sent,
+        plus the time the server says it held the request before the store started
+        the grant (waited_ms), never later than now: it is never later than the
+        server's expiry. With ``auto_renew`` the lease renews itself (see lock()).
+
+        Raises HeldError (with expires_in_ms) if the lock is still held when the wait
+        is over, InvalidError for a bad name, ttl or wait, UnavailableError if the
+        server cannot be reached (it may then have granted a lease nobody learns of;
+        it expires after ttl), UnauthorizedError, TokenExhaustedError.
+        """
+        op = "acquire"
+        name = _check_name(op, name)
+        ttl_ms = _check_ttl(op, name, ttl)
+        wait_s = _check_wait(op, name, wait)
+        path = "/v1/locks/%s/acquire" % escape_name(name)
+        forever = math.isinf(wait_s)
+        wait_end = time.monotonic() + (0.0 if forever else wait_s)
+        backoff = _MIN_BACKOFF
+        # Each pass is one poll; the wait's end bounds them (FOREVER: the caller does).
+        while True:
+            if forever:
+                poll = self.max_poll
+            elif wait_s > 0:
+                poll = min(max(wait_end - time.monotonic(), 0.0), self.max_poll)
+                if 0 < poll < 0.001:
+                    poll = 0.001
+            else:
+                poll = 0.0
+            poll_ms = int(poll * 1000)
+            sent = time.monotonic()
+            try:
+                out = self._post_json(
+                    op, name, path, {"ttl_ms": ttl_ms, "wait_ms": poll_ms}, timeout=self.timeout + poll
+                )
+            except HeldError:
+                if forever or wait_end - time.monotonic() > 0:
+                    backoff = _MIN_BACKOFF
+                    continue  # the server's poll ended before our wait: poll again
+                raise
+            except UnavailableError:
+                left = math.inf if forever else wait_end - time.monotonic()
+                if left <= 0:
+                    raise
+                time.sleep(min(backoff, left))
+                backoff = min(2 * backoff, _MAX_BACKOFF)
+                continue
+            return self._lease_from(op, name, out, sent, auto_renew)
+
+    def _lease_from(self, op: str, name: str, out: Dict[str, Any], sent: float, auto_renew: bool) -> Lease:
+        token: Any = out.get("token")
+        lease_id: Any = out.get("lease")
+        ttl_ms: Any = out.get("ttl_ms")
+        waited_ms: Any = out.get("waited_ms", 0)
+        if (
+            out.get("name") != name
+            or not _is_int(token)
+            or not 1 <= token <= MAX_TOKEN
+            or not isinstance(lease_id, str)
+            or not _valid_lease_id(lease_id)
+            or not _is_int(ttl_ms)
+            or ttl_ms <= 0
+            or not _is_int(waited_ms)
+            or waited_ms < 0
+        ):
+            raise self._malformed(op, name)
+        # The store started the TTL waited_ms (rounded down) after the server got the
+        # request, which left here at `sent`; never date the lease after now.
+        start = min(sent + waited_ms / 1000.0, time.monotonic())
+        return Lease(self, name, token, lease_id, ttl_ms / 1000.0, start, auto_renew)
+
+    def lock(self, name: str, ttl: float = 30, wait: Optional[float] = FOREVER) -> LockContext:
+        """Returns a context manager that acquires the lock ``name`` on entry (waiting
+        up to ``wait`` seconds; FOREVER by default, None or 0 tries once), renews it
+        every ttl/3 seconds in a daemon thread while the block runs (retrying
+        transient failures until the local deadline), and releases it on exit, also
+        when the block raises::
+
+            with client.lock("nightly", ttl=30, wait=60) as lease:
+                client.put("ledger", b"...", lease=lease)
+
+        The lease's ``lost`` event is set if the lease is lost meanwhile (a renewal
+        refused, or the deadline passed without a successful renewal). Entry raises
+        what acquire raises.
+        """
+        return LockContext(self, name, ttl, wait)
+
+    def heal(self, name: str, seen: int) -> None:
+        """Tells the server that a guard saw token ``seen`` for lock ``name``, so that
+        the lock's next grant gets a higher token (after a store's counter went
+        backwards, e.g. a Redis failover). Healing again is safe: it never lowers a
+        counter.
+
+        Raises InvalidError for a bad name or token, NotSupportedError if the server's
+        store has nothing to heal, UnavailableError if the server cannot be reached.
+        """
+        op = "heal"
+        name = _check_name(op, name)
+        seen = _check_token(op, name, seen, field="seen")
+        self._post_json(op, name, "/v1/locks/%s/heal" % escape_name(name), {"seen": seen})
+
+    def status(self, name: str) -> Dict[str, Any]:
+        """Returns the state of the lock ``name`` as the server reports it: a dict with
+        "name", "held" and, when known, "token", "last_token" and "expires_in_ms".
+
+        Raises InvalidError for a bad name, NotSupportedError if the server's store
+        cannot report state, UnavailableError if the server cannot be reached.
+        """
+        op = "inspect"
+        name = _check_name(op, name)
+        _, _, raw = self._request(op, name, "GET", "/v1/locks/%s" % escape_name(name))
+        try:
+            out = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            out = None
+        if not isinstance(out, dict):
+            raise self._malformed(op, name)
+        return out
+
+    # --- the fenced KV store ---
+
+    def _fence_headers(
+        self, op: str, key: str, lease: Optional[Lease], lock: Optional[str], token: Optional[int], lease_id: Optional[str]
+    ) -> Dict[str, str]:
+        if lease is not None:
+            if not isinstance(lease, Lease):
+                raise _invalid(op, key, "lease", None, "must be a fence.Lease, got %s" % type(lease).__name__)
+            if lock is not None or token is not None or lease_id is not None:
+                raise _invalid(op, key, "lease", None, "give either a lease or lock and token, not both")
+            return lease.headers()
+        if lock is None:
+            raise _invalid(
+                op, key, HEADER_LOCK, None, "is required: name the lock whose counter issued the token (or pass lease=)"
+            )
+        lock = _check_name(op, lock, field=HEADER_LOCK, subject=key)
+        if token is None:
+            raise _invalid(op, key, HEADER_TOKEN, None, "is required (or pass lease=)")
+        token = _check_token(op, key, token, field=HEADER_TOKEN)
+        h = {HEADER_TOKEN: str(token), HEADER_LOCK: _escape_header(lock)}
+        if lease_id is not None:
+            h[HEADER_LEASE] = _check_lease_id(op, key, lease_id, field=HEADER_LEASE)
+        return h
+
+    def put(
+        self,
+        key: str,
+        value: Value,
+        lease: Optional[Lease] = None,
+        lock: Optional[str] = None,
+        token: Optional[int] = None,
+        *,
+        lease_id: Optional[str] = None,
+    ) -> None:
+        """Stores ``value`` (bytes, or str as UTF-8) under ``key`` if the key's fence
+        admits the write: pass the ``lease`` it is written under, or the ``lock`` name
+        and ``token`` (and optionally ``lease_id``; without it an equal token is
+        refused).
+
+        Raises StaleTokenError (``highest``: the token the key has accepted) or
+        WrongLockError (the key is fenced by another lock) when the write is refused;
+        it then changed nothing. Raises InvalidError for a bad key, value or fence,
+        TooLargeError for a value over the server's limit, NotSupportedError if the
+        server has no KV store, UnavailableError if the server cannot be reached (the
+        write may or may not have happened).
+        """
+        op = "put"
+        key = _check_name(op, key, field="key")
+        if isinstance(value, str):
+            data = value.encode("utf-8", "surrogatepass")
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            data = bytes(value)
+        else:
+            raise _invalid(op, key, "value", None, "must be bytes or str, got %s" % type(value).__name__)
+        h = self._fence_headers(op, key, lease, lock, token, lease_id)
+        h["Content-Type"] = "application/octet-stream"
+        self._request(op, key, "PUT", "/v1/kv/%s" % escape_name(key), body=data, headers=h)
+
+    def fence(
+        self,
+        key: str,
+        lease: Optional[Lease] = None,
+        lock: Optional[str] = None,
+        token: Optional[int] = None,
+        *,
+        lease_id: Optional[str] = None,
+    ) -> None:
+        """Advances ``key``'s fence to the lease's token (or ``lock`` and ``token``)
+        without writing a value, fencing off every older holder at once.
+
+        Raises what put raises, and NotSupportedError if the server's store cannot
+        fence without writing.
+        """
+        op = "fence"
+        key = _check_name(op, key, field="key")
+        h = self._fence_headers(op, key, lease, lock, token, lease_id)
+        self._request(op, key, "POST", "/v1/fences/%s" % escape_name(key), headers=h)
+
+    def get(self, key: str) -> Item:
+        """Returns the value under ``key`` with the lock and token that wrote it.
+
+        Raises NotFoundError if the key was never written, InvalidError for a bad key,
+        NotSupportedError if the server has no KV store, UnavailableError if the
+        server cannot be reached.
+        """
+        op = "get"
+        key = _check_name(op, key, field="key")
+        _, headers, data = self._request(op, key, "GET", "/v1/kv/%s" % escape_name(key))
+        tok = headers.get(HEADER_TOKEN, "")
+        try:
+            lock = urllib.parse.unquote(headers.get(HEADER_LOCK, ""), errors="strict")
+        except UnicodeDecodeError:
+            lock = ""
+        if not tok.isdigit() or not lock:
+            raise self._malformed(op, key)
+        return Item(value=data, token=int(tok), lock=lock)
+
+
+# --- Lease --------------------------------------------------------------------------
+
+
+class Lease:
+    """Lease is one grant of a lock: its ``name``, fencing ``token`` and lease ``id``,
+    and what the holder knows of its expiry. Client.acquire and Client.lock make
+    leases. A Lease is safe to use from several threads.
+
+    ``lost`` is a threading.Event set as soon as the holder can no longer be sure it
+    holds the lock: a renewal was refused (NotHeldError), or the local deadline
+    passed without a successful renewal. ``lost_reason`` then says why. This is
+    advisory: it narrows the window in which a paused holder acts on a lost lock,
+    it never closes it. Writes must carry the token (``headers()``, or
+    ``Client.put(..., lease=lease)``) to a resource that checks it.
+
+    A Lease is also a context manager that releases it on exit.
+    """
+
+    def __init__(
+        self, client: Client, name: str, token: int, lease_id: str, ttl: float, start: float, auto_renew: bool
+    ) -> None:
+        self._client = client
+        self.name: str = name
+        """The lock name."""
+        self.token: int = token
+        """The fencing token of this grant."""
+        self.id: str = lease_id
+        """The lease id. It is a credential: whoever has it can renew or release the lease."""
+        self.lost: threading.Event = threading.Event()
+        """Set when the lease is lost (see Lease)."""
+        self.lost_reason: Optional[FenceError] = None
+        """Why the lease was lost (a NotHeldError), or None while it is not."""
+        self._cond = threading.Condition()
+        self._op_lock = threading.Lock()  # serialises renew and release, so deadlines follow the server's order
+        self._ttl = ttl
+        self._deadline = start + ttl
+        self._auto = auto_renew
+        self._next_renew = start + ttl / 3
+        self._released = False
+        self._watcher = threading.Thread(target=self._watch, name="fence-lease-%s" % name, daemon=True)
+        self._watcher.start()
+
+    def __repr__(self) -> str:  # never the lease id: it is a credential
+        state = "lost" if self.lost.is_set() else "released" if self._released else "held"
+        return "fence.Lease(name=%r, token=%d, %s)" % (self.name, self.token, state)
+
+    @property
+    def ttl(self) -> float:
+        """The TTL of the last grant or renewal, in seconds."""
+        with self._cond:
+            return self._ttl
+
+    @property
+    def deadline(self) -> float:
+        """The local deadline on the time.monotonic() clock: after it the lease may
+        have expired at the server."""
+        with self._cond:
+            return self._deadline
+
+    @property
+    def expires_in(self) -> float:
+        """Seconds left until the local deadline; 0 once the lease is lost or released."""
+        with self._cond:
+            if self._ended_locked():
+                return 0.0
+            return max(self._deadline - time.monotonic(), 0.0)
+
+    @property
+    def released(self) -> bool:
+        """True once release() succeeded (or found the lease gone)."""
+        with self._cond:
+            return self._released
+
+    @property
+    def held(self) -> bool:
+        """True while the lease is neither released nor lost (by the local clock)."""
+        return self.expires_in > 0
+
+    def headers(self) -> Dict[str, str]:
+        """Returns the headers of a write fenced by this lease: Fence-Token,
+        Fence-Lock (escaped as a path segment) and Fence-Lease. Send them to any
+        resource that checks fencing tokens; they hold the lease id, a credential."""
+        return {HEADER_TOKEN: str(self.token), HEADER_LOCK: _escape_header(self.name), HEADER_LEASE: self.id}
+
+    # --- renew and release ---
+
+    def renew(self, ttl: Optional[float] = None) -> None:
+        """Extends the lease to ``ttl`` seconds from now (None: the current TTL).
+
+        Raises NotHeldError if the server says the lease is gone (``lost`` is then
+        set), or if it is already lost or released; InvalidError for a bad ttl;
+        other errors (UnavailableError) leave the local deadline as it was.
+        """
+        self._renew(self._ttl if ttl is None else ttl, None)
+
+    def _renew(self, ttl: float, timeout: Optional[float]) -> None:
+        op = "renew"
+        ttl_ms = _check_ttl(op, self.name, ttl)
+        with self._op_lock:
+            self._raise_if_ended(op)
+            sent = time.monotonic()
+            try:
+                self._client._post_json(
+                    op,
+                    self.name,
+                    "/v1/locks/%s/renew" % escape_name(self.name),
+                    {"lease": self.id, "ttl_ms": ttl_ms},
+                    timeout=timeout,
+                )
+            except NotHeldError as e:
+                self._lose(e)
+                raise
+            with self._cond:
+                self._raise_if_ended(op)  # lost while the request was in flight
+                self._ttl = ttl_ms / 1000.0
+                self._deadline = sent + self._ttl
+                self._next_renew = sent + self._ttl / 3
+                self._cond.notify_all()
+
+    def release(self) -> None:
+        """Releases the lease, which wakes the server's waiters, and stops its
+        renewal. Releasing a released lease does nothing.
+
+        Raises NotHeldError if the server no longer had the lease (``lost`` is then
+        set); UnavailableError if the server cannot be reached, with the lease left
+        as it was so that release can be retried.
+        """
+        op = "release"
+        with self._op_lock:
+            with self._cond:
+                if self._released:
+                    return
+            try:
+                self._client._post_json(
+                    op, self.name, "/v1/locks/%s/release" % escape_name(self.name), {"lease": self.id}
+                )
+            except NotHeldError as e:
+                self._lose(e)
+                with self._cond:
+                    self._released = True
+                    self._cond.notify_all()
+                raise
+            with self._cond:
+                self._released = True
+                self._cond.notify_all()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        _release_on_exit(self, exc is not None)
+
+    # --- state ---
+
+    def _ended_locked(self) -> bool:
+        return self._released or self.lost.is_set()
+
+    def _raise_if_ended(self, op: str) -> None:
+        with self._cond:
+            if self._released:
+                raise NotHeldError("%s %s: lease released" % (op, quote(self.name)), code="not_held")
+            if self.lost.is_set():
+                reason = self.lost_reason
+                fact = "lease lost"
+                if reason is not None and reason.status is None:
+                    fact = "lease expired before it was renewed"
+                elif reason is not None:
+                    fact = "lease not held (expired, released, or never granted)"
+                raise NotHeldError("%s %s: %s" % (op, quote(self.name), fact), code="not_held")
+
+    def _lose(self, reason: FenceError) -> None:
+        with self._cond:
+            if self._ended_locked():
+                return
+            self.lost_reason = reason
+            self.lost.set()
+            self._cond.notify_all()
+
+    def _watch(self) -> None:
+        """Sets lost at the local deadline, and renews the lease first if it is
+        auto-renewing: at ttl/3 after each successful renewal, again at ttl/10 after
+        a transient failure, until the deadline. Ends when the lease does."""
+        while True:
+            with self._cond:
+                while True:
+                    if self._ended_locked():
+                        return
+                    now = time.monotonic()
+                    if now >= self._deadline:
+                        self.lost_reason = NotHeldError(
+                            "lock %s: lease expired before it was renewed" % quote(self.name), code="not_held"
+                        )
+                        self.lost.set()
+                        self._cond.notify_all()
+                        return
+                    wake = self._deadline
+                    if self._auto:
+                        if now >= self._next_renew:
+                            break
+                        wake = min(wake, self._next_renew)
+                    self._cond.wait(wake - now)
+                ttl, left = self._ttl, self._deadline - time.monotonic()
+            try:
+                # A renewal answered after the deadline is of no use: bound it by that.
+                self._renew(ttl, timeout=min(self._client.timeout, max(left, 0.001)))
+            except NotHeldError:
+                return  # lost (set by _renew) or released meanwhile
+            except FenceError:
+                with self._cond:
+                    self._next_renew = time.monotonic() + max(ttl / 10, 0.001)
+            except Exception as e:  # a bug must not silently stop the renewal: count the lease as lost
+                self._lose(FenceError("renew %s: %s: %s" % (quote(self.name), type(e).__name__, e), code="internal"))
+                return
+
+    def _stop_renewal(self) -> None:
+        with self._cond:
+            self._auto = False
+            self._cond.notify_all()
+
+
+def _release_on_exit(lease: Lease, body_raised: bool) -> None:
+    """Releases lease at the end of a with block. A lease already gone (NotHeldError)
+    is what release wants: lost says so. Another failure is raised, unless the block
+    raised, whose exception it must not hide, or the lease was lost already (it then
+    expires after its TTL at the latest)."""
+    lease._stop_renewal()
+    try:
+        lease.release()
+    except NotHeldError:
+        pass
+    except FenceError:
+        if not body_raised and not lease.lost.is_set():
+            raise
+
+
+class LockContext:
+    """LockContext is what Client.lock and fence.lock return: a context manager whose
+    entry acquires an auto-renewing Lease and whose exit releases it (see
+    Client.lock)."""
+
+    def __init__(self, client: Client, name: str, ttl: float, wait: Optional[float]) -> None:
+        self._client = client
+        self._name = name
+        self._ttl = ttl
+        self._wait = wait
+        self.lease: Optional[Lease] = None
+        """The lease, once entered."""
+
+    def __enter__(self) -> Lease:
+        if self.lease is not None:
+            raise InvalidError(
+                "lock %s: this lock() context is already in use; call lock() again" % quote(self._name),
+                field="lock",
+            )
+        self.lease = self._client.acquire(self._name, self._ttl, self._wait, auto_renew=True)
+        return self.lease
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        if self.lease is not None:
+            _release_on_exit(self.lease, exc is not None)
+
+
+# --- the default client ---
+
+_default: Optional[Client] = None
+_default_mu = threading.Lock()
+
+
+def default_client() -> Client:
+    """Returns the client of the module-level functions, made on first use from
+    $FENCE_SERVER and $FENCE_AUTH_TOKEN. Raises InvalidError if FENCE_SERVER is not
+    a valid server URL."""
+    global _default
+    with _default_mu:
+        if _default is None:
+            _default = Client()
+        return _default
+
+
+def lock(name: str, ttl: float = 30, wait: Optional[float] = FOREVER) -> LockContext:
+    """Client.lock on the default client (see default_client)::
+
+    with fence.lock("nightly", ttl=30) as lease:
+        ...
+    """
+    return default_client().lock(name, ttl, wait)
