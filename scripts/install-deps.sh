@@ -17,6 +17,7 @@
 #              tests run it)
 #   curl       the README tours use it; cmd/fence's docs test runs them as written
 #   node, npm  the TypeScript client's tests (Node.js >= 20.3; this machine kind ships 20)
+#   python3    the Python client's tests (3.9+)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -64,6 +65,7 @@ required=(
 	"curl curl"
 	"nodejs node"
 	"npm npm"
+	"python3 python3"
 )
 optional=()
 
