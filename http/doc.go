@@ -22,6 +22,7 @@
 //	POST /v1/fences/{key} headers as for PUT, no body: advance the key's fence only
 //	GET  /healthz         -> 200 {"status":"ok"}, 503 while shutting down (never needs auth)
 //	GET  /metrics         -> Prometheus text format
+//	GET  /ui              -> the live dashboard (package ui; its files need no auth)
 //
 // Bodies are JSON; durations are integer milliseconds. An omitted ttl_ms means 30000
 // (Config.DefaultTTL); an omitted wait_ms means 0 (try once). Unknown fields and
@@ -111,7 +112,8 @@
 //
 // # Security
 //
-// With Config.AuthTokens set, every request but /healthz needs Authorization: Bearer
-// TOKEN, compared in constant time. Lease ids (128 random bits from the backend) are
+// With Config.AuthTokens set, every request but /healthz and the dashboard's static
+// files (/ui, which hold no secrets; the page asks for the token and sends it on its
+// API calls) needs Authorization: Bearer TOKEN, compared in constant time. Lease ids (128 random bits from the backend) are
 // credentials: the server never logs them, and GET /v1/kv never returns them.
 package fencehttp
