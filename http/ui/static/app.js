@@ -136,7 +136,7 @@
     } catch (e) {
       state.failures++;
       if (e instanceof APIError && e.status === 401) {
-        clearData(); // nothing read with a token stays on screen without one
+        clearData();
         showAuth(state.token
           ? 'The server refused this token (401). Check it and try again.'
           : 'The API answered 401: send the bearer token the server was started with (--auth-token-file).');
@@ -160,6 +160,8 @@
     el.rows.textContent = '';
   }
 
+  // clearData removes everything read from the server (on a 401, or when the
+  // token is forgotten): nothing read with a token stays on screen without one.
   function clearData() {
     resetListing();
     state.metrics = null;
@@ -167,6 +169,7 @@
     $('m-stale').parentElement.classList.remove('bumped');
     el.updated.textContent = 'never';
     el.truncated.hidden = true;
+    el.events.textContent = '';
     el.table.hidden = true;
     el.empty.hidden = true;
   }
@@ -237,9 +240,9 @@
     }
     const o = old.holders[0];
     if (o && h && o.token !== h.token) {
-      event('grant', name, 'token ' + o.token + ' ended; granted token ' + h.token + ownerText(h) + missed(o.token, h.token));
+      event('grant', name, 'token ' + o.token + ' ended; granted token ' + h.token + ownerText(h));
     } else if (!o && h) {
-      event('grant', name, 'granted token ' + h.token + ownerText(h) + missed(old.info.last_token || 0, h.token));
+      event('grant', name, 'granted token ' + h.token + ownerText(h));
     } else if (o && !h) {
       // The API does not say how a lease ended; one whose countdown had run out expired.
       if (old.deadline && old.deadline <= now + 50) event('expire', name, 'token ' + o.token + ' expired');
@@ -249,10 +252,8 @@
     }
   }
 
-  function missed(before, after) {
-    const n = after - before - 1;
-    return n > 0 ? ' (' + n + ' earlier ' + (n === 1 ? 'grant' : 'grants') + ' between polls)' : '';
-  }
+  // No "grants missed" from a token's jump: tokens only increase, with gaps (a
+  // store may count all locks on one counter).
   function ownerText(h) { return h.owner ? ' to ' + h.owner : ''; }
 
   function setOptional(col, on) {
@@ -275,9 +276,13 @@
     tr.dataset.name = name;
     const th = document.createElement('th');
     th.scope = 'row';
-    th.textContent = name;
+    // A line may break after a '/', where names have their structure.
+    name.split('/').forEach((part, i, parts) => {
+      th.append(part + (i < parts.length - 1 ? '/' : ''));
+      if (i < parts.length - 1) th.appendChild(document.createElement('wbr'));
+    });
     tr.appendChild(th);
-    for (const col of ['state', 'token', 'last_token', 'expires', 'owner', 'waiters']) {
+    for (const col of ['state', 'token', 'expires', 'last_token', 'owner', 'waiters']) {
       const td = document.createElement('td');
       td.dataset.col = col;
       if (col === 'token' || col === 'last_token' || col === 'waiters') td.className = 'num';

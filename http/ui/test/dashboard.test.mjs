@@ -48,7 +48,7 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   assert.equal(e1.status, 200, 'acquire ' + evil + ': ' + JSON.stringify(e1.body));
   r = await waitRow(page, evil, (x) => x && x.held === 'true', 'held');
   assert.equal(r.nameText, evil, 'name cell text');
-  assert.equal(r.nameChildren, 0, 'name cell must hold no elements');
+  assert.deepEqual(r.nameElements, [], 'name cell must hold no elements but line breaks');
   assert.equal(await page.evaluate(() => window.__pwned), undefined, 'markup in a lock name ran');
 
   // Released: the row says free, keeps the last token, and the activity says so.
@@ -79,6 +79,15 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   assert.equal(await page.textContent('#m-writes'), '1', 'fenced writes accepted');
   await waitRow(page, name, (x) => x && x.held === 'true' && x.token === String(b.body.token), 'held with token ' + b.body.token);
 
+  // A lease left to expire: the countdown runs out and the activity says expired.
+  const short = 'short/lived';
+  const c = await api(srv.url, 'POST', lockPath(short) + '/acquire', { json: { ttl_ms: 2500 } });
+  assert.equal(c.status, 200, 'acquire ' + short);
+  await waitRow(page, short, (x) => x && x.held === 'true' && seconds(x.expires) <= 2.5, 'held, at most 2.5s left');
+  await waitEvent(page, (e) => e.kind === 'expire' && e.name === short && e.text.endsWith(' token ' + c.body.token + ' expired'),
+    'the expiry of token ' + c.body.token);
+  await waitRow(page, short, (x) => x && x.held === 'false' && x.lastToken === String(c.body.token), 'free, last token ' + c.body.token);
+
   // A few more locks, so the picture shows a dashboard in use.
   for (const [n, ttl] of [['reports/daily', 90000], ['payments/reconcile', 8000]]) {
     const x = await api(srv.url, 'POST', lockPath(n) + '/acquire', { json: { ttl_ms: ttl } });
@@ -90,6 +99,24 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   await page.screenshot({ path: shot, fullPage: true });
   assert.ok(existsSync(shot));
   console.log('# screenshot: ' + shot);
+
+  // Dark and narrow screens get the same page, readable.
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await page.screenshot({ path: shotPath('dashboard-dark.png'), fullPage: true });
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.setViewportSize({ width: 420, height: 900 });
+  await page.screenshot({ path: shotPath('dashboard-narrow.png'), fullPage: true });
+  await page.setViewportSize({ width: 1280, height: 860 });
+
+  // The filter comes from the URL: a prefix, and a limit that cuts the listing.
+  await page.goto(srv.url + '/ui?prefix=' + encodeURIComponent('reports/'));
+  await waitRow(page, 'reports/daily', (x) => x && x.held === 'true', 'held');
+  assert.equal(await row(page, name), null, name + ' shown under the prefix reports/');
+  assert.equal(await page.inputValue('#prefix'), 'reports/');
+  await page.goto(srv.url + '/ui?limit=2');
+  await page.waitForSelector('#truncated:not([hidden])', { timeout: 10000 });
+  assert.match(await page.textContent('#truncated'), /first 2 locks/);
+  assert.equal(await page.locator('#lock-rows tr').count(), 2, 'rows with limit=2');
 
   assert.deepEqual(bad, [], 'the page went elsewhere or failed');
 });
@@ -153,6 +180,7 @@ test('dashboard asks for the token when the server needs one', { timeout: 120000
   assert.equal(await row(page, name), null, 'a lock still shown after forgetting the token');
   assert.equal(await page.textContent('#m-grants'), '–', 'counters still shown after forgetting the token');
   assert.ok(!(await page.textContent('#auth-why')).includes('refused'), 'the old refusal still shown');
+  assert.equal(await page.locator('#events li').count(), 0, 'activity still shown after forgetting the token');
 
   const shot = shotPath('dashboard-auth.png');
   await page.screenshot({ path: shot });

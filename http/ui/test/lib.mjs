@@ -25,7 +25,7 @@ export function tempDir(t, what) {
 // startServe runs `fence serve --listen 127.0.0.1:0 --data DIR extra...`, waits for
 // the line that says it listens (30s at most), and stops it when the test ends.
 export async function startServe(t, extra = []) {
-  const data = tempDir(t, 'data');
+  const data = mkdtempSync(join(tmpdir(), 'fence-ui-data-'));
   const proc = spawn(fenceBin(), ['serve', '--listen', '127.0.0.1:0', '--data', data, ...extra], {
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -43,30 +43,46 @@ export async function startServe(t, extra = []) {
       reject(new Error('fence serve exited (' + (code ?? sig) + ') before listening:\n' + log));
     });
   });
+  // One hook, in order: stop the server (SIGKILL after 10s), then remove its data.
   t.after(async () => {
-    if (proc.exitCode !== null || proc.signalCode !== null) return;
-    const done = new Promise((resolve) => proc.on('exit', resolve));
-    proc.kill('SIGTERM');
-    const timer = setTimeout(() => proc.kill('SIGKILL'), 10000);
-    await done;
-    clearTimeout(timer);
+    if (proc.exitCode === null && proc.signalCode === null) {
+      const done = new Promise((resolve) => proc.on('exit', resolve));
+      proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 10000);
+      await done;
+      clearTimeout(timer);
+    }
+    rmSync(data, { recursive: true, force: true });
   });
   return { url, log: () => log };
 }
 
-// launch starts a headless Chromium with a fresh profile, closed when the test ends.
+// launch starts a headless Chromium and returns a fresh context of it; the browser
+// is closed when the test ends. Playwright gives each launch a fresh
+// --user-data-dir of its own (a temp dir it removes on close), so no profile
+// state passes from one run to the next.
 export async function launch(t) {
-  const profile = tempDir(t, 'profile');
-  const ctx = await chromium.launchPersistentContext(profile, {
+  const browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
-    viewport: { width: 1280, height: 860 },
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     timeout: 60000,
   });
-  t.after(() => ctx.close());
-  return ctx;
+  // Bounded: a wedged browser must not hold the run up.
+  t.after(async () => {
+    let timer;
+    const closed = await Promise.race([
+      browser.close().then(() => true, () => false),
+      new Promise((resolve) => { timer = setTimeout(() => resolve(false), 15000); }),
+    ]);
+    clearTimeout(timer);
+    if (!closed) {
+      console.log('# the browser did not close within 15s: killed');
+      browser.process()?.kill('SIGKILL');
+    }
+  });
+  return browser.newContext({ viewport: { width: 1280, height: 860 } });
 }
 
 // watchPage records what a page does that a test must refuse: requests to another
@@ -108,7 +124,7 @@ export function row(page, name) {
     return {
       held: tr.dataset.held, state: c('state'), token: c('token'), lastToken: c('last_token'),
       expires: tr.querySelector('.left').textContent.trim(), nameText: tr.querySelector('th').textContent,
-      nameChildren: tr.querySelector('th').children.length,
+      nameElements: [...tr.querySelector('th').children].map((c) => c.tagName).filter((n) => n !== 'WBR'),
     };
   }, name);
 }
