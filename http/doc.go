@@ -114,6 +114,7 @@
 //
 // With Config.AuthTokens set, every request but /healthz and the dashboard's static
 // files (/ui, which hold no secrets; the page asks for the token and sends it on its
-// API calls) needs Authorization: Bearer TOKEN, compared in constant time. Lease ids (128 random bits from the backend) are
-// credentials: the server never logs them, and GET /v1/kv never returns them.
+// API calls) needs Authorization: Bearer TOKEN, compared in constant time. Lease ids
+// (128 random bits from the backend) are credentials: the server never logs them,
+// and GET /v1/kv never returns them.
 package fencehttp

@@ -113,6 +113,7 @@
   async function poll() {
     if (state.polling) return;
     state.polling = true;
+    document.body.dataset.polling = 'true'; // for tests: a poll is in flight
     const key = listPath();
     const sent = performance.now();
     try {
@@ -129,7 +130,8 @@
       showLocks(Array.isArray(list.value.locks) ? list.value.locks : [], sent);
       if (metrics.status === 'fulfilled') showMetrics(parseMetrics(metrics.value));
       setError('');
-      setConn('live', 'Live');
+      // A poll sent before Pause may answer after it: show it, stay paused.
+      if (state.paused) setConn('paused', 'Paused'); else setConn('live', 'Live');
       el.updated.textContent = new Date().toLocaleTimeString();
       state.failures = 0;
       schedule(POLL_MS);
@@ -151,6 +153,7 @@
       }
     } finally {
       state.polling = false;
+      document.body.dataset.polling = 'false';
     }
   }
 

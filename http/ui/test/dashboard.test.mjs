@@ -79,6 +79,12 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   assert.equal(await page.textContent('#m-writes'), '1', 'fenced writes accepted');
   await waitRow(page, name, (x) => x && x.held === 'true' && x.token === String(b.body.token), 'held with token ' + b.body.token);
 
+  // A renewal that lengthens the lease shows, and the countdown follows it.
+  const rn = await api(srv.url, 'POST', lockPath(name) + '/renew', { json: { lease: b.body.lease, ttl_ms: 120000 } });
+  assert.equal(rn.status, 200, 'renew: ' + JSON.stringify(rn.body));
+  await waitEvent(page, (e) => e.kind === 'renew' && e.name === name && e.text.includes('token ' + b.body.token + ' renewed'), 'the renewal');
+  r = await waitRow(page, name, (x) => x && seconds(x.expires) > 100, 'over 100s left after the renewal');
+
   // A lease left to expire: the countdown runs out and the activity says expired.
   const short = 'short/lived';
   const c = await api(srv.url, 'POST', lockPath(short) + '/acquire', { json: { ttl_ms: 2500 } });
@@ -107,6 +113,24 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   await page.setViewportSize({ width: 420, height: 900 });
   await page.screenshot({ path: shotPath('dashboard-narrow.png'), fullPage: true });
   await page.setViewportSize({ width: 1280, height: 860 });
+
+  // Accessible: every control is labelled, the page has a language, and Pause works
+  // from the keyboard.
+  const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select')]
+    .filter((c) => !document.querySelector('label[for="' + c.id + '"]')).map((c) => c.id || c.name));
+  assert.deepEqual(unlabelled, [], 'controls without a label');
+  assert.equal(await page.getAttribute('html', 'lang'), 'en');
+  await page.focus('#pause');
+  await page.keyboard.press('Space');
+  await page.waitForSelector('#conn[data-state="paused"]', { timeout: 5000 });
+  assert.equal(await page.getAttribute('#pause', 'aria-pressed'), 'true');
+  await page.waitForFunction(() => document.body.dataset.polling === 'false', null, { timeout: 5000 });
+  const updated = await page.textContent('#updated');
+  await new Promise((res) => setTimeout(res, 2200));
+  assert.equal(await page.textContent('#updated'), updated, 'polled while paused');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#conn[data-state="live"]', { timeout: 5000 });
+  assert.equal(await page.getAttribute('#pause', 'aria-pressed'), 'false');
 
   // The filter comes from the URL: a prefix, and a limit that cuts the listing.
   await page.goto(srv.url + '/ui?prefix=' + encodeURIComponent('reports/'));
