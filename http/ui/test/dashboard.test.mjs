@@ -10,9 +10,12 @@ import {
   startServe, launch, watchPage, api, lockPath, row, waitRow, waitEvent, seconds, tempDir,
 } from './lib.mjs';
 
+// Screenshots go to $FENCE_UI_SCREENSHOTS, else to one temp dir per run (printed,
+// and left for a person to look at).
+let shotDir = process.env.FENCE_UI_SCREENSHOTS;
 function shotPath(name) {
-  const dir = process.env.FENCE_UI_SCREENSHOTS || mkdtempSync(join(tmpdir(), 'fence-ui-shots-'));
-  return join(dir, name);
+  if (!shotDir) shotDir = mkdtempSync(join(tmpdir(), 'fence-ui-shots-'));
+  return join(shotDir, name);
 }
 
 test('dashboard shows grants, countdowns, releases and stale writes', { timeout: 120000 }, async (t) => {
