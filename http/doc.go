@@ -23,6 +23,7 @@
 //	GET  /healthz         -> 200 {"status":"ok"}, 503 while shutting down (never needs auth)
 //	GET  /metrics         -> Prometheus text format
 //	GET  /v1/openapi.json -> the OpenAPI 3.1 document of this API (see OpenAPI)
+//	GET  /ui              -> the live dashboard (package ui; its files need no auth)
 //
 // The OpenAPI document describes every route, header, status and error code above
 // and is checked against the server by this package's tests. HEAD is answered as GET
@@ -116,7 +117,9 @@
 //
 // # Security
 //
-// With Config.AuthTokens set, every request but /healthz needs Authorization: Bearer
-// TOKEN, compared in constant time. Lease ids (128 random bits from the backend) are
-// credentials: the server never logs them, and GET /v1/kv never returns them.
+// With Config.AuthTokens set, every request but /healthz and the dashboard's static
+// files (/ui, which hold no secrets; the page asks for the token and sends it on its
+// API calls) needs Authorization: Bearer TOKEN, compared in constant time. Lease ids
+// (128 random bits from the backend) are credentials: the server never logs them,
+// and GET /v1/kv never returns them.
 package fencehttp

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/http/ui"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -44,7 +45,8 @@ type Config struct {
 	// Logger receives structured logs; nil discards them. Lease ids are never logged.
 	Logger *slog.Logger
 	// AuthTokens, if not empty, are the bearer tokens accepted on every route but
-	// /healthz; any other request is answered 401.
+	// /healthz and the dashboard's static files under /ui; any other request is
+	// answered 401.
 	AuthTokens [][]byte
 	// MaxBodyBytes bounds JSON request bodies (413 beyond); 0 means 64 KiB.
 	MaxBodyBytes int64
@@ -155,6 +157,7 @@ func (s *Server) routes() http.Handler {
 	})
 	authed := s.authenticate(api)
 	health := http.HandlerFunc(s.handleHealth)
+	dashboard := ui.Handler()
 	return s.recoverPanics(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := checkPath(requestPath(r)); err != nil {
 			s.fail(w, r, "", "", err)
@@ -162,6 +165,12 @@ func (s *Server) routes() http.Handler {
 		}
 		if r.URL.Path == "/healthz" {
 			health.ServeHTTP(w, r)
+			return
+		}
+		if p := r.URL.Path; p == ui.Prefix || strings.HasPrefix(p, ui.Prefix+"/") {
+			// Without auth: a browser cannot send a bearer token to load a page, and the
+			// dashboard's files hold no secrets; its API calls carry the token.
+			dashboard.ServeHTTP(w, r)
 			return
 		}
 		authed.ServeHTTP(w, r)
