@@ -18,6 +18,8 @@
 #   curl       the README tours use it; cmd/fence's docs test runs them as written
 #   node, npm  the TypeScript client's tests (Node.js >= 20.3; this machine kind ships 20)
 #   python3    the Python client's tests (3.9+)
+#   chromium   the dashboard's browser test (driven by playwright-core from npm)
+#   systemd    systemd-analyze verifies packaging/fence.service
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -66,6 +68,8 @@ required=(
 	"nodejs node"
 	"npm npm"
 	"python3 python3"
+	"chromium /usr/bin/chromium"
+	"systemd systemd-analyze"
 )
 optional=()
 
@@ -89,7 +93,7 @@ missing() {
 need=$(missing "${required[@]}")
 want=$(missing "${optional[@]}")
 if [ -z "$need$want" ]; then
-	log "redis, PostgreSQL, MariaDB, ZooKeeper, curl and gcc are installed: nothing to do"
+	log "every test dependency is installed: nothing to do"
 	exit 0
 fi
 log "missing packages: $(echo $need $want)"
