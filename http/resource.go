@@ -3,7 +3,6 @@ package fencehttp
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -299,13 +298,5 @@ func writeResourceError(w http.ResponseWriter, r *http.Request, opts *ResourceOp
 	if status >= 500 {
 		opts.logger().Error("fenced request failed", "method", r.Method, "resource", resource, "status", status, "err", err)
 	}
-	data, merr := json.Marshal(body)
-	if merr != nil {
-		status, data = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(data, '\n'))
+	writeJSON(w, status, body)
 }

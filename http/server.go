@@ -871,7 +871,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, op, name string, e
 	s.writeJSON(w, status, body)
 }
 
-func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
+// writeJSON answers v as JSON with status: the server's answers and the resource
+// middleware's refusals alike.
+func writeJSON(w http.ResponseWriter, status int, v any) {
 	data, err := json.Marshal(v)
 	if err != nil { // only plain structs are marshalled; this is a bug
 		status, data = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
