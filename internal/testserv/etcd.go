@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fencelock/fence/internal/servers"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -56,12 +56,12 @@ const EtcdDefaultMinLeaseTTL = 2 * time.Second
 func StartEtcdDefaultTiming() (*EtcdServer, error) { return startEtcd(true) }
 
 func startEtcd(defaultTiming bool) (*EtcdServer, error) {
-	dir, err := makeServerDir("etcd")
+	dir, err := servers.MakeDir("etcd")
 	if err != nil {
 		return nil, err
 	}
 	var lastErr error
-	for attempt := 0; attempt < startAttempts; attempt++ {
+	for attempt := 0; attempt < servers.StartAttempts; attempt++ {
 		m, err := newEtcdMemberConfig("single", dir)
 		if err != nil {
 			os.RemoveAll(dir)
@@ -84,7 +84,7 @@ func startEtcd(defaultTiming bool) (*EtcdServer, error) {
 		}
 		lastErr = err
 		os.RemoveAll(m.Dir)
-		if !addrInUse(err) {
+		if !servers.AddrInUse(err) {
 			break
 		}
 	}
@@ -118,7 +118,7 @@ func startEmbed(cfg *embed.Config) (*embed.Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(startTimeout)
+	timer := time.NewTimer(servers.StartTimeout)
 	defer timer.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
@@ -128,7 +128,7 @@ func startEmbed(cfg *embed.Config) (*embed.Etcd, error) {
 		return nil, err
 	case <-timer.C:
 		e.Close()
-		return nil, fmt.Errorf("not ready after %v", startTimeout)
+		return nil, fmt.Errorf("not ready after %v", servers.StartTimeout)
 	}
 }
 
@@ -204,7 +204,7 @@ type EtcdMember struct {
 	PeerURL   string
 
 	mu   sync.Mutex
-	proc *process // nil once killed
+	proc *servers.Process // nil once killed
 }
 
 // StartEtcdCluster starts an n-member etcd cluster, each member a child process of the
@@ -218,7 +218,7 @@ func StartEtcdCluster(n int) (*EtcdCluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testserv: etcd cluster: %w", err)
 	}
-	dir, err := makeServerDir("etcd-cluster")
+	dir, err := servers.MakeDir("etcd-cluster")
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func StartEtcdCluster(n int) (*EtcdCluster, error) {
 	if err := c.waitReady(); err != nil {
 		var tails []string
 		for _, m := range c.Members {
-			tails = append(tails, m.Name+": "+logTail(filepath.Join(dir, m.Name+".log")))
+			tails = append(tails, m.Name+": "+servers.LogTail(filepath.Join(dir, m.Name+".log")))
 		}
 		c.Close()
 		return nil, fmt.Errorf("testserv: etcd cluster: %w\n%s", err, strings.Join(tails, "\n"))
@@ -266,43 +266,35 @@ func NewEtcdCluster(t testing.TB, n int) *EtcdCluster {
 	return c
 }
 
-// startChild starts bin like startProcess, with one extra environment variable.
-func startChild(name, bin string, args []string, env, logPath string) (*process, error) {
+// startChild starts bin like servers.StartProcess, with one extra environment variable.
+func startChild(name, bin string, args []string, env, logPath string) (*servers.Process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("testserv: %s: open log: %w", name, err)
 	}
-	defer logf.Close()
+	defer logf.Close() // the child has its own copy of the descriptor
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("testserv: %s: start: %w", name, err)
-	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	cmd.SysProcAttr = servers.GroupAttr(nil)
+	return servers.Spawn(name, cmd, logPath)
 }
 
 // waitReady waits until every member answers a linearizable read.
 func (c *EtcdCluster) waitReady() error {
-	deadline := time.Now().Add(startTimeout)
+	deadline := time.Now().Add(servers.StartTimeout)
 	for _, m := range c.Members {
 		for {
 			err := etcdPing(m.ClientURL)
 			if err == nil {
 				break
 			}
-			if m.proc.exited() {
-				return fmt.Errorf("member %s exited: %v", m.Name, m.proc.waitErr)
+			if m.proc.Exited() {
+				return fmt.Errorf("member %s exited: %v", m.Name, m.proc.Err())
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("member %s not ready after %v: %w", m.Name, startTimeout, err)
+				return fmt.Errorf("member %s not ready after %v: %w", m.Name, servers.StartTimeout, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -382,7 +374,7 @@ func (m *EtcdMember) Kill() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.proc != nil {
-		m.proc.kill()
+		m.proc.Kill()
 		m.proc = nil
 	}
 }
@@ -391,5 +383,5 @@ func (m *EtcdMember) Kill() {
 func (m *EtcdMember) Alive() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.proc != nil && !m.proc.exited()
+	return m.proc != nil && !m.proc.Exited()
 }

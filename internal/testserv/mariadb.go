@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/fencelock/fence/internal/servers"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,7 +26,7 @@ type MariaDBServer struct {
 	bin      string // mariadbd
 	rootUser bool   // running as root: pass --user=root, which mariadbd demands
 
-	life lifecycle
+	life servers.Lifecycle
 }
 
 // StartMariaDB creates a fresh data directory (mariadb-install-db) in a temporary
@@ -34,26 +35,26 @@ type MariaDBServer struct {
 // ErrNotFound if MariaDB is not installed, or one with the tail of the log if the server
 // does not start.
 func StartMariaDB() (*MariaDBServer, error) {
-	install, err := findAny("mariadb-server", "mariadb-install-db", "mysql_install_db")
+	install, err := servers.FindAny("mariadb-server", "mariadb-install-db", "mysql_install_db")
 	if err != nil {
 		return nil, err
 	}
-	bin, err := findAny("mariadb-server", "mariadbd", "mysqld")
+	bin, err := servers.FindAny("mariadb-server", "mariadbd", "mysqld")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeServerDir("mariadb")
+	dir, err := servers.MakeDir("mariadb")
 	if err != nil {
 		return nil, err
 	}
 	s := &MariaDBServer{Dir: dir, bin: bin, rootUser: os.Geteuid() == 0}
-	s.life.dir = dir
-	s.life.launch = s.launch
-	s.life.stopSig = syscall.SIGTERM // a clean shutdown
+	s.life.Dir = dir
+	s.life.Launch = s.launch
+	s.life.StopSig = syscall.SIGTERM // a clean shutdown
 	key := templateKey("mariadb", []string{install, bin}, strings.Join(installOnlyArgs, " "), strings.Join(s.installArgs(), " "))
 	build := func(string) error { return s.installDB(install) }
 	setPort := func(port int) { s.Port = port }
-	if err := startFromTemplate(key, s.dataDir(), build, setPort, s.life.start); err != nil {
+	if err := startFromTemplate(key, s.dataDir(), build, setPort, s.life.Start); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -113,7 +114,7 @@ var installOnlyArgs = []string{"--auth-root-authentication-method=normal", "--sk
 func (s *MariaDBServer) installDB(install string) error {
 	args := append([]string{"--no-defaults"}, // must come first
 		append(installOnlyArgs, s.serverOptions()...)...)
-	out, err := runTool(install, args, s.Dir, nil)
+	out, err := servers.RunTool(install, args, s.Dir, nil)
 	if err != nil {
 		return fmt.Errorf("testserv: mariadb: %s: %w:\n%s", filepath.Base(install), err, out)
 	}
@@ -121,7 +122,7 @@ func (s *MariaDBServer) installDB(install string) error {
 }
 
 // launch starts mariadbd on s.Port and waits until it accepts connections.
-func (s *MariaDBServer) launch() (*process, error) {
+func (s *MariaDBServer) launch() (*servers.Process, error) {
 	args := append([]string{
 		"--no-defaults", // must come first
 		"--port=" + strconv.Itoa(s.Port),
@@ -130,7 +131,7 @@ func (s *MariaDBServer) launch() (*process, error) {
 		"--pid-file=" + filepath.Join(s.Dir, "mariadb.pid"),
 		"--max-connections=300",
 	}, s.serverOptions()...)
-	return launch("mariadbd", s.bin, args, s.logPath(), nil, s.ping)
+	return servers.Launch("mariadbd", s.bin, args, s.logPath(), nil, s.ping)
 }
 
 // ping connects as root and pings.
@@ -181,21 +182,21 @@ func (s *MariaDBServer) Exec(query string) error {
 // DSN; it is dropped when t ends. It fails t if the database cannot be created.
 func (s *MariaDBServer) CreateDatabase(t testing.TB) string {
 	t.Helper()
-	name := uniqueName("test")
-	s.life.createDatabase(t, s.Exec, "CREATE DATABASE `"+name+"`", "DROP DATABASE IF EXISTS `"+name+"`")
+	name := servers.UniqueName("test")
+	createDatabase(t, &s.life, s.Exec, "CREATE DATABASE `"+name+"`", "DROP DATABASE IF EXISTS `"+name+"`")
 	return s.DSN(name)
 }
 
 // Kill stops the server with SIGKILL, like a crash. The port and directory are kept;
 // Restart recovers. Killing a killed server does nothing.
-func (s *MariaDBServer) Kill() { s.life.kill() }
+func (s *MariaDBServer) Kill() { s.life.Kill() }
 
 // Restart stops the server if it runs (SIGTERM, a clean shutdown) and starts it again on
 // the same port and directory; after Kill it starts it again, running crash recovery. It
 // returns an error with the log's tail if the server does not come back, or if it was
 // closed.
-func (s *MariaDBServer) Restart() error { return s.life.restart("mariadb :" + strconv.Itoa(s.Port)) }
+func (s *MariaDBServer) Restart() error { return s.life.Restart("mariadb :" + strconv.Itoa(s.Port)) }
 
 // Close kills the server and removes its directory; nothing in it is kept, so a clean
 // shutdown would only cost time. It is safe to call more than once.
-func (s *MariaDBServer) Close() { s.life.close() }
+func (s *MariaDBServer) Close() { s.life.Close() }

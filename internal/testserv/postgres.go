@@ -3,6 +3,7 @@ package testserv
 import (
 	"context"
 	"fmt"
+	"github.com/fencelock/fence/internal/servers"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -25,7 +26,7 @@ type PostgresServer struct {
 	bin  string // the postgres executable
 	cred *syscall.Credential
 
-	life lifecycle
+	life servers.Lifecycle
 }
 
 // StartPostgres creates a fresh cluster in a temporary directory (initdb) and starts a
@@ -47,15 +48,15 @@ func StartPostgres() (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeServerDir("pg")
+	dir, err := servers.MakeDir("pg")
 	if err != nil {
 		return nil, err
 	}
 	s := &PostgresServer{Dir: dir, bin: bin, cred: cred}
-	s.life.dir = dir
-	s.life.launch = s.launch
-	s.life.stopSig = syscall.SIGINT // a fast shutdown
-	s.life.gracefulClose = true
+	s.life.Dir = dir
+	s.life.Launch = s.launch
+	s.life.StopSig = syscall.SIGINT // a fast shutdown
+	s.life.GracefulClose = true
 	if err := chownTo(s.Dir, s.cred); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("testserv: postgres: %w", err)
@@ -63,7 +64,7 @@ func StartPostgres() (*PostgresServer, error) {
 	key := postgresTemplateKey(initdb, bin, cred)
 	build := func(string) error { return s.initdb(initdb) }
 	setPort := func(port int) { s.Port = port }
-	if err := startFromTemplate(key, s.dataDir(), build, setPort, s.life.start); err != nil {
+	if err := startFromTemplate(key, s.dataDir(), build, setPort, s.life.Start); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -143,7 +144,7 @@ func (s *PostgresServer) logPath() string { return filepath.Join(s.Dir, "postgre
 
 // initdb creates the cluster in s.Dir/data.
 func (s *PostgresServer) initdb(initdb string) error {
-	out, err := runTool(initdb, append([]string{"-D", s.dataDir()}, initdbArgs...), s.Dir, s.cred)
+	out, err := servers.RunTool(initdb, append([]string{"-D", s.dataDir()}, initdbArgs...), s.Dir, s.cred)
 	if err != nil {
 		return fmt.Errorf("testserv: postgres: initdb: %w:\n%s", err, out)
 	}
@@ -151,7 +152,7 @@ func (s *PostgresServer) initdb(initdb string) error {
 }
 
 // launch starts postgres on s.Port and waits until it accepts connections.
-func (s *PostgresServer) launch() (*process, error) {
+func (s *PostgresServer) launch() (*servers.Process, error) {
 	// The log file is opened by us (root) and inherited; create it now so the server user
 	// could reopen it too.
 	if f, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
@@ -169,7 +170,7 @@ func (s *PostgresServer) launch() (*process, error) {
 		"-c", "max_connections=200",
 		"-c", "shared_buffers=32MB",
 	}
-	return launch("postgres", s.bin, args, s.logPath(), s.cred, s.ping)
+	return servers.Launch("postgres", s.bin, args, s.logPath(), s.cred, s.ping)
 }
 
 // ping connects to the postgres database and runs a query.
@@ -211,7 +212,7 @@ func (s *PostgresServer) Exec(db, sql string) error {
 // t if the database cannot be created.
 func (s *PostgresServer) CreateDatabase(t testing.TB) string {
 	t.Helper()
-	name := uniqueName("test")
+	name := servers.UniqueName("test")
 	create := "CREATE DATABASE " + name
 	if s.majorVersion() >= 15 {
 		// The default WAL_LOG strategy writes the whole template to the WAL; with fsync
@@ -219,7 +220,7 @@ func (s *PostgresServer) CreateDatabase(t testing.TB) string {
 		create += " STRATEGY FILE_COPY"
 	}
 	exec := func(sql string) error { return s.Exec("postgres", sql) }
-	s.life.createDatabase(t, exec, create, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	createDatabase(t, &s.life, exec, create, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	return s.DSN(name)
 }
 
@@ -236,17 +237,17 @@ func (s *PostgresServer) majorVersion() int {
 // Kill stops the server with SIGKILL to its whole process group, like a crash. The port
 // and directory are kept; Restart recovers the cluster. Killing a killed server does
 // nothing.
-func (s *PostgresServer) Kill() { s.life.kill() }
+func (s *PostgresServer) Kill() { s.life.Kill() }
 
 // Restart stops the server if it runs (SIGINT, a fast shutdown) and starts it again on
 // the same port and directory; after Kill it starts it again, running crash recovery. It
 // returns an error with the log's tail if the server does not come back, or if it was
 // closed.
-func (s *PostgresServer) Restart() error { return s.life.restart("postgres :" + strconv.Itoa(s.Port)) }
+func (s *PostgresServer) Restart() error { return s.life.Restart("postgres :" + strconv.Itoa(s.Port)) }
 
 // Close stops the server (a fast shutdown) and removes its directory. It is safe to call
 // more than once.
-func (s *PostgresServer) Close() { s.life.close() }
+func (s *PostgresServer) Close() { s.life.Close() }
 
 // PauseWALWriter stops the server's WAL writer process with SIGSTOP, so that the WAL
 // of commits made with synchronous_commit = off stays in shared memory (until a
@@ -255,20 +256,25 @@ func (s *PostgresServer) Close() { s.life.close() }
 // returned resume (SIGCONT) unless Kill follows; Kill ends the pause either way. It
 // returns an error if the server is not running or has no WAL writer process.
 func (s *PostgresServer) PauseWALWriter() (resume func(), err error) {
-	s.life.mu.Lock()
-	defer s.life.mu.Unlock()
-	if s.life.proc == nil || s.life.proc.exited() {
-		return nil, fmt.Errorf("testserv: postgres :%d: pause WAL writer: not running", s.Port)
-	}
-	for _, pid := range descendants(s.life.proc.cmd.Process.Pid) {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-		if err != nil || !strings.Contains(string(cmdline), "walwriter") {
-			continue
+	err = s.life.WithProcess(func(p *servers.Process) error {
+		if p == nil || p.Exited() {
+			return fmt.Errorf("testserv: postgres :%d: pause WAL writer: not running", s.Port)
 		}
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			return nil, fmt.Errorf("testserv: postgres :%d: pause WAL writer %d: %w", s.Port, pid, err)
+		for _, pid := range servers.Descendants(p.Pid()) {
+			cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+			if err != nil || !strings.Contains(string(cmdline), "walwriter") {
+				continue
+			}
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				return fmt.Errorf("testserv: postgres :%d: pause WAL writer %d: %w", s.Port, pid, err)
+			}
+			resume = func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
+			return nil
 		}
-		return func() { _ = syscall.Kill(pid, syscall.SIGCONT) }, nil
+		return fmt.Errorf("testserv: postgres :%d: no walwriter process among the server's", s.Port)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("testserv: postgres :%d: no walwriter process among the server's", s.Port)
+	return resume, nil
 }

@@ -132,7 +132,7 @@ func TestFindBinary_Missing_NamesPackage(t *testing.T) {
 	if !errors.Is(err, testserv.ErrNotFound) {
 		t.Fatalf("error = %v, want ErrNotFound", err)
 	}
-	if want := "testserv: no-such-server-binary not found: apt-get install no-such-package"; !strings.Contains(err.Error(), want) {
+	if want := "servers: no-such-server-binary not found: apt-get install no-such-package"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("error = %q, want it to contain %q", err, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/fencelock/fence/internal/servers"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,7 +89,7 @@ func startFromTemplate(key, dataDir string, build func(dataDir string) error, se
 	if cached {
 		rebuild = func() error { return rebuildTemplate(key, dataDir, build) }
 	}
-	return startOnFreePort(setPort, start, rebuild)
+	return servers.StartOnFreePort(setPort, start, rebuild)
 }
 
 // saveTemplate copies dataDir to tmpl/data, atomically: a copy under a temporary name,

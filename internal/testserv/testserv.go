@@ -1,6 +1,10 @@
-// Package testserv starts throwaway real servers (Redis, PostgreSQL, MariaDB) for
-// integration tests: each on a free port of 127.0.0.1, with its data in a fresh temporary
-// directory, in its own process group, stopped and removed by Close.
+// Package testserv starts throwaway real servers (Redis, PostgreSQL, MariaDB, etcd,
+// ZooKeeper) for integration tests: each on a free port of 127.0.0.1, with its data in a
+// fresh temporary directory, in its own process group, stopped and removed by Close.
+//
+// It is the testing layer: the process machinery (and Redis) live in internal/servers,
+// which programs may use too; this package adds the helpers that take a testing.TB, fail
+// the test and register the cleanup. Production code must not import it.
 //
 // Start one server per test package in TestMain with the Start* functions, or one per
 // test with the helpers that take a testing.TB and register their own cleanup:
@@ -26,38 +30,14 @@
 package testserv
 
 import (
-	"errors"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/fencelock/fence/internal/servers"
 )
-
-// startTimeout bounds how long a server may take to become ready.
-const startTimeout = 30 * time.Second
-
-// stopTimeout bounds a graceful shutdown before the server is killed.
-const stopTimeout = 15 * time.Second
-
-// startAttempts is how many times a fresh server retries on a port taken between
-// choosing it and binding it.
-const startAttempts = 4
-
-// reservedPorts are the machine's own services: never used, even if free.
-var reservedPorts = map[int]bool{6379: true, 5432: true, 3306: true}
 
 // ErrNotFound matches (errors.Is) the errors of Start* and FindBinary when a server
 // binary is missing; their message names the Debian package that provides it.
-var ErrNotFound = errors.New("testserv: binary not found")
+var ErrNotFound = servers.ErrNotFound
 
 // SkipIfShort skips the test under go test -short: integration tests that start servers
 // use it so that -short runs stay fast and need no server binaries.
@@ -80,188 +60,30 @@ func RequireBinary(t testing.TB, name, aptPackage string) string {
 	return path
 }
 
-// FindBinary returns the path of the executable name, searched in PATH, then in
-// /usr/sbin, /usr/local/sbin, /sbin and the newest /usr/lib/postgresql/*/bin. It returns
-// an error matching ErrNotFound (errors.Is), naming aptPackage, if there is none.
+// FindBinary is servers.FindBinary: the path of the executable name, or an error
+// matching ErrNotFound that names aptPackage.
 func FindBinary(name, aptPackage string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	dirs := []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}
-	dirs = append(dirs, postgresBinDirs()...)
-	for _, d := range dirs {
-		p := filepath.Join(d, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", &notFoundError{name: name, pkg: aptPackage}
+	return servers.FindBinary(name, aptPackage)
 }
 
-// notFoundError says which binary is missing and how to install it.
-type notFoundError struct{ name, pkg string }
+// FreePort is servers.FreePort: a TCP port of 127.0.0.1 that was free a moment ago,
+// never a well-known one and none it returned recently.
+func FreePort() (int, error) { return servers.FreePort() }
 
-func (e *notFoundError) Error() string {
-	return fmt.Sprintf("testserv: %s not found: apt-get install %s (or run scripts/install-deps.sh)", e.name, e.pkg)
-}
-
-func (e *notFoundError) Is(target error) bool { return target == ErrNotFound }
-
-// findAny returns the first of names that FindBinary finds.
-func findAny(aptPackage string, names ...string) (string, error) {
-	var firstErr error
-	for _, n := range names {
-		p, err := FindBinary(n, aptPackage)
-		if err == nil {
-			return p, nil
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
+// createDatabase runs the statement create with exec, failing t if it fails, and when t
+// ends runs drop, failing t if that fails, unless the server is no longer running
+// (killed: nothing to drop now; closed: Close removed it all).
+func createDatabase(t testing.TB, life *servers.Lifecycle, exec func(sql string) error, create, drop string) {
+	t.Helper()
+	if err := exec(create); err != nil {
+		t.Fatal(err)
 	}
-	return "", firstErr
-}
-
-// postgresBinDirs returns /usr/lib/postgresql/*/bin, newest major version first.
-func postgresBinDirs() []string {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return vi > vj
+	t.Cleanup(func() {
+		if !life.Running() {
+			return
+		}
+		if err := exec(drop); err != nil {
+			t.Errorf("testserv: drop test database: %v", err)
+		}
 	})
-	return dirs
-}
-
-// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago (the kernel's
-// choice for port 0), never one of 6379, 5432 or 3306, and none of the last 64 ports it
-// returned in this process, so that the ports of one cluster (client, peer and election
-// ports, chosen one after the other) are distinct. Another process may take it before
-// the caller binds it; the Start* functions retry in that case. It returns an error if
-// no port can be had.
-func FreePort() (int, error) {
-	portMu.Lock()
-	defer portMu.Unlock()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("testserv: free port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		if err := l.Close(); err != nil {
-			return 0, fmt.Errorf("testserv: free port: %w", err)
-		}
-		if !reservedPorts[port] && !slices.Contains(recentPorts, port) {
-			if len(recentPorts) == recentPortsKept {
-				recentPorts = recentPorts[1:]
-			}
-			recentPorts = append(recentPorts, port)
-			return port, nil
-		}
-	}
-	return 0, errors.New("testserv: free port: the kernel keeps choosing reserved or just-returned ports")
-}
-
-// recentPortsKept is how many of its last ports FreePort does not return again: the
-// kernel may choose a port again as soon as it is released, which happened to a
-// ZooKeeper ensemble whose client and election ports came out equal.
-const recentPortsKept = 64
-
-var (
-	portMu      sync.Mutex
-	recentPorts []int // the last ports FreePort returned, oldest first
-)
-
-// uniqueName returns a database name that is unique within this process and unlikely to
-// clash across processes: prefix, pid and a counter.
-func uniqueName(prefix string) string {
-	nameMu.Lock()
-	defer nameMu.Unlock()
-	nameSeq++
-	return fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), nameSeq)
-}
-
-var (
-	nameMu  sync.Mutex
-	nameSeq int
-)
-
-// ownerFile, in each server directory, holds the pid of the test process that made it,
-// so that a later run can remove the directories of processes that died without Close.
-const ownerFile = "testserv.owner"
-
-// dirPrefix starts the name of every server directory.
-const dirPrefix = "testserv-"
-
-// makeServerDir creates the temporary directory for a server of the given kind
-// ("redis"), after removing those left behind by dead test processes. The directory is
-// under os.TempDir, or /tmp if another user (the server's, for PostgreSQL run by root)
-// could not reach os.TempDir.
-func makeServerDir(kind string) (string, error) {
-	parent := os.TempDir()
-	if !reachableByOthers(parent) {
-		parent = "/tmp"
-	}
-	sweepStaleDirs(parent)
-	dir, err := os.MkdirTemp(parent, dirPrefix+kind+"-")
-	if err != nil {
-		return "", fmt.Errorf("testserv: %s: %w", kind, err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("testserv: %s: %w", kind, err)
-	}
-	return dir, nil
-}
-
-// reachableByOthers reports whether every directory from / down to dir lets other users
-// traverse it.
-func reachableByOthers(dir string) bool {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return false
-	}
-	for {
-		st, err := os.Stat(dir)
-		if err != nil || st.Mode().Perm()&0o001 == 0 {
-			return false
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			return true
-		}
-		dir = up
-	}
-}
-
-// sweepStaleDirs removes server directories in parent whose owner process is gone (a
-// test binary killed by SIGKILL cannot clean up; its servers die with it through the
-// parent-death signal, but their directories stay). Directories without an owner file
-// are left alone.
-func sweepStaleDirs(parent string) {
-	entries, err := os.ReadDir(parent)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), dirPrefix) {
-			continue
-		}
-		dir := filepath.Join(parent, e.Name())
-		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || processAlive(pid) {
-			continue
-		}
-		os.RemoveAll(dir)
-	}
-}
-
-// processAlive reports whether a process with this pid exists.
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }

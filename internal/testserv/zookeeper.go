@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/fencelock/fence/internal/servers"
 	"io"
 	"net"
 	"os"
@@ -43,7 +44,7 @@ type ZooKeeperServer struct {
 	Dir  string // removed by Close
 
 	once sync.Once
-	proc *process
+	proc *servers.Process
 }
 
 // zkCommand returns the java binary and the classpath, or an error matching ErrNotFound
@@ -54,7 +55,7 @@ func zkCommand() (java, classpath string, err error) {
 		return "", "", err
 	}
 	if _, err := os.Stat(zkJar); err != nil {
-		return "", "", &notFoundError{name: zkJar, pkg: "zookeeper"}
+		return "", "", &servers.NotFoundError{Name: zkJar, Package: "zookeeper"}
 	}
 	classpath = zkJar
 	if _, err := os.Stat(zkLogJar); err == nil {
@@ -75,7 +76,7 @@ func zkJavaArgs(classpath, cfg string) []string {
 }
 
 // zkConfig returns the zoo.cfg of a server whose data is in dataDir.
-func zkConfig(dataDir string, clientPort int, servers []string) string {
+func zkConfig(dataDir string, clientPort int, members []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "tickTime=%d\n", zkTickMs)
 	fmt.Fprintf(&b, "dataDir=%s\n", dataDir)
@@ -87,10 +88,10 @@ func zkConfig(dataDir string, clientPort int, servers []string) string {
 	b.WriteString("4lw.commands.whitelist=srvr,stat,ruok,wchp\n")
 	b.WriteString("maxClientCnxns=0\n")
 	b.WriteString("forceSync=no\n") // throwaway data: durability across machine crashes is not tested
-	if len(servers) > 0 {
+	if len(members) > 0 {
 		b.WriteString("initLimit=50\nsyncLimit=10\n")
 		b.WriteString("reconfigEnabled=false\nstandaloneEnabled=false\n")
-		for _, s := range servers {
+		for _, s := range members {
 			b.WriteString(s + "\n")
 		}
 	}
@@ -106,12 +107,12 @@ func StartZooKeeper() (*ZooKeeperServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeServerDir("zookeeper")
+	dir, err := servers.MakeDir("zookeeper")
 	if err != nil {
 		return nil, err
 	}
 	var lastErr error
-	for attempt := 0; attempt < startAttempts; attempt++ {
+	for attempt := 0; attempt < servers.StartAttempts; attempt++ {
 		port, err := FreePort()
 		if err != nil {
 			os.RemoveAll(dir)
@@ -128,13 +129,13 @@ func StartZooKeeper() (*ZooKeeperServer, error) {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("testserv: zookeeper: %w", err)
 		}
-		p, err := startProcess("zookeeper", java, zkJavaArgs(cp, cfg), filepath.Join(dir, "zookeeper.log"), nil)
+		p, err := servers.StartProcess("zookeeper", java, zkJavaArgs(cp, cfg), filepath.Join(dir, "zookeeper.log"), nil)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		err = p.waitReady(func() error {
+		err = p.WaitReady(func() error {
 			mode, err := ZooKeeperMode(addr)
 			if err == nil && mode != "standalone" {
 				err = fmt.Errorf("mode %q", mode)
@@ -144,9 +145,9 @@ func StartZooKeeper() (*ZooKeeperServer, error) {
 		if err == nil {
 			return &ZooKeeperServer{Addr: addr, Port: port, Dir: dir, proc: p}, nil
 		}
-		p.kill()
+		p.Kill()
 		lastErr = err
-		if !addrInUse(err) {
+		if !servers.AddrInUse(err) {
 			break
 		}
 	}
@@ -170,7 +171,7 @@ func ZooKeeper(t testing.TB) *ZooKeeperServer {
 // It is idempotent.
 func (s *ZooKeeperServer) Close() {
 	s.once.Do(func() {
-		s.proc.kill() // throwaway data: no need for a graceful stop
+		s.proc.Kill() // throwaway data: no need for a graceful stop
 		os.RemoveAll(s.Dir)
 	})
 }
@@ -237,7 +238,7 @@ type ZooKeeperMember struct {
 	Addr string // client address "127.0.0.1:PORT"
 
 	mu   sync.Mutex
-	proc *process // nil once killed
+	proc *servers.Process // nil once killed
 }
 
 // StartZooKeeperEnsemble starts an n-server ensemble and waits until every member
@@ -252,13 +253,13 @@ func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := makeServerDir("zookeeper-ensemble")
+	dir, err := servers.MakeDir("zookeeper-ensemble")
 	if err != nil {
 		return nil, err
 	}
 	e := &ZooKeeperEnsemble{Dir: dir}
 	ports := make([][3]int, n)
-	var servers []string
+	var members []string
 	for i := range ports {
 		for j := range ports[i] {
 			if ports[i][j], err = FreePort(); err != nil {
@@ -266,7 +267,7 @@ func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
 				return nil, err
 			}
 		}
-		servers = append(servers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[i][1], ports[i][2]))
+		members = append(members, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[i][1], ports[i][2]))
 	}
 	for i := range ports {
 		id := i + 1
@@ -281,11 +282,11 @@ func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
 			return nil, fmt.Errorf("testserv: zookeeper ensemble: %w", err)
 		}
 		cfg := filepath.Join(mdir, "zoo.cfg")
-		if err := os.WriteFile(cfg, []byte(zkConfig(data, ports[i][0], servers)), 0o644); err != nil {
+		if err := os.WriteFile(cfg, []byte(zkConfig(data, ports[i][0], members)), 0o644); err != nil {
 			e.Close()
 			return nil, fmt.Errorf("testserv: zookeeper ensemble: %w", err)
 		}
-		p, err := startProcess(fmt.Sprintf("zookeeper %d", id), java, zkJavaArgs(cp, cfg), filepath.Join(mdir, "zookeeper.log"), nil)
+		p, err := servers.StartProcess(fmt.Sprintf("zookeeper %d", id), java, zkJavaArgs(cp, cfg), filepath.Join(mdir, "zookeeper.log"), nil)
 		if err != nil {
 			e.Close()
 			return nil, err
@@ -295,7 +296,7 @@ func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
 	if err := e.waitReady(); err != nil {
 		var tails []string
 		for _, m := range e.Members {
-			tails = append(tails, fmt.Sprintf("zk%d: %s", m.ID, logTail(filepath.Join(dir, fmt.Sprintf("zk%d", m.ID), "zookeeper.log"))))
+			tails = append(tails, fmt.Sprintf("zk%d: %s", m.ID, servers.LogTail(filepath.Join(dir, fmt.Sprintf("zk%d", m.ID), "zookeeper.log"))))
 		}
 		e.Close()
 		return nil, fmt.Errorf("testserv: zookeeper ensemble: %w\n%s", err, strings.Join(tails, "\n"))
@@ -317,7 +318,7 @@ func NewZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
 }
 
 func (e *ZooKeeperEnsemble) waitReady() error {
-	deadline := time.Now().Add(startTimeout)
+	deadline := time.Now().Add(servers.StartTimeout)
 	for _, m := range e.Members {
 		for {
 			mode, err := ZooKeeperMode(m.Addr)
@@ -331,7 +332,7 @@ func (e *ZooKeeperEnsemble) waitReady() error {
 				return fmt.Errorf("member %d exited", m.ID)
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("member %d not ready after %v: %w", m.ID, startTimeout, err)
+				return fmt.Errorf("member %d not ready after %v: %w", m.ID, servers.StartTimeout, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -385,7 +386,7 @@ func (m *ZooKeeperMember) Kill() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.proc != nil {
-		m.proc.kill()
+		m.proc.Kill()
 		m.proc = nil
 	}
 }
@@ -394,5 +395,5 @@ func (m *ZooKeeperMember) Kill() {
 func (m *ZooKeeperMember) Alive() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.proc != nil && !m.proc.exited()
+	return m.proc != nil && !m.proc.Exited()
 }

@@ -1,4 +1,4 @@
-package testserv_test
+package servers_test
 
 import (
 	"os"
@@ -7,24 +7,26 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
 )
 
-// A directory left by a test process that died (SIGKILL, no cleanup) is removed by the
+// A directory left by a process that died (SIGKILL, no cleanup) is removed by the
 // next start; one whose owner lives is kept.
 func TestStart_RemovesDirsOfDeadProcessesOnly(t *testing.T) {
-	testserv.SkipIfShort(t)
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
 	mkdir := func(pid int) string {
-		dir, err := os.MkdirTemp("", "testserv-sweeptest-")
+		dir, err := os.MkdirTemp("", "fence-server-sweeptest-")
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
-		if err := os.WriteFile(filepath.Join(dir, "testserv.owner"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "fence-server.owner"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return dir
@@ -32,7 +34,11 @@ func TestStart_RemovesDirsOfDeadProcessesOnly(t *testing.T) {
 	stale := mkdir(dead.Process.Pid)
 	live := mkdir(os.Getpid())
 
-	testserv.Redis(t)
+	srv, err := servers.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
 
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("dir of dead pid %d: Stat error = %v, want it removed", dead.Process.Pid, err)
