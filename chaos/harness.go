@@ -24,7 +24,7 @@ import (
 
 	"github.com/fencelock/fence"
 	fencehttp "github.com/fencelock/fence/http"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
 	fenceredis "github.com/fencelock/fence/redis"
 )
 
@@ -707,16 +707,16 @@ const tableLegend = `columns:
 // redisPair is a Redis primary and its replica behind a proxy whose address the
 // workers use, so that a failover is a retarget of the proxy.
 type redisPair struct {
-	primary, replica *testserv.RedisServer
+	primary, replica *servers.Redis
 	proxy            *linkProxy
 }
 
 func startRedisPair() (*redisPair, error) {
-	p, err := testserv.StartRedis()
+	p, err := servers.StartRedis()
 	if err != nil {
 		return nil, fmt.Errorf("chaos: redis primary: %w", err)
 	}
-	r, err := testserv.StartRedisReplica(p)
+	r, err := servers.StartRedisReplica(p)
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("chaos: redis replica: %w", err)
