@@ -49,7 +49,7 @@ go test "${testflags[@]}" "$@" ./... || fail "go test"
 # The clients in other languages and the dashboard's browser test run against a real
 # fence serve too; they run with the whole suite, not with go test flags of their own.
 if [ $# -eq 0 ]; then
-	for t in clients/typescript/test.sh clients/python/test.sh http/ui/test/test.sh; do
+	for t in clients/typescript/test.sh clients/python/test.sh fencehttp/ui/test/test.sh; do
 		step "$t"
 		bash "$t" || fail "$t"
 	done

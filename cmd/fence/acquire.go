@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 )
 
 func init() {

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// The tours in README.md and http/README.md are run as written, with the built
+// The tours in README.md and fencehttp/README.md are run as written, with the built
 // binary, against a real `fence serve`: each command a reader types (a line starting
 // with "$ " in a ```sh block of the tour's section) is run with bash, and what the
 // document shows under it must be what it prints. A tour that no longer works as
@@ -27,7 +27,7 @@ type docTour struct {
 
 var (
 	readmeTour = docTour{"../../README.md", "### 3. From any language: `fence serve`"}
-	httpTour   = docTour{"../../http/README.md", "## Five minutes with curl and the CLI"}
+	httpTour   = docTour{"../../fencehttp/README.md", "## Five minutes with curl and the CLI"}
 )
 
 // name is the tour's file relative to the repository's root.
@@ -214,7 +214,7 @@ func TestDocs_Tours_RunAsWritten(t *testing.T) {
 	}
 }
 
-// TestDocs_Tours_OneAfterTheOther runs the README's tour and then http/README's on
+// TestDocs_Tours_OneAfterTheOther runs the README's tour and then fencehttp/README's on
 // the same server and data, as a reader following both would: the second must not
 // fail because the first left a lock held or bound a key to another lock.
 func TestDocs_Tours_OneAfterTheOther(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 )
 
 func init() { addCommand(newServeCmd()) }

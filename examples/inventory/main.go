@@ -30,7 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelock/fence"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 )
 
 const usage = `usage:

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Browser tests of the fence dashboard (/ui): builds fence, installs playwright-core
 # (no browser download: it drives Debian's chromium), runs node --test.
-# From the repo root: sh http/ui/test/test.sh
+# From the repo root: sh fencehttp/ui/test/test.sh
 # Needs: go, node >= 20 with npm, and chromium at /usr/bin/chromium (or $CHROMIUM).
 # FENCE_UI_SCREENSHOTS=DIR keeps the screenshots there (else a temp dir, printed).
 set -eu

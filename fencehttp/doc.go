@@ -3,8 +3,8 @@
 // and a Client that implements fence.Locker, fence.Healer, fence.Inspector,
 // fence.Guard and fence.KV against such a server, so that any language or shell can take fenced locks.
 //
-// The package lives in the directory http/ of the module; it is named fencehttp so
-// that it does not shadow net/http where both are imported.
+// The package is named fencehttp, not http, so that it does not shadow net/http
+// where both are imported.
 //
 // # API v1
 //

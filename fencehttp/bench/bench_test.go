@@ -21,8 +21,8 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/fencetest"
-	fencehttp "github.com/fencelock/fence/http"
 )
 
 var clientCounts = []int{1, 16}

@@ -22,11 +22,11 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/fencelock/fence"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
 
-// The OpenAPI document (http/openapi.json, served on GET /v1/openapi.json) is
+// The OpenAPI document (fencehttp/openapi.json, served on GET /v1/openapi.json) is
 // checked here against real servers, with kin-openapi's validator: every request
 // the test sends is validated against the document (a request the server refuses
 // with 400 must be one the document refuses too, where a schema can say it), and

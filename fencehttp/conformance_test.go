@@ -7,8 +7,8 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/fencetest"
-	fencehttp "github.com/fencelock/fence/http"
 )
 
 // The client against a live server on the bolt store passes the Locker suite

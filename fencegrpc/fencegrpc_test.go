@@ -21,7 +21,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
-	"github.com/fencelock/fence/http/fencegrpc"
+	"github.com/fencelock/fence/fencegrpc"
 	"github.com/fencelock/fence/inmem"
 )
 

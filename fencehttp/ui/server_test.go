@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's concurrent log writes.

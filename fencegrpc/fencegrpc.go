@@ -80,7 +80,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/fencelock/fence"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/internal/gate"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5"

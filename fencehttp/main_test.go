@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
-	fencehttp "github.com/fencelock/fence/http"
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
 
