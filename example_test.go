@@ -92,8 +92,8 @@ func ExampleTryAcquire() {
 func ExampleGuard() {
 	ctx := context.Background()
 	var guard fence.Guard = inmem.NewGuard()
-	old := fence.Fence{Name: "payments", Token: 4, LeaseID: fence.NewLeaseID()}
-	cur := fence.Fence{Name: "payments", Token: 5, LeaseID: fence.NewLeaseID()}
+	old := fence.Fence{Name: "payments", Token: 4, LeaseID: "lease-4"}
+	cur := fence.Fence{Name: "payments", Token: 5, LeaseID: "lease-5"}
 
 	fmt.Println(guard.Fence(ctx, "ledger", cur))
 	fmt.Println(guard.Fence(ctx, "ledger", old))

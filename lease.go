@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fence/internal/core"
 )
 
 // ErrExpired is what Lease.Err returns, and the cause its Context carries, when the
@@ -15,8 +17,8 @@ import (
 var ErrExpired = fmt.Errorf("%w: expired before it was renewed", ErrNotHeld)
 
 // Lease is one grant of a lock: its name, fencing token and lease id, and what the
-// holder knows of its expiry. Backends make leases with NewLease; callers get them
-// from Locker.Acquire. A Lease is safe for concurrent use.
+// holder knows of its expiry. Callers get leases from Locker.Acquire (backends make
+// them with package driver). A Lease is safe for concurrent use.
 //
 // Done closes as soon as the holder can no longer be sure it holds the lock: at the
 // local deadline (the time the acquire or last successful renew was sent, plus its
@@ -24,8 +26,8 @@ var ErrExpired = fmt.Errorf("%w: expired before it was renewed", ErrNotHeld)
 // it narrows the window in which a paused holder acts on a lost lock, it never closes
 // it. Writes must carry Fence() to a guard.
 type Lease struct {
-	locker Locker
-	clock  Clock
+	locker core.Holder
+	clock  core.Clock
 	name   string
 	id     string
 	token  Token
@@ -35,8 +37,8 @@ type Lease struct {
 	mu       sync.Mutex
 	ttl      time.Duration
 	deadline time.Time
-	expiry   Timer
-	renewal  Timer
+	expiry   core.Timer
+	renewal  core.Timer
 	auto     bool
 	err      error
 	done     chan struct{}
@@ -44,36 +46,29 @@ type Lease struct {
 	cancel   context.CancelCauseFunc // set with ctx
 }
 
-// LeaseConfig is what a Locker implementation knows of a grant, for NewLease.
-type LeaseConfig struct {
-	Locker Locker        // renews and releases the lease; required
-	Name   string        // lock name
-	Token  Token         // fencing token of the grant
-	ID     string        // lease id (a credential)
-	TTL    time.Duration // TTL granted
-	// Start is when the acquire request was sent, by Clock. The local deadline is
-	// Start+TTL, which is never later than the backend's expiry of the lease (the
-	// backend started counting after the request left). Zero means Clock.Now().
-	Start time.Time
-	// Clock measures the local deadline; nil means SystemClock.
-	Clock Clock
-	// AutoRenew starts renewal at about TTL/3 (see WithAutoRenew).
-	AutoRenew bool
+func init() {
+	core.NewLease = func(c core.LeaseConfig) any { return newLease(c) }
+	core.ValidateName = validateName
+	core.ValidateTTL = validateTTL
+	core.ValidateToken = func(t uint64) error { return validateToken(Token(t)) }
+	core.ValidateLeaseID = validateLeaseID
 }
 
-// NewLease returns a held lease for a grant, with its expiry timer (and renewal, if
-// configured) running. It is for Locker implementations.
-func NewLease(c LeaseConfig) *Lease {
+// newLease returns a held lease for a grant, with its expiry timer (and renewal, if
+// configured) running. Backends reach it as driver.NewLease. The local deadline is
+// c.Start+c.TTL: c.Start is when the acquire request was sent, so the deadline is
+// never later than the backend's expiry (zero means now).
+func newLease(c core.LeaseConfig) *Lease {
 	clock := c.Clock
 	if clock == nil {
-		clock = SystemClock
+		clock = core.SystemClock
 	}
 	start := c.Start
 	if start.IsZero() {
 		start = clock.Now()
 	}
 	l := &Lease{
-		locker: c.Locker, clock: clock, name: c.Name, id: c.ID, token: c.Token,
+		locker: c.Holder, clock: clock, name: c.Name, id: c.ID, token: Token(c.Token),
 		ttl: c.TTL, deadline: start.Add(c.TTL), auto: c.AutoRenew,
 		done: make(chan struct{}),
 	}
@@ -144,7 +139,7 @@ func (l *Lease) Err() error {
 // the backend says the lease is gone, ErrInvalid for a bad TTL, and other errors
 // (ErrUnavailable) without changing the local deadline.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
-	if err := ValidateTTL(ttl); err != nil {
+	if err := validateTTL(ttl); err != nil {
 		return err
 	}
 	if err := l.Err(); err != nil {

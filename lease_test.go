@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/inmem"
 )
 
@@ -66,7 +67,7 @@ func newTestLease(t *testing.T, ttl time.Duration, auto bool) (*fence.Lease, *fa
 	t.Helper()
 	clock := inmem.NewManualClock(t0)
 	fl := &fakeLocker{}
-	l := fence.NewLease(fence.LeaseConfig{
+	l := driver.NewLease(driver.LeaseConfig{
 		Locker: fl, Name: "job", Token: 7, ID: "lease-7", TTL: ttl, Clock: clock, AutoRenew: auto,
 	})
 	return l, fl, clock
@@ -118,7 +119,7 @@ func TestLease_Done_ClosesAtDeadlineOnManualClock(t *testing.T) {
 func TestLease_Deadline_CountsFromStartBeforeGrant(t *testing.T) {
 	clock := inmem.NewManualClock(t0)
 	start := t0.Add(-2 * time.Second) // the acquire request left 2s ago
-	l := fence.NewLease(fence.LeaseConfig{Locker: &fakeLocker{}, Name: "job", Token: 1, ID: "x", TTL: 10 * time.Second, Start: start, Clock: clock})
+	l := driver.NewLease(driver.LeaseConfig{Locker: &fakeLocker{}, Name: "job", Token: 1, ID: "x", TTL: 10 * time.Second, Start: start, Clock: clock})
 	if got, want := l.Deadline(), t0.Add(8*time.Second); !got.Equal(want) {
 		t.Fatalf("Deadline() = %v; want start+TTL = %v", got, want)
 	}

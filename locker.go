@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/fencelock/fence/internal/core"
 )
 
 // Locker grants leases on named locks, each carrying a fencing token.
@@ -57,9 +59,12 @@ type Inspector interface {
 	// Held false and LastToken 0, not an error.
 	Inspect(ctx context.Context, name string) (LockInfo, error)
 	// List returns the locks whose names start with prefix, held or not, in name
-	// order, at most limit of them (limit <= 0 means a backend default).
+	// order, at most limit of them (DefaultListLimit if limit <= 0).
 	List(ctx context.Context, prefix string, limit int) ([]LockInfo, error)
 }
+
+// DefaultListLimit is how many locks Inspector.List returns when its limit is <= 0.
+const DefaultListLimit = 1000
 
 // LockInfo describes a lock as a backend sees it. It never contains a lease id.
 type LockInfo struct {
@@ -70,27 +75,17 @@ type LockInfo struct {
 	ExpiresIn time.Duration `json:"-"`                    // time left on the current lease, if held
 }
 
-// AcquireOptions are the per-call options of Locker.Acquire. Backends read them
-// with ApplyAcquireOptions.
-type AcquireOptions struct {
-	// Wait is how long to wait for a held lock: 0 tries once, WaitForever waits
-	// until ctx is done. The wait is also bounded by ctx.
-	Wait time.Duration
-	// AutoRenew makes the returned lease renew itself (see WithAutoRenew).
-	AutoRenew bool
-}
-
 // WaitForever, given to WithWait, waits until the context is done.
 const WaitForever time.Duration = 1<<63 - 1
 
-// AcquireOption sets an AcquireOptions field.
-type AcquireOption func(*AcquireOptions)
+// AcquireOption is a per-call option of Locker.Acquire: WithWait, WithAutoRenew.
+type AcquireOption func(*core.AcquireOptions)
 
 // WithWait makes Acquire wait up to d for a held lock to be released or to expire.
 // Waiting is woken by the release (how depends on the backend), not by polling
 // alone. A negative d is treated as 0.
 func WithWait(d time.Duration) AcquireOption {
-	return func(o *AcquireOptions) {
+	return func(o *core.AcquireOptions) {
 		if d < 0 {
 			d = 0
 		}
@@ -105,18 +100,7 @@ func WithWait(d time.Duration) AcquireOption {
 // Auto-renewal is advisory: it narrows the window in which a paused holder acts on
 // a lost lock, it never closes it. A holder can pause right after a successful
 // renewal. Only a guard checking the fencing token makes writes safe.
-func WithAutoRenew() AcquireOption { return func(o *AcquireOptions) { o.AutoRenew = true } }
-
-// ApplyAcquireOptions returns the options that opts set, for Locker implementations.
-func ApplyAcquireOptions(opts ...AcquireOption) AcquireOptions {
-	var o AcquireOptions
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
-	}
-	return o
-}
+func WithAutoRenew() AcquireOption { return func(o *core.AcquireOptions) { o.AutoRenew = true } }
 
 // TryAcquire is Acquire without waiting: it returns an error matching
 // ErrNotAcquired at once if name is held.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 func TestAdmit(t *testing.T) {
@@ -92,7 +93,7 @@ func TestFence_String_OmitsLeaseID(t *testing.T) {
 func TestFence_Validate(t *testing.T) {
 	good := []fence.Fence{
 		{Name: "job", Token: 1},
-		{Name: "job", Token: fence.MaxToken, LeaseID: fence.NewLeaseID()},
+		{Name: "job", Token: fence.MaxToken, LeaseID: driver.NewLeaseID()},
 	}
 	for _, f := range good {
 		if err := f.Validate(); err != nil {
@@ -120,33 +121,33 @@ func TestFence_Validate(t *testing.T) {
 func TestValidateName(t *testing.T) {
 	good := []string{"a", "job/42", "with space", "ünïcødé-锁", strings.Repeat("n", fence.MaxNameLen)}
 	for _, n := range good {
-		if err := fence.ValidateName(n); err != nil {
+		if err := driver.ValidateName(n); err != nil {
 			t.Errorf("ValidateName(%q) = %v; want nil", n, err)
 		}
 	}
 	bad := []string{"", strings.Repeat("n", fence.MaxNameLen+1), "\xff", "a\nb", "a\x00", "a\tb", "\x7f", "a\u0085b"}
 	for _, n := range bad {
-		err := fence.ValidateName(n)
+		err := driver.ValidateName(n)
 		var ie *fence.InvalidError
 		if !errors.As(err, &ie) || ie.Field != "name" || !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("ValidateName(%q) = %v; want an *InvalidError for field \"name\" matching ErrInvalid", n, err)
 		}
 	}
 	var ie *fence.InvalidError
-	if err := fence.ValidateKey(""); !errors.As(err, &ie) || ie.Field != "key" {
+	if err := driver.ValidateKey(""); !errors.As(err, &ie) || ie.Field != "key" {
 		t.Errorf("ValidateKey(\"\") = %v; want an *InvalidError for field \"key\"", err)
 	}
 }
 
 func TestValidateTTL(t *testing.T) {
 	for _, ttl := range []time.Duration{fence.MinTTL, time.Second, 1500 * time.Millisecond, fence.MaxTTL} {
-		if err := fence.ValidateTTL(ttl); err != nil {
+		if err := driver.ValidateTTL(ttl); err != nil {
 			t.Errorf("ValidateTTL(%v) = %v; want nil", ttl, err)
 		}
 	}
 	for _, ttl := range []time.Duration{0, -time.Second, 999 * time.Microsecond, 1500 * time.Microsecond, fence.MaxTTL + time.Millisecond} {
 		var ie *fence.InvalidError
-		if err := fence.ValidateTTL(ttl); !errors.As(err, &ie) || ie.Field != "ttl" {
+		if err := driver.ValidateTTL(ttl); !errors.As(err, &ie) || ie.Field != "ttl" {
 			t.Errorf("ValidateTTL(%v) = %v; want an *InvalidError for field \"ttl\"", ttl, err)
 		}
 	}
@@ -154,26 +155,26 @@ func TestValidateTTL(t *testing.T) {
 
 func TestValidateToken(t *testing.T) {
 	for _, tok := range []fence.Token{1, 2, fence.MaxToken} {
-		if err := fence.ValidateToken(tok); err != nil {
+		if err := driver.ValidateToken(tok); err != nil {
 			t.Errorf("ValidateToken(%d) = %v; want nil", tok, err)
 		}
 	}
 	for _, tok := range []fence.Token{0, fence.MaxToken + 1, 1<<64 - 1} {
-		if err := fence.ValidateToken(tok); !errors.Is(err, fence.ErrInvalid) {
+		if err := driver.ValidateToken(tok); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("ValidateToken(%d) = %v; want ErrInvalid", tok, err)
 		}
 	}
 }
 
 func TestValidateLeaseID(t *testing.T) {
-	for _, id := range []string{"a", "!", "~", strings.Repeat("x", fence.MaxLeaseIDLen), fence.NewLeaseID()} {
-		if err := fence.ValidateLeaseID(id); err != nil {
+	for _, id := range []string{"a", "!", "~", strings.Repeat("x", fence.MaxLeaseIDLen), driver.NewLeaseID()} {
+		if err := driver.ValidateLeaseID(id); err != nil {
 			t.Errorf("ValidateLeaseID(%q) = %v; want nil", id, err)
 		}
 	}
 	for _, id := range []string{"", " ", "a b", "a\tb", "\x7f", "ü", strings.Repeat("x", fence.MaxLeaseIDLen+1)} {
 		var ie *fence.InvalidError
-		if err := fence.ValidateLeaseID(id); !errors.As(err, &ie) || ie.Field != "lease" {
+		if err := driver.ValidateLeaseID(id); !errors.As(err, &ie) || ie.Field != "lease" {
 			t.Errorf("ValidateLeaseID(%q) = %v; want an *InvalidError for field \"lease\"", id, err)
 		}
 	}
@@ -182,7 +183,7 @@ func TestValidateLeaseID(t *testing.T) {
 func TestNewLeaseID_128RandomBitsDistinct(t *testing.T) {
 	seen := make(map[string]bool)
 	for i := 0; i < 1000; i++ {
-		id := fence.NewLeaseID()
+		id := driver.NewLeaseID()
 		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
 			t.Fatalf("NewLeaseID() = %q; want 32 lowercase hex digits (128 bits)", id)
 		}
@@ -227,7 +228,7 @@ func TestErrors_IsAndAs(t *testing.T) {
 			inMsg: []string{`"a"`, `"b"`},
 		},
 		"InvalidError": {
-			err: wrap(fence.ValidateName("")), is: fence.ErrInvalid,
+			err: wrap(driver.ValidateName("")), is: fence.ErrInvalid,
 			isNot:   []error{fence.ErrNotFound},
 			asCheck: func(e error) bool { var x *fence.InvalidError; return errors.As(e, &x) && x.Field == "name" },
 			inMsg:   []string{"invalid name", "is empty"},
@@ -267,7 +268,7 @@ func TestErrors_IsAndAs(t *testing.T) {
 }
 
 func TestInvalidError_TruncatesLongValues(t *testing.T) {
-	err := fence.ValidateName(strings.Repeat("n", 300))
+	err := driver.ValidateName(strings.Repeat("n", 300))
 	msg := err.Error()
 	if strings.Contains(msg, strings.Repeat("n", 65)) || !strings.Contains(msg, strings.Repeat("n", 64)+"...") {
 		t.Fatalf("message %q; want the value cut to 64 bytes and \"...\"", msg)
@@ -281,14 +282,14 @@ func TestHeldError_UnknownExpiry(t *testing.T) {
 }
 
 func TestApplyAcquireOptions(t *testing.T) {
-	if got := fence.ApplyAcquireOptions(); got != (fence.AcquireOptions{}) {
+	if got := driver.ApplyOptions(); got != (driver.AcquireOptions{}) {
 		t.Errorf("no options = %+v; want zero (try once, no auto-renew)", got)
 	}
-	got := fence.ApplyAcquireOptions(fence.WithWait(time.Second), nil, fence.WithAutoRenew())
-	if want := (fence.AcquireOptions{Wait: time.Second, AutoRenew: true}); got != want {
+	got := driver.ApplyOptions(fence.WithWait(time.Second), nil, fence.WithAutoRenew())
+	if want := (driver.AcquireOptions{Wait: time.Second, AutoRenew: true}); got != want {
 		t.Errorf("WithWait(1s), nil, WithAutoRenew() = %+v; want %+v", got, want)
 	}
-	if got := fence.ApplyAcquireOptions(fence.WithWait(-time.Second)); got.Wait != 0 {
+	if got := driver.ApplyOptions(fence.WithWait(-time.Second)); got.Wait != 0 {
 		t.Errorf("WithWait(-1s).Wait = %v; want 0", got.Wait)
 	}
 }
@@ -296,12 +297,12 @@ func TestApplyAcquireOptions(t *testing.T) {
 // recordingLocker records the options Acquire received and the values Heal got.
 type recordingLocker struct {
 	fakeLocker
-	opts   fence.AcquireOptions
+	opts   driver.AcquireOptions
 	healed []fence.Token
 }
 
 func (r *recordingLocker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	r.opts = fence.ApplyAcquireOptions(opts...)
+	r.opts = driver.ApplyOptions(opts...)
 	return nil, &fence.HeldError{Name: name}
 }
 

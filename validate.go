@@ -1,8 +1,6 @@
 package fence
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -22,14 +20,9 @@ const (
 	MaxLeaseIDLen = 128
 )
 
-// ValidateName returns nil if name is usable as a lock name or resource key: 1 to
+// validateName returns nil if name is usable as a lock name or resource key: 1 to
 // MaxNameLen bytes of valid UTF-8 without control characters. Otherwise it returns
-// an *InvalidError matching ErrInvalid.
-func ValidateName(name string) error { return validateName("name", name) }
-
-// ValidateKey is ValidateName for keys of a fenced store; the error names "key".
-func ValidateKey(key string) error { return validateName("key", key) }
-
+// an *InvalidError naming field. Backends reach the validators through package driver.
 func validateName(field, name string) error {
 	switch {
 	case name == "":
@@ -47,9 +40,9 @@ func validateName(field, name string) error {
 	return nil
 }
 
-// ValidateTTL returns nil if ttl is within [MinTTL, MaxTTL], and an *InvalidError
-// matching ErrInvalid otherwise.
-func ValidateTTL(ttl time.Duration) error {
+// validateTTL returns nil if ttl is a whole number of milliseconds within [MinTTL,
+// MaxTTL], and an *InvalidError otherwise.
+func validateTTL(ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return invalidf("ttl", ttl.String(), "must be between %v and %v", MinTTL, MaxTTL)
 	}
@@ -59,9 +52,9 @@ func ValidateTTL(ttl time.Duration) error {
 	return nil
 }
 
-// ValidateToken returns nil if t is in [1, MaxToken], and an *InvalidError matching
-// ErrInvalid otherwise. Zero is never a token: it means "none".
-func ValidateToken(t Token) error {
+// validateToken returns nil if t is in [1, MaxToken], and an *InvalidError
+// otherwise. Zero is never a token: it means "none".
+func validateToken(t Token) error {
 	if t == 0 {
 		return invalidf("token", t.String(), "must be at least 1")
 	}
@@ -71,9 +64,9 @@ func ValidateToken(t Token) error {
 	return nil
 }
 
-// ValidateLeaseID returns nil if id is 1 to MaxLeaseIDLen bytes of printable ASCII,
-// and an *InvalidError matching ErrInvalid otherwise.
-func ValidateLeaseID(id string) error {
+// validateLeaseID returns nil if id is 1 to MaxLeaseIDLen bytes of printable ASCII
+// without spaces, and an *InvalidError otherwise.
+func validateLeaseID(id string) error {
 	if id == "" {
 		return invalidf("lease", id, "is empty")
 	}
@@ -86,14 +79,4 @@ func ValidateLeaseID(id string) error {
 		}
 	}
 	return nil
-}
-
-// NewLeaseID returns a new lease id: 128 bits from crypto/rand, as 32 hex digits.
-// Lease ids are credentials: only their holder can renew or release the lease (P5).
-func NewLeaseID() string {
-	var b [16]byte
-	// crypto/rand.Read never returns an error on supported platforms (Go 1.24+: it
-	// crashes the program rather than return weak randomness).
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/inmem"
 )
@@ -219,7 +220,7 @@ func BenchmarkReopenAfterCrash(b *testing.B) {
 // when the token ceiling must be raised first), for benchmarks that fill a store.
 func grantUnwritten(b *testing.B, s *Store, name string, ttl time.Duration) {
 	b.Helper()
-	nr := grantResult{id: fence.NewLeaseID()}
+	nr := grantResult{id: driver.NewLeaseID()}
 	for {
 		s.mu.Lock()
 		r, g, granted, err := s.grantLocked(name, int64(ttl), s.now(), nr)

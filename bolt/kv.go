@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -87,7 +88,7 @@ func (s *Store) Fence(ctx context.Context, key string, f fence.Fence) error {
 
 // fence admits f for key and stores it, with value if value is not nil.
 func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value []byte) error {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fmt.Errorf("bolt: %s: %w", op, err)
 	}
 	if err := f.Validate(); err != nil {
@@ -140,7 +141,7 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 // fence.ErrUnavailable if the file could not be read, and fence.ErrClosed after
 // Close.
 func (s *Store) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("bolt: get: %w", err)
 	}
 	if err := ctx.Err(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -34,13 +35,13 @@ var (
 // fence.ErrUnavailable when the file could not be written; fence.ErrClosed after
 // Close.
 func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("bolt: acquire: %w", err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return nil, fmt.Errorf("bolt: acquire %q: %w", name, err)
 	}
-	o := fence.ApplyAcquireOptions(opts...)
+	o := driver.ApplyOptions(opts...)
 	var waitOver chan struct{}
 	if o.Wait > 0 && o.Wait != fence.WaitForever {
 		waitOver = make(chan struct{})
@@ -59,7 +60,7 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 			return nil, err
 		}
 		if g.held == nil {
-			return fence.NewLease(fence.LeaseConfig{
+			return driver.NewLease(driver.LeaseConfig{
 				Locker: s, Name: name, Token: g.token, ID: g.id, TTL: ttl,
 				Start: start, Clock: s.clock, AutoRenew: o.AutoRenew,
 			}), nil
@@ -94,7 +95,7 @@ type grantResult struct {
 func (s *Store) grant(name string, ttl int64, start time.Time) (grantResult, error) {
 	// Make the lease id outside the lock (crypto/rand is the slowest step).
 	var nr grantResult
-	nr.id = fence.NewLeaseID()
+	nr.id = driver.NewLeaseID()
 	if _, err := hex.Decode(nr.idb[:], []byte(nr.id)); err != nil {
 		return grantResult{}, fmt.Errorf("bolt: acquire %q: lease id %q: %w", name, nr.id, fence.ErrInvalid)
 	}
@@ -209,10 +210,10 @@ func parseLeaseID(id string) (b [16]byte, ok bool) {
 }
 
 func validateLease(name, leaseID string) error {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return err
 	}
-	if err := fence.ValidateLeaseID(leaseID); err != nil {
+	if err := driver.ValidateLeaseID(leaseID); err != nil {
 		return fmt.Errorf("%q: %w", name, err)
 	}
 	return nil
@@ -229,7 +230,7 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 	if err := validateLease(name, leaseID); err != nil {
 		return fmt.Errorf("bolt: renew: %w", err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("bolt: renew %q: %w", name, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -318,10 +319,10 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 // [1, fence.MaxToken], fence.ErrUnavailable if the file could not be written, and
 // fence.ErrClosed after Close.
 func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fmt.Errorf("bolt: heal: %w", err)
 	}
-	if err := fence.ValidateToken(seen); err != nil {
+	if err := driver.ValidateToken(seen); err != nil {
 		return fmt.Errorf("bolt: heal %q: %w", name, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -379,7 +380,7 @@ func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 // fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
 // read, and fence.ErrClosed after Close.
 func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("bolt: inspect: %w", err)
 	}
 	if err := ctx.Err(); err != nil {

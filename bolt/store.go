@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	bbolt "go.etcd.io/bbolt"
 	bberrors "go.etcd.io/bbolt/errors"
 )
@@ -45,9 +46,9 @@ var (
 
 // Options configure a Store. The zero value (or a nil *Options) is a safe default.
 type Options struct {
-	// Clock judges lease expiry; nil means fence.SystemClock. Durations are
+	// Clock judges lease expiry; nil means driver.SystemClock. Durations are
 	// measured with it (monotonic for the system clock).
-	Clock fence.Clock
+	Clock driver.Clock
 	// Wall reads the wall clock, in which the file stores lease expiries (the one
 	// clock that survives a restart); nil means the wall reading of Clock.Now. Tests
 	// inject a wall clock that steps, to show that a forward step does not shorten
@@ -84,7 +85,7 @@ type Options struct {
 type Store struct {
 	db    *bbolt.DB
 	path  string
-	clock fence.Clock
+	clock driver.Clock
 	wall  func() time.Time // nil: the wall reading of clock.Now
 	base  time.Time        // clock reading at Open; lease times are nanoseconds since it
 	// wall0 turns lease times into wall-clock times (Unix nanoseconds): the wall
@@ -106,7 +107,7 @@ type Store struct {
 	locks   map[string]*entry
 	peak    int // largest len(locks) since the map was last rebuilt
 	heap    []*entry
-	timer   fence.Timer
+	timer   driver.Timer
 	timerAt int64 // when timer fires (0: none armed)
 
 	next  uint64 // next token to hand out
@@ -179,7 +180,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("bolt: open %s: negative duration in options: %w", path, fence.ErrInvalid)
 	}
 	if o.Clock == nil {
-		o.Clock = fence.SystemClock
+		o.Clock = driver.SystemClock
 	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/inmem"
 	bbolt "go.etcd.io/bbolt"
 )
@@ -153,7 +154,7 @@ func TestStore_RenewRelease_OtherLeaseIDNeverTouchesHolder(t *testing.T) {
 	s := openStore(t, &Options{NoSync: true})
 	ctx := context.Background()
 	l := mustAcquire(t, s, "job", time.Minute)
-	for _, id := range []string{fence.NewLeaseID(), "not-hex-but-valid", l.ID() + "0"} {
+	for _, id := range []string{driver.NewLeaseID(), "not-hex-but-valid", l.ID() + "0"} {
 		if err := s.Renew(ctx, "job", id, time.Minute); !errors.Is(err, fence.ErrNotHeld) {
 			t.Errorf("Renew with %q: got %v, want ErrNotHeld", id, err)
 		}
@@ -669,7 +670,7 @@ func TestOpen_CorruptFile_RefusedAndUntouched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fence.Fence{Name: "job", Token: 7, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
 	if err := s.Put(context.Background(), "k", []byte("precious"), f); err != nil {
 		t.Fatal(err)
 	}
@@ -695,7 +696,7 @@ func TestOpen_DamagedDataPage_RefusedAndUntouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	f := fence.Fence{Name: "job", Token: 7, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
 	var wg sync.WaitGroup
 	for g := 0; g < 20; g++ { // concurrent Puts share commits
 		wg.Add(1)
@@ -733,7 +734,7 @@ func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	f := fence.Fence{Name: "job", Token: 7, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
 	if err := s.Put(ctx, "k", []byte("v1"), f); err != nil {
 		t.Fatal(err)
 	}
@@ -743,7 +744,7 @@ func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 	if err := s.Put(ctx, "max", make([]byte, MaxValueLen), f); err != nil {
 		t.Fatalf("Put of MaxValueLen bytes: %v", err)
 	}
-	higher := fence.Fence{Name: "job", Token: 9, LeaseID: fence.NewLeaseID()}
+	higher := fence.Fence{Name: "job", Token: 9, LeaseID: driver.NewLeaseID()}
 	if err := s.Fence(ctx, "k", higher); err != nil { // advances the fence, keeps v1
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	fenceredis "github.com/fencelock/fence/redis"
 )
@@ -58,7 +59,7 @@ func (c WorkerConfig) Validate() error {
 	case c.ID < 0:
 		return fmt.Errorf("chaos: worker: %w: id %d is negative", fence.ErrInvalid, c.ID)
 	}
-	if err := fence.ValidateName(c.Lock); err != nil {
+	if err := driver.ValidateName(c.Lock); err != nil {
 		return fmt.Errorf("chaos: worker: lock: %w", err)
 	}
 	if c.Key == "" {

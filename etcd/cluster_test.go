@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/internal/testserv"
 )
@@ -31,7 +32,7 @@ func TestCluster_LeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
 	testserv.SkipIfShort(t)
 	c := testserv.NewEtcdCluster(t, 3)
 	endpoints := c.Endpoints()
-	name := "cluster-" + fence.NewLeaseID()[:12]
+	name := "cluster-" + driver.NewLeaseID()[:12]
 	const ttl = 2 * time.Second
 
 	var (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 )
 
@@ -15,7 +16,7 @@ import (
 // the paused worker's late write is refused with the highest token seen.
 func Example() {
 	ctx := context.Background()
-	store, err := etcd.Open(ctx, srv.Endpoints, &etcd.Options{Prefix: "example/" + fence.NewLeaseID()[:8] + "/"})
+	store, err := etcd.Open(ctx, srv.Endpoints, &etcd.Options{Prefix: "example/" + driver.NewLeaseID()[:8] + "/"})
 	if err != nil {
 		panic(err)
 	}
@@ -56,7 +57,7 @@ func ExampleLocker_Acquire_wait() {
 	ctx := context.Background()
 	cli := exampleClient()
 	defer cli.Close()
-	locker := etcd.NewLocker(cli, &etcd.Options{Prefix: "example/" + fence.NewLeaseID()[:8] + "/"})
+	locker := etcd.NewLocker(cli, &etcd.Options{Prefix: "example/" + driver.NewLeaseID()[:8] + "/"})
 	defer locker.Close()
 
 	holder, err := locker.Acquire(ctx, "job", 10*time.Second)

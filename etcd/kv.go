@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // MaxValueSize is the largest value KV.Put accepts, in bytes. etcd refuses requests
@@ -149,7 +150,7 @@ func (s *KV) check(key string, f fence.Fence) error {
 	if s.closed.Load() {
 		return fence.ErrClosed
 	}
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	return f.Validate()
@@ -210,7 +211,7 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if s.closed.Load() {
 		return fence.Item{}, fmt.Errorf("etcd: get %q: %w", key, fence.ErrClosed)
 	}
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("etcd: get %q: %w", key, err)
 	}
 	resp, err := s.cli.Get(ctx, s.keys.kv(key))

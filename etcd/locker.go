@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // fallbackPoll bounds how long a waiter trusts its watch alone: after it, the waiter
@@ -32,7 +33,7 @@ const DefaultListLimit = 1000
 type Locker struct {
 	cli   *clientv3.Client
 	keys  keys
-	clock fence.Clock
+	clock driver.Clock
 
 	closed atomic.Bool
 	mu     sync.Mutex
@@ -189,17 +190,17 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	if err := l.check(name); err != nil {
 		return nil, fmt.Errorf("etcd: acquire %q: %w", name, err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return nil, fmt.Errorf("etcd: acquire %q: %w", name, err)
 	}
-	o := fence.ApplyAcquireOptions(opts...)
+	o := driver.ApplyOptions(opts...)
 	var waitEnd <-chan time.Time
 	if o.Wait > 0 && o.Wait != fence.WaitForever {
 		t := time.NewTimer(o.Wait)
 		defer t.Stop()
 		waitEnd = t.C
 	}
-	id := fence.NewLeaseID()
+	id := driver.NewLeaseID()
 	var el clientv3.LeaseID // the etcd lease for the grant, kept across attempts
 	var w *watch            // set once the first attempt failed and we wait
 	defer func() {
@@ -237,7 +238,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		backoff = minBackoff
 		if won != 0 {
 			l.track(el, leaseSeconds(ttl), start)
-			return fence.NewLease(fence.LeaseConfig{
+			return driver.NewLease(driver.LeaseConfig{
 				Locker: l, Name: name, Token: won, ID: id, TTL: ttl,
 				Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
 			}), nil
@@ -463,14 +464,14 @@ func (l *Locker) check(name string) error {
 	if l.closed.Load() {
 		return fence.ErrClosed
 	}
-	return fence.ValidateName(name)
+	return driver.ValidateName(name)
 }
 
 func (l *Locker) checkLease(name, leaseID string) error {
 	if err := l.check(name); err != nil {
 		return err
 	}
-	return fence.ValidateLeaseID(leaseID)
+	return driver.ValidateLeaseID(leaseID)
 }
 
 // Renew extends the lease (name, leaseID) to ttl from now (see fence.Locker). etcd
@@ -485,7 +486,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := l.checkLease(name, leaseID); err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, err)
 	}
 	lk := l.keys.lock(name)
@@ -651,7 +652,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		return nil, fmt.Errorf("etcd: list %q: %w", prefix, fence.ErrClosed)
 	}
 	if prefix != "" {
-		if err := fence.ValidateName(prefix); err != nil {
+		if err := driver.ValidateName(prefix); err != nil {
 			return nil, fmt.Errorf("etcd: list %q: %w", prefix, err)
 		}
 	}

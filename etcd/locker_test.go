@@ -10,11 +10,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/internal/testserv"
 )
 
-func uniq(prefix string) string { return prefix + "-" + fence.NewLeaseID()[:12] }
+func uniq(prefix string) string { return prefix + "-" + driver.NewLeaseID()[:12] }
 
 func TestOpen_NoEndpoints_ErrInvalid(t *testing.T) {
 	for _, eps := range [][]string{nil, {""}, {"127.0.0.1:1", " "}} {
@@ -58,7 +59,7 @@ func TestLocker_Unreachable_ErrUnavailable(t *testing.T) {
 	if lease != nil || !errors.Is(err, fence.ErrUnavailable) {
 		t.Fatalf("Acquire on an unreachable etcd = %v, %v; want nil, an error matching fence.ErrUnavailable", lease, err)
 	}
-	if err := l.Release(ctx, "x", fence.NewLeaseID()); !errors.Is(err, fence.ErrUnavailable) {
+	if err := l.Release(ctx, "x", driver.NewLeaseID()); !errors.Is(err, fence.ErrUnavailable) {
 		t.Fatalf("Release on an unreachable etcd = %v; want fence.ErrUnavailable", err)
 	}
 }
@@ -262,7 +263,7 @@ func TestKV_CorruptRecord_ErrCorruptNothingChanged(t *testing.T) {
 	if _, err := kv.Get(ctx, key); !errors.Is(err, etcd.ErrCorrupt) {
 		t.Fatalf("Get of a hand-written record = %v; want etcd.ErrCorrupt", err)
 	}
-	f := fence.Fence{Name: "l", Token: 1, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: "l", Token: 1, LeaseID: driver.NewLeaseID()}
 	if err := kv.Put(ctx, key, []byte("v"), f); !errors.Is(err, etcd.ErrCorrupt) {
 		t.Fatalf("Put over a hand-written record = %v; want etcd.ErrCorrupt", err)
 	}
@@ -274,7 +275,7 @@ func TestKV_CorruptRecord_ErrCorruptNothingChanged(t *testing.T) {
 
 func TestKV_PutTooLarge_ErrInvalid(t *testing.T) {
 	kv := etcd.NewKV(client(t), nil)
-	f := fence.Fence{Name: "l", Token: 1, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: "l", Token: 1, LeaseID: driver.NewLeaseID()}
 	err := kv.Put(testCtx(t), uniq("big"), make([]byte, etcd.MaxValueSize+1), f)
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Put of %d bytes = %v; want fence.ErrInvalid", etcd.MaxValueSize+1, err)

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
@@ -27,8 +28,8 @@ type Options struct {
 	// under Prefix+"kv/". Empty means DefaultPrefix. Lockers and KVs sharing a
 	// prefix share locks and data (that is how several servers cooperate).
 	Prefix string
-	// Clock measures the holder's local lease deadlines; nil means fence.SystemClock.
-	Clock fence.Clock
+	// Clock measures the holder's local lease deadlines; nil means driver.SystemClock.
+	Clock driver.Clock
 	// DialTimeout bounds Open's connection check; zero means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// Username and Password, if set, authenticate Open's client.
@@ -42,9 +43,9 @@ func (o *Options) prefix() string {
 	return o.Prefix
 }
 
-func (o *Options) clock() fence.Clock {
+func (o *Options) clock() driver.Clock {
 	if o == nil || o.Clock == nil {
-		return fence.SystemClock
+		return driver.SystemClock
 	}
 	return o.Clock
 }

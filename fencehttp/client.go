@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // Client defaults.
@@ -37,8 +38,8 @@ type ClientOptions struct {
 	// HTTPClient replaces the client's keep-alive transport; TLSConfig is then ignored.
 	// The default client never follows redirects; an HTTPClient should not either.
 	HTTPClient *http.Client
-	// Clock measures the local deadlines of leases; nil means fence.SystemClock.
-	Clock fence.Clock
+	// Clock measures the local deadlines of leases; nil means driver.SystemClock.
+	Clock driver.Clock
 	// RequestTimeout bounds each request, beyond the long poll of a waiting acquire;
 	// 0 means 30s. The caller's context bounds it too.
 	RequestTimeout time.Duration
@@ -65,7 +66,7 @@ type Client struct {
 	base    string // scheme://host[/path], without a trailing slash
 	hc      *http.Client
 	auth    string
-	clock   fence.Clock
+	clock   driver.Clock
 	timeout time.Duration
 	maxPoll time.Duration
 }
@@ -117,7 +118,7 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 		c.hc = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if c.clock == nil {
-		c.clock = fence.SystemClock
+		c.clock = driver.SystemClock
 	}
 	if c.timeout == 0 {
 		c.timeout = DefaultRequestTimeout
@@ -305,13 +306,13 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 // server. Errors of a server answer read as the server's message (see ServerError).
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	const op = "acquire"
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return nil, invalidArg(op, "", err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return nil, invalidArg(op, name, err)
 	}
-	o := fence.ApplyAcquireOptions(opts...)
+	o := driver.ApplyOptions(opts...)
 	path := "/v1/locks/" + EscapeName(name) + "/acquire"
 	var waitEnd time.Time
 	forever := o.Wait == fence.WaitForever
@@ -335,7 +336,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		ttlMs := ms(ttl)
 		err := c.doJSON(ctx, op, name, http.MethodPost, path, acquireRequest{TTLms: &ttlMs, WaitMs: max(ms(poll), 0)}, &resp, max(poll, 0))
 		if err == nil {
-			if resp.Name != name || fence.ValidateToken(resp.Token) != nil || fence.ValidateLeaseID(resp.Lease) != nil || resp.TTLms <= 0 || resp.WaitedMs < 0 {
+			if resp.Name != name || driver.ValidateToken(resp.Token) != nil || driver.ValidateLeaseID(resp.Lease) != nil || resp.TTLms <= 0 || resp.WaitedMs < 0 {
 				return nil, c.malformed(op, name)
 			}
 			// The store started counting the TTL when the server's granting request
@@ -348,7 +349,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 					start = now
 				}
 			}
-			return fence.NewLease(fence.LeaseConfig{
+			return driver.NewLease(driver.LeaseConfig{
 				Locker: c, Name: name, Token: resp.Token, ID: resp.Lease,
 				TTL: time.Duration(resp.TTLms) * time.Millisecond, Start: start, Clock: c.clock, AutoRenew: o.AutoRenew,
 			}), nil
@@ -402,7 +403,7 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := validateLeaseArgs(op, name, leaseID); err != nil {
 		return err
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return invalidArg(op, name, err)
 	}
 	ttlMs := ms(ttl)
@@ -428,20 +429,20 @@ func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 // reached (healing again is safe: it never lowers a counter).
 func (c *Client) Heal(ctx context.Context, name string, seen fence.Token) error {
 	const op = "heal"
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return invalidArg(op, "", err)
 	}
-	if err := fence.ValidateToken(seen); err != nil {
+	if err := driver.ValidateToken(seen); err != nil {
 		return invalidArg(op, name, err)
 	}
 	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/heal", healRequest{Seen: seen}, nil, 0)
 }
 
 func validateLeaseArgs(op, name, leaseID string) error {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return invalidArg(op, "", err)
 	}
-	if err := fence.ValidateLeaseID(leaseID); err != nil {
+	if err := driver.ValidateLeaseID(leaseID); err != nil {
 		return invalidArg(op, name, err)
 	}
 	return nil
@@ -452,7 +453,7 @@ func validateLeaseArgs(op, name, leaseID string) error {
 // report state, fence.ErrUnavailable when the server cannot be reached.
 func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
 	const op = "inspect"
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, invalidArg(op, "", err)
 	}
 	var li lockInfo
@@ -505,7 +506,7 @@ func fenceHeader(f fence.Fence) http.Header {
 // validateWrite checks the key and fence of a fenced write (Put, Fence) before any
 // request: a fence must name its lock (the namespace of its token).
 func validateWrite(op, key string, f fence.Fence) error {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return invalidArg(op, "", err)
 	}
 	if err := f.Validate(); err != nil {
@@ -567,7 +568,7 @@ func (c *Client) Fence(ctx context.Context, key string, f fence.Fence) error {
 // reached.
 func (c *Client) Get(ctx context.Context, key string) (fence.Item, error) {
 	const op = "get"
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, invalidArg(op, "", err)
 	}
 	resp, err := c.do(ctx, op, key, http.MethodGet, "/v1/kv/"+EscapeName(key), nil, nil, 0)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
@@ -343,7 +344,7 @@ func TestServer_ErrorBodies_UserMessagesWithoutInternalWrapping(t *testing.T) {
 	if err := c.Put(ctxFor(t), "ledger", []byte("100"), b.Fence()); err != nil {
 		t.Fatal(err)
 	}
-	secret := fence.NewLeaseID()
+	secret := driver.NewLeaseID()
 	type exp struct {
 		what, method, path, body string
 		header                   map[string]string
@@ -450,7 +451,7 @@ func TestClient_Errors_ServerMessageVerbatimAndTyped(t *testing.T) {
 	if err := c.Put(ctx, "ledger", []byte("100"), b.Fence()); err != nil {
 		t.Fatal(err)
 	}
-	lease := fence.NewLeaseID()
+	lease := driver.NewLeaseID()
 
 	// The same requests, raw: the client's Error() must be the body's "error".
 	serverSays := func(method, path, body string, h map[string]string) string {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
@@ -124,7 +125,7 @@ func FuzzLockName(f *testing.F) {
 			}
 			return
 		}
-		if fence.ValidateName(name) != nil {
+		if driver.ValidateName(name) != nil {
 			if status != http.StatusBadRequest {
 				t.Fatalf("invalid name %q: want 400, got %d %v", name, status, resp)
 			}

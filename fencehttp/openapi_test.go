@@ -22,6 +22,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
@@ -571,7 +572,7 @@ func exercise(t *testing.T, c *checker, s *servers) {
 		return h
 	}
 	big := `{"ttl_ms":1000` + strings.Repeat(" ", 300) + `}`
-	secret := fence.NewLeaseID()
+	secret := driver.NewLeaseID()
 	const nightly = "/v1/locks/jobs%2Fnightly" // the lock "jobs/nightly"
 
 	// acquire

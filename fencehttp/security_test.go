@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -95,7 +96,7 @@ func TestClient_ProxyErrorPage_Unavailable(t *testing.T) {
 	if !errors.Is(err, fence.ErrUnavailable) || !errors.As(err, &se) || se.Status != http.StatusBadGateway {
 		t.Fatalf("a proxy's 502 page: want a *ServerError with status 502 matching ErrUnavailable, got %v", err)
 	}
-	if err := c.Renew(ctxFor(t), "p", fence.NewLeaseID(), time.Minute); errors.Is(err, fence.ErrNotHeld) {
+	if err := c.Renew(ctxFor(t), "p", driver.NewLeaseID(), time.Minute); errors.Is(err, fence.ErrNotHeld) {
 		t.Fatalf("a proxy's 502 on renew must not say the lease is gone: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp/ui"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -99,7 +100,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = DefaultTTL
 	}
-	if err := fence.ValidateTTL(cfg.DefaultTTL); err != nil {
+	if err := driver.ValidateTTL(cfg.DefaultTTL); err != nil {
 		return nil, fmt.Errorf("fencehttp: new server: default TTL: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, held: newHeldSet()}
@@ -348,9 +349,9 @@ func unescapeName(field, escaped string) (string, error) {
 		}
 	}
 	if field == "key" {
-		err = fence.ValidateKey(name)
+		err = driver.ValidateKey(name)
 	} else {
-		err = fence.ValidateName(name)
+		err = driver.ValidateName(name)
 	}
 	if err != nil {
 		return "", err
@@ -496,7 +497,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	ttl, err := s.ttlFromMs(req.TTLms)
 	if err == nil {
-		err = fence.ValidateLeaseID(req.Lease)
+		err = driver.ValidateLeaseID(req.Lease)
 	}
 	if err != nil {
 		s.fail(w, r, "renew", name, err)
@@ -521,7 +522,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 		s.fail(w, r, "release", name, err)
 		return
 	}
-	if err := fence.ValidateLeaseID(req.Lease); err != nil {
+	if err := driver.ValidateLeaseID(req.Lease); err != nil {
 		s.fail(w, r, "release", name, err)
 		return
 	}
@@ -540,7 +541,7 @@ func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 		s.fail(w, r, "heal", name, err)
 		return
 	}
-	if err := fence.ValidateToken(req.Seen); err != nil {
+	if err := driver.ValidateToken(req.Seen); err != nil {
 		s.fail(w, r, "heal", name, err)
 		return
 	}
@@ -586,7 +587,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix := q.Get("prefix")
 	if prefix != "" {
-		if err := fence.ValidateName(prefix); err != nil {
+		if err := driver.ValidateName(prefix); err != nil {
 			reason := err.Error()
 			var inv *fence.InvalidError
 			if errors.As(err, &inv) {
@@ -687,7 +688,7 @@ func fenceFromHeaders(r *http.Request) (fence.Fence, error) {
 	if err != nil {
 		return f, &fence.InvalidError{Field: HeaderLock, Value: vs[0], Reason: "is not a valid escaped lock name"}
 	}
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return f, asField(HeaderLock, err)
 	}
 	f.Name = name
@@ -696,7 +697,7 @@ func fenceFromHeaders(r *http.Request) (fence.Fence, error) {
 		return f, &fence.InvalidError{Field: HeaderLease, Reason: "must be given at most once"}
 	case len(vs) == 1:
 		f.LeaseID = strings.TrimSpace(vs[0])
-		if err := fence.ValidateLeaseID(f.LeaseID); err != nil {
+		if err := driver.ValidateLeaseID(f.LeaseID); err != nil {
 			return f, asField(HeaderLease, err)
 		}
 	}

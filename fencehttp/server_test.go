@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
@@ -254,7 +255,7 @@ func TestServer_ReleaseOrRenewOfAnothersLease_410AndLockStaysHeld(t *testing.T) 
 	c := shared.client
 	name := uniq(t, "mine")
 	lease := mustAcquire(t, c, name, time.Minute)
-	other := fence.NewLeaseID()
+	other := driver.NewLeaseID()
 	if err := c.Release(ctxFor(t), name, other); !errors.Is(err, fence.ErrNotHeld) {
 		t.Fatalf("Release with another lease id: want ErrNotHeld, got %v", err)
 	}
@@ -531,7 +532,7 @@ func TestClient_ServerDown_Unavailable(t *testing.T) {
 	if _, err := c.Acquire(ctxFor(t), "x", time.Minute); !errors.Is(err, fence.ErrUnavailable) || errors.Is(err, fence.ErrNotAcquired) {
 		t.Fatalf("Acquire with the server down: want ErrUnavailable (not ErrNotAcquired), got %v", err)
 	}
-	if err := c.Renew(ctxFor(t), "x", fence.NewLeaseID(), time.Minute); !errors.Is(err, fence.ErrUnavailable) || errors.Is(err, fence.ErrNotHeld) {
+	if err := c.Renew(ctxFor(t), "x", driver.NewLeaseID(), time.Minute); !errors.Is(err, fence.ErrUnavailable) || errors.Is(err, fence.ErrNotHeld) {
 		t.Fatalf("Renew with the server down: want ErrUnavailable (not ErrNotHeld), got %v", err)
 	}
 }

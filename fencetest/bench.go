@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // BenchmarkExpiryHandoff measures the handoff after an expiry, the same way on
@@ -27,7 +28,7 @@ import (
 // the same Locker; two (two connections, two sessions) are closer to real use.
 func BenchmarkExpiryHandoff(b *testing.B, holder, waiter fence.Locker, ttl time.Duration) {
 	b.Helper()
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		b.Fatal(err)
 	}
 	late := make([]time.Duration, 0, b.N)

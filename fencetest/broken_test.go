@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/inmem"
 )
@@ -37,7 +38,7 @@ func newBrokenLocker(bug string) *brokenLocker {
 }
 
 func (b *brokenLocker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	o := fence.ApplyAcquireOptions(opts...)
+	o := driver.ApplyOptions(opts...)
 	start := time.Now()
 	// The inner lease is only a grant record: renewal is the wrapper lease's job.
 	var inner *fence.Lease
@@ -69,7 +70,7 @@ func (b *brokenLocker) Acquire(ctx context.Context, name string, ttl time.Durati
 	if b.bug == "reuses-tokens" {
 		tok = 1 // Bug: the counter lives in the lock key and restarts with it.
 	}
-	return fence.NewLease(fence.LeaseConfig{
+	return driver.NewLease(driver.LeaseConfig{
 		Locker: b, Name: name, Token: tok, ID: inner.ID(), TTL: ttl, Start: start, AutoRenew: o.AutoRenew,
 	}), nil
 }
@@ -141,7 +142,7 @@ func admitsLower(res string, hi, next fence.Fence) error {
 }
 
 func (g *brokenGuard) check(key string, f fence.Fence) (fence.Item, error) {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, err
 	}
 	if err := f.Validate(); err != nil {
@@ -174,7 +175,7 @@ func (g *brokenGuard) Put(ctx context.Context, key string, value []byte, f fence
 }
 
 func (g *brokenGuard) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, err
 	}
 	g.mu.Lock()

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // DefaultShortTTL is the TTL the expiry tests use unless WithShortTTL says
@@ -70,7 +71,7 @@ func newConfig(opts []Option) config {
 // Values that fence.ValidateTTL rejects are ignored.
 func WithShortTTL(d time.Duration) Option {
 	return func(c *config) {
-		if fence.ValidateTTL(d) == nil {
+		if driver.ValidateTTL(d) == nil {
 			c.shortTTL = d
 		}
 	}
@@ -105,7 +106,7 @@ func uniqueName(t testing.TB, suffix string) string {
 		}
 	}
 	b.WriteByte('-')
-	b.WriteString(fence.NewLeaseID()[:12])
+	b.WriteString(driver.NewLeaseID()[:12])
 	if suffix != "" {
 		b.WriteByte('-')
 		b.WriteString(suffix)

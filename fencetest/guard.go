@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // TestGuard runs the Guard conformance suite against the guards newGuard returns,
@@ -65,7 +66,7 @@ type fencer struct{ name string }
 func newFencer(t *testing.T) fencer { return fencer{name: uniqueName(t, "lock")} }
 
 func (fc fencer) at(tok fence.Token) fence.Fence {
-	return fence.Fence{Name: fc.name, Token: tok, LeaseID: fence.NewLeaseID()}
+	return fence.Fence{Name: fc.name, Token: tok, LeaseID: driver.NewLeaseID()}
 }
 
 func mustPut(t *testing.T, g Guarded, key string, value string, f fence.Fence) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // TestLocker runs the Locker conformance suite against the lockers newLocker
@@ -148,10 +149,10 @@ func (s *lockerSuite) acquireWellFormed(t *testing.T, l fence.Locker) {
 	if lease.Name() != name {
 		t.Errorf("lease.Name() = %q; want %q", lease.Name(), name)
 	}
-	if err := fence.ValidateToken(lease.Token()); err != nil {
+	if err := driver.ValidateToken(lease.Token()); err != nil {
 		t.Errorf("lease.Token() = %d: %v; want a token in [1, MaxToken]", lease.Token(), err)
 	}
-	if err := fence.ValidateLeaseID(lease.ID()); err != nil {
+	if err := driver.ValidateLeaseID(lease.ID()); err != nil {
 		t.Errorf("lease.ID() = %q: %v; want a valid lease id", lease.ID(), err)
 	}
 	if got, want := lease.Fence(), (fence.Fence{Name: name, Token: lease.Token(), LeaseID: lease.ID()}); got != want {
@@ -313,7 +314,7 @@ func (s *lockerSuite) ownerOnly(t *testing.T, l fence.Locker) {
 	ctx := testContext(t)
 	name := uniqueName(t, "")
 	a := acquire(t, l, name, longTTL)
-	forged := fence.NewLeaseID()
+	forged := driver.NewLeaseID()
 	wantErrIs(t, "Renew with a forged lease id", l.Renew(ctx, name, forged, longTTL), fence.ErrNotHeld)
 	wantErrIs(t, "Release with a forged lease id", l.Release(ctx, name, forged), fence.ErrNotHeld)
 	wantHeld(t, l, name, "after Renew and Release with a forged lease id (P5)")
@@ -626,7 +627,7 @@ var badNames = []struct{ desc, name string }{
 
 func (s *lockerSuite) badNames(t *testing.T, l fence.Locker) {
 	ctx := testContext(t)
-	id := fence.NewLeaseID()
+	id := driver.NewLeaseID()
 	for _, bn := range badNames {
 		lease, err := l.Acquire(ctx, bn.name, longTTL)
 		if lease != nil {

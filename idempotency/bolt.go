@@ -11,6 +11,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // DefaultBoltBucket is the bucket a BoltStore uses when BoltOptions.Bucket is empty.
@@ -20,8 +21,8 @@ const DefaultBoltBucket = "idempotency"
 type BoltOptions struct {
 	// Bucket holds the records (default DefaultBoltBucket).
 	Bucket string
-	// Clock measures lock timeouts and retention (default fence.SystemClock).
-	Clock fence.Clock
+	// Clock measures lock timeouts and retention (default driver.SystemClock).
+	Clock driver.Clock
 }
 
 // BoltStore is an embedded Store in a bbolt file, for a single process: records
@@ -31,7 +32,7 @@ type BoltOptions struct {
 type BoltStore struct {
 	db     *bolt.DB
 	bucket []byte
-	clock  fence.Clock
+	clock  driver.Clock
 	owned  bool // Close closes db
 }
 
@@ -74,7 +75,7 @@ func NewBoltStore(db *bolt.DB, opts *BoltOptions) (*BoltStore, error) {
 	if db == nil {
 		return nil, fmt.Errorf("idempotency: bolt store: %w", &fence.InvalidError{Field: "db", Value: "<nil>", Reason: "is nil"})
 	}
-	s := &BoltStore{db: db, bucket: []byte(DefaultBoltBucket), clock: fence.SystemClock}
+	s := &BoltStore{db: db, bucket: []byte(DefaultBoltBucket), clock: driver.SystemClock}
 	if opts != nil && opts.Bucket != "" {
 		s.bucket = []byte(opts.Bucket)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/inmem"
 )
@@ -69,7 +70,7 @@ func BenchmarkLocker_Handoff_OneName(b *testing.B) {
 func BenchmarkGuard_Put(b *testing.B) {
 	ctx := context.Background()
 	g := inmem.NewGuard()
-	f := fence.Fence{Name: "bench", Token: 1, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: "bench", Token: 1, LeaseID: driver.NewLeaseID()}
 	v := []byte("value")
 	for b.Loop() {
 		if err := g.Put(ctx, "key", v, f); err != nil {
@@ -84,7 +85,7 @@ func BenchmarkGuard_Put_ParallelKeys(b *testing.B) {
 	var id atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		key := fmt.Sprintf("key-%d", id.Add(1))
-		f := fence.Fence{Name: "bench", Token: 1, LeaseID: fence.NewLeaseID()}
+		f := fence.Fence{Name: "bench", Token: 1, LeaseID: driver.NewLeaseID()}
 		v := []byte("value")
 		for pb.Next() {
 			if err := g.Put(ctx, key, v, f); err != nil {

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
-// ManualClock is a deterministic virtual fence.Clock: time stands still until
+// ManualClock is a deterministic virtual driver.Clock: time stands still until
 // Advance or Set moves it, and the callbacks scheduled with AfterFunc run
 // synchronously inside that call, in deadline order (callbacks with equal deadlines
 // in the order they were scheduled). Callbacks may schedule more callbacks; those
@@ -32,7 +32,7 @@ type ManualClock struct {
 	added  chan struct{} // closed and replaced when a callback is scheduled
 }
 
-var _ fence.Clock = (*ManualClock)(nil)
+var _ driver.Clock = (*ManualClock)(nil)
 
 // NewManualClock returns a ManualClock that reads t0 until it is advanced.
 func NewManualClock(t0 time.Time) *ManualClock {
@@ -48,7 +48,7 @@ func (c *ManualClock) Now() time.Time {
 
 // AfterFunc schedules f to run when the clock reaches Now()+d, inside the Advance
 // or Set call that gets there. The returned Timer's Stop cancels it.
-func (c *ManualClock) AfterFunc(d time.Duration, f func()) fence.Timer {
+func (c *ManualClock) AfterFunc(d time.Duration, f func()) driver.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // MaxValueLen is the largest value Guard.Put stores, in bytes (1 MiB).
@@ -54,7 +55,7 @@ func (g *Guard) recordFor(key string) *record {
 }
 
 func validateFenced(key string, f fence.Fence) error {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := f.Validate(); err != nil {
@@ -113,7 +114,7 @@ func (g *Guard) Put(ctx context.Context, key string, value []byte, f fence.Fence
 // fence.ErrNotFound if key was never fenced nor written, and fence.ErrInvalid for a
 // bad key.
 func (g *Guard) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("inmem: get: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -140,7 +141,7 @@ func (g *Guard) Get(ctx context.Context, key string) (fence.Item, error) {
 // Highest returns the highest fence resource has accepted, and false if it has
 // accepted none. It returns fence.ErrInvalid for a bad resource.
 func (g *Guard) Highest(resource string) (fence.Fence, bool, error) {
-	if err := fence.ValidateKey(resource); err != nil {
+	if err := driver.ValidateKey(resource); err != nil {
 		return fence.Fence{}, false, fmt.Errorf("inmem: highest: %w", err)
 	}
 	g.mu.Lock()

@@ -18,16 +18,14 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
-
-// DefaultListLimit is how many locks List returns when called with limit <= 0.
-const DefaultListLimit = 1000
 
 // Options configure a Locker.
 type Options struct {
-	// Clock judges expiry and measures waits; nil means fence.SystemClock. Leases
+	// Clock judges expiry and measures waits; nil means driver.SystemClock. Leases
 	// the Locker grants use it too.
-	Clock fence.Clock
+	Clock driver.Clock
 }
 
 // Locker is the in-process reference fence.Locker. For each lock name it keeps a
@@ -41,7 +39,8 @@ type Options struct {
 // The state of every name ever used is kept for the life of the Locker (about a
 // hundred bytes each), because a counter must never restart.
 type Locker struct {
-	clock fence.Clock
+	clock  driver.Clock
+	engine driver.Engine
 
 	mu    sync.Mutex
 	locks map[string]*lockState
@@ -72,13 +71,15 @@ func (st *lockState) heldAt(now time.Time) bool {
 func NewLocker(opts Options) *Locker {
 	c := opts.Clock
 	if c == nil {
-		c = fence.SystemClock
+		c = driver.SystemClock
 	}
-	return &Locker{clock: c, locks: make(map[string]*lockState)}
+	l := &Locker{clock: c, locks: make(map[string]*lockState)}
+	l.engine = driver.Engine{Backend: "inmem", Locker: l, Clock: c}
+	return l
 }
 
 // Clock returns the clock the Locker judges expiry by.
-func (l *Locker) Clock() fence.Clock { return l.clock }
+func (l *Locker) Clock() driver.Clock { return l.clock }
 
 // stateLocked returns name's state, creating it. l.mu must be held.
 func (l *Locker) stateLocked(name string) *lockState {
@@ -100,79 +101,27 @@ func (l *Locker) stateLocked(name string) *lockState {
 // fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when the name's
 // counter is at fence.MaxToken.
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	if err := fence.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("inmem: acquire: %w", err)
-	}
-	if err := fence.ValidateTTL(ttl); err != nil {
-		return nil, fmt.Errorf("inmem: acquire %q: %w", name, err)
-	}
-	o := fence.ApplyAcquireOptions(opts...)
-
-	// The wait is measured by the Locker's clock, so a virtual clock bounds it too.
-	var waitOver chan struct{}
-	if o.Wait > 0 && o.Wait != fence.WaitForever {
-		waitOver = make(chan struct{})
-		t := l.clock.AfterFunc(o.Wait, func() { close(waitOver) })
-		defer t.Stop()
-	}
-
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("inmem: acquire %q: %w: %w", name, fence.ErrNotAcquired, err)
-		}
-		start := l.clock.Now() // before the grant: the lease's local deadline is never late
-		lease, held, err := l.tryAcquire(name, ttl, start, o.AutoRenew)
-		if lease != nil || err != nil {
-			return lease, err
-		}
-		if o.Wait == 0 {
-			return nil, fmt.Errorf("inmem: acquire %q: %w", name, held.err)
-		}
-
-		expired := make(chan struct{})
-		expiry := l.clock.AfterFunc(held.left, func() { close(expired) })
-		select {
-		case <-held.released:
-		case <-expired:
-		case <-waitOver:
-			expiry.Stop()
-			return nil, fmt.Errorf("inmem: acquire %q: waited %v: %w", name, o.Wait, held.err)
-		case <-ctx.Done():
-			expiry.Stop()
-			return nil, fmt.Errorf("inmem: acquire %q: %w (%w)", name, held.err, ctx.Err())
-		}
-		expiry.Stop()
-	}
+	return l.engine.Acquire(ctx, name, ttl, opts, l.try)
 }
 
-type heldInfo struct {
-	err      *fence.HeldError
-	left     time.Duration
-	released <-chan struct{}
-}
-
-// tryAcquire grants a lease if name is free, or reports how it is held.
-func (l *Locker) tryAcquire(name string, ttl time.Duration, start time.Time, auto bool) (*fence.Lease, heldInfo, error) {
+// try grants a lease if the name is free, or reports how it is held and hands the
+// waiter the channel that its Release closes.
+func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := l.stateLocked(name)
+	st := l.stateLocked(r.Name)
 	now := l.clock.Now()
 	if st.heldAt(now) {
-		left := st.expires.Sub(now)
-		return nil, heldInfo{err: &fence.HeldError{Name: name, ExpiresIn: left}, left: left, released: st.released}, nil
+		return driver.Result{ExpiresIn: st.expires.Sub(now), Wake: st.released}, nil
 	}
 	if st.counter >= fence.MaxToken {
-		return nil, heldInfo{}, fmt.Errorf("inmem: acquire %q: counter at %d: %w", name, st.counter, fence.ErrTokenExhausted)
+		return driver.Result{}, fmt.Errorf("counter at %d: %w", st.counter, fence.ErrTokenExhausted)
 	}
 	st.counter++
-	st.leaseID = fence.NewLeaseID()
+	st.leaseID = r.ID
 	st.token = st.counter
-	st.expires = now.Add(ttl)
-	lease := fence.NewLease(fence.LeaseConfig{
-		Locker: l, Name: name, Token: st.token, ID: st.leaseID, TTL: ttl,
-		Start: start, Clock: l.clock, AutoRenew: auto,
-	})
-	return lease, heldInfo{}, nil
+	st.expires = now.Add(r.TTL)
+	return driver.Result{Token: st.token}, nil
 }
 
 // Renew extends the lease identified by name and leaseID to ttl from now, by the
@@ -180,10 +129,10 @@ func (l *Locker) tryAcquire(name string, ttl time.Duration, start time.Time, aut
 // expired, was released or never existed (another holder's lease is never
 // touched), and fence.ErrInvalid for a bad name, lease id or TTL.
 func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := validateLease(name, leaseID); err != nil {
+	if err := driver.ValidateLease(name, leaseID); err != nil {
 		return fmt.Errorf("inmem: renew: %w", err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("inmem: renew %q: %w", name, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -205,7 +154,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 // held, so a retried Release never ends a newer holder's lease, and
 // fence.ErrInvalid for a bad name or lease id.
 func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
-	if err := validateLease(name, leaseID); err != nil {
+	if err := driver.ValidateLease(name, leaseID); err != nil {
 		return fmt.Errorf("inmem: release: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -227,24 +176,14 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	return nil
 }
 
-func validateLease(name, leaseID string) error {
-	if err := fence.ValidateName(name); err != nil {
-		return err
-	}
-	if err := fence.ValidateLeaseID(leaseID); err != nil {
-		return fmt.Errorf("%q: %w", name, err)
-	}
-	return nil
-}
-
 // Heal raises name's counter to at least seen, so the next grant's token is above
 // it (P4). It never lowers a counter. It returns fence.ErrInvalid for a bad name or
 // a seen outside [1, fence.MaxToken].
 func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fmt.Errorf("inmem: heal: %w", err)
 	}
-	if err := fence.ValidateToken(seen); err != nil {
+	if err := driver.ValidateToken(seen); err != nil {
 		return fmt.Errorf("inmem: heal %q: %w", name, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -262,7 +201,7 @@ func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error 
 // Inspect returns the state of name. A lock never acquired is reported with Held
 // false and LastToken 0. It returns fence.ErrInvalid for a bad name.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("inmem: inspect: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -287,7 +226,7 @@ func (l *Locker) fillLocked(info *fence.LockInfo, st *lockState, now time.Time) 
 }
 
 // List returns the locks whose names start with prefix, held or not, in name
-// order, at most limit of them (DefaultListLimit if limit <= 0). Names whose
+// order, at most limit of them (fence.DefaultListLimit if limit <= 0). Names whose
 // counter is still 0 (never granted nor healed) are left out. It sorts the
 // matching names, so it costs O(n log n) in the number of names: it is for
 // inspection, not for hot paths.
@@ -295,9 +234,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("inmem: list %q: %w", prefix, err)
 	}
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
+	limit = driver.ListLimit(limit)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	names := make([]string, 0)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/internal/sqlfence"
 )
 
@@ -99,7 +100,7 @@ func (g *Guard) Check(ctx context.Context) error {
 	}
 	defer func() { _ = tx.Rollback() }()
 	table := g.g.Table()
-	probe := "fence/probe/" + fence.NewLeaseID()
+	probe := "fence/probe/" + driver.NewLeaseID()
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" (resource, name, token, lease) VALUES (?, ?, 1, '')", probe, probe); err != nil {
 		return wrap("check "+table, err)
 	}

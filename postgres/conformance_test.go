@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5"
@@ -54,7 +55,7 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 }
 
 func (kv *resourceKV) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, err
 	}
 	var it fence.Item

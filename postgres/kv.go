@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -123,7 +124,7 @@ func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if kv.err != nil {
 		return fence.Item{}, kv.err
 	}
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("postgres: get: %w", err)
 	}
 	var (

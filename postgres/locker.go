@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,9 +65,9 @@ type LockerOptions struct {
 	// LISTEN connection, a lock that expired rather than being released); it is
 	// further bounded by the TTL asked for. Default DefaultPollInterval.
 	PollInterval time.Duration
-	// Clock measures the leases' local deadlines. Default fence.SystemClock.
+	// Clock measures the leases' local deadlines. Default driver.SystemClock.
 	// Expiry at the database is always judged by the database's clock.
-	Clock fence.Clock
+	Clock driver.Clock
 }
 
 // Locker is a fence.Locker on PostgreSQL. Each lock name has one row holding
@@ -87,7 +88,7 @@ type Locker struct {
 	channel string // unquoted, as pg_notify takes it
 	listen  string // LISTEN statement
 	poll    time.Duration
-	clock   fence.Clock
+	clock   driver.Clock
 	err     error
 
 	acquireSQL, heldSQL, renewSQL, releaseSQL, inspectSQL, listSQL, ddl string
@@ -122,7 +123,7 @@ func NewLocker(pool *pgxpool.Pool, opts *LockerOptions) *Locker {
 		o.PollInterval = DefaultPollInterval
 	}
 	if o.Clock == nil {
-		o.Clock = fence.SystemClock
+		o.Clock = driver.SystemClock
 	}
 	l := &Locker{
 		pool: pool, poll: o.PollInterval, clock: o.Clock,
@@ -243,7 +244,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	if err := l.check(name, ttl); err != nil {
 		return nil, fmt.Errorf("postgres: acquire: %w", err)
 	}
-	o := fence.ApplyAcquireOptions(opts...)
+	o := driver.ApplyOptions(opts...)
 	var (
 		wake     chan struct{}
 		deadline <-chan time.Time
@@ -259,12 +260,12 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			deadline = t.C
 		}
 	}
-	id := fence.NewLeaseID()
+	id := driver.NewLeaseID()
 	for {
 		start := l.clock.Now()
 		tok, held, err := l.try(ctx, name, id, ttl)
 		if err == nil {
-			return fence.NewLease(fence.LeaseConfig{
+			return driver.NewLease(driver.LeaseConfig{
 				Locker: l, Name: name, Token: tok, ID: id, TTL: ttl,
 				Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
 			}), nil
@@ -406,7 +407,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := l.check(name, ttl); err != nil {
 		return fmt.Errorf("postgres: renew: %w", err)
 	}
-	if err := fence.ValidateLeaseID(leaseID); err != nil {
+	if err := driver.ValidateLeaseID(leaseID); err != nil {
 		return fmt.Errorf("postgres: renew %q: %w", name, err)
 	}
 	tag, err := l.durableExec(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds())
@@ -428,7 +429,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	if err := l.check(name, fence.MinTTL); err != nil {
 		return fmt.Errorf("postgres: release: %w", err)
 	}
-	if err := fence.ValidateLeaseID(leaseID); err != nil {
+	if err := driver.ValidateLeaseID(leaseID); err != nil {
 		return fmt.Errorf("postgres: release %q: %w", name, err)
 	}
 	if err := l.release(ctx, name, leaseID); err != nil {
@@ -480,7 +481,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		return nil, fmt.Errorf("postgres: list: %w", err)
 	}
 	if len(prefix) > fence.MaxNameLen {
-		return nil, fmt.Errorf("postgres: list: %w", fence.ValidateName(prefix))
+		return nil, fmt.Errorf("postgres: list: %w", driver.ValidateName(prefix))
 	}
 	if limit <= 0 {
 		limit = DefaultListLimit
@@ -533,10 +534,10 @@ func (l *Locker) check(name string, ttl time.Duration) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return err
 	}
-	return fence.ValidateTTL(ttl)
+	return driver.ValidateTTL(ttl)
 }
 
 // usable returns the Locker's option error, or fence.ErrClosed after Close.

@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/inmem"
 	"github.com/fencelock/fence/redis"
 )
@@ -82,7 +83,7 @@ func ExampleLocker_Heal() {
 	guard := inmem.NewGuard()
 	// Before the failover the guard accepted token 7 of lock "ledger"; the promoted
 	// replica's counter (here: a fresh one) is behind.
-	_ = guard.Fence(ctx, "ledger-row", fence.Fence{Name: "ledger", Token: 7, LeaseID: fence.NewLeaseID()})
+	_ = guard.Fence(ctx, "ledger-row", fence.Fence{Name: "ledger", Token: 7, LeaseID: driver.NewLeaseID()})
 
 	lease, _ := locker.Acquire(ctx, "ledger", time.Minute)
 	err := guard.Put(ctx, "ledger-row", []byte("x"), lease.Fence())

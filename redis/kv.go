@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 var (
@@ -137,7 +138,7 @@ func (s *KV) check(key string, f fence.Fence) error {
 	if s.closed.Load() {
 		return fence.ErrClosed
 	}
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	return f.Validate()
@@ -262,7 +263,7 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if s.closed.Load() {
 		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, fence.ErrClosed)
 	}
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, err)
 	}
 	rk := s.recordKey(key)

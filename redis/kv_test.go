@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/internal/testserv"
 )
@@ -43,11 +44,11 @@ func TestKV_TwoClients_ShareFences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f5 := fence.Fence{Name: "lock", Token: 5, LeaseID: fence.NewLeaseID()}
+	f5 := fence.Fence{Name: "lock", Token: 5, LeaseID: driver.NewLeaseID()}
 	if err := one.Put(ctx, "k", []byte("five"), f5); err != nil {
 		t.Fatalf("Put(5) through one: %v", err)
 	}
-	err = two.Put(ctx, "k", []byte("four"), fence.Fence{Name: "lock", Token: 4, LeaseID: fence.NewLeaseID()})
+	err = two.Put(ctx, "k", []byte("four"), fence.Fence{Name: "lock", Token: 4, LeaseID: driver.NewLeaseID()})
 	var st *fence.StaleTokenError
 	if !errors.As(err, &st) || st.Highest != 5 || st.Token != 4 {
 		t.Fatalf("Put(4) through two after Put(5) through one = %v; want a *fence.StaleTokenError{Token: 4, Highest: 5}", err)
@@ -63,9 +64,9 @@ func TestKV_TwoClients_ShareFences(t *testing.T) {
 func TestKV_Put_TokensNearMaxToken_ComparedExactly(t *testing.T) {
 	ctx := ctxT(t)
 	kv, _ := newKV(t)
-	lease := fence.NewLeaseID()
+	lease := driver.NewLeaseID()
 	at := func(tok fence.Token) fence.Fence {
-		return fence.Fence{Name: "lock", Token: tok, LeaseID: fence.NewLeaseID()}
+		return fence.Fence{Name: "lock", Token: tok, LeaseID: driver.NewLeaseID()}
 	}
 	if err := kv.Put(ctx, "k", []byte("a"), fence.Fence{Name: "lock", Token: fence.MaxToken - 1, LeaseID: lease}); err != nil {
 		t.Fatalf("Put(MaxToken-1) = %v; want nil", err)
@@ -121,7 +122,7 @@ func TestKV_Record_LayoutAndNoExpiry(t *testing.T) {
 	ctx := ctxT(t)
 	kv, c := newKV(t)
 	key := "a{b}%c"
-	f := fence.Fence{Name: "lock", Token: 7, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: "lock", Token: 7, LeaseID: driver.NewLeaseID()}
 	if err := kv.Put(ctx, key, []byte("v"), f); err != nil {
 		t.Fatal(err)
 	}

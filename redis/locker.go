@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 var (
@@ -95,9 +96,9 @@ type Options struct {
 	// ReadTimeout (go-redis default 3s), which bounds the pipelined reply.
 	WaitTimeout time.Duration
 
-	// Clock measures the local deadlines of leases. Default fence.SystemClock.
+	// Clock measures the local deadlines of leases. Default driver.SystemClock.
 	// Expiry at the server is by the Redis server's clock.
-	Clock fence.Clock
+	Clock driver.Clock
 }
 
 // Locker is a fence.Locker on Redis. See the package documentation for the key
@@ -108,7 +109,7 @@ type Locker struct {
 	opts    Options
 	prefix  string
 	publish string // SPUBLISH or PUBLISH, run by the release script
-	clock   fence.Clock
+	clock   driver.Clock
 	durable bool
 
 	closeMu sync.Mutex // orders bg.Add before Close's bg.Wait
@@ -151,7 +152,7 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 	}
 	clock := o.Clock
 	if clock == nil {
-		clock = fence.SystemClock
+		clock = driver.SystemClock
 	}
 	publish := "SPUBLISH"
 	if o.ClassicPubSub {
@@ -197,16 +198,16 @@ func (l *Locker) isClosed() bool {
 // ErrNotReplicated when the durability wait failed; fence.ErrUnavailable when
 // Redis cannot be reached; fence.ErrClosed after Close.
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("redis: acquire %q: %w", name, err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return nil, fmt.Errorf("redis: acquire %q: %w", name, err)
 	}
 	if l.isClosed() {
 		return nil, fmt.Errorf("redis: acquire %q: %w", name, fence.ErrClosed)
 	}
-	o := fence.ApplyAcquireOptions(opts...)
+	o := driver.ApplyOptions(opts...)
 	k := l.keysFor(name)
 	lease, held, _, err := l.try(ctx, name, k, ttl, o)
 	switch {
@@ -223,8 +224,8 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 // try runs the acquire script once. It returns a lease, or the holder's state and the
 // lock key's PTTL as the script saw it (-1: no expiry), or an error already wrapped
 // for the caller.
-func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration, o fence.AcquireOptions) (*fence.Lease, *fence.HeldError, int64, error) {
-	id := fence.NewLeaseID()
+func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration, o driver.AcquireOptions) (*fence.Lease, *fence.HeldError, int64, error) {
+	id := driver.NewLeaseID()
 	start := l.clock.Now()
 	keys := []string{k.lock, k.token}
 	args := []any{id, ttl.Milliseconds(), maxTokenArg}
@@ -262,11 +263,11 @@ func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration
 		return nil, held, n, nil
 	}
 	tok := fence.Token(n)
-	if fence.ValidateToken(tok) != nil {
+	if driver.ValidateToken(tok) != nil {
 		l.releaseLater(name, k, id)
 		return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w: script issued token %d", name, fence.ErrUnavailable, n)
 	}
-	return fence.NewLease(fence.LeaseConfig{
+	return driver.NewLease(driver.LeaseConfig{
 		Locker: l, Name: name, Token: tok, ID: id, TTL: ttl,
 		Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
 	}), nil, 0, nil
@@ -430,7 +431,7 @@ func (l *Locker) releaseLater(name string, k keys, id string) {
 
 // wait loops: subscribe to the name's wake channel, try, sleep until a release
 // message, the holder's expiry or the poll interval, try again.
-func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duration, o fence.AcquireOptions, held *fence.HeldError) (*fence.Lease, error) {
+func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duration, o driver.AcquireOptions, held *fence.HeldError) (*fence.Lease, error) {
 	wctx, cancel := ctx, context.CancelFunc(func() {})
 	if o.Wait != fence.WaitForever {
 		wctx, cancel = context.WithTimeout(ctx, o.Wait)
@@ -585,7 +586,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := validateLease(name, leaseID); err != nil {
 		return fmt.Errorf("redis: renew %q: %w", name, err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("redis: renew %q: %w", name, err)
 	}
 	if l.isClosed() {
@@ -635,10 +636,10 @@ func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
 }
 
 func validateLease(name, leaseID string) error {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return err
 	}
-	return fence.ValidateLeaseID(leaseID)
+	return driver.ValidateLeaseID(leaseID)
 }
 
 // Heal raises name's fencing counter to at least seen, never lowering it, so the
@@ -650,10 +651,10 @@ func validateLease(name, leaseID string) error {
 // ErrWrongType if the counter key holds foreign data, fence.ErrUnavailable when Redis
 // cannot be reached, and fence.ErrClosed after Close.
 func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fmt.Errorf("redis: heal %q: %w", name, err)
 	}
-	if err := fence.ValidateToken(seen); err != nil {
+	if err := driver.ValidateToken(seen); err != nil {
 		return fmt.Errorf("redis: heal %q: %w", name, err)
 	}
 	if l.isClosed() {
@@ -672,7 +673,7 @@ func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error 
 // ErrWrongType if the counter holds foreign data, fence.ErrUnavailable when Redis
 // cannot be reached, and fence.ErrClosed after Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, err)
 	}
 	if l.isClosed() {
@@ -712,7 +713,7 @@ type clusterScanner interface {
 // operators (`fence status`), not hot paths. Errors are those of Inspect.
 func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
 	if prefix != "" {
-		if err := fence.ValidateName(prefix); err != nil {
+		if err := driver.ValidateName(prefix); err != nil {
 			return nil, fmt.Errorf("redis: list %q: %w", prefix, err)
 		}
 	}
@@ -734,7 +735,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 			}
 			for _, key := range ks {
 				tag := strings.TrimSuffix(strings.TrimPrefix(key, l.prefix+"{"), "}"+tokenSuffix)
-				if name, err := unescapeName(tag); err == nil && fence.ValidateName(name) == nil {
+				if name, err := unescapeName(tag); err == nil && driver.ValidateName(name) == nil {
 					mu.Lock()
 					names[name] = true
 					mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/internal/testserv"
 )
 
@@ -218,10 +219,10 @@ func TestLocker_Acquire_LockKeyOfWrongType(t *testing.T) {
 		t.Errorf("counter exists after refused acquire: want it untouched")
 	}
 	// Release and Renew of a foreign key are "not held", never a deletion.
-	if err := l.Release(ctx, name, fence.NewLeaseID()); !errors.Is(err, fence.ErrNotHeld) {
+	if err := l.Release(ctx, name, driver.NewLeaseID()); !errors.Is(err, fence.ErrNotHeld) {
 		t.Errorf("Release on a list key = %v, want fence.ErrNotHeld", err)
 	}
-	if err := l.Renew(ctx, name, fence.NewLeaseID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
+	if err := l.Renew(ctx, name, driver.NewLeaseID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
 		t.Errorf("Renew on a list key = %v, want fence.ErrNotHeld", err)
 	}
 	if typ, _ := c.Type(ctx, k.lock).Result(); typ != "list" {
@@ -574,7 +575,7 @@ func TestLocker_Close_EndsWaitersAndCalls(t *testing.T) {
 func TestLocker_BadInput(t *testing.T) {
 	l, _ := newLocker(t, nil)
 	ctx := ctxT(t)
-	id := fence.NewLeaseID()
+	id := driver.NewLeaseID()
 	checks := map[string]error{
 		"empty name":      func() error { _, err := l.Acquire(ctx, "", time.Second); return err }(),
 		"long name":       func() error { _, err := l.Acquire(ctx, strings.Repeat("x", 256), time.Second); return err }(),
@@ -613,7 +614,7 @@ func TestLocker_Unreachable(t *testing.T) {
 	if !errors.Is(err, fence.ErrUnavailable) || !strings.HasPrefix(err.Error(), `redis: acquire "x"`) {
 		t.Errorf("Acquire on a closed port = %v, want a redis: acquire error matching fence.ErrUnavailable", err)
 	}
-	if err := l.Release(ctx, "x", fence.NewLeaseID()); !errors.Is(err, fence.ErrUnavailable) {
+	if err := l.Release(ctx, "x", driver.NewLeaseID()); !errors.Is(err, fence.ErrUnavailable) {
 		t.Errorf("Release on a closed port = %v, want fence.ErrUnavailable", err)
 	}
 	if err := l.Heal(ctx, "x", 3); !errors.Is(err, fence.ErrUnavailable) {
@@ -717,7 +718,7 @@ func TestLocker_Heal_FromGuardRejection(t *testing.T) {
 	}
 	_ = lease.Release(ctx)
 	// A guard has already seen token 100 (as after a failover that lost increments).
-	highest := fence.Fence{Name: name, Token: 100, LeaseID: fence.NewLeaseID()}
+	highest := fence.Fence{Name: name, Token: 100, LeaseID: driver.NewLeaseID()}
 	lease, err = l.Acquire(ctx, name, time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/redis"
 )
@@ -220,8 +221,8 @@ func ExampleKV_Fence() {
 	defer client.Close()
 	kv, _ := redis.NewKV(client, &redis.Options{Prefix: redis.PrefixForExamples()})
 
-	old := fence.Fence{Name: "report", Token: 4, LeaseID: fence.NewLeaseID()}
-	next := fence.Fence{Name: "report", Token: 5, LeaseID: fence.NewLeaseID()}
+	old := fence.Fence{Name: "report", Token: 4, LeaseID: driver.NewLeaseID()}
+	next := fence.Fence{Name: "report", Token: 5, LeaseID: driver.NewLeaseID()}
 	_ = kv.Fence(ctx, "report.csv", next)
 	err := kv.Put(ctx, "report.csv", []byte("stale"), old)
 	fmt.Println(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/inmem"
 )
 
@@ -195,7 +196,7 @@ func (c *skewClock) Now() time.Time {
 	return c.base.Now().Add(c.offset)
 }
 
-func (c *skewClock) AfterFunc(d time.Duration, f func()) fence.Timer { return c.base.AfterFunc(d, f) }
+func (c *skewClock) AfterFunc(d time.Duration, f func()) driver.Timer { return c.base.AfterFunc(d, f) }
 
 func (c *skewClock) jump(d time.Duration) {
 	c.mu.Lock()

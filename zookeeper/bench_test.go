@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/internal/testserv"
@@ -220,7 +221,7 @@ func reportMedian(b *testing.B, d []time.Duration) {
 	b.ReportMetric(float64(d[len(d)*9/10])/float64(time.Millisecond), "handoff-p90-ms")
 }
 
-func benchName() string { return "bench-" + fence.NewLeaseID()[:12] }
+func benchName() string { return "bench-" + driver.NewLeaseID()[:12] }
 
 // BenchmarkExpiryHandoff measures the handoff after an expiry (see
 // fencetest.BenchmarkExpiryHandoff): a holder never releases a 100ms lease (its

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/zookeeper"
 )
@@ -53,7 +54,7 @@ func TestLocker_EnsembleLeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
 		afterKillMax  = 30 * time.Second
 	)
 	var stop atomic.Bool
-	name := "leader-kill-" + fence.NewLeaseID()[:8]
+	name := "leader-kill-" + driver.NewLeaseID()[:8]
 	for _, l := range lockers {
 		wg.Add(1)
 		go func() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/zookeeper"
 )
 
@@ -21,7 +22,7 @@ func Example() {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	name := "example/" + fence.NewLeaseID()[:8]
+	name := "example/" + driver.NewLeaseID()[:8]
 
 	first, err := l.Acquire(ctx, name, 10*time.Second)
 	if err != nil {

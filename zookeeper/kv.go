@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 var (
@@ -126,7 +127,7 @@ func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 // update runs the read-Admit-CAS loop: it admits f against key's record, applies
 // change (if any) and writes the record conditionally on the version it read.
 func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change func(*record)) error {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", op, err)
 	}
 	if err := f.Validate(); err != nil {
@@ -203,7 +204,7 @@ func (kv *KV) create(path string, data []byte) error {
 // or a znode whose data is not a KV record, fence.ErrUnavailable if ZooKeeper does not
 // answer and fence.ErrClosed after the connection was closed.
 func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("zookeeper: get: %w", err)
 	}
 	if err := kv.check(ctx); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/zookeeper"
@@ -68,7 +69,7 @@ func TestNewKV_BadInput_ErrInvalid(t *testing.T) {
 func TestKV_Put_ValueSizeLimit(t *testing.T) {
 	kv := openKV(t, nil)
 	ctx := testCtx(t)
-	f := fence.Fence{Name: t.Name(), Token: 1, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: t.Name(), Token: 1, LeaseID: driver.NewLeaseID()}
 	max := bytes.Repeat([]byte{0xFF}, zookeeper.MaxValueSize)
 	if err := kv.Put(ctx, "big", max, f); err != nil {
 		t.Fatalf("Put of MaxValueSize (%d) bytes = %v; want nil", len(max), err)
@@ -93,7 +94,7 @@ func TestKV_ForeignZnode_ErrInvalidNotOverwritten(t *testing.T) {
 	}
 	defer conn.Close()
 	ctx := testCtx(t)
-	f := fence.Fence{Name: "l", Token: 1, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: "l", Token: 1, LeaseID: driver.NewLeaseID()}
 	if err := kv.Put(ctx, "k", []byte("v"), f); err != nil { // creates the root
 		t.Fatalf("Put = %v; want nil", err)
 	}
@@ -129,7 +130,7 @@ func TestKV_Put_TwoSessionsRacing_HighestWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[tok] = kv.Put(ctx, key, []byte{byte(tok)}, fence.Fence{Name: name, Token: fence.Token(tok), LeaseID: fence.NewLeaseID()})
+			errs[tok] = kv.Put(ctx, key, []byte{byte(tok)}, fence.Fence{Name: name, Token: fence.Token(tok), LeaseID: driver.NewLeaseID()})
 		}()
 	}
 	wg.Wait()

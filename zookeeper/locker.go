@@ -15,6 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 var (
@@ -44,9 +45,9 @@ type Options struct {
 	SessionTimeout time.Duration
 	// ACL of the znodes created; default zk.WorldACL(zk.PermAll).
 	ACL []zk.ACL
-	// Clock measures the holders' local deadlines; default fence.SystemClock. Expiry
+	// Clock measures the holders' local deadlines; default driver.SystemClock. Expiry
 	// at the server is judged by the ZooKeeper leader's clock, never by this one.
-	Clock fence.Clock
+	Clock driver.Clock
 }
 
 // Locker is a fence.Locker on ZooKeeper. Each grant is an ephemeral sequential znode
@@ -57,7 +58,7 @@ type Locker struct {
 	owned   bool // Close closes conn
 	root    string
 	acl     []zk.ACL
-	clock   fence.Clock
+	clock   driver.Clock
 	timeout time.Duration
 
 	mu       sync.Mutex
@@ -104,7 +105,7 @@ func newLocker(conn *zk.Conn, events <-chan zk.Event, opts *Options, owned bool)
 		o.ACL = zk.WorldACL(zk.PermAll)
 	}
 	if o.Clock == nil {
-		o.Clock = fence.SystemClock
+		o.Clock = driver.SystemClock
 	}
 	l := &Locker{
 		conn: conn, owned: owned, root: strings.TrimSuffix(o.Root, "/"), acl: o.ACL, clock: o.Clock, timeout: o.SessionTimeout,
@@ -269,16 +270,16 @@ func (l *Locker) checkOpen() error {
 // node's czxid is above fence.MaxToken; fence.ErrUnavailable if ZooKeeper cannot be
 // reached; fence.ErrClosed after Close.
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("zookeeper: acquire: %w", err)
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return nil, fmt.Errorf("zookeeper: acquire %q: %w", name, err)
 	}
 	if err := l.checkOpen(); err != nil {
 		return nil, fmt.Errorf("zookeeper: acquire %q: %w", name, err)
 	}
-	o := fence.ApplyAcquireOptions(opts...)
+	o := driver.ApplyOptions(opts...)
 	var waitEnd <-chan time.Time
 	if o.Wait > 0 && o.Wait != fence.WaitForever {
 		t := time.NewTimer(o.Wait)
@@ -302,11 +303,11 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 // errRestart means the caller's node vanished: Acquire starts over with a new node.
 var errRestart = errors.New("zookeeper: node vanished")
 
-func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Duration, o fence.AcquireOptions, waitEnd <-chan time.Time) (*fence.Lease, error) {
+func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Duration, o driver.AcquireOptions, waitEnd <-chan time.Time) (*fence.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(fence.ErrNotAcquired, err)
 	}
-	secret := fence.NewLeaseID()
+	secret := driver.NewLeaseID()
 	tag := ownerTag(secret)
 	start := l.clock.Now()
 	session := l.conn.SessionID()
@@ -442,7 +443,7 @@ func (l *Locker) acquireOnce(ctx context.Context, name, dir string, ttl time.Dur
 			if st.Czxid <= 0 || fence.Token(st.Czxid) > fence.MaxToken {
 				return nil, giveUp(fmt.Errorf("%w: czxid %#x is above %d", fence.ErrTokenExhausted, st.Czxid, uint64(fence.MaxToken)))
 			}
-			lease := fence.NewLease(fence.LeaseConfig{
+			lease := driver.NewLease(driver.LeaseConfig{
 				Locker: l, Name: name, Token: fence.Token(st.Czxid), ID: leaseID, TTL: ttl,
 				Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
 			})
@@ -629,10 +630,10 @@ func (l *Locker) nodePath(name, leaseID string) (string, bool) {
 }
 
 func (l *Locker) checkLease(op, name, leaseID string) error {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", op, err)
 	}
-	if err := fence.ValidateLeaseID(leaseID); err != nil {
+	if err := driver.ValidateLeaseID(leaseID); err != nil {
 		return fmt.Errorf("zookeeper: %s %q: %w", op, name, err)
 	}
 	if err := l.checkOpen(); err != nil {
@@ -664,7 +665,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := l.checkLease("renew", name, leaseID); err != nil {
 		return err
 	}
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("zookeeper: renew %q: %w", name, err)
 	}
 	notHeld := fmt.Errorf("zookeeper: renew %q: %w", name, fence.ErrNotHeld)
@@ -750,7 +751,7 @@ func (l *Locker) forget(leaseID string) {
 // returns fence.ErrInvalid for a bad name and fence.ErrUnavailable if ZooKeeper cannot
 // be reached.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := fence.ValidateName(name); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("zookeeper: inspect: %w", err)
 	}
 	if err := l.checkOpen(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/zookeeper"
 )
@@ -18,7 +19,7 @@ import (
 func TestExample_Flow(t *testing.T) {
 	l := open(t, nil)
 	ctx := testCtx(t)
-	name := "example/" + fence.NewLeaseID()[:8]
+	name := "example/" + driver.NewLeaseID()[:8]
 	first, err := l.Acquire(ctx, name, 10*time.Second)
 	if err != nil {
 		t.Fatalf("Acquire = %v; want a lease", err)
@@ -41,7 +42,7 @@ func TestExample_Flow(t *testing.T) {
 func TestLocker_Token_IsNodeCzxid(t *testing.T) {
 	l := open(t, &zookeeper.Options{Root: "/fence-test/czxid"})
 	ctx := testCtx(t)
-	name := "a/b.c " + fence.NewLeaseID()[:8]
+	name := "a/b.c " + driver.NewLeaseID()[:8]
 	lease, err := l.Acquire(ctx, name, time.Minute)
 	if err != nil {
 		t.Fatalf("Acquire = %v", err)
@@ -89,7 +90,7 @@ func TestLocker_SessionClosed_NextHolderAtOnce(t *testing.T) {
 	a := open(t, nil)
 	b := open(t, nil)
 	ctx := testCtx(t)
-	name := "session-" + fence.NewLeaseID()[:8]
+	name := "session-" + driver.NewLeaseID()[:8]
 	la, err := a.Acquire(ctx, name, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func TestLocker_SessionClosed_NextHolderAtOnce(t *testing.T) {
 func TestLocker_RenewRelease_FromAnotherSession(t *testing.T) {
 	a, b := open(t, nil), open(t, nil)
 	ctx := testCtx(t)
-	name := "cross-" + fence.NewLeaseID()[:8]
+	name := "cross-" + driver.NewLeaseID()[:8]
 	lease, err := a.Acquire(ctx, name, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +210,7 @@ func TestLease_Done_ClosesWhenDisconnectOutlastsSession(t *testing.T) {
 // A waiter whose wait ends (context cancelled, or the wait ran out) deletes its node:
 // only the holder's node is left, so no orphan stands in the queue.
 func TestLocker_Wait_EndDeletesWaitingNode(t *testing.T) {
-	root := "/fence-test/waiters-" + fence.NewLeaseID()[:8]
+	root := "/fence-test/waiters-" + driver.NewLeaseID()[:8]
 	l := open(t, &zookeeper.Options{Root: root})
 	ctx := testCtx(t)
 	holder, err := l.Acquire(ctx, "w", time.Minute)
@@ -256,7 +257,7 @@ func TestLocker_Wait_EndDeletesWaitingNode(t *testing.T) {
 // No herd: with three waiters queued behind a holder, each node is watched by one
 // session only (its successor's), so a release wakes one waiter, not all of them.
 func TestLocker_Waiters_WatchOnlyPredecessor(t *testing.T) {
-	root := "/fence-test/herd-" + fence.NewLeaseID()[:8]
+	root := "/fence-test/herd-" + driver.NewLeaseID()[:8]
 	holder := open(t, &zookeeper.Options{Root: root})
 	ctx := testCtx(t)
 	lease, err := holder.Acquire(ctx, "h", time.Minute)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/zookeeper"
 )
 
@@ -17,7 +18,7 @@ func TestStore_Close_LaterCallsErrClosed(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close = %v; want nil", err)
 	}
-	f := fence.Fence{Name: t.Name(), Token: 1, LeaseID: fence.NewLeaseID()}
+	f := fence.Fence{Name: t.Name(), Token: 1, LeaseID: driver.NewLeaseID()}
 	if err := s.Put(ctx, "k", []byte("v"), f); !errors.Is(err, fence.ErrClosed) {
 		t.Errorf("Put after Close = %v; want fence.ErrClosed", err)
 	}

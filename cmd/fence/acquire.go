@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -201,7 +202,7 @@ func leaseFlag(lease string) (string, error) {
 	if lease == "" {
 		return "", usagef("--lease is required (or $%s)", envLease)
 	}
-	if err := invalidUsage("--lease", fence.ValidateLeaseID(lease)); err != nil {
+	if err := invalidUsage("--lease", driver.ValidateLeaseID(lease)); err != nil {
 		return "", err
 	}
 	return lease, nil

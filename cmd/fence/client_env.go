@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -172,14 +173,14 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 
 // durationFlagValue checks a --ttl given on the command line.
 func checkTTL(ttl time.Duration) error {
-	if err := fence.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return usagef("--ttl %v: must be a whole number of milliseconds between %v and %v", ttl, fence.MinTTL, fence.MaxTTL)
 	}
 	return nil
 }
 
 func checkName(what, name string) error {
-	return invalidUsage(what, fence.ValidateName(name))
+	return invalidUsage(what, driver.ValidateName(name))
 }
 
 // invalidUsage turns a validation error about what (a flag or an argument) into a

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -66,7 +67,7 @@ token seen) or the server refuses the write; 2 for usage errors.`,
 		Args: exactArgs("a KEY", "a VALUE (or - to read standard input)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, valueArg := args[0], args[1]
-			if err := invalidUsage("key", fence.ValidateKey(key)); err != nil {
+			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
 				return err
 			}
 			if lock == "" {
@@ -92,7 +93,7 @@ token seen) or the server refuses the write; 2 for usage errors.`,
 				lease = os.Getenv(envLease)
 			}
 			if lease != "" {
-				if err := invalidUsage("--lease", fence.ValidateLeaseID(lease)); err != nil {
+				if err := invalidUsage("--lease", driver.ValidateLeaseID(lease)); err != nil {
 					return err
 				}
 			}
@@ -138,7 +139,7 @@ UTF-8. Exit 1 if KEY was never written.`,
 		Args: exactArgs("a KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := invalidUsage("key", fence.ValidateKey(key)); err != nil {
+			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
 				return err
 			}
 			c, err := flags.client()

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // Guard is the resource fence: one row per resource in a fences table, advanced in
@@ -150,7 +151,7 @@ func (g *Guard) Highest(ctx context.Context, resource string) (fence.Fence, erro
 	if g.err != nil {
 		return fence.Fence{}, g.err
 	}
-	if err := fence.ValidateKey(resource); err != nil {
+	if err := driver.ValidateKey(resource); err != nil {
 		return fence.Fence{}, g.d.Errorf("highest: %w", err)
 	}
 	f, err := g.d.ScanFence(g.db.QueryRowContext(ctx, g.readSQL, resource), false)
@@ -170,7 +171,7 @@ func (g *Guard) validate(q Querier, resource string, f fence.Fence) error {
 	if q == nil {
 		return g.d.Errorf("fence %q: %w", resource, &fence.InvalidError{Field: "tx", Value: "<nil>", Reason: "is nil"})
 	}
-	if err := fence.ValidateKey(resource); err != nil {
+	if err := driver.ValidateKey(resource); err != nil {
 		return g.d.Errorf("fence: %w", err)
 	}
 	if err := f.Validate(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // KV is a fenced key-value table: every key is a row with its own fence columns,
@@ -57,7 +58,7 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 	if kv.err != nil {
 		return kv.err
 	}
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return kv.d.Errorf("put: %w", err)
 	}
 	if len(value) > kv.maxValue {
@@ -75,7 +76,7 @@ func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if kv.err != nil {
 		return fence.Item{}, kv.err
 	}
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, kv.d.Errorf("get: %w", err)
 	}
 	var v []byte
@@ -99,7 +100,7 @@ func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 	if kv.err != nil {
 		return kv.err
 	}
-	if err := fence.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return kv.d.Errorf("fence: %w", err)
 	}
 	return kv.row.Fence(ctx, kv.db, f, key)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 )
 
@@ -107,7 +108,7 @@ func UniqueTable(t testing.TB, d *sql.DB, ddl string) string {
 
 // Resource returns a resource name unique to this run of t, so that reruns
 // against one server (-count=N) start from no fence.
-func Resource(t testing.TB) string { return t.Name() + "/" + fence.NewLeaseID()[:12] }
+func Resource(t testing.TB) string { return t.Name() + "/" + driver.NewLeaseID()[:12] }
 
 // InTx runs f in a transaction, committing if it returns nil.
 func InTx(ctx context.Context, d *sql.DB, f func(*sql.Tx) error) error {

@@ -1,0 +1,137 @@
+// Package driver is for authors of fence backends, as database/sql/driver is for
+// authors of SQL drivers: applications use package fence, a backend implements
+// fence.Locker with the help of this package.
+//
+// A backend writes "try once": a TryFunc that grants the lock or says how it is
+// held and when it may be free. The Engine does the rest of Acquire once for every
+// backend: it validates the arguments, bounds the wait, sleeps until the backend's
+// wake-up (a release message, a watch event), the holder's expiry or a fallback
+// poll, rides out transient failures while it waits, stops at cancellation or
+// Close, words every error the same way, and makes the *fence.Lease.
+//
+// The package also holds what only backends need: the validators behind fence's
+// documented limits, lease ids, lease construction and the Clock that leases and
+// local expiry are measured by.
+package driver
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/core"
+)
+
+// Clock is the time source of leases and of backends that judge expiry locally:
+// Now() time.Time returns the current time (for SystemClock with a monotonic
+// reading), and AfterFunc(d, f) Timer calls f in its own goroutine after d (for a
+// virtual clock, when time is advanced past it) unless the Timer is stopped. The
+// system clock is the default; the simulator injects a virtual one.
+type Clock = core.Clock
+
+// Timer is a scheduled call made by a Clock; Stop() bool prevents the call if it has
+// not happened yet and reports whether it did.
+type Timer = core.Timer
+
+// SystemClock is the real clock: time.Now and time.AfterFunc.
+var SystemClock Clock = core.SystemClock
+
+// AcquireOptions are the per-call options of an acquire, as its AcquireOption
+// values set them: Wait (0 tries once, fence.WaitForever waits until the context
+// ends) and AutoRenew.
+type AcquireOptions = core.AcquireOptions
+
+// ApplyOptions returns the options that opts set; nil options are skipped.
+func ApplyOptions(opts ...fence.AcquireOption) AcquireOptions {
+	var o AcquireOptions
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+// ValidateName returns nil if name is usable as a lock name: 1 to fence.MaxNameLen
+// bytes of valid UTF-8 without control characters. Otherwise it returns a
+// *fence.InvalidError (matching fence.ErrInvalid) naming "name".
+func ValidateName(name string) error { return core.ValidateName("name", name) }
+
+// ValidateKey is ValidateName for the keys of a fenced store; the error names "key".
+func ValidateKey(key string) error { return core.ValidateName("key", key) }
+
+// ValidateTTL returns nil if ttl is a whole number of milliseconds in
+// [fence.MinTTL, fence.MaxTTL], and a *fence.InvalidError naming "ttl" otherwise.
+func ValidateTTL(ttl time.Duration) error { return core.ValidateTTL(ttl) }
+
+// ValidateToken returns nil if t is in [1, fence.MaxToken], and a
+// *fence.InvalidError naming "token" otherwise. Zero is never a token.
+func ValidateToken(t fence.Token) error { return core.ValidateToken(uint64(t)) }
+
+// ValidateLeaseID returns nil if id is 1 to fence.MaxLeaseIDLen bytes of printable
+// ASCII without spaces, and a *fence.InvalidError naming "lease" otherwise.
+func ValidateLeaseID(id string) error { return core.ValidateLeaseID(id) }
+
+// ValidateLease validates the name and lease id of a Renew or Release: a
+// *fence.InvalidError for a bad name, or for a bad lease id with the name before it.
+func ValidateLease(name, leaseID string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if err := ValidateLeaseID(leaseID); err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	return nil
+}
+
+// ListLimit returns limit, or fence.DefaultListLimit if limit <= 0: the number of
+// locks an Inspector's List returns at most.
+func ListLimit(limit int) int {
+	if limit <= 0 {
+		return fence.DefaultListLimit
+	}
+	return limit
+}
+
+// NewLeaseID returns a new lease id: 128 bits from crypto/rand, as 32 hex digits.
+// Lease ids are credentials: only their holder can renew or release the lease (P5).
+func NewLeaseID() string {
+	var b [16]byte
+	// crypto/rand.Read never returns an error on supported platforms (Go 1.24+: it
+	// crashes the program rather than return weak randomness).
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// LeaseConfig is what a backend knows of a grant, for NewLease.
+type LeaseConfig struct {
+	Locker fence.Locker  // renews and releases the lease; required
+	Name   string        // lock name
+	Token  fence.Token   // fencing token of the grant
+	ID     string        // lease id (a credential)
+	TTL    time.Duration // TTL granted
+	// Start is when the acquire request was sent, by Clock. The local deadline is
+	// Start+TTL, which is never later than the backend's expiry of the lease (the
+	// backend started counting after the request left). Zero means Clock.Now().
+	Start time.Time
+	// Clock measures the local deadline; nil means SystemClock.
+	Clock Clock
+	// AutoRenew starts renewal at about TTL/3 (see fence.WithAutoRenew).
+	AutoRenew bool
+}
+
+// NewLease returns a held lease for a grant, with its expiry timer (and renewal, if
+// configured) running. Engine.Acquire makes the leases of every grant it makes; a
+// backend calls NewLease only for grants made outside it.
+func NewLease(c LeaseConfig) *fence.Lease {
+	return newLease(core.LeaseConfig{
+		Holder: c.Locker, Name: c.Name, Token: uint64(c.Token), ID: c.ID, TTL: c.TTL,
+		Start: c.Start, Clock: c.Clock, AutoRenew: c.AutoRenew,
+	})
+}
+
+// newLease calls package fence's constructor, which fence's init put in
+// core.NewLease (fence is imported by this package, so its init has run).
+func newLease(c core.LeaseConfig) *fence.Lease { return core.NewLease(c).(*fence.Lease) }
