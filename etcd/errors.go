@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 )
 
 // ErrCorrupt means a record under the store's prefix could not be decoded: it was
@@ -48,6 +49,16 @@ func storeErr(err error) error {
 		}
 	}
 	return fmt.Errorf("%w: %w", fence.ErrUnavailable, err)
+}
+
+// transient marks fence.ErrUnavailable (a leader election, a short partition) as an
+// error that a waiting acquire rides out (see driver.Transient); other errors stay
+// as they are.
+func transient(err error) error {
+	if errors.Is(err, fence.ErrUnavailable) {
+		return driver.Transient(err)
+	}
+	return err
 }
 
 // invalid returns a *fence.InvalidError (matching fence.ErrInvalid).

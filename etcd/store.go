@@ -28,7 +28,8 @@ type Options struct {
 	// under Prefix+"kv/". Empty means DefaultPrefix. Lockers and KVs sharing a
 	// prefix share locks and data (that is how several servers cooperate).
 	Prefix string
-	// Clock measures the holder's local lease deadlines; nil means driver.SystemClock.
+	// Clock measures the holder's local lease deadlines and the wait of an Acquire;
+	// nil means driver.SystemClock.
 	Clock driver.Clock
 	// DialTimeout bounds Open's connection check; zero means DefaultDialTimeout.
 	DialTimeout time.Duration
