@@ -114,13 +114,7 @@ func decodeRecord(b []byte) (record, error) {
 // fence.ErrUnavailable if etcd cannot be reached (the write may or may not have been
 // applied) and fence.ErrClosed after the Store is closed.
 func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
-	if err := s.check(key, f); err != nil {
-		return fmt.Errorf("etcd: put %q: %w", key, err)
-	}
-	if len(value) > MaxValueSize {
-		return fmt.Errorf("etcd: put %q: %w", key, invalid("value", fmt.Sprintf("%d bytes", len(value)), fmt.Sprintf("is longer than %d bytes", MaxValueSize)))
-	}
-	if err := s.update(ctx, key, f, func(r *record) bool {
+	if err := s.update(ctx, key, f, len(value), func(r *record) bool {
 		r.hasValue, r.value = true, value
 		return true
 	}); err != nil {
@@ -135,10 +129,7 @@ func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) e
 // for a bad key or fence, ErrCorrupt for a record this package did not write,
 // fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after Close.
 func (s *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
-	if err := s.check(key, f); err != nil {
-		return fmt.Errorf("etcd: fence %q: %w", key, err)
-	}
-	if err := s.update(ctx, key, f, func(r *record) bool {
+	if err := s.update(ctx, key, f, 0, func(r *record) bool {
 		return r.fence != f // already fenced at f: nothing to write
 	}); err != nil {
 		return fmt.Errorf("etcd: fence %q: %w", key, err)
@@ -146,21 +137,24 @@ func (s *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 	return nil
 }
 
-func (s *KV) check(key string, f fence.Fence) error {
+// update checks its arguments (ErrClosed, then ErrInvalid for a bad key, fence or a
+// value of size bytes over MaxValueSize) and applies change to key's record if f is
+// admitted: read, Admit, then write only if the record's mod revision is still the
+// one read; on a conflict, the transaction returns the new record and the check
+// runs again. change reports whether there is anything to write.
+func (s *KV) update(ctx context.Context, key string, f fence.Fence, size int, change func(*record) bool) error {
 	if s.closed.Load() {
 		return fence.ErrClosed
 	}
 	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
-	return f.Validate()
-}
-
-// update applies change to key's record if f is admitted: read, Admit, then write
-// only if the record's mod revision is still the one read; on a conflict, the
-// transaction returns the new record and the check runs again. change reports
-// whether there is anything to write.
-func (s *KV) update(ctx context.Context, key string, f fence.Fence, change func(*record) bool) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if size > MaxValueSize {
+		return invalid("value", fmt.Sprintf("%d bytes", size), fmt.Sprintf("is longer than %d bytes", MaxValueSize))
+	}
 	k := s.keys.kv(key)
 	resp, err := s.cli.Get(ctx, k)
 	if err != nil {

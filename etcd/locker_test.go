@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fence"
@@ -16,6 +17,47 @@ import (
 )
 
 func uniq(prefix string) string { return prefix + "-" + driver.NewLeaseID()[:12] }
+
+// setup returns the test's context, a client of the shared server and a fresh name
+// that starts with what.
+func setup(t *testing.T, what string) (context.Context, *clientv3.Client, string) {
+	return testCtx(t), client(t), uniq(what)
+}
+
+// mustAcquire returns a lease on name from l, or fails t.
+func mustAcquire(t *testing.T, ctx context.Context, l fence.Locker, name string, ttl time.Duration) *fence.Lease {
+	t.Helper()
+	a, err := l.Acquire(ctx, name, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q) = %v; want a lease", name, err)
+	}
+	return a
+}
+
+// lockKey returns the lock key of name, which must exist, as etcd has it.
+func lockKey(t *testing.T, ctx context.Context, cli *clientv3.Client, name string) *mvccpb.KeyValue {
+	t.Helper()
+	resp, err := cli.Get(ctx, etcd.DefaultPrefix+"lock/"+name)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("Get lock key = %v, %v; want one key", resp, err)
+	}
+	return resp.Kvs[0]
+}
+
+// takeOver acquires name through acquire, which must grant it with a token above
+// prev's: the next holder after what happened to prev. The lease is released at
+// the end of the test.
+func takeOver(t *testing.T, prev *fence.Lease, what string, acquire func() (*fence.Lease, error)) {
+	t.Helper()
+	b, err := acquire()
+	if err != nil {
+		t.Fatalf("acquire after %s = %v; want a lease", what, err)
+	}
+	t.Cleanup(func() { b.Release(context.Background()) })
+	if b.Token() <= prev.Token() {
+		t.Fatalf("token after %s = %d; want > %d", what, b.Token(), prev.Token())
+	}
+}
 
 func TestOpen_NoEndpoints_ErrInvalid(t *testing.T) {
 	for _, eps := range [][]string{nil, {""}, {"127.0.0.1:1", " "}} {
@@ -69,19 +111,10 @@ func TestLocker_Unreachable_AcquireEndsWithCtxReleaseErrUnavailable(t *testing.T
 // the holder was partitioned): Renew says ErrNotHeld, Done closes, and the next grant
 // has a higher token.
 func TestLocker_LostEtcdLease_RenewErrNotHeldDoneCloses(t *testing.T) {
-	cli := client(t)
-	ctx := testCtx(t)
+	ctx, cli, name := setup(t, "lost")
 	l := etcd.NewLocker(cli, nil)
-	name := uniq("lost")
-	a, err := l.Acquire(ctx, name, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cli.Get(ctx, etcd.DefaultPrefix+"lock/"+name)
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("Get lock key = %v, %v; want one key", resp, err)
-	}
-	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+	a := mustAcquire(t, ctx, l, name, time.Minute)
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(lockKey(t, ctx, cli, name).Lease)); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Renew(ctx, time.Minute); !errors.Is(err, fence.ErrNotHeld) {
@@ -92,14 +125,7 @@ func TestLocker_LostEtcdLease_RenewErrNotHeldDoneCloses(t *testing.T) {
 	default:
 		t.Fatal("Done still open after Renew said ErrNotHeld")
 	}
-	b, err := fence.TryAcquire(ctx, l, name, time.Minute)
-	if err != nil {
-		t.Fatalf("TryAcquire after the lease was lost = %v; want a lease", err)
-	}
-	defer b.Release(ctx)
-	if b.Token() <= a.Token() {
-		t.Fatalf("token after a lost lease = %d; want > %d", b.Token(), a.Token())
-	}
+	takeOver(t, a, "a lost etcd lease", func() (*fence.Lease, error) { return fence.TryAcquire(ctx, l, name, time.Minute) })
 }
 
 // A TTL below etcd's minimum lease TTL is granted, not rejected nor rounded up on the
@@ -109,10 +135,8 @@ func TestLocker_LostEtcdLease_RenewErrNotHeldDoneCloses(t *testing.T) {
 // etcd lease's last second, while nobody could take the lock); the next holder gets
 // the lock after that.
 func TestLocker_TTLBelowEtcdMinimum_HolderDeadlineAsAskedEtcdHoldsLonger(t *testing.T) {
-	cli := client(t)
-	ctx := testCtx(t)
+	ctx, cli, name := setup(t, "short")
 	holder, waiter := etcd.NewLocker(cli, nil), etcd.NewLocker(client(t), nil)
-	name := uniq("short")
 	const ttl = 100 * time.Millisecond
 	called := time.Now()
 	a, err := holder.Acquire(ctx, name, ttl)
@@ -123,11 +147,7 @@ func TestLocker_TTLBelowEtcdMinimum_HolderDeadlineAsAskedEtcdHoldsLonger(t *test
 	if d := a.Deadline(); d.Before(called.Add(ttl)) || d.After(returned.Add(ttl)) {
 		t.Fatalf("Deadline %v after the call; want the %v asked, counted from the request", d.Sub(called), ttl)
 	}
-	resp, err := cli.Get(ctx, etcd.DefaultPrefix+"lock/"+name)
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("Get lock key = %v, %v; want one key", resp, err)
-	}
-	ttlResp, err := cli.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	ttlResp, err := cli.TimeToLive(ctx, clientv3.LeaseID(lockKey(t, ctx, cli, name).Lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,27 +166,17 @@ func TestLocker_TTLBelowEtcdMinimum_HolderDeadlineAsAskedEtcdHoldsLonger(t *test
 	if infoErr != nil || !info.Held || info.Token != a.Token() {
 		t.Fatalf("Inspect after the holder's deadline = %+v, %v; want held by token %d (etcd still has the key)", info, infoErr, a.Token())
 	}
-	b, err := waiter.Acquire(ctx, name, time.Minute, fence.WithWait(testserv.EtcdMinLeaseTTL+10*time.Second))
-	if err != nil {
-		t.Fatalf("Acquire once etcd expires the lease = %v; want a lease", err)
-	}
-	defer b.Release(ctx)
-	if b.Token() <= a.Token() {
-		t.Fatalf("next token %d; want > %d", b.Token(), a.Token())
-	}
+	takeOver(t, a, "etcd expired the lease", func() (*fence.Lease, error) {
+		return waiter.Acquire(ctx, name, time.Minute, fence.WithWait(testserv.EtcdMinLeaseTTL+10*time.Second))
+	})
 }
 
 // A lock key overwritten by hand (no lease, another value): the holder can no longer
 // renew or release, and nobody else is granted the lock until the key is deleted.
 func TestLocker_HandEditedLockKey_NeverGrantedTwice(t *testing.T) {
-	cli := client(t)
-	ctx := testCtx(t)
+	ctx, cli, name := setup(t, "edited")
 	l := etcd.NewLocker(cli, nil)
-	name := uniq("edited")
-	a, err := l.Acquire(ctx, name, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustAcquire(t, ctx, l, name, time.Minute)
 	key := etcd.DefaultPrefix + "lock/" + name
 	if _, err := cli.Put(ctx, key, "by hand"); err != nil {
 		t.Fatal(err)
@@ -190,24 +200,13 @@ func TestLocker_HandEditedLockKey_NeverGrantedTwice(t *testing.T) {
 	if _, err := cli.Delete(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	b, err := fence.TryAcquire(ctx, l, name, time.Minute)
-	if err != nil {
-		t.Fatalf("TryAcquire after the key was deleted = %v; want a lease", err)
-	}
-	defer b.Release(ctx)
-	if b.Token() <= a.Token() {
-		t.Fatalf("token after the edit = %d; want > %d", b.Token(), a.Token())
-	}
+	takeOver(t, a, "the edited key was deleted", func() (*fence.Lease, error) { return fence.TryAcquire(ctx, l, name, time.Minute) })
 }
 
 func TestLocker_RenewLongerTTL_KeepsTokenExtendsEtcdLease(t *testing.T) {
-	ctx := testCtx(t)
-	l := etcd.NewLocker(client(t), nil)
-	name := uniq("longer")
-	a, err := l.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cli, name := setup(t, "longer")
+	l := etcd.NewLocker(cli, nil)
+	a := mustAcquire(t, ctx, l, name, time.Second)
 	defer a.Release(ctx)
 	if err := a.Renew(ctx, time.Minute); err != nil {
 		t.Fatalf("Renew(1m) of a 1s lease = %v; want nil", err)
@@ -222,15 +221,9 @@ func TestLocker_RenewLongerTTL_KeepsTokenExtendsEtcdLease(t *testing.T) {
 }
 
 func TestLocker_Close_EndsWaitWithErrClosed(t *testing.T) {
-	ctx := testCtx(t)
-	cli := client(t)
-	holder := etcd.NewLocker(cli, nil)
-	waiter := etcd.NewLocker(cli, nil)
-	name := uniq("close")
-	a, err := holder.Acquire(ctx, name, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cli, name := setup(t, "close")
+	holder, waiter := etcd.NewLocker(cli, nil), etcd.NewLocker(cli, nil)
+	a := mustAcquire(t, ctx, holder, name, time.Minute)
 	defer a.Release(ctx)
 	res := make(chan error, 1)
 	go func() {
@@ -254,10 +247,8 @@ func TestLocker_Close_EndsWaitWithErrClosed(t *testing.T) {
 }
 
 func TestKV_CorruptRecord_ErrCorruptNothingChanged(t *testing.T) {
-	ctx := testCtx(t)
-	cli := client(t)
+	ctx, cli, key := setup(t, "corrupt")
 	kv := etcd.NewKV(cli, nil)
-	key := uniq("corrupt")
 	if _, err := cli.Put(ctx, etcd.DefaultPrefix+"kv/"+key, "not a record"); err != nil {
 		t.Fatal(err)
 	}
@@ -280,5 +271,81 @@ func TestKV_PutTooLarge_ErrInvalid(t *testing.T) {
 	err := kv.Put(testCtx(t), uniq("big"), make([]byte, etcd.MaxValueSize+1), f)
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Put of %d bytes = %v; want fence.ErrInvalid", etcd.MaxValueSize+1, err)
+	}
+}
+
+// An acquire that finds the lock held says for how long, as etcd counts the holder's
+// lease: TryAcquire at once, a wait at its end (its last try looks it up).
+func TestLocker_Held_ErrorSaysExpiresIn(t *testing.T) {
+	ctx, cli, name := setup(t, "held")
+	holder, waiter := etcd.NewLocker(cli, nil), etcd.NewLocker(cli, nil)
+	a := mustAcquire(t, ctx, holder, name, time.Minute)
+	defer a.Release(ctx)
+	for _, wait := range []time.Duration{0, 300 * time.Millisecond} {
+		b, err := waiter.Acquire(ctx, name, time.Minute, fence.WithWait(wait))
+		if b != nil {
+			b.Release(ctx)
+		}
+		var held *fence.HeldError
+		if !errors.As(err, &held) || held.ExpiresIn < 50*time.Second || held.ExpiresIn > time.Minute {
+			t.Fatalf("Acquire(wait %v) of a lock held for 1m = %v; want a *fence.HeldError expiring in about 1m", wait, err)
+		}
+		want := fmt.Sprintf("etcd: lock %q not acquired", name)
+		if wait > 0 {
+			want += " after waiting " + wait.String()
+		}
+		want += ": held, expires in " + held.ExpiresIn.String()
+		if err.Error() != want {
+			t.Errorf("Acquire(wait %v) = %q; want %q", wait, err, want)
+		}
+	}
+}
+
+// A released grant's etcd lease is kept and refreshed with a keep-alive for the next
+// grant, not granted anew (a grant is one more Raft write).
+func TestLocker_ReleasedEtcdLeaseReused(t *testing.T) {
+	ctx, cli, name := setup(t, "reuse")
+	l := etcd.NewLocker(cli, nil)
+	a := mustAcquire(t, ctx, l, name, 10*time.Second)
+	first := lockKey(t, ctx, cli, name).Lease
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := mustAcquire(t, ctx, l, name, 10*time.Second)
+	defer b.Release(ctx)
+	if got := lockKey(t, ctx, cli, name).Lease; got != first {
+		t.Fatalf("etcd lease of the next grant = %x; want the released grant's %x, refreshed", got, first)
+	}
+}
+
+// A waiter is woken by its watch, not by the 5s fallback poll: a few handoffs in a
+// row, each well within the poll interval.
+func TestLocker_Waiter_WokenByWatch(t *testing.T) {
+	ctx, cli, name := setup(t, "watch")
+	holder, waiter := etcd.NewLocker(cli, nil), etcd.NewLocker(client(t), nil)
+	const bound = 2 * time.Second // the fallback poll is 5s
+	for i := range 3 {
+		a := mustAcquire(t, ctx, holder, name, time.Minute)
+		got := make(chan error, 1)
+		go func() {
+			b, err := waiter.Acquire(ctx, name, time.Minute, fence.WithWait(30*time.Second))
+			if err == nil {
+				err = b.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // the waiter's first try and watch
+		released := time.Now()
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("handoff %d: waiter = %v; want a lease", i, err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("handoff %d: waiter not granted %v after the release; want its watch to wake it", i, time.Since(released).Round(time.Millisecond))
+		}
 	}
 }
