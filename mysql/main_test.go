@@ -84,9 +84,9 @@ func uniqueTable(t testing.TB, ddl string) string {
 	return sqlguardtest.UniqueTable(t, db(t), ddl)
 }
 
-// The helpers the package's tests share with sqlite's (see sqlguardtest).
+// The helpers the package's tests share with sqlguard's suite (see sqlguardtest);
+// that suite runs the guard, row and KV tests over MariaDB.
 var (
-	resource  = sqlguardtest.Resource
-	fenceOf   = sqlguardtest.FenceOf
-	wantStale = sqlguardtest.WantStale
+	resource = sqlguardtest.Resource
+	fenceOf  = sqlguardtest.FenceOf
 )
