@@ -195,5 +195,22 @@ func (d *Dialect) scanFence(row *sql.Row, zeroOK bool) (fence.Fence, error) {
 	return fence.Fence{Name: name.String, Token: fence.Token(token.Int64), LeaseID: lease.String}, nil
 }
 
+// refused explains a refusal of f by the statement what ran: it reads the stored
+// fence with readLock and returns fence.Admit's error, or ErrSchema if the row
+// vanished or the stored fence admits f after all (hint says what to check).
+func (d *Dialect) refused(ctx context.Context, q Querier, readLock string, key any, zeroOK bool, f fence.Fence, what, hint string) error {
+	stored, err := d.scanFence(q.QueryRowContext(ctx, readLock, key), zeroOK)
+	if errors.Is(err, sql.ErrNoRows) {
+		return d.errorf("%s: %w: the row vanished after a rejection", what, ErrSchema)
+	}
+	if err != nil {
+		return d.Wrap(what, err)
+	}
+	if err := fence.Admit(fmt.Sprint(key), stored, f); err != nil {
+		return d.Wrap(what, err)
+	}
+	return d.errorf("%s: %w: %s refused %v over %v, which the rule admits %s", what, ErrSchema, d.Refuser, f, stored, hint)
+}
+
 // errNilDB is the cause every method of a Guard or KV made over a nil DB returns.
 var errNilDB = &fence.InvalidError{Field: "db", Value: "<nil>", Reason: "is nil"}

@@ -147,17 +147,7 @@ func (g *Guard[D]) FenceTx(ctx context.Context, tx Querier, resource string, f f
 	if accepted {
 		return nil
 	}
-	stored, err := g.d.scanFence(tx.QueryRowContext(ctx, g.readLockSQL, resource), false)
-	if err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return g.d.errorf("%s: %w: the fence row vanished after a rejection", what, ErrSchema)
-		}
-		return g.d.Wrap(what, err)
-	}
-	if err := fence.Admit(resource, stored, f); err != nil {
-		return g.d.Wrap(what, err)
-	}
-	return g.d.errorf("%s: %w: %s refused %v over %v, which the rule admits %s", what, ErrSchema, g.d.Refuser, f, stored, g.d.GuardHint)
+	return g.d.refused(ctx, tx, g.readLockSQL, resource, false, f, what, g.d.GuardHint)
 }
 
 // Fence advances resource's fence to f in a transaction of its own (see FenceTx),

@@ -257,17 +257,7 @@ func (r *rowSQL) run(ctx context.Context, q Querier, stmt, what string, f fence.
 	if accepted {
 		return nil
 	}
-	stored, err := r.d.scanFence(q.QueryRowContext(ctx, r.readLockSQL, key), true)
-	if err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return r.d.errorf("%s: %w: the row vanished after a rejection", what, ErrSchema)
-		}
-		return r.d.Wrap(what, err)
-	}
-	if err := fence.Admit(fmt.Sprint(key), stored, f); err != nil {
-		return r.d.Wrap(what, err)
-	}
-	return r.d.errorf("%s: %w: %s refused %v over %v, which the rule admits (do the fence columns compare bytes?)", what, ErrSchema, r.d.Refuser, f, stored)
+	return r.d.refused(ctx, q, r.readLockSQL, key, true, f, what, "(do the fence columns compare bytes?)")
 }
 
 func (r *rowSQL) check(q Querier, f fence.Fence, key any, values []any, countValues bool) error {

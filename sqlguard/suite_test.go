@@ -142,22 +142,20 @@ func sqliteDB(t testing.TB) *sql.DB {
 	return d
 }
 
-// suite is the part of a Backend the tests need, whatever its dialect.
+// suite is one dialect's tests and benchmarks, whatever its type.
 type suite struct {
-	name                        string
-	guard, row, kv, concurrency func(*testing.T)
-	bench                       func(*testing.B)
+	name  string
+	test  func(*testing.T)
+	bench func(*testing.B)
 }
 
 func suiteOf[D sqlguard.Dialector](b sqlguardtest.Backend[D], db func(*testing.B) *sql.DB) suite {
-	return suite{
-		name:        b.Name,
-		guard:       func(t *testing.T) { sqlguardtest.GuardTests(t, b) },
-		row:         func(t *testing.T) { sqlguardtest.RowTests(t, b) },
-		kv:          func(t *testing.T) { sqlguardtest.KVTests(t, b) },
-		concurrency: func(t *testing.T) { sqlguardtest.ConcurrencyTests(t, b) },
-		bench:       func(bb *testing.B) { sqlguardtest.Benchmarks(bb, b, db) },
-	}
+	return suite{name: b.Name, test: func(t *testing.T) {
+		t.Run("Guard", func(t *testing.T) { sqlguardtest.GuardTests(t, b) })
+		t.Run("Row", func(t *testing.T) { sqlguardtest.RowTests(t, b) })
+		t.Run("KV", func(t *testing.T) { sqlguardtest.KVTests(t, b) })
+		t.Run("Concurrency", func(t *testing.T) { sqlguardtest.ConcurrencyTests(t, b) })
+	}, bench: func(bb *testing.B) { sqlguardtest.Benchmarks(bb, b, db) }}
 }
 
 func suites() []suite {
@@ -181,27 +179,10 @@ func sqliteBenchDB(b *testing.B) *sql.DB {
 	return d
 }
 
-func TestGuard(t *testing.T) {
+// TestDialects runs the one suite over every dialect.
+func TestDialects(t *testing.T) {
 	for _, s := range suites() {
-		t.Run(s.name, s.guard)
-	}
-}
-
-func TestRow(t *testing.T) {
-	for _, s := range suites() {
-		t.Run(s.name, s.row)
-	}
-}
-
-func TestKV(t *testing.T) {
-	for _, s := range suites() {
-		t.Run(s.name, s.kv)
-	}
-}
-
-func TestConcurrency(t *testing.T) {
-	for _, s := range suites() {
-		t.Run(s.name, s.concurrency)
+		t.Run(s.name, s.test)
 	}
 }
 
