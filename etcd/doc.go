@@ -64,7 +64,10 @@
 // more, and then sleeps until the watch reports a delete: a release or the expiry of
 // the holder's lease. It then refreshes its etcd lease with a keep-alive (not a Raft
 // write) and tries the transaction again. A handoff therefore costs the release's
-// write, one watch notification and the waiter's grant write.
+// write, one watch notification and the waiter's grant write. The loop is
+// driver.Engine's, as on every backend; this package supplies the one try. The
+// holder's time left in a "not acquired" error (etcd's whole seconds) is looked up
+// by a try that may be the call's last, not by every try of a wait.
 //
 // etcd's concurrency.Mutex is slower at this because its waiter watches from its
 // predecessor's revision: such a watch is "unsynced" in etcd and is served by a
