@@ -502,18 +502,11 @@ func (l *Locker) usable() error {
 	if l.err != nil {
 		return l.err
 	}
-	if l.isClosed() {
-		return fence.ErrClosed
-	}
-	return nil
-}
-
-func (l *Locker) isClosed() bool {
 	select {
 	case <-l.closing:
-		return true
+		return fence.ErrClosed
 	default:
-		return false
+		return nil
 	}
 }
 
