@@ -62,8 +62,9 @@ type LockerOptions struct {
 	// LISTEN connection, a lock that expired rather than being released); it is
 	// further bounded by the TTL asked for. Default DefaultPollInterval.
 	PollInterval time.Duration
-	// Clock measures the leases' local deadlines. Default driver.SystemClock.
-	// Expiry at the database is always judged by the database's clock.
+	// Clock measures the leases' local deadlines and Acquire's wait and sleeps.
+	// Default driver.SystemClock. Expiry at the database is always judged by the
+	// database's clock.
 	Clock driver.Clock
 }
 
@@ -212,7 +213,7 @@ CREATE OR REPLACE TRIGGER ` + trig("_no_delete") + ` BEFORE DELETE ON ` + t + `
 CREATE OR REPLACE TRIGGER ` + trig("_no_truncate") + ` BEFORE TRUNCATE ON ` + t + `
     FOR EACH STATEMENT EXECUTE FUNCTION ` + fn.Sanitize() + `();`
 	if len(base)+len("_keep_counters") > maxIdentLen {
-		l.err = (&fence.InvalidError{Field: "table", Value: base, Reason: fmt.Sprintf("is too long to name its trigger function (at most %d bytes)", maxIdentLen-len("_keep_counters"))})
+		l.err = &fence.InvalidError{Field: "table", Value: base, Reason: fmt.Sprintf("is too long to name its trigger function (at most %d bytes)", maxIdentLen-len("_keep_counters"))}
 	}
 }
 
