@@ -47,8 +47,9 @@ type Result struct {
 	// reported in the *fence.HeldError, and by default the Engine tries again when
 	// it has passed.
 	ExpiresIn time.Duration
-	// Wake, if not nil, closes when the lock may be free (a release message, a
-	// watch event, a released lease in memory): the Engine tries again at once.
+	// Wake, if not nil, is ready when the lock may be free (a release message, a
+	// watch event, a released lease in memory): closed, or sent a value that the
+	// Engine receives. The Engine then tries again at once.
 	Wake <-chan struct{}
 	// Retry, if positive, is how long the Engine sleeps at most before it tries
 	// again when Wake did not close; otherwise it sleeps ExpiresIn. Either way at

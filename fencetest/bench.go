@@ -10,6 +10,23 @@ import (
 	"github.com/fencelock/fence/driver"
 )
 
+// BenchmarkAcquireRelease measures an uncontended Acquire (10s TTL, no wait) and
+// Release of one lock on l, the same way on every backend: ns/op is one pair.
+func BenchmarkAcquireRelease(b *testing.B, l fence.Locker) {
+	b.Helper()
+	ctx := context.Background()
+	name := uniqueName(b, "")
+	for b.Loop() {
+		lease, err := l.Acquire(ctx, name, 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkExpiryHandoff measures the handoff after an expiry, the same way on
 // every backend: in each of b.N rounds, holder acquires the benchmark's lock for ttl
 // and never releases it, a waiter on waiter (already waiting: it asks at once, with

@@ -153,56 +153,28 @@ func BenchmarkGuard_Fence(b *testing.B) {
 // BenchmarkLocker_AcquireRelease measures an uncontended Acquire+Release pair on
 // one name (two statements, two round trips).
 func BenchmarkLocker_AcquireRelease(b *testing.B) {
-	ctx := context.Background()
-	l := postgres.NewLocker(sharedPool, nil)
-	defer l.Close()
-	name := uniq(b, "lock")
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		lease, err := l.Acquire(ctx, name, 10*time.Second)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lease.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fencetest.BenchmarkAcquireRelease(b, openLocker(b, sharedPool, nil))
 }
 
 // BenchmarkLocker_Handoff measures how long a waiter takes to get a lock after
 // its holder releases it (NOTIFY wake-up plus one acquire statement).
 func BenchmarkLocker_Handoff(b *testing.B) {
 	ctx := context.Background()
-	l := postgres.NewLocker(sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
-	defer l.Close()
+	l := openLocker(b, sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
 	name := uniq(b, "lock")
-	lease, err := l.Acquire(ctx, name, time.Minute)
-	if err != nil {
-		b.Fatal(err)
-	}
+	lease := mustAcquire(b, ctx, l, name, time.Minute)
 	var total time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		got := make(chan *fence.Lease, 1)
-		go func() {
-			w, err := l.Acquire(ctx, name, time.Minute, fence.WithWait(time.Minute))
-			if err != nil {
-				b.Error(err)
-			}
-			got <- w
-		}()
-		waitForListenerOn(b, ctx, sharedPool, "fence_locks")
+		got := acquireLater(b, ctx, sharedPool, l, name, time.Minute)
 		// Let the waiter's first try fail so that it is asleep when we release.
 		time.Sleep(2 * time.Millisecond)
 		s := time.Now()
-		if err := lease.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-		lease = <-got
-		if lease == nil {
-			b.FailNow()
-		}
+		wantOK(b, "Release", lease.Release(ctx))
+		w := <-got
+		wantOK(b, "waiter's Acquire", w.err)
 		total += time.Since(s)
+		lease = w.lease
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "handoff-ns")
@@ -216,9 +188,6 @@ func BenchmarkLocker_Handoff(b *testing.B) {
 //
 //	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./postgres/
 func BenchmarkLocker_ExpiryHandoff(b *testing.B) {
-	holder := postgres.NewLocker(sharedPool, nil)
-	defer holder.Close()
-	waiter := postgres.NewLocker(sharedPool, nil)
-	defer waiter.Close()
+	holder, waiter := openLocker(b, sharedPool, nil), openLocker(b, sharedPool, nil)
 	fencetest.BenchmarkExpiryHandoff(b, holder, waiter, 100*time.Millisecond)
 }

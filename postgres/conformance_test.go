@@ -14,11 +14,7 @@ import (
 )
 
 func TestLocker_Conformance(t *testing.T) {
-	fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
-		l := postgres.NewLocker(sharedPool, nil)
-		t.Cleanup(func() { l.Close() })
-		return l
-	})
+	fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return openLocker(t, sharedPool, nil) })
 }
 
 func TestKV_Conformance(t *testing.T) {

@@ -41,35 +41,19 @@ func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testin
 	_, err = pool.Exec(ctx, `CREATE TABLE control (id int PRIMARY KEY, n bigint NOT NULL); INSERT INTO control VALUES (1, 0)`)
 	wantOK(t, "create the control table", err)
 
-	l := postgres.NewLocker(pool, &postgres.LockerOptions{PollInterval: time.Hour})
-	t.Cleanup(func() { l.Close() })
-	wantOK(t, "CreateSchema", l.CreateSchema(ctx))
+	l := lockerOn(t, pool, &postgres.LockerOptions{PollInterval: time.Hour})
 	// The set-up is on disk whatever follows, so that a Locker that commits
 	// asynchronously fails below on its tokens and leases, not on a lost table.
 	_, err = pool.Exec(ctx, "CHECKPOINT")
 	wantOK(t, "CHECKPOINT", err)
-	var last fence.Token
-	pairs := func(n int) {
-		for i := 0; i < n; i++ {
-			lease, err := l.Acquire(ctx, "job", time.Minute)
-			wantOK(t, "Acquire(job)", err)
-			if lease.Token() <= last {
-				t.Fatalf("token %d after %d", lease.Token(), last)
-			}
-			last = lease.Token()
-			wantOK(t, "Release(job)", lease.Release(ctx))
-		}
-	}
-	pairs(3)
-	held, err := l.Acquire(ctx, "held", time.Minute)
-	wantOK(t, "Acquire(held)", err)
+	last := cycle(t, ctx, l, "job", 3, 0)
+	held := mustAcquire(t, ctx, l, "held", time.Minute)
 
 	resume, err := srv.PauseWALWriter()
 	wantOK(t, "pause the WAL writer", err)
 	t.Cleanup(resume) // harmless after the kill
-	pairs(3)
-	heldLast, err := l.Acquire(ctx, "held-late", time.Minute)
-	wantOK(t, "Acquire(held-late)", err)
+	last = cycle(t, ctx, l, "job", 3, last)
+	heldLast := mustAcquire(t, ctx, l, "held-late", time.Minute)
 	wantOK(t, "Renew(held)", held.Renew(ctx, 2*time.Minute))
 	// The control: acknowledged, committed asynchronously, after the Locker's
 	// last commit (a synchronous commit would write it too).
@@ -109,6 +93,61 @@ func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testin
 	}
 	wantOK(t, "Renew(held) by its holder after the kill", l.Renew(ctx, "held", held.ID(), time.Minute))
 	wantOK(t, "Release(held-late) by its holder after the kill", l.Release(ctx, "held-late", heldLast.ID()))
+}
+
+// TestLocker_PostgresKilledAndRestarted_KeepsCounters kills PostgreSQL in the
+// middle of a test: calls fail with ErrUnavailable, the holder's Done closes, and
+// after the restart tokens continue above every token granted before.
+func TestLocker_PostgresKilledAndRestarted_KeepsCounters(t *testing.T) {
+	testserv.SkipIfShort(t)
+	ctx := ctxT(t)
+	pool := freshDB(t)
+	l := lockerOn(t, pool, &postgres.LockerOptions{PollInterval: time.Hour})
+	cycle(t, ctx, l, "job", 3, 0)
+	holder := mustAcquire(t, ctx, l, "job", 500*time.Millisecond, fence.WithAutoRenew())
+	last := holder.Token()
+
+	server.Kill()
+	restarted := false
+	defer func() {
+		if !restarted {
+			if err := server.Restart(); err != nil {
+				t.Errorf("restart PostgreSQL: %v", err)
+			}
+		}
+		sharedPool.Reset() // its connections died with the server
+	}()
+	_, err := l.Acquire(ctx, "other", time.Second)
+	wantIs(t, "Acquire while PostgreSQL is down", err, fence.ErrUnavailable)
+	select {
+	case <-holder.Done():
+		wantIs(t, "holder's Err after PostgreSQL died", holder.Err(), fence.ErrNotHeld)
+	case <-time.After(10 * time.Second):
+		t.Fatal("holder's Done still open 10s after PostgreSQL died (TTL 500ms)")
+	}
+
+	wantOK(t, "restart PostgreSQL", server.Restart())
+	restarted = true
+	var lease *fence.Lease
+	err = retryDead(func() (err error) { lease, err = l.Acquire(ctx, "job", time.Minute); return err })
+	wantOK(t, "Acquire after restart", err)
+	if lease.Token() <= last {
+		t.Fatalf("token after restart = %d, want above %d, the last before the crash", lease.Token(), last)
+	}
+
+	// The listener reconnects: a waiter is woken by a release, not by its 1h poll.
+	got := acquireLater(t, ctx, pool, l, "job", 30*time.Second)
+	wantOK(t, "Release", lease.Release(ctx))
+	select {
+	case w := <-got:
+		wantOK(t, "waiter after restart", w.err)
+		defer w.lease.Release(ctx)
+		if w.lease.Token() <= lease.Token() {
+			t.Fatalf("waiter token %d, want above %d", w.lease.Token(), lease.Token())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken within 10s after the restart: the listener did not reconnect")
+	}
 }
 
 // retryDead runs f up to three times while it fails with fence.ErrUnavailable or

@@ -63,8 +63,7 @@ func signal(ch chan struct{}) {
 // (bounded by ctx and maxReadyWait) until it listens.
 func (l *Locker) startListener(ctx context.Context) {
 	l.mu.Lock()
-	if !l.started && !l.closed {
-		l.started = true
+	if l.stop == nil && l.usable() == nil {
 		lctx, cancel := context.WithCancel(context.Background())
 		l.stop = cancel
 		go l.listenLoop(lctx)

@@ -25,9 +25,6 @@ const DefaultPollInterval = time.Second
 // not hammer the database.
 const minPoll = 10 * time.Millisecond
 
-// DefaultListLimit is how many locks List returns when its limit is <= 0.
-const DefaultListLimit = 1000
-
 // LockerSchema is the DDL of the lock table under its default name (see
 // Locker.CreateSchema, which uses the configured name). One row per lock name
 // holds the name's token counter, which only goes up, and its current lease:
@@ -65,8 +62,9 @@ type LockerOptions struct {
 	// LISTEN connection, a lock that expired rather than being released); it is
 	// further bounded by the TTL asked for. Default DefaultPollInterval.
 	PollInterval time.Duration
-	// Clock measures the leases' local deadlines. Default driver.SystemClock.
-	// Expiry at the database is always judged by the database's clock.
+	// Clock measures the leases' local deadlines and Acquire's wait and sleeps.
+	// Default driver.SystemClock. Expiry at the database is always judged by the
+	// database's clock.
 	Clock driver.Clock
 }
 
@@ -89,19 +87,20 @@ type Locker struct {
 	listen  string // LISTEN statement
 	poll    time.Duration
 	clock   driver.Clock
-	err     error
+	engine  driver.Engine
+	err     error // a bad option, without the "postgres:" of the method's error
 
 	acquireSQL, heldSQL, renewSQL, releaseSQL, inspectSQL, listSQL, ddl string
 
-	mu        sync.Mutex
-	closed    bool
-	closing   chan struct{}
-	waiters   map[string]map[chan struct{}]struct{}
-	started   bool          // listener goroutine started
+	closeOnce sync.Once
+	closing   chan struct{} // closed by Close
 	ready     chan struct{} // closed once the first LISTEN succeeded
 	readyOnce sync.Once
-	stop      context.CancelFunc
 	done      chan struct{} // closed when the listener goroutine returned
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+	stop    context.CancelFunc // stops the listener goroutine; nil until it starts
 }
 
 var (
@@ -130,11 +129,17 @@ func NewLocker(pool *pgxpool.Pool, opts *LockerOptions) *Locker {
 		closing: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{}),
 		waiters: make(map[string]map[chan struct{}]struct{}),
 	}
-	l.table, l.err = quoteIdent("table", o.Table, true)
-	if l.err == nil && pool == nil {
-		l.err = fmt.Errorf("postgres: locker: nil pool: %w", fence.ErrInvalid)
+	// The engine's fallback poll is the longest sleep try asks for.
+	l.engine = driver.Engine{Backend: "postgres", Locker: l, Clock: o.Clock, Poll: max(o.PollInterval, minPoll), Closed: l.closing}
+	var err error
+	l.table, err = quoteIdent("table", o.Table, true)
+	if inv := (*fence.InvalidError)(nil); errors.As(err, &inv) {
+		err = inv // the methods name the package
 	}
-	if l.err != nil {
+	if err == nil && pool == nil {
+		err = fmt.Errorf("nil pool: %w", fence.ErrInvalid)
+	}
+	if l.err = err; err != nil {
 		return l
 	}
 	schema, base := "", o.Table
@@ -208,7 +213,7 @@ CREATE OR REPLACE TRIGGER ` + trig("_no_delete") + ` BEFORE DELETE ON ` + t + `
 CREATE OR REPLACE TRIGGER ` + trig("_no_truncate") + ` BEFORE TRUNCATE ON ` + t + `
     FOR EACH STATEMENT EXECUTE FUNCTION ` + fn.Sanitize() + `();`
 	if len(base)+len("_keep_counters") > maxIdentLen {
-		l.err = fmt.Errorf("postgres: %w", &fence.InvalidError{Field: "table", Value: base, Reason: fmt.Sprintf("is too long to name its trigger function (at most %d bytes)", maxIdentLen-len("_keep_counters"))})
+		l.err = &fence.InvalidError{Field: "table", Value: base, Reason: fmt.Sprintf("is too long to name its trigger function (at most %d bytes)", maxIdentLen-len("_keep_counters"))}
 	}
 }
 
@@ -217,7 +222,7 @@ CREATE OR REPLACE TRIGGER ` + trig("_no_truncate") + ` BEFORE TRUNCATE ON ` + t 
 // transaction. It returns fence.ErrUnavailable if the database cannot be reached.
 func (l *Locker) CreateSchema(ctx context.Context) error {
 	if l.err != nil {
-		return l.err
+		return fmt.Errorf("postgres: create lock table: %w", l.err)
 	}
 	// Several statements in one Exec run as one implicit transaction (simple
 	// protocol, since there are no arguments).
@@ -229,79 +234,35 @@ func (l *Locker) CreateSchema(ctx context.Context) error {
 }
 
 // Acquire grants a lease on name for ttl, by the database's clock. By default it
-// tries once; fence.WithWait makes it wait for a release (woken by NOTIFY) or
-// for the holder's lease to expire.
+// tries once; fence.WithWait makes it wait for a release (woken by NOTIFY), for
+// the holder's lease to expire, or at most PollInterval (and at most ttl).
 //
 // It returns a *fence.HeldError (fence.ErrNotAcquired) with the holder's time
 // left if the lock stayed held, also matching ctx.Err() if ctx ended the wait;
-// fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when name's
-// counter reached fence.MaxToken; ErrCorrupt if name's row was edited into
+// fence.ErrInvalid for a bad name, TTL or option; fence.ErrTokenExhausted when
+// name's counter reached fence.MaxToken; ErrCorrupt if name's row was edited into
 // something the Locker never writes (it then grants nothing); ErrSchema if the
 // table is missing; fence.ErrUnavailable if the database cannot be reached (the
 // grant may then have happened: the lease simply expires); and fence.ErrClosed
 // after Close.
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	if err := l.check(name, ttl); err != nil {
-		return nil, fmt.Errorf("postgres: acquire: %w", err)
-	}
-	o := driver.ApplyOptions(opts...)
-	var (
-		wake     chan struct{}
-		deadline <-chan time.Time
-	)
-	if o.Wait > 0 {
-		// Listen before the first try, so that a release right after it wakes us.
-		wake = l.addWaiter(name)
-		defer l.removeWaiter(name, wake)
-		l.startListener(ctx)
-		if o.Wait != fence.WaitForever {
-			t := time.NewTimer(o.Wait)
-			defer t.Stop()
-			deadline = t.C
+	var wake chan struct{} // this call's NOTIFY wake-up, once it waits
+	defer func() {
+		if wake != nil {
+			l.removeWaiter(name, wake)
 		}
-	}
-	id := driver.NewLeaseID()
-	for {
-		start := l.clock.Now()
-		tok, held, err := l.try(ctx, name, id, ttl)
-		if err == nil {
-			return driver.NewLease(driver.LeaseConfig{
-				Locker: l, Name: name, Token: tok, ID: id, TTL: ttl,
-				Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
-			}), nil
+	}()
+	return l.engine.Acquire(ctx, name, ttl, opts, func(ctx context.Context, r *driver.Request) (driver.Result, error) {
+		if l.err != nil {
+			return driver.Result{}, l.err
 		}
-		if held == nil {
-			if cerr := ctx.Err(); cerr != nil && o.Wait > 0 {
-				return nil, fmt.Errorf("postgres: acquire %q: %w: %w", name, fence.ErrNotAcquired, cerr)
-			}
-			return nil, fmt.Errorf("postgres: acquire %q: %w", name, err)
+		if r.Waiting && wake == nil {
+			// Listen before the first look, so that a release right after it wakes us.
+			wake = l.addWaiter(r.Name)
+			l.startListener(ctx)
 		}
-		if o.Wait <= 0 {
-			return nil, fmt.Errorf("postgres: acquire: %w", held)
-		}
-		// Poll at most every PollInterval and at most every TTL asked for, but
-		// not more often than minPoll; wake exactly when the holder's lease
-		// ends if that comes first.
-		sleep := max(min(l.poll, ttl), minPoll)
-		if held.ExpiresIn > 0 && held.ExpiresIn < sleep {
-			sleep = held.ExpiresIn
-		}
-		t := time.NewTimer(sleep)
-		select {
-		case <-wake:
-		case <-t.C:
-		case <-deadline:
-			t.Stop()
-			return nil, fmt.Errorf("postgres: acquire: %w", held)
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("postgres: acquire: %w: %w", held, ctx.Err())
-		case <-l.closing:
-			t.Stop()
-			return nil, fmt.Errorf("postgres: acquire %q: %w", name, fence.ErrClosed)
-		}
-		t.Stop()
-	}
+		return l.try(ctx, r, wake)
+	})
 }
 
 // syncCommitSQL raises the session's synchronous_commit from off to on for the
@@ -312,19 +273,19 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 const syncCommitSQL = `SELECT set_config('synchronous_commit',
     CASE current_setting('synchronous_commit') WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true)`
 
-// durableQueryRow runs sql, returning one bigint column into dest, in one
-// round trip with syncCommitSQL: both go in one pipeline ending in one Sync, so
-// they share one implicit transaction, and the result is returned only after
-// the commit is acknowledged (durable even if the role or database sets
-// synchronous_commit = off). pgx.ErrNoRows means no row.
-func (l *Locker) durableQueryRow(ctx context.Context, dest *int64, sql string, args ...any) error {
+// durable runs sql in one round trip with syncCommitSQL, and read reads sql's
+// result: both go in one pipeline ending in one Sync, so they share one implicit
+// transaction, and durable returns only after the commit is acknowledged
+// (durable even if the role or database sets synchronous_commit = off). It
+// returns pgx's error (pgx.ErrNoRows if read found no row).
+func (l *Locker) durable(ctx context.Context, read func(pgx.BatchResults) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(syncCommitSQL)
 	b.Queue(sql, args...)
 	br := l.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(dest)
+		err = read(br)
 	}
 	// Close reads up to the Sync's answer: only then is the commit done.
 	if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) && cerr != nil {
@@ -333,40 +294,45 @@ func (l *Locker) durableQueryRow(ctx context.Context, dest *int64, sql string, a
 	return err
 }
 
-// durableExec is durableQueryRow for a statement whose command tag is wanted.
-func (l *Locker) durableExec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	b := &pgx.Batch{}
-	b.Queue(syncCommitSQL)
-	b.Queue(sql, args...)
-	br := l.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
+// durableExec runs sql durably and returns the number of rows it affected, or
+// dbErr's error.
+func (l *Locker) durableExec(ctx context.Context, sql string, args ...any) (int64, error) {
 	var tag pgconn.CommandTag
-	if err == nil {
+	err := l.durable(ctx, func(br pgx.BatchResults) (err error) {
 		tag, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return tag, err
+		return err
+	}, sql, args...)
+	return tag.RowsAffected(), dbErr(err)
 }
 
-// try runs the acquire statement once. It returns the token if granted, or a
-// *fence.HeldError (with err set too) if the lock is held, or another error.
-func (l *Locker) try(ctx context.Context, name, id string, ttl time.Duration) (fence.Token, *fence.HeldError, error) {
+// try runs the acquire statement once, under r.ID. A grant's Start is when the
+// statement was sent; a held lock's Result wakes on wake, at the holder's expiry,
+// or after the fallback poll: PollInterval, at most the TTL asked for, at least
+// minPoll.
+func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{}) (driver.Result, error) {
+	held := func(left time.Duration) driver.Result {
+		sleep := max(min(l.poll, r.TTL), minPoll)
+		if left > 0 && left < sleep {
+			sleep = left
+		}
+		return driver.Result{ExpiresIn: left, Wake: wake, Retry: sleep}
+	}
+	start := l.clock.Now()
 	for attempt := 1; ; attempt++ {
 		var tok int64
-		err := l.durableQueryRow(ctx, &tok, l.acquireSQL, name, id, ttl.Milliseconds(), int64(fence.MaxToken))
+		err := l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok) },
+			l.acquireSQL, r.Name, r.ID, r.TTL.Milliseconds(), int64(fence.MaxToken))
 		if err == nil {
 			if tok < 1 || tok > int64(fence.MaxToken) {
 				// Only a hand edit gets here (the CHECK allows up to int64): the
 				// lease is ours but its token is not a valid one. Give it back.
-				_ = l.release(ctx, name, id)
-				return 0, nil, fmt.Errorf("%w: token %d is outside [1, %d]", ErrCorrupt, tok, uint64(fence.MaxToken))
+				_ = l.release(ctx, r.Name, r.ID)
+				return driver.Result{}, fmt.Errorf("%w: token %d is outside [1, %d]", ErrCorrupt, tok, uint64(fence.MaxToken))
 			}
-			return fence.Token(tok), nil, nil
+			return driver.Result{Token: fence.Token(tok), Start: start}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return 0, nil, dbErr(err)
+			return driver.Result{}, dbErr(err)
 		}
 		// Not granted: held, exhausted, or a row edited by hand.
 		var (
@@ -374,27 +340,26 @@ func (l *Locker) try(ctx context.Context, name, id string, ttl time.Duration) (f
 			leaseNull bool
 			leftMS    *int64
 		)
-		err = l.pool.QueryRow(ctx, l.heldSQL, name).Scan(&token, &leaseNull, &leftMS)
+		err = l.pool.QueryRow(ctx, l.heldSQL, r.Name).Scan(&token, &leaseNull, &leftMS)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// Deleted since (the triggers were dropped): the insert will win.
 		case err != nil:
-			return 0, nil, dbErr(err)
+			return driver.Result{}, dbErr(err)
 		case token == nil || leaseNull || leftMS == nil:
-			return 0, nil, fmt.Errorf("%w: NULL token, lease or expires_at in the lock row; refusing to grant", ErrCorrupt)
+			return driver.Result{}, fmt.Errorf("%w: NULL token, lease or expires_at in the lock row; refusing to grant", ErrCorrupt)
 		case *leftMS < 0 || tooFar(*leftMS):
-			return 0, nil, fmt.Errorf("%w: the lock row expires more than %v from now; refusing to grant", ErrCorrupt, fence.MaxTTL)
+			return driver.Result{}, fmt.Errorf("%w: the lock row expires more than %v from now; refusing to grant", ErrCorrupt, fence.MaxTTL)
 		case *leftMS > 0:
-			h := &fence.HeldError{Name: name, ExpiresIn: time.Duration(*leftMS) * time.Millisecond}
-			return 0, h, h
+			return held(time.Duration(*leftMS) * time.Millisecond), nil
 		case *token >= int64(fence.MaxToken):
-			return 0, nil, fmt.Errorf("counter at %d: %w", *token, fence.ErrTokenExhausted)
+			return driver.Result{}, fmt.Errorf("counter at %d: %w", *token, fence.ErrTokenExhausted)
 		}
 		// Free by now (released or expired between the two statements): again.
 		if attempt == maxFenceAttempts {
-			h := &fence.HeldError{Name: name}
-			return 0, h, h
+			return held(0), nil
 		}
+		start = l.clock.Now()
 	}
 }
 
@@ -404,18 +369,21 @@ func (l *Locker) try(ctx context.Context, name, id string, ttl time.Duration) (f
 // arguments, fence.ErrUnavailable if the database cannot be reached, and
 // fence.ErrClosed after Close.
 func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := l.check(name, ttl); err != nil {
+	if err := driver.ValidateLease(name, leaseID); err != nil {
 		return fmt.Errorf("postgres: renew: %w", err)
 	}
-	if err := driver.ValidateLeaseID(leaseID); err != nil {
-		return fmt.Errorf("postgres: renew %q: %w", name, err)
+	err := driver.ValidateTTL(ttl)
+	if err == nil {
+		err = l.usable()
 	}
-	tag, err := l.durableExec(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds())
+	if err == nil {
+		var n int64
+		if n, err = l.durableExec(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds()); err == nil && n == 0 {
+			err = fence.ErrNotHeld
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("postgres: renew %q: %w", name, dbErr(err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("postgres: renew %q: %w", name, fence.ErrNotHeld)
+		return fmt.Errorf("postgres: renew %q: %w", name, err)
 	}
 	return nil
 }
@@ -426,27 +394,27 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 // fence.ErrUnavailable if the database cannot be reached, and fence.ErrClosed
 // after Close. The lock row keeps its token.
 func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
-	if err := l.check(name, fence.MinTTL); err != nil {
+	if err := driver.ValidateLease(name, leaseID); err != nil {
 		return fmt.Errorf("postgres: release: %w", err)
 	}
-	if err := driver.ValidateLeaseID(leaseID); err != nil {
-		return fmt.Errorf("postgres: release %q: %w", name, err)
+	err := l.usable()
+	if err == nil {
+		err = l.release(ctx, name, leaseID)
 	}
-	if err := l.release(ctx, name, leaseID); err != nil {
+	if err != nil {
 		return fmt.Errorf("postgres: release %q: %w", name, err)
 	}
 	return nil
 }
 
+// release runs the release statement: nil, fence.ErrNotHeld or the database's
+// error.
 func (l *Locker) release(ctx context.Context, name, leaseID string) error {
-	tag, err := l.durableExec(ctx, l.releaseSQL, name, leaseID, l.channel)
-	if err != nil {
-		return dbErr(err)
+	n, err := l.durableExec(ctx, l.releaseSQL, name, leaseID, l.channel)
+	if err == nil && n == 0 {
+		err = fence.ErrNotHeld
 	}
-	if tag.RowsAffected() == 0 {
-		return fence.ErrNotHeld
-	}
-	return nil
+	return err
 }
 
 // Inspect returns the state of lock name by the database's clock; a lock never
@@ -455,18 +423,22 @@ func (l *Locker) release(ctx context.Context, name, leaseID string) error {
 // fence.ErrUnavailable if the database cannot be reached and fence.ErrClosed
 // after Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := l.check(name, fence.MinTTL); err != nil {
+	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("postgres: inspect: %w", err)
 	}
-	var token, leftMS *int64
-	err := l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(&token, &leftMS)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fence.LockInfo{Name: name}, nil
+	info := fence.LockInfo{Name: name}
+	err := l.usable()
+	if err == nil {
+		var token, leftMS *int64
+		err = l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(&token, &leftMS)
+		if err == nil {
+			info, err = lockInfo(name, token, leftMS)
+		} else if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		} else {
+			err = dbErr(err)
+		}
 	}
-	if err != nil {
-		return fence.LockInfo{}, fmt.Errorf("postgres: inspect %q: %w", name, dbErr(err))
-	}
-	info, err := lockInfo(name, token, leftMS)
 	if err != nil {
 		return fence.LockInfo{}, fmt.Errorf("postgres: inspect %q: %w", name, err)
 	}
@@ -474,19 +446,16 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 }
 
 // List returns the locks whose names start with prefix, held or not, in byte
-// order of their names, at most limit of them (DefaultListLimit if limit <= 0).
-// It returns the errors of Inspect.
+// order of their names, at most limit of them (fence.DefaultListLimit if
+// limit <= 0). It returns the errors of Inspect.
 func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
-	if err := l.usable(); err != nil {
-		return nil, fmt.Errorf("postgres: list: %w", err)
-	}
 	if len(prefix) > fence.MaxNameLen {
 		return nil, fmt.Errorf("postgres: list: %w", driver.ValidateName(prefix))
 	}
-	if limit <= 0 {
-		limit = DefaultListLimit
+	if err := l.usable(); err != nil {
+		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
 	}
-	rows, err := l.pool.Query(ctx, l.listSQL, prefix, limit)
+	rows, err := l.pool.Query(ctx, l.listSQL, prefix, driver.ListLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, dbErr(err))
 	}
@@ -529,28 +498,17 @@ func tooFar(leftMS int64) bool {
 	return leftMS > (fence.MaxTTL + time.Minute).Milliseconds()
 }
 
-// check validates the Locker's state and a name and TTL.
-func (l *Locker) check(name string, ttl time.Duration) error {
-	if err := l.usable(); err != nil {
-		return err
-	}
-	if err := driver.ValidateName(name); err != nil {
-		return err
-	}
-	return driver.ValidateTTL(ttl)
-}
-
 // usable returns the Locker's option error, or fence.ErrClosed after Close.
 func (l *Locker) usable() error {
 	if l.err != nil {
 		return l.err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	select {
+	case <-l.closing:
 		return fence.ErrClosed
+	default:
+		return nil
 	}
-	return nil
 }
 
 // Close stops the Locker's listener and makes waiting Acquires return
@@ -558,18 +516,15 @@ func (l *Locker) usable() error {
 // expire; Renew and Release then return fence.ErrClosed. Close does not close the
 // pool. It always returns nil; a second Close does nothing.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		close(l.closing) // under mu: startListener starts no listener after it
+		stop := l.stop
 		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	close(l.closing)
-	started, stop := l.started, l.stop
-	l.mu.Unlock()
-	if started {
-		stop()
-		<-l.done
-	}
+		if stop != nil {
+			stop()
+			<-l.done
+		}
+	})
 	return nil
 }

@@ -1,35 +1,20 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/postgres"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// lockerOn returns a Locker on pool with its schema created, closed when t ends.
-func lockerOn(t testing.TB, pool *pgxpool.Pool, opts *postgres.LockerOptions) *postgres.Locker {
-	t.Helper()
-	l := postgres.NewLocker(pool, opts)
-	wantOK(t, "CreateSchema", l.CreateSchema(ctxT(t)))
-	t.Cleanup(func() { l.Close() })
-	return l
-}
-
 func TestLocker_HeldError_CarriesHoldersRemainingTTL(t *testing.T) {
-	ctx := ctxT(t)
-	l := lockerOn(t, sharedPool, nil)
-	name := uniq(t, "lock")
-	lease, err := l.Acquire(ctx, name, 10*time.Second)
-	wantOK(t, "Acquire", err)
+	ctx, l, name := lockTest(t, nil)
+	lease := mustAcquire(t, ctx, l, name, 10*time.Second)
 	defer lease.Release(ctx)
-	_, err = fence.TryAcquire(ctx, l, name, time.Second)
+	_, err := fence.TryAcquire(ctx, l, name, time.Second)
 	var held *fence.HeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("TryAcquire of a held lock: error = %v, want a *fence.HeldError", err)
@@ -40,29 +25,18 @@ func TestLocker_HeldError_CarriesHoldersRemainingTTL(t *testing.T) {
 }
 
 func TestLocker_Wait_WokenByNotifyNotByPolling(t *testing.T) {
-	ctx := ctxT(t)
-	l := lockerOn(t, sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
-	name := uniq(t, "lock")
-	holder, err := l.Acquire(ctx, name, time.Minute)
-	wantOK(t, "holder Acquire", err)
-
-	got := make(chan error, 1)
-	var waiter *fence.Lease
-	go func() {
-		var err error
-		waiter, err = l.Acquire(ctx, name, time.Minute, fence.WithWait(30*time.Second))
-		got <- err
-	}()
-	waitForListenerOn(t, ctx, sharedPool, "fence_locks")
+	ctx, l, name := lockTest(t, &postgres.LockerOptions{PollInterval: time.Hour})
+	holder := mustAcquire(t, ctx, l, name, time.Minute)
+	got := acquireLater(t, ctx, sharedPool, l, name, 30*time.Second)
 	released := time.Now()
 	wantOK(t, "holder Release", holder.Release(ctx))
 	select {
-	case err := <-got:
-		wantOK(t, "waiter Acquire", err)
+	case w := <-got:
+		wantOK(t, "waiter Acquire", w.err)
 		t.Logf("handoff after release: %v", time.Since(released))
-		defer waiter.Release(ctx)
-		if waiter.Token() <= holder.Token() {
-			t.Fatalf("waiter token %d, want above the holder's %d", waiter.Token(), holder.Token())
+		defer w.lease.Release(ctx)
+		if w.lease.Token() <= holder.Token() {
+			t.Fatalf("waiter token %d, want above the holder's %d", w.lease.Token(), holder.Token())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter not woken within 10s of the release (poll interval 1h, holder TTL 1m): NOTIFY did not wake it")
@@ -70,14 +44,8 @@ func TestLocker_Wait_WokenByNotifyNotByPolling(t *testing.T) {
 }
 
 func TestLocker_HandEditedRow_LowerTokenOrDeleteRefusedByTrigger(t *testing.T) {
-	ctx := ctxT(t)
-	l := lockerOn(t, sharedPool, nil)
-	name := uniq(t, "lock")
-	for i := 0; i < 3; i++ {
-		lease, err := l.Acquire(ctx, name, time.Minute)
-		wantOK(t, "Acquire", err)
-		wantOK(t, "Release", lease.Release(ctx))
-	}
+	ctx, l, name := lockTest(t, nil)
+	cycle(t, ctx, l, name, 3, 0)
 	_, err := sharedPool.Exec(ctx, `UPDATE fence_locks SET token = 1 WHERE name = $1`, name)
 	if err == nil || !strings.Contains(err.Error(), "never go down") {
 		t.Fatalf("lowering a token by hand: error = %v, want the trigger's refusal", err)
@@ -86,8 +54,7 @@ func TestLocker_HandEditedRow_LowerTokenOrDeleteRefusedByTrigger(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "never go down or be deleted") {
 		t.Fatalf("deleting a lock row by hand: error = %v, want the trigger's refusal", err)
 	}
-	lease, err := l.Acquire(ctx, name, time.Minute)
-	wantOK(t, "Acquire after the refused edits", err)
+	lease := mustAcquire(t, ctx, l, name, time.Minute)
 	defer lease.Release(ctx)
 	if lease.Token() != 4 {
 		t.Fatalf("token after three grants = %d, want 4", lease.Token())
@@ -98,9 +65,8 @@ func TestLocker_HandEditedRow_NullOrInfiniteExpiry_ErrCorruptNeverGranted(t *tes
 	ctx := ctxT(t)
 	pool := freshDB(t)
 	l := lockerOn(t, pool, nil)
-	lease, err := l.Acquire(ctx, "job", time.Minute)
-	wantOK(t, "Acquire", err)
-	_, err = pool.Exec(ctx, `ALTER TABLE fence_locks ALTER COLUMN expires_at DROP NOT NULL`)
+	lease := mustAcquire(t, ctx, l, "job", time.Minute)
+	_, err := pool.Exec(ctx, `ALTER TABLE fence_locks ALTER COLUMN expires_at DROP NOT NULL`)
 	wantOK(t, "drop NOT NULL", err)
 
 	for _, edit := range []string{"NULL", "'infinity'", "now() + interval '10 years'"} {
@@ -130,13 +96,9 @@ func TestLocker_HandEditedRow_NullOrInfiniteExpiry_ErrCorruptNeverGranted(t *tes
 }
 
 func TestLocker_TokenAtMax_ErrTokenExhausted(t *testing.T) {
-	ctx := ctxT(t)
-	l := lockerOn(t, sharedPool, nil)
-	name := uniq(t, "lock")
-	lease, err := l.Acquire(ctx, name, time.Minute)
-	wantOK(t, "Acquire", err)
-	wantOK(t, "Release", lease.Release(ctx))
-	_, err = sharedPool.Exec(ctx, `UPDATE fence_locks SET token = $2 WHERE name = $1`, name, int64(fence.MaxToken))
+	ctx, l, name := lockTest(t, nil)
+	cycle(t, ctx, l, name, 1, 0)
+	_, err := sharedPool.Exec(ctx, `UPDATE fence_locks SET token = $2 WHERE name = $1`, name, int64(fence.MaxToken))
 	wantOK(t, "raise the counter to MaxToken", err)
 	_, err = fence.TryAcquire(ctx, l, name, time.Second)
 	wantIs(t, "TryAcquire at MaxToken", err, fence.ErrTokenExhausted)
@@ -148,41 +110,30 @@ func TestLocker_TokenAtMax_ErrTokenExhausted(t *testing.T) {
 }
 
 func TestLocker_Close_WaitersAndCallsGetErrClosed(t *testing.T) {
-	ctx := ctxT(t)
-	l := lockerOn(t, sharedPool, nil)
-	name := uniq(t, "lock")
-	lease, err := l.Acquire(ctx, name, time.Minute)
-	wantOK(t, "Acquire", err)
+	ctx, l, name := lockTest(t, nil)
+	lease := mustAcquire(t, ctx, l, name, time.Minute)
 	defer func() { _ = postgres.NewLocker(sharedPool, nil).Release(ctx, name, lease.ID()) }()
-	got := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(ctx, name, time.Minute, fence.WithWait(fence.WaitForever))
-		got <- err
-	}()
-	waitForListenerOn(t, ctx, sharedPool, "fence_locks")
+	got := acquireLater(t, ctx, sharedPool, l, name, fence.WaitForever)
 	wantOK(t, "Close", l.Close())
-	wantIs(t, "waiting Acquire after Close", <-got, fence.ErrClosed)
-	_, err = l.Acquire(ctx, uniq(t, "other"), time.Second)
+	wantIs(t, "waiting Acquire after Close", (<-got).err, fence.ErrClosed)
+	_, err := l.Acquire(ctx, uniq(t, "other"), time.Second)
 	wantIs(t, "Acquire after Close", err, fence.ErrClosed)
 	wantIs(t, "Renew after Close", l.Renew(ctx, name, lease.ID(), time.Second), fence.ErrClosed)
 	wantOK(t, "second Close", l.Close())
 }
 
 func TestLocker_List_PrefixInByteOrderWithLimit(t *testing.T) {
-	ctx := ctxT(t)
-	l := lockerOn(t, sharedPool, nil)
-	prefix := uniq(t, "p") + "/"
+	ctx, l, prefix := lockTest(t, nil)
+	prefix += "/"
 	for _, n := range []string{"b", "a", "c", "é"} {
-		lease, err := l.Acquire(ctx, prefix+n, time.Minute)
-		wantOK(t, "Acquire "+n, err)
+		lease := mustAcquire(t, ctx, l, prefix+n, time.Minute)
 		if n == "b" {
 			wantOK(t, "Release b", lease.Release(ctx))
 		} else {
 			defer lease.Release(ctx)
 		}
 	}
-	_, err := l.Acquire(ctx, prefix[:len(prefix)-1]+"x", time.Minute) // shares all but the last byte
-	wantOK(t, "Acquire outside the prefix", err)
+	mustAcquire(t, ctx, l, prefix[:len(prefix)-1]+"x", time.Minute) // shares all but the last byte
 	infos, err := l.List(ctx, prefix, 0)
 	wantOK(t, "List", err)
 	var got []string
@@ -213,107 +164,11 @@ func TestLocker_MissingTableOrBadOptions_ClearErrors(t *testing.T) {
 	wantIs(t, "Acquire on a nil pool", err, fence.ErrInvalid)
 }
 
-// TestLocker_PostgresKilledAndRestarted_KeepsCounters kills PostgreSQL in the
-// middle of a test: calls fail with ErrUnavailable, the holder's Done closes, and
-// after the restart tokens continue above every token granted before.
-func TestLocker_PostgresKilledAndRestarted_KeepsCounters(t *testing.T) {
-	testserv.SkipIfShort(t)
-	ctx := ctxT(t)
-	pool := freshDB(t)
-	l := lockerOn(t, pool, &postgres.LockerOptions{PollInterval: time.Hour})
-	var last fence.Token
-	for i := 0; i < 3; i++ {
-		lease, err := l.Acquire(ctx, "job", time.Minute)
-		wantOK(t, "Acquire", err)
-		last = lease.Token()
-		wantOK(t, "Release", lease.Release(ctx))
-	}
-	holder, err := l.Acquire(ctx, "job", 500*time.Millisecond, fence.WithAutoRenew())
-	wantOK(t, "Acquire with auto-renew", err)
-	last = holder.Token()
-
-	server.Kill()
-	restarted := false
-	defer func() {
-		if !restarted {
-			if err := server.Restart(); err != nil {
-				t.Errorf("restart PostgreSQL: %v", err)
-			}
-		}
-		sharedPool.Reset() // its connections died with the server
-	}()
-	_, err = l.Acquire(ctx, "other", time.Second)
-	wantIs(t, "Acquire while PostgreSQL is down", err, fence.ErrUnavailable)
-	select {
-	case <-holder.Done():
-		wantIs(t, "holder's Err after PostgreSQL died", holder.Err(), fence.ErrNotHeld)
-	case <-time.After(10 * time.Second):
-		t.Fatal("holder's Done still open 10s after PostgreSQL died (TTL 500ms)")
-	}
-
-	wantOK(t, "restart PostgreSQL", server.Restart())
-	restarted = true
-	var lease *fence.Lease
-	for attempt := 1; ; attempt++ { // the pool's first use after the crash may hit a dead connection
-		lease, err = l.Acquire(ctx, "job", time.Minute)
-		if err == nil || !errors.Is(err, fence.ErrUnavailable) || attempt == 3 {
-			break
-		}
-	}
-	wantOK(t, "Acquire after restart", err)
-	if lease.Token() <= last {
-		t.Fatalf("token after restart = %d, want above %d, the last before the crash", lease.Token(), last)
-	}
-
-	// The listener reconnects: a waiter is woken by a release, not by its 1h poll.
-	waiterDone := make(chan error, 1)
-	go func() {
-		w, err := l.Acquire(ctx, "job", time.Minute, fence.WithWait(30*time.Second))
-		if err == nil {
-			last = w.Token()
-			err = w.Release(ctx)
-		}
-		waiterDone <- err
-	}()
-	waitForListenerOn(t, ctx, pool, "fence_locks")
-	wantOK(t, "Release", lease.Release(ctx))
-	select {
-	case err := <-waiterDone:
-		wantOK(t, "waiter after restart", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken within 10s after the restart: the listener did not reconnect")
-	}
-	if last <= lease.Token() {
-		t.Fatalf("waiter token %d, want above %d", last, lease.Token())
-	}
-}
-
-// waitForListenerOn is waitForListener for a connection of pool's database.
-func waitForListenerOn(t testing.TB, ctx context.Context, pool *pgxpool.Pool, channel string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = $1`, `LISTEN "`+channel+`"`).Scan(&n)
-		if err == nil && n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no LISTEN connection within 10s (last error %v)", err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the server: no channel can tell us
-	}
-}
-
 func TestLocker_Wait_WokenAtHoldersExpiryWithoutReleaseOrPolling(t *testing.T) {
-	ctx := ctxT(t)
-	l := lockerOn(t, sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
-	name := uniq(t, "lock")
-	holder, err := l.Acquire(ctx, name, 300*time.Millisecond)
-	wantOK(t, "holder Acquire", err)
+	ctx, l, name := lockTest(t, &postgres.LockerOptions{PollInterval: time.Hour})
+	holder := mustAcquire(t, ctx, l, name, 300*time.Millisecond)
 	start := time.Now()
-	waiter, err := l.Acquire(ctx, name, time.Minute, fence.WithWait(20*time.Second))
-	wantOK(t, "waiter Acquire (the holder never releases)", err)
+	waiter := mustAcquire(t, ctx, l, name, time.Minute, fence.WithWait(20*time.Second)) // the holder never releases
 	defer waiter.Release(ctx)
 	if waited := time.Since(start); waited > 10*time.Second {
 		t.Fatalf("waiter got the lock after %v; want it soon after the holder's 300ms lease ended (poll interval 1h)", waited)
