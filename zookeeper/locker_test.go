@@ -192,8 +192,8 @@ func TestLease_Done_ClosesWhenDisconnectOutlastsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	killed := time.Now() // before Close, which returns only after the data is removed
 	own.Close()
-	killed := time.Now()
 	select {
 	case <-lease.Done():
 	case <-time.After(15 * time.Second):
