@@ -50,6 +50,19 @@ func TestEngine_Grant_LeaseFromTheTry(t *testing.T) {
 	}
 }
 
+func TestEngine_Grant_IDFromTheBackend(t *testing.T) {
+	lease, err := engine().Acquire(context.Background(), "job", time.Minute, nil, func(_ context.Context, r *driver.Request) (driver.Result, error) {
+		return driver.Result{Token: 1, ID: r.ID + "-0000000007"}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	if !strings.HasSuffix(lease.ID(), "-0000000007") {
+		t.Errorf("lease id %q; want the id the try returned", lease.ID())
+	}
+}
+
 func TestEngine_Grant_StartFromTheBackend(t *testing.T) {
 	start := time.Now().Add(-10 * time.Second)
 	lease, err := engine().Acquire(context.Background(), "job", time.Minute, nil, func(context.Context, *driver.Request) (driver.Result, error) {

@@ -53,16 +53,14 @@ func etcdLocker(b *testing.B) fence.Locker {
 	return etcd.NewLocker(cli, nil)
 }
 
-// zkConn returns a raw go-zookeeper connection to the shared server.
-func zkConn(b *testing.B) *zk.Conn {
-	b.Helper()
-	testserv.SkipIfShort(b)
-	c, _, err := zk.Connect([]string{srv.Addr}, 10*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(c.Close)
-	return c
+// benchLockers are the Lockers the benchmarks compare; new makes one with a session of
+// its own.
+var benchLockers = []struct {
+	name string
+	new  func(b *testing.B) fence.Locker
+}{
+	{"zookeeper", func(b *testing.B) fence.Locker { return open(b, nil) }},
+	{"etcd", etcdLocker},
 }
 
 var warmOnce sync.Once
@@ -72,7 +70,7 @@ var warmOnce sync.Once
 // otherwise count against whichever set runs first.
 func warmUp(b *testing.B) {
 	warmOnce.Do(func() {
-		c := zkConn(b)
+		c := rawConn(b)
 		dir := "/bench-warmup-" + benchName()
 		if _, err := c.Create(dir, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 			b.Fatal(err)
@@ -95,14 +93,7 @@ func warmUp(b *testing.B) {
 func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	warmUp(b)
-	lockers := []struct {
-		name string
-		new  func(b *testing.B) fence.Locker
-	}{
-		{"zookeeper", func(b *testing.B) fence.Locker { return open(b, nil) }},
-		{"etcd", etcdLocker},
-	}
-	for _, lk := range lockers {
+	for _, lk := range benchLockers {
 		b.Run(lk.name, func(b *testing.B) {
 			l := lk.new(b)
 			name := benchName()
@@ -119,7 +110,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 	b.Run("zk.Lock", func(b *testing.B) {
-		m := zk.NewLock(zkConn(b), "/bench-zklock/"+benchName(), zk.WorldACL(zk.PermAll))
+		m := zk.NewLock(rawConn(b), "/bench-zklock/"+benchName(), zk.WorldACL(zk.PermAll))
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			if err := m.Lock(); err != nil {
@@ -140,14 +131,7 @@ const waiterBlockDelay = 30 * time.Millisecond
 func BenchmarkHandoff(b *testing.B) {
 	ctx := context.Background()
 	warmUp(b)
-	lockers := []struct {
-		name string
-		new  func(b *testing.B) fence.Locker
-	}{
-		{"zookeeper", func(b *testing.B) fence.Locker { return open(b, nil) }},
-		{"etcd", etcdLocker},
-	}
-	for _, lk := range lockers {
+	for _, lk := range benchLockers {
 		b.Run(lk.name, func(b *testing.B) {
 			holder, waiter := lk.new(b), lk.new(b)
 			name := benchName()
@@ -186,7 +170,7 @@ func BenchmarkHandoff(b *testing.B) {
 		})
 	}
 	b.Run("zk.Lock", func(b *testing.B) {
-		c1, c2 := zkConn(b), zkConn(b)
+		c1, c2 := rawConn(b), rawConn(b)
 		path := "/bench-zklock/" + benchName()
 		handoffs := make([]time.Duration, 0, b.N)
 		for i := 0; i < b.N; i++ {

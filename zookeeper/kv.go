@@ -67,23 +67,11 @@ type record struct {
 // from opts.Root and opts.ACL (see KV). It returns an error matching fence.ErrInvalid
 // for a nil conn or a bad root.
 func NewKV(conn *zk.Conn, opts *Options) (*KV, error) {
-	if conn == nil {
-		return nil, fmt.Errorf("zookeeper: new kv: %w", &fence.InvalidError{Field: "conn", Value: "nil", Reason: "is nil"})
-	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Root == "" {
-		o.Root = DefaultRoot
-	}
-	if err := validRoot(o.Root); err != nil {
+	o, err := opts.resolve("new kv", conn)
+	if err != nil {
 		return nil, err
 	}
-	if o.ACL == nil {
-		o.ACL = zk.WorldACL(zk.PermAll)
-	}
-	return &KV{conn: conn, root: kvRoot(strings.TrimSuffix(o.Root, "/")), acl: o.ACL}, nil
+	return &KV{conn: conn, root: kvRoot(o.Root), acl: o.ACL}, nil
 }
 
 // kvRoot is the KV root for the lock root root (see KV).
@@ -187,12 +175,8 @@ func (kv *KV) create(path string, data []byte) error {
 	if !errors.Is(err, zk.ErrNoNode) {
 		return err
 	}
-	cur := ""
-	for _, p := range strings.Split(strings.TrimPrefix(kv.root, "/"), "/") {
-		cur += "/" + p
-		if _, err := kv.conn.Create(cur, nil, 0, kv.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return err
-		}
+	if err := ensurePath(kv.conn, kv.acl, kv.root); err != nil {
+		return err
 	}
 	_, err = kv.conn.Create(path, data, 0, kv.acl)
 	return err

@@ -13,7 +13,6 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/zookeeper"
 )
 
@@ -26,13 +25,7 @@ func openKV(t *testing.T, opts *zookeeper.Options) *zookeeper.KV {
 
 func openStore(t *testing.T, opts *zookeeper.Options) *zookeeper.Store {
 	t.Helper()
-	testserv.SkipIfShort(t)
-	s, err := zookeeper.OpenStore([]string{srv.Addr}, opts)
-	if err != nil {
-		t.Fatalf("zookeeper.OpenStore(%s) = %v; want a store", srv.Addr, err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return start(t, zookeeper.OpenStore, opts)
 }
 
 func TestKV_Conformance(t *testing.T) {

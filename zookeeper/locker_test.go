@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/internal/testserv"
@@ -48,11 +46,7 @@ func TestLocker_Token_IsNodeCzxid(t *testing.T) {
 		t.Fatalf("Acquire = %v", err)
 	}
 	defer lease.Release(ctx)
-	c, _, err := zk.Connect([]string{srv.Addr}, 5*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := rawConn(t)
 	dirs, _, err := c.Children("/fence-test/czxid")
 	if err != nil {
 		t.Fatalf("Children(root) = %v", err)
@@ -192,8 +186,8 @@ func TestLease_Done_ClosesWhenDisconnectOutlastsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	killed := time.Now() // before Close, which returns only after the data is removed
 	own.Close()
-	killed := time.Now()
 	select {
 	case <-lease.Done():
 	case <-time.After(15 * time.Second):
@@ -224,11 +218,7 @@ func TestLocker_Wait_EndDeletesWaitingNode(t *testing.T) {
 		_, err := l.Acquire(cctx, "w", time.Minute, fence.WithWait(fence.WaitForever))
 		done <- err
 	}()
-	c, _, err := zk.Connect([]string{srv.Addr}, 5*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := rawConn(t)
 	// Wait until the waiter's node is there (two nodes), watching the directory.
 	for {
 		kids, _, ch, err := c.ChildrenW(root + "/w")
@@ -264,11 +254,6 @@ func TestLocker_Waiters_WatchOnlyPredecessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _, err := zk.Connect([]string{srv.Addr}, 5*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const waiters = 3
 	results := make(chan *fence.Lease, waiters)
 	for i := 0; i < waiters; i++ {

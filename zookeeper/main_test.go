@@ -4,9 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/zookeeper"
@@ -36,13 +39,33 @@ func TestMain(m *testing.M) {
 // open returns a Locker on the shared server with its own session, closed at cleanup.
 func open(t testing.TB, opts *zookeeper.Options) *zookeeper.Locker {
 	t.Helper()
+	return start(t, zookeeper.Open, opts)
+}
+
+// start returns what open (Open, OpenStore) makes on the shared server, with its own
+// session, closed at cleanup.
+func start[T io.Closer](t testing.TB, open func([]string, *zookeeper.Options) (T, error), opts *zookeeper.Options) T {
+	t.Helper()
 	testserv.SkipIfShort(t)
-	l, err := zookeeper.Open([]string{srv.Addr}, opts)
+	c, err := open([]string{srv.Addr}, opts)
 	if err != nil {
-		t.Fatalf("zookeeper.Open(%s) = %v; want a locker", srv.Addr, err)
+		t.Fatalf("open(%s) = %v; want a connected locker", srv.Addr, err)
 	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// rawConn returns a go-zookeeper connection of its own to the shared server, closed at
+// cleanup.
+func rawConn(t testing.TB) *zk.Conn {
+	t.Helper()
+	testserv.SkipIfShort(t)
+	c, _, err := zk.Connect([]string{srv.Addr}, 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }
 
 func testCtx(t testing.TB) context.Context {
