@@ -42,6 +42,9 @@ type Result struct {
 	// deadline is Start plus the TTL, so Start must not be later than the moment
 	// the store started counting the TTL.
 	Start time.Time
+	// ID, if not empty, is the lease id of the grant when the store chose it rather
+	// than Request.ID (a fence server makes its own); the lease is made with it.
+	ID string
 
 	// ExpiresIn is the holder's time left as the store saw it (0 if unknown). It is
 	// reported in the *fence.HeldError, and by default the Engine tries again when
@@ -174,8 +177,11 @@ func (e *Engine) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			if res.Start.IsZero() {
 				res.Start = start
 			}
+			if res.ID == "" {
+				res.ID = r.ID
+			}
 			return NewLease(LeaseConfig{
-				Locker: e.Locker, Name: name, Token: res.Token, ID: r.ID, TTL: ttl,
+				Locker: e.Locker, Name: name, Token: res.Token, ID: res.ID, TTL: ttl,
 				Start: res.Start, Clock: clock, AutoRenew: o.AutoRenew,
 			}), nil
 		}
