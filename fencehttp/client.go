@@ -362,7 +362,7 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 	case err != nil:
 		return driver.Result{}, err
 	}
-	if resp.Name != r.Name || driver.ValidateToken(resp.Token) != nil || driver.ValidateLeaseID(resp.Lease) != nil || resp.TTLms != ttlMs || resp.WaitedMs < 0 {
+	if resp.Name != r.Name || driver.ValidateToken(resp.Token) != nil || driver.ValidateLeaseID(resp.ID) != nil || resp.TTLms != ttlMs || resp.WaitedMs < 0 {
 		return driver.Result{}, c.malformed(op, r.Name)
 	}
 	// The store started counting the TTL when the server's granting request to it
@@ -375,7 +375,7 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 			start = now
 		}
 	}
-	return driver.Result{Token: resp.Token, Start: start, ID: resp.Lease}, nil
+	return driver.Result{Token: resp.Token, Start: start, ID: resp.ID}, nil
 }
 
 // Renew extends the lease to ttl from now by the server's store (see fence.Locker).
@@ -439,7 +439,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, invalidArg(op, "", err)
 	}
-	var li lockInfo
+	var li LockInfo
 	if err := c.doJSON(ctx, op, name, http.MethodGet, "/v1/locks/"+EscapeName(name), nil, &li, 0); err != nil {
 		return fence.LockInfo{}, err
 	}
@@ -461,7 +461,7 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var resp listResponse
+	var resp LockList
 	if err := c.doJSON(ctx, "list", prefix, http.MethodGet, path, nil, &resp, 0); err != nil {
 		return nil, err
 	}
@@ -470,11 +470,6 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		out = append(out, li.toFence())
 	}
 	return out, nil
-}
-
-func (li lockInfo) toFence() fence.LockInfo {
-	return fence.LockInfo{Name: li.Name, Held: li.Held, Token: li.Token, LastToken: li.LastToken,
-		ExpiresIn: time.Duration(li.ExpiresInMs) * time.Millisecond}
 }
 
 // fenceHeader returns the headers of a fenced write of f (validated).

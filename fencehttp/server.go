@@ -438,7 +438,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	s.m.acquireSeconds.WithLabelValues("granted").Observe(elapsed)
 	s.held.set(name, granted.Add(ttl))
 	s.log.Debug("granted", "lock", name, "token", uint64(lease.Token()), "ttl", ttl)
-	s.ok(w, r, leaseResponse{Name: name, Token: lease.Token(), Lease: lease.ID(), TTLms: ttl.Milliseconds(),
+	s.ok(w, r, leaseResponse{Lease: Lease{Name: name, Token: lease.Token(), ID: lease.ID(), TTLms: ttl.Milliseconds()},
 		WaitedMs: granted.Sub(start).Milliseconds()})
 }
 
@@ -513,7 +513,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	s.held.set(name, start.Add(ttl))
-	s.ok(w, r, renewResponse{Name: name, TTLms: ttl.Milliseconds()})
+	s.ok(w, r, Renewed{Name: name, TTLms: ttl.Milliseconds()})
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
@@ -531,7 +531,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	s.held.remove(name)
-	s.ok(w, r, releaseResponse{Name: name, Released: true})
+	s.ok(w, r, Released{Name: name, Released: true})
 }
 
 // heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
@@ -571,7 +571,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 	if err == nil {
 		var info fence.LockInfo
 		if info, err = in.Inspect(r.Context(), name); err == nil {
-			s.ok(w, r, toLockInfo(info))
+			s.ok(w, r, LockInfoOf(info))
 			return
 		}
 	}
@@ -611,11 +611,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "list", prefix, err)
 		return
 	}
-	resp := listResponse{Locks: make([]lockInfo, 0, len(infos))}
-	for _, i := range infos {
-		resp.Locks = append(resp.Locks, toLockInfo(i))
-	}
-	s.ok(w, r, resp)
+	s.ok(w, r, LockListOf(infos))
 }
 
 // handleKV serves GET and PUT /v1/kv/{key}.

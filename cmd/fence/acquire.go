@@ -241,7 +241,7 @@ yours, and writes under its token may be refused by a guard.`,
 				return err
 			}
 			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"name": name, "ttl_ms": ttl.Milliseconds()})
+				return printJSON(cmd.OutOrStdout(), fencehttp.Renewed{Name: name, TTLms: ttl.Milliseconds()})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "renewed %s for %v\n", name, ttl)
 			return err
@@ -281,7 +281,7 @@ held; it never releases somebody else's lease, so retrying is safe.`,
 				return err
 			}
 			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"name": name, "released": true})
+				return printJSON(cmd.OutOrStdout(), fencehttp.Released{Name: name, Released: true})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", name)
 			return err
@@ -290,19 +290,6 @@ held; it never releases somebody else's lease, so retrying is safe.`,
 	flags = addClientFlags(cmd)
 	cmd.Flags().StringVar(&lease, "lease", "", "lease id (default $"+envLease+")")
 	return cmd
-}
-
-// lockInfoOut is a lock's state as `fence status -o json` prints it.
-type lockInfoOut struct {
-	Name        string      `json:"name"`
-	Held        bool        `json:"held"`
-	Token       fence.Token `json:"token,omitempty"`
-	LastToken   fence.Token `json:"last_token,omitempty"`
-	ExpiresInMs int64       `json:"expires_in_ms,omitempty"`
-}
-
-func toInfoOut(i fence.LockInfo) lockInfoOut {
-	return lockInfoOut{Name: i.Name, Held: i.Held, Token: i.Token, LastToken: i.LastToken, ExpiresInMs: i.ExpiresIn.Milliseconds()}
 }
 
 func newStatusCmd() *cobra.Command {
@@ -340,7 +327,7 @@ never shown.`,
 					return err
 				}
 				if output == "json" {
-					return printJSON(out, toInfoOut(info))
+					return printJSON(out, fencehttp.LockInfoOf(info))
 				}
 				return printInfos(out, []fence.LockInfo{info})
 			}
@@ -349,11 +336,7 @@ never shown.`,
 				return err
 			}
 			if output == "json" {
-				list := make([]lockInfoOut, 0, len(infos))
-				for _, i := range infos {
-					list = append(list, toInfoOut(i))
-				}
-				return printJSON(out, map[string]any{"locks": list})
+				return printJSON(out, fencehttp.LockListOf(infos))
 			}
 			return printInfos(out, infos)
 		},

@@ -210,17 +210,9 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// leaseOut is how the commands print a lease: the shape of the API's acquire answer.
-type leaseOut struct {
-	Name  string      `json:"name"`
-	Token fence.Token `json:"token"`
-	Lease string      `json:"lease"`
-	TTLms int64       `json:"ttl_ms"`
-}
-
 func printLease(w io.Writer, l *fence.Lease) error {
 	if output == "json" {
-		return printJSON(w, leaseOut{Name: l.Name(), Token: l.Token(), Lease: l.ID(), TTLms: l.TTL().Milliseconds()})
+		return printJSON(w, fencehttp.LeaseOf(l))
 	}
 	_, err := fmt.Fprintf(w, "name   %s\ntoken  %d\nlease  %s\nttl    %v\n", l.Name(), l.Token(), l.ID(), l.TTL())
 	return err
