@@ -393,7 +393,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	ctx := r.Context()
 	start := time.Now()
-	lease, err := s.cfg.Locker.Acquire(ctx, name, ttl)
+	g, err := s.grant(ctx, name, ttl)
 	if errors.Is(err, fence.ErrNotAcquired) && wait > 0 && ctx.Err() == nil {
 		// The long poll: the backend's wait is woken by the release. It also ends when
 		// the client goes away or the server drains.
@@ -401,7 +401,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		wctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(s.drainCtx, cancel)
 		waitStart := time.Now()
-		lease, err = s.cfg.Locker.Acquire(wctx, name, ttl, fence.WithWait(wait-time.Since(start)))
+		g, err = s.grant(wctx, name, ttl, fence.WithWait(wait-time.Since(start)))
 		stop()
 		cancel()
 		s.m.waitSeconds.Observe(time.Since(start).Seconds())
@@ -426,31 +426,45 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		// Granted as the client went away: nobody will ever know this lease id, so
 		// free the lock now instead of at expiry.
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rerr := s.cfg.Locker.Release(rctx, name, lease.ID())
+		rerr := s.cfg.Locker.Release(rctx, name, g.ID)
 		cancel()
-		s.log.Info("released a grant whose client went away", "lock", name, "token", uint64(lease.Token()), "err", rerr)
+		s.log.Info("released a grant whose client went away", "lock", name, "token", uint64(g.Token), "err", rerr)
 		s.m.acquireSeconds.WithLabelValues("error").Observe(elapsed)
 		s.fail(w, r, op, name, because(ctx.Err(), "client went away"))
 		return
 	}
-	granted := grantedAt(lease, ttl, start)
+	granted := grantedAt(g, start)
 	s.m.grants.Inc()
 	s.m.acquireSeconds.WithLabelValues("granted").Observe(elapsed)
 	s.held.set(name, granted.Add(ttl))
-	s.log.Debug("granted", "lock", name, "token", uint64(lease.Token()), "ttl", ttl)
-	s.ok(w, r, leaseResponse{Lease: Lease{Name: name, Token: lease.Token(), ID: lease.ID(), TTLms: ttl.Milliseconds()},
+	s.log.Debug("granted", "lock", name, "token", uint64(g.Token), "ttl", ttl)
+	s.ok(w, r, leaseResponse{Lease: Lease{Name: name, Token: g.Token, ID: g.ID, TTLms: ttl.Milliseconds()},
 		WaitedMs: granted.Sub(start).Milliseconds()})
 }
 
-// grantedAt returns when the backend request that granted lease was sent, which is
-// when the backend started counting its TTL: a fence.Lease's deadline is that time
-// plus the TTL. It is not when the backend answered: a grant can take a while to be
+// grant acquires name for a remote holder. A driver.Granter grants without a
+// *fence.Lease; from any other Locker the server takes a lease, whose expiry timer
+// runs until its TTL is over although nobody here watches it.
+func (s *Server) grant(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, error) {
+	if g, ok := s.cfg.Locker.(driver.Granter); ok {
+		return g.Grant(ctx, name, ttl, opts...)
+	}
+	lease, err := s.cfg.Locker.Acquire(ctx, name, ttl, opts...)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return driver.Grant{Token: lease.Token(), ID: lease.ID(), Start: lease.Deadline().Add(-ttl)}, nil
+}
+
+// grantedAt returns when the backend request that made g was sent, which is when
+// the backend started counting its TTL: a holder's deadline is that time plus the
+// TTL. It is not when the backend answered: a grant can take a while to be
 // acknowledged (an fsync, a Redis WAIT, a Raft commit) after its TTL started, and a
 // holder dating its lease from the answer would believe in it for that much too long.
 // The result is clamped to [start, now], so a backend on another clock can only make
 // the holder's deadline earlier, never later.
-func grantedAt(lease *fence.Lease, ttl time.Duration, start time.Time) time.Time {
-	t := lease.Deadline().Add(-ttl)
+func grantedAt(g driver.Grant, start time.Time) time.Time {
+	t := g.Start
 	if now := time.Now(); t.After(now) {
 		t = now
 	}
