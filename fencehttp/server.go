@@ -374,17 +374,16 @@ func (s *Server) ttlFromMs(ms *int64) (time.Duration, error) {
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	const op = "acquire"
 	var req acquireRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, op, name, err)
-		return
-	}
-	ttl, err := s.ttlFromMs(req.TTLms)
-	if err != nil {
-		s.fail(w, r, op, name, err)
-		return
-	}
-	if req.WaitMs < 0 {
-		s.fail(w, r, op, name, &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"})
+	var ttl time.Duration
+	if !s.readBody(w, r, op, name, &req, func() (err error) {
+		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
+			return err
+		}
+		if req.WaitMs < 0 {
+			return &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"}
+		}
+		return nil
+	}) {
 		return
 	}
 	wait := s.cfg.MaxWait
@@ -505,16 +504,13 @@ func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStar
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 	var req renewRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, "renew", name, err)
-		return
-	}
-	ttl, err := s.ttlFromMs(req.TTLms)
-	if err == nil {
-		err = driver.ValidateLeaseID(req.Lease)
-	}
-	if err != nil {
-		s.fail(w, r, "renew", name, err)
+	var ttl time.Duration
+	if !s.readBody(w, r, "renew", name, &req, func() (err error) {
+		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
+			return err
+		}
+		return driver.ValidateLeaseID(req.Lease)
+	}) {
 		return
 	}
 	start := time.Now()
@@ -532,12 +528,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	var req releaseRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, "release", name, err)
-		return
-	}
-	if err := driver.ValidateLeaseID(req.Lease); err != nil {
-		s.fail(w, r, "release", name, err)
+	if !s.readBody(w, r, "release", name, &req, func() error { return driver.ValidateLeaseID(req.Lease) }) {
 		return
 	}
 	if err := s.cfg.Locker.Release(r.Context(), name, req.Lease); err != nil {
@@ -551,12 +542,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 // heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
 func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 	var req healRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, "heal", name, err)
-		return
-	}
-	if err := driver.ValidateToken(req.Seen); err != nil {
-		s.fail(w, r, "heal", name, err)
+	if !s.readBody(w, r, "heal", name, &req, func() error { return driver.ValidateToken(req.Seen) }) {
 		return
 	}
 	h, ok := s.cfg.Locker.(fence.Healer)
@@ -796,6 +782,20 @@ func (s *Server) countRefusal(err error, key string, f fence.Fence) {
 		s.m.stale.Inc()
 		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
 	}
+}
+
+// readBody decodes the JSON body of op on name into v (see decodeJSON) and checks it
+// with valid. It answers the first error and returns false, or returns true.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, op, name string, v any, valid func() error) bool {
+	err := s.decodeJSON(w, r, v)
+	if err == nil {
+		err = valid()
+	}
+	if err != nil {
+		s.fail(w, r, op, name, err)
+		return false
+	}
+	return true
 }
 
 // decodeJSON decodes a JSON body strictly into v: one object, no unknown fields,

@@ -59,15 +59,9 @@ usage errors.`,
 			}
 			w := watchSignals(cmd.Context())
 			defer w.stop()
-			lease, err := acquireLease(w.ctx, c, name, ttl, wait)
-			if sig := w.end(); sig != 0 {
-				if lease != nil {
-					_ = releaseLease(lease)
-				}
-				return interrupted(name, sig)
-			}
+			lease, err := acquireWatched(w, c, name, ttl, wait)
 			if err != nil {
-				return notAcquired(name, wait, err)
+				return err
 			}
 			return printLease(cmd.OutOrStdout(), lease)
 		},
@@ -94,6 +88,23 @@ func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wa
 		}
 	}
 	return c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(wait))...)
+}
+
+// acquireWatched is acquireLease under w's signals, with the commands' errors: a
+// signal that ended the wait is the error (interrupted), and a lease granted
+// meanwhile is released; an acquire error is notAcquired's.
+func acquireWatched(w *waitSignals, c *fencehttp.Client, name string, ttl, wait time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	lease, err := acquireLease(w.ctx, c, name, ttl, wait, opts...)
+	if sig := w.end(); sig != 0 {
+		if lease != nil {
+			_ = releaseLease(lease)
+		}
+		return nil, interrupted(name, sig)
+	}
+	if err != nil {
+		return nil, notAcquired(name, wait, err)
+	}
+	return lease, nil
 }
 
 // notAcquired turns an acquire error into the exit status: 75 when the lock stayed
@@ -231,13 +242,7 @@ yours, and writes under its token may be refused by a guard.`,
 			if err != nil {
 				return err
 			}
-			c, err := flags.client()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			if err := c.Renew(ctx, name, id, ttl); err != nil {
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error { return c.Renew(ctx, name, id, ttl) }); err != nil {
 				return err
 			}
 			if output == "json" {
@@ -271,13 +276,7 @@ held; it never releases somebody else's lease, so retrying is safe.`,
 			if err != nil {
 				return err
 			}
-			c, err := flags.client()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			if err := c.Release(ctx, name, id); err != nil {
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error { return c.Release(ctx, name, id) }); err != nil {
 				return err
 			}
 			if output == "json" {

@@ -165,6 +165,18 @@ func (cf *clientFlags) childEnv() []string {
 	return env
 }
 
+// call runs do with the client of the flags, under a context that SIGINT and
+// SIGTERM cancel: one request of a command, and its error.
+func (f *clientFlags) call(cmd *cobra.Command, do func(context.Context, *fencehttp.Client) error) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	return do(ctx, c)
+}
+
 // signalContext is the command's context, cancelled by SIGINT or SIGTERM so that a
 // wait ends cleanly.
 func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
