@@ -3,7 +3,6 @@ package fencehttp_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,20 +36,7 @@ func rawCall(t testing.TB, method, base, path, body string, header map[string]st
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	a := answer{status: resp.StatusCode, header: resp.Header, raw: string(data)}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		if err := json.Unmarshal(data, &a.json); err != nil {
-			t.Fatalf("%s %s: answer is not JSON: %v: %q", method, path, err, data)
-		}
-	}
-	return a
+	return send(t, &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, req)
 }
 
 // newBoltServer starts a server of its own on a fresh bolt store (the default of
