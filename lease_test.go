@@ -2,7 +2,6 @@ package fence_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -361,16 +360,5 @@ func TestLease_ConcurrentRenewRelease_RaceFree(t *testing.T) {
 	}
 	if l.Err() != fence.ErrReleased {
 		t.Fatalf("Err() = %v; want ErrReleased", l.Err())
-	}
-}
-
-func TestLease_MarshalJSON_APIShape(t *testing.T) {
-	l, _, _ := newTestLease(t, 1500*time.Millisecond, false)
-	b, err := json.Marshal(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := string(b), `{"name":"job","token":7,"lease":"lease-7","ttl_ms":1500}`; got != want {
-		t.Fatalf("json = %s; want %s", got, want)
 	}
 }
