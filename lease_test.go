@@ -72,6 +72,17 @@ func newTestLease(t *testing.T, ttl time.Duration, auto bool) (*fence.Lease, *fa
 	return l, fl, clock
 }
 
+// wantRenewalStopped fails t if the lease renews again in the minute after its
+// end (what says which end).
+func wantRenewalStopped(t *testing.T, fl *fakeLocker, clock *inmem.ManualClock, after string) {
+	t.Helper()
+	n := fl.renewCount()
+	clock.Advance(time.Minute)
+	if m := fl.renewCount(); m != n {
+		t.Fatalf("Renew called %d more times after %s; want renewal stopped", m-n, after)
+	}
+}
+
 func isDone(l *fence.Lease) bool {
 	select {
 	case <-l.Done():
@@ -291,11 +302,7 @@ func TestLease_AutoRenew_KeepsLeaseAlive(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	n := fl.renewCount()
-	clock.Advance(time.Minute)
-	if m := fl.renewCount(); m != n {
-		t.Fatalf("Renew called %d more times after Release; want renewal stopped", m-n)
-	}
+	wantRenewalStopped(t, fl, clock, "Release")
 }
 
 func TestLease_AutoRenew_RetriesTransientErrorsUntilDeadline(t *testing.T) {
@@ -317,11 +324,7 @@ func TestLease_AutoRenew_RetriesTransientErrorsUntilDeadline(t *testing.T) {
 	if !isDone(l) || l.Err() != fence.ErrExpired {
 		t.Fatalf("at the deadline: done %v, Err() %v; want closed with ErrExpired", isDone(l), l.Err())
 	}
-	n := fl.renewCount()
-	clock.Advance(time.Minute)
-	if m := fl.renewCount(); m != n {
-		t.Fatalf("Renew called %d more times after the lease expired; want none", m-n)
-	}
+	wantRenewalStopped(t, fl, clock, "the lease expired")
 }
 
 func TestLease_AutoRenew_RecoversAfterTransientErrors(t *testing.T) {
