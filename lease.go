@@ -2,7 +2,6 @@ package fence
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -264,18 +263,4 @@ func (l *Lease) endLocked(err error) {
 	if l.cancel != nil {
 		l.cancel(err)
 	}
-}
-
-// leaseJSON is the wire shape of a lease in the HTTP API and `-o json`.
-type leaseJSON struct {
-	Name  string `json:"name"`
-	Token Token  `json:"token"`
-	Lease string `json:"lease"`
-	TTLms int64  `json:"ttl_ms"`
-}
-
-// MarshalJSON encodes the lease as {"name","token","lease","ttl_ms"}, the shape of
-// the HTTP API's acquire response. It includes the lease id (a credential).
-func (l *Lease) MarshalJSON() ([]byte, error) {
-	return json.Marshal(leaseJSON{Name: l.name, Token: l.token, Lease: l.id, TTLms: l.TTL().Milliseconds()})
 }

@@ -2,7 +2,6 @@ package fence_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -71,6 +70,17 @@ func newTestLease(t *testing.T, ttl time.Duration, auto bool) (*fence.Lease, *fa
 		Locker: fl, Name: "job", Token: 7, ID: "lease-7", TTL: ttl, Clock: clock, AutoRenew: auto,
 	})
 	return l, fl, clock
+}
+
+// wantRenewalStopped fails t if the lease renews again in the minute after its
+// end (what says which end).
+func wantRenewalStopped(t *testing.T, fl *fakeLocker, clock *inmem.ManualClock, after string) {
+	t.Helper()
+	n := fl.renewCount()
+	clock.Advance(time.Minute)
+	if m := fl.renewCount(); m != n {
+		t.Fatalf("Renew called %d more times after %s; want renewal stopped", m-n, after)
+	}
 }
 
 func isDone(l *fence.Lease) bool {
@@ -292,11 +302,7 @@ func TestLease_AutoRenew_KeepsLeaseAlive(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	n := fl.renewCount()
-	clock.Advance(time.Minute)
-	if m := fl.renewCount(); m != n {
-		t.Fatalf("Renew called %d more times after Release; want renewal stopped", m-n)
-	}
+	wantRenewalStopped(t, fl, clock, "Release")
 }
 
 func TestLease_AutoRenew_RetriesTransientErrorsUntilDeadline(t *testing.T) {
@@ -318,11 +324,7 @@ func TestLease_AutoRenew_RetriesTransientErrorsUntilDeadline(t *testing.T) {
 	if !isDone(l) || l.Err() != fence.ErrExpired {
 		t.Fatalf("at the deadline: done %v, Err() %v; want closed with ErrExpired", isDone(l), l.Err())
 	}
-	n := fl.renewCount()
-	clock.Advance(time.Minute)
-	if m := fl.renewCount(); m != n {
-		t.Fatalf("Renew called %d more times after the lease expired; want none", m-n)
-	}
+	wantRenewalStopped(t, fl, clock, "the lease expired")
 }
 
 func TestLease_AutoRenew_RecoversAfterTransientErrors(t *testing.T) {
@@ -361,16 +363,5 @@ func TestLease_ConcurrentRenewRelease_RaceFree(t *testing.T) {
 	}
 	if l.Err() != fence.ErrReleased {
 		t.Fatalf("Err() = %v; want ErrReleased", l.Err())
-	}
-}
-
-func TestLease_MarshalJSON_APIShape(t *testing.T) {
-	l, _, _ := newTestLease(t, 1500*time.Millisecond, false)
-	b, err := json.Marshal(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := string(b), `{"name":"job","token":7,"lease":"lease-7","ttl_ms":1500}`; got != want {
-		t.Fatalf("json = %s; want %s", got, want)
 	}
 }

@@ -43,8 +43,9 @@ type Result struct {
 	// the store started counting the TTL.
 	Start time.Time
 	// ID, if not empty, is the grant's lease id in place of Request.ID, for a
-	// backend whose lease ids carry what the store assigned to the grant (ZooKeeper
-	// appends its node's sequence number, so that the id names the node).
+	// store that chose it (a fence server makes its own) or whose lease ids carry
+	// what it assigned to the grant (ZooKeeper appends its node's sequence number,
+	// so that the id names the node).
 	ID string
 
 	// ExpiresIn is the holder's time left as the store saw it (0 if unknown). It is
@@ -118,11 +119,43 @@ const (
 //     Close (fence.ErrClosed), and the TryFunc's errors, such as
 //     fence.ErrTokenExhausted and fence.ErrUnavailable.
 func (e *Engine) Acquire(ctx context.Context, name string, ttl time.Duration, opts []fence.AcquireOption, try TryFunc) (*fence.Lease, error) {
+	g, err := e.Grant(ctx, name, ttl, opts, try)
+	if err != nil {
+		return nil, err
+	}
+	return NewLease(LeaseConfig{
+		Locker: e.Locker, Name: name, Token: g.Token, ID: g.ID, TTL: ttl,
+		Start: g.Start, Clock: e.Clock, AutoRenew: ApplyOptions(opts...).AutoRenew,
+	}), nil
+}
+
+// Grant is a grant without its lease handle: the fencing token, the lease id and
+// when the granting request was sent (by the Engine's clock; the store's expiry is
+// no earlier than Start plus the TTL).
+type Grant struct {
+	Token fence.Token
+	ID    string
+	Start time.Time
+}
+
+// Granter is a fence.Locker that can also grant a lease without making a
+// *fence.Lease, for a caller that passes the grant on to a holder elsewhere (a fence
+// server answering a remote client) and so needs no local expiry timer or renewal.
+// Grant takes the arguments of Acquire (fence.WithAutoRenew is ignored) and returns
+// its errors.
+type Granter interface {
+	fence.Locker
+	Grant(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (Grant, error)
+}
+
+// Grant is Acquire without the lease: it returns the grant that Acquire would make
+// a lease of, with the same errors. A backend's Granter method is one call of it.
+func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts []fence.AcquireOption, try TryFunc) (Grant, error) {
 	if err := ValidateName(name); err != nil {
-		return nil, fmt.Errorf("%s: acquire: %w", e.Backend, err)
+		return Grant{}, fmt.Errorf("%s: acquire: %w", e.Backend, err)
 	}
 	if err := ValidateTTL(ttl); err != nil {
-		return nil, e.wrap(name, err)
+		return Grant{}, e.wrap(name, err)
 	}
 	clock := e.Clock
 	if clock == nil {
@@ -139,10 +172,10 @@ func (e *Engine) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	backoff := time.Duration(0)
 	for {
 		if e.closed() {
-			return nil, e.wrap(name, fence.ErrClosed)
+			return Grant{}, e.wrap(name, fence.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, e.notAcquired(name, clock.Now().Sub(begin), held, err)
+			return Grant{}, e.notAcquired(name, clock.Now().Sub(begin), held, err)
 		}
 		r.Try++
 		r.ID = NewLeaseID()
@@ -156,21 +189,21 @@ func (e *Engine) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		res, err := try(ctx, r)
 		if err != nil {
 			if ctx.Err() != nil && !definitive(err) {
-				return nil, e.notAcquired(name, clock.Now().Sub(begin), held, ctx.Err())
+				return Grant{}, e.notAcquired(name, clock.Now().Sub(begin), held, ctx.Err())
 			}
 			var tr *transientError
 			if !errors.As(err, &tr) {
-				return nil, e.wrap(name, err)
+				return Grant{}, e.wrap(name, err)
 			}
 			if !r.Waiting {
-				return nil, e.wrap(name, tr.err)
+				return Grant{}, e.wrap(name, tr.err)
 			}
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
 			if err := e.sleep(ctx, clock, backoff, nil, waitOver.c); err != nil {
 				if errors.Is(err, errWaitOver) {
-					return nil, e.wrap(name, tr.err)
+					return Grant{}, e.wrap(name, tr.err)
 				}
-				return nil, e.ended(name, clock.Now().Sub(begin), held, err)
+				return Grant{}, e.ended(name, clock.Now().Sub(begin), held, err)
 			}
 			continue
 		}
@@ -182,14 +215,11 @@ func (e *Engine) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			if res.ID == "" {
 				res.ID = r.ID
 			}
-			return NewLease(LeaseConfig{
-				Locker: e.Locker, Name: name, Token: res.Token, ID: res.ID, TTL: ttl,
-				Start: res.Start, Clock: clock, AutoRenew: o.AutoRenew,
-			}), nil
+			return Grant{Token: res.Token, ID: res.ID, Start: res.Start}, nil
 		}
 		held = &fence.HeldError{Name: name, ExpiresIn: max(res.ExpiresIn, 0)}
 		if !r.Waiting {
-			return nil, e.notAcquired(name, 0, held, nil)
+			return Grant{}, e.notAcquired(name, 0, held, nil)
 		}
 		if res.Again {
 			continue
@@ -206,9 +236,9 @@ func (e *Engine) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		}
 		if err := e.sleep(ctx, clock, d, res.Wake, waitOver.c); err != nil {
 			if errors.Is(err, errWaitOver) {
-				return nil, e.notAcquired(name, o.Wait, held, nil)
+				return Grant{}, e.notAcquired(name, o.Wait, held, nil)
 			}
-			return nil, e.ended(name, clock.Now().Sub(begin), held, err)
+			return Grant{}, e.ended(name, clock.Now().Sub(begin), held, err)
 		}
 	}
 }

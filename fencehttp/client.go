@@ -69,6 +69,7 @@ type Client struct {
 	clock   driver.Clock
 	timeout time.Duration
 	maxPoll time.Duration
+	engine  driver.Engine // Acquire's wait and wording
 }
 
 var (
@@ -126,6 +127,7 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 	if c.maxPoll == 0 {
 		c.maxPoll = DefaultMaxPoll
 	}
+	c.engine = driver.Engine{Backend: "fencehttp", Locker: c, Clock: c.clock}
 	return c, nil
 }
 
@@ -296,104 +298,85 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 // is never later than the store's expiry, and a grant at the end of a long poll still
 // gets its whole TTL.
 //
-// It returns an error matching fence.ErrNotAcquired (a *ServerError unwrapping to a
-// *fence.HeldError) if the lock stayed held; one matching fence.ErrNotAcquired and
-// ctx.Err() when the context ended the wait; fence.ErrInvalid for a bad name or TTL;
+// The wait, the held lock and the context are worded as every backend's are (see
+// driver.Engine): it returns an error matching fence.ErrNotAcquired and a
+// *fence.HeldError if the lock stayed held (`fencehttp: lock "job1" not acquired:
+// held, expires in 1.2s`), one matching fence.ErrNotAcquired and ctx.Err() when the
+// context ended the wait, and fence.ErrInvalid for a bad name or TTL. Other errors
+// are the server's answer as it is, a *ServerError (ErrUnauthorized for a refused
+// auth token, fence.ErrTokenExhausted, ...), or the Client's own, such as
 // fence.ErrUnavailable when the server cannot be reached (the server may have
-// granted a lease nobody will learn of; it expires after ttl); ErrUnauthorized for a
-// refused auth token. While a wait lasts, an unavailable or restarting server is
-// retried with backoff (50ms to 1s), so a waiter survives a graceful restart of the
-// server. Errors of a server answer read as the server's message (see ServerError).
+// granted a lease nobody will learn of; it expires after ttl). While a wait lasts,
+// an unavailable or restarting server is retried with backoff (50ms to 1s), so a
+// waiter survives a graceful restart of the server.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	lease, err := c.engine.Acquire(ctx, name, ttl, opts, c.try)
+	if err == nil || errors.Is(err, fence.ErrNotAcquired) {
+		return lease, err
+	}
+	// The server's message names the operation and the lock already: the engine's
+	// "fencehttp: acquire NAME:" before it would say both twice.
+	var se *ServerError
+	if errors.As(err, &se) {
+		return nil, se
+	}
+	var ce *clientError
+	if errors.As(err, &ce) {
+		return nil, ce
+	}
+	return nil, err
+}
+
+// try sends one acquire request (see driver.TryFunc). A waiting call asks the server
+// to wait what is left of its wait, at most MaxPoll; when the server's wait ends
+// before the call's, try reports the lock held with Again, and the engine polls
+// again at once.
+func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, error) {
 	const op = "acquire"
-	if err := driver.ValidateName(name); err != nil {
-		return nil, invalidArg(op, "", err)
-	}
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return nil, invalidArg(op, name, err)
-	}
-	o := driver.ApplyOptions(opts...)
-	path := "/v1/locks/" + EscapeName(name) + "/acquire"
-	var waitEnd time.Time
-	forever := o.Wait == fence.WaitForever
-	if o.Wait > 0 && !forever {
-		waitEnd = time.Now().Add(o.Wait)
-	}
-	backoff := minBackoff
-	for {
-		var poll time.Duration
-		switch {
-		case forever:
-			poll = c.maxPoll
-		case o.Wait > 0:
-			poll = min(time.Until(waitEnd), c.maxPoll)
-			if poll > 0 && poll < time.Millisecond {
-				poll = time.Millisecond
-			}
+	var poll time.Duration
+	if r.Waiting {
+		poll = c.maxPoll
+		if r.WaitLeft != fence.WaitForever {
+			// At least 1ms: wait_ms 0 would be a single try, and a tight loop of them.
+			poll = max(min(r.WaitLeft, poll), time.Millisecond)
 		}
-		start := c.clock.Now()
-		var resp leaseResponse
-		ttlMs := ms(ttl)
-		err := c.doJSON(ctx, op, name, http.MethodPost, path, acquireRequest{TTLms: &ttlMs, WaitMs: max(ms(poll), 0)}, &resp, max(poll, 0))
-		if err == nil {
-			if resp.Name != name || driver.ValidateToken(resp.Token) != nil || driver.ValidateLeaseID(resp.Lease) != nil || resp.TTLms <= 0 || resp.WaitedMs < 0 {
-				return nil, c.malformed(op, name)
-			}
-			// The store started counting the TTL when the server's granting request
-			// to it was sent: waited_ms (rounded down) after the server got this
-			// request, which left here no later than start. Never date the lease
-			// after now, whatever the server says.
-			if waited := time.Duration(resp.WaitedMs) * time.Millisecond; waited > 0 {
-				start = start.Add(waited)
-				if now := c.clock.Now(); start.After(now) {
-					start = now
-				}
-			}
-			return driver.NewLease(driver.LeaseConfig{
-				Locker: c, Name: name, Token: resp.Token, ID: resp.Lease,
-				TTL: time.Duration(resp.TTLms) * time.Millisecond, Start: start, Clock: c.clock, AutoRenew: o.AutoRenew,
-			}), nil
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, notAcquired(name, cerr)
-		}
-		waitLeft := forever || (o.Wait > 0 && time.Until(waitEnd) > 0)
-		switch {
-		case errors.Is(err, fence.ErrNotAcquired) && waitLeft:
-			backoff = minBackoff
-			continue // the server's poll ended before our wait: poll again
-		case errors.Is(err, fence.ErrUnavailable) && waitLeft:
-			// The server is restarting or draining (it ends long polls with 503):
-			// try again, backing off, until the wait is over.
-			d := backoff
-			if !forever {
-				d = min(d, time.Until(waitEnd))
-			}
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, notAcquired(name, ctx.Err(), err)
-			case <-t.C:
-			}
-			backoff = min(2*backoff, maxBackoff)
-			continue
-		}
-		return nil, err
 	}
+	ttlMs := ms(r.TTL)
+	var resp leaseResponse
+	start := c.clock.Now()
+	err := c.doJSON(ctx, op, r.Name, http.MethodPost, "/v1/locks/"+EscapeName(r.Name)+"/acquire",
+		acquireRequest{TTLms: &ttlMs, WaitMs: ms(poll)}, &resp, poll)
+	switch {
+	case errors.Is(err, fence.ErrNotAcquired):
+		res := driver.Result{}
+		var held *fence.HeldError
+		if errors.As(err, &held) {
+			res.ExpiresIn = held.ExpiresIn
+		}
+		res.Again = r.Waiting && (r.WaitLeft == fence.WaitForever || c.clock.Now().Sub(start) < r.WaitLeft)
+		return res, nil
+	case errors.Is(err, fence.ErrUnavailable):
+		// The server is restarting or draining (it ends long polls with 503): a
+		// waiting call tries again, backing off, until its wait is over.
+		return driver.Result{}, driver.Transient(err)
+	case err != nil:
+		return driver.Result{}, err
+	}
+	if resp.Name != r.Name || driver.ValidateToken(resp.Token) != nil || driver.ValidateLeaseID(resp.ID) != nil || resp.TTLms != ttlMs || resp.WaitedMs < 0 {
+		return driver.Result{}, c.malformed(op, r.Name)
+	}
+	// The store started counting the TTL when the server's granting request to it
+	// was sent: waited_ms (rounded down) after the server got this request, which
+	// left here no later than start. Never date the lease after now, whatever the
+	// server says.
+	if waited := time.Duration(resp.WaitedMs) * time.Millisecond; waited > 0 {
+		start = start.Add(waited)
+		if now := c.clock.Now(); start.After(now) {
+			start = now
+		}
+	}
+	return driver.Result{Token: resp.Token, Start: start, ID: resp.ID}, nil
 }
-
-// notAcquired is the error of a wait on name that ctx ended (cerr): it matches
-// fence.ErrNotAcquired, cerr, and also the error the last attempt met, if any.
-func notAcquired(name string, cerr error, last ...error) error {
-	return &clientError{msg: fmt.Sprintf("acquire %q: not acquired: %v", name, cerr), causes: append([]error{fence.ErrNotAcquired, cerr}, last...)}
-}
-
-// Backoff of a waiting Acquire while the server is unavailable.
-const (
-	minBackoff = 50 * time.Millisecond
-	maxBackoff = time.Second
-)
 
 // Renew extends the lease to ttl from now by the server's store (see fence.Locker).
 // It returns fence.ErrNotHeld if the lease is gone (or not yours), fence.ErrInvalid
@@ -456,7 +439,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, invalidArg(op, "", err)
 	}
-	var li lockInfo
+	var li LockInfo
 	if err := c.doJSON(ctx, op, name, http.MethodGet, "/v1/locks/"+EscapeName(name), nil, &li, 0); err != nil {
 		return fence.LockInfo{}, err
 	}
@@ -478,7 +461,7 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var resp listResponse
+	var resp LockList
 	if err := c.doJSON(ctx, "list", prefix, http.MethodGet, path, nil, &resp, 0); err != nil {
 		return nil, err
 	}
@@ -487,11 +470,6 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		out = append(out, li.toFence())
 	}
 	return out, nil
-}
-
-func (li lockInfo) toFence() fence.LockInfo {
-	return fence.LockInfo{Name: li.Name, Held: li.Held, Token: li.Token, LastToken: li.LastToken,
-		ExpiresIn: time.Duration(li.ExpiresInMs) * time.Millisecond}
 }
 
 // fenceHeader returns the headers of a fenced write of f (validated).

@@ -1,12 +1,9 @@
 package fencehttp_test
 
 import (
-	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/fencetest"
 )
@@ -17,19 +14,7 @@ import (
 // for every name, and the suite heals one to MaxToken.
 func TestClient_LockerConformance(t *testing.T) {
 	fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
-		store, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := fencehttp.NewServer(fencehttp.Config{Locker: store, KV: store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs := httptest.NewServer(s.Handler())
-		t.Cleanup(func() {
-			hs.Close()
-			store.Close()
-		})
+		_, hs, _ := newBoltServer(t, fencehttp.Config{})
 		return mustClient(t, hs.URL, nil)
 	})
 }

@@ -33,6 +33,19 @@ type ResourceOptions struct {
 	Logger *slog.Logger
 }
 
+// begin reads what a fenced request starts with: its operation (the method, lower
+// case), its resource and its fence. Without a valid fence it answers the request
+// and returns ok false.
+func (o *ResourceOptions) begin(w http.ResponseWriter, r *http.Request) (op, resource string, f fence.Fence, ok bool) {
+	op, resource = strings.ToLower(r.Method), o.resource(r)
+	f, err := FenceFromRequest(r)
+	if err != nil {
+		writeResourceError(w, r, o, op, resource, err)
+		return op, resource, f, false
+	}
+	return op, resource, f, true
+}
+
 func (o *ResourceOptions) resource(r *http.Request) string {
 	if o != nil && o.Resource != nil {
 		return o.Resource(r)
@@ -78,11 +91,8 @@ func (o *ResourceOptions) logger() *slog.Logger {
 func Fenced(g fence.Guard, next http.Handler, opts *ResourceOptions) http.Handler {
 	var gt gate.Gate
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := strings.ToLower(r.Method)
-		resource := opts.resource(r)
-		f, err := FenceFromRequest(r)
-		if err != nil {
-			writeResourceError(w, r, opts, op, resource, err)
+		op, resource, f, ok := opts.begin(w, r)
+		if !ok {
 			return
 		}
 		if g == nil {
@@ -143,11 +153,8 @@ type DoFunc[Tx any] func(ctx context.Context, resource string, f fence.Fence, wr
 //	}, nil))
 func FencedTx[Tx any](do DoFunc[Tx], h TxFunc[Tx], opts *ResourceOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := strings.ToLower(r.Method)
-		resource := opts.resource(r)
-		f, err := FenceFromRequest(r)
-		if err != nil {
-			writeResourceError(w, r, opts, op, resource, err)
+		op, resource, f, ok := opts.begin(w, r)
+		if !ok {
 			return
 		}
 		if do == nil || h == nil {
@@ -159,7 +166,7 @@ func FencedTx[Tx any](do DoFunc[Tx], h TxFunc[Tx], opts *ResourceOptions) http.H
 			buf      *bufferedResponse
 			panicked any
 		)
-		err = do(r.Context(), resource, f, func(tx Tx) (err error) {
+		err := do(r.Context(), resource, f, func(tx Tx) (err error) {
 			// A retried transaction (a guard may retry a serialization failure) starts
 			// its answer afresh.
 			buf = newBufferedResponse()

@@ -374,17 +374,16 @@ func (s *Server) ttlFromMs(ms *int64) (time.Duration, error) {
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	const op = "acquire"
 	var req acquireRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, op, name, err)
-		return
-	}
-	ttl, err := s.ttlFromMs(req.TTLms)
-	if err != nil {
-		s.fail(w, r, op, name, err)
-		return
-	}
-	if req.WaitMs < 0 {
-		s.fail(w, r, op, name, &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"})
+	var ttl time.Duration
+	if !s.readBody(w, r, op, name, &req, func() (err error) {
+		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
+			return err
+		}
+		if req.WaitMs < 0 {
+			return &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"}
+		}
+		return nil
+	}) {
 		return
 	}
 	wait := s.cfg.MaxWait
@@ -393,7 +392,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	ctx := r.Context()
 	start := time.Now()
-	lease, err := s.cfg.Locker.Acquire(ctx, name, ttl)
+	g, err := s.grant(ctx, name, ttl)
 	if errors.Is(err, fence.ErrNotAcquired) && wait > 0 && ctx.Err() == nil {
 		// The long poll: the backend's wait is woken by the release. It also ends when
 		// the client goes away or the server drains.
@@ -401,7 +400,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		wctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(s.drainCtx, cancel)
 		waitStart := time.Now()
-		lease, err = s.cfg.Locker.Acquire(wctx, name, ttl, fence.WithWait(wait-time.Since(start)))
+		g, err = s.grant(wctx, name, ttl, fence.WithWait(wait-time.Since(start)))
 		stop()
 		cancel()
 		s.m.waitSeconds.Observe(time.Since(start).Seconds())
@@ -426,31 +425,45 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		// Granted as the client went away: nobody will ever know this lease id, so
 		// free the lock now instead of at expiry.
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rerr := s.cfg.Locker.Release(rctx, name, lease.ID())
+		rerr := s.cfg.Locker.Release(rctx, name, g.ID)
 		cancel()
-		s.log.Info("released a grant whose client went away", "lock", name, "token", uint64(lease.Token()), "err", rerr)
+		s.log.Info("released a grant whose client went away", "lock", name, "token", uint64(g.Token), "err", rerr)
 		s.m.acquireSeconds.WithLabelValues("error").Observe(elapsed)
 		s.fail(w, r, op, name, because(ctx.Err(), "client went away"))
 		return
 	}
-	granted := grantedAt(lease, ttl, start)
+	granted := grantedAt(g, start)
 	s.m.grants.Inc()
 	s.m.acquireSeconds.WithLabelValues("granted").Observe(elapsed)
 	s.held.set(name, granted.Add(ttl))
-	s.log.Debug("granted", "lock", name, "token", uint64(lease.Token()), "ttl", ttl)
-	s.ok(w, r, leaseResponse{Name: name, Token: lease.Token(), Lease: lease.ID(), TTLms: ttl.Milliseconds(),
+	s.log.Debug("granted", "lock", name, "token", uint64(g.Token), "ttl", ttl)
+	s.ok(w, r, leaseResponse{Lease: Lease{Name: name, Token: g.Token, ID: g.ID, TTLms: ttl.Milliseconds()},
 		WaitedMs: granted.Sub(start).Milliseconds()})
 }
 
-// grantedAt returns when the backend request that granted lease was sent, which is
-// when the backend started counting its TTL: a fence.Lease's deadline is that time
-// plus the TTL. It is not when the backend answered: a grant can take a while to be
+// grant acquires name for a remote holder. A driver.Granter grants without a
+// *fence.Lease; from any other Locker the server takes a lease, whose expiry timer
+// runs until its TTL is over although nobody here watches it.
+func (s *Server) grant(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, error) {
+	if g, ok := s.cfg.Locker.(driver.Granter); ok {
+		return g.Grant(ctx, name, ttl, opts...)
+	}
+	lease, err := s.cfg.Locker.Acquire(ctx, name, ttl, opts...)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	return driver.Grant{Token: lease.Token(), ID: lease.ID(), Start: lease.Deadline().Add(-ttl)}, nil
+}
+
+// grantedAt returns when the backend request that made g was sent, which is when
+// the backend started counting its TTL: a holder's deadline is that time plus the
+// TTL. It is not when the backend answered: a grant can take a while to be
 // acknowledged (an fsync, a Redis WAIT, a Raft commit) after its TTL started, and a
 // holder dating its lease from the answer would believe in it for that much too long.
 // The result is clamped to [start, now], so a backend on another clock can only make
 // the holder's deadline earlier, never later.
-func grantedAt(lease *fence.Lease, ttl time.Duration, start time.Time) time.Time {
-	t := lease.Deadline().Add(-ttl)
+func grantedAt(g driver.Grant, start time.Time) time.Time {
+	t := g.Start
 	if now := time.Now(); t.After(now) {
 		t = now
 	}
@@ -491,16 +504,13 @@ func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStar
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 	var req renewRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, "renew", name, err)
-		return
-	}
-	ttl, err := s.ttlFromMs(req.TTLms)
-	if err == nil {
-		err = driver.ValidateLeaseID(req.Lease)
-	}
-	if err != nil {
-		s.fail(w, r, "renew", name, err)
+	var ttl time.Duration
+	if !s.readBody(w, r, "renew", name, &req, func() (err error) {
+		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
+			return err
+		}
+		return driver.ValidateLeaseID(req.Lease)
+	}) {
 		return
 	}
 	start := time.Now()
@@ -513,17 +523,12 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	s.held.set(name, start.Add(ttl))
-	s.ok(w, r, renewResponse{Name: name, TTLms: ttl.Milliseconds()})
+	s.ok(w, r, Renewed{Name: name, TTLms: ttl.Milliseconds()})
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	var req releaseRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, "release", name, err)
-		return
-	}
-	if err := driver.ValidateLeaseID(req.Lease); err != nil {
-		s.fail(w, r, "release", name, err)
+	if !s.readBody(w, r, "release", name, &req, func() error { return driver.ValidateLeaseID(req.Lease) }) {
 		return
 	}
 	if err := s.cfg.Locker.Release(r.Context(), name, req.Lease); err != nil {
@@ -531,18 +536,13 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	s.held.remove(name)
-	s.ok(w, r, releaseResponse{Name: name, Released: true})
+	s.ok(w, r, Released{Name: name, Released: true})
 }
 
 // heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
 func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 	var req healRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
-		s.fail(w, r, "heal", name, err)
-		return
-	}
-	if err := driver.ValidateToken(req.Seen); err != nil {
-		s.fail(w, r, "heal", name, err)
+	if !s.readBody(w, r, "heal", name, &req, func() error { return driver.ValidateToken(req.Seen) }) {
 		return
 	}
 	h, ok := s.cfg.Locker.(fence.Healer)
@@ -571,7 +571,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 	if err == nil {
 		var info fence.LockInfo
 		if info, err = in.Inspect(r.Context(), name); err == nil {
-			s.ok(w, r, toLockInfo(info))
+			s.ok(w, r, LockInfoOf(info))
 			return
 		}
 	}
@@ -611,11 +611,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "list", prefix, err)
 		return
 	}
-	resp := listResponse{Locks: make([]lockInfo, 0, len(infos))}
-	for _, i := range infos {
-		resp.Locks = append(resp.Locks, toLockInfo(i))
-	}
-	s.ok(w, r, resp)
+	s.ok(w, r, LockListOf(infos))
 }
 
 // handleKV serves GET and PUT /v1/kv/{key}.
@@ -786,6 +782,20 @@ func (s *Server) countRefusal(err error, key string, f fence.Fence) {
 		s.m.stale.Inc()
 		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
 	}
+}
+
+// readBody decodes the JSON body of op on name into v (see decodeJSON) and checks it
+// with valid. It answers the first error and returns false, or returns true.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, op, name string, v any, valid func() error) bool {
+	err := s.decodeJSON(w, r, v)
+	if err == nil {
+		err = valid()
+	}
+	if err != nil {
+		s.fail(w, r, op, name, err)
+		return false
+	}
+	return true
 }
 
 // decodeJSON decodes a JSON body strictly into v: one object, no unknown fields,

@@ -40,16 +40,22 @@ func call(t testing.TB, method, url, body string, header map[string]string) answ
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return send(t, http.DefaultClient, req)
+}
+
+// send sends req with hc and decodes a JSON answer if there is one.
+func send(t testing.TB, hc *http.Client, req *http.Request) answer {
+	t.Helper()
+	resp, err := hc.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	a := answer{status: resp.StatusCode, header: resp.Header, raw: string(data)}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		if err := json.Unmarshal(data, &a.json); err != nil {
-			t.Fatalf("%s %s: answer is not JSON: %v: %q", method, url, err, data)
+			t.Fatalf("%s %s: answer is not JSON: %v: %q", req.Method, req.URL, err, data)
 		}
 	}
 	return a

@@ -3,6 +3,7 @@ package fencehttp
 import (
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/fencelock/fence"
 )
@@ -40,12 +41,24 @@ type healRequest struct {
 	Seen fence.Token `json:"seen"`
 }
 
-// leaseResponse is the body of a 200 answer to acquire.
-type leaseResponse struct {
+// Lease is a lease as the API shows it, {"name","token","lease","ttl_ms"}: the body
+// of a 200 answer to acquire (which adds waited_ms), and what `fence acquire -o json`
+// prints. ID is the lease id, a credential.
+type Lease struct {
 	Name  string      `json:"name"`
 	Token fence.Token `json:"token"`
-	Lease string      `json:"lease"`
+	ID    string      `json:"lease"`
 	TTLms int64       `json:"ttl_ms"`
+}
+
+// LeaseOf returns l as the API shows it, with the TTL of its last grant or renewal.
+func LeaseOf(l *fence.Lease) Lease {
+	return Lease{Name: l.Name(), Token: l.Token(), ID: l.ID(), TTLms: l.TTL().Milliseconds()}
+}
+
+// leaseResponse is the body of a 200 answer to acquire.
+type leaseResponse struct {
+	Lease
 	// WaitedMs is the time from when the server got the request to when it sent the
 	// store the request that granted the lease (rounded down): when the store's TTL
 	// started, not when the store answered, which may be later by the grant's
@@ -55,20 +68,24 @@ type leaseResponse struct {
 	WaitedMs int64 `json:"waited_ms"`
 }
 
-// renewResponse is the body of a 200 answer to renew.
-type renewResponse struct {
+// Renewed is the body of a 200 answer to renew, {"name","ttl_ms"}, and what
+// `fence renew -o json` prints.
+type Renewed struct {
 	Name  string `json:"name"`
 	TTLms int64  `json:"ttl_ms"`
 }
 
-// releaseResponse is the body of a 200 answer to release.
-type releaseResponse struct {
+// Released is the body of a 200 answer to release, {"name","released":true}, and
+// what `fence release -o json` prints.
+type Released struct {
 	Name     string `json:"name"`
 	Released bool   `json:"released"`
 }
 
-// lockInfo is fence.LockInfo on the wire.
-type lockInfo struct {
+// LockInfo is fence.LockInfo as the API shows it: the body of a 200 answer to
+// GET /v1/locks/{name}, and what `fence status NAME -o json` prints. Token and
+// ExpiresInMs are absent when the lock is not held, LastToken when none was granted.
+type LockInfo struct {
 	Name        string      `json:"name"`
 	Held        bool        `json:"held"`
 	Token       fence.Token `json:"token,omitempty"`
@@ -76,8 +93,30 @@ type lockInfo struct {
 	ExpiresInMs int64       `json:"expires_in_ms,omitempty"`
 }
 
-type listResponse struct {
-	Locks []lockInfo `json:"locks"`
+// LockInfoOf returns i as the API shows it.
+func LockInfoOf(i fence.LockInfo) LockInfo {
+	return LockInfo{Name: i.Name, Held: i.Held, Token: i.Token, LastToken: i.LastToken, ExpiresInMs: i.ExpiresIn.Milliseconds()}
+}
+
+// toFence returns li as a fence.LockInfo.
+func (li LockInfo) toFence() fence.LockInfo {
+	return fence.LockInfo{Name: li.Name, Held: li.Held, Token: li.Token, LastToken: li.LastToken,
+		ExpiresIn: time.Duration(li.ExpiresInMs) * time.Millisecond}
+}
+
+// LockList is the body of a 200 answer to GET /v1/locks, {"locks":[...]}, and what
+// `fence status -o json` prints.
+type LockList struct {
+	Locks []LockInfo `json:"locks"`
+}
+
+// LockListOf returns infos as the API shows them; never a nil list ("locks":[]).
+func LockListOf(infos []fence.LockInfo) LockList {
+	l := LockList{Locks: make([]LockInfo, 0, len(infos))}
+	for _, i := range infos {
+		l.Locks = append(l.Locks, LockInfoOf(i))
+	}
+	return l
 }
 
 // kvResponse is the body of a 200 answer to PUT /v1/kv/{key} and POST /v1/fences/{key}.
@@ -107,10 +146,6 @@ type errorResponse struct {
 	Reason string `json:"reason,omitempty"`
 	// held, not_held, ...: the lock concerned
 	Name string `json:"name,omitempty"`
-}
-
-func toLockInfo(i fence.LockInfo) lockInfo {
-	return lockInfo{Name: i.Name, Held: i.Held, Token: i.Token, LastToken: i.LastToken, ExpiresInMs: i.ExpiresIn.Milliseconds()}
 }
 
 // EscapeName returns name escaped as one URL path segment: url.PathEscape, with '.'

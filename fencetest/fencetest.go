@@ -84,6 +84,28 @@ type Guarded interface {
 	fence.KV
 }
 
+// suiteCase is one named check of a conformance suite on a T.
+type suiteCase[T any] struct {
+	name string
+	f    func(*testing.T, T)
+}
+
+// runCases runs each case as a subtest of t on a fresh T from newT, and fails a
+// subtest whose factory returned nil (what names T in that message).
+func runCases[T comparable](t *testing.T, what string, newT func(*testing.T) T, cases []suiteCase[T]) {
+	t.Helper()
+	var none T
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newT(t)
+			if v == none {
+				t.Fatalf("fencetest: the factory returned a nil %s", what)
+			}
+			tc.f(t, v)
+		})
+	}
+}
+
 // uniqueName returns a lock name or key unique to this run of t, built from the
 // last element of t.Name() and random hex, using only characters every backend
 // accepts in keys.

@@ -30,10 +30,7 @@ import (
 func TestGuard(t *testing.T, newGuard func(t *testing.T) Guarded, opts ...Option) {
 	t.Helper()
 	_ = newConfig(opts) // no timing-dependent guard tests yet; options accepted for symmetry
-	tests := []struct {
-		name string
-		f    func(*testing.T, Guarded)
-	}{
+	runCases(t, "Guard", newGuard, []suiteCase[Guarded]{
 		{"Put_SeveralWritesUnderOneLease_Accepted", guardSeveralWritesOneLease},
 		{"Put_HigherToken_Accepted_TokensMaySkip", guardHigherAccepted},
 		{"Put_LowerToken_RejectedWithHighest", guardLowerRejected},
@@ -47,16 +44,7 @@ func TestGuard(t *testing.T, newGuard func(t *testing.T) Guarded, opts ...Option
 		{"BadKeysAndFences_RejectedWithErrInvalid", guardBadInput},
 		{"Resources_Independent", guardResourcesIndependent},
 		{"Concurrent_16Goroutines_HighestWins", guardConcurrent},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			g := newGuard(t)
-			if g == nil {
-				t.Fatal("fencetest: the factory returned a nil Guard")
-			}
-			tc.f(t, g)
-		})
-	}
+	})
 }
 
 // fencer makes fences of one made-up lock name, each token with its own lease id
@@ -140,10 +128,9 @@ func guardLowerRejected(t *testing.T, g Guarded) {
 	fc := newFencer(t)
 	key := uniqueName(t, "key")
 	mustPut(t, g, key, "ten", fc.at(10))
-	err := g.Put(testContext(t), key, []byte("seven"), fc.at(7))
-	wantStale(t, "Put with token 7 after 10", err, 7, 10)
-	err = g.Put(testContext(t), key, []byte("one"), fc.at(1))
-	wantStale(t, "Put with token 1 after 10", err, 1, 10)
+	ctx := testContext(t)
+	wantStale(t, "Put with token 7 after 10", g.Put(ctx, key, []byte("seven"), fc.at(7)), 7, 10)
+	wantStale(t, "Put with token 1 after 10", g.Put(ctx, key, []byte("one"), fc.at(1)), 1, 10)
 	wantValue(t, g, key, "ten", 10)
 }
 
@@ -152,12 +139,11 @@ func guardEqualOtherLease(t *testing.T, g Guarded) {
 	key := uniqueName(t, "key")
 	mine := fc.at(10)
 	mustPut(t, g, key, "mine", mine)
+	ctx := testContext(t)
 	other := fc.at(10) // same token, another lease: a regressed counter (P2)
-	err := g.Put(testContext(t), key, []byte("other"), other)
-	wantStale(t, "Put with an equal token under another lease", err, 10, 10)
+	wantStale(t, "Put with an equal token under another lease", g.Put(ctx, key, []byte("other"), other), 10, 10)
 	noLease := fence.Fence{Name: fc.name, Token: 10}
-	err = g.Put(testContext(t), key, []byte("nolease"), noLease)
-	wantStale(t, "Put with an equal token and no lease id", err, 10, 10)
+	wantStale(t, "Put with an equal token and no lease id", g.Put(ctx, key, []byte("nolease"), noLease), 10, 10)
 	wantValue(t, g, key, "mine", 10)
 	mustPut(t, g, key, "mine again", mine)
 }
@@ -358,42 +344,30 @@ func guardConcurrent(t *testing.T, g Guarded) {
 		clock atomic.Int64
 		mu    sync.Mutex
 		ops   []op
-		wg    sync.WaitGroup
-		errs  = make(chan error, workers)
 	)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perWorker; i++ {
-				// Worker w writes tokens w+1, w+1+16, ...: interleaved across workers.
-				tok := fence.Token(w + 1 + i*workers)
-				start := clock.Add(1)
-				err := g.Put(ctx, key, []byte(fmt.Sprintf("v%d", tok)), fc.at(tok))
-				end := clock.Add(1)
-				var st *fence.StaleTokenError
-				switch {
-				case err == nil:
-				case errors.As(err, &st):
-					if st.Highest <= tok {
-						errs <- fmt.Errorf("Put with token %d rejected with Highest %d; want Highest > %d", tok, st.Highest, tok)
-						return
-					}
-				default:
-					errs <- fmt.Errorf("Put with token %d = %v; want nil or a *fence.StaleTokenError", tok, err)
-					return
+	inParallel(t, workers, func(w int) error {
+		for i := 0; i < perWorker; i++ {
+			// Worker w writes tokens w+1, w+1+16, ...: interleaved across workers.
+			tok := fence.Token(w + 1 + i*workers)
+			start := clock.Add(1)
+			err := g.Put(ctx, key, []byte(fmt.Sprintf("v%d", tok)), fc.at(tok))
+			end := clock.Add(1)
+			var st *fence.StaleTokenError
+			switch {
+			case err == nil:
+			case errors.As(err, &st):
+				if st.Highest <= tok {
+					return fmt.Errorf("Put with token %d rejected with Highest %d; want Highest > %d", tok, st.Highest, tok)
 				}
-				mu.Lock()
-				ops = append(ops, op{tok, start, end, err == nil})
-				mu.Unlock()
+			default:
+				return fmt.Errorf("Put with token %d = %v; want nil or a *fence.StaleTokenError", tok, err)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			mu.Lock()
+			ops = append(ops, op{tok, start, end, err == nil})
+			mu.Unlock()
+		}
+		return nil
+	})
 	const top = fence.Token(workers * perWorker)
 	if len(ops) != workers*perWorker {
 		t.Fatalf("recorded %d Puts; want %d", len(ops), workers*perWorker)

@@ -26,10 +26,7 @@ import (
 func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ...Option) {
 	t.Helper()
 	s := &lockerSuite{cfg: newConfig(opts), newLocker: newLocker}
-	tests := []struct {
-		name string
-		f    func(*testing.T, fence.Locker)
-	}{
+	runCases(t, "Locker", newLocker, []suiteCase[fence.Locker]{
 		{"Acquire_ReturnsWellFormedLease", s.acquireWellFormed},
 		{"LeaseIDs_DistinctAndAtLeast128Bits", s.leaseIDsDistinct},
 		{"Acquire_HeldLock_ErrNotAcquired", s.acquireHeld},
@@ -56,16 +53,7 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"Inspector_ReportsState", s.inspector},
 		{"Healer_NextTokenAboveSeen", s.healer},
 		{"Healer_AtMaxToken_FailsClosed", s.healerMaxToken},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			l := newLocker(t)
-			if l == nil {
-				t.Fatal("fencetest: the factory returned a nil Locker")
-			}
-			tc.f(t, l)
-		})
-	}
+	})
 }
 
 type lockerSuite struct {
@@ -225,38 +213,26 @@ func (s *lockerSuite) tokenUnder16Goroutines(t *testing.T, l fence.Locker) {
 		tokens  []fence.Token // in grant order: appended while holding the lock
 		inside  atomic.Int32
 		overlap atomic.Int32
-		wg      sync.WaitGroup
-		errs    = make(chan error, workers)
 	)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := 0; r < rounds; r++ {
-				lease, err := l.Acquire(ctx, name, longTTL, fence.WithWait(fence.WaitForever))
-				if err != nil {
-					errs <- fmt.Errorf("Acquire with wait: %w", err)
-					return
-				}
-				if inside.Add(1) != 1 {
-					overlap.Add(1)
-				}
-				mu.Lock()
-				tokens = append(tokens, lease.Token())
-				mu.Unlock()
-				inside.Add(-1)
-				if err := lease.Release(ctx); err != nil {
-					errs <- fmt.Errorf("Release of token %d: %w", lease.Token(), err)
-					return
-				}
+	inParallel(t, workers, func(int) error {
+		for r := 0; r < rounds; r++ {
+			lease, err := l.Acquire(ctx, name, longTTL, fence.WithWait(fence.WaitForever))
+			if err != nil {
+				return fmt.Errorf("Acquire with wait: %w", err)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			if inside.Add(1) != 1 {
+				overlap.Add(1)
+			}
+			mu.Lock()
+			tokens = append(tokens, lease.Token())
+			mu.Unlock()
+			inside.Add(-1)
+			if err := lease.Release(ctx); err != nil {
+				return fmt.Errorf("Release of token %d: %w", lease.Token(), err)
+			}
+		}
+		return nil
+	})
 	if n := overlap.Load(); n > 0 {
 		t.Errorf("%d grants overlapped another unexpired, unreleased lease (P6)", n)
 	}
@@ -267,6 +243,28 @@ func (s *lockerSuite) tokenUnder16Goroutines(t *testing.T, l fence.Locker) {
 		if tokens[i] <= tokens[i-1] {
 			t.Fatalf("grant %d got token %d after token %d; want strictly increasing tokens (P1); all: %v", i, tokens[i], tokens[i-1], tokens)
 		}
+	}
+}
+
+// inParallel runs fn(0) to fn(n-1) in n goroutines, waits for them all, and
+// fails t with an error one of them returned.
+func inParallel(t *testing.T, n int, fn func(w int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(w); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
 
@@ -543,18 +541,7 @@ func (s *lockerSuite) waitCtxCancel(t *testing.T, l fence.Locker) {
 	s.settle(t, ch, "waiting forever on a held lock")
 	cancelled := time.Now()
 	cancel()
-	select {
-	case r := <-ch:
-		if r.err == nil {
-			releaseAtCleanup(t, r.lease)
-			t.Fatalf("Acquire after cancel granted token %d on a held lock (P6)", r.lease.Token())
-		}
-		if !errors.Is(r.err, fence.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("Acquire after cancel = %v; want an error matching both ErrNotAcquired and context.Canceled", r.err)
-		}
-	case <-time.After(promptly):
-		t.Fatalf("Acquire still waiting %v after its context was cancelled; want it to return promptly", time.Since(cancelled).Round(time.Millisecond))
-	}
+	wantGaveUp(t, ch, context.Canceled, "was cancelled", cancelled)
 }
 
 func (s *lockerSuite) waitCtxDeadline(t *testing.T, l fence.Locker) {
@@ -562,19 +549,27 @@ func (s *lockerSuite) waitCtxDeadline(t *testing.T, l fence.Locker) {
 	acquire(t, l, name, longTTL)
 	ctx, cancel := context.WithTimeout(testContext(t), s.cfg.shortTTL)
 	defer cancel()
-	start := time.Now()
+	deadline, _ := ctx.Deadline()
 	ch := goAcquire(ctx, l, name, longTTL, fence.WithWait(longWait))
+	wantGaveUp(t, ch, context.DeadlineExceeded, fmt.Sprintf("passed its %v deadline (wait %v)", s.cfg.shortTTL, longWait), deadline)
+}
+
+// wantGaveUp fails t unless the waiting Acquire behind ch returns, within
+// promptly of ended (when its context ended, as how says), an error matching both
+// fence.ErrNotAcquired and cause, and no lease on the held lock.
+func wantGaveUp(t *testing.T, ch <-chan acquireResult, cause error, how string, ended time.Time) {
+	t.Helper()
 	select {
 	case r := <-ch:
 		if r.err == nil {
 			releaseAtCleanup(t, r.lease)
-			t.Fatalf("Acquire granted token %d on a held lock (P6)", r.lease.Token())
+			t.Fatalf("Acquire whose context %s granted token %d on a held lock (P6)", how, r.lease.Token())
 		}
-		if !errors.Is(r.err, fence.ErrNotAcquired) || !errors.Is(r.err, context.DeadlineExceeded) {
-			t.Fatalf("Acquire whose context deadline passed = %v; want an error matching both ErrNotAcquired and context.DeadlineExceeded", r.err)
+		if !errors.Is(r.err, fence.ErrNotAcquired) || !errors.Is(r.err, cause) {
+			t.Fatalf("Acquire whose context %s = %v; want an error matching both ErrNotAcquired and %v", how, r.err, cause)
 		}
-	case <-time.After(s.cfg.shortTTL + promptly):
-		t.Fatalf("Acquire with a %v context deadline and a %v wait still waiting after %v; want it to return promptly after the deadline", s.cfg.shortTTL, longWait, time.Since(start).Round(time.Millisecond))
+	case <-time.After(time.Until(ended) + promptly):
+		t.Fatalf("Acquire still waiting %v after its context %s; want it to return within %v", time.Since(ended).Round(time.Millisecond), how, promptly)
 	}
 }
 

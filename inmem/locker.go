@@ -48,6 +48,7 @@ type Locker struct {
 
 var (
 	_ fence.Locker    = (*Locker)(nil)
+	_ driver.Granter  = (*Locker)(nil)
 	_ fence.Healer    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
 )
@@ -102,6 +103,12 @@ func (l *Locker) stateLocked(name string) *lockState {
 // counter is at fence.MaxToken.
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	return l.engine.Acquire(ctx, name, ttl, opts, l.try)
+}
+
+// Grant is Acquire without the *fence.Lease (see driver.Granter): the token, lease
+// id and start of the grant, with Acquire's errors.
+func (l *Locker) Grant(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, error) {
+	return l.engine.Grant(ctx, name, ttl, opts, l.try)
 }
 
 // try grants a lease if the name is free, or reports how it is held and hands the

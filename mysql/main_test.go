@@ -1,7 +1,6 @@
 package mysql_test
 
 import (
-	"context"
 	"database/sql"
 	"flag"
 	"fmt"
@@ -10,13 +9,11 @@ import (
 
 	"github.com/fencelock/fence/internal/sqlguardtest"
 	"github.com/fencelock/fence/internal/testserv"
-	"github.com/fencelock/fence/mysql"
 )
 
 // One MariaDB server serves the whole package; each test uses its own resources
 // and tables, so tests never see each other's rows.
 var (
-	server *testserv.MariaDBServer
 	testDB *sql.DB // database fence_test, clientFoundRows=true
 	dsn    string
 )
@@ -35,38 +32,13 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	var err error
-	server, err = testserv.StartMariaDB()
+	mdb, err := sqlguardtest.StartMariaDB()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mysql tests:", err)
 		return 1
 	}
-	defer server.Close()
-	root, err := mysql.Open(server.DSN(""))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mysql tests:", err)
-		return 1
-	}
-	if _, err := root.Exec("CREATE DATABASE IF NOT EXISTS fence_test"); err != nil {
-		fmt.Fprintln(os.Stderr, "mysql tests: create database:", err)
-		return 1
-	}
-	root.Close()
-	dsn = server.DSN("fence_test")
-	if testDB, err = mysql.Open(dsn); err != nil {
-		fmt.Fprintln(os.Stderr, "mysql tests:", err)
-		return 1
-	}
-	defer testDB.Close()
-	g := mysql.NewGuard(testDB, nil)
-	if err := g.CreateSchema(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "mysql tests:", err)
-		return 1
-	}
-	if err := mysql.NewKV(testDB, nil).CreateSchema(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "mysql tests:", err)
-		return 1
-	}
+	defer mdb.Close()
+	testDB, dsn = mdb.DB, mdb.DSN
 	return m.Run()
 }
 

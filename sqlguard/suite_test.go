@@ -20,7 +20,6 @@ import (
 // One MariaDB server serves the MariaDB dialect's tests; each test uses its own
 // resources and tables. The SQLite dialect's tests each get a fresh file.
 var (
-	server  *testserv.MariaDBServer
 	mariaDB *sql.DB // database fence_test, clientFoundRows=true
 	dsn     string
 )
@@ -34,38 +33,13 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	var err error
-	if server, err = testserv.StartMariaDB(); err != nil {
-		fmt.Fprintln(os.Stderr, "sqlguard tests:", err)
-		return 1
-	}
-	defer server.Close()
-	root, err := mysql.Open(server.DSN(""))
+	mdb, err := sqlguardtest.StartMariaDB()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sqlguard tests:", err)
 		return 1
 	}
-	_, err = root.Exec("CREATE DATABASE IF NOT EXISTS fence_test")
-	root.Close()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sqlguard tests: create database:", err)
-		return 1
-	}
-	dsn = server.DSN("fence_test")
-	if mariaDB, err = mysql.Open(dsn); err != nil {
-		fmt.Fprintln(os.Stderr, "sqlguard tests:", err)
-		return 1
-	}
-	defer mariaDB.Close()
-	ctx := context.Background()
-	if err := mysql.NewGuard(mariaDB, nil).CreateSchema(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "sqlguard tests:", err)
-		return 1
-	}
-	if err := mysql.NewKV(mariaDB, nil).CreateSchema(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "sqlguard tests:", err)
-		return 1
-	}
+	defer mdb.Close()
+	mariaDB, dsn = mdb.DB, mdb.DSN
 	return m.Run()
 }
 

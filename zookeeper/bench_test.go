@@ -15,7 +15,6 @@ import (
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 

@@ -59,15 +59,9 @@ usage errors.`,
 			}
 			w := watchSignals(cmd.Context())
 			defer w.stop()
-			lease, err := acquireLease(w.ctx, c, name, ttl, wait)
-			if sig := w.end(); sig != 0 {
-				if lease != nil {
-					_ = releaseLease(lease)
-				}
-				return interrupted(name, sig)
-			}
+			lease, err := acquireWatched(w, c, name, ttl, wait)
 			if err != nil {
-				return notAcquired(name, wait, err)
+				return err
 			}
 			return printLease(cmd.OutOrStdout(), lease)
 		},
@@ -94,6 +88,23 @@ func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wa
 		}
 	}
 	return c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(wait))...)
+}
+
+// acquireWatched is acquireLease under w's signals, with the commands' errors: a
+// signal that ended the wait is the error (interrupted), and a lease granted
+// meanwhile is released; an acquire error is notAcquired's.
+func acquireWatched(w *waitSignals, c *fencehttp.Client, name string, ttl, wait time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	lease, err := acquireLease(w.ctx, c, name, ttl, wait, opts...)
+	if sig := w.end(); sig != 0 {
+		if lease != nil {
+			_ = releaseLease(lease)
+		}
+		return nil, interrupted(name, sig)
+	}
+	if err != nil {
+		return nil, notAcquired(name, wait, err)
+	}
+	return lease, nil
 }
 
 // notAcquired turns an acquire error into the exit status: 75 when the lock stayed
@@ -231,17 +242,11 @@ yours, and writes under its token may be refused by a guard.`,
 			if err != nil {
 				return err
 			}
-			c, err := flags.client()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			if err := c.Renew(ctx, name, id, ttl); err != nil {
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error { return c.Renew(ctx, name, id, ttl) }); err != nil {
 				return err
 			}
 			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"name": name, "ttl_ms": ttl.Milliseconds()})
+				return printJSON(cmd.OutOrStdout(), fencehttp.Renewed{Name: name, TTLms: ttl.Milliseconds()})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "renewed %s for %v\n", name, ttl)
 			return err
@@ -271,17 +276,11 @@ held; it never releases somebody else's lease, so retrying is safe.`,
 			if err != nil {
 				return err
 			}
-			c, err := flags.client()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			if err := c.Release(ctx, name, id); err != nil {
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error { return c.Release(ctx, name, id) }); err != nil {
 				return err
 			}
 			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"name": name, "released": true})
+				return printJSON(cmd.OutOrStdout(), fencehttp.Released{Name: name, Released: true})
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", name)
 			return err
@@ -290,19 +289,6 @@ held; it never releases somebody else's lease, so retrying is safe.`,
 	flags = addClientFlags(cmd)
 	cmd.Flags().StringVar(&lease, "lease", "", "lease id (default $"+envLease+")")
 	return cmd
-}
-
-// lockInfoOut is a lock's state as `fence status -o json` prints it.
-type lockInfoOut struct {
-	Name        string      `json:"name"`
-	Held        bool        `json:"held"`
-	Token       fence.Token `json:"token,omitempty"`
-	LastToken   fence.Token `json:"last_token,omitempty"`
-	ExpiresInMs int64       `json:"expires_in_ms,omitempty"`
-}
-
-func toInfoOut(i fence.LockInfo) lockInfoOut {
-	return lockInfoOut{Name: i.Name, Held: i.Held, Token: i.Token, LastToken: i.LastToken, ExpiresInMs: i.ExpiresIn.Milliseconds()}
 }
 
 func newStatusCmd() *cobra.Command {
@@ -340,7 +326,7 @@ never shown.`,
 					return err
 				}
 				if output == "json" {
-					return printJSON(out, toInfoOut(info))
+					return printJSON(out, fencehttp.LockInfoOf(info))
 				}
 				return printInfos(out, []fence.LockInfo{info})
 			}
@@ -349,11 +335,7 @@ never shown.`,
 				return err
 			}
 			if output == "json" {
-				list := make([]lockInfoOut, 0, len(infos))
-				for _, i := range infos {
-					list = append(list, toInfoOut(i))
-				}
-				return printJSON(out, map[string]any{"locks": list})
+				return printJSON(out, fencehttp.LockListOf(infos))
 			}
 			return printInfos(out, infos)
 		},

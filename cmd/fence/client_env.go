@@ -165,6 +165,18 @@ func (cf *clientFlags) childEnv() []string {
 	return env
 }
 
+// call runs do with the client of the flags, under a context that SIGINT and
+// SIGTERM cancel: one request of a command, and its error.
+func (f *clientFlags) call(cmd *cobra.Command, do func(context.Context, *fencehttp.Client) error) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	return do(ctx, c)
+}
+
 // signalContext is the command's context, cancelled by SIGINT or SIGTERM so that a
 // wait ends cleanly.
 func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
@@ -210,17 +222,9 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// leaseOut is how the commands print a lease: the shape of the API's acquire answer.
-type leaseOut struct {
-	Name  string      `json:"name"`
-	Token fence.Token `json:"token"`
-	Lease string      `json:"lease"`
-	TTLms int64       `json:"ttl_ms"`
-}
-
 func printLease(w io.Writer, l *fence.Lease) error {
 	if output == "json" {
-		return printJSON(w, leaseOut{Name: l.Name(), Token: l.Token(), Lease: l.ID(), TTLms: l.TTL().Milliseconds()})
+		return printJSON(w, fencehttp.LeaseOf(l))
 	}
 	_, err := fmt.Fprintf(w, "name   %s\ntoken  %d\nlease  %s\nttl    %v\n", l.Name(), l.Token(), l.ID(), l.TTL())
 	return err

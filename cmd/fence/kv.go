@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -105,13 +106,9 @@ token seen) or the server refuses the write; 2 for usage errors.`,
 			} else {
 				value = []byte(valueArg)
 			}
-			c, err := flags.client()
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			if err := c.Put(ctx, key, value, fence.Fence{Name: lock, Token: tok, LeaseID: lease}); err != nil {
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error {
+				return c.Put(ctx, key, value, fence.Fence{Name: lock, Token: tok, LeaseID: lease})
+			}); err != nil {
 				return err
 			}
 			if output == "json" {
@@ -142,14 +139,11 @@ UTF-8. Exit 1 if KEY was never written.`,
 			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
 				return err
 			}
-			c, err := flags.client()
-			if err != nil {
+			var item fence.Item
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) (err error) {
+				item, err = c.Get(ctx, key)
 				return err
-			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			item, err := c.Get(ctx, key)
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -162,7 +156,7 @@ UTF-8. Exit 1 if KEY was never written.`,
 				}
 				return printJSON(out, v)
 			}
-			_, err = out.Write(item.Value)
+			_, err := out.Write(item.Value)
 			return err
 		},
 	}

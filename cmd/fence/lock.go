@@ -95,15 +95,9 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			// finds the default action (death with the lock held) in between.
 			w := watchSignals(cmd.Context())
 			defer w.stop()
-			lease, err := acquireLease(w.ctx, c, name, ttl, wait, fence.WithAutoRenew())
-			if sig := w.end(); sig != 0 {
-				if lease != nil {
-					_ = releaseLease(lease)
-				}
-				return interrupted(name, sig)
-			}
+			lease, err := acquireWatched(w, c, name, ttl, wait, fence.WithAutoRenew())
 			if err != nil {
-				return notAcquired(name, wait, err)
+				return err
 			}
 			r := &lockRun{name: name, lease: lease, grace: grace, env: flags.childEnv(), sigs: w.sigs}
 			var code int

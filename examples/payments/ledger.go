@@ -23,11 +23,10 @@ const (
 	tableUnconstrained = "payouts_unconstrained"
 )
 
-// ledgerSchema is the DDL of both payouts tables. status is 'claimed' while the
-// provider call runs and 'paid' once its charge id is recorded; token is the fencing
-// token of the instance that claimed the line (0 when fencing is off).
-const ledgerSchema = `
-CREATE TABLE IF NOT EXISTS payouts (
+// payoutColumns are the columns of both payouts tables. status is 'claimed' while
+// the provider call runs and 'paid' once its charge id is recorded; token is the
+// fencing token of the instance that claimed the line (0 when fencing is off).
+const payoutColumns = `
     id           bigserial PRIMARY KEY,
     batch_id     text   NOT NULL,
     line         int    NOT NULL CHECK (line > 0),
@@ -35,18 +34,15 @@ CREATE TABLE IF NOT EXISTS payouts (
     claimed_by   text   NOT NULL,
     token        bigint NOT NULL DEFAULT 0,
     status       text   NOT NULL DEFAULT 'claimed' CHECK (status IN ('claimed', 'paid')),
-    charge_id    text,
+    charge_id    text`
+
+// ledgerSchema is the DDL of both payouts tables: the same columns, the unique
+// constraint on one only.
+const ledgerSchema = `
+CREATE TABLE IF NOT EXISTS payouts (` + payoutColumns + `,
     UNIQUE (batch_id, line)
 );
-CREATE TABLE IF NOT EXISTS payouts_unconstrained (
-    id           bigserial PRIMARY KEY,
-    batch_id     text   NOT NULL,
-    line         int    NOT NULL CHECK (line > 0),
-    amount_cents bigint NOT NULL CHECK (amount_cents > 0),
-    claimed_by   text   NOT NULL,
-    token        bigint NOT NULL DEFAULT 0,
-    status       text   NOT NULL DEFAULT 'claimed' CHECK (status IN ('claimed', 'paid')),
-    charge_id    text
+CREATE TABLE IF NOT EXISTS payouts_unconstrained (` + payoutColumns + `
 );
 CREATE INDEX IF NOT EXISTS payouts_unconstrained_batch_idx ON payouts_unconstrained (batch_id, line)`
 

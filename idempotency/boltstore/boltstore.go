@@ -108,17 +108,8 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lockTimeout,
 	if err := idempotency.ValidateBegin("bolt begin", key, fingerprint, lockTimeout, retention); err != nil {
 		return idempotency.Claim{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return idempotency.Claim{}, fmt.Errorf("idempotency: bolt begin %q: %w", key, err)
-	}
 	var claim idempotency.Claim
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(s.bucket)
-		now := s.clock.Now()
-		rec, err := getRecord(b, key)
-		if err != nil {
-			return err
-		}
+	err := s.update(ctx, "begin", key, func(b *bolt.Bucket, rec *boltRecord, now time.Time) error {
 		switch {
 		case rec == nil || !now.Before(rec.ExpiresAt):
 		case rec.Fingerprint != fingerprint:
@@ -136,7 +127,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string, lockTimeout,
 		return putRecord(b, key, &boltRecord{Fingerprint: fingerprint, Owner: owner, LockedUntil: now.Add(lockTimeout), ExpiresAt: now.Add(retention)})
 	})
 	if err != nil {
-		return idempotency.Claim{}, boltWrap(fmt.Sprintf("begin %q", key), err)
+		return idempotency.Claim{}, err
 	}
 	return claim, nil
 }
@@ -169,6 +160,18 @@ func (s *Store) Release(ctx context.Context, key, owner string) error {
 
 // owned1 runs f on key's record in a write transaction if owner owns it in flight.
 func (s *Store) owned1(ctx context.Context, op, key, owner string, f func(*bolt.Bucket, *boltRecord, time.Time) error) error {
+	return s.update(ctx, op, key, func(b *bolt.Bucket, rec *boltRecord, now time.Time) error {
+		if rec == nil || rec.Done || rec.Owner != owner || !now.Before(rec.ExpiresAt) {
+			return idempotency.ErrNotOwner
+		}
+		return f(b, rec, now)
+	})
+}
+
+// update runs f in one write transaction on key's record (nil if there is none)
+// at the clock's now. Its errors name op and key: the context's error if ctx is
+// done, else f's or the database's (through boltWrap).
+func (s *Store) update(ctx context.Context, op, key string, f func(*bolt.Bucket, *boltRecord, time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("idempotency: bolt %s %q: %w", op, key, err)
 	}
@@ -178,9 +181,6 @@ func (s *Store) owned1(ctx context.Context, op, key, owner string, f func(*bolt.
 		rec, err := getRecord(b, key)
 		if err != nil {
 			return err
-		}
-		if rec == nil || rec.Done || rec.Owner != owner || !now.Before(rec.ExpiresAt) {
-			return idempotency.ErrNotOwner
 		}
 		return f(b, rec, now)
 	})

@@ -19,11 +19,60 @@ import (
 // conditional UPDATE (no extra statement). Interleaved_FencedVsPlain alternates
 // them in every iteration and reports the ratios.
 func Benchmarks[D sqlguard.Dialector](b *testing.B, s Backend[D], newDB func(b *testing.B) *sql.DB) {
-	b.Run("Tx_Plain", func(b *testing.B) { s.benchTxPlain(b, newDB(b)) })
-	b.Run("Tx_ResourceFenced", func(b *testing.B) { s.benchTxResourceFenced(b, newDB(b)) })
-	b.Run("RowWrite_PlainUpdate", func(b *testing.B) { s.benchRowWritePlainUpdate(b, newDB(b)) })
-	b.Run("RowWrite_FencedUpdate", func(b *testing.B) { s.benchRowWriteFencedUpdate(b, newDB(b)) })
+	writes := func(b *testing.B) benchWrites { return s.benchWrites(b, newDB(b)) }
+	b.Run("Tx_Plain", func(b *testing.B) { benchLoop(b, writes(b).plainTx) })
+	b.Run("Tx_ResourceFenced", func(b *testing.B) { benchLoop(b, writes(b).fencedTx) })
+	b.Run("RowWrite_PlainUpdate", func(b *testing.B) { benchLoop(b, writes(b).plainRow) })
+	b.Run("RowWrite_FencedUpdate", func(b *testing.B) { benchLoop(b, writes(b).fencedRow) })
 	b.Run("Interleaved_FencedVsPlain", func(b *testing.B) { s.benchInterleavedFencedVsPlain(b, newDB(b)) })
+}
+
+// benchLoop times write(i) for i = 0, 1, ... until b has enough.
+func benchLoop(b *testing.B, write func(i int) error) {
+	for i := 0; b.Loop(); i++ {
+		if err := write(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchWrites are the four writes the benchmarks time, each writing value i.
+type benchWrites struct {
+	plainTx   func(i int) error // BEGIN; UPDATE data; COMMIT
+	fencedTx  func(i int) error // BEGIN; FenceTx; UPDATE data; COMMIT
+	plainRow  func(i int) error // UPDATE of the accounts row
+	fencedRow func(i int) error // Row.Update of the same row
+}
+
+// benchWrites makes the tables of the benchmarks in d and returns their writes.
+func (s *Backend[D]) benchWrites(b *testing.B, d *sql.DB) benchWrites {
+	data, table, r := s.benchTables(b, d)
+	g := s.NewGuard(d, "")
+	ctx := context.Background()
+	res := Resource(b)
+	f := fence.Fence{Name: "bench", Token: 2, LeaseID: "l"}
+	update := func(tx *sql.Tx, i int) error {
+		_, err := tx.ExecContext(ctx, "UPDATE `"+data+"` SET v = ? WHERE id = 1", i)
+		return err
+	}
+	return benchWrites{
+		plainTx: func(i int) error {
+			return InTx(ctx, d, func(tx *sql.Tx) error { return update(tx, i) })
+		},
+		fencedTx: func(i int) error {
+			return InTx(ctx, d, func(tx *sql.Tx) error {
+				if err := g.FenceTx(ctx, tx, res, f); err != nil {
+					return err
+				}
+				return update(tx, i)
+			})
+		},
+		plainRow: func(i int) error {
+			_, err := d.ExecContext(ctx, "UPDATE `"+table+"` SET balance = ? WHERE id = ?", i, 1)
+			return err
+		},
+		fencedRow: func(i int) error { return r.Update(ctx, d, f, 1, i) },
+	}
 }
 
 func (s *Backend[D]) benchTables(b *testing.B, d *sql.DB) (data, table string, r *sqlguard.Row[D]) {
@@ -38,104 +87,26 @@ func (s *Backend[D]) benchTables(b *testing.B, d *sql.DB) (data, table string, r
 	return data, table, r
 }
 
-func (s *Backend[D]) benchTxPlain(b *testing.B, d *sql.DB) {
-	data, _, _ := s.benchTables(b, d)
-	ctx := context.Background()
-	for i := 0; b.Loop(); i++ {
-		err := InTx(ctx, d, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "UPDATE `"+data+"` SET v = ? WHERE id = 1", i)
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func (s *Backend[D]) benchTxResourceFenced(b *testing.B, d *sql.DB) {
-	data, _, _ := s.benchTables(b, d)
-	g := s.NewGuard(d, "")
-	ctx := context.Background()
-	r := Resource(b)
-	f := FenceOf("bench", 1, "lease")
-	for i := 0; b.Loop(); i++ {
-		err := InTx(ctx, d, func(tx *sql.Tx) error {
-			if err := g.FenceTx(ctx, tx, r, f); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, "UPDATE `"+data+"` SET v = ? WHERE id = 1", i)
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func (s *Backend[D]) benchRowWritePlainUpdate(b *testing.B, d *sql.DB) {
-	_, table, _ := s.benchTables(b, d)
-	ctx := context.Background()
-	for i := 0; b.Loop(); i++ {
-		if _, err := d.ExecContext(ctx, "UPDATE `"+table+"` SET balance = ? WHERE id = ?", i, 1); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func (s *Backend[D]) benchRowWriteFencedUpdate(b *testing.B, d *sql.DB) {
-	_, _, r := s.benchTables(b, d)
-	ctx := context.Background()
-	f := fence.Fence{Name: "bench", Token: 2, LeaseID: "l"}
-	for i := 0; b.Loop(); i++ {
-		if err := r.Update(ctx, d, f, 1, i); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // benchInterleavedFencedVsPlain alternates the plain and the fenced variant in
 // every iteration and reports each one's mean time and their ratio, so that load
 // from other processes hits both alike (the separate benchmarks above drift on a
 // shared machine). tx-ratio compares the transactions (FenceTx adds one
 // statement); row-ratio compares Row.Update with the plain UPDATE.
 func (s *Backend[D]) benchInterleavedFencedVsPlain(b *testing.B, d *sql.DB) {
-	data, table, r := s.benchTables(b, d)
-	g := s.NewGuard(d, "")
-	ctx := context.Background()
-	res := Resource(b)
-	f := fence.Fence{Name: "bench", Token: 2, LeaseID: "l"}
+	w := s.benchWrites(b, d)
 	var plainTx, fencedTx, plainRow, fencedRow time.Duration
+	timed := func(total *time.Duration, write func(int) error, i int) {
+		start := time.Now()
+		if err := write(i); err != nil {
+			b.Fatal(err)
+		}
+		*total += time.Since(start)
+	}
 	for i := 0; b.Loop(); i++ {
-		t0 := time.Now()
-		if err := InTx(ctx, d, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "UPDATE `"+data+"` SET v = ? WHERE id = 1", i)
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := InTx(ctx, d, func(tx *sql.Tx) error {
-			if err := g.FenceTx(ctx, tx, res, f); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, "UPDATE `"+data+"` SET v = ? WHERE id = 1", i)
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if _, err := d.ExecContext(ctx, "UPDATE `"+table+"` SET balance = ? WHERE id = ?", i, 1); err != nil {
-			b.Fatal(err)
-		}
-		t3 := time.Now()
-		if err := r.Update(ctx, d, f, 1, i); err != nil {
-			b.Fatal(err)
-		}
-		t4 := time.Now()
-		plainTx += t1.Sub(t0)
-		fencedTx += t2.Sub(t1)
-		plainRow += t3.Sub(t2)
-		fencedRow += t4.Sub(t3)
+		timed(&plainTx, w.plainTx, i)
+		timed(&fencedTx, w.fencedTx, i)
+		timed(&plainRow, w.plainRow, i)
+		timed(&fencedRow, w.fencedRow, i)
 	}
 	n := float64(b.N)
 	b.ReportMetric(float64(plainTx.Nanoseconds())/n, "plain-tx-ns")

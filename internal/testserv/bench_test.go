@@ -11,28 +11,17 @@ import (
 // go test -run '^$' -bench Start -benchtime 5x ./internal/testserv/
 
 func BenchmarkStartRedis(b *testing.B) {
-	for b.Loop() {
-		s, err := testserv.StartRedis()
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Close()
-	}
+	benchStart(b, func() (*testserv.RedisServer, error) { return testserv.StartRedis() })
 }
 
-func BenchmarkStartPostgres(b *testing.B) {
-	for b.Loop() {
-		s, err := testserv.StartPostgres()
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Close()
-	}
-}
+func BenchmarkStartPostgres(b *testing.B) { benchStart(b, testserv.StartPostgres) }
 
-func BenchmarkStartMariaDB(b *testing.B) {
+func BenchmarkStartMariaDB(b *testing.B) { benchStart(b, testserv.StartMariaDB) }
+
+// benchStart times start and Close of the server start returns.
+func benchStart[S interface{ Close() }](b *testing.B, start func() (S, error)) {
 	for b.Loop() {
-		s, err := testserv.StartMariaDB()
+		s, err := start()
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/fencelock/fence/internal/servers"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/fencelock/fence/internal/servers"
 )
 
 // MariaDBServer is a throwaway MariaDB server on 127.0.0.1 whose root user has an empty

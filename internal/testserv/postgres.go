@@ -3,7 +3,6 @@ package testserv
 import (
 	"context"
 	"fmt"
-	"github.com/fencelock/fence/internal/servers"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencelock/fence/internal/servers"
 )
 
 // PostgresServer is a throwaway PostgreSQL server on 127.0.0.1 with trust

@@ -4,12 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/fencelock/fence/internal/servers"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/fencelock/fence/internal/servers"
 )
 
 // Creating a data directory (initdb, mariadb-install-db) costs seconds of CPU, more on a

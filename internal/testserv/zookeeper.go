@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/fencelock/fence/internal/servers"
 	"io"
 	"net"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fence/internal/servers"
 )
 
 // ZooKeeper timing of every server started here. The session timeouts a client may

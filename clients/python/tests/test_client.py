@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 import uuid
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -60,6 +60,24 @@ class Base(unittest.TestCase):
         """Asserts that name can be acquired at once (and releases it)."""
         lease = self.other.acquire(name, ttl=5)
         lease.release()
+
+    def release_elsewhere(self, lease: fence.Lease) -> None:
+        """Releases lease through the other client, as someone else holding its id
+        (a credential) would."""
+        name = lease.name
+        self.other._post_json("release", name, "/v1/locks/%s/release" % fence.escape_name(name), {"lease": lease.id})
+
+    def assert_refused_not_held(self, op: str, call: Callable[[], None], lease: fence.Lease) -> fence.NotHeldError:
+        """Asserts that call raises the server's 410 NotHeldError for op on lease
+        and sets lease.lost; returns the error."""
+        with self.assertRaises(fence.NotHeldError) as cm:
+            call()
+        self.assertEqual(cm.exception.status, 410)
+        self.assertEqual(
+            str(cm.exception), '%s "%s": lease not held (expired, released, or never granted)' % (op, lease.name)
+        )
+        self.assertTrue(lease.lost.is_set())
+        return cm.exception
 
 
 class TestAcquireRelease(Base):
@@ -112,14 +130,8 @@ class TestAcquireRelease(Base):
     def test_release_of_a_lease_released_by_someone_else_raises_not_held_and_sets_lost(self) -> None:
         name = unique("relother")
         lease = self.client.acquire(name, ttl=10)
-        self.other._post_json("release", name, "/v1/locks/%s/release" % fence.escape_name(name), {"lease": lease.id})
-        with self.assertRaises(fence.NotHeldError) as cm:
-            lease.release()
-        self.assertEqual(cm.exception.status, 410)
-        self.assertEqual(
-            str(cm.exception), 'release "%s": lease not held (expired, released, or never granted)' % name
-        )
-        self.assertTrue(lease.lost.is_set())
+        self.release_elsewhere(lease)
+        self.assert_refused_not_held("release", lease.release, lease)
 
 
 class TestHeld(Base):
@@ -228,13 +240,9 @@ class TestRenew(Base):
     def test_renew_refused_by_the_server_sets_lost(self) -> None:
         name = unique("renewrefused")
         lease = self.client.acquire(name, ttl=10)
-        self.other._post_json("release", name, "/v1/locks/%s/release" % fence.escape_name(name), {"lease": lease.id})
-        with self.assertRaises(fence.NotHeldError) as cm:
-            lease.renew()
-        self.assertEqual(cm.exception.status, 410)
-        self.assertEqual(str(cm.exception), 'renew "%s": lease not held (expired, released, or never granted)' % name)
-        self.assertTrue(lease.lost.is_set())
-        self.assertIs(lease.lost_reason, cm.exception)
+        self.release_elsewhere(lease)
+        err = self.assert_refused_not_held("renew", lease.renew, lease)
+        self.assertIs(lease.lost_reason, err)
         with self.assertRaises(fence.NotHeldError):
             lease.renew()
 
@@ -275,9 +283,7 @@ class TestLock(Base):
         with self.client.lock(name, ttl=0.9) as lease:
             # Someone with the lease id (a credential) releases it; the renewal at
             # ttl/3 is then refused.
-            self.other._post_json(
-                "release", name, "/v1/locks/%s/release" % fence.escape_name(name), {"lease": lease.id}
-            )
+            self.release_elsewhere(lease)
             self.assertTrue(lease.lost.wait(5), "lost not set after a refused renewal")
             self.assertIsInstance(lease.lost_reason, fence.NotHeldError)
             assert lease.lost_reason is not None

@@ -1,0 +1,63 @@
+package sqlguardtest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/mysql"
+)
+
+// MariaDB is the one MariaDB server of a test binary, with the database
+// fence_test that its tests share (each test uses its own resources and tables).
+type MariaDB struct {
+	Server *testserv.MariaDBServer
+	// DB is an open database fence_test (clientFoundRows=true) holding the mysql
+	// dialect's default fences and KV tables.
+	DB *sql.DB
+	// DSN is the DSN of fence_test, for tests that open connections of their own.
+	DSN string
+}
+
+// StartMariaDB starts a MariaDB server for a TestMain and creates the database
+// fence_test with the default fences and KV tables. The caller must Close it. It
+// returns testserv.StartMariaDB's error (matching testserv.ErrNotFound if MariaDB
+// is not installed), or one saying which step of the set-up failed.
+func StartMariaDB() (*MariaDB, error) {
+	server, err := testserv.StartMariaDB()
+	if err != nil {
+		return nil, err
+	}
+	m := &MariaDB{Server: server, DSN: server.DSN("fence_test")}
+	if err := m.setUp(context.Background()); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *MariaDB) setUp(ctx context.Context) error {
+	if err := m.Server.Exec("CREATE DATABASE IF NOT EXISTS fence_test"); err != nil {
+		return err
+	}
+	var err error
+	if m.DB, err = mysql.Open(m.DSN); err != nil {
+		return err
+	}
+	if err := mysql.NewGuard(m.DB, nil).CreateSchema(ctx); err != nil {
+		return fmt.Errorf("sqlguardtest: create fences table: %w", err)
+	}
+	if err := mysql.NewKV(m.DB, nil).CreateSchema(ctx); err != nil {
+		return fmt.Errorf("sqlguardtest: create KV table: %w", err)
+	}
+	return nil
+}
+
+// Close closes the database and stops the server, removing its directory.
+func (m *MariaDB) Close() {
+	if m.DB != nil {
+		m.DB.Close()
+	}
+	m.Server.Close()
+}
