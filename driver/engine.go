@@ -113,7 +113,9 @@ const (
 //     fence.ErrNotAcquired and a *fence.HeldError;
 //   - "BACKEND: lock NAME not acquired after waiting W: context canceled; held ..."
 //     when ctx ended the wait (or a try), matching fence.ErrNotAcquired and
-//     ctx.Err() (and a *fence.HeldError if a try saw the holder);
+//     ctx.Err() (and a *fence.HeldError if a try saw the holder); if the last try
+//     had failed ("...: context deadline exceeded; last try: fence: store
+//     unavailable ..."), its error too;
 //   - "BACKEND: acquire: fence: invalid name ..." for a bad name, and
 //     "BACKEND: acquire NAME: ERR" for everything else: a bad TTL (fence.ErrInvalid),
 //     Close (fence.ErrClosed), and the TryFunc's errors, such as
@@ -168,14 +170,17 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 		defer waitOver.stop()
 	}
 	r := &Request{Name: name, TTL: ttl, Options: o, Waiting: o.Wait > 0}
-	var held *fence.HeldError // what the last try saw
-	backoff := time.Duration(0)
+	var (
+		held    *fence.HeldError // what the last try that looked saw
+		lastErr error            // the last try's failure, if it failed
+		backoff time.Duration
+	)
 	for {
 		if e.closed() {
 			return Grant{}, e.wrap(name, fence.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
-			return Grant{}, e.notAcquired(name, clock.Now().Sub(begin), held, err)
+			return Grant{}, e.notAcquired(name, clock.Now().Sub(begin), held, err, lastErr)
 		}
 		r.Try++
 		r.ID = NewLeaseID()
@@ -188,26 +193,30 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 		start := clock.Now()
 		res, err := try(ctx, r)
 		if err != nil {
-			if ctx.Err() != nil && !definitive(err) {
-				return Grant{}, e.notAcquired(name, clock.Now().Sub(begin), held, ctx.Err())
-			}
 			var tr *transientError
-			if !errors.As(err, &tr) {
+			if errors.As(err, &tr) {
+				err = tr.err
+			}
+			if ctx.Err() != nil && !definitive(err) {
+				return Grant{}, e.notAcquired(name, clock.Now().Sub(begin), held, ctx.Err(), err)
+			}
+			if tr == nil {
 				return Grant{}, e.wrap(name, err)
 			}
 			if !r.Waiting {
-				return Grant{}, e.wrap(name, tr.err)
+				return Grant{}, e.wrap(name, err)
 			}
+			lastErr = err
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
 			if err := e.sleep(ctx, clock, backoff, nil, waitOver.c); err != nil {
 				if errors.Is(err, errWaitOver) {
-					return Grant{}, e.wrap(name, tr.err)
+					return Grant{}, e.wrap(name, lastErr)
 				}
-				return Grant{}, e.ended(name, clock.Now().Sub(begin), held, err)
+				return Grant{}, e.ended(name, clock.Now().Sub(begin), held, err, lastErr)
 			}
 			continue
 		}
-		backoff = 0
+		backoff, lastErr = 0, nil
 		if res.Token != 0 {
 			if res.Start.IsZero() {
 				res.Start = start
@@ -219,7 +228,7 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 		}
 		held = &fence.HeldError{Name: name, ExpiresIn: max(res.ExpiresIn, 0)}
 		if !r.Waiting {
-			return Grant{}, e.notAcquired(name, 0, held, nil)
+			return Grant{}, e.notAcquired(name, 0, held, nil, nil)
 		}
 		if res.Again {
 			continue
@@ -236,9 +245,9 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 		}
 		if err := e.sleep(ctx, clock, d, res.Wake, waitOver.c); err != nil {
 			if errors.Is(err, errWaitOver) {
-				return Grant{}, e.notAcquired(name, o.Wait, held, nil)
+				return Grant{}, e.notAcquired(name, o.Wait, held, nil, nil)
 			}
-			return Grant{}, e.ended(name, clock.Now().Sub(begin), held, err)
+			return Grant{}, e.ended(name, clock.Now().Sub(begin), held, err, nil)
 		}
 	}
 }
@@ -266,11 +275,11 @@ func (e *Engine) sleep(ctx context.Context, clock Clock, d time.Duration, wake <
 }
 
 // ended is the error of an acquire whose sleep ended by ctx or Close.
-func (e *Engine) ended(name string, waited time.Duration, held *fence.HeldError, err error) error {
+func (e *Engine) ended(name string, waited time.Duration, held *fence.HeldError, err, lastErr error) error {
 	if errors.Is(err, fence.ErrClosed) {
 		return e.wrap(name, err)
 	}
-	return e.notAcquired(name, waited, held, err)
+	return e.notAcquired(name, waited, held, err, lastErr)
 }
 
 // timer is a clock timer as a channel; c is nil (never ready) for no timer.
@@ -310,9 +319,10 @@ func (e *Engine) wrap(name string, err error) error {
 }
 
 // notAcquired is the error of an acquire that did not get the lock: the holder as
-// the last try saw it (if any), the time waited (if any), and what ended the wait
-// (cause, if not the wait's own end).
-func (e *Engine) notAcquired(name string, waited time.Duration, held *fence.HeldError, cause error) error {
+// the last try saw it (if any), the time waited (if any), what ended the wait
+// (cause, if not the wait's own end), and the last try's failure (lastErr, if it
+// failed for another reason than the context's end).
+func (e *Engine) notAcquired(name string, waited time.Duration, held *fence.HeldError, cause, lastErr error) error {
 	msg := fmt.Sprintf("%s: lock %q not acquired", e.Backend, name)
 	if waited > 0 {
 		msg += " after waiting " + waited.Round(time.Millisecond).String()
@@ -322,6 +332,10 @@ func (e *Engine) notAcquired(name string, waited time.Duration, held *fence.Held
 	if cause != nil {
 		parts = append(parts, cause.Error())
 		errs = append(errs, cause)
+	}
+	if lastErr != nil && !errors.Is(lastErr, context.Canceled) && !errors.Is(lastErr, context.DeadlineExceeded) {
+		parts = append(parts, "last try: "+lastErr.Error())
+		errs = append(errs, lastErr)
 	}
 	if held != nil {
 		h := "held"
@@ -344,7 +358,8 @@ func (e *Engine) notAcquired(name string, waited time.Duration, held *fence.Held
 }
 
 // acquireError is an acquire's failure to get the lock: one message, and the
-// errors it matches (a *fence.HeldError or fence.ErrNotAcquired, and the context's).
+// errors it matches (a *fence.HeldError or fence.ErrNotAcquired, the context's,
+// and the last try's).
 type acquireError struct {
 	msg  string
 	errs []error

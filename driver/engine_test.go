@@ -297,3 +297,20 @@ func TestEngine_VirtualClock_BoundsTheWait(t *testing.T) {
 		t.Fatal("still waiting 5s after the virtual clock passed the wait")
 	}
 }
+
+// When the context ends while tries fail, the error keeps the last try's failure:
+// "not acquired" alone would hide that the store could not be reached.
+func TestEngine_ContextEndsWhileTriesFail_KeepsTheLastFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Millisecond)
+	defer cancel()
+	_, err := engine().Acquire(ctx, "job", time.Minute, []fence.AcquireOption{fence.WithWait(fence.WaitForever)},
+		func(context.Context, *driver.Request) (driver.Result, error) {
+			return driver.Result{}, driver.Transient(fence.ErrUnavailable)
+		})
+	if !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fence.ErrUnavailable) {
+		t.Fatalf("err = %v; want ErrNotAcquired, DeadlineExceeded and ErrUnavailable", err)
+	}
+	if !strings.HasSuffix(err.Error(), ": context deadline exceeded; last try: fence: store unavailable") {
+		t.Errorf("err = %q; want the cause and then the last try's failure", err)
+	}
+}
