@@ -531,8 +531,8 @@ func TestLocker_Wait_ContextCancelled(t *testing.T) {
 	if !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) {
 		t.Fatalf("Acquire with expired ctx = %v, want ErrNotAcquired, a *HeldError and context.DeadlineExceeded", err)
 	}
-	if strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "redis: acquire") {
-		t.Errorf("error message %q: want one line starting with \"redis: acquire\"", err)
+	if want := fmt.Sprintf("redis: lock %q not acquired after waiting ", name); strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error message %q: want one line starting with %q", err, want)
 	}
 	if held.ExpiresIn <= 0 || held.ExpiresIn > time.Hour {
 		t.Errorf("HeldError.ExpiresIn = %v, want in (0, 1h]", held.ExpiresIn)
