@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,17 +31,12 @@ func acquirePut(t *testing.T, ctx context.Context, l *Locker, g *inmem.Guard, na
 // waitCounter waits until the server's counter of name reads want (replication).
 func waitCounter(t *testing.T, s *testserv.RedisServer, l *Locker, name, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := s.CLI("GET", l.keysFor(name).token)
-		if err == nil && got == want {
-			return
+	waitFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if got, err := s.CLI("GET", l.keysFor(name).token); err != nil || got != want {
+			return fmt.Errorf("counter on %s = %q, %v; want %s", s.Addr, got, err, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("counter on %s = %q, %v; want %s", s.Addr, got, err, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestFailover_LostIncrements_GuardRejects_HealRecovers makes a replica miss the last

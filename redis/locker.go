@@ -5,7 +5,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,18 +21,15 @@ import (
 var (
 	//go:embed scripts/acquire.lua
 	acquireSrc string
-	//go:embed scripts/renew.lua
-	renewSrc string
-	//go:embed scripts/release.lua
-	releaseSrc string
+	//go:embed scripts/lease.lua
+	leaseSrc string
 	//go:embed scripts/heal.lua
 	healSrc string
 	//go:embed scripts/inspect.lua
 	inspectSrc string
 
 	acquireScript = goredis.NewScript(acquireSrc)
-	renewScript   = goredis.NewScript(renewSrc)
-	releaseScript = goredis.NewScript(releaseSrc)
+	leaseScript   = goredis.NewScript(leaseSrc)
 	healScript    = goredis.NewScript(healSrc)
 	inspectScript = goredis.NewScript(inspectSrc)
 )
@@ -482,7 +480,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("redis: renew %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	n, err := renewScript.Run(ctx, l.client, []string{k.lock}, leaseID, ttl.Milliseconds()).Int64()
+	n, err := leaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, "renew", ttl.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: renew %q: %w", name, translate(err))
 	}
@@ -514,7 +512,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
-	n, err := releaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, k.wake, l.publish).Int64()
+	n, err := leaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, "release", k.wake, l.publish).Int64()
 	if err != nil {
 		return translate(err)
 	}
@@ -633,14 +631,8 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	if err != nil {
 		return nil, fmt.Errorf("redis: list %q: %w", prefix, translate(err))
 	}
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	sort.Strings(sorted)
-	if len(sorted) > limit {
-		sorted = sorted[:limit]
-	}
+	sorted := slices.Sorted(maps.Keys(names))
+	sorted = sorted[:min(len(sorted), limit)]
 	out := make([]fence.LockInfo, 0, len(sorted))
 	for _, n := range sorted {
 		info, err := l.Inspect(ctx, n)

@@ -400,21 +400,48 @@ func TestRetryAfter_ShortPTTLRetriesSoonThenBacksOff(t *testing.T) {
 	}
 }
 
-// waitSubscribers waits until n clients subscribe to name's wake channel.
-func waitSubscribers(t *testing.T, c *goredis.Client, l *Locker, name string, n int64) {
+// waitFor calls check every interval until it returns nil, and fails t with
+// check's last error once within has passed.
+func waitFor(t testing.TB, within, interval time.Duration, check func() error) {
 	t.Helper()
-	ch := l.keysFor(name).wake
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
-		got, err := c.PubSubShardNumSub(context.Background(), ch).Result()
-		if err == nil && got[ch] == n {
+		err := check()
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("subscribers of %s = %v, %v; want %d", ch, got, err, n)
+			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(interval)
 	}
+}
+
+// waitSubscribers waits until n clients subscribe to name's wake channel, as l
+// subscribes (sharded or classic pub/sub), on c's server (a Cluster's: the
+// channel's master).
+func waitSubscribers(t testing.TB, c goredis.UniversalClient, l *Locker, name string, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	ch := l.keysFor(name).wake
+	waitFor(t, 5*time.Second, 100*time.Microsecond, func() error {
+		at := c
+		if cc, ok := c.(*goredis.ClusterClient); ok {
+			m, err := cc.MasterForKey(ctx, ch)
+			if err != nil {
+				return err
+			}
+			at = m
+		}
+		count := at.PubSubShardNumSub
+		if l.opts.ClassicPubSub {
+			count = at.PubSubNumSub
+		}
+		if got, err := count(ctx, ch).Result(); err != nil || got[ch] != n {
+			return fmt.Errorf("subscribers of %s = %v, %v; want %d", ch, got, err, n)
+		}
+		return nil
+	})
 }
 
 func TestLocker_Wait_WokenByRelease(t *testing.T) {
@@ -785,34 +812,25 @@ func TestLocker_InspectAndList(t *testing.T) {
 	}
 }
 
-func TestLocker_WaitReplicas_NoReplica_FailsClosed(t *testing.T) {
-	l, _ := newLocker(t, &Options{WaitReplicas: 1, WaitTimeout: 30 * time.Millisecond})
-	ctx := ctxT(t)
-	name := uniqueName(t)
-	lease, err := l.Acquire(ctx, name, time.Hour)
-	if !errors.Is(err, ErrNotReplicated) || !errors.Is(err, fence.ErrUnavailable) || lease != nil {
-		t.Fatalf("Acquire with WaitReplicas 1 and no replica = %v, %v; want ErrNotReplicated", lease, err)
-	}
-	t.Logf("error: %v", err)
-	info, err := l.Inspect(ctx, name)
-	if err != nil || info.Held || info.LastToken != 1 {
-		t.Errorf("Inspect = %+v, %v; want not held (released), last token 1 (used up)", info, err)
-	}
-}
-
-func TestLocker_WaitAOF_FailsClosedWithoutAOF(t *testing.T) {
-	l, _ := newLocker(t, &Options{WaitAOFLocal: 1, WaitTimeout: 30 * time.Millisecond})
-	ctx := ctxT(t)
-	name := uniqueName(t)
-	// The server runs without appendonly (and Redis < 7.2 lacks WAITAOF): either way
-	// the fsync cannot be acknowledged, so no lease is handed out.
-	lease, err := l.Acquire(ctx, name, time.Hour)
-	if !errors.Is(err, ErrNotReplicated) || lease != nil {
-		t.Fatalf("Acquire with WaitAOFLocal 1 = %v, %v; want ErrNotReplicated", lease, err)
-	}
-	t.Logf("error: %v", err)
-	if info, err := l.Inspect(ctx, name); err != nil || info.Held {
-		t.Errorf("Inspect = %+v, %v; want not held", info, err)
+// TestLocker_Durability_FailsClosed asks for acknowledgements the package's server
+// cannot give: it has no replica, and runs without appendonly (and Redis < 7.2
+// lacks WAITAOF). No lease is handed out, the grant is released, its token used up.
+func TestLocker_Durability_FailsClosed(t *testing.T) {
+	for what, opts := range map[string]Options{
+		"WaitReplicas 1 without a replica": {WaitReplicas: 1, WaitTimeout: 30 * time.Millisecond},
+		"WaitAOFLocal 1 without AOF":       {WaitAOFLocal: 1, WaitTimeout: 30 * time.Millisecond},
+	} {
+		l, _ := newLocker(t, &opts)
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		lease, err := l.Acquire(ctx, name, time.Hour)
+		if !errors.Is(err, ErrNotReplicated) || !errors.Is(err, fence.ErrUnavailable) || lease != nil {
+			t.Fatalf("Acquire with %s = %v, %v; want ErrNotReplicated", what, lease, err)
+		}
+		t.Logf("%s: %v", what, err)
+		if info, err := l.Inspect(ctx, name); err != nil || info.Held || info.LastToken != 1 {
+			t.Errorf("%s: Inspect = %+v, %v; want not held (released), last token 1 (used up)", what, info, err)
+		}
 	}
 }
 
@@ -872,18 +890,7 @@ func TestLocker_ClassicPubSub_WokenByRelease(t *testing.T) {
 		}
 		done <- err
 	}()
-	ch := l.keysFor(name).wake
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, err := c.PubSubNumSub(ctx, ch).Result()
-		if err == nil && got[ch] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("classic subscribers of %s = %v, %v; want 1", ch, got, err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitSubscribers(t, c, l, name, 1)
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
