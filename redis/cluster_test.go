@@ -223,26 +223,7 @@ func TestCluster_ThreeMasters(t *testing.T) {
 	})
 
 	t.Run("WaiterWokenBySharedPubSub", func(t *testing.T) {
-		name := "cluster-wake"
-		holder, err := l.Acquire(ctx, name, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() {
-			lease, err := l.Acquire(ctx, name, time.Hour, fence.WithWait(15*time.Second))
-			if err == nil {
-				err = lease.Release(ctx)
-			}
-			done <- err
-		}()
-		waitSubscribers(t, c.client, l, name, 1)
-		if err := holder.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("waiter (poll 1h, TTL 1h, so only the release can wake it): %v", err)
-		}
+		wakesOnRelease(t, ctx, l, c.client, mustAcquire(t, ctx, l, "cluster-wake", time.Hour))
 	})
 
 	t.Run("WaitReplicas_PipelineOnSlotOwner", func(t *testing.T) {
@@ -273,10 +254,7 @@ func TestCluster_ThreeMasters(t *testing.T) {
 	t.Run("LockSurvivesMOVED", func(t *testing.T) {
 		name := "moving{slot}"
 		k := l.keysFor(name)
-		lease, err := l.Acquire(ctx, name, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := mustAcquire(t, ctx, l, name, time.Minute)
 		slot := c.keySlot(t, k.lock)
 		from := c.owner(t, slot).port
 		waiter := make(chan error, 1)
