@@ -12,7 +12,7 @@ import (
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 
 // Run both sets in one run, on the same embedded etcd, so the ratios are fair:
@@ -178,7 +178,7 @@ func BenchmarkExpiryHandoff(b *testing.B) {
 		fencetest.BenchmarkExpiryHandoff(b, etcd.NewLocker(client(b), nil), etcd.NewLocker(client(b), nil), ttl)
 	})
 	b.Run("default-timing", func(b *testing.B) {
-		s, err := testserv.StartEtcdDefaultTiming()
+		s, err := etcdserv.StartDefaultTiming()
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 
 // grant is one lease a client of the cluster test held, by its own clock.
@@ -30,7 +31,7 @@ type grant struct {
 // before the next one got it, and grants continued under the new leader.
 func TestCluster_LeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
 	testserv.SkipIfShort(t)
-	c := testserv.NewEtcdCluster(t, 3)
+	c := etcdserv.NewCluster(t, 3)
 	endpoints := c.Endpoints()
 	name := "cluster-" + driver.NewLeaseID()[:12]
 	const ttl = 2 * time.Second
@@ -173,7 +174,7 @@ func kind(err error) string {
 // and B's value stays.
 func TestStore_TwoServersOneCluster_StaleWriteRejected(t *testing.T) {
 	testserv.SkipIfShort(t)
-	c := testserv.NewEtcdCluster(t, 3)
+	c := etcdserv.NewCluster(t, 3)
 	ctx := testCtx(t)
 	open := func(endpoint string) *etcd.Store {
 		s, err := etcd.Open(ctx, []string{endpoint}, nil)
@@ -225,7 +226,7 @@ func TestStore_TwoServersOneCluster_StaleWriteRejected(t *testing.T) {
 // Acquire fails with fence.ErrUnavailable within its context.
 func TestCluster_WaiterRidesOutLeaderKill_DoneClosesWhenQuorumLost(t *testing.T) {
 	testserv.SkipIfShort(t)
-	c := testserv.NewEtcdCluster(t, 3)
+	c := etcdserv.NewCluster(t, 3)
 	ctx := testCtx(t)
 	endpoints := c.Endpoints()
 	holder := etcd.NewLocker(newClient(t, endpoints), nil)

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 
 func uniq(prefix string) string { return prefix + "-" + driver.NewLeaseID()[:12] }
@@ -130,13 +131,13 @@ func TestLocker_TTLBelowEtcdMinimum_HolderDeadlineAsAskedEtcdHoldsLonger(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	if min := int64(testserv.EtcdMinLeaseTTL / time.Second); ttlResp.GrantedTTL < min {
+	if min := int64(etcdserv.MinLeaseTTL / time.Second); ttlResp.GrantedTTL < min {
 		t.Fatalf("etcd lease granted for %ds; want etcd's minimum, %ds", ttlResp.GrantedTTL, min)
 	}
 	<-a.Done() // the holder's deadline
 	_, tryErr := fence.TryAcquire(ctx, waiter, name, time.Minute)
 	info, infoErr := waiter.Inspect(ctx, name)
-	if time.Since(called) >= testserv.EtcdMinLeaseTTL {
+	if time.Since(called) >= etcdserv.MinLeaseTTL {
 		t.Skip("inconclusive: the machine took longer than etcd's minimum lease TTL to get here")
 	}
 	if !errors.Is(tryErr, fence.ErrNotAcquired) {
@@ -145,7 +146,7 @@ func TestLocker_TTLBelowEtcdMinimum_HolderDeadlineAsAskedEtcdHoldsLonger(t *test
 	if infoErr != nil || !info.Held || info.Token != a.Token() {
 		t.Fatalf("Inspect after the holder's deadline = %+v, %v; want held by token %d (etcd still has the key)", info, infoErr, a.Token())
 	}
-	b, err := waiter.Acquire(ctx, name, time.Minute, fence.WithWait(testserv.EtcdMinLeaseTTL+10*time.Second))
+	b, err := waiter.Acquire(ctx, name, time.Minute, fence.WithWait(etcdserv.MinLeaseTTL+10*time.Second))
 	if err != nil {
 		t.Fatalf("Acquire once etcd expires the lease = %v; want a lease", err)
 	}

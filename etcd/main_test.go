@@ -10,17 +10,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 
 // srv is the package's single-member etcd, shared by every test and example (each
 // uses its own lock names and keys). It is embedded, so it needs no binary and runs
 // under -short too; only the multi-process cluster tests skip there.
-var srv *testserv.EtcdServer
+var srv *etcdserv.Server
 
 func TestMain(m *testing.M) {
 	var err error
-	if srv, err = testserv.StartEtcd(); err != nil {
+	if srv, err = etcdserv.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -13,8 +13,10 @@
 // Options.Identity knows it. 5xx responses are not stored by default (the key is
 // released, so a retry runs again); Options.StoreServerErrors changes that.
 //
-// A [Store] keeps the records: [PostgresStore] (shared by every server on one
-// database; times by the database clock) and [BoltStore] (embedded, one process).
+// A [Store] keeps the records: pgstore.Store (package idempotency/pgstore, shared
+// by every server on one database; times by the database clock) and
+// boltstore.Store (package idempotency/boltstore, embedded, one process). They live
+// in packages of their own so that this one links neither pgx nor bbolt.
 // A record is in flight, locked for Options.LockTimeout (default 1m), until the
 // first request completes; if that request crashed, a retry after the lock timeout
 // takes the key over and runs again. Records are kept for Options.Retention

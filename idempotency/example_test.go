@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence/idempotency"
+	"github.com/fencelock/fence/idempotency/boltstore"
 )
 
 // A worker holding the lock on a batch calls a payment API that cannot check
@@ -26,7 +27,7 @@ func ExampleKey() {
 func ExampleMiddleware() {
 	dir, _ := os.MkdirTemp("", "idem")
 	defer os.RemoveAll(dir)
-	store, err := idempotency.OpenBoltStore(filepath.Join(dir, "keys.db"), nil)
+	store, err := boltstore.Open(filepath.Join(dir, "keys.db"), nil)
 	if err != nil {
 		fmt.Println(err)
 		return

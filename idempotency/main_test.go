@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelock/fence/idempotency"
+	"github.com/fencelock/fence/idempotency/boltstore"
+	"github.com/fencelock/fence/idempotency/pgstore"
 	"github.com/fencelock/fence/inmem"
 	"github.com/fencelock/fence/internal/testserv"
 )
@@ -63,7 +65,7 @@ var tableSeq atomic.Int64
 func stores(t *testing.T) []testStore {
 	t.Helper()
 	clock := inmem.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	bs, err := idempotency.OpenBoltStore(filepath.Join(t.TempDir(), "idem.db"), &idempotency.BoltOptions{Clock: clock})
+	bs, err := boltstore.Open(filepath.Join(t.TempDir(), "idem.db"), &boltstore.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func stores(t *testing.T) []testStore {
 	if len(table) > 40 {
 		table = table[:40]
 	}
-	ps := idempotency.NewPostgresStore(pgPool, &idempotency.PostgresOptions{Table: table})
+	ps := pgstore.New(pgPool, &pgstore.Options{Table: table})
 	ctx := context.Background()
 	if err := ps.CreateSchema(ctx); err != nil {
 		t.Fatal(err)

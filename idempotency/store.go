@@ -64,8 +64,9 @@ type Response struct {
 // (Release). Records live for a retention window after they are created or
 // completed; an expired record counts as absent and Purge deletes it.
 //
-// Implementations: PostgresStore (several servers share it; times by the
-// database clock) and BoltStore (embedded, one process). Every method is safe for
+// Implementations: pgstore.Store (several servers share it; times by the
+// database clock) and boltstore.Store (embedded, one process), in packages of
+// their own so that this one links neither database driver. Every method is safe for
 // concurrent use, and Begin is atomic: of concurrent Begins for one key at most one
 // gets Started.
 type Store interface {
@@ -98,8 +99,10 @@ var ErrNotOwner = errors.New("idempotency: record not owned by this request")
 // MaxKeyLen is the longest store key (client key plus identity scope), in bytes.
 const MaxKeyLen = 512
 
-// validateBegin checks Begin's arguments, for the stores.
-func validateBegin(store, key, fingerprint string, lockTimeout, retention time.Duration) error {
+// ValidateBegin checks the arguments of Store.Begin, for Store implementations:
+// it returns an error matching fence.ErrInvalid, prefixed with store, for an empty
+// or over-long key or fingerprint or non-positive durations, and nil otherwise.
+func ValidateBegin(store, key, fingerprint string, lockTimeout, retention time.Duration) error {
 	switch {
 	case key == "" || len(key) > MaxKeyLen:
 		return fmt.Errorf("idempotency: %s: %w", store, &fence.InvalidError{Field: "key", Value: key, Reason: fmt.Sprintf("must be 1 to %d bytes", MaxKeyLen)})
@@ -111,15 +114,19 @@ func validateBegin(store, key, fingerprint string, lockTimeout, retention time.D
 	return nil
 }
 
-func validateOwner(store, key, owner string) error {
+// ValidateOwner checks the key and owner of Store.Complete and Store.Release, for
+// Store implementations: it returns an error matching fence.ErrInvalid, prefixed
+// with store, if either is empty.
+func ValidateOwner(store, key, owner string) error {
 	if key == "" || owner == "" {
 		return fmt.Errorf("idempotency: %s: %w", store, &fence.InvalidError{Field: "owner", Value: owner, Reason: "key and owner must not be empty"})
 	}
 	return nil
 }
 
-// newOwner returns a random owner id (128 bits).
-func newOwner() string {
+// NewOwner returns a random owner id (128 bits, hex), for Store implementations
+// to hand out with a Started claim.
+func NewOwner() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])

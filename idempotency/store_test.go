@@ -13,6 +13,8 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/idempotency"
+	"github.com/fencelock/fence/idempotency/boltstore"
+	"github.com/fencelock/fence/idempotency/pgstore"
 )
 
 const (
@@ -203,18 +205,18 @@ func TestPostgresStore_MissingTableAndBadName(t *testing.T) {
 		t.Skip("needs PostgreSQL (not in -short)")
 	}
 	ctx := context.Background()
-	_, err := idempotency.NewPostgresStore(pgPool, &idempotency.PostgresOptions{Table: "no_such_table"}).Begin(ctx, "k", "fp", lockTO, retention)
-	if !errors.Is(err, idempotency.ErrSchema) {
+	_, err := pgstore.New(pgPool, &pgstore.Options{Table: "no_such_table"}).Begin(ctx, "k", "fp", lockTO, retention)
+	if !errors.Is(err, pgstore.ErrSchema) {
 		t.Fatalf("missing table: want ErrSchema, got %v", err)
 	}
-	_, err = idempotency.NewPostgresStore(pgPool, &idempotency.PostgresOptions{Table: `x"; drop table y`}).Begin(ctx, "k", "fp", lockTO, retention)
+	_, err = pgstore.New(pgPool, &pgstore.Options{Table: `x"; drop table y`}).Begin(ctx, "k", "fp", lockTO, retention)
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("bad table name: want fence.ErrInvalid, got %v", err)
 	}
 }
 
 func TestBoltStore_Closed_ErrClosed(t *testing.T) {
-	s, err := idempotency.OpenBoltStore(fmt.Sprintf("%s/x.db", t.TempDir()), nil)
+	s, err := boltstore.Open(fmt.Sprintf("%s/x.db", t.TempDir()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +234,7 @@ func TestPostgresStore_ClosedPool_ErrClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := idempotency.NewPostgresStore(pool, nil)
+	s := pgstore.New(pool, nil)
 	pool.Close()
 	if _, err := s.Begin(context.Background(), "k", "fp", lockTO, retention); !errors.Is(err, fence.ErrClosed) {
 		t.Fatalf("want fence.ErrClosed, got %v", err)

@@ -9,15 +9,21 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/sqlfence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
-// dialect is MariaDB's and MySQL's SQL for the shared guard machinery.
-var dialect = &sqlfence.Dialect{
+// Dialect is MariaDB's and MySQL's SQL as a type: the type argument of the
+// sqlguard types this package names (Guard, KV, Row).
+type Dialect struct{}
+
+// SQL returns MariaDB's and MySQL's sqlguard.Dialect.
+func (Dialect) SQL() *sqlguard.Dialect { return dialect }
+
+var dialect = &sqlguard.Dialect{
 	Name:         "mysql",
-	ErrSchema:    ErrSchema,
-	ErrConflict:  ErrConflict,
 	Translate:    translate,
+	Schema:       Schema,
+	KVSchema:     KVSchema,
 	Quote:        "`",
 	IdentRE:      regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,63}$`),
 	IdentReason:  "must be 1 to 64 letters, digits, '_' or '$', not starting with a digit",
@@ -106,7 +112,7 @@ func upsertArgs(key any, values []any, f fence.Fence) []any {
 }
 
 // run executes a statement of fenceSQL or upsertSQL and reads its outcome.
-func run(ctx context.Context, q sqlfence.Querier, stmt string, args []any) (bool, error) {
+func run(ctx context.Context, q sqlguard.Querier, stmt string, args []any) (bool, error) {
 	res, err := q.ExecContext(ctx, stmt, args...)
 	if err != nil {
 		return false, err

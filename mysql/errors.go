@@ -7,21 +7,23 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
-// Errors of this package. Errors about fences wrap the root sentinels
+// Errors of this package: sqlguard's, shared by every SQL guard (sqlite and
+// postgres return the same values). Errors about fences wrap the root sentinels
 // (fence.ErrStaleToken, fence.ErrNamespace, fence.ErrInvalid, fence.ErrNotFound,
 // fence.ErrUnavailable); these two cover what only a SQL database can say.
 var (
 	// ErrSchema means the table the guard was given does not have the expected
 	// shape: it is missing, lacks a column, or holds a NULL or non-positive fence.
 	// Nothing was written. CreateSchema (or the DDL in Schema) makes the right one.
-	ErrSchema = errors.New("mysql: wrong or missing schema")
+	ErrSchema = sqlguard.ErrSchema
 
 	// ErrConflict means the server aborted the statement or the transaction to
 	// resolve a lock conflict (deadlock, lock wait timeout). Roll the transaction
 	// back and retry it.
-	ErrConflict = errors.New("mysql: transaction conflict, roll back and retry")
+	ErrConflict = sqlguard.ErrConflict
 )
 
 // MariaDB and MySQL error numbers the guard translates.
@@ -43,13 +45,8 @@ const (
 	errQueryInterrupted = 1317
 )
 
-// wrap adds the package prefix and context what to err, and translates driver
-// errors to the root sentinels so that callers can test them with errors.Is without
-// importing the driver. The driver error stays in the chain for errors.As.
-func wrap(what string, err error) error { return dialect.Wrap(what, err) }
-
 // translate maps a MariaDB or MySQL error to the sentinel it means, nil if none
-// (sqlfence.Dialect.Translate).
+// (sqlguard.Dialect.Translate).
 func translate(err error) error {
 	var me *gomysql.MySQLError
 	if errors.As(err, &me) {

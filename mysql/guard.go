@@ -1,17 +1,32 @@
 package mysql
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/sqlfence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
-// DefaultTable is the fences table a Guard uses when GuardOptions.Table is empty.
-const DefaultTable = "fence_resources"
+// Defaults of the guard's tables (the same for every dialect, see sqlguard).
+const (
+	// DefaultTable is the fences table a Guard uses when GuardOptions.Table is empty.
+	DefaultTable = sqlguard.DefaultTable
+	// DefaultKVTable is the table a KV uses when KVOptions.Table is empty.
+	DefaultKVTable = sqlguard.DefaultKVTable
+	// MaxValueLen is the largest value KV.Put accepts, in bytes. It stays well
+	// below the server's default max_allowed_packet (16 MiB on MariaDB 10.11).
+	MaxValueLen = sqlguard.MaxValueLen
+)
+
+// Default fence column names of a Row.
+const (
+	DefaultFenceName  = sqlguard.DefaultFenceName
+	DefaultFenceToken = sqlguard.DefaultFenceToken
+	DefaultFenceLease = sqlguard.DefaultFenceLease
+)
 
 // Schema is the DDL of the default fences table, as CreateSchema runs it. The
 // primary key on resource is the only index the guard needs: every statement looks
@@ -24,147 +39,83 @@ const Schema = "CREATE TABLE IF NOT EXISTS `fence_resources` (\n" +
 	"  lease    VARBINARY(128) NOT NULL\n" +
 	") ENGINE=InnoDB"
 
-// Querier runs statements: a *sql.Tx for writes fenced together with the caller's
-// own, or a *sql.DB or *sql.Conn for a single autocommitted statement.
-type Querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
+// KVSchema is the DDL of the default KV table. A NULL v marks a key that was only
+// fenced (KV.Fence), never written.
+const KVSchema = "CREATE TABLE IF NOT EXISTS `fence_kv` (\n" +
+	"  k           VARBINARY(255) NOT NULL PRIMARY KEY,\n" +
+	"  v           LONGBLOB NULL,\n" +
+	"  fence_name  VARBINARY(255) NOT NULL,\n" +
+	"  fence_token BIGINT NOT NULL CHECK (fence_token > 0),\n" +
+	"  fence_lease VARBINARY(128) NOT NULL\n" +
+	") ENGINE=InnoDB"
 
-// DB is what a Guard needs of the database: a *sql.DB opened with the
-// go-sql-driver/mysql driver and a DSN that sets clientFoundRows=true (see Open).
-type DB interface {
-	Querier
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
+// The guard's types for MariaDB and MySQL: sqlguard's, over this package's
+// Dialect. Their methods and errors are documented there; the SQL they run is in
+// the package documentation.
+type (
+	// Guard is the resource fence (see sqlguard.Guard). It implements fence.Guard.
+	Guard = sqlguard.Guard[Dialect]
+	// KV is a fenced key-value table (see sqlguard.KV). It implements fence.KV
+	// and fence.Guard.
+	KV = sqlguard.KV[Dialect]
+	// Row is the row fence over a table of the caller's (see sqlguard.Row): set
+	// its fields, then use it. Its statements need a DSN with clientFoundRows=true.
+	Row = sqlguard.Row[Dialect]
+	// GuardOptions configure a Guard; the zero value (or nil) uses DefaultTable.
+	// Table may be qualified by a database ("app.fence_resources"); letters,
+	// digits, '_' and '$' only.
+	GuardOptions = sqlguard.GuardOptions
+	// KVOptions configure a KV; the zero value (or nil) uses DefaultKVTable.
+	KVOptions = sqlguard.KVOptions
+	// Querier runs statements: a *sql.Tx, *sql.DB or *sql.Conn.
+	Querier = sqlguard.Querier
+	// DB is what a Guard needs of the database: a *sql.DB opened with the
+	// go-sql-driver/mysql driver and a DSN that sets clientFoundRows=true (see Open).
+	DB = sqlguard.DB
+)
 
-// GuardOptions configure a Guard. The zero value (or nil) uses DefaultTable.
-type GuardOptions struct {
-	// Table is the fences table, optionally qualified by a database
-	// ("app.fence_resources"). Letters, digits, '_' and '$' only.
-	Table string
-}
+var (
+	_ fence.Guard = (*Guard)(nil)
+	_ fence.KV    = (*KV)(nil)
+	_ fence.Guard = (*KV)(nil)
+)
 
-// Guard makes a MariaDB or MySQL database enforce fencing tokens. It keeps one row
-// per resource in a fences table (resource, name, token, lease) and advances it in
-// the caller's own transaction (FenceTx), so that any set of writes in that
-// transaction is fenced together; the fence row's lock serialises writers of one
-// resource. For tables that carry their own fence columns, see Row.
-//
-// A Guard is safe for concurrent use.
-type Guard struct {
-	g *sqlfence.Guard
-}
+// NewGuard returns a Guard over db with the fences table of opts. A bad table name
+// or a nil db is reported by every method as an error matching fence.ErrInvalid.
+func NewGuard(db DB, opts *GuardOptions) *Guard { return sqlguard.NewGuard[Dialect](db, opts) }
 
-var _ fence.Guard = (*Guard)(nil)
+// NewKV returns a KV over db with the table of opts. A bad table name or a nil db
+// is reported by every method as an error matching fence.ErrInvalid.
+func NewKV(db DB, opts *KVOptions) *KV { return sqlguard.NewKV[Dialect](db, opts) }
 
-// NewGuard returns a Guard over db with the fences table of opts. A bad table name is
-// reported by every method as an error matching fence.ErrInvalid.
-func NewGuard(db DB, opts *GuardOptions) *Guard {
-	table := DefaultTable
-	if opts != nil && opts.Table != "" {
-		table = opts.Table
-	}
-	return &Guard{g: sqlfence.NewGuard(dialect, db, table, Schema, DefaultTable)}
-}
-
-// Table returns the quoted name of the fences table.
-func (g *Guard) Table() string { return g.g.Table() }
-
-// SchemaSQL returns the DDL of the guard's fences table (Schema with its name).
-func (g *Guard) SchemaSQL() string { return g.g.SchemaSQL() }
-
-// CreateSchema creates the fences table if it does not exist, then runs Check. It
-// returns an error matching ErrSchema if a table of that name exists with another
-// shape, and fence.ErrInvalid if the connection counts changed rather than found
-// rows.
-func (g *Guard) CreateSchema(ctx context.Context) error {
-	if err := g.g.CreateSchema(ctx); err != nil {
-		return err
-	}
-	return g.Check(ctx)
-}
-
-// Check verifies, in a transaction it rolls back, that the fences table accepts a
-// fence row and that the connection reports found rows (clientFoundRows=true),
-// which Row.Update needs to tell a stale write from a missing row. It returns an
-// error matching ErrSchema for a missing or misshapen table and fence.ErrInvalid for
-// a DSN without clientFoundRows=true.
-func (g *Guard) Check(ctx context.Context) error {
-	if err := g.g.Err(); err != nil {
-		return err
-	}
-	tx, err := g.g.DB().BeginTx(ctx, nil)
+// Open opens a *sql.DB for a Guard: it parses dsn (go-sql-driver/mysql form, e.g.
+// "user@tcp(127.0.0.1:3306)/app") and sets clientFoundRows=true, which the guard's
+// conditional UPDATE needs to tell an unchanged write from a stale one. It returns
+// an error matching fence.ErrInvalid for a malformed DSN.
+func Open(dsn string) (*sql.DB, error) {
+	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
-		return wrap("check", err)
+		return nil, fmt.Errorf("mysql: open: %w: %w", fence.ErrInvalid, err)
 	}
-	defer func() { _ = tx.Rollback() }()
-	table := g.g.Table()
-	probe := "fence/probe/" + driver.NewLeaseID()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" (resource, name, token, lease) VALUES (?, ?, 1, '')", probe, probe); err != nil {
-		return wrap("check "+table, err)
-	}
-	res, err := tx.ExecContext(ctx, "UPDATE "+table+" SET token = token WHERE resource = ?", probe)
+	cfg.ClientFoundRows = true
+	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
-		return wrap("check "+table, err)
+		return nil, fmt.Errorf("mysql: open: %w: %w", fence.ErrInvalid, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("mysql: check: %w", errNoFoundRows)
+	return sql.OpenDB(conn), nil
+}
+
+// CheckDSN returns an error matching fence.ErrInvalid unless dsn parses and sets
+// clientFoundRows=true.
+func CheckDSN(dsn string) error {
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		return fmt.Errorf("mysql: check dsn: %w: %w", fence.ErrInvalid, err)
+	}
+	if !cfg.ClientFoundRows {
+		return fmt.Errorf("mysql: check dsn: %w", errNoFoundRows)
 	}
 	return nil
 }
 
 var errNoFoundRows = &fence.InvalidError{Field: "dsn", Value: "clientFoundRows", Reason: "must be true: the connection counts changed rows, so an unchanged fenced write looks stale (use mysql.Open or add clientFoundRows=true)"}
-
-// FenceTx advances resource's fence to f inside tx, in one statement: it inserts the
-// fence row, or raises it if fence.Admit allows, and takes the row's lock until tx
-// ends, so writers of one resource are serialised and every write tx makes after
-// FenceTx is fenced by f. The statement (with T the table) is
-//
-//	INSERT INTO T (resource, name, token, lease) VALUES (?, ?, ?, ?)
-//	ON DUPLICATE KEY UPDATE
-//	  lease = IF(LAST_INSERT_ID(IF(<admit>, accepted, rejected)) = accepted, ?, lease),
-//	  token = IF(<admit>, ?, token)
-//	<admit>: name = ? AND (? > token OR (? = token AND ? <> '' AND ? = lease))
-//
-// and the marker it leaves in LAST_INSERT_ID tells accepted from rejected in the same
-// round trip. Only a rejection reads the row again (SELECT ... FOR UPDATE) to report
-// the highest fence. FenceTx sets the session's LAST_INSERT_ID().
-//
-// It returns nil if f was accepted, a *fence.StaleTokenError (fence.ErrStaleToken)
-// carrying the highest token if a higher token, or the same token under another or
-// an empty lease, was accepted before, a *fence.NamespaceError (fence.ErrNamespace)
-// if resource is fenced by another lock, fence.ErrInvalid for a bad resource or fence,
-// ErrSchema for a wrong table, ErrConflict for a deadlock or lock wait timeout, and
-// fence.ErrUnavailable or fence.ErrClosed for a broken or closed connection. On any
-// error the caller rolls tx back; FenceTx itself changed nothing.
-func (g *Guard) FenceTx(ctx context.Context, tx Querier, resource string, f fence.Fence) error {
-	return g.g.FenceTx(ctx, tx, resource, f)
-}
-
-// Fence advances resource's fence to f in a transaction of its own (see FenceTx), so
-// that a new holder fences off a paused predecessor before its first write. It
-// returns what FenceTx returns.
-func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error {
-	return g.g.Fence(ctx, resource, f)
-}
-
-// Do runs write in a transaction fenced by f: it begins the transaction, runs
-// FenceTx, then write, and commits only if both succeeded; otherwise it rolls
-// back, so a refused fence or a failed write leaves nothing behind. Concurrent Do
-// calls for one resource run one after the other.
-//
-// It returns the errors of FenceTx (the refusal, nothing written), write's error
-// wrapped, fence.ErrInvalid for a nil write, and the translated error of a failed
-// begin or commit (after a failed commit the transaction may or may not have
-// committed only if the connection broke: fence.ErrUnavailable).
-func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write func(tx *sql.Tx) error) error {
-	return g.g.Do(ctx, resource, f, write)
-}
-
-// Highest returns the highest fence accepted for resource. It returns an error
-// matching fence.ErrNotFound if resource was never fenced, fence.ErrInvalid for a bad
-// resource and ErrSchema for a wrong table.
-func (g *Guard) Highest(ctx context.Context, resource string) (fence.Fence, error) {
-	return g.g.Highest(ctx, resource)
-}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/fencelock/fence/internal/sqlfence/sqlfencetest"
+	"github.com/fencelock/fence/internal/sqlguardtest"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/mysql"
 )
@@ -81,12 +81,12 @@ func db(t testing.TB) *sql.DB {
 // name) and dropped in cleanup.
 func uniqueTable(t testing.TB, ddl string) string {
 	t.Helper()
-	return sqlfencetest.UniqueTable(t, db(t), ddl)
+	return sqlguardtest.UniqueTable(t, db(t), ddl)
 }
 
-// The helpers the package's tests share with sqlite's (see sqlfencetest).
+// The helpers the package's tests share with sqlguard's suite (see sqlguardtest);
+// that suite runs the guard, row and KV tests over MariaDB.
 var (
-	resource  = sqlfencetest.Resource
-	fenceOf   = sqlfencetest.FenceOf
-	wantStale = sqlfencetest.WantStale
+	resource = sqlguardtest.Resource
+	fenceOf  = sqlguardtest.FenceOf
 )

@@ -10,6 +10,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/mysql"
 )
 
 // Over a connection that counts changed rows, an identical rewrite under the same
@@ -27,7 +28,9 @@ func TestRow_Update_ChangedRowsDSN_DetectedNotMisreported(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	_, r := backend.Accounts(t, testDB, "balance", "note")
+	table := uniqueTable(t, "CREATE TABLE %s (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL DEFAULT 0, note TEXT NULL,"+
+		" fence_name VARBINARY(255) NOT NULL, fence_token BIGINT NOT NULL CHECK (fence_token > 0), fence_lease VARBINARY(128) NOT NULL)")
+	r := &mysql.Row{Table: table, Key: "id", Columns: []string{"balance", "note"}}
 	ctx := context.Background()
 	f := fenceOf("acct", 4, "a")
 	if err := r.Upsert(ctx, plain, f, 1, 10, "x"); err != nil {

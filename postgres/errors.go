@@ -6,22 +6,25 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/sqlguard"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Errors of this package. Errors returned by the package wrap them (and, for the
 // database's own errors, the *pgconn.PgError too), so match them with errors.Is.
+// ErrSchema and ErrConflict are sqlguard's, shared by every SQL guard (mysql and
+// sqlite return the same values).
 var (
 	// ErrSchema means a table or column the statement needs is missing or has the
 	// wrong type or constraints (run CreateSchema, or fix the DDL). Nothing was
 	// written.
-	ErrSchema = errors.New("postgres: table missing or schema mismatch")
+	ErrSchema = sqlguard.ErrSchema
 
 	// ErrConflict means PostgreSQL aborted the transaction with a serialization
 	// failure or a deadlock (SQLSTATE 40001, 40P01). Nothing of the transaction
 	// was written: roll it back and retry it.
-	ErrConflict = errors.New("postgres: serialization failure or deadlock: roll back and retry")
+	ErrConflict = sqlguard.ErrConflict
 
 	// ErrCorrupt means a row the package maintains holds values it never writes (a
 	// NULL fence, a token below 1 or above fence.MaxToken, an expiry beyond

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
@@ -83,12 +84,7 @@ func (g *Guard) CreateSchema(ctx context.Context) error {
 	if g.err != nil {
 		return g.err
 	}
-	ddl := `CREATE TABLE IF NOT EXISTS ` + g.table + ` (
-    resource text PRIMARY KEY,
-    name     text   NOT NULL,
-    token    bigint NOT NULL CHECK (token > 0),
-    lease    text   NOT NULL
-)`
+	ddl := strings.Replace(Schema, " EXISTS "+DefaultGuardTable+" ", " EXISTS "+g.table+" ", 1)
 	if _, err := g.db.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("postgres: create table %s: %w", g.table, dbErr(err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
@@ -76,13 +77,7 @@ func (kv *KV) CreateSchema(ctx context.Context) error {
 	if kv.err != nil {
 		return kv.err
 	}
-	ddl := `CREATE TABLE IF NOT EXISTS ` + kv.table + ` (
-    key         text PRIMARY KEY,
-    value       bytea,
-    fence_name  text   NOT NULL DEFAULT '',
-    fence_token bigint NOT NULL DEFAULT 0 CHECK (fence_token >= 0),
-    fence_lease text   NOT NULL DEFAULT ''
-)`
+	ddl := strings.Replace(KVSchema, " EXISTS "+DefaultKVTable+" ", " EXISTS "+kv.table+" ", 1)
 	if _, err := kv.db.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("postgres: create table %s: %w", kv.table, dbErr(err))
 	}

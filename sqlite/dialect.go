@@ -8,17 +8,24 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/sqlfence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
-// dialect is SQLite's SQL for the shared guard machinery. SQLite has one writer
-// at a time, so a read in the writing transaction needs no FOR UPDATE, and it
-// counts matched rows, so no found-rows check is needed.
-var dialect = &sqlfence.Dialect{
+// Dialect is SQLite's SQL as a type: the type argument of the sqlguard types this
+// package names (Guard, KV, Row).
+type Dialect struct{}
+
+// SQL returns SQLite's sqlguard.Dialect.
+func (Dialect) SQL() *sqlguard.Dialect { return dialect }
+
+// dialect is SQLite's SQL. SQLite has one writer at a time, so a read in the
+// writing transaction needs no FOR UPDATE, and it counts matched rows, so no
+// found-rows check is needed.
+var dialect = &sqlguard.Dialect{
 	Name:        "sqlite",
-	ErrSchema:   ErrSchema,
-	ErrConflict: ErrConflict,
 	Translate:   translate,
+	Schema:      Schema,
+	KVSchema:    KVSchema,
 	Quote:       `"`,
 	IdentRE:     regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`),
 	IdentReason: "must be 1 to 64 letters, digits or '_', not starting with a digit",
@@ -51,7 +58,7 @@ var dialect = &sqlfence.Dialect{
 
 // run runs an upsert ending in RETURNING 1: a row means inserted or advanced,
 // none means the stored fence refused it.
-func run(ctx context.Context, q sqlfence.Querier, stmt string, args []any) (bool, error) {
+func run(ctx context.Context, q sqlguard.Querier, stmt string, args []any) (bool, error) {
 	var one int
 	err := q.QueryRowContext(ctx, stmt, args...).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {

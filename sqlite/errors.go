@@ -7,9 +7,11 @@ import (
 	msqlite "modernc.org/sqlite"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
-// Errors of this package. Errors about fences wrap the root sentinels
+// Errors of this package: sqlguard's, shared by every SQL guard (mysql and
+// postgres return the same values). Errors about fences wrap the root sentinels
 // (fence.ErrStaleToken, fence.ErrNamespace, fence.ErrInvalid, fence.ErrNotFound,
 // fence.ErrUnavailable, fence.ErrClosed); these two cover what only a SQL database
 // can say.
@@ -17,12 +19,12 @@ var (
 	// ErrSchema means the table the guard was given does not have the expected
 	// shape: it is missing, lacks a column or the unique key, or holds a NULL or
 	// non-positive fence. Nothing was written.
-	ErrSchema = errors.New("sqlite: wrong or missing schema")
+	ErrSchema = sqlguard.ErrSchema
 
 	// ErrConflict means the database was locked by another connection for longer
 	// than the busy timeout (SQLITE_BUSY, SQLITE_LOCKED). Roll the transaction back
 	// and retry it; see Open for the settings that make this rare.
-	ErrConflict = errors.New("sqlite: database busy, roll back and retry")
+	ErrConflict = sqlguard.ErrConflict
 )
 
 // SQLite primary result codes the guard translates (the low byte of extended codes).
@@ -39,12 +41,8 @@ const (
 	codeMismatch = 20
 )
 
-// wrap adds the package prefix and context what to err, and translates driver
-// errors to the root sentinels; the driver error stays in the chain.
-func wrap(what string, err error) error { return dialect.Wrap(what, err) }
-
 // translate maps a SQLite error to the sentinel it means, nil if none
-// (sqlfence.Dialect.Translate).
+// (sqlguard.Dialect.Translate).
 func translate(err error) error {
 	var se *msqlite.Error
 	if errors.As(err, &se) {

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"net/url"
@@ -10,11 +9,25 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/sqlfence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
-// DefaultTable is the fences table a Guard uses when GuardOptions.Table is empty.
-const DefaultTable = "fence_resources"
+// Defaults of the guard's tables (the same for every dialect, see sqlguard).
+const (
+	// DefaultTable is the fences table a Guard uses when GuardOptions.Table is empty.
+	DefaultTable = sqlguard.DefaultTable
+	// DefaultKVTable is the table a KV uses when KVOptions.Table is empty.
+	DefaultKVTable = sqlguard.DefaultKVTable
+	// MaxValueLen is the largest value KV.Put accepts, in bytes.
+	MaxValueLen = sqlguard.MaxValueLen
+)
+
+// Default fence column names of a Row.
+const (
+	DefaultFenceName  = sqlguard.DefaultFenceName
+	DefaultFenceToken = sqlguard.DefaultFenceToken
+	DefaultFenceLease = sqlguard.DefaultFenceLease
+)
 
 // Schema is the DDL of the default fences table, as CreateSchema runs it. The
 // primary key on resource is the only index the guard needs. STRICT makes SQLite
@@ -26,19 +39,56 @@ const Schema = `CREATE TABLE IF NOT EXISTS "fence_resources" (
   lease    TEXT NOT NULL
 ) STRICT, WITHOUT ROWID`
 
-// Querier runs statements: a *sql.Tx for writes fenced together with the caller's
-// own, or a *sql.DB or *sql.Conn for a single autocommitted statement.
-type Querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
+// KVSchema is the DDL of the default KV table. A NULL v marks a key that was only
+// fenced (KV.Fence), never written.
+const KVSchema = `CREATE TABLE IF NOT EXISTS "fence_kv" (
+  k           TEXT NOT NULL PRIMARY KEY,
+  v           BLOB NULL,
+  fence_name  TEXT NOT NULL,
+  fence_token INTEGER NOT NULL CHECK (fence_token > 0),
+  fence_lease TEXT NOT NULL
+) STRICT, WITHOUT ROWID`
 
-// DB is what a Guard needs of the database: a *sql.DB of the modernc.org/sqlite
-// driver, ideally from Open.
-type DB interface {
-	Querier
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
+// The guard's types for SQLite: sqlguard's, over this package's Dialect. Their
+// methods and errors are documented there; the SQL they run is in the package
+// documentation.
+type (
+	// Guard is the resource fence (see sqlguard.Guard). SQLite has one writer at
+	// a time, so the fenced check and write cannot interleave with another
+	// writer's. It implements fence.Guard.
+	Guard = sqlguard.Guard[Dialect]
+	// KV is a fenced key-value table (see sqlguard.KV). It implements fence.KV
+	// and fence.Guard.
+	KV = sqlguard.KV[Dialect]
+	// Row is the row fence over a table of the caller's (see sqlguard.Row): set
+	// its fields, then use it.
+	Row = sqlguard.Row[Dialect]
+	// GuardOptions configure a Guard; the zero value (or nil) uses DefaultTable.
+	// Table may be qualified by an attached schema ("main.fence_resources");
+	// letters, digits and '_' only.
+	GuardOptions = sqlguard.GuardOptions
+	// KVOptions configure a KV; the zero value (or nil) uses DefaultKVTable.
+	KVOptions = sqlguard.KVOptions
+	// Querier runs statements: a *sql.Tx, *sql.DB or *sql.Conn.
+	Querier = sqlguard.Querier
+	// DB is what a Guard needs of the database: a *sql.DB of the
+	// modernc.org/sqlite driver, ideally from Open.
+	DB = sqlguard.DB
+)
+
+var (
+	_ fence.Guard = (*Guard)(nil)
+	_ fence.KV    = (*KV)(nil)
+	_ fence.Guard = (*KV)(nil)
+)
+
+// NewGuard returns a Guard over db with the fences table of opts. A bad table name
+// or a nil db is reported by every method as an error matching fence.ErrInvalid.
+func NewGuard(db DB, opts *GuardOptions) *Guard { return sqlguard.NewGuard[Dialect](db, opts) }
+
+// NewKV returns a KV over db with the table of opts. A bad table name or a nil db
+// is reported by every method as an error matching fence.ErrInvalid.
+func NewKV(db DB, opts *KVOptions) *KV { return sqlguard.NewKV[Dialect](db, opts) }
 
 // Open opens the SQLite database file at path for guarded writes: every
 // transaction starts with BEGIN IMMEDIATE (_txlock=immediate), so a transaction
@@ -59,102 +109,11 @@ func Open(path string) (*sql.DB, error) {
 	q.Set("_journal_mode", "WAL")
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
 	if err != nil {
-		return nil, wrap("open", err)
+		return nil, dialect.Wrap("open", err)
 	}
 	if err := db.Ping(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w: %w", path, fence.ErrUnavailable, err)
 	}
 	return db, nil
-}
-
-// GuardOptions configure a Guard. The zero value (or nil) uses DefaultTable.
-type GuardOptions struct {
-	// Table is the fences table, optionally qualified by an attached schema
-	// ("main.fence_resources"). Letters, digits and '_' only.
-	Table string
-}
-
-// Guard makes a SQLite database enforce fencing tokens: it keeps one row per
-// resource in a fences table (resource, name, token, lease) and advances it in the
-// caller's own transaction (FenceTx), so that any set of writes in that transaction
-// is fenced together. SQLite has one writer at a time, so the fenced check and
-// write cannot interleave with another writer's. For tables with their own fence
-// columns, see Row.
-//
-// A Guard is safe for concurrent use.
-type Guard struct {
-	g *sqlfence.Guard
-}
-
-var _ fence.Guard = (*Guard)(nil)
-
-// NewGuard returns a Guard over db with the fences table of opts. A bad table name or
-// a nil db is reported by every method as an error matching fence.ErrInvalid.
-func NewGuard(db DB, opts *GuardOptions) *Guard {
-	table := DefaultTable
-	if opts != nil && opts.Table != "" {
-		table = opts.Table
-	}
-	return &Guard{g: sqlfence.NewGuard(dialect, db, table, Schema, DefaultTable)}
-}
-
-// Table returns the quoted name of the fences table.
-func (g *Guard) Table() string { return g.g.Table() }
-
-// SchemaSQL returns the DDL of the guard's fences table (Schema with its name).
-func (g *Guard) SchemaSQL() string { return g.g.SchemaSQL() }
-
-// CreateSchema creates the fences table if it does not exist. It returns an error
-// matching ErrSchema or fence.ErrUnavailable if SQLite refuses.
-func (g *Guard) CreateSchema(ctx context.Context) error { return g.g.CreateSchema(ctx) }
-
-// FenceTx advances resource's fence to f inside tx, in one statement:
-//
-//	INSERT INTO T AS f (resource, name, token, lease) VALUES (?, ?, ?, ?)
-//	ON CONFLICT (resource) DO UPDATE SET lease = excluded.lease, token = excluded.token
-//	WHERE f.name = excluded.name AND (excluded.token > f.token
-//	   OR (excluded.token = f.token AND excluded.lease <> '' AND excluded.lease = f.lease))
-//	RETURNING 1
-//
-// A returned row means inserted or advanced; none means refused, and only then a
-// second statement reads the stored fence to report it. The write lock SQLite takes
-// for the statement is held until tx ends, so every later write of tx is fenced by f.
-//
-// It returns nil if f was accepted, a *fence.StaleTokenError (fence.ErrStaleToken)
-// carrying the highest token if a higher token, or the same token under another or
-// an empty lease, was accepted before, a *fence.NamespaceError (fence.ErrNamespace)
-// if resource is fenced by another lock, fence.ErrInvalid for a bad resource or fence,
-// ErrSchema for a wrong table, ErrConflict when the database stayed locked past the
-// busy timeout, and fence.ErrUnavailable or fence.ErrClosed for an unusable
-// database. On any error the caller rolls tx back; FenceTx itself changed nothing.
-func (g *Guard) FenceTx(ctx context.Context, tx Querier, resource string, f fence.Fence) error {
-	return g.g.FenceTx(ctx, tx, resource, f)
-}
-
-// Fence advances resource's fence to f in a transaction of its own (see FenceTx), so
-// that a new holder fences off a paused predecessor before its first write. It
-// returns what FenceTx returns.
-func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error {
-	return g.g.Fence(ctx, resource, f)
-}
-
-// Do runs write in a transaction fenced by f: it begins the transaction, runs
-// FenceTx, then write, and commits only if both succeeded; otherwise it rolls
-// back, so a refused fence or a failed write leaves nothing behind. Concurrent Do
-// calls for one resource run one after the other.
-//
-// It returns the errors of FenceTx (the refusal, nothing written), write's error
-// wrapped, fence.ErrInvalid for a nil write, and the translated error of a failed
-// begin or commit (after a failed commit the transaction may or may not have
-// committed only if the connection broke: fence.ErrUnavailable).
-func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write func(tx *sql.Tx) error) error {
-	return g.g.Do(ctx, resource, f, write)
-}
-
-// Highest returns the highest fence accepted for resource. It returns an error
-// matching fence.ErrNotFound if resource was never fenced, fence.ErrInvalid for a bad
-// resource and ErrSchema for a wrong table.
-func (g *Guard) Highest(ctx context.Context, resource string) (fence.Fence, error) {
-	return g.g.Highest(ctx, resource)
 }

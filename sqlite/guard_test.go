@@ -11,72 +11,6 @@ import (
 	"github.com/fencelock/fence/sqlite"
 )
 
-// SQLite's write lock serialises writers: a second transaction (BEGIN IMMEDIATE)
-// waits for the first, then sees its fence.
-func TestGuard_FenceTx_RowLockSerialisesWriters(t *testing.T) {
-	d := db(t)
-	g := sqlite.NewGuard(d, nil)
-	ctx := context.Background()
-	r := resource(t)
-	tx1, err := d.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.FenceTx(ctx, tx1, r, fenceOf("lock", 5, "a")); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	started := make(chan struct{})
-	go func() {
-		close(started)
-		tx2, err := d.BeginTx(ctx, nil) // BEGIN IMMEDIATE waits for tx1
-		if err != nil {
-			done <- err
-			return
-		}
-		defer tx2.Rollback()
-		done <- g.FenceTx(ctx, tx2, r, fenceOf("lock", 4, "b"))
-	}()
-	<-started
-	select {
-	case err := <-done:
-		t.Fatalf("second writer did not wait for the first transaction: %v", err)
-	default:
-	}
-	if err := tx1.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	wantStale(t, <-done, 5, false)
-}
-
-func TestGuard_WrongSchema_MissingLeaseColumn_ErrSchema(t *testing.T) {
-	d := db(t)
-	table := uniqueTable(t, d, "CREATE TABLE %s (resource TEXT PRIMARY KEY, name TEXT NOT NULL, token INTEGER NOT NULL)")
-	g := sqlite.NewGuard(d, &sqlite.GuardOptions{Table: table})
-	if err := g.Fence(context.Background(), resource(t), fenceOf("lock", 1, "a")); !errors.Is(err, sqlite.ErrSchema) {
-		t.Fatalf("want sqlite.ErrSchema, got %v", err)
-	}
-}
-
-func TestGuard_MissingTable_ErrSchema(t *testing.T) {
-	g := sqlite.NewGuard(db(t), &sqlite.GuardOptions{Table: "no_such_fences"})
-	if err := g.Fence(context.Background(), resource(t), fenceOf("lock", 1, "a")); !errors.Is(err, sqlite.ErrSchema) {
-		t.Fatalf("want sqlite.ErrSchema, got %v", err)
-	}
-}
-
-func TestGuard_ClosedDB_ErrClosed(t *testing.T) {
-	d, err := sqlite.Open(filepath.Join(t.TempDir(), "closed.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
-	err = sqlite.NewGuard(d, nil).Fence(context.Background(), resource(t), fenceOf("lock", 1, "a"))
-	if !errors.Is(err, fence.ErrClosed) {
-		t.Fatalf("want fence.ErrClosed, got %v", err)
-	}
-}
-
 // A writer that cannot get the database lock within its busy timeout gets
 // ErrConflict, and its fence is not applied.
 func TestGuard_BusyDatabase_ErrConflict(t *testing.T) {
@@ -125,12 +59,5 @@ func TestOpen_BadPath_Invalid(t *testing.T) {
 	}
 	if _, err := sqlite.Open(filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")); !errors.Is(err, fence.ErrUnavailable) {
 		t.Errorf("Open in a missing directory: want fence.ErrUnavailable, got %v", err)
-	}
-}
-
-func TestSchema_MatchesGuardDDL(t *testing.T) {
-	g := sqlite.NewGuard(&sql.DB{}, nil)
-	if g.SchemaSQL() != sqlite.Schema {
-		t.Fatalf("default guard DDL differs from Schema:\nwant %s\ngot  %s", sqlite.Schema, g.SchemaSQL())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 
 // Run every set in one run, so the figures sit side by side on the same machine:
@@ -32,7 +33,7 @@ import (
 
 var (
 	etcdOnce sync.Once
-	etcdSrv  *testserv.EtcdServer
+	etcdSrv  *etcdserv.Server
 	etcdErr  error
 )
 
@@ -40,7 +41,7 @@ var (
 // benchmarks (and stopped when the test binary exits).
 func etcdLocker(b *testing.B) fence.Locker {
 	b.Helper()
-	etcdOnce.Do(func() { etcdSrv, etcdErr = testserv.StartEtcd() })
+	etcdOnce.Do(func() { etcdSrv, etcdErr = etcdserv.Start() })
 	if etcdErr != nil {
 		b.Fatal(etcdErr)
 	}

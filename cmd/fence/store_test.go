@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 
 // playRaceAcrossServers plays the seed's race with A on server one and B on server
@@ -64,7 +65,7 @@ func TestServe_StorePostgres_TwoServersShareLocksAndData(t *testing.T) {
 
 func TestServe_StoreEtcd_TwoServersOnThreeMemberCluster(t *testing.T) {
 	testserv.SkipIfShort(t)
-	cluster := testserv.NewEtcdCluster(t, 3)
+	cluster := etcdserv.NewCluster(t, 3)
 	var hosts []string
 	for _, ep := range cluster.Endpoints() {
 		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))

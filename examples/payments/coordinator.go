@@ -19,7 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencelock/fence/idempotency"
+	"github.com/fencelock/fence/idempotency/pgstore"
 )
 
 // config is the coordinator's configuration (the command line).
@@ -86,7 +86,7 @@ func run(cfg config, p protection) (result, error) {
 	if err := pool.Ping(ctx); err != nil {
 		return res, fmt.Errorf("payments: connect to %s: %w", redactDSN(cfg.DSN), err)
 	}
-	store := idempotency.NewPostgresStore(pool, nil)
+	store := pgstore.New(pool, nil)
 	if err := createSchema(ctx, pool, store.CreateSchema); err != nil {
 		return res, err
 	}

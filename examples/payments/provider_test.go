@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencelock/fence/idempotency"
+	"github.com/fencelock/fence/idempotency/pgstore"
 )
 
 // startTestProvider serves a provider over the test database's idempotency table.
@@ -25,7 +25,7 @@ func startTestProvider(t *testing.T) *provider {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store := idempotency.NewPostgresStore(pool, nil)
+	store := pgstore.New(pool, nil)
 	if err := createSchema(ctx, pool, store.CreateSchema); err != nil {
 		t.Fatal(err)
 	}

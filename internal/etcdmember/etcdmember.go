@@ -1,6 +1,10 @@
 // Package etcdmember holds what the throwaway etcd members of the project share: the
-// test helpers' clusters (internal/testserv) and the chaos harness's (chaos) run the
-// same embedded configuration and find their leader the same way.
+// test helpers' servers and clusters (internal/testserv/etcdserv) and the chaos
+// harness's cluster (chaos) run the same embedded configuration (Config, Serve), as
+// processes of one Cluster that finds its leader the same way.
+//
+// It is for programs as well as tests and must never import testing. Only what starts
+// etcd imports it, since it links the etcd server.
 package etcdmember
 
 import (
@@ -73,6 +77,38 @@ func (c Config) Embed() (*embed.Config, error) {
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"stderr"}
 	return cfg, nil
+}
+
+// Serve runs the embedded member of cfg (see Config.Embed) until ctx ends, then closes
+// it and returns nil. It returns etcd's error if the member does not start or stops
+// serving.
+func Serve(ctx context.Context, cfg *embed.Config) error {
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-e.Err():
+		return err
+	}
+}
+
+// Ping makes one linearizable read through endpoint only, within a second (or until
+// ctx ends). It returns nil once the member serves clients, the client's error
+// otherwise.
+func Ping(ctx context.Context, endpoint string) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = cli.Get(rctx, "etcdmember-ping")
+	return err
 }
 
 // Leader asks every member at clientURLs (the live ones) for its status and returns

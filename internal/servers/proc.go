@@ -19,7 +19,7 @@ import (
 // and directory across Kill, Stop and Restart (Lifecycle).
 
 // Process is one running server: its own process group, output appended to a log file.
-// Make one with StartProcess, Launch or Spawn.
+// Make one with StartProcess, StartCommand or Launch.
 type Process struct {
 	name    string // for messages: "redis-server"
 	cmd     *exec.Cmd
@@ -32,18 +32,29 @@ type Process struct {
 // logPath, with stdout and stderr appended to logPath. cred, if not nil, is the user to
 // run as.
 func StartProcess(name, bin string, args []string, logPath string, cred *syscall.Credential) (*Process, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = filepath.Dir(logPath) // the server's own directory, readable by its user
+	cmd.SysProcAttr = GroupAttr(cred)
+	return StartCommand(name, cmd, logPath)
+}
+
+// StartCommand starts cmd, whose path, arguments, environment and directory the caller
+// set, with stdout and stderr appended to logPath and, unless the caller set them,
+// the process attributes of GroupAttr(nil). It returns an error if the log cannot be
+// opened or the process cannot start.
+func StartCommand(name string, cmd *exec.Cmd, logPath string) (*Process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("servers: %s: open log: %w", name, err)
 	}
 	defer logf.Close() // the child has its own copy of the descriptor
-	fmt.Fprintf(logf, "=== servers %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = filepath.Dir(logPath) // the server's own directory, readable by its user
+	fmt.Fprintf(logf, "=== servers %s: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(cmd.Args, " "))
 	cmd.Stdout = logf
 	cmd.Stderr = logf
-	cmd.SysProcAttr = GroupAttr(cred)
-	return Spawn(name, cmd, logPath)
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = GroupAttr(nil)
+	}
+	return spawn(name, cmd, logPath)
 }
 
 // GroupAttr returns the process attributes of every server and tool this package runs: its
@@ -53,9 +64,9 @@ func GroupAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 }
 
-// Spawn starts cmd, prepared by the caller (arguments, output to logPath, SysProcAttr
+// spawn starts cmd, prepared by the caller (arguments, output to logPath, SysProcAttr
 // from GroupAttr), and returns its Process.
-func Spawn(name string, cmd *exec.Cmd, logPath string) (*Process, error) {
+func spawn(name string, cmd *exec.Cmd, logPath string) (*Process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("servers: %s: start: %w", name, err)
 	}

@@ -20,13 +20,11 @@ import (
 // password and ordinary (not unix-socket) authentication. Its fields are fixed for its
 // whole life, across Kill and Restart.
 type MariaDBServer struct {
-	Port int
-	Dir  string // holds data/, the socket and mariadb.log; removed by Close
+	dbServer // Port, Dir; Kill, Restart, Close
 
 	bin      string // mariadbd
 	rootUser bool   // running as root: pass --user=root, which mariadbd demands
 
-	life servers.Lifecycle
 }
 
 // StartMariaDB creates a fresh data directory (mariadb-install-db) in a temporary
@@ -47,15 +45,13 @@ func StartMariaDB() (*MariaDBServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &MariaDBServer{Dir: dir, bin: bin, rootUser: os.Geteuid() == 0}
+	s := &MariaDBServer{dbServer: dbServer{Dir: dir, kind: "mariadb"}, bin: bin, rootUser: os.Geteuid() == 0}
 	s.life.Dir = dir
 	s.life.Launch = s.launch
 	s.life.StopSig = syscall.SIGTERM // a clean shutdown
 	key := templateKey("mariadb", []string{install, bin}, strings.Join(installOnlyArgs, " "), strings.Join(s.installArgs(), " "))
 	build := func(string) error { return s.installDB(install) }
-	setPort := func(port int) { s.Port = port }
-	if err := startFromTemplate(key, s.dataDir(), build, setPort, s.life.Start); err != nil {
-		os.RemoveAll(dir)
+	if err := s.startFresh(key, build); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -73,7 +69,6 @@ func MariaDB(t testing.TB) *MariaDBServer {
 	return s
 }
 
-func (s *MariaDBServer) dataDir() string { return filepath.Join(s.Dir, "data") }
 func (s *MariaDBServer) logPath() string { return filepath.Join(s.Dir, "mariadb.log") }
 
 // serverOptions are the mariadbd options shared by install and start.
@@ -186,17 +181,3 @@ func (s *MariaDBServer) CreateDatabase(t testing.TB) string {
 	createDatabase(t, &s.life, s.Exec, "CREATE DATABASE `"+name+"`", "DROP DATABASE IF EXISTS `"+name+"`")
 	return s.DSN(name)
 }
-
-// Kill stops the server with SIGKILL, like a crash. The port and directory are kept;
-// Restart recovers. Killing a killed server does nothing.
-func (s *MariaDBServer) Kill() { s.life.Kill() }
-
-// Restart stops the server if it runs (SIGTERM, a clean shutdown) and starts it again on
-// the same port and directory; after Kill it starts it again, running crash recovery. It
-// returns an error with the log's tail if the server does not come back, or if it was
-// closed.
-func (s *MariaDBServer) Restart() error { return s.life.Restart("mariadb :" + strconv.Itoa(s.Port)) }
-
-// Close kills the server and removes its directory; nothing in it is kept, so a clean
-// shutdown would only cost time. It is safe to call more than once.
-func (s *MariaDBServer) Close() { s.life.Close() }

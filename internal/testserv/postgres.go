@@ -20,13 +20,10 @@ import (
 // authentication for the superuser "postgres". Its fields are fixed for its whole life,
 // across Kill and Restart.
 type PostgresServer struct {
-	Port int
-	Dir  string // holds data/ (the cluster), the socket and postgres.log; removed by Close
+	dbServer // Port, Dir; Kill, Restart, Close
 
 	bin  string // the postgres executable
 	cred *syscall.Credential
-
-	life servers.Lifecycle
 }
 
 // StartPostgres creates a fresh cluster in a temporary directory (initdb) and starts a
@@ -52,7 +49,7 @@ func StartPostgres() (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &PostgresServer{Dir: dir, bin: bin, cred: cred}
+	s := &PostgresServer{dbServer: dbServer{Dir: dir, kind: "postgres"}, bin: bin, cred: cred}
 	s.life.Dir = dir
 	s.life.Launch = s.launch
 	s.life.StopSig = syscall.SIGINT // a fast shutdown
@@ -63,9 +60,7 @@ func StartPostgres() (*PostgresServer, error) {
 	}
 	key := postgresTemplateKey(initdb, bin, cred)
 	build := func(string) error { return s.initdb(initdb) }
-	setPort := func(port int) { s.Port = port }
-	if err := startFromTemplate(key, s.dataDir(), build, setPort, s.life.Start); err != nil {
-		os.RemoveAll(dir)
+	if err := s.startFresh(key, build); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -139,7 +134,6 @@ func chownTo(path string, cred *syscall.Credential) error {
 	return os.Chown(path, int(cred.Uid), int(cred.Gid))
 }
 
-func (s *PostgresServer) dataDir() string { return filepath.Join(s.Dir, "data") }
 func (s *PostgresServer) logPath() string { return filepath.Join(s.Dir, "postgres.log") }
 
 // initdb creates the cluster in s.Dir/data.
@@ -233,21 +227,6 @@ func (s *PostgresServer) majorVersion() int {
 	v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	return v
 }
-
-// Kill stops the server with SIGKILL to its whole process group, like a crash. The port
-// and directory are kept; Restart recovers the cluster. Killing a killed server does
-// nothing.
-func (s *PostgresServer) Kill() { s.life.Kill() }
-
-// Restart stops the server if it runs (SIGINT, a fast shutdown) and starts it again on
-// the same port and directory; after Kill it starts it again, running crash recovery. It
-// returns an error with the log's tail if the server does not come back, or if it was
-// closed.
-func (s *PostgresServer) Restart() error { return s.life.Restart("postgres :" + strconv.Itoa(s.Port)) }
-
-// Close stops the server (a fast shutdown) and removes its directory. It is safe to call
-// more than once.
-func (s *PostgresServer) Close() { s.life.Close() }
 
 // PauseWALWriter stops the server's WAL writer process with SIGSTOP, so that the WAL
 // of commits made with synchronous_commit = off stays in shared memory (until a

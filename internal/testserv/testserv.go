@@ -1,6 +1,8 @@
-// Package testserv starts throwaway real servers (Redis, PostgreSQL, MariaDB, etcd,
+// Package testserv starts throwaway real servers (Redis, PostgreSQL, MariaDB,
 // ZooKeeper) for integration tests: each on a free port of 127.0.0.1, with its data in a
 // fresh temporary directory, in its own process group, stopped and removed by Close.
+// etcd is in internal/testserv/etcdserv, so that only the tests that start etcd link
+// the etcd server.
 //
 // It is the testing layer: the process machinery (and Redis) live in internal/servers,
 // which programs may use too; this package adds the helpers that take a testing.TB, fail

@@ -1,16 +1,18 @@
-package sqlfencetest
+package sqlguardtest
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
 // GuardTests runs the resource-fence tests against b, one subtest each.
-func GuardTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
+func GuardTests[D sqlguard.Dialector](t *testing.T, b Backend[D]) {
 	t.Run("Fence_HigherAcceptedLowerRejectedWithHighest", b.guardHigherAccepted)
 	t.Run("Fence_SameLeaseAgainAccepted_EqualTokenOtherLeaseRejected", b.guardSameLease)
 	t.Run("Fence_EmptyLease_EqualTokenRejected", b.guardEmptyLease)
@@ -19,9 +21,87 @@ func GuardTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
 	t.Run("FenceTx_StaleRollsBackCallerWrites", b.guardStaleRollsBack)
 	t.Run("BadInput_InvalidAndNothingWritten", b.guardBadInput)
 	t.Run("Do_CommitsOnSuccess_RollsBackOnStaleOrWriteError", b.guardDo)
+	t.Run("FenceTx_LockSerialisesWriters", b.guardSerialisesWriters)
+	t.Run("MissingTable_ErrSchema", b.guardMissingTable)
+	t.Run("WrongSchema_MissingLeaseColumn_ErrSchema", b.guardMissingLeaseColumn)
+	t.Run("ClosedDB_ErrClosed", b.guardClosedDB)
+	t.Run("Schema_MatchesGuardDDL", b.guardSchemaDDL)
 }
 
-func (b *Backend[Q, R, G]) guardHigherAccepted(t *testing.T) {
+// The database's lock serialises writers: a second FenceTx on the same resource
+// waits for the first transaction (MariaDB's row lock; SQLite's BEGIN IMMEDIATE),
+// then sees its fence.
+func (b *Backend[D]) guardSerialisesWriters(t *testing.T) {
+	d := b.DB(t)
+	g := b.NewGuard(d, "")
+	ctx := context.Background()
+	r := Resource(t)
+	tx1, err := d.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.FenceTx(ctx, tx1, r, FenceOf("lock", 5, "a")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		tx2, err := d.BeginTx(ctx, nil)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer tx2.Rollback()
+		done <- g.FenceTx(ctx, tx2, r, FenceOf("lock", 4, "b"))
+	}()
+	<-started
+	select {
+	case err := <-done:
+		t.Fatalf("second writer did not wait for the first transaction: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := tx1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	WantStale(t, <-done, 5, false)
+}
+
+func (b *Backend[D]) guardMissingTable(t *testing.T) {
+	g := b.NewGuard(b.DB(t), "no_such_fences")
+	if err := g.Fence(context.Background(), Resource(t), FenceOf("lock", 1, "a")); !errors.Is(err, sqlguard.ErrSchema) {
+		t.Fatalf("want sqlguard.ErrSchema, got %v", err)
+	}
+}
+
+func (b *Backend[D]) guardMissingLeaseColumn(t *testing.T) {
+	d := b.DB(t)
+	table := b.table(t, d, "CREATE TABLE %s (resource {NAME} PRIMARY KEY, name {NAME} NOT NULL, token {INT} NOT NULL)")
+	g := b.NewGuard(d, table)
+	if err := g.Fence(context.Background(), Resource(t), FenceOf("lock", 1, "a")); !errors.Is(err, sqlguard.ErrSchema) {
+		t.Fatalf("want sqlguard.ErrSchema, got %v", err)
+	}
+	if err := g.Check(context.Background()); !errors.Is(err, sqlguard.ErrSchema) {
+		t.Fatalf("Check: want sqlguard.ErrSchema, got %v", err)
+	}
+}
+
+func (b *Backend[D]) guardClosedDB(t *testing.T) {
+	d := b.Open(t)
+	d.Close()
+	err := b.NewGuard(d, "").Fence(context.Background(), Resource(t), FenceOf("lock", 1, "a"))
+	if !errors.Is(err, fence.ErrClosed) {
+		t.Fatalf("want fence.ErrClosed, got %v", err)
+	}
+}
+
+func (b *Backend[D]) guardSchemaDDL(t *testing.T) {
+	if got := b.NewGuard(&sql.DB{}, "").SchemaSQL(); got != b.Schema {
+		t.Fatalf("default guard DDL differs from Schema:\nwant %s\ngot  %s", b.Schema, got)
+	}
+}
+
+func (b *Backend[D]) guardHigherAccepted(t *testing.T) {
 	g := b.NewGuard(b.DB(t), "")
 	ctx := context.Background()
 	r := Resource(t)
@@ -38,7 +118,7 @@ func (b *Backend[Q, R, G]) guardHigherAccepted(t *testing.T) {
 	}
 }
 
-func (b *Backend[Q, R, G]) guardSameLease(t *testing.T) {
+func (b *Backend[D]) guardSameLease(t *testing.T) {
 	g := b.NewGuard(b.DB(t), "")
 	ctx := context.Background()
 	r := Resource(t)
@@ -51,7 +131,7 @@ func (b *Backend[Q, R, G]) guardSameLease(t *testing.T) {
 	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 7, "")), 7, true)
 }
 
-func (b *Backend[Q, R, G]) guardEmptyLease(t *testing.T) {
+func (b *Backend[D]) guardEmptyLease(t *testing.T) {
 	g := b.NewGuard(b.DB(t), "")
 	ctx := context.Background()
 	r := Resource(t)
@@ -64,7 +144,7 @@ func (b *Backend[Q, R, G]) guardEmptyLease(t *testing.T) {
 	}
 }
 
-func (b *Backend[Q, R, G]) guardOtherNamespace(t *testing.T) {
+func (b *Backend[D]) guardOtherNamespace(t *testing.T) {
 	g := b.NewGuard(b.DB(t), "")
 	ctx := context.Background()
 	r := Resource(t)
@@ -81,7 +161,7 @@ func (b *Backend[Q, R, G]) guardOtherNamespace(t *testing.T) {
 	}
 }
 
-func (b *Backend[Q, R, G]) guardNeverFenced(t *testing.T) {
+func (b *Backend[D]) guardNeverFenced(t *testing.T) {
 	_, err := b.NewGuard(b.DB(t), "").Highest(context.Background(), Resource(t))
 	if !errors.Is(err, fence.ErrNotFound) {
 		t.Fatalf("want fence.ErrNotFound, got %v", err)
@@ -90,7 +170,7 @@ func (b *Backend[Q, R, G]) guardNeverFenced(t *testing.T) {
 
 // A stale FenceTx rolls back the whole transaction: the caller's other writes in it
 // are not applied.
-func (b *Backend[Q, R, G]) guardStaleRollsBack(t *testing.T) {
+func (b *Backend[D]) guardStaleRollsBack(t *testing.T) {
 	d := b.DB(t)
 	g := b.NewGuard(d, "")
 	ctx := context.Background()
@@ -103,7 +183,7 @@ func (b *Backend[Q, R, G]) guardStaleRollsBack(t *testing.T) {
 			return err
 		}
 		defer tx.Rollback()
-		if err := g.FenceTx(ctx, b.q(tx), r, f); err != nil {
+		if err := g.FenceTx(ctx, tx, r, f); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, v) VALUES (?, ?)"+b.Upsert("id", "v"), id, v); err != nil {
@@ -129,8 +209,8 @@ func (b *Backend[Q, R, G]) guardStaleRollsBack(t *testing.T) {
 	}
 }
 
-func (b *Backend[Q, R, G]) guardBadInput(t *testing.T) {
-	var nilQ Q
+func (b *Backend[D]) guardBadInput(t *testing.T) {
+	var nilQ sqlguard.Querier
 	g := b.NewGuard(b.DB(t), "")
 	ctx := context.Background()
 	r := Resource(t)
@@ -166,7 +246,7 @@ func (b *Backend[Q, R, G]) guardBadInput(t *testing.T) {
 	}
 }
 
-func (b *Backend[Q, R, G]) guardDo(t *testing.T) {
+func (b *Backend[D]) guardDo(t *testing.T) {
 	d := b.DB(t)
 	g := b.NewGuard(d, "")
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-package sqlfence_test
+package sqlguard
 
 import (
 	"context"
@@ -10,33 +10,31 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/sqlfence"
 )
 
-var (
-	errTestSchema   = errors.New("testdb: wrong or missing schema")
-	errTestConflict = errors.New("testdb: conflict")
-	errDriverBusy   = errors.New("driver: busy")
-)
+var errDriverBusy = errors.New("driver: busy")
 
 // testDialect has only the parts Wrap and QuoteIdent use; the SQL parts are
 // exercised against real databases by the mysql and sqlite tests.
-func testDialect() *sqlfence.Dialect {
-	return &sqlfence.Dialect{
-		Name:        "testdb",
-		ErrSchema:   errTestSchema,
-		ErrConflict: errTestConflict,
-		Translate: func(err error) error {
-			if errors.Is(err, errDriverBusy) {
-				return errTestConflict
-			}
-			return nil
-		},
-		Quote:       `"`,
-		IdentRE:     regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`),
-		IdentReason: "bad identifier",
-	}
+func testDialect() *Dialect { return testD }
+
+var testD = &Dialect{
+	Name: "testdb",
+	Translate: func(err error) error {
+		if errors.Is(err, errDriverBusy) {
+			return ErrConflict
+		}
+		return nil
+	},
+	Quote:       `"`,
+	IdentRE:     regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`),
+	IdentReason: "bad identifier",
 }
+
+// testDB is testD as a type.
+type testDB struct{}
+
+func (testDB) SQL() *Dialect { return testD }
 
 func TestDialect_Wrap_TranslatesAndKeepsCause(t *testing.T) {
 	d := testDialect()
@@ -48,7 +46,7 @@ func TestDialect_Wrap_TranslatesAndKeepsCause(t *testing.T) {
 		in   error
 		want error
 	}{
-		{"driver error the dialect knows", fmt.Errorf("exec: %w", errDriverBusy), errTestConflict},
+		{"driver error the dialect knows", fmt.Errorf("exec: %w", errDriverBusy), ErrConflict},
 		{"finished transaction", sql.ErrTxDone, fence.ErrClosed},
 		{"closed connection", sql.ErrConnDone, fence.ErrClosed},
 		{"canceled context", context.Canceled, context.Canceled},
@@ -72,23 +70,22 @@ func TestDialect_Wrap_TranslatesAndKeepsCause(t *testing.T) {
 func TestDialect_QuoteIdent(t *testing.T) {
 	d := testDialect()
 	for in, want := range map[string]string{"t": `"t"`, "main.fences": `"main"."fences"`} {
-		if got, err := d.QuoteIdent(in); err != nil || got != want {
+		if got, err := d.quoteIdent(in); err != nil || got != want {
 			t.Errorf("QuoteIdent(%q): want %s, got %s, %v", in, want, got, err)
 		}
 	}
 	for _, in := range []string{"", "a.b.c", `x"; DROP TABLE y; --`, "1abc", strings.Repeat("a", 65)} {
-		if got, err := d.QuoteIdent(in); !errors.Is(err, fence.ErrInvalid) {
+		if got, err := d.quoteIdent(in); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("QuoteIdent(%q): want fence.ErrInvalid, got %q, %v", in, got, err)
 		}
 	}
 }
 
 func TestNewGuard_NilDBAndBadTable_ErrInvalidFromEveryMethod(t *testing.T) {
-	d := testDialect()
 	ctx := context.Background()
-	for name, g := range map[string]*sqlfence.Guard{
-		"nil db":    sqlfence.NewGuard(d, nil, "fences", "", "fences"),
-		"bad table": sqlfence.NewGuard(d, &sql.DB{}, "a b", "", "fences"),
+	for name, g := range map[string]*Guard[testDB]{
+		"nil db":    NewGuard[testDB](nil, nil),
+		"bad table": NewGuard[testDB](&sql.DB{}, &GuardOptions{Table: "a b"}),
 	} {
 		if err := g.Fence(ctx, "r", fence.Fence{Name: "l", Token: 1, LeaseID: "a"}); !errors.Is(err, fence.ErrInvalid) || !strings.HasPrefix(err.Error(), "testdb: new guard: ") {
 			t.Errorf("%s: Fence: want fence.ErrInvalid prefixed %q, got %v", name, "testdb: new guard: ", err)

@@ -1,4 +1,4 @@
-package sqlfencetest
+package sqlguardtest
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
 // Benchmarks runs the fenced-versus-plain benchmarks against s, each over a
@@ -17,7 +18,7 @@ import (
 // RowWrite_PlainUpdate/RowWrite_FencedUpdate: the same UPDATE versus Row.Update's
 // conditional UPDATE (no extra statement). Interleaved_FencedVsPlain alternates
 // them in every iteration and reports the ratios.
-func Benchmarks[Q any, R Row[Q], G Guard[Q]](b *testing.B, s Backend[Q, R, G], newDB func(b *testing.B) *sql.DB) {
+func Benchmarks[D sqlguard.Dialector](b *testing.B, s Backend[D], newDB func(b *testing.B) *sql.DB) {
 	b.Run("Tx_Plain", func(b *testing.B) { s.benchTxPlain(b, newDB(b)) })
 	b.Run("Tx_ResourceFenced", func(b *testing.B) { s.benchTxResourceFenced(b, newDB(b)) })
 	b.Run("RowWrite_PlainUpdate", func(b *testing.B) { s.benchRowWritePlainUpdate(b, newDB(b)) })
@@ -25,19 +26,19 @@ func Benchmarks[Q any, R Row[Q], G Guard[Q]](b *testing.B, s Backend[Q, R, G], n
 	b.Run("Interleaved_FencedVsPlain", func(b *testing.B) { s.benchInterleavedFencedVsPlain(b, newDB(b)) })
 }
 
-func (s *Backend[Q, R, G]) benchTables(b *testing.B, d *sql.DB) (data, table string, r R) {
+func (s *Backend[D]) benchTables(b *testing.B, d *sql.DB) (data, table string, r *sqlguard.Row[D]) {
 	data = s.table(b, d, "CREATE TABLE %s (id INT PRIMARY KEY, v {INT} NOT NULL)")
 	if _, err := d.Exec("INSERT INTO `" + data + "` VALUES (1, 0)"); err != nil {
 		b.Fatal(err)
 	}
 	table, r = s.Accounts(b, d, "balance")
-	if err := r.Upsert(context.Background(), s.q(d), FenceOf("bench", 1, "l"), 1, 0); err != nil {
+	if err := r.Upsert(context.Background(), d, FenceOf("bench", 1, "l"), 1, 0); err != nil {
 		b.Fatal(err)
 	}
 	return data, table, r
 }
 
-func (s *Backend[Q, R, G]) benchTxPlain(b *testing.B, d *sql.DB) {
+func (s *Backend[D]) benchTxPlain(b *testing.B, d *sql.DB) {
 	data, _, _ := s.benchTables(b, d)
 	ctx := context.Background()
 	for i := 0; b.Loop(); i++ {
@@ -51,7 +52,7 @@ func (s *Backend[Q, R, G]) benchTxPlain(b *testing.B, d *sql.DB) {
 	}
 }
 
-func (s *Backend[Q, R, G]) benchTxResourceFenced(b *testing.B, d *sql.DB) {
+func (s *Backend[D]) benchTxResourceFenced(b *testing.B, d *sql.DB) {
 	data, _, _ := s.benchTables(b, d)
 	g := s.NewGuard(d, "")
 	ctx := context.Background()
@@ -59,7 +60,7 @@ func (s *Backend[Q, R, G]) benchTxResourceFenced(b *testing.B, d *sql.DB) {
 	f := FenceOf("bench", 1, "lease")
 	for i := 0; b.Loop(); i++ {
 		err := InTx(ctx, d, func(tx *sql.Tx) error {
-			if err := g.FenceTx(ctx, s.q(tx), r, f); err != nil {
+			if err := g.FenceTx(ctx, tx, r, f); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, "UPDATE `"+data+"` SET v = ? WHERE id = 1", i)
@@ -71,7 +72,7 @@ func (s *Backend[Q, R, G]) benchTxResourceFenced(b *testing.B, d *sql.DB) {
 	}
 }
 
-func (s *Backend[Q, R, G]) benchRowWritePlainUpdate(b *testing.B, d *sql.DB) {
+func (s *Backend[D]) benchRowWritePlainUpdate(b *testing.B, d *sql.DB) {
 	_, table, _ := s.benchTables(b, d)
 	ctx := context.Background()
 	for i := 0; b.Loop(); i++ {
@@ -81,12 +82,12 @@ func (s *Backend[Q, R, G]) benchRowWritePlainUpdate(b *testing.B, d *sql.DB) {
 	}
 }
 
-func (s *Backend[Q, R, G]) benchRowWriteFencedUpdate(b *testing.B, d *sql.DB) {
+func (s *Backend[D]) benchRowWriteFencedUpdate(b *testing.B, d *sql.DB) {
 	_, _, r := s.benchTables(b, d)
 	ctx := context.Background()
 	f := fence.Fence{Name: "bench", Token: 2, LeaseID: "l"}
 	for i := 0; b.Loop(); i++ {
-		if err := r.Update(ctx, s.q(d), f, 1, i); err != nil {
+		if err := r.Update(ctx, d, f, 1, i); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -97,7 +98,7 @@ func (s *Backend[Q, R, G]) benchRowWriteFencedUpdate(b *testing.B, d *sql.DB) {
 // from other processes hits both alike (the separate benchmarks above drift on a
 // shared machine). tx-ratio compares the transactions (FenceTx adds one
 // statement); row-ratio compares Row.Update with the plain UPDATE.
-func (s *Backend[Q, R, G]) benchInterleavedFencedVsPlain(b *testing.B, d *sql.DB) {
+func (s *Backend[D]) benchInterleavedFencedVsPlain(b *testing.B, d *sql.DB) {
 	data, table, r := s.benchTables(b, d)
 	g := s.NewGuard(d, "")
 	ctx := context.Background()
@@ -114,7 +115,7 @@ func (s *Backend[Q, R, G]) benchInterleavedFencedVsPlain(b *testing.B, d *sql.DB
 		}
 		t1 := time.Now()
 		if err := InTx(ctx, d, func(tx *sql.Tx) error {
-			if err := g.FenceTx(ctx, s.q(tx), res, f); err != nil {
+			if err := g.FenceTx(ctx, tx, res, f); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, "UPDATE `"+data+"` SET v = ? WHERE id = 1", i)
@@ -127,7 +128,7 @@ func (s *Backend[Q, R, G]) benchInterleavedFencedVsPlain(b *testing.B, d *sql.DB
 			b.Fatal(err)
 		}
 		t3 := time.Now()
-		if err := r.Update(ctx, s.q(d), f, 1, i); err != nil {
+		if err := r.Update(ctx, d, f, 1, i); err != nil {
 			b.Fatal(err)
 		}
 		t4 := time.Now()

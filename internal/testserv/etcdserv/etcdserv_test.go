@@ -1,4 +1,4 @@
-package testserv
+package etcdserv
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/fencelock/fence/internal/testserv"
 )
 
 func etcdClient(t *testing.T, endpoints []string) *clientv3.Client {
@@ -20,8 +22,8 @@ func etcdClient(t *testing.T, endpoints []string) *clientv3.Client {
 	return cli
 }
 
-func TestEtcd_ServesThenCloseRemovesDir(t *testing.T) {
-	s, err := StartEtcd()
+func TestStart_ServesThenCloseRemovesDir(t *testing.T) {
+	s, err := Start()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,13 +37,13 @@ func TestEtcd_ServesThenCloseRemovesDir(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
 		t.Fatalf("Get = %v, %v; want k=v", resp, err)
 	}
-	// The minimum lease TTL is what EtcdMinLeaseTTL says.
+	// The minimum lease TTL is what MinLeaseTTL says.
 	g, err := cli.Grant(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(EtcdMinLeaseTTL / time.Second); g.TTL != want {
-		t.Errorf("Grant(1s).TTL = %d; want %d (EtcdMinLeaseTTL)", g.TTL, want)
+	if want := int64(MinLeaseTTL / time.Second); g.TTL != want {
+		t.Errorf("Grant(1s).TTL = %d; want %d (MinLeaseTTL)", g.TTL, want)
 	}
 	s.Close()
 	s.Close() // idempotent
@@ -50,8 +52,8 @@ func TestEtcd_ServesThenCloseRemovesDir(t *testing.T) {
 	}
 }
 
-func TestEtcdDefaultTiming_MinLeaseTTL(t *testing.T) {
-	s, err := StartEtcdDefaultTiming()
+func TestStartDefaultTiming_MinLeaseTTL(t *testing.T) {
+	s, err := StartDefaultTiming()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,14 +64,14 @@ func TestEtcdDefaultTiming_MinLeaseTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(EtcdDefaultMinLeaseTTL / time.Second); g.TTL != want {
-		t.Errorf("Grant(1s).TTL = %d; want %d (EtcdDefaultMinLeaseTTL)", g.TTL, want)
+	if want := int64(DefaultMinLeaseTTL / time.Second); g.TTL != want {
+		t.Errorf("Grant(1s).TTL = %d; want %d (DefaultMinLeaseTTL)", g.TTL, want)
 	}
 }
 
-func TestEtcdCluster_LeaderKilled_NewLeaderServes(t *testing.T) {
-	SkipIfShort(t)
-	c := NewEtcdCluster(t, 3)
+func TestCluster_LeaderKilled_NewLeaderServes(t *testing.T) {
+	testserv.SkipIfShort(t)
+	c := NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cli := etcdClient(t, c.Endpoints())

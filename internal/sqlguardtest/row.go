@@ -1,4 +1,4 @@
-package sqlfencetest
+package sqlguardtest
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
 // RowTests runs the row-fence tests against b, one subtest each.
-func RowTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
+func RowTests[D sqlguard.Dialector](t *testing.T, b Backend[D]) {
 	t.Run("Upsert_InsertsThenAdvances_StaleLeavesRowUnchanged", b.rowUpsertInsertsThenAdvances)
 	t.Run("Update_MissingRowNotFound_StaleRowStale", b.rowUpdateMissingVsStale)
 	t.Run("Fence_FencesOffZombieBeforeFirstWrite", b.rowFenceFencesOffZombie)
@@ -33,9 +34,9 @@ func balance(t *testing.T, d *sql.DB, table string, id int) (int64, fence.Token)
 	return bal, tok
 }
 
-func (b *Backend[Q, R, G]) rowUpsertInsertsThenAdvances(t *testing.T) {
+func (b *Backend[D]) rowUpsertInsertsThenAdvances(t *testing.T) {
 	d := b.DB(t)
-	q := b.q(d)
+	q := d
 	table, r := b.Accounts(t, d, "balance", "note")
 	ctx := context.Background()
 	if err := r.Upsert(ctx, q, FenceOf("acct", 3, "a"), 1, 100, "first"); err != nil {
@@ -60,9 +61,9 @@ func (b *Backend[Q, R, G]) rowUpsertInsertsThenAdvances(t *testing.T) {
 	}
 }
 
-func (b *Backend[Q, R, G]) rowUpdateMissingVsStale(t *testing.T) {
+func (b *Backend[D]) rowUpdateMissingVsStale(t *testing.T) {
 	d := b.DB(t)
-	q := b.q(d)
+	q := d
 	table, r := b.Accounts(t, d, "balance", "note")
 	ctx := context.Background()
 	if err := r.Update(ctx, q, FenceOf("acct", 1, "a"), 42, 1, "x"); !errors.Is(err, fence.ErrNotFound) {
@@ -93,9 +94,9 @@ func (b *Backend[Q, R, G]) rowUpdateMissingVsStale(t *testing.T) {
 
 // Row.Fence lets a new holder fence a row before its first write; the paused
 // predecessor's write is then refused.
-func (b *Backend[Q, R, G]) rowFenceFencesOffZombie(t *testing.T) {
+func (b *Backend[D]) rowFenceFencesOffZombie(t *testing.T) {
 	d := b.DB(t)
-	q := b.q(d)
+	q := d
 	table, r := b.Accounts(t, d, "balance", "note")
 	ctx := context.Background()
 	if err := r.Upsert(ctx, q, FenceOf("acct", 1, "old"), 7, 50, "old"); err != nil {
@@ -119,9 +120,9 @@ func (b *Backend[Q, R, G]) rowFenceFencesOffZombie(t *testing.T) {
 
 // Upsert on a unique column of a table with an auto-increment id: MariaDB's
 // LAST_INSERT_ID marker is not confused by the AUTO_INCREMENT column.
-func (b *Backend[Q, R, G]) rowUpsertAutoIncrement(t *testing.T) {
+func (b *Backend[D]) rowUpsertAutoIncrement(t *testing.T) {
 	d := b.DB(t)
-	q := b.q(d)
+	q := d
 	table := b.table(t, d, "CREATE TABLE %s (id {AUTOID}, k VARCHAR(20) NOT NULL UNIQUE, v INT NOT NULL,"+
 		" fence_name {NAME} NOT NULL, fence_token {INT} NOT NULL, fence_lease {LEASE} NOT NULL)")
 	// id is generated, so the only key an insert can collide on is k.
@@ -135,10 +136,10 @@ func (b *Backend[Q, R, G]) rowUpsertAutoIncrement(t *testing.T) {
 	WantStale(t, r.Upsert(ctx, q, FenceOf("l", 1, "b"), "key2", 99), 1, true)
 }
 
-func (b *Backend[Q, R, G]) rowBadInput(t *testing.T) {
+func (b *Backend[D]) rowBadInput(t *testing.T) {
 	d := b.DB(t)
-	q := b.q(d)
-	var nilQ Q
+	q := d
+	var nilQ sqlguard.Querier
 	ctx := context.Background()
 	table, good := b.Accounts(t, d, "balance", "note")
 	cases := []struct {
@@ -165,19 +166,19 @@ func (b *Backend[Q, R, G]) rowBadInput(t *testing.T) {
 	}
 }
 
-func (b *Backend[Q, R, G]) rowNullFenceColumn(t *testing.T) {
+func (b *Backend[D]) rowNullFenceColumn(t *testing.T) {
 	d := b.DB(t)
-	q := b.q(d)
+	q := d
 	table := b.table(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v INT, fence_name {NAME} NULL, fence_token {INT} NULL, fence_lease {LEASE} NULL)")
 	if _, err := d.Exec("INSERT INTO `" + table + "` (id, v) VALUES (1, 10)"); err != nil {
 		t.Fatal(err)
 	}
 	r := b.NewRow(table, "id", "v")
 	ctx := context.Background()
-	if err := r.Update(ctx, q, FenceOf("l", 1, "a"), 1, 20); !errors.Is(err, b.ErrSchema) {
+	if err := r.Update(ctx, q, FenceOf("l", 1, "a"), 1, 20); !errors.Is(err, sqlguard.ErrSchema) {
 		t.Fatalf("Update over a NULL fence: want %s.ErrSchema, got %v", b.Name, err)
 	}
-	if err := r.Upsert(ctx, q, FenceOf("l", 1, "a"), 1, 20); !errors.Is(err, b.ErrSchema) {
+	if err := r.Upsert(ctx, q, FenceOf("l", 1, "a"), 1, 20); !errors.Is(err, sqlguard.ErrSchema) {
 		t.Fatalf("Upsert over a NULL fence: want %s.ErrSchema, got %v", b.Name, err)
 	}
 	var v int
@@ -186,11 +187,11 @@ func (b *Backend[Q, R, G]) rowNullFenceColumn(t *testing.T) {
 	}
 }
 
-func (b *Backend[Q, R, G]) rowMissingColumn(t *testing.T) {
+func (b *Backend[D]) rowMissingColumn(t *testing.T) {
 	d := b.DB(t)
 	table := b.table(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v INT)")
 	r := b.NewRow(table, "id", "v")
-	if err := r.Upsert(context.Background(), b.q(d), FenceOf("l", 1, "a"), 1, 20); !errors.Is(err, b.ErrSchema) {
+	if err := r.Upsert(context.Background(), d, FenceOf("l", 1, "a"), 1, 20); !errors.Is(err, sqlguard.ErrSchema) {
 		t.Fatalf("want %s.ErrSchema, got %v", b.Name, err)
 	}
 }
@@ -198,9 +199,9 @@ func (b *Backend[Q, R, G]) rowMissingColumn(t *testing.T) {
 // Fence columns added to a table with rows: the defaults mark them never fenced,
 // the first fenced write is admitted, and later ones follow the rule. The columns
 // are added one ALTER each, which SQLite requires and MariaDB accepts.
-func (b *Backend[Q, R, G]) rowAddedFenceColumns(t *testing.T) {
+func (b *Backend[D]) rowAddedFenceColumns(t *testing.T) {
 	d := b.DB(t)
-	q := b.q(d)
+	q := d
 	table := b.table(t, d, "CREATE TABLE %s (id {INT} PRIMARY KEY, balance {INT} NOT NULL)")
 	r := b.NewRow(table, "id", "balance")
 	ddl, err := r.FenceColumnsDDL()

@@ -1,4 +1,6 @@
-package idempotency
+// Package boltstore is an idempotency.Store in a bbolt file, for a single
+// process.
+package boltstore
 
 import (
 	"context"
@@ -12,46 +14,47 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/idempotency"
 )
 
-// DefaultBoltBucket is the bucket a BoltStore uses when BoltOptions.Bucket is empty.
-const DefaultBoltBucket = "idempotency"
+// DefaultBucket is the bucket a Store uses when Options.Bucket is empty.
+const DefaultBucket = "idempotency"
 
-// BoltOptions configure a BoltStore. The zero value (or nil) is fine.
-type BoltOptions struct {
-	// Bucket holds the records (default DefaultBoltBucket).
+// Options configure a Store. The zero value (or nil) is fine.
+type Options struct {
+	// Bucket holds the records (default DefaultBucket).
 	Bucket string
 	// Clock measures lock timeouts and retention (default driver.SystemClock).
 	Clock driver.Clock
 }
 
-// BoltStore is an embedded Store in a bbolt file, for a single process: records
+// Store is an embedded idempotency.Store in a bbolt file, for a single process: records
 // are JSON values under their key in one bucket, and every method is one bbolt
 // transaction (Begin and Complete are read-modify-write under bbolt's single
 // writer, so they are atomic). Times come from the local clock.
-type BoltStore struct {
+type Store struct {
 	db     *bolt.DB
 	bucket []byte
 	clock  driver.Clock
 	owned  bool // Close closes db
 }
 
-var _ Store = (*BoltStore)(nil)
+var _ idempotency.Store = (*Store)(nil)
 
 type boltRecord struct {
-	Fingerprint string    `json:"fp"`
-	Owner       string    `json:"owner"`
-	Done        bool      `json:"done"`
-	LockedUntil time.Time `json:"locked_until"`
-	ExpiresAt   time.Time `json:"expires_at"`
-	Response    *Response `json:"response,omitempty"`
+	Fingerprint string                `json:"fp"`
+	Owner       string                `json:"owner"`
+	Done        bool                  `json:"done"`
+	LockedUntil time.Time             `json:"locked_until"`
+	ExpiresAt   time.Time             `json:"expires_at"`
+	Response    *idempotency.Response `json:"response,omitempty"`
 }
 
-// OpenBoltStore opens (creating if needed) the bbolt file at path and returns a
+// Open opens (creating if needed) the bbolt file at path and returns a
 // store that closes it on Close. It returns fence.ErrUnavailable if the file cannot
 // be opened (another process holds its lock for 5s, say) and fence.ErrInvalid for an
 // empty path.
-func OpenBoltStore(path string, opts *BoltOptions) (*BoltStore, error) {
+func Open(path string, opts *Options) (*Store, error) {
 	if path == "" {
 		return nil, fmt.Errorf("idempotency: open bolt store: %w", &fence.InvalidError{Field: "path", Value: path, Reason: "is empty"})
 	}
@@ -59,7 +62,7 @@ func OpenBoltStore(path string, opts *BoltOptions) (*BoltStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: open bolt store %s: %w: %w", path, fence.ErrUnavailable, err)
 	}
-	s, err := NewBoltStore(db, opts)
+	s, err := New(db, opts)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -68,14 +71,14 @@ func OpenBoltStore(path string, opts *BoltOptions) (*BoltStore, error) {
 	return s, nil
 }
 
-// NewBoltStore returns a store in a bucket of an open bbolt database, creating the
+// New returns a store in a bucket of an open bbolt database, creating the
 // bucket. Close does not close db. It returns fence.ErrInvalid for a nil or
 // read-only db.
-func NewBoltStore(db *bolt.DB, opts *BoltOptions) (*BoltStore, error) {
+func New(db *bolt.DB, opts *Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("idempotency: bolt store: %w", &fence.InvalidError{Field: "db", Value: "<nil>", Reason: "is nil"})
 	}
-	s := &BoltStore{db: db, bucket: []byte(DefaultBoltBucket), clock: driver.SystemClock}
+	s := &Store{db: db, bucket: []byte(DefaultBucket), clock: driver.SystemClock}
 	if opts != nil && opts.Bucket != "" {
 		s.bucket = []byte(opts.Bucket)
 	}
@@ -92,8 +95,8 @@ func NewBoltStore(db *bolt.DB, opts *BoltOptions) (*BoltStore, error) {
 	return s, nil
 }
 
-// Close closes the bbolt file if OpenBoltStore opened it.
-func (s *BoltStore) Close() error {
+// Close closes the bbolt file if Open opened it.
+func (s *Store) Close() error {
 	if !s.owned {
 		return nil
 	}
@@ -101,14 +104,14 @@ func (s *BoltStore) Close() error {
 }
 
 // Begin implements Store.Begin in one bbolt write transaction.
-func (s *BoltStore) Begin(ctx context.Context, key, fingerprint string, lockTimeout, retention time.Duration) (Claim, error) {
-	if err := validateBegin("bolt begin", key, fingerprint, lockTimeout, retention); err != nil {
-		return Claim{}, err
+func (s *Store) Begin(ctx context.Context, key, fingerprint string, lockTimeout, retention time.Duration) (idempotency.Claim, error) {
+	if err := idempotency.ValidateBegin("bolt begin", key, fingerprint, lockTimeout, retention); err != nil {
+		return idempotency.Claim{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Claim{}, fmt.Errorf("idempotency: bolt begin %q: %w", key, err)
+		return idempotency.Claim{}, fmt.Errorf("idempotency: bolt begin %q: %w", key, err)
 	}
-	var claim Claim
+	var claim idempotency.Claim
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(s.bucket)
 		now := s.clock.Now()
@@ -119,28 +122,28 @@ func (s *BoltStore) Begin(ctx context.Context, key, fingerprint string, lockTime
 		switch {
 		case rec == nil || !now.Before(rec.ExpiresAt):
 		case rec.Fingerprint != fingerprint:
-			claim = Claim{State: Mismatch}
+			claim = idempotency.Claim{State: idempotency.Mismatch}
 			return nil
 		case rec.Done:
-			claim = Claim{State: Completed, Response: rec.Response}
+			claim = idempotency.Claim{State: idempotency.Completed, Response: rec.Response}
 			return nil
 		case now.Before(rec.LockedUntil):
-			claim = Claim{State: InFlight, RetryAfter: rec.LockedUntil.Sub(now)}
+			claim = idempotency.Claim{State: idempotency.InFlight, RetryAfter: rec.LockedUntil.Sub(now)}
 			return nil
 		}
-		owner := newOwner()
-		claim = Claim{State: Started, Owner: owner}
+		owner := idempotency.NewOwner()
+		claim = idempotency.Claim{State: idempotency.Started, Owner: owner}
 		return putRecord(b, key, &boltRecord{Fingerprint: fingerprint, Owner: owner, LockedUntil: now.Add(lockTimeout), ExpiresAt: now.Add(retention)})
 	})
 	if err != nil {
-		return Claim{}, boltWrap(fmt.Sprintf("begin %q", key), err)
+		return idempotency.Claim{}, boltWrap(fmt.Sprintf("begin %q", key), err)
 	}
 	return claim, nil
 }
 
 // Complete implements Store.Complete.
-func (s *BoltStore) Complete(ctx context.Context, key, owner string, resp *Response, retention time.Duration) error {
-	if err := validateOwner("bolt complete", key, owner); err != nil {
+func (s *Store) Complete(ctx context.Context, key, owner string, resp *idempotency.Response, retention time.Duration) error {
+	if err := idempotency.ValidateOwner("bolt complete", key, owner); err != nil {
 		return err
 	}
 	if resp == nil || retention <= 0 {
@@ -155,8 +158,8 @@ func (s *BoltStore) Complete(ctx context.Context, key, owner string, resp *Respo
 }
 
 // Release implements Store.Release.
-func (s *BoltStore) Release(ctx context.Context, key, owner string) error {
-	if err := validateOwner("bolt release", key, owner); err != nil {
+func (s *Store) Release(ctx context.Context, key, owner string) error {
+	if err := idempotency.ValidateOwner("bolt release", key, owner); err != nil {
 		return err
 	}
 	return s.owned1(ctx, "release", key, owner, func(b *bolt.Bucket, _ *boltRecord, _ time.Time) error {
@@ -165,7 +168,7 @@ func (s *BoltStore) Release(ctx context.Context, key, owner string) error {
 }
 
 // owned1 runs f on key's record in a write transaction if owner owns it in flight.
-func (s *BoltStore) owned1(ctx context.Context, op, key, owner string, f func(*bolt.Bucket, *boltRecord, time.Time) error) error {
+func (s *Store) owned1(ctx context.Context, op, key, owner string, f func(*bolt.Bucket, *boltRecord, time.Time) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("idempotency: bolt %s %q: %w", op, key, err)
 	}
@@ -177,7 +180,7 @@ func (s *BoltStore) owned1(ctx context.Context, op, key, owner string, f func(*b
 			return err
 		}
 		if rec == nil || rec.Done || rec.Owner != owner || !now.Before(rec.ExpiresAt) {
-			return ErrNotOwner
+			return idempotency.ErrNotOwner
 		}
 		return f(b, rec, now)
 	})
@@ -188,7 +191,7 @@ func (s *BoltStore) owned1(ctx context.Context, op, key, owner string, f func(*b
 }
 
 // Purge implements Store.Purge; it scans the bucket.
-func (s *BoltStore) Purge(ctx context.Context) (int, error) {
+func (s *Store) Purge(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("idempotency: bolt purge: %w", err)
 	}
@@ -244,7 +247,7 @@ func putRecord(b *bolt.Bucket, key string, rec *boltRecord) error {
 
 func boltWrap(what string, err error) error {
 	switch {
-	case errors.Is(err, ErrNotOwner):
+	case errors.Is(err, idempotency.ErrNotOwner):
 		return fmt.Errorf("idempotency: bolt %s: %w", what, err)
 	case errors.Is(err, bolterrors.ErrDatabaseNotOpen):
 		return fmt.Errorf("idempotency: bolt %s: %w: %w", what, fence.ErrClosed, err)

@@ -1,7 +1,7 @@
-// Package sqlfencetest holds the tests the mysql and sqlite guards share: each
-// package's _test files call them with a Backend over its own real database, so the
-// row, KV, concurrency and conformance tests are written once and run against both.
-package sqlfencetest
+// Package sqlguardtest holds the tests and benchmarks of sqlguard that every
+// dialect must pass: sqlguard's own tests run them with a Backend per dialect, each
+// over its real database (MariaDB, SQLite files), so they are written once.
+package sqlguardtest
 
 import (
 	"context"
@@ -15,41 +15,21 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/sqlguard"
 )
 
-// Row is a package's *Row, whose methods take its Querier type Q.
-type Row[Q any] interface {
-	Update(ctx context.Context, q Q, f fence.Fence, key any, values ...any) error
-	Upsert(ctx context.Context, q Q, f fence.Fence, key any, values ...any) error
-	Fence(ctx context.Context, q Q, f fence.Fence, key any) error
-	Highest(ctx context.Context, q Q, key any) (fence.Fence, error)
-	FenceColumnsDDL() (string, error)
-}
-
-// Guard is a package's *Guard, whose FenceTx takes its Querier type Q.
-type Guard[Q any] interface {
-	FenceTx(ctx context.Context, tx Q, resource string, f fence.Fence) error
-	Fence(ctx context.Context, resource string, f fence.Fence) error
-	Highest(ctx context.Context, resource string) (fence.Fence, error)
-	Do(ctx context.Context, resource string, f fence.Fence, write func(tx *sql.Tx) error) error
-}
-
-// Backend is one package under test: its constructors, its sentinels, and the
-// bits of SQL its test tables need.
-type Backend[Q any, R Row[Q], G Guard[Q]] struct {
-	// Name is the package name, for messages ("mysql").
+// Backend is one dialect under test: its database, and the bits of SQL its test
+// tables need. Its methods make the sqlguard types of dialect D.
+type Backend[D sqlguard.Dialector] struct {
+	// Name is the dialect's name, for messages ("mysql").
 	Name string
 	// DB returns a database with the default fences and KV tables created (shared
-	// or fresh per test), skipping t where the package skips integration tests.
+	// or fresh per test), skipping t where the dialect skips integration tests.
 	DB func(t testing.TB) *sql.DB
-	// NewRow, NewGuard and NewKV are the package's constructors. NewGuard passes
-	// a nil d as a nil DB and table "" as the default table.
-	NewRow   func(table, key string, cols ...string) R
-	NewGuard func(d *sql.DB, table string) G
-	NewKV    func(d *sql.DB) fencetest.Guarded
-	// ErrSchema is the package's sentinel; MaxValueLen its KV limit.
-	ErrSchema   error
-	MaxValueLen int
+	// Open returns a new connection to that database, which the test may close.
+	Open func(t testing.TB) *sql.DB
+	// Schema is the dialect's DDL of the default fences table.
+	Schema string
 	// Types replaces the placeholders {INT}, {NAME}, {LEASE}, {BLOB} and {AUTOID}
 	// (an auto-increment primary key column type) in test DDL.
 	Types *strings.Replacer
@@ -58,8 +38,22 @@ type Backend[Q any, R Row[Q], G Guard[Q]] struct {
 	Upsert func(key string, cols ...string) string
 }
 
-// q converts a *sql.DB or *sql.Tx to the package's Querier.
-func (b *Backend[Q, R, G]) q(x any) Q { return x.(Q) }
+// NewRow returns a Row of D over table with key column key and value columns cols.
+func (b *Backend[D]) NewRow(table, key string, cols ...string) *sqlguard.Row[D] {
+	return &sqlguard.Row[D]{Table: table, Key: key, Columns: cols}
+}
+
+// NewGuard returns a Guard of D over d (a nil d as a nil DB) and table ("" for the
+// default table).
+func (b *Backend[D]) NewGuard(d *sql.DB, table string) *sqlguard.Guard[D] {
+	if d == nil {
+		return sqlguard.NewGuard[D](nil, &sqlguard.GuardOptions{Table: table})
+	}
+	return sqlguard.NewGuard[D](d, &sqlguard.GuardOptions{Table: table})
+}
+
+// NewKV returns a KV of D over d with the default table.
+func (b *Backend[D]) NewKV(d *sql.DB) fencetest.Guarded { return sqlguard.NewKV[D](d, nil) }
 
 // FenceOf returns the fence name#tok under lease.
 func FenceOf(name string, tok fence.Token, lease string) fence.Fence {
@@ -124,7 +118,7 @@ func InTx(ctx context.Context, d *sql.DB, f func(*sql.Tx) error) error {
 }
 
 // table creates a table for t by ddl with the backend's types.
-func (b *Backend[Q, R, G]) table(t testing.TB, d *sql.DB, ddl string) string {
+func (b *Backend[D]) table(t testing.TB, d *sql.DB, ddl string) string {
 	t.Helper()
 	return UniqueTable(t, d, b.Types.Replace(ddl))
 }
@@ -134,7 +128,7 @@ const AccountsDDL = "CREATE TABLE %s (id {INT} PRIMARY KEY, balance {INT} NOT NU
 	" fence_name {NAME} NOT NULL, fence_token {INT} NOT NULL CHECK (fence_token > 0), fence_lease {LEASE} NOT NULL)"
 
 // Accounts creates an AccountsDDL table in d and returns its name and Row.
-func (b *Backend[Q, R, G]) Accounts(t testing.TB, d *sql.DB, cols ...string) (string, R) {
+func (b *Backend[D]) Accounts(t testing.TB, d *sql.DB, cols ...string) (string, *sqlguard.Row[D]) {
 	t.Helper()
 	table := b.table(t, d, AccountsDDL)
 	return table, b.NewRow(table, "id", cols...)

@@ -1,4 +1,4 @@
-package sqlfencetest
+package sqlguardtest
 
 import (
 	"bytes"
@@ -10,12 +10,13 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/sqlguard"
 )
 
 // KVTests runs the KV tests and the fencetest guard suite, over the KV (the row
 // fence) and over a plain table written in FenceTx's transaction (the resource
 // fence), against b.
-func KVTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
+func KVTests[D sqlguard.Dialector](t *testing.T, b Backend[D]) {
 	t.Run("PutGetFence", b.kvPutGetFence)
 	// The row fence: the exported KV passes the guard suite.
 	t.Run("Conformance_RowFence", func(t *testing.T) {
@@ -28,12 +29,12 @@ func KVTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
 			d := b.DB(t)
 			data := b.table(t, d, "CREATE TABLE %s (k {NAME} PRIMARY KEY, v {BLOB} NOT NULL,"+
 				" name {NAME} NOT NULL, token {INT} NOT NULL, lease {LEASE} NOT NULL)")
-			return &txKV[Q, R, G]{b: &b, db: d, g: b.NewGuard(d, ""), data: "`" + data + "`"}
+			return &txKV[D]{b: &b, db: d, g: b.NewGuard(d, ""), data: "`" + data + "`"}
 		})
 	})
 }
 
-func (b *Backend[Q, R, G]) kvPutGetFence(t *testing.T) {
+func (b *Backend[D]) kvPutGetFence(t *testing.T) {
 	kv := b.NewKV(b.DB(t))
 	ctx := context.Background()
 	k := Resource(t)
@@ -54,26 +55,26 @@ func (b *Backend[Q, R, G]) kvPutGetFence(t *testing.T) {
 	if it, err := kv.Get(ctx, k); err != nil || !bytes.Equal(it.Value, []byte("v1")) {
 		t.Fatalf("want v1, got %q %v", it.Value, err)
 	}
-	if err := kv.Put(ctx, k, make([]byte, b.MaxValueLen+1), FenceOf("l", 3, "b")); !errors.Is(err, fence.ErrInvalid) {
+	if err := kv.Put(ctx, k, make([]byte, sqlguard.MaxValueLen+1), FenceOf("l", 3, "b")); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("oversized value: want fence.ErrInvalid, got %v", err)
 	}
 }
 
 // txKV is a fenced key-value view over an unfenced table: every Put runs FenceTx
 // and then the plain write in one transaction.
-type txKV[Q any, R Row[Q], G Guard[Q]] struct {
-	b    *Backend[Q, R, G]
+type txKV[D sqlguard.Dialector] struct {
+	b    *Backend[D]
 	db   *sql.DB
-	g    G
+	g    *sqlguard.Guard[D]
 	data string
 }
 
-func (kv *txKV[Q, R, G]) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
+func (kv *txKV[D]) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	if value == nil {
 		value = []byte{}
 	}
 	return InTx(ctx, kv.db, func(tx *sql.Tx) error {
-		if err := kv.g.FenceTx(ctx, kv.b.q(tx), key, f); err != nil {
+		if err := kv.g.FenceTx(ctx, tx, key, f); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, "INSERT INTO "+kv.data+" (k, v, name, token, lease) VALUES (?, ?, ?, ?, ?)"+
@@ -83,7 +84,7 @@ func (kv *txKV[Q, R, G]) Put(ctx context.Context, key string, value []byte, f fe
 	})
 }
 
-func (kv *txKV[Q, R, G]) Get(ctx context.Context, key string) (fence.Item, error) {
+func (kv *txKV[D]) Get(ctx context.Context, key string) (fence.Item, error) {
 	var it fence.Item
 	err := kv.db.QueryRowContext(ctx, "SELECT v, name, token, lease FROM "+kv.data+" WHERE k = ?", key).
 		Scan(&it.Value, &it.Fence.Name, &it.Fence.Token, &it.Fence.LeaseID)
@@ -100,6 +101,6 @@ func (kv *txKV[Q, R, G]) Get(ctx context.Context, key string) (fence.Item, error
 	return it, nil
 }
 
-func (kv *txKV[Q, R, G]) Fence(ctx context.Context, key string, f fence.Fence) error {
+func (kv *txKV[D]) Fence(ctx context.Context, key string, f fence.Fence) error {
 	return kv.g.Fence(ctx, key, f)
 }

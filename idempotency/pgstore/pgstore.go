@@ -1,4 +1,6 @@
-package idempotency
+// Package pgstore is an idempotency.Store in a PostgreSQL table, shared by every
+// server on one database.
+package pgstore
 
 import (
 	"context"
@@ -13,16 +15,18 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/idempotency"
+	"github.com/fencelock/fence/sqlguard"
 )
 
-// DefaultPostgresTable is the table a PostgresStore uses when PostgresOptions.Table
+// DefaultTable is the table a Store uses when Options.Table
 // is empty.
-const DefaultPostgresTable = "idempotency_keys"
+const DefaultTable = "idempotency_keys"
 
-// PostgresSchema is the DDL of the default table, as CreateSchema runs it. The
+// Schema is the DDL of the default table, as CreateSchema runs it. The
 // primary key serves Begin, Complete and Release; the index on expires_at serves
 // Purge.
-const PostgresSchema = `CREATE TABLE IF NOT EXISTS idempotency_keys (
+const Schema = `CREATE TABLE IF NOT EXISTS idempotency_keys (
   key          text PRIMARY KEY,
   fingerprint  text NOT NULL,
   owner        text NOT NULL,
@@ -35,40 +39,40 @@ const PostgresSchema = `CREATE TABLE IF NOT EXISTS idempotency_keys (
 );
 CREATE INDEX IF NOT EXISTS idempotency_keys_expires_at_idx ON idempotency_keys (expires_at)`
 
-// PGDB is what a PostgresStore needs: *pgxpool.Pool and *pgx.Conn satisfy it.
-type PGDB interface {
+// DB is what a Store needs: *pgxpool.Pool and *pgx.Conn satisfy it.
+type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// PostgresOptions configure a PostgresStore. The zero value (or nil) uses
-// DefaultPostgresTable.
-type PostgresOptions struct {
+// Options configure a Store. The zero value (or nil) uses
+// DefaultTable.
+type Options struct {
 	Table string // optionally schema-qualified; letters, digits and '_' only
 }
 
-// PostgresStore is a Store in a PostgreSQL table, shared by every server that uses
+// Store is an idempotency.Store in a PostgreSQL table, shared by every server that uses
 // the same database. Lock timeouts and retention are measured by the database
 // clock (now()), so application servers' clocks do not matter.
-type PostgresStore struct {
-	db  PGDB
+type Store struct {
+	db  DB
 	err error
 
 	schema, begin, read, complete, release, purge string
 }
 
-var _ Store = (*PostgresStore)(nil)
+var _ idempotency.Store = (*Store)(nil)
 
 var pgIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// NewPostgresStore returns a store over db. A bad table name or nil db is reported
+// New returns a store over db. A bad table name or nil db is reported
 // by every method as an error matching fence.ErrInvalid.
-func NewPostgresStore(db PGDB, opts *PostgresOptions) *PostgresStore {
-	table := DefaultPostgresTable
+func New(db DB, opts *Options) *Store {
+	table := DefaultTable
 	if opts != nil && opts.Table != "" {
 		table = opts.Table
 	}
-	s := &PostgresStore{db: db}
+	s := &Store{db: db}
 	parts := strings.Split(table, ".")
 	for _, p := range parts {
 		if len(parts) > 2 || !pgIdent.MatchString(p) {
@@ -83,7 +87,7 @@ func NewPostgresStore(db PGDB, opts *PostgresOptions) *PostgresStore {
 	q := `"` + strings.Join(parts, `"."`) + `"`
 	idx := `"` + parts[len(parts)-1] + `_expires_at_idx"`
 	s.schema = strings.NewReplacer("TABLE IF NOT EXISTS idempotency_keys", "TABLE IF NOT EXISTS "+q,
-		"idempotency_keys_expires_at_idx ON idempotency_keys", idx+" ON "+q).Replace(PostgresSchema)
+		"idempotency_keys_expires_at_idx ON idempotency_keys", idx+" ON "+q).Replace(Schema)
 	s.begin = `INSERT INTO ` + q + ` AS r (key, fingerprint, owner, locked_until, expires_at)
 VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond', now() + $5 * interval '1 millisecond')
 ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, owner = excluded.owner, done = false,
@@ -100,7 +104,7 @@ WHERE key = $1 AND owner = $2 AND NOT done AND expires_at > now()`
 }
 
 // CreateSchema creates the table and its index if they do not exist.
-func (s *PostgresStore) CreateSchema(ctx context.Context) error {
+func (s *Store) CreateSchema(ctx context.Context) error {
 	if s.err != nil {
 		return s.err
 	}
@@ -116,24 +120,24 @@ func (s *PostgresStore) CreateSchema(ctx context.Context) error {
 // statement, which takes a new key, an expired record, or an in-flight record of
 // the same fingerprint whose lock timed out; when it takes nothing, a read of the
 // record says why (completed, in flight, or another fingerprint).
-func (s *PostgresStore) Begin(ctx context.Context, key, fingerprint string, lockTimeout, retention time.Duration) (Claim, error) {
+func (s *Store) Begin(ctx context.Context, key, fingerprint string, lockTimeout, retention time.Duration) (idempotency.Claim, error) {
 	if s.err != nil {
-		return Claim{}, s.err
+		return idempotency.Claim{}, s.err
 	}
-	if err := validateBegin("postgres begin", key, fingerprint, lockTimeout, retention); err != nil {
-		return Claim{}, err
+	if err := idempotency.ValidateBegin("postgres begin", key, fingerprint, lockTimeout, retention); err != nil {
+		return idempotency.Claim{}, err
 	}
-	owner := newOwner()
+	owner := idempotency.NewOwner()
 	// A record can expire or be released between the two statements; then the
 	// insert is tried again.
 	for attempt := 0; attempt < 3; attempt++ {
 		var got string
 		err := s.db.QueryRow(ctx, s.begin, key, fingerprint, owner, lockTimeout.Milliseconds(), retention.Milliseconds()).Scan(&got)
 		if err == nil {
-			return Claim{State: Started, Owner: got}, nil
+			return idempotency.Claim{State: idempotency.Started, Owner: got}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return Claim{}, pgWrap(fmt.Sprintf("begin %q", key), err)
+			return idempotency.Claim{}, pgWrap(fmt.Sprintf("begin %q", key), err)
 		}
 		var fp string
 		var done bool
@@ -146,34 +150,34 @@ func (s *PostgresStore) Begin(ctx context.Context, key, fingerprint string, lock
 			continue
 		}
 		if err != nil {
-			return Claim{}, pgWrap(fmt.Sprintf("begin %q", key), err)
+			return idempotency.Claim{}, pgWrap(fmt.Sprintf("begin %q", key), err)
 		}
 		switch {
 		case fp != fingerprint:
-			return Claim{State: Mismatch}, nil
+			return idempotency.Claim{State: idempotency.Mismatch}, nil
 		case !done:
-			return Claim{State: InFlight, RetryAfter: time.Duration(leftMS) * time.Millisecond}, nil
+			return idempotency.Claim{State: idempotency.InFlight, RetryAfter: time.Duration(leftMS) * time.Millisecond}, nil
 		}
-		resp := &Response{Body: body}
+		resp := &idempotency.Response{Body: body}
 		if status != nil {
 			resp.Status = int(*status)
 		}
 		if len(header) > 0 {
 			if err := json.Unmarshal(header, &resp.Header); err != nil {
-				return Claim{}, fmt.Errorf("idempotency: postgres begin %q: stored header: %w", key, err)
+				return idempotency.Claim{}, fmt.Errorf("idempotency: postgres begin %q: stored header: %w", key, err)
 			}
 		}
-		return Claim{State: Completed, Response: resp}, nil
+		return idempotency.Claim{State: idempotency.Completed, Response: resp}, nil
 	}
-	return Claim{}, fmt.Errorf("idempotency: postgres begin %q: %w: the record kept changing", key, fence.ErrUnavailable)
+	return idempotency.Claim{}, fmt.Errorf("idempotency: postgres begin %q: %w: the record kept changing", key, fence.ErrUnavailable)
 }
 
 // Complete implements Store.Complete with one conditional UPDATE.
-func (s *PostgresStore) Complete(ctx context.Context, key, owner string, resp *Response, retention time.Duration) error {
+func (s *Store) Complete(ctx context.Context, key, owner string, resp *idempotency.Response, retention time.Duration) error {
 	if s.err != nil {
 		return s.err
 	}
-	if err := validateOwner("postgres complete", key, owner); err != nil {
+	if err := idempotency.ValidateOwner("postgres complete", key, owner); err != nil {
 		return err
 	}
 	if resp == nil || retention <= 0 {
@@ -192,17 +196,17 @@ func (s *PostgresStore) Complete(ctx context.Context, key, owner string, resp *R
 		return pgWrap(fmt.Sprintf("complete %q", key), err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("idempotency: postgres complete %q: %w", key, ErrNotOwner)
+		return fmt.Errorf("idempotency: postgres complete %q: %w", key, idempotency.ErrNotOwner)
 	}
 	return nil
 }
 
 // Release implements Store.Release with one conditional DELETE.
-func (s *PostgresStore) Release(ctx context.Context, key, owner string) error {
+func (s *Store) Release(ctx context.Context, key, owner string) error {
 	if s.err != nil {
 		return s.err
 	}
-	if err := validateOwner("postgres release", key, owner); err != nil {
+	if err := idempotency.ValidateOwner("postgres release", key, owner); err != nil {
 		return err
 	}
 	tag, err := s.db.Exec(ctx, s.release, key, owner)
@@ -210,13 +214,13 @@ func (s *PostgresStore) Release(ctx context.Context, key, owner string) error {
 		return pgWrap(fmt.Sprintf("release %q", key), err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("idempotency: postgres release %q: %w", key, ErrNotOwner)
+		return fmt.Errorf("idempotency: postgres release %q: %w", key, idempotency.ErrNotOwner)
 	}
 	return nil
 }
 
 // Purge implements Store.Purge: DELETE ... WHERE expires_at <= now().
-func (s *PostgresStore) Purge(ctx context.Context) (int, error) {
+func (s *Store) Purge(ctx context.Context) (int, error) {
 	if s.err != nil {
 		return 0, s.err
 	}
@@ -248,5 +252,6 @@ func pgWrap(what string, err error) error {
 	return fmt.Errorf("idempotency: postgres %s: %w: %w", what, fence.ErrUnavailable, err)
 }
 
-// ErrSchema means the store's table is missing or has another shape.
-var ErrSchema = errors.New("idempotency: wrong or missing schema")
+// ErrSchema means the store's table is missing or has another shape (run
+// CreateSchema). It is sqlguard.ErrSchema, the one sentinel of every SQL store.
+var ErrSchema = sqlguard.ErrSchema

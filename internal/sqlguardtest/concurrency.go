@@ -1,4 +1,4 @@
-package sqlfencetest
+package sqlguardtest
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/sqlguard"
 )
 
 // ConcurrencyTests runs the 16-writer interleaving tests against b, one subtest each.
-func ConcurrencyTests[Q any, R Row[Q], G Guard[Q]](t *testing.T, b Backend[Q, R, G]) {
+func ConcurrencyTests[D sqlguard.Dialector](t *testing.T, b Backend[D]) {
 	t.Run("FenceTx_16Writers_HighestWinsNoLowerAfterHigher", b.concurrencyFenceTx)
 	t.Run("RowUpsert_16Writers_HighestWinsNoLowerAfterHigher", b.concurrencyRowUpsert)
 }
@@ -42,7 +43,7 @@ func commitOrder(t *testing.T, d *sql.DB, table string) []fence.Token {
 
 const logDDL = "CREATE TABLE %s (seq {AUTOID}, token {INT} NOT NULL)"
 
-func (b *Backend[Q, R, G]) concurrencyFenceTx(t *testing.T) {
+func (b *Backend[D]) concurrencyFenceTx(t *testing.T) {
 	d := b.DB(t)
 	g := b.NewGuard(d, "")
 	ctx := context.Background()
@@ -51,7 +52,7 @@ func (b *Backend[Q, R, G]) concurrencyFenceTx(t *testing.T) {
 	r := Resource(t)
 	log := runInterleaved(t, func(f fence.Fence) error {
 		return InTx(ctx, d, func(tx *sql.Tx) error {
-			if err := g.FenceTx(ctx, b.q(tx), r, f); err != nil {
+			if err := g.FenceTx(ctx, tx, r, f); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, token) VALUES (1, ?)"+b.Upsert("id", "token"), int64(f.Token)); err != nil {
@@ -68,14 +69,14 @@ func (b *Backend[Q, R, G]) concurrencyFenceTx(t *testing.T) {
 	checkLog(t, log, commitOrder(t, d, logT), final)
 }
 
-func (b *Backend[Q, R, G]) concurrencyRowUpsert(t *testing.T) {
+func (b *Backend[D]) concurrencyRowUpsert(t *testing.T) {
 	d := b.DB(t)
 	ctx := context.Background()
 	table, r := b.Accounts(t, d, "balance")
 	logT := b.table(t, d, logDDL)
 	log := runInterleaved(t, func(f fence.Fence) error {
 		return InTx(ctx, d, func(tx *sql.Tx) error {
-			if err := r.Upsert(ctx, b.q(tx), f, 1, int64(f.Token)); err != nil {
+			if err := r.Upsert(ctx, tx, f, 1, int64(f.Token)); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))

@@ -1,0 +1,130 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fence"
+)
+
+// Nemesis names accepted by Config.Nemeses.
+const (
+	NemesisPause = "pause" // SIGSTOP the lock holder past its TTL, then SIGCONT
+	NemesisKill  = "kill"  // SIGKILL `fence serve` and restart it on the same data
+	NemesisLink  = "link"  // latency, resets and cuts on the workers' link to the server
+	// NemesisFailover makes the locks come from a Redis primary with a replica, and
+	// fails over to the replica after it missed recent INCRs.
+	NemesisFailover = "failover"
+)
+
+// Nemeses lists the implemented nemeses.
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember}
+
+// Config configures a chaos run.
+type Config struct {
+	Binary   string        // the fence binary (its serve and chaos worker modes)
+	Workers  int           // worker processes; default 4
+	Duration time.Duration // how long the workers run; default 30s
+	// TTL is the lease TTL; default 400ms. With the member nemesis it is at least 1s,
+	// etcd's minimum lease TTL there, so that pauses (3 TTLs) outlast the etcd lease
+	// that really holds the lock.
+	TTL     time.Duration
+	Hold    time.Duration // time between a worker's read and write; default 20ms
+	Nemeses []string      // subset of Nemeses; empty means none
+	// Interval is the mean time between two faults of one nemesis; default 3s.
+	Interval time.Duration
+	// MaxFaults bounds the faults each nemesis injects; 0 means no bound but Duration.
+	MaxFaults int
+	Fencing   bool   // false: the control run, which must find violations
+	Results   string // directory for run folders (logs, failing histories); default a temp dir
+	// Progress receives progress lines while the workers run; nil means none. By
+	// default each is a line of its own ("\n"-terminated, no "\r"), about once a
+	// second (less often on long runs, about 60 lines a run), fit for a log file or
+	// a pipe.
+	Progress io.Writer
+	// ProgressInPlace rewrites one progress line in place ("\r" before each, one
+	// "\n" at the end), once a second: for a terminal.
+	ProgressInPlace bool
+	Seed            uint64 // seed of the nemeses' choices; 0 means from the clock
+	// Resource is what holds the workers' counter: ResourceServe (the default, the
+	// fenced KV of `fence serve`) or ResourcePostgres (a table of the PostgreSQL at
+	// Postgres, written through postgres.Guard; the run deletes its row first).
+	Resource string
+	Postgres string // DSN of the PostgreSQL of ResourcePostgres
+}
+
+// Summary is the outcome of a run.
+type Summary struct {
+	Backend string         // what served the locks and the KV, e.g. "fence serve (bolt)"
+	Nemeses string         // the faults, e.g. "pause,kill"
+	Fencing bool           // whether writes carried the lease's fence
+	Faults  map[string]int // faults injected by nemesis
+	Report  *Report        // what the checker found
+	Dir     string         // the run's folder: worker logs, server log, saved histories
+	Saved   []string       // files of a saved failing history
+}
+
+// Passed reports whether the run met its goal: no violation with fencing on,
+// violations found with fencing off (the control run).
+func (s *Summary) Passed() bool {
+	if s.Fencing {
+		return s.Report.OK()
+	}
+	return s.Report.Found()
+}
+
+func (c *Config) defaults() error {
+	if c.Binary == "" {
+		return fmt.Errorf("chaos: %w: no fence binary", fence.ErrInvalid)
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.Duration == 0 {
+		c.Duration = 30 * time.Second
+	}
+	if c.TTL == 0 {
+		c.TTL = 400 * time.Millisecond
+	}
+	if c.Hold == 0 {
+		c.Hold = 20 * time.Millisecond
+	}
+	if c.Interval == 0 {
+		c.Interval = 3 * time.Second
+	}
+	if c.Workers < 2 || c.Workers > 64 {
+		return fmt.Errorf("chaos: %w: workers %d not in [2, 64]", fence.ErrInvalid, c.Workers)
+	}
+	if c.Duration < 0 || c.TTL < 10*time.Millisecond || c.Hold < 0 || c.Interval < 0 || c.MaxFaults < 0 {
+		return fmt.Errorf("chaos: %w: duration, ttl (>= 10ms), hold, interval and max faults must be positive", fence.ErrInvalid)
+	}
+	seen := map[string]bool{}
+	for _, n := range c.Nemeses {
+		ok := false
+		for _, k := range Nemeses {
+			ok = ok || n == k
+		}
+		if !ok {
+			return fmt.Errorf("chaos: %w: unknown nemesis %q (have %s)", fence.ErrInvalid, n, strings.Join(Nemeses, ", "))
+		}
+		if seen[n] {
+			return fmt.Errorf("chaos: %w: nemesis %q given twice", fence.ErrInvalid, n)
+		}
+		seen[n] = true
+	}
+	if seen[NemesisMember] && c.TTL < etcdMinTTL {
+		c.TTL = etcdMinTTL
+	}
+	if err := validResource(c.Resource); err != nil {
+		return err
+	}
+	if (c.Resource == ResourcePostgres) != (c.Postgres != "") {
+		return fmt.Errorf("chaos: %w: a postgres DSN goes with the postgres resource, and only with it", fence.ErrInvalid)
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	return nil
+}

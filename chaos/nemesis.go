@@ -1,0 +1,189 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"time"
+)
+
+// nemesis is one kind of fault. A new kind (a partition, a clock step, a full disk) is
+// one type that implements it, one name in Nemeses and one entry in newNemesis.
+//
+// A run calls setup for every configured nemesis before it starts fence serve and the
+// workers, then, in a goroutine per nemesis, calls inject about every Config.Interval
+// (at most Config.MaxFaults times), counts each fault, keeps it for its hold and heals
+// it, until the run's time is up.
+type nemesis interface {
+	// name returns the nemesis's name: its value in Config.Nemeses and its key in
+	// Summary.Faults.
+	name() string
+	// setup prepares the run for the nemesis: it may start what the nemesis acts on
+	// (registering its shutdown with r.onClose) and set where fence serve keeps its
+	// state, where the workers connect and who grants their locks. It returns an error
+	// if what it needs does not start.
+	setup(ctx context.Context, r *run) error
+	// inject injects one fault, drawing its random choices from rng, and returns it. It
+	// returns a nil fault and no error if ctx ended before anything was injected; an
+	// error ends the run.
+	inject(ctx context.Context, rng *rand.Rand) (*fault, error)
+}
+
+// fault is one injected fault.
+type fault struct {
+	kind string        // a sub-kind, also counted as "<nemesis>/<kind>" ("link/cut"); "" for none
+	hold time.Duration // how long it lasts before heal, not cut short by the end of the run
+	heal func() error  // ends it; nil if it ends by itself
+}
+
+// newNemesis returns the nemesis of the given name, nil for an unknown name.
+func newNemesis(name string) nemesis {
+	switch name {
+	case NemesisPause:
+		return &pauseNemesis{}
+	case NemesisKill:
+		return &killNemesis{}
+	case NemesisLink:
+		return &linkNemesis{}
+	case NemesisFailover:
+		return &failoverNemesis{}
+	case NemesisMember:
+		return &memberNemesis{}
+	}
+	return nil
+}
+
+// runNemesis injects n's faults until ctx ends or cfg.MaxFaults were injected, calling
+// count with the name of each fault (and of its kind). It returns the error of a fault
+// that could not be injected or healed.
+func runNemesis(ctx context.Context, cfg Config, n nemesis, rng *rand.Rand, count func(string)) error {
+	for i := 0; cfg.MaxFaults == 0 || i < cfg.MaxFaults; i++ {
+		if !sleepCtx(ctx, jitter(rng, cfg.Interval)) {
+			return nil
+		}
+		f, err := n.inject(ctx, rng)
+		if err != nil || f == nil {
+			return err
+		}
+		count(n.name())
+		if f.kind != "" {
+			count(n.name() + "/" + f.kind)
+		}
+		time.Sleep(f.hold)
+		if f.heal != nil {
+			if err := f.heal(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sleepCtx waits d or until ctx is done; it reports whether d elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// jitter returns a duration uniformly in [d/2, 3d/2).
+func jitter(rng *rand.Rand, d time.Duration) time.Duration {
+	return d/2 + time.Duration(rng.Int64N(int64(d)+1))
+}
+
+// pauseNemesis SIGSTOPs the lock holder (the worker whose latest acquisition has the
+// token the lock's inspector reports as held; a random worker if none matches) for 3
+// TTLs, so its lease expires and another worker takes the lock, then SIGCONTs it.
+type pauseNemesis struct{ r *run }
+
+func (*pauseNemesis) name() string { return NemesisPause }
+
+func (n *pauseNemesis) setup(_ context.Context, r *run) error { n.r = r; return nil }
+
+func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, error) {
+	workers := n.r.workers
+	target := workers[rng.IntN(len(workers))]
+	ictx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	info, err := n.r.inspector.Inspect(ictx, runLock)
+	cancel()
+	if err == nil && info.Held {
+		for _, w := range workers {
+			w.tail()
+			w.mu.Lock()
+			if w.token == info.Token {
+				target = w
+			}
+			w.mu.Unlock()
+		}
+	}
+	if err := target.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("chaos: pause worker %d: %w", target.id, err)
+	}
+	return &fault{hold: 3 * n.r.cfg.TTL, heal: func() error {
+		if err := target.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			return fmt.Errorf("chaos: resume worker %d: %w", target.id, err)
+		}
+		return nil
+	}}, nil
+}
+
+// killNemesis SIGKILLs `fence serve`, leaves it down for a moment, and restarts it
+// on the same port and data directory.
+type killNemesis struct{ srv *server }
+
+func (*killNemesis) name() string { return NemesisKill }
+
+func (n *killNemesis) setup(_ context.Context, r *run) error { n.srv = r.srv; return nil }
+
+func (n *killNemesis) inject(_ context.Context, rng *rand.Rand) (*fault, error) {
+	n.srv.kill()
+	return &fault{hold: jitter(rng, 200*time.Millisecond), heal: func() error {
+		if err := n.srv.start(context.Background()); err != nil {
+			return fmt.Errorf("chaos: restart after kill: %w", err)
+		}
+		return nil
+	}}, nil
+}
+
+// linkNemesis puts a linkProxy between the workers and the server, and injects one
+// link fault at a time on it, picked at random: latency (0.5 to 1.5 TTL on every
+// chunk, for 3 TTLs, so a write can arrive after its lease expired), reset (every
+// open connection aborted) or cut (a black hole for 3 TTLs, then a reset). Faults are
+// counted as "link" and by kind ("link/latency", ...).
+type linkNemesis struct {
+	px  *linkProxy
+	ttl time.Duration
+}
+
+func (*linkNemesis) name() string { return NemesisLink }
+
+func (n *linkNemesis) setup(_ context.Context, r *run) error {
+	px, err := startLinkProxy(r.srv.addr)
+	if err != nil {
+		return err
+	}
+	r.onClose(func() { px.close() })
+	r.workerURL = "http://" + px.addr()
+	n.px, n.ttl = px, r.cfg.TTL
+	return nil
+}
+
+func (n *linkNemesis) inject(_ context.Context, rng *rand.Rand) (*fault, error) {
+	switch rng.IntN(3) {
+	case 0:
+		n.px.setLatency(jitter(rng, n.ttl))
+		return &fault{kind: "latency", hold: 3 * n.ttl, heal: func() error { n.px.setLatency(0); return nil }}, nil
+	case 1:
+		n.px.reset()
+		return &fault{kind: "reset"}, nil
+	default:
+		n.px.setCut(true)
+		return &fault{kind: "cut", hold: 3 * n.ttl, heal: func() error { n.px.setCut(false); return nil }}, nil
+	}
+}

@@ -1,0 +1,48 @@
+package testserv
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/fencelock/fence/internal/servers"
+)
+
+// dbServer is what MariaDBServer and PostgresServer share: a port and a directory fixed
+// for the server's life, a data directory made from the template cache, and the
+// Lifecycle that crashes, restarts and closes the server on them.
+type dbServer struct {
+	Port int
+	Dir  string // holds data/, the socket and the log; removed by Close
+
+	kind string // "mariadb", "postgres": for messages
+	life servers.Lifecycle
+}
+
+func (s *dbServer) dataDir() string { return filepath.Join(s.Dir, "data") }
+
+// startFresh makes the data directory from the template of key (build makes it when
+// the cache has none) and starts the server on a free port. On failure it removes the
+// server's directory and returns the error.
+func (s *dbServer) startFresh(key string, build func(string) error) error {
+	if err := startFromTemplate(key, s.dataDir(), build, func(port int) { s.Port = port }, s.life.Start); err != nil {
+		os.RemoveAll(s.Dir)
+		return err
+	}
+	return nil
+}
+
+// Kill stops the server with SIGKILL to its whole process group, like a crash. The port
+// and directory are kept; Restart recovers. Killing a killed server does nothing.
+func (s *dbServer) Kill() { s.life.Kill() }
+
+// Restart stops the server if it runs (a clean shutdown: SIGTERM for MariaDB, SIGINT,
+// a fast shutdown, for PostgreSQL) and starts it again on the same port and directory;
+// after Kill it starts it again, running crash recovery. It returns an error with the
+// log's tail if the server does not come back, or if it was closed.
+func (s *dbServer) Restart() error { return s.life.Restart(s.kind + " :" + strconv.Itoa(s.Port)) }
+
+// Close stops the server (MariaDB is killed, since nothing in its directory is kept;
+// PostgreSQL shuts down fast) and removes its directory. It is safe to call more than
+// once.
+func (s *dbServer) Close() { s.life.Close() }
