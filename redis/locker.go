@@ -224,8 +224,8 @@ func (a *acquirer) try(ctx context.Context, r *driver.Request) (driver.Result, e
 	var wake <-chan struct{}
 	if a.sub != nil {
 		if wake = a.sub.next(); wake == nil {
-			// The server dropped the subscription (a Cluster slot moved, a
-			// reconnect failed): subscribe again, at the slot's new owner.
+			// The server dropped the subscription (a Cluster slot moved):
+			// subscribe again, at the slot's new owner.
 			a.sub.close()
 			a.sub = nil
 		}
@@ -390,7 +390,7 @@ type wakeSub struct {
 	ps      *goredis.PubSub
 	mu      sync.Mutex
 	c       chan struct{} // closed by the next message
-	dropped bool          // the subscription ended: the server dropped it or it was closed
+	dropped bool          // the subscription ended: the server dropped it, or close
 }
 
 // subscribe subscribes to a wake channel and waits, at most waitLeft, for the
