@@ -22,14 +22,18 @@ type stateReloader interface {
 	ReloadState(ctx context.Context)
 }
 
-// runDurable runs script on keys and args, then the WAIT / WAITAOF that o asks for,
-// in one pipeline, so that all use one connection (WAIT counts the writes of its own
-// connection): on a Cluster the connection of keys[0]'s master. It returns the
-// script's reply and, if the waits acknowledged less than o asks, what fell short
-// ("" otherwise); or the script's error. A server that lost its script cache gets
-// the source. With followMoved, a slot that moved (MOVED: the pipeline bypassed the
-// Cluster client's redirection) is tried once more at its new owner.
-func runDurable(ctx context.Context, c Client, o *Options, script *goredis.Script, keys []string, args []any, followMoved bool) (any, string, error) {
+// runWrite runs script on keys and args and returns its reply, or its error. If o
+// asks for WAIT / WAITAOF, they follow the script in one pipeline, so that all use
+// one connection (WAIT counts the writes of its own connection): on a Cluster the
+// connection of keys[0]'s master. runWrite then also returns what of o they fell
+// short of ("" if nothing). A server that lost its script cache gets the source.
+// With followMoved, a slot that moved (MOVED: the pipeline bypassed the Cluster
+// client's redirection) is tried once more at its new owner.
+func runWrite(ctx context.Context, c Client, o *Options, script *goredis.Script, keys []string, args []any, followMoved bool) (any, string, error) {
+	if o.WaitReplicas <= 0 && o.WaitAOFLocal <= 0 && o.WaitAOFReplicas <= 0 {
+		res, err := script.Run(ctx, c, keys, args...).Result()
+		return res, "", err
+	}
 	var p goredis.Pipeliner
 	if mk, ok := c.(masterForKeyer); ok {
 		m, err := mk.MasterForKey(ctx, keys[0])

@@ -39,15 +39,22 @@ func waitCounter(t *testing.T, s *testserv.RedisServer, l *Locker, name, want st
 	})
 }
 
+// replicated starts a primary and its replica for a failover test, and returns them
+// with a context that ends after 25s. It skips the test under -short.
+func replicated(t *testing.T) (context.Context, *testserv.RedisServer, *testserv.RedisServer) {
+	t.Helper()
+	testserv.SkipIfShort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	t.Cleanup(cancel)
+	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0") // no 5s wait for the full sync
+	return ctx, primary, testserv.RedisReplica(t, primary)
+}
+
 // TestFailover_LostIncrements_GuardRejects_HealRecovers makes a replica miss the last
 // INCRs, promotes it, and shows the guard catching the regressed token and Heal
 // repairing the counter (P4).
 func TestFailover_LostIncrements_GuardRejects_HealRecovers(t *testing.T) {
-	testserv.SkipIfShort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
-	defer cancel()
-	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0") // no 5s wait for the full sync
-	replica := testserv.RedisReplica(t, primary)
+	ctx, primary, replica := replicated(t)
 	l, err := NewLocker(newClient(t, primary.Addr), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -111,11 +118,7 @@ func TestFailover_LostIncrements_GuardRejects_HealRecovers(t *testing.T) {
 // replica acknowledged it, kills the primary at once, and shows the promoted replica
 // continuing above it.
 func TestFailover_WaitReplicas_TokenSurvivesPromotion(t *testing.T) {
-	testserv.SkipIfShort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
-	defer cancel()
-	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0") // no 5s wait for the full sync
-	replica := testserv.RedisReplica(t, primary)
+	ctx, primary, replica := replicated(t)
 	pc := newClient(t, primary.Addr)
 	l, err := NewLocker(pc, &Options{WaitReplicas: 1, WaitTimeout: 2 * time.Second})
 	if err != nil {

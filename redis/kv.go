@@ -69,11 +69,10 @@ const kvSuffix = ":kv"
 //
 // A KV is safe for concurrent use. It does not own its client.
 type KV struct {
-	client  Client
-	prefix  string
-	opts    Options // the WAIT / WAITAOF settings
-	durable bool
-	closed  atomic.Bool // set by Store.Close
+	client Client
+	prefix string
+	opts   Options     // the WAIT / WAITAOF settings
+	closed atomic.Bool // set by Store.Close
 }
 
 // NewKV returns a KV that keeps its records in Redis through client, under
@@ -89,7 +88,7 @@ func NewKV(client Client, opts *Options) (*KV, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: new kv: %w", errors.Unwrap(err))
 	}
-	return &KV{client: client, prefix: l.prefix, opts: l.opts, durable: l.durable}, nil
+	return &KV{client: client, prefix: l.prefix, opts: l.opts}, nil
 }
 
 func (s *KV) recordKey(key string) string {
@@ -156,16 +155,7 @@ func (s *KV) admit(ctx context.Context, key string, f fence.Fence, withValue boo
 	tok := strconv.FormatUint(uint64(f.Token), 10)
 	keys := []string{s.recordKey(key)}
 	args := []any{f.Name, tok, f.LeaseID, mode, value}
-	var (
-		res     any
-		err     error
-		problem string
-	)
-	if s.durable {
-		res, problem, err = runDurable(ctx, s.client, &s.opts, kvPutScript, keys, args, false)
-	} else {
-		res, err = kvPutScript.Run(ctx, s.client, keys, args...).Result()
-	}
+	res, problem, err := runWrite(ctx, s.client, &s.opts, kvPutScript, keys, args, false)
 	if err != nil {
 		return kvTranslate(err)
 	}

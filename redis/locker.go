@@ -106,9 +106,8 @@ type Locker struct {
 	client  Client
 	opts    Options
 	prefix  string
-	publish string // SPUBLISH or PUBLISH, run by the release script
+	publish string // SPUBLISH or PUBLISH, run by the lease script on release
 	clock   driver.Clock
-	durable bool
 	engine  driver.Engine
 
 	closeMu sync.Mutex // orders bg.Add before Close's bg.Wait
@@ -159,8 +158,7 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 	}
 	l := &Locker{
 		client: client, opts: o, prefix: o.Prefix, publish: publish, clock: clock,
-		durable: o.WaitReplicas > 0 || o.WaitAOFLocal > 0 || o.WaitAOFReplicas > 0,
-		closed:  make(chan struct{}),
+		closed: make(chan struct{}),
 	}
 	l.engine = driver.Engine{Backend: "redis", Locker: l, Clock: clock, Poll: o.PollInterval, Closed: l.closed}
 	return l, nil
@@ -278,16 +276,7 @@ func (a *acquirer) close() {
 func (l *Locker) grant(ctx context.Context, k keys, id string, ttl time.Duration) (fence.Token, int64, error) {
 	keys := []string{k.lock, k.token}
 	args := []any{id, ttl.Milliseconds(), maxTokenArg}
-	var (
-		res     any
-		problem string
-		err     error
-	)
-	if l.durable {
-		res, problem, err = runDurable(ctx, l.client, &l.opts, acquireScript, keys, args, true)
-	} else {
-		res, err = acquireScript.Run(ctx, l.client, keys, args...).Result()
-	}
+	res, problem, err := runWrite(ctx, l.client, &l.opts, acquireScript, keys, args, true)
 	if err != nil {
 		if ambiguous(err) {
 			l.releaseLater(k, id)
