@@ -12,7 +12,6 @@ package redis
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencetest"
@@ -266,8 +264,8 @@ func BenchmarkHandoff(b *testing.B) {
 			}
 			return func() error { return lease.Release(ctx) }, nil
 		},
-		blocked: func() { waitBenchSubscribers(b, fc, fl.keysFor(fname).wake, 1) },
-		idle:    func() { waitBenchSubscribers(b, fc, fl.keysFor(fname).wake, 0) },
+		blocked: func() { waitSubscribers(b, fc, fl, fname, 1) },
+		idle:    func() { waitSubscribers(b, fc, fl, fname, 0) },
 	})
 
 	// redislock polls: the waiter is blocked in its backoff after its first try.
@@ -333,21 +331,6 @@ func waitFree(b *testing.B, p handoffPeer) {
 			b.Fatalf("lock not free after the handoff: %v", err)
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-func waitBenchSubscribers(b *testing.B, c *goredis.Client, channel string, n int64) {
-	b.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, err := c.PubSubShardNumSub(context.Background(), channel).Result()
-		if err == nil && got[channel] == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatal(fmt.Sprintf("channel %s: subscribers %v, %v; want %d", channel, got, err, n))
-		}
-		time.Sleep(100 * time.Microsecond)
 	}
 }
 

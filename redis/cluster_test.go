@@ -39,18 +39,14 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	// Wait until every node sees all slots served by three masters.
-	deadline := time.Now().Add(20 * time.Second)
 	for _, n := range c.nodes {
-		for {
+		waitFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 			info, err := n.CLI("CLUSTER", "INFO")
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") {
-				break
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
+				return fmt.Errorf("cluster node %s not ok: %v\n%s", n.Addr, err, info)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s not ok: %v\n%s", n.Addr, err, info)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	c.client = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = c.client.Close() })
@@ -227,26 +223,7 @@ func TestCluster_ThreeMasters(t *testing.T) {
 	})
 
 	t.Run("WaiterWokenBySharedPubSub", func(t *testing.T) {
-		name := "cluster-wake"
-		holder, err := l.Acquire(ctx, name, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() {
-			lease, err := l.Acquire(ctx, name, time.Hour, fence.WithWait(15*time.Second))
-			if err == nil {
-				err = lease.Release(ctx)
-			}
-			done <- err
-		}()
-		waitClusterSubscribers(t, c, l.keysFor(name).wake, 1)
-		if err := holder.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("waiter (poll 1h, TTL 1h, so only the release can wake it): %v", err)
-		}
+		wakesOnRelease(t, ctx, l, c.client, mustAcquire(t, ctx, l, "cluster-wake", time.Hour))
 	})
 
 	t.Run("WaitReplicas_PipelineOnSlotOwner", func(t *testing.T) {
@@ -277,10 +254,7 @@ func TestCluster_ThreeMasters(t *testing.T) {
 	t.Run("LockSurvivesMOVED", func(t *testing.T) {
 		name := "moving{slot}"
 		k := l.keysFor(name)
-		lease, err := l.Acquire(ctx, name, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := mustAcquire(t, ctx, l, name, time.Minute)
 		slot := c.keySlot(t, k.lock)
 		from := c.owner(t, slot).port
 		waiter := make(chan error, 1)
@@ -294,7 +268,7 @@ func TestCluster_ThreeMasters(t *testing.T) {
 			}
 			waiter <- err
 		}()
-		waitClusterSubscribers(t, c, k.wake, 1)
+		waitSubscribers(t, c.client, l, name, 1)
 		// A durable Locker on its own client, whose slot map predates the move.
 		stale := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{c.nodes[0].Addr}})
 		defer stale.Close()
@@ -343,25 +317,6 @@ func TestCluster_ThreeMasters(t *testing.T) {
 func errorsIsNotAcquired(err error) bool {
 	var h *fence.HeldError
 	return err != nil && asHeld(err, &h)
-}
-
-// waitClusterSubscribers waits until the shard channel has n subscribers on its owner.
-func waitClusterSubscribers(t *testing.T, c *cluster, channel string, n int64) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		cl, err := c.client.MasterForKey(context.Background(), channel)
-		if err == nil {
-			got, err := cl.PubSubShardNumSub(context.Background(), channel).Result()
-			if err == nil && got[channel] == n {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shard channel %s: want %d subscribers", channel, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func asHeld(err error, target **fence.HeldError) bool { return errors.As(err, target) }

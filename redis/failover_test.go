@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,28 +31,30 @@ func acquirePut(t *testing.T, ctx context.Context, l *Locker, g *inmem.Guard, na
 // waitCounter waits until the server's counter of name reads want (replication).
 func waitCounter(t *testing.T, s *testserv.RedisServer, l *Locker, name, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := s.CLI("GET", l.keysFor(name).token)
-		if err == nil && got == want {
-			return
+	waitFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if got, err := s.CLI("GET", l.keysFor(name).token); err != nil || got != want {
+			return fmt.Errorf("counter on %s = %q, %v; want %s", s.Addr, got, err, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("counter on %s = %q, %v; want %s", s.Addr, got, err, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+}
+
+// replicated starts a primary and its replica for a failover test, and returns them
+// with a context that ends after 25s. It skips the test under -short.
+func replicated(t *testing.T) (context.Context, *testserv.RedisServer, *testserv.RedisServer) {
+	t.Helper()
+	testserv.SkipIfShort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	t.Cleanup(cancel)
+	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0") // no 5s wait for the full sync
+	return ctx, primary, testserv.RedisReplica(t, primary)
 }
 
 // TestFailover_LostIncrements_GuardRejects_HealRecovers makes a replica miss the last
 // INCRs, promotes it, and shows the guard catching the regressed token and Heal
 // repairing the counter (P4).
 func TestFailover_LostIncrements_GuardRejects_HealRecovers(t *testing.T) {
-	testserv.SkipIfShort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
-	defer cancel()
-	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0") // no 5s wait for the full sync
-	replica := testserv.RedisReplica(t, primary)
+	ctx, primary, replica := replicated(t)
 	l, err := NewLocker(newClient(t, primary.Addr), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +118,7 @@ func TestFailover_LostIncrements_GuardRejects_HealRecovers(t *testing.T) {
 // replica acknowledged it, kills the primary at once, and shows the promoted replica
 // continuing above it.
 func TestFailover_WaitReplicas_TokenSurvivesPromotion(t *testing.T) {
-	testserv.SkipIfShort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
-	defer cancel()
-	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0") // no 5s wait for the full sync
-	replica := testserv.RedisReplica(t, primary)
+	ctx, primary, replica := replicated(t)
 	pc := newClient(t, primary.Addr)
 	l, err := NewLocker(pc, &Options{WaitReplicas: 1, WaitTimeout: 2 * time.Second})
 	if err != nil {

@@ -69,11 +69,10 @@ const kvSuffix = ":kv"
 //
 // A KV is safe for concurrent use. It does not own its client.
 type KV struct {
-	client  Client
-	prefix  string
-	opts    Options // the WAIT / WAITAOF settings
-	durable bool
-	closed  atomic.Bool // set by Store.Close
+	client Client
+	prefix string
+	opts   Options     // the WAIT / WAITAOF settings
+	closed atomic.Bool // set by Store.Close
 }
 
 // NewKV returns a KV that keeps its records in Redis through client, under
@@ -89,7 +88,7 @@ func NewKV(client Client, opts *Options) (*KV, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: new kv: %w", errors.Unwrap(err))
 	}
-	return &KV{client: client, prefix: l.prefix, opts: l.opts, durable: l.durable}, nil
+	return &KV{client: client, prefix: l.prefix, opts: l.opts}, nil
 }
 
 func (s *KV) recordKey(key string) string {
@@ -156,16 +155,7 @@ func (s *KV) admit(ctx context.Context, key string, f fence.Fence, withValue boo
 	tok := strconv.FormatUint(uint64(f.Token), 10)
 	keys := []string{s.recordKey(key)}
 	args := []any{f.Name, tok, f.LeaseID, mode, value}
-	var (
-		res     any
-		err     error
-		problem string
-	)
-	if s.durable {
-		res, problem, err = s.putDurable(ctx, keys, args)
-	} else {
-		res, err = kvPutScript.Run(ctx, s.client, keys, args...).Result()
-	}
+	res, problem, err := runWrite(ctx, s.client, &s.opts, kvPutScript, keys, args, false)
 	if err != nil {
 		return kvTranslate(err)
 	}
@@ -194,63 +184,6 @@ func (s *KV) admit(ctx context.Context, key string, f fence.Fence, withValue boo
 		return &fence.NamespaceError{Resource: key, Want: detail, Got: f.Name}
 	}
 	return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
-}
-
-// putDurable runs the kv_put script and WAIT / WAITAOF in one pipeline on one
-// connection (WAIT counts the writes of its own connection). It returns the script's
-// reply and, if the write was not acknowledged as Options ask, what fell short.
-func (s *KV) putDurable(ctx context.Context, keys []string, args []any) (any, string, error) {
-	var p goredis.Pipeliner
-	if mk, ok := s.client.(masterForKeyer); ok {
-		c, err := mk.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return nil, "", err
-		}
-		p = c.Pipeline()
-	} else {
-		p = s.client.Pipeline()
-	}
-	timeoutMS := s.opts.WaitTimeout.Milliseconds()
-	for _, evalSha := range []bool{true, false} {
-		var script *goredis.Cmd
-		if evalSha {
-			script = kvPutScript.EvalSha(ctx, p, keys, args...)
-		} else {
-			script = kvPutScript.Eval(ctx, p, keys, args...)
-		}
-		var wait, waitAOF *goredis.Cmd
-		if s.opts.WaitReplicas > 0 {
-			wait = p.Do(ctx, "WAIT", s.opts.WaitReplicas, timeoutMS)
-		}
-		if s.opts.WaitAOFLocal > 0 || s.opts.WaitAOFReplicas > 0 {
-			waitAOF = p.Do(ctx, "WAITAOF", s.opts.WaitAOFLocal, s.opts.WaitAOFReplicas, timeoutMS)
-		}
-		_, _ = p.Exec(ctx) // errors are read per command below
-		res, err := script.Result()
-		if err != nil {
-			if evalSha && isNoScript(err) {
-				continue // the server lost its script cache (restart, failover): send the source
-			}
-			return nil, "", err
-		}
-		var problem string
-		if wait != nil {
-			if got, err := wait.Int64(); err != nil {
-				problem = fmt.Sprintf("WAIT failed: %v", err)
-			} else if got < int64(s.opts.WaitReplicas) {
-				problem = fmt.Sprintf("WAIT: %d of %d replicas acknowledged within %v", got, s.opts.WaitReplicas, s.opts.WaitTimeout)
-			}
-		}
-		if waitAOF != nil && problem == "" {
-			if got, err := waitAOF.Int64Slice(); err != nil {
-				problem = fmt.Sprintf("WAITAOF failed (needs Redis 7.2+): %v", err)
-			} else if len(got) != 2 || got[0] < int64(s.opts.WaitAOFLocal) || got[1] < int64(s.opts.WaitAOFReplicas) {
-				problem = fmt.Sprintf("WAITAOF: acknowledged %v, wanted [%d %d] within %v", got, s.opts.WaitAOFLocal, s.opts.WaitAOFReplicas, s.opts.WaitTimeout)
-			}
-		}
-		return res, problem, nil
-	}
-	return nil, "", fmt.Errorf("%w: script not loaded after EVAL", fence.ErrUnavailable)
 }
 
 // Get returns the value stored under key and the fence that wrote it (the key's

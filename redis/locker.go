@@ -5,7 +5,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,18 +21,15 @@ import (
 var (
 	//go:embed scripts/acquire.lua
 	acquireSrc string
-	//go:embed scripts/renew.lua
-	renewSrc string
-	//go:embed scripts/release.lua
-	releaseSrc string
+	//go:embed scripts/lease.lua
+	leaseSrc string
 	//go:embed scripts/heal.lua
 	healSrc string
 	//go:embed scripts/inspect.lua
 	inspectSrc string
 
 	acquireScript = goredis.NewScript(acquireSrc)
-	renewScript   = goredis.NewScript(renewSrc)
-	releaseScript = goredis.NewScript(releaseSrc)
+	leaseScript   = goredis.NewScript(leaseSrc)
 	healScript    = goredis.NewScript(healSrc)
 	inspectScript = goredis.NewScript(inspectSrc)
 )
@@ -96,8 +94,8 @@ type Options struct {
 	// ReadTimeout (go-redis default 3s), which bounds the pipelined reply.
 	WaitTimeout time.Duration
 
-	// Clock measures the local deadlines of leases. Default driver.SystemClock.
-	// Expiry at the server is by the Redis server's clock.
+	// Clock measures the local deadlines of leases and the wait of Acquire. Default
+	// driver.SystemClock. Expiry at the server is by the Redis server's clock.
 	Clock driver.Clock
 }
 
@@ -108,9 +106,9 @@ type Locker struct {
 	client  Client
 	opts    Options
 	prefix  string
-	publish string // SPUBLISH or PUBLISH, run by the release script
+	publish string // SPUBLISH or PUBLISH, run by the lease script on release
 	clock   driver.Clock
-	durable bool
+	engine  driver.Engine
 
 	closeMu sync.Mutex // orders bg.Add before Close's bg.Wait
 	closed  chan struct{}
@@ -158,11 +156,12 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 	if o.ClassicPubSub {
 		publish = "PUBLISH"
 	}
-	return &Locker{
+	l := &Locker{
 		client: client, opts: o, prefix: o.Prefix, publish: publish, clock: clock,
-		durable: o.WaitReplicas > 0 || o.WaitAOFLocal > 0 || o.WaitAOFReplicas > 0,
-		closed:  make(chan struct{}),
-	}, nil
+		closed: make(chan struct{}),
+	}
+	l.engine = driver.Engine{Backend: "redis", Locker: l, Clock: clock, Poll: o.PollInterval, Closed: l.closed}
+	return l, nil
 }
 
 // Close makes further calls fail with fence.ErrClosed, ends waiting Acquires with
@@ -189,88 +188,118 @@ func (l *Locker) isClosed() bool {
 
 // Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX) and
 // increments the name's fencing counter, in one round trip. With fence.WithWait it
-// waits for a release (woken by pub/sub), the holder's expiry, or the fallback poll.
+// waits for a release (woken by pub/sub), the holder's expiry, or the fallback poll
+// (Options.PollInterval).
 //
-// It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the
-// lock stayed held, also matching ctx.Err() when ctx ended the wait;
-// fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when the
+// Its errors are worded as driver.Engine words them. They match fence.ErrNotAcquired
+// (and a *fence.HeldError) if the lock stayed held, also ctx.Err() when ctx ended the
+// wait; fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when the
 // counter is at fence.MaxToken; ErrWrongType when a key holds foreign data;
-// ErrNotReplicated when the durability wait failed; fence.ErrUnavailable when
-// Redis cannot be reached; fence.ErrClosed after Close.
+// ErrNotReplicated when the durability wait failed; fence.ErrUnavailable when Redis
+// cannot be reached; fence.ErrClosed after Close.
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	if err := driver.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("redis: acquire %q: %w", name, err)
-	}
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return nil, fmt.Errorf("redis: acquire %q: %w", name, err)
-	}
-	if l.isClosed() {
-		return nil, fmt.Errorf("redis: acquire %q: %w", name, fence.ErrClosed)
-	}
-	o := driver.ApplyOptions(opts...)
-	k := l.keysFor(name)
-	lease, held, _, err := l.try(ctx, name, k, ttl, o)
-	switch {
-	case err != nil:
-		return nil, err
-	case lease != nil:
-		return lease, nil
-	case o.Wait <= 0:
-		return nil, fmt.Errorf("redis: acquire %q: %w", name, held)
-	}
-	return l.wait(ctx, name, k, ttl, o, held)
+	a := &acquirer{l: l, k: l.keysFor(name)}
+	defer a.close()
+	return l.engine.Acquire(ctx, name, ttl, opts, a.try)
 }
 
-// try runs the acquire script once. It returns a lease, or the holder's state and the
-// lock key's PTTL as the script saw it (-1: no expiry), or an error already wrapped
-// for the caller.
-func (l *Locker) try(ctx context.Context, name string, k keys, ttl time.Duration, o driver.AcquireOptions) (*fence.Lease, *fence.HeldError, int64, error) {
-	id := driver.NewLeaseID()
+// acquirer is the state of one Acquire across its tries: the name's keys and, while
+// the call waits, its subscription to the name's wake channel.
+type acquirer struct {
+	l     *Locker
+	k     keys
+	sub   *wakeSub      // nil before the second try, and after a failed or dropped subscription
+	resub time.Duration // after failed subscriptions: how soon to subscribe again
+	quick int           // tries in a row that found the holder at its last millisecond
+}
+
+// try runs the acquire script once. A waiting call that finds the lock held
+// subscribes to the wake channel and tries again at once (Result.Again); from then on
+// every try looks at the lock after its subscription is confirmed, so a release
+// after the look wakes it (Result.Wake).
+func (a *acquirer) try(ctx context.Context, r *driver.Request) (driver.Result, error) {
+	l := a.l
+	var wake <-chan struct{}
+	if a.sub != nil {
+		if wake = a.sub.next(); wake == nil {
+			// The server dropped the subscription (a Cluster slot moved):
+			// subscribe again, at the slot's new owner.
+			a.sub.close()
+			a.sub = nil
+		}
+	}
+	if r.Waiting && r.Try > 1 && a.sub == nil {
+		// After a failed subscription (a Cluster slot that just moved answers MOVED
+		// until the client refreshes its slot map), subscribe again soon, backing off
+		// up to PollInterval, rather than rely on polling alone.
+		switch a.sub = l.subscribe(ctx, a.k.wake, r.WaitLeft); {
+		case a.sub != nil:
+			a.resub = 0
+			wake = a.sub.next()
+		case a.resub == 0:
+			a.resub = 10 * time.Millisecond
+		default:
+			a.resub = min(2*a.resub, l.opts.PollInterval)
+		}
+	}
 	start := l.clock.Now()
+	tok, pttl, err := l.grant(ctx, a.k, r.ID, r.TTL)
+	if err != nil || tok != 0 {
+		return driver.Result{Token: tok, Start: start}, err
+	}
+	var res driver.Result
+	if pttl > 0 {
+		res.ExpiresIn = time.Duration(pttl) * time.Millisecond
+	}
+	if r.Try == 1 {
+		res.Again = r.Waiting // subscribe, then look again
+		return res, nil
+	}
+	res.Retry, a.quick = retryAfter(pttl, a.quick, l.opts.PollInterval)
+	if a.sub == nil {
+		res.Retry = min(res.Retry, a.resub)
+	}
+	res.Wake = wake
+	return res, nil
+}
+
+func (a *acquirer) close() {
+	if a.sub != nil {
+		a.sub.close()
+	}
+}
+
+// grant runs the acquire script once for lease id. It returns the token of a grant;
+// or 0 and the lock key's PTTL as the script saw it (-1: no expiry); or an error. A
+// grant whose reply was lost or unusable, or that was not acknowledged as Options
+// ask, is released.
+func (l *Locker) grant(ctx context.Context, k keys, id string, ttl time.Duration) (fence.Token, int64, error) {
 	keys := []string{k.lock, k.token}
 	args := []any{id, ttl.Milliseconds(), maxTokenArg}
-	var (
-		res any
-		err error
-	)
-	if l.durable {
-		res, err = l.acquireDurable(ctx, name, k, keys, args)
-	} else {
-		res, err = acquireScript.Run(ctx, l.client, keys, args...).Result()
-	}
+	res, problem, err := runWrite(ctx, l.client, &l.opts, acquireScript, keys, args, true)
 	if err != nil {
-		if errors.Is(err, ErrNotReplicated) {
-			return nil, nil, 0, err // already released and described
-		}
 		if ambiguous(err) {
-			l.releaseLater(name, k, id)
+			l.releaseLater(k, id)
 		}
-		if ctx.Err() != nil {
-			return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w: %w", name, fence.ErrNotAcquired, ctx.Err())
-		}
-		return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w", name, translate(err))
+		return 0, 0, translate(err)
 	}
 	granted, n, err := pair(res)
-	if err != nil {
-		l.releaseLater(name, k, id)
-		return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w", name, err)
-	}
-	if granted == 0 {
-		held := &fence.HeldError{Name: name}
-		if n > 0 {
-			held.ExpiresIn = time.Duration(n) * time.Millisecond
+	switch {
+	case err != nil:
+		l.releaseLater(k, id)
+		return 0, 0, err
+	case granted == 0:
+		return 0, n, nil
+	case problem != "":
+		if err := l.release(ctx, k, id); err != nil && !errors.Is(err, fence.ErrNotHeld) {
+			l.releaseLater(k, id)
 		}
-		return nil, held, n, nil
+		return 0, 0, fmt.Errorf("token %d: %s; lock released: %w", n, problem, ErrNotReplicated)
+	case driver.ValidateToken(fence.Token(n)) != nil:
+		l.releaseLater(k, id)
+		return 0, 0, fmt.Errorf("%w: script issued token %d", fence.ErrUnavailable, n)
 	}
-	tok := fence.Token(n)
-	if driver.ValidateToken(tok) != nil {
-		l.releaseLater(name, k, id)
-		return nil, nil, 0, fmt.Errorf("redis: acquire %q: %w: script issued token %d", name, fence.ErrUnavailable, n)
-	}
-	return driver.NewLease(driver.LeaseConfig{
-		Locker: l, Name: name, Token: tok, ID: id, TTL: ttl,
-		Start: start, Clock: l.clock, AutoRenew: o.AutoRenew,
-	}), nil, 0, nil
+	return fence.Token(n), 0, nil
 }
 
 // pair decodes the {flag, number} reply of the acquire script.
@@ -287,128 +316,10 @@ func pair(res any) (int64, int64, error) {
 	return f, n, nil
 }
 
-// masterForKeyer is implemented by *goredis.ClusterClient: WAIT has no key, so it
-// must be sent to the node that owns the lock's slot, on the script's connection.
-type masterForKeyer interface {
-	MasterForKey(ctx context.Context, key string) (*goredis.Client, error)
-}
-
-// acquireDurable runs the acquire script and WAIT / WAITAOF in one pipeline, so both
-// use one connection (WAIT counts the writes of its own connection). If the grant is
-// not acknowledged as asked, it releases the lock and fails closed.
-func (l *Locker) acquireDurable(ctx context.Context, name string, k keys, keys []string, args []any) (any, error) {
-	pipeline := func() (goredis.Pipeliner, error) {
-		if mk, ok := l.client.(masterForKeyer); ok {
-			c, err := mk.MasterForKey(ctx, k.lock)
-			if err != nil {
-				return nil, err
-			}
-			return c.Pipeline(), nil
-		}
-		return l.client.Pipeline(), nil
-	}
-	p, err := pipeline()
-	if err != nil {
-		return nil, err
-	}
-	evalSha, reloaded := true, false
-	for {
-		var script *goredis.Cmd
-		if evalSha {
-			script = acquireScript.EvalSha(ctx, p, keys, args...)
-		} else {
-			script = acquireScript.Eval(ctx, p, keys, args...)
-		}
-		// Pipeliner has no Wait method (it is not pipelined in Cmdable), so send the
-		// commands by name; the pipeline's read deadline is the client's ReadTimeout.
-		var wait, waitAOF *goredis.Cmd
-		timeoutMS := l.opts.WaitTimeout.Milliseconds()
-		if l.opts.WaitReplicas > 0 {
-			wait = p.Do(ctx, "WAIT", l.opts.WaitReplicas, timeoutMS)
-		}
-		if l.opts.WaitAOFLocal > 0 || l.opts.WaitAOFReplicas > 0 {
-			waitAOF = p.Do(ctx, "WAITAOF", l.opts.WaitAOFLocal, l.opts.WaitAOFReplicas, timeoutMS)
-		}
-		_, _ = p.Exec(ctx) // errors are read per command below
-		res, err := script.Result()
-		if err != nil {
-			if evalSha && isNoScript(err) {
-				evalSha = false // the server lost its script cache (restart, failover): send the source
-				continue
-			}
-			if addr, moved := goredis.IsMovedError(err); moved && !reloaded {
-				// The slot moved: this pipeline bypassed the Cluster client's
-				// redirection. Refresh its slot map and try the new owner once.
-				reloaded = true
-				if np := l.pipelineAt(ctx, k.lock, addr); np != nil {
-					p = np
-					continue
-				}
-			}
-			return nil, err
-		}
-		granted, n, err := pair(res)
-		if err != nil || granted == 0 {
-			return res, err
-		}
-		var problem string
-		if wait != nil {
-			if got, err := wait.Int64(); err != nil {
-				problem = fmt.Sprintf("WAIT failed: %v", err)
-			} else if got < int64(l.opts.WaitReplicas) {
-				problem = fmt.Sprintf("WAIT: %d of %d replicas acknowledged within %v", got, l.opts.WaitReplicas, l.opts.WaitTimeout)
-			}
-		}
-		if waitAOF != nil && problem == "" {
-			if got, err := waitAOF.Int64Slice(); err != nil {
-				problem = fmt.Sprintf("WAITAOF failed (needs Redis 7.2+): %v", err)
-			} else if len(got) != 2 || got[0] < int64(l.opts.WaitAOFLocal) || got[1] < int64(l.opts.WaitAOFReplicas) {
-				problem = fmt.Sprintf("WAITAOF: acknowledged %v, wanted [%d %d] within %v", got, l.opts.WaitAOFLocal, l.opts.WaitAOFReplicas, l.opts.WaitTimeout)
-			}
-		}
-		if problem == "" {
-			return res, nil
-		}
-		id, _ := args[0].(string)
-		if err := l.release(ctx, k, id); err != nil && !errors.Is(err, fence.ErrNotHeld) {
-			l.releaseLater(name, k, id)
-		}
-		return nil, fmt.Errorf("redis: acquire %q: token %d: %s; lock released: %w", name, n, problem, ErrNotReplicated)
-	}
-}
-
-// stateReloader is implemented by *goredis.ClusterClient.
-type stateReloader interface {
-	masterForKeyer
-	ReloadState(ctx context.Context)
-}
-
-// pipelineAt asks a Cluster client to reload its slot map (which it does in the
-// background) and returns a pipeline on key's master once that is addr, or nil if
-// the client is no Cluster client or the map did not catch up within about 500ms.
-func (l *Locker) pipelineAt(ctx context.Context, key, addr string) goredis.Pipeliner {
-	r, ok := l.client.(stateReloader)
-	if !ok {
-		return nil
-	}
-	r.ReloadState(ctx)
-	for i := 0; i < 50 && ctx.Err() == nil; i++ {
-		if c, err := r.MasterForKey(ctx, key); err == nil && c.Options().Addr == addr {
-			return c.Pipeline()
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil
-}
-
-func isNoScript(err error) bool {
-	return err != nil && (errors.Is(err, goredis.ErrNoScript) || strings.HasPrefix(err.Error(), "NOSCRIPT"))
-}
-
 // releaseLater releases lease id in the background, for grants whose reply was lost
 // or unusable: the lease id is fresh, so this can only end that grant. Failures are
 // ignored; the lock then expires with its TTL.
-func (l *Locker) releaseLater(name string, k keys, id string) {
+func (l *Locker) releaseLater(k keys, id string) {
 	release := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -427,97 +338,6 @@ func (l *Locker) releaseLater(name string, k keys, id string) {
 		defer l.bg.Done()
 		release()
 	}()
-}
-
-// wait loops: subscribe to the name's wake channel, try, sleep until a release
-// message, the holder's expiry or the poll interval, try again.
-func (l *Locker) wait(ctx context.Context, name string, k keys, ttl time.Duration, o driver.AcquireOptions, held *fence.HeldError) (*fence.Lease, error) {
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if o.Wait != fence.WaitForever {
-		wctx, cancel = context.WithTimeout(ctx, o.Wait)
-	}
-	defer cancel()
-
-	var (
-		sub *goredis.PubSub
-		ch  <-chan any
-	)
-	defer func() {
-		if sub != nil {
-			_ = sub.Close()
-		}
-	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-
-	ended := func() (*fence.Lease, error) {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("redis: acquire %q: %w: %w", name, held, ctx.Err())
-		}
-		return nil, fmt.Errorf("redis: acquire %q: %w", name, held)
-	}
-	// After a failed subscription (a Cluster slot that just moved answers MOVED until
-	// the client refreshes its slot map), subscribe again soon, backing off up to
-	// PollInterval, rather than rely on polling alone.
-	resub := time.Duration(0)
-	quick := 0 // tries in a row that found the holder's lease at its last millisecond
-	for {
-		if sub == nil {
-			// Subscribe before the next try: a release after the try is then seen.
-			sub, ch = l.subscribe(wctx, k.wake)
-			switch {
-			case sub != nil:
-				resub = 0
-			case resub == 0:
-				resub = 10 * time.Millisecond
-			default:
-				resub = min(2*resub, l.opts.PollInterval)
-			}
-		}
-		if wctx.Err() != nil {
-			return ended()
-		}
-		lease, h, pttl, err := l.try(wctx, name, k, ttl, o)
-		switch {
-		case err != nil && wctx.Err() != nil:
-			return ended()
-		case err != nil:
-			return nil, err
-		case lease != nil:
-			return lease, nil
-		}
-		held = h
-		var d time.Duration
-		d, quick = retryAfter(pttl, quick, l.opts.PollInterval)
-		if sub == nil && resub < d {
-			d = resub
-		}
-		timer.Reset(d)
-		select {
-		case <-wctx.Done():
-			return ended()
-		case <-l.closed:
-			return nil, fmt.Errorf("redis: acquire %q: %w", name, fence.ErrClosed)
-		case <-timer.C:
-		case m, ok := <-ch:
-			if !ok {
-				sub, ch = nil, nil
-				break
-			}
-			if s, isSub := m.(*goredis.Subscription); isSub && strings.HasSuffix(s.Kind, "unsubscribe") {
-				// The server dropped the subscription (a Cluster slot moved): subscribe
-				// again, at the slot's new owner.
-				_ = sub.Close()
-				sub, ch = nil, nil
-			}
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-	}
 }
 
 // quickRetries is how many tries in a row a waiter makes a millisecond apart when
@@ -553,28 +373,84 @@ func retryAfter(pttl int64, quick int, poll time.Duration) (time.Duration, int) 
 	return min(d, poll), quick
 }
 
-// subscribe subscribes to a wake channel and waits for the server's confirmation. It
-// returns nil if that failed: the waiter then relies on polling and expiry.
-func (l *Locker) subscribe(ctx context.Context, channel string) (*goredis.PubSub, <-chan any) {
-	var sub *goredis.PubSub
+// wakeSub is a confirmed subscription to a wake channel, turned into the
+// Result.Wake of each try: a goroutine forwards the messages.
+type wakeSub struct {
+	ps      *goredis.PubSub
+	mu      sync.Mutex
+	c       chan struct{} // closed by the next message
+	dropped bool          // the subscription ended: the server dropped it, or close
+}
+
+// subscribe subscribes to a wake channel and waits, at most waitLeft, for the
+// server's confirmation. It returns nil if that failed: the waiter then relies on
+// polling and expiry.
+func (l *Locker) subscribe(ctx context.Context, channel string, waitLeft time.Duration) *wakeSub {
+	var ps *goredis.PubSub
 	if l.opts.ClassicPubSub {
-		sub = l.client.Subscribe(ctx, channel)
+		ps = l.client.Subscribe(ctx, channel)
 	} else {
-		sub = l.client.SSubscribe(ctx, channel)
+		ps = l.client.SSubscribe(ctx, channel)
 	}
 	// Bound the wait for the confirmation: go-redis reads pub/sub replies without a
 	// deadline, and a waiter must not hang on a server that accepted the connection
 	// but does not answer.
 	timeout := min(l.opts.PollInterval, 5*time.Second)
+	if waitLeft != fence.WaitForever {
+		timeout = min(timeout, waitLeft)
+	}
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = max(min(timeout, time.Until(dl)), time.Millisecond)
+		timeout = min(timeout, time.Until(dl))
 	}
-	if _, err := sub.ReceiveTimeout(ctx, timeout); err != nil {
-		_ = sub.Close()
-		return nil, nil
+	if _, err := ps.ReceiveTimeout(ctx, max(timeout, time.Millisecond)); err != nil {
+		_ = ps.Close()
+		return nil
 	}
-	return sub, sub.ChannelWithSubscriptions(goredis.WithChannelSize(4))
+	w := &wakeSub{ps: ps, c: make(chan struct{})}
+	go w.forward(ps.ChannelWithSubscriptions(goredis.WithChannelSize(4)))
+	return w
 }
+
+// forward signals every message on ch until the subscription ends: ch closes, or
+// the server unsubscribes (a Cluster slot moved).
+func (w *wakeSub) forward(ch <-chan any) {
+	for m := range ch {
+		if s, ok := m.(*goredis.Subscription); ok && strings.HasSuffix(s.Kind, "unsubscribe") {
+			break
+		}
+		w.signal(false)
+	}
+	w.signal(true)
+}
+
+func (w *wakeSub) signal(drop bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropped = w.dropped || drop
+	select {
+	case <-w.c:
+	default:
+		close(w.c)
+	}
+}
+
+// next returns a channel that closes at the next message, or nil if the
+// subscription ended.
+func (w *wakeSub) next() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dropped {
+		return nil
+	}
+	select {
+	case <-w.c:
+		w.c = make(chan struct{}) // that message came before this try looks
+	default:
+	}
+	return w.c
+}
+
+func (w *wakeSub) close() { _ = w.ps.Close() }
 
 // Renew extends the lease name/leaseID to ttl from now, by the Redis server's clock,
 // if and only if the lock still holds that lease id (checked inside a script).
@@ -583,8 +459,8 @@ func (l *Locker) subscribe(ctx context.Context, channel string) (*goredis.PubSub
 // or never existed; fence.ErrInvalid for bad arguments; fence.ErrUnavailable when
 // Redis cannot be reached; fence.ErrClosed after Close.
 func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := validateLease(name, leaseID); err != nil {
-		return fmt.Errorf("redis: renew %q: %w", name, err)
+	if err := driver.ValidateLease(name, leaseID); err != nil {
+		return fmt.Errorf("redis: renew: %w", err)
 	}
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("redis: renew %q: %w", name, err)
@@ -593,7 +469,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("redis: renew %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	n, err := renewScript.Run(ctx, l.client, []string{k.lock}, leaseID, ttl.Milliseconds()).Int64()
+	n, err := leaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, "renew", ttl.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: renew %q: %w", name, translate(err))
 	}
@@ -612,8 +488,8 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 // arguments; fence.ErrUnavailable when Redis cannot be reached; fence.ErrClosed after
 // Close.
 func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
-	if err := validateLease(name, leaseID); err != nil {
-		return fmt.Errorf("redis: release %q: %w", name, err)
+	if err := driver.ValidateLease(name, leaseID); err != nil {
+		return fmt.Errorf("redis: release: %w", err)
 	}
 	if l.isClosed() {
 		return fmt.Errorf("redis: release %q: %w", name, fence.ErrClosed)
@@ -625,7 +501,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
-	n, err := releaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, k.wake, l.publish).Int64()
+	n, err := leaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, "release", k.wake, l.publish).Int64()
 	if err != nil {
 		return translate(err)
 	}
@@ -633,13 +509,6 @@ func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
 		return fence.ErrNotHeld
 	}
 	return nil
-}
-
-func validateLease(name, leaseID string) error {
-	if err := driver.ValidateName(name); err != nil {
-		return err
-	}
-	return driver.ValidateLeaseID(leaseID)
 }
 
 // Heal raises name's fencing counter to at least seen, never lowering it, so the
@@ -697,9 +566,6 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	return info, nil
 }
 
-// DefaultListLimit is the number of locks List returns when its limit is <= 0.
-const DefaultListLimit = 1000
-
 // clusterScanner is implemented by *goredis.ClusterClient: a Cluster is scanned
 // master by master.
 type clusterScanner interface {
@@ -707,7 +573,7 @@ type clusterScanner interface {
 }
 
 // List returns the locks whose names start with prefix, in name order, at most limit
-// (DefaultListLimit if limit <= 0). A lock is listed once it has been acquired once:
+// (fence.DefaultListLimit if limit <= 0). A lock is listed once it has been acquired once:
 // its counter is never deleted. It scans the keyspace (SCAN, on every master of a
 // Cluster), so it costs time proportional to the number of keys; it is meant for
 // operators (`fence status`), not hot paths. Errors are those of Inspect.
@@ -720,9 +586,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	if l.isClosed() {
 		return nil, fmt.Errorf("redis: list %q: %w", prefix, fence.ErrClosed)
 	}
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
+	limit = driver.ListLimit(limit)
 	match := globEscape(l.prefix+"{"+escapeName(prefix)) + "*}" + tokenSuffix
 	var mu sync.Mutex
 	names := map[string]bool{}
@@ -756,14 +620,8 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	if err != nil {
 		return nil, fmt.Errorf("redis: list %q: %w", prefix, translate(err))
 	}
-	sorted := make([]string, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	sort.Strings(sorted)
-	if len(sorted) > limit {
-		sorted = sorted[:limit]
-	}
+	sorted := slices.Sorted(maps.Keys(names))
+	sorted = sorted[:min(len(sorted), limit)]
 	out := make([]fence.LockInfo, 0, len(sorted))
 	for _, n := range sorted {
 		info, err := l.Inspect(ctx, n)

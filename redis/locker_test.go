@@ -87,6 +87,16 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
+// mustAcquire acquires name on l, failing t if that fails.
+func mustAcquire(t testing.TB, ctx context.Context, l *Locker, name string, ttl time.Duration, opts ...fence.AcquireOption) *fence.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctx, name, ttl, opts...)
+	if err != nil {
+		t.Fatalf("Acquire %q: %v", name, err)
+	}
+	return lease
+}
+
 func TestEscapeName_RoundTripsAndRemovesBraces(t *testing.T) {
 	for _, name := range []string{"plain", "a{b}c", "{", "}", "{}", "%", "%7B", "100%{x}%7D", "ünï{cødé}"} {
 		esc := escapeName(name)
@@ -148,19 +158,13 @@ func TestLocker_Acquire_OneCommandPerGrant(t *testing.T) {
 	ctx := ctxT(t)
 	name := uniqueName(t)
 	// Warm the script cache so EVALSHA hits.
-	lease, err := l.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := mustAcquire(t, ctx, l, name, time.Second)
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	h := &countHook{}
 	c.AddHook(h)
-	lease, err = l.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease = mustAcquire(t, ctx, l, name, time.Second)
 	if got := h.n.Load(); got != 1 {
 		t.Errorf("acquire sent %d commands, want 1 (one EVALSHA)", got)
 	}
@@ -176,10 +180,7 @@ func TestLocker_Keys_LayoutAndEscapedHashTag(t *testing.T) {
 	l, c := newLocker(t, nil)
 	ctx := ctxT(t)
 	name := "a{b}c%-" + uniqueName(t)
-	lease, err := l.Acquire(ctx, name, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := mustAcquire(t, ctx, l, name, 10*time.Second)
 	tag := "{" + strings.NewReplacer("{", "%7B", "}", "%7D", "%", "%25").Replace(name) + "}"
 	v, err := c.Get(ctx, "fence:"+tag+":lock").Result()
 	if want := lease.ID() + " " + lease.Token().String(); err != nil || v != want {
@@ -272,10 +273,7 @@ func TestLocker_Acquire_FailsClosedAtMaxToken(t *testing.T) {
 	if err := c.Set(ctx, k.token, uint64(fence.MaxToken-1), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := l.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := mustAcquire(t, ctx, l, name, time.Second)
 	if lease.Token() != fence.MaxToken {
 		t.Fatalf("token = %d, want MaxToken %d", lease.Token(), fence.MaxToken)
 	}
@@ -288,7 +286,7 @@ func TestLocker_Acquire_FailsClosedAtMaxToken(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err = l.Acquire(ctx, name, time.Second)
+	_, err := l.Acquire(ctx, name, time.Second)
 	if !errors.Is(err, fence.ErrTokenExhausted) || !strings.HasPrefix(err.Error(), "redis: acquire") {
 		t.Fatalf("Acquire at MaxToken = %v, want a redis: acquire error matching fence.ErrTokenExhausted", err)
 	}
@@ -304,10 +302,7 @@ func TestLocker_Release_RetriedAfterExpiry_LeavesNewHolder(t *testing.T) {
 	l, _ := newLocker(t, &Options{PollInterval: time.Hour})
 	ctx := ctxT(t)
 	name := uniqueName(t)
-	old, err := l.Acquire(ctx, name, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := mustAcquire(t, ctx, l, name, 50*time.Millisecond)
 	// Waiting for the old lease's expiry: the script's PTTL wakes the waiter.
 	cur, err := l.Acquire(ctx, name, 10*time.Second, fence.WithWait(5*time.Second))
 	if err != nil {
@@ -400,32 +395,58 @@ func TestRetryAfter_ShortPTTLRetriesSoonThenBacksOff(t *testing.T) {
 	}
 }
 
-// waitSubscribers waits until n clients subscribe to name's wake channel.
-func waitSubscribers(t *testing.T, c *goredis.Client, l *Locker, name string, n int64) {
+// waitFor calls check every interval until it returns nil, and fails t with
+// check's last error once within has passed.
+func waitFor(t testing.TB, within, interval time.Duration, check func() error) {
 	t.Helper()
-	ch := l.keysFor(name).wake
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
-		got, err := c.PubSubShardNumSub(context.Background(), ch).Result()
-		if err == nil && got[ch] == n {
+		err := check()
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("subscribers of %s = %v, %v; want %d", ch, got, err, n)
+			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
-func TestLocker_Wait_WokenByRelease(t *testing.T) {
-	// Poll and TTL of an hour: only the release's message can wake the waiter in time.
-	l, c := newLocker(t, &Options{PollInterval: time.Hour})
-	ctx := ctxT(t)
-	name := uniqueName(t)
-	holder, err := l.Acquire(ctx, name, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+// waitSubscribers waits until n clients subscribe to name's wake channel, as l
+// subscribes (sharded or classic pub/sub), on c's server (a Cluster's: the
+// channel's master).
+func waitSubscribers(t testing.TB, c goredis.UniversalClient, l *Locker, name string, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	ch := l.keysFor(name).wake
+	waitFor(t, 5*time.Second, 100*time.Microsecond, func() error {
+		at := c
+		if cc, ok := c.(*goredis.ClusterClient); ok {
+			m, err := cc.MasterForKey(ctx, ch)
+			if err != nil {
+				return err
+			}
+			at = m
+		}
+		count := at.PubSubShardNumSub
+		if l.opts.ClassicPubSub {
+			count = at.PubSubNumSub
+		}
+		if got, err := count(ctx, ch).Result(); err != nil || got[ch] != n {
+			return fmt.Errorf("subscribers of %s = %v, %v; want %d", ch, got, err, n)
+		}
+		return nil
+	})
+}
+
+// wakesOnRelease starts a waiter on holder's lock, releases holder once the waiter's
+// subscription is confirmed on c's server, and checks that the release woke the
+// waiter: it gets the next token, and its subscription is closed afterwards. With
+// l's PollInterval and holder's TTL an hour, only the release's message wakes it in
+// time.
+func wakesOnRelease(t *testing.T, ctx context.Context, l *Locker, c goredis.UniversalClient, holder *fence.Lease) {
+	t.Helper()
+	name := holder.Name()
 	type result struct {
 		lease *fence.Lease
 		err   error
@@ -441,18 +462,27 @@ func TestLocker_Wait_WokenByRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-done
+	handoff := time.Since(released)
 	if r.err != nil {
 		t.Fatalf("waiter: %v", r.err)
 	}
-	t.Logf("handoff %v", time.Since(released))
+	t.Logf("handoff %v", handoff)
 	if r.lease.Token() != holder.Token()+1 {
 		t.Errorf("waiter token %d, want %d", r.lease.Token(), holder.Token()+1)
 	}
-	if time.Since(released) > 5*time.Second {
-		t.Errorf("handoff took %v, want well under the 1h poll", time.Since(released))
+	if handoff > 5*time.Second {
+		t.Errorf("handoff took %v, want well under the 1h poll", handoff)
 	}
-	_ = r.lease.Release(ctx)
+	if err := r.lease.Release(ctx); err != nil {
+		t.Errorf("waiter's release: %v", err)
+	}
 	waitSubscribers(t, c, l, name, 0) // the waiter's subscription is closed
+}
+
+func TestLocker_Wait_WokenByRelease(t *testing.T) {
+	l, c := newLocker(t, &Options{PollInterval: time.Hour})
+	ctx := ctxT(t)
+	wakesOnRelease(t, ctx, l, c, mustAcquire(t, ctx, l, uniqueName(t), time.Hour))
 }
 
 func TestLocker_Wait_ManyWaiters_EachGetsTheLockOnce(t *testing.T) {
@@ -531,8 +561,8 @@ func TestLocker_Wait_ContextCancelled(t *testing.T) {
 	if !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &held) {
 		t.Fatalf("Acquire with expired ctx = %v, want ErrNotAcquired, a *HeldError and context.DeadlineExceeded", err)
 	}
-	if strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "redis: acquire") {
-		t.Errorf("error message %q: want one line starting with \"redis: acquire\"", err)
+	if want := fmt.Sprintf("redis: lock %q not acquired after waiting ", name); strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error message %q: want one line starting with %q", err, want)
 	}
 	if held.ExpiresIn <= 0 || held.ExpiresIn > time.Hour {
 		t.Errorf("HeldError.ExpiresIn = %v, want in (0, 1h]", held.ExpiresIn)
@@ -548,10 +578,7 @@ func TestLocker_Close_EndsWaitersAndCalls(t *testing.T) {
 	l, _ := newLocker(t, &Options{PollInterval: time.Hour})
 	ctx := ctxT(t)
 	name := uniqueName(t)
-	holder, err := l.Acquire(ctx, name, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustAcquire(t, ctx, l, name, time.Hour)
 	defer func() {
 		l2, _ := newLocker(t, nil)
 		_ = l2.Release(ctx, name, holder.ID())
@@ -689,10 +716,7 @@ func TestLocker_Heal_RaisesNeverLowers(t *testing.T) {
 	if err := l.Heal(ctx, name, 41); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := l.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := mustAcquire(t, ctx, l, name, time.Second)
 	if lease.Token() != 42 {
 		t.Errorf("token after Heal(41) = %d, want 42", lease.Token())
 	}
@@ -712,17 +736,11 @@ func TestLocker_Heal_FromGuardRejection(t *testing.T) {
 	l, c := newLocker(t, nil)
 	ctx := ctxT(t)
 	name := uniqueName(t)
-	lease, err := l.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := mustAcquire(t, ctx, l, name, time.Second)
 	_ = lease.Release(ctx)
 	// A guard has already seen token 100 (as after a failover that lost increments).
 	highest := fence.Fence{Name: name, Token: 100, LeaseID: driver.NewLeaseID()}
-	lease, err = l.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease = mustAcquire(t, ctx, l, name, time.Second)
 	rejected := fence.Admit("row", highest, lease.Fence())
 	if !errors.Is(rejected, fence.ErrStaleToken) {
 		t.Fatalf("Admit(%d after 100) = %v, want ErrStaleToken", lease.Token(), rejected)
@@ -731,10 +749,7 @@ func TestLocker_Heal_FromGuardRejection(t *testing.T) {
 	if err := fence.Heal(ctx, l, name, fmt.Errorf("put: %w", rejected)); err != nil {
 		t.Fatal(err)
 	}
-	lease, err = l.Acquire(ctx, name, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease = mustAcquire(t, ctx, l, name, time.Second)
 	defer lease.Release(ctx)
 	if err := fence.Admit("row", highest, lease.Fence()); err != nil || lease.Token() != 101 {
 		t.Errorf("after heal: token %d, Admit = %v; want 101, nil", lease.Token(), err)
@@ -754,10 +769,7 @@ func TestLocker_InspectAndList(t *testing.T) {
 	names := []string{"job/b", "job/a{1}", "job/*", "other"}
 	leases := map[string]*fence.Lease{}
 	for _, n := range names {
-		lease, err := l.Acquire(ctx, n, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := mustAcquire(t, ctx, l, n, time.Minute)
 		leases[n] = lease
 	}
 	_ = leases["job/b"].Release(ctx)
@@ -785,34 +797,25 @@ func TestLocker_InspectAndList(t *testing.T) {
 	}
 }
 
-func TestLocker_WaitReplicas_NoReplica_FailsClosed(t *testing.T) {
-	l, _ := newLocker(t, &Options{WaitReplicas: 1, WaitTimeout: 30 * time.Millisecond})
-	ctx := ctxT(t)
-	name := uniqueName(t)
-	lease, err := l.Acquire(ctx, name, time.Hour)
-	if !errors.Is(err, ErrNotReplicated) || !errors.Is(err, fence.ErrUnavailable) || lease != nil {
-		t.Fatalf("Acquire with WaitReplicas 1 and no replica = %v, %v; want ErrNotReplicated", lease, err)
-	}
-	t.Logf("error: %v", err)
-	info, err := l.Inspect(ctx, name)
-	if err != nil || info.Held || info.LastToken != 1 {
-		t.Errorf("Inspect = %+v, %v; want not held (released), last token 1 (used up)", info, err)
-	}
-}
-
-func TestLocker_WaitAOF_FailsClosedWithoutAOF(t *testing.T) {
-	l, _ := newLocker(t, &Options{WaitAOFLocal: 1, WaitTimeout: 30 * time.Millisecond})
-	ctx := ctxT(t)
-	name := uniqueName(t)
-	// The server runs without appendonly (and Redis < 7.2 lacks WAITAOF): either way
-	// the fsync cannot be acknowledged, so no lease is handed out.
-	lease, err := l.Acquire(ctx, name, time.Hour)
-	if !errors.Is(err, ErrNotReplicated) || lease != nil {
-		t.Fatalf("Acquire with WaitAOFLocal 1 = %v, %v; want ErrNotReplicated", lease, err)
-	}
-	t.Logf("error: %v", err)
-	if info, err := l.Inspect(ctx, name); err != nil || info.Held {
-		t.Errorf("Inspect = %+v, %v; want not held", info, err)
+// TestLocker_Durability_FailsClosed asks for acknowledgements the package's server
+// cannot give: it has no replica, and runs without appendonly (and Redis < 7.2
+// lacks WAITAOF). No lease is handed out, the grant is released, its token used up.
+func TestLocker_Durability_FailsClosed(t *testing.T) {
+	for what, opts := range map[string]Options{
+		"WaitReplicas 1 without a replica": {WaitReplicas: 1, WaitTimeout: 30 * time.Millisecond},
+		"WaitAOFLocal 1 without AOF":       {WaitAOFLocal: 1, WaitTimeout: 30 * time.Millisecond},
+	} {
+		l, _ := newLocker(t, &opts)
+		ctx := ctxT(t)
+		name := uniqueName(t)
+		lease, err := l.Acquire(ctx, name, time.Hour)
+		if !errors.Is(err, ErrNotReplicated) || !errors.Is(err, fence.ErrUnavailable) || lease != nil {
+			t.Fatalf("Acquire with %s = %v, %v; want ErrNotReplicated", what, lease, err)
+		}
+		t.Logf("%s: %v", what, err)
+		if info, err := l.Inspect(ctx, name); err != nil || info.Held || info.LastToken != 1 {
+			t.Errorf("%s: Inspect = %+v, %v; want not held (released), last token 1 (used up)", what, info, err)
+		}
 	}
 }
 
@@ -826,10 +829,7 @@ func TestLocker_ServerRestart_ScriptCacheLost_AOFKeepsCounter(t *testing.T) {
 	}
 	defer l.Close()
 	ctx := ctxT(t)
-	first, err := l.Acquire(ctx, "restart", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := mustAcquire(t, ctx, l, "restart", time.Second)
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -859,35 +859,5 @@ func TestLocker_ServerRestart_ScriptCacheLost_AOFKeepsCounter(t *testing.T) {
 func TestLocker_ClassicPubSub_WokenByRelease(t *testing.T) {
 	l, c := newLocker(t, &Options{ClassicPubSub: true, PollInterval: time.Hour})
 	ctx := ctxT(t)
-	name := uniqueName(t)
-	holder, err := l.Acquire(ctx, name, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		lease, err := l.Acquire(ctx, name, time.Hour, fence.WithWait(15*time.Second))
-		if err == nil {
-			err = lease.Release(ctx)
-		}
-		done <- err
-	}()
-	ch := l.keysFor(name).wake
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, err := c.PubSubNumSub(ctx, ch).Result()
-		if err == nil && got[ch] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("classic subscribers of %s = %v, %v; want 1", ch, got, err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Errorf("waiter with classic pub/sub (poll 1h): %v", err)
-	}
+	wakesOnRelease(t, ctx, l, c, mustAcquire(t, ctx, l, uniqueName(t), time.Hour))
 }

@@ -169,20 +169,5 @@ func TestSentinel_ClientFollowsFailover(t *testing.T) {
 	}
 
 	// Waiters on the new primary are woken by a release there.
-	done := make(chan error, 1)
-	go func() {
-		next, err := l.Acquire(ctx, name, 10*time.Second, fence.WithWait(15*time.Second))
-		if err == nil {
-			err = next.Release(ctx)
-		}
-		done <- err
-	}()
-	rc := newClient(t, replica.Addr)
-	waitSubscribers(t, rc, l, name, 1)
-	if err := lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Errorf("waiter after failover (poll 1h, so only the release wakes it): %v", err)
-	}
+	wakesOnRelease(t, ctx, l, newClient(t, replica.Addr), lease)
 }
