@@ -220,15 +220,16 @@ func BenchmarkReopenAfterCrash(b *testing.B) {
 // when the token ceiling must be raised first), for benchmarks that fill a store.
 func grantUnwritten(b *testing.B, s *Store, name string, ttl time.Duration) {
 	b.Helper()
-	nr := grantResult{id: driver.NewLeaseID()}
+	r := &driver.Request{Name: name, TTL: ttl}
+	id, _ := parseLeaseID(driver.NewLeaseID())
 	for {
 		s.mu.Lock()
-		r, g, granted, err := s.grantLocked(name, int64(ttl), s.now(), nr)
+		res, g, err := s.grantLocked(r, id, s.now())
 		s.mu.Unlock()
-		if err != nil || r.held != nil {
-			b.Fatalf("grant %q: %v %v", name, err, r.held)
+		if err != nil || (res.Token == 0 && g == nil) {
+			b.Fatalf("grant %q: %v (held for %v)", name, err, res.ExpiresIn)
 		}
-		if granted || g == nil {
+		if res.Token != 0 {
 			return
 		}
 		<-g.done // the ceiling is being raised

@@ -22,8 +22,6 @@ const (
 	DefaultTimeout       = time.Second
 	DefaultTokenBlock    = 1 << 16
 	DefaultFlushInterval = 100 * time.Millisecond
-	// DefaultListLimit is how many locks List returns when called with limit <= 0.
-	DefaultListLimit = 1000
 )
 
 // MaxValueLen is the largest value Put stores, in bytes (1 MiB). A larger value is
@@ -83,11 +81,12 @@ type Options struct {
 // fence.Inspector, fence.KV and fence.Guard in one bbolt file. It is safe for
 // concurrent use. Close it to release the file.
 type Store struct {
-	db    *bbolt.DB
-	path  string
-	clock driver.Clock
-	wall  func() time.Time // nil: the wall reading of clock.Now
-	base  time.Time        // clock reading at Open; lease times are nanoseconds since it
+	db     *bbolt.DB
+	path   string
+	clock  driver.Clock
+	engine driver.Engine    // Acquire's loop, by clock, stopped by closing
+	wall   func() time.Time // nil: the wall reading of clock.Now
+	base   time.Time        // clock reading at Open; lease times are nanoseconds since it
 	// wall0 turns lease times into wall-clock times (Unix nanoseconds): the wall
 	// reading at Open, raised by every forward step of the wall clock seen since
 	// (never lowered), so written expiries never come earlier by the wall clock
@@ -150,6 +149,13 @@ type flushGen struct {
 	done   chan struct{}
 	err    error
 	grants int // grants waiting for this commit (for the benchmarks)
+}
+
+// wait returns once g's commit is done, with its error: nil when everything
+// changed before g was taken is on disk.
+func (g *flushGen) wait() error {
+	<-g.done
+	return g.err
 }
 
 var (
@@ -227,6 +233,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	s.engine = driver.Engine{Backend: "bolt", Locker: s, Clock: s.clock, Closed: s.closing}
 	// The frame's wall reading is taken after base and the one that restores
 	// leases before it, so that rounding errs toward longer leases both ways.
 	wallBefore := s.wallNow(s.clock.Now())
