@@ -159,6 +159,39 @@ func parseLeaseID(id string) (b [16]byte, ok bool) {
 	return b, err == nil
 }
 
+// checkArgs returns the error of an operation that must not start, as every
+// operation of the store words it: "bolt: OP: ERR" for a bad name or key
+// (nameErr, from a validator that names it), "bolt: OP "NAME": ERR" for another
+// bad argument (argErr) or when ctx is done. It returns nil if all are nil.
+func checkArgs(ctx context.Context, op, name string, nameErr, argErr error) error {
+	if nameErr != nil {
+		return fmt.Errorf("bolt: %s: %w", op, nameErr)
+	}
+	if argErr == nil {
+		argErr = ctx.Err()
+	}
+	if argErr != nil {
+		return opError(op, name, argErr)
+	}
+	return nil
+}
+
+// opError returns err as the error of operation op on name (or key, or prefix).
+func opError(op, name string, err error) error {
+	return fmt.Errorf("bolt: %s %q: %w", op, name, err)
+}
+
+// lockOpen locks s.mu and returns true, or returns false, with s.mu unlocked,
+// if the store is closed.
+func (s *Store) lockOpen() bool {
+	s.mu.Lock()
+	if s.isClose {
+		s.mu.Unlock()
+		return false
+	}
+	return true
+}
+
 // Renew extends the lease identified by name and leaseID to ttl from now, by the
 // store's clock, durably as Acquire does; a lease restored after a restart is
 // renewed by its holder as any other. It returns an error matching
@@ -167,31 +200,23 @@ func parseLeaseID(id string) (b [16]byte, ok bool) {
 // TTL, fence.ErrUnavailable if the file could not be written (the lease keeps its
 // previous expiry), and fence.ErrClosed after Close.
 func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := driver.ValidateLease(name, leaseID); err != nil {
-		return fmt.Errorf("bolt: renew: %w", err)
-	}
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return fmt.Errorf("bolt: renew %q: %w", name, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bolt: renew %q: %w", name, err)
+	if err := checkArgs(ctx, "renew", name, driver.ValidateLease(name, leaseID), driver.ValidateTTL(ttl)); err != nil {
+		return err
 	}
 	id, ok := parseLeaseID(leaseID)
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
-		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrClosed)
+	if !s.lockOpen() {
+		return opError("renew", name, fence.ErrClosed)
 	}
 	e := s.locks[name]
 	now := s.readLocked(s.clock.Now())
 	if !ok || e == nil || e.hidx < 0 || e.id != id {
 		s.mu.Unlock()
-		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrNotHeld)
+		return opError("renew", name, fence.ErrNotHeld)
 	}
 	if e.expires <= now {
 		s.endLeaseLocked(e)
 		s.mu.Unlock()
-		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrExpired)
+		return opError("renew", name, fence.ErrExpired)
 	}
 	oldExp := e.expires
 	e.expires = now + int64(ttl)
@@ -200,7 +225,7 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 	s.markDirtyLocked(e)
 	g := s.syncLocked()
 	s.mu.Unlock()
-	if <-g.done; g.err != nil {
+	if err := g.wait(); err != nil {
 		s.mu.Lock()
 		if e.hidx >= 0 && e.id == id && s.locks[name] == e {
 			e.expires = oldExp
@@ -209,7 +234,7 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 			s.markDirtyLocked(e)
 		}
 		s.mu.Unlock()
-		return fmt.Errorf("bolt: renew %q: %w", name, g.err)
+		return opError("renew", name, err)
 	}
 	return nil
 }
@@ -222,33 +247,28 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 // memory; after a crash the lease would be honoured until its expiry);
 // fence.ErrClosed after Close. The release is on disk when Release returns.
 func (s *Store) Release(ctx context.Context, name, leaseID string) error {
-	if err := driver.ValidateLease(name, leaseID); err != nil {
-		return fmt.Errorf("bolt: release: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bolt: release %q: %w", name, err)
+	if err := checkArgs(ctx, "release", name, driver.ValidateLease(name, leaseID), nil); err != nil {
+		return err
 	}
 	id, ok := parseLeaseID(leaseID)
 	now := s.now() // read the clock outside the lock; a little early is harmless
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
-		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrClosed)
+	if !s.lockOpen() {
+		return opError("release", name, fence.ErrClosed)
 	}
 	e := s.locks[name]
 	if !ok || e == nil || e.hidx < 0 || e.id != id {
 		s.mu.Unlock()
-		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrNotHeld)
+		return opError("release", name, fence.ErrNotHeld)
 	}
 	expired := e.expires <= now
 	s.endLeaseLocked(e)
 	g := s.syncLocked()
 	s.mu.Unlock()
-	if <-g.done; g.err != nil {
-		return fmt.Errorf("bolt: release %q: %w", name, g.err)
+	if err := g.wait(); err != nil {
+		return opError("release", name, err)
 	}
 	if expired {
-		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrExpired)
+		return opError("release", name, fence.ErrExpired)
 	}
 	return nil
 }
@@ -259,19 +279,11 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 // [1, fence.MaxToken], fence.ErrUnavailable if the file could not be written, and
 // fence.ErrClosed after Close.
 func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := driver.ValidateName(name); err != nil {
-		return fmt.Errorf("bolt: heal: %w", err)
+	if err := checkArgs(ctx, "heal", name, driver.ValidateName(name), driver.ValidateToken(seen)); err != nil {
+		return err
 	}
-	if err := driver.ValidateToken(seen); err != nil {
-		return fmt.Errorf("bolt: heal %q: %w", name, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bolt: heal %q: %w", name, err)
-	}
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
-		return fmt.Errorf("bolt: heal %q: %w", name, fence.ErrClosed)
+	if !s.lockOpen() {
+		return opError("heal", name, fence.ErrClosed)
 	}
 	if uint64(seen) >= s.next {
 		s.next = uint64(seen) + 1
@@ -291,8 +303,8 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 	}
 	s.mu.Unlock()
 	if g != nil {
-		if <-g.done; g.err != nil {
-			return fmt.Errorf("bolt: heal %q: %w", name, g.err)
+		if err := g.wait(); err != nil {
+			return opError("heal", name, err)
 		}
 	}
 	return nil
@@ -320,17 +332,12 @@ func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 // fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
 // read, and fence.ErrClosed after Close.
 func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := driver.ValidateName(name); err != nil {
-		return fence.LockInfo{}, fmt.Errorf("bolt: inspect: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fence.LockInfo{}, fmt.Errorf("bolt: inspect %q: %w", name, err)
+	if err := checkArgs(ctx, "inspect", name, driver.ValidateName(name), nil); err != nil {
+		return fence.LockInfo{}, err
 	}
 	info := fence.LockInfo{Name: name}
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
-		return info, fmt.Errorf("bolt: inspect %q: %w", name, fence.ErrClosed)
+	if !s.lockOpen() {
+		return info, opError("inspect", name, fence.ErrClosed)
 	}
 	if e := s.locks[name]; e != nil {
 		s.fillLocked(&info, e, s.now())
@@ -358,7 +365,7 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 		return err
 	})
 	if err != nil {
-		return fence.LockInfo{}, fmt.Errorf("bolt: inspect %q: %w", name, err)
+		return fence.LockInfo{}, opError("inspect", name, err)
 	}
 	info.LastToken = rec.last
 	s.mu.Lock()
@@ -378,7 +385,7 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 // after Close.
 func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
+		return nil, opError("list", prefix, err)
 	}
 	limit = driver.ListLimit(limit)
 	onDisk := make(map[string]fence.Token)
@@ -397,12 +404,12 @@ func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.Loc
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
+		return nil, opError("list", prefix, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.isClose {
-		return nil, fmt.Errorf("bolt: list %q: %w", prefix, fence.ErrClosed)
+		return nil, opError("list", prefix, fence.ErrClosed)
 	}
 	// Names logged but not yet in the bbolt file, and those in memory. This
 	// walks the lease table, O(n): List is for inspection, not hot paths.

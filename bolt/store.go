@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -185,18 +186,10 @@ func Open(path string, opts *Options) (*Store, error) {
 	if o.Timeout < 0 || o.FlushInterval < 0 {
 		return nil, fmt.Errorf("bolt: open %s: negative duration in options: %w", path, fence.ErrInvalid)
 	}
-	if o.Clock == nil {
-		o.Clock = driver.SystemClock
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.TokenBlock == 0 {
-		o.TokenBlock = DefaultTokenBlock
-	}
-	if o.FlushInterval == 0 {
-		o.FlushInterval = DefaultFlushInterval
-	}
+	o.Clock = cmp.Or(o.Clock, driver.SystemClock)
+	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
+	o.TokenBlock = cmp.Or(o.TokenBlock, DefaultTokenBlock)
+	o.FlushInterval = cmp.Or(o.FlushInterval, DefaultFlushInterval)
 
 	fi, err := os.Stat(path)
 	switch {
@@ -559,27 +552,14 @@ func (s *Store) Path() string { return s.path }
 // honours them. Later calls of any method return fence.ErrClosed; a second Close
 // returns nil. It returns the error of the final write or of closing the file.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
+	if !s.shut(false) { // the flusher's last run wrote what was dirty
 		return nil
 	}
-	s.isClose = true
-	s.closed.Store(true)
-	close(s.closing)
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	s.mu.Unlock()
-
-	close(s.stop)
-	<-s.stopped // the flusher's last run wrote what was dirty
-
 	s.life.Lock() // wait for KV operations in flight
 	defer s.life.Unlock()
 	var err error
 	if s.pending != nil && s.pending.err != nil {
-		err = s.pending.err
+		err = fmt.Errorf("bolt: close: %w", s.pending.err)
 	}
 	// Leave the bbolt file complete on its own: fold the lease log into it.
 	s.fmu.Lock()
@@ -599,17 +579,9 @@ func (s *Store) Close() error {
 // abandon stops the store as kill -9 would, for tests: nothing more is written,
 // the file keeps what the last commit left in it.
 func (s *Store) abandon() {
-	s.mu.Lock()
-	s.isClose = true
-	s.closed.Store(true)
-	close(s.closing)
-	if s.timer != nil {
-		s.timer.Stop()
+	if !s.shut(true) {
+		return
 	}
-	s.mu.Unlock()
-	s.crashed.Store(true)
-	close(s.stop)
-	<-s.stopped
 	s.mu.Lock()
 	s.pending.err = fence.ErrClosed // nothing more is written: fail those waiting
 	close(s.pending.done)
@@ -618,6 +590,28 @@ func (s *Store) abandon() {
 	_ = s.wal.close()
 	_ = s.db.Close()
 	s.life.Unlock()
+}
+
+// shut marks the store closed, wakes every waiter, stops the expiry timer and
+// the flusher, and returns true once the flusher has stopped; crashed stops it
+// before its last write. It returns false if the store was closed already.
+func (s *Store) shut(crashed bool) bool {
+	s.mu.Lock()
+	if s.isClose {
+		s.mu.Unlock()
+		return false
+	}
+	s.isClose = true
+	s.closed.Store(true)
+	close(s.closing)
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+	s.crashed.Store(crashed)
+	close(s.stop)
+	<-s.stopped
+	return true
 }
 
 // flusher writes dirty entries and the token ceiling when kicked, and checks the
@@ -709,7 +703,8 @@ func (s *Store) flushOnce() error {
 		logged, err = s.wal.append(recs, ceilRec)
 	}
 	if err != nil {
-		err = fmt.Errorf("bolt: write %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
+		// No "bolt:": the operations that waited for this flush add it.
+		err = fmt.Errorf("write %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
 	}
 
 	s.mu.Lock()

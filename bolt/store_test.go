@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,6 +119,43 @@ func TestStore_Acquire_WaitWokenByExpiryOnManualClock(t *testing.T) {
 			t.Fatalf("waiter not granted after %v of virtual time", elapsed)
 		}
 		clock.Advance(time.Second)
+	}
+}
+
+// The wait is measured by the store's clock: on a virtual clock it ends when
+// that clock has advanced by the wait, however little real time passed, and the
+// error is the engine's.
+func TestStore_Acquire_WaitEndsByManualClock(t *testing.T) {
+	clock := inmem.NewManualClock(time.Unix(1_700_000_000, 0))
+	s := openStore(t, &Options{NoSync: true, Clock: clock})
+	mustAcquire(t, s, "job", time.Hour)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(context.Background(), "job", time.Second, fence.WithWait(5*time.Second))
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		t.Fatalf("Acquire returned before the virtual clock moved: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("waiter still waiting after 100s of virtual time")
+		}
+		clock.Advance(time.Second)
+		select {
+		case err := <-errc:
+			var he *fence.HeldError
+			if !errors.Is(err, fence.ErrNotAcquired) || !errors.As(err, &he) {
+				t.Fatalf("got %v, want a *fence.HeldError matching ErrNotAcquired", err)
+			}
+			if want := `bolt: lock "job" not acquired after waiting 5s: held, expires in `; !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("got %q, want it to start %q", err, want)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
