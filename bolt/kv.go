@@ -10,11 +10,6 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-var (
-	_ fence.KV    = (*Store)(nil)
-	_ fence.Guard = (*Store)(nil)
-)
-
 // KV record: flags(1) nameLen(1) name token(8) leaseLen(1) lease [value].
 const flagValue = 1
 

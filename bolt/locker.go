@@ -15,12 +15,6 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-var (
-	_ fence.Locker    = (*Store)(nil)
-	_ fence.Healer    = (*Store)(nil)
-	_ fence.Inspector = (*Store)(nil)
-)
-
 // Acquire grants a lease on name for ttl, with a token greater than every token
 // the store handed out before, for any name, across restarts and crashes. By
 // default it tries once; with fence.WithWait it waits, woken at once by a Release

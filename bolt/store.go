@@ -132,6 +132,15 @@ type Store struct {
 	stopped chan struct{}
 }
 
+// The interfaces of package fence that a Store implements.
+var _ interface {
+	fence.Locker
+	fence.Healer
+	fence.Inspector
+	fence.KV
+	fence.Guard
+} = (*Store)(nil)
+
 // entry is one lock name in memory: held, or with a last token not yet on disk,
 // or with waiters. Kept small: at a million held leases it is most of the memory.
 type entry struct {
