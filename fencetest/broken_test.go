@@ -27,7 +27,7 @@ const brokenEnv = "FENCETEST_BROKEN"
 // brokenLocker wraps the reference Locker and injects one bug.
 type brokenLocker struct {
 	inner *inmem.Locker
-	bug   string // "reuses-tokens", "ignores-owners", "grants-before-expiry", "wait-ignores-release", "wait-ignores-context"
+	bug   string // "reuses-tokens", "ignores-owners", "grants-before-expiry", "wait-ignores-release", "wait-ignores-context", "words-errors-its-own-way"
 
 	mu      sync.Mutex
 	current map[string]string // name -> lease id of the latest grant
@@ -59,6 +59,10 @@ func (b *brokenLocker) Acquire(ctx context.Context, name string, ttl time.Durati
 		b.mu.Unlock()
 		_ = b.inner.Release(ctx, name, id)
 		inner, err = b.inner.Acquire(ctx, name, ttl)
+	}
+	if err != nil && b.bug == "words-errors-its-own-way" {
+		// Bug: an acquire loop of its own, which words its errors as it likes.
+		return nil, fmt.Errorf("broken: acquire %q: %w", name, err)
 	}
 	if err != nil {
 		return nil, err
@@ -214,7 +218,7 @@ var brokenCases = map[string]brokenCase{
 		run: func(t *testing.T) {
 			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return inmem.NewLocker(inmem.Options{}) })
 		},
-		wantPass: []string{"Token_IncreasesUnder16Goroutines", "Owner_OnlyHolderRenewsOrReleases", "Expiry_NotGrantedBeforeGrantedAfter"},
+		wantPass: []string{"Token_IncreasesUnder16Goroutines", "Owner_OnlyHolderRenewsOrReleases", "Expiry_NotGrantedBeforeGrantedAfter", "AcquireErrors_WordedAlikeOnEveryBackend"},
 	},
 	"reference-guard": {
 		run:      guardCase(fence.Admit),
@@ -244,6 +248,11 @@ var brokenCases = map[string]brokenCase{
 		run:      lockerCase("wait-ignores-context"),
 		wantFail: []string{"Wait_ContextCancelReturnsPromptly", "Wait_ContextDeadlineReturnsPromptly"},
 		wantPass: []string{"Wait_WokenByRelease", "Wait_BoundedByWait"},
+	},
+	"locker-words-errors-its-own-way": {
+		run:      lockerCase("words-errors-its-own-way"),
+		wantFail: []string{"AcquireErrors_WordedAlikeOnEveryBackend"},
+		wantPass: []string{"Acquire_HeldLock_ErrNotAcquired", "Wait_BoundedByWait"},
 	},
 	"guard-admits-equal-token-from-other-lease": {
 		run:      guardCase(admitsEqualFromOtherLease),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +33,7 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"Acquire_ReturnsWellFormedLease", s.acquireWellFormed},
 		{"LeaseIDs_DistinctAndAtLeast128Bits", s.leaseIDsDistinct},
 		{"Acquire_HeldLock_ErrNotAcquired", s.acquireHeld},
+		{"AcquireErrors_WordedAlikeOnEveryBackend", s.acquireErrorsWording},
 		{"Token_IncreasesUnder16Goroutines", s.tokenUnder16Goroutines},
 		{"Token_IncreasesAfterReleaseAndExpiry", s.tokenAfterReleaseAndExpiry},
 		{"Names_Independent", s.namesIndependent},
@@ -804,4 +807,65 @@ func (s *lockerSuite) healerMaxToken(t *testing.T, l fence.Locker) {
 		t.Fatalf("Acquire with the counter at MaxToken granted token %d; want ErrTokenExhausted (fail closed)", lease.Token())
 	}
 	wantErrIs(t, "Acquire with the counter at MaxToken", err, fence.ErrTokenExhausted)
+}
+
+// acquireErrorsWording checks that every acquire error reads the way the one
+// acquire engine (package driver) words it, whatever the backend: the backend's
+// name, then "lock NAME not acquired" with what the last try saw and what ended
+// the wait, or "acquire NAME:" and the cause. The prefix must be the same word in
+// every case.
+func (s *lockerSuite) acquireErrorsWording(t *testing.T, l fence.Locker) {
+	name := uniqueName(t, "")
+	acquire(t, l, name, longTTL)
+	q := regexp.QuoteMeta(strconv.Quote(name))
+	held := `held(, expires in [0-9][0-9a-zµ.]*)?`
+	var prefixes []string
+	check := func(what string, err error, pattern string, is ...error) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: got no error", what)
+		}
+		re := regexp.MustCompile(`^([a-z0-9]+): ` + pattern + `$`)
+		m := re.FindStringSubmatch(err.Error())
+		if m == nil {
+			t.Fatalf("%s = %q; want it to read like %q", what, err.Error(), "BACKEND: "+pattern)
+		}
+		prefixes = append(prefixes, m[1])
+		for _, target := range is {
+			if !errors.Is(err, target) {
+				t.Errorf("%s = %v; want it to match %v too", what, err, target)
+			}
+		}
+	}
+
+	_, err := fence.TryAcquire(testContext(t), l, name, longTTL)
+	check("TryAcquire of a held lock", err, `lock `+q+` not acquired: `+held, fence.ErrNotAcquired)
+	var he *fence.HeldError
+	if !errors.As(err, &he) || he.Name != name {
+		t.Errorf("TryAcquire of a held lock = %v; want a *fence.HeldError naming %q", err, name)
+	}
+
+	_, err = l.Acquire(testContext(t), name, longTTL, fence.WithWait(s.cfg.shortTTL))
+	check("Acquire of a held lock with a bounded wait", err,
+		`lock `+q+` not acquired after waiting [0-9][0-9a-zµ.]*: `+held, fence.ErrNotAcquired)
+
+	ctx, cancel := context.WithTimeout(testContext(t), s.cfg.shortTTL)
+	_, err = l.Acquire(ctx, name, longTTL, fence.WithWait(fence.WaitForever))
+	cancel()
+	check("Acquire of a held lock until the context's deadline", err,
+		`lock `+q+` not acquired( after waiting [0-9][0-9a-zµ.]*)?: context deadline exceeded(; `+held+`)?`,
+		fence.ErrNotAcquired, context.DeadlineExceeded)
+
+	_, err = l.Acquire(testContext(t), name, 0)
+	check("Acquire with a zero TTL", err, `acquire `+q+`: fence: invalid ttl "0s": .*`, fence.ErrInvalid)
+
+	_, err = l.Acquire(testContext(t), "", longTTL)
+	check("Acquire with an empty name", err, `acquire: fence: invalid name "": is empty`, fence.ErrInvalid)
+
+	for _, p := range prefixes[1:] {
+		if p != prefixes[0] {
+			t.Errorf("acquire errors begin with %q; want the same backend name in every one", prefixes)
+			break
+		}
+	}
 }
