@@ -91,13 +91,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 //
 //	go test -run '^$' -bench HeldLeases -benchtime 1x ./bolt/
 func BenchmarkHeldLeases(b *testing.B) {
-	n := 1_000_000
-	if v := os.Getenv("FENCE_BOLT_HELD_LEASES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
-			b.Fatalf("FENCE_BOLT_HELD_LEASES=%q: want a positive count", v)
-		}
-	}
+	n := heldLeases(b, 1_000_000)
 	for _, withLease := range []bool{false, true} {
 		variant := "store"
 		if withLease {
@@ -178,13 +172,7 @@ func BenchmarkExpiryHandoff(b *testing.B) {
 //
 //	go test -run '^$' -bench ReopenAfterCrash -benchtime 3x ./bolt/
 func BenchmarkReopenAfterCrash(b *testing.B) {
-	n := 100_000
-	if v := os.Getenv("FENCE_BOLT_HELD_LEASES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
-			b.Fatalf("FENCE_BOLT_HELD_LEASES=%q: want a positive count", v)
-		}
-	}
+	n := heldLeases(b, 100_000)
 	path := filepath.Join(b.TempDir(), "fence.db")
 	s, err := Open(path, &Options{NoSync: true})
 	if err != nil {
@@ -216,19 +204,33 @@ func BenchmarkReopenAfterCrash(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/open")
 }
 
+// heldLeases returns FENCE_BOLT_HELD_LEASES, or def if it is not set.
+func heldLeases(b *testing.B, def int) int {
+	v := os.Getenv("FENCE_BOLT_HELD_LEASES")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("FENCE_BOLT_HELD_LEASES=%q: want a positive count", v)
+	}
+	return n
+}
+
 // grantUnwritten grants name without waiting for its commit (it waits only
 // when the token ceiling must be raised first), for benchmarks that fill a store.
 func grantUnwritten(b *testing.B, s *Store, name string, ttl time.Duration) {
 	b.Helper()
-	nr := grantResult{id: driver.NewLeaseID()}
+	r := &driver.Request{Name: name, TTL: ttl}
+	id, _ := parseLeaseID(driver.NewLeaseID())
 	for {
 		s.mu.Lock()
-		r, g, granted, err := s.grantLocked(name, int64(ttl), s.now(), nr)
+		res, g, err := s.grantLocked(r, id, s.now())
 		s.mu.Unlock()
-		if err != nil || r.held != nil {
-			b.Fatalf("grant %q: %v %v", name, err, r.held)
+		if err != nil || (res.Token == 0 && g == nil) {
+			b.Fatalf("grant %q: %v (held for %v)", name, err, res.ExpiresIn)
 		}
-		if granted || g == nil {
+		if res.Token != 0 {
 			return
 		}
 		<-g.done // the ceiling is being raised

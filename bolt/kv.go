@@ -10,11 +10,6 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-var (
-	_ fence.KV    = (*Store)(nil)
-	_ fence.Guard = (*Store)(nil)
-)
-
 // KV record: flags(1) nameLen(1) name token(8) leaseLen(1) lease [value].
 const flagValue = 1
 
@@ -88,19 +83,13 @@ func (s *Store) Fence(ctx context.Context, key string, f fence.Fence) error {
 
 // fence admits f for key and stores it, with value if value is not nil.
 func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value []byte) error {
-	if err := driver.ValidateKey(key); err != nil {
-		return fmt.Errorf("bolt: %s: %w", op, err)
-	}
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("bolt: %s %q: %w", op, key, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bolt: %s %q: %w", op, key, err)
+	if err := checkArgs(ctx, op, key, driver.ValidateKey(key), f.Validate()); err != nil {
+		return err
 	}
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed.Load() {
-		return fmt.Errorf("bolt: %s %q: %w", op, key, fence.ErrClosed)
+		return opError(op, key, fence.ErrClosed)
 	}
 	var refused error
 	err := s.db.Batch(func(tx *bbolt.Tx) error {
@@ -130,7 +119,7 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 		return fmt.Errorf("bolt: %s %q: %v: %w", op, key, err, fence.ErrUnavailable)
 	}
 	if refused != nil {
-		return fmt.Errorf("bolt: %s %q: %w", op, key, refused)
+		return opError(op, key, refused)
 	}
 	return nil
 }
@@ -141,11 +130,8 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 // fence.ErrUnavailable if the file could not be read, and fence.ErrClosed after
 // Close.
 func (s *Store) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := driver.ValidateKey(key); err != nil {
-		return fence.Item{}, fmt.Errorf("bolt: get: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fence.Item{}, fmt.Errorf("bolt: get %q: %w", key, err)
+	if err := checkArgs(ctx, "get", key, driver.ValidateKey(key), nil); err != nil {
+		return fence.Item{}, err
 	}
 	var it fence.Item
 	found := false
@@ -160,10 +146,10 @@ func (s *Store) Get(ctx context.Context, key string) (fence.Item, error) {
 		return err
 	})
 	if err != nil {
-		return fence.Item{}, fmt.Errorf("bolt: get %q: %w", key, err)
+		return fence.Item{}, opError("get", key, err)
 	}
 	if !found {
-		return fence.Item{}, fmt.Errorf("bolt: get %q: %w", key, fence.ErrNotFound)
+		return fence.Item{}, opError("get", key, fence.ErrNotFound)
 	}
 	return it, nil
 }

@@ -15,12 +15,6 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-var (
-	_ fence.Locker    = (*Store)(nil)
-	_ fence.Healer    = (*Store)(nil)
-	_ fence.Inspector = (*Store)(nil)
-)
-
 // Acquire grants a lease on name for ttl, with a token greater than every token
 // the store handed out before, for any name, across restarts and crashes. By
 // default it tries once; with fence.WithWait it waits, woken at once by a Release
@@ -29,151 +23,101 @@ var (
 // a restart, after a crash too, honours it until its expiry.
 //
 // It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the
-// lock stayed held, also matching
-// ctx.Err() when ctx ended the wait; fence.ErrInvalid for a bad name or TTL;
-// fence.ErrTokenExhausted when the counter reached fence.MaxToken;
-// fence.ErrUnavailable when the file could not be written; fence.ErrClosed after
-// Close.
+// lock stayed held, also matching ctx.Err() when ctx ended the wait;
+// fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when the
+// counter reached fence.MaxToken; fence.ErrUnavailable when the file could not be
+// written; fence.ErrClosed after Close. The errors are worded as driver.Engine
+// words them.
 func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	if err := driver.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("bolt: acquire: %w", err)
-	}
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return nil, fmt.Errorf("bolt: acquire %q: %w", name, err)
-	}
-	o := driver.ApplyOptions(opts...)
-	var waitOver chan struct{}
-	if o.Wait > 0 && o.Wait != fence.WaitForever {
-		waitOver = make(chan struct{})
-		t := s.clock.AfterFunc(o.Wait, func() { close(waitOver) })
-		defer t.Stop()
+	return s.engine.Acquire(ctx, name, ttl, opts, s.try)
+}
+
+// try grants r.Name under r.ID if it is free and returns once the grant is on
+// disk (group commit); it also waits for the flusher when the token ceiling must
+// be raised first. If the lock is held it reports the holder's time left and the
+// channel that closes when the lock may be free (its release or expiry, or the
+// end of the grace period after a crash).
+func (s *Store) try(_ context.Context, r *driver.Request) (driver.Result, error) {
+	id, ok := parseLeaseID(r.ID)
+	if !ok {
+		return driver.Result{}, fmt.Errorf("lease id %q: %w", r.ID, fence.ErrInvalid)
 	}
 	for {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("bolt: acquire %q: %w: %w", name, fence.ErrNotAcquired, err)
-		}
 		// The grant is timed from start, taken before the request: the holder's
 		// deadline (start+ttl) is then exactly the store's expiry, never later.
 		start := s.clock.Now()
-		g, err := s.grant(name, int64(ttl), start)
-		if err != nil {
-			return nil, err
-		}
-		if g.held == nil {
-			return driver.NewLease(driver.LeaseConfig{
-				Locker: s, Name: name, Token: g.token, ID: g.id, TTL: ttl,
-				Start: start, Clock: s.clock, AutoRenew: o.AutoRenew,
-			}), nil
-		}
-		if o.Wait == 0 {
-			return nil, fmt.Errorf("bolt: acquire %q: %w", name, g.held)
-		}
-		select {
-		case <-g.wake:
-		case <-waitOver:
-			return nil, fmt.Errorf("bolt: acquire %q: waited %v: %w", name, o.Wait, g.held)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("bolt: acquire %q: %w (%w)", name, g.held, ctx.Err())
-		case <-s.closing:
-			return nil, fmt.Errorf("bolt: acquire %q: %w", name, fence.ErrClosed)
-		}
-	}
-}
-
-// grantResult is a grant (token, id) or how the lock is held (held, wake).
-type grantResult struct {
-	token fence.Token
-	id    string
-	idb   [16]byte
-	held  *fence.HeldError
-	wake  <-chan struct{}
-}
-
-// grant grants name for ttl if it is free at the clock reading start, and
-// returns once the grant is on disk (group commit); it also waits for the flusher
-// when the token ceiling must be raised first.
-func (s *Store) grant(name string, ttl int64, start time.Time) (grantResult, error) {
-	// Make the lease id outside the lock (crypto/rand is the slowest step).
-	var nr grantResult
-	nr.id = driver.NewLeaseID()
-	if _, err := hex.Decode(nr.idb[:], []byte(nr.id)); err != nil {
-		return grantResult{}, fmt.Errorf("bolt: acquire %q: lease id %q: %w", name, nr.id, fence.ErrInvalid)
-	}
-	for {
 		s.mu.Lock()
-		r, g, granted, err := s.grantLocked(name, ttl, s.readLocked(start), nr)
+		res, g, err := s.grantLocked(r, id, s.readLocked(start))
 		s.mu.Unlock()
 		if g == nil {
-			return r, err
+			return res, err
 		}
-		<-g.done
-		if !granted {
-			if g.err != nil {
-				return grantResult{}, fmt.Errorf("bolt: acquire %q: reserve tokens: %w", name, g.err)
-			}
-			start = s.clock.Now()
-			continue
-		}
-		if g.err != nil {
+		err = g.wait()
+		switch {
+		case err != nil && res.Token == 0:
+			return driver.Result{}, fmt.Errorf("reserve tokens: %w", err)
+		case err != nil:
 			s.mu.Lock()
-			if e := s.locks[name]; e != nil && e.hidx >= 0 && e.id == r.idb {
+			if e := s.locks[r.Name]; e != nil && e.hidx >= 0 && e.id == id {
 				s.endLeaseLocked(e)
 			}
 			s.mu.Unlock()
-			return grantResult{}, fmt.Errorf("bolt: acquire %q: write lease: %w", name, g.err)
+			return driver.Result{}, fmt.Errorf("write lease: %w", err)
+		case res.Token != 0:
+			res.Start = start
+			return res, nil
 		}
-		return r, nil
+		// The ceiling is raised: try again, timed afresh.
 	}
 }
 
-// grantLocked does one attempt at lease time now, granting with nr's lease id.
-// It returns a flush to wait for: before retrying if granted is false, before
-// handing out the grant if granted is true.
-func (s *Store) grantLocked(name string, ttl, now int64, nr grantResult) (r grantResult, g *flushGen, granted bool, err error) {
+// grantLocked does one attempt at lease time now, granting under id. It returns
+// the grant (Token set) with the flush to wait for before handing it out; no
+// grant with a flush to wait for before trying again (the token ceiling is being
+// raised); or how the lock is held, without a flush.
+func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.Result, *flushGen, error) {
 	if s.isClose {
-		return r, nil, false, fmt.Errorf("bolt: acquire %q: %w", name, fence.ErrClosed)
+		return driver.Result{}, nil, fence.ErrClosed
 	}
 	if now < s.graceUntil {
-		r.held = &fence.HeldError{Name: name, ExpiresIn: time.Duration(s.graceUntil - now)}
-		r.wake = s.graceDone
-		return r, nil, false, nil
+		return driver.Result{ExpiresIn: time.Duration(s.graceUntil - now), Wake: s.graceDone}, nil, nil
 	}
-	e := s.locks[name]
+	e := s.locks[r.Name]
 	if e != nil && e.hidx >= 0 {
 		if e.expires > now {
-			if e.wake == nil {
-				e.wake = make(chan struct{})
+			res := driver.Result{ExpiresIn: time.Duration(e.expires - now)}
+			if r.Waiting {
+				if e.wake == nil {
+					e.wake = make(chan struct{})
+				}
+				res.Wake = e.wake
 			}
-			r.held = &fence.HeldError{Name: name, ExpiresIn: time.Duration(e.expires - now)}
-			r.wake = e.wake
-			return r, nil, false, nil
+			return res, nil, nil
 		}
 		s.endLeaseLocked(e)
 	}
 	t := s.next
 	if t > uint64(fence.MaxToken) {
-		return r, nil, false, fmt.Errorf("bolt: acquire %q: counter at %d: %w", name, t-1, fence.ErrTokenExhausted)
+		return driver.Result{}, nil, fmt.Errorf("counter at %d: %w", t-1, fence.ErrTokenExhausted)
 	}
 	if t > s.ceil {
-		return r, s.syncLocked(), false, nil
+		return driver.Result{}, s.syncLocked(), nil
 	}
 	s.next++
 	if e == nil {
-		e = &entry{name: name, hidx: -1}
-		s.locks[name] = e
+		e = &entry{name: r.Name, hidx: -1}
+		s.locks[r.Name] = e
 	}
-	r.id, r.idb = nr.id, nr.idb
-	r.token = fence.Token(t)
-	e.id, e.token, e.last, e.expires = r.idb, r.token, r.token, now+ttl
+	e.id, e.token, e.last, e.expires = id, fence.Token(t), fence.Token(t), now+int64(r.TTL)
 	s.heapPush(e)
 	s.armLocked(now)
 	// The lease is held in memory at once (others see it held), and handed out
 	// once it is on disk, so that after a crash it is restored. The flush also
 	// raises the token ceiling when the counter nears it.
 	s.markDirtyLocked(e)
-	g = s.syncLocked()
+	g := s.syncLocked()
 	g.grants++
-	return r, g, true, nil
+	return driver.Result{Token: e.token}, g, nil
 }
 
 func (s *Store) markDirtyLocked(e *entry) {
@@ -209,14 +153,37 @@ func parseLeaseID(id string) (b [16]byte, ok bool) {
 	return b, err == nil
 }
 
-func validateLease(name, leaseID string) error {
-	if err := driver.ValidateName(name); err != nil {
-		return err
+// checkArgs returns the error of an operation that must not start, as every
+// operation of the store words it: "bolt: OP: ERR" for a bad name or key
+// (nameErr, from a validator that names it), "bolt: OP "NAME": ERR" for another
+// bad argument (argErr) or when ctx is done. It returns nil if all are nil.
+func checkArgs(ctx context.Context, op, name string, nameErr, argErr error) error {
+	if nameErr != nil {
+		return fmt.Errorf("bolt: %s: %w", op, nameErr)
 	}
-	if err := driver.ValidateLeaseID(leaseID); err != nil {
-		return fmt.Errorf("%q: %w", name, err)
+	if argErr == nil {
+		argErr = ctx.Err()
+	}
+	if argErr != nil {
+		return opError(op, name, argErr)
 	}
 	return nil
+}
+
+// opError returns err as the error of operation op on name (or key, or prefix).
+func opError(op, name string, err error) error {
+	return fmt.Errorf("bolt: %s %q: %w", op, name, err)
+}
+
+// lockOpen locks s.mu and returns true, or returns false, with s.mu unlocked,
+// if the store is closed.
+func (s *Store) lockOpen() bool {
+	s.mu.Lock()
+	if s.isClose {
+		s.mu.Unlock()
+		return false
+	}
+	return true
 }
 
 // Renew extends the lease identified by name and leaseID to ttl from now, by the
@@ -227,31 +194,23 @@ func validateLease(name, leaseID string) error {
 // TTL, fence.ErrUnavailable if the file could not be written (the lease keeps its
 // previous expiry), and fence.ErrClosed after Close.
 func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := validateLease(name, leaseID); err != nil {
-		return fmt.Errorf("bolt: renew: %w", err)
-	}
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return fmt.Errorf("bolt: renew %q: %w", name, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bolt: renew %q: %w", name, err)
+	if err := checkArgs(ctx, "renew", name, driver.ValidateLease(name, leaseID), driver.ValidateTTL(ttl)); err != nil {
+		return err
 	}
 	id, ok := parseLeaseID(leaseID)
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
-		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrClosed)
+	if !s.lockOpen() {
+		return opError("renew", name, fence.ErrClosed)
 	}
 	e := s.locks[name]
 	now := s.readLocked(s.clock.Now())
 	if !ok || e == nil || e.hidx < 0 || e.id != id {
 		s.mu.Unlock()
-		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrNotHeld)
+		return opError("renew", name, fence.ErrNotHeld)
 	}
 	if e.expires <= now {
 		s.endLeaseLocked(e)
 		s.mu.Unlock()
-		return fmt.Errorf("bolt: renew %q: %w", name, fence.ErrExpired)
+		return opError("renew", name, fence.ErrExpired)
 	}
 	oldExp := e.expires
 	e.expires = now + int64(ttl)
@@ -260,7 +219,7 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 	s.markDirtyLocked(e)
 	g := s.syncLocked()
 	s.mu.Unlock()
-	if <-g.done; g.err != nil {
+	if err := g.wait(); err != nil {
 		s.mu.Lock()
 		if e.hidx >= 0 && e.id == id && s.locks[name] == e {
 			e.expires = oldExp
@@ -269,7 +228,7 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 			s.markDirtyLocked(e)
 		}
 		s.mu.Unlock()
-		return fmt.Errorf("bolt: renew %q: %w", name, g.err)
+		return opError("renew", name, err)
 	}
 	return nil
 }
@@ -282,33 +241,28 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 // memory; after a crash the lease would be honoured until its expiry);
 // fence.ErrClosed after Close. The release is on disk when Release returns.
 func (s *Store) Release(ctx context.Context, name, leaseID string) error {
-	if err := validateLease(name, leaseID); err != nil {
-		return fmt.Errorf("bolt: release: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bolt: release %q: %w", name, err)
+	if err := checkArgs(ctx, "release", name, driver.ValidateLease(name, leaseID), nil); err != nil {
+		return err
 	}
 	id, ok := parseLeaseID(leaseID)
 	now := s.now() // read the clock outside the lock; a little early is harmless
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
-		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrClosed)
+	if !s.lockOpen() {
+		return opError("release", name, fence.ErrClosed)
 	}
 	e := s.locks[name]
 	if !ok || e == nil || e.hidx < 0 || e.id != id {
 		s.mu.Unlock()
-		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrNotHeld)
+		return opError("release", name, fence.ErrNotHeld)
 	}
 	expired := e.expires <= now
 	s.endLeaseLocked(e)
 	g := s.syncLocked()
 	s.mu.Unlock()
-	if <-g.done; g.err != nil {
-		return fmt.Errorf("bolt: release %q: %w", name, g.err)
+	if err := g.wait(); err != nil {
+		return opError("release", name, err)
 	}
 	if expired {
-		return fmt.Errorf("bolt: release %q: %w", name, fence.ErrExpired)
+		return opError("release", name, fence.ErrExpired)
 	}
 	return nil
 }
@@ -319,19 +273,11 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 // [1, fence.MaxToken], fence.ErrUnavailable if the file could not be written, and
 // fence.ErrClosed after Close.
 func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := driver.ValidateName(name); err != nil {
-		return fmt.Errorf("bolt: heal: %w", err)
+	if err := checkArgs(ctx, "heal", name, driver.ValidateName(name), driver.ValidateToken(seen)); err != nil {
+		return err
 	}
-	if err := driver.ValidateToken(seen); err != nil {
-		return fmt.Errorf("bolt: heal %q: %w", name, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bolt: heal %q: %w", name, err)
-	}
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
-		return fmt.Errorf("bolt: heal %q: %w", name, fence.ErrClosed)
+	if !s.lockOpen() {
+		return opError("heal", name, fence.ErrClosed)
 	}
 	if uint64(seen) >= s.next {
 		s.next = uint64(seen) + 1
@@ -351,8 +297,8 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 	}
 	s.mu.Unlock()
 	if g != nil {
-		if <-g.done; g.err != nil {
-			return fmt.Errorf("bolt: heal %q: %w", name, g.err)
+		if err := g.wait(); err != nil {
+			return opError("heal", name, err)
 		}
 	}
 	return nil
@@ -380,17 +326,12 @@ func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 // fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
 // read, and fence.ErrClosed after Close.
 func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := driver.ValidateName(name); err != nil {
-		return fence.LockInfo{}, fmt.Errorf("bolt: inspect: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fence.LockInfo{}, fmt.Errorf("bolt: inspect %q: %w", name, err)
+	if err := checkArgs(ctx, "inspect", name, driver.ValidateName(name), nil); err != nil {
+		return fence.LockInfo{}, err
 	}
 	info := fence.LockInfo{Name: name}
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
-		return info, fmt.Errorf("bolt: inspect %q: %w", name, fence.ErrClosed)
+	if !s.lockOpen() {
+		return info, opError("inspect", name, fence.ErrClosed)
 	}
 	if e := s.locks[name]; e != nil {
 		s.fillLocked(&info, e, s.now())
@@ -418,7 +359,7 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 		return err
 	})
 	if err != nil {
-		return fence.LockInfo{}, fmt.Errorf("bolt: inspect %q: %w", name, err)
+		return fence.LockInfo{}, opError("inspect", name, err)
 	}
 	info.LastToken = rec.last
 	s.mu.Lock()
@@ -431,18 +372,16 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 }
 
 // List returns the locks whose names start with prefix, held or not, in name
-// order, at most limit of them (DefaultListLimit if limit <= 0). It reads the
+// order, at most limit of them (fence.DefaultListLimit if limit <= 0). It reads the
 // names from the file (a range scan) plus those in memory (a walk of the lease
 // table, so it costs O(held leases): it is for inspection, not hot paths). It
 // returns fence.ErrUnavailable if the file could not be read and fence.ErrClosed
 // after Close.
 func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
+		return nil, opError("list", prefix, err)
 	}
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
+	limit = driver.ListLimit(limit)
 	onDisk := make(map[string]fence.Token)
 	var names []string
 	err := s.view(func(tx *bbolt.Tx) error {
@@ -459,12 +398,12 @@ func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.Loc
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bolt: list %q: %w", prefix, err)
+		return nil, opError("list", prefix, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.isClose {
-		return nil, fmt.Errorf("bolt: list %q: %w", prefix, fence.ErrClosed)
+		return nil, opError("list", prefix, fence.ErrClosed)
 	}
 	// Names logged but not yet in the bbolt file, and those in memory. This
 	// walks the lease table, O(n): List is for inspection, not hot paths.

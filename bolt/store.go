@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,8 +23,6 @@ const (
 	DefaultTimeout       = time.Second
 	DefaultTokenBlock    = 1 << 16
 	DefaultFlushInterval = 100 * time.Millisecond
-	// DefaultListLimit is how many locks List returns when called with limit <= 0.
-	DefaultListLimit = 1000
 )
 
 // MaxValueLen is the largest value Put stores, in bytes (1 MiB). A larger value is
@@ -83,11 +82,12 @@ type Options struct {
 // fence.Inspector, fence.KV and fence.Guard in one bbolt file. It is safe for
 // concurrent use. Close it to release the file.
 type Store struct {
-	db    *bbolt.DB
-	path  string
-	clock driver.Clock
-	wall  func() time.Time // nil: the wall reading of clock.Now
-	base  time.Time        // clock reading at Open; lease times are nanoseconds since it
+	db     *bbolt.DB
+	path   string
+	clock  driver.Clock
+	engine driver.Engine    // Acquire's loop, by clock, stopped by closing
+	wall   func() time.Time // nil: the wall reading of clock.Now
+	base   time.Time        // clock reading at Open; lease times are nanoseconds since it
 	// wall0 turns lease times into wall-clock times (Unix nanoseconds): the wall
 	// reading at Open, raised by every forward step of the wall clock seen since
 	// (never lowered), so written expiries never come earlier by the wall clock
@@ -132,6 +132,15 @@ type Store struct {
 	stopped chan struct{}
 }
 
+// The interfaces of package fence that a Store implements.
+var _ interface {
+	fence.Locker
+	fence.Healer
+	fence.Inspector
+	fence.KV
+	fence.Guard
+} = (*Store)(nil)
+
 // entry is one lock name in memory: held, or with a last token not yet on disk,
 // or with waiters. Kept small: at a million held leases it is most of the memory.
 type entry struct {
@@ -150,6 +159,13 @@ type flushGen struct {
 	done   chan struct{}
 	err    error
 	grants int // grants waiting for this commit (for the benchmarks)
+}
+
+// wait returns once g's commit is done, with its error: nil when everything
+// changed before g was taken is on disk.
+func (g *flushGen) wait() error {
+	<-g.done
+	return g.err
 }
 
 var (
@@ -179,18 +195,10 @@ func Open(path string, opts *Options) (*Store, error) {
 	if o.Timeout < 0 || o.FlushInterval < 0 {
 		return nil, fmt.Errorf("bolt: open %s: negative duration in options: %w", path, fence.ErrInvalid)
 	}
-	if o.Clock == nil {
-		o.Clock = driver.SystemClock
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.TokenBlock == 0 {
-		o.TokenBlock = DefaultTokenBlock
-	}
-	if o.FlushInterval == 0 {
-		o.FlushInterval = DefaultFlushInterval
-	}
+	o.Clock = cmp.Or(o.Clock, driver.SystemClock)
+	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
+	o.TokenBlock = cmp.Or(o.TokenBlock, DefaultTokenBlock)
+	o.FlushInterval = cmp.Or(o.FlushInterval, DefaultFlushInterval)
 
 	fi, err := os.Stat(path)
 	switch {
@@ -227,6 +235,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	s.engine = driver.Engine{Backend: "bolt", Locker: s, Clock: s.clock, Closed: s.closing}
 	// The frame's wall reading is taken after base and the one that restores
 	// leases before it, so that rounding errs toward longer leases both ways.
 	wallBefore := s.wallNow(s.clock.Now())
@@ -552,27 +561,14 @@ func (s *Store) Path() string { return s.path }
 // honours them. Later calls of any method return fence.ErrClosed; a second Close
 // returns nil. It returns the error of the final write or of closing the file.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.isClose {
-		s.mu.Unlock()
+	if !s.shut(false) { // the flusher's last run wrote what was dirty
 		return nil
 	}
-	s.isClose = true
-	s.closed.Store(true)
-	close(s.closing)
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	s.mu.Unlock()
-
-	close(s.stop)
-	<-s.stopped // the flusher's last run wrote what was dirty
-
 	s.life.Lock() // wait for KV operations in flight
 	defer s.life.Unlock()
 	var err error
 	if s.pending != nil && s.pending.err != nil {
-		err = s.pending.err
+		err = fmt.Errorf("bolt: close: %w", s.pending.err)
 	}
 	// Leave the bbolt file complete on its own: fold the lease log into it.
 	s.fmu.Lock()
@@ -592,17 +588,9 @@ func (s *Store) Close() error {
 // abandon stops the store as kill -9 would, for tests: nothing more is written,
 // the file keeps what the last commit left in it.
 func (s *Store) abandon() {
-	s.mu.Lock()
-	s.isClose = true
-	s.closed.Store(true)
-	close(s.closing)
-	if s.timer != nil {
-		s.timer.Stop()
+	if !s.shut(true) {
+		return
 	}
-	s.mu.Unlock()
-	s.crashed.Store(true)
-	close(s.stop)
-	<-s.stopped
 	s.mu.Lock()
 	s.pending.err = fence.ErrClosed // nothing more is written: fail those waiting
 	close(s.pending.done)
@@ -611,6 +599,28 @@ func (s *Store) abandon() {
 	_ = s.wal.close()
 	_ = s.db.Close()
 	s.life.Unlock()
+}
+
+// shut marks the store closed, wakes every waiter, stops the expiry timer and
+// the flusher, and returns true once the flusher has stopped; crashed stops it
+// before its last write. It returns false if the store was closed already.
+func (s *Store) shut(crashed bool) bool {
+	s.mu.Lock()
+	if s.isClose {
+		s.mu.Unlock()
+		return false
+	}
+	s.isClose = true
+	s.closed.Store(true)
+	close(s.closing)
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+	s.crashed.Store(crashed)
+	close(s.stop)
+	<-s.stopped
+	return true
 }
 
 // flusher writes dirty entries and the token ceiling when kicked, and checks the
@@ -702,7 +712,8 @@ func (s *Store) flushOnce() error {
 		logged, err = s.wal.append(recs, ceilRec)
 	}
 	if err != nil {
-		err = fmt.Errorf("bolt: write %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
+		// No "bolt:": the operations that waited for this flush add it.
+		err = fmt.Errorf("write %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
 	}
 
 	s.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,13 +18,20 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-// openStore opens a store in a fresh temp dir, closed at cleanup.
-func openStore(t *testing.T, o *Options) *Store {
+// mustOpen opens the store at path, failing the test if it cannot.
+func mustOpen(t testing.TB, path string, o *Options) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "fence.db"), o)
+	s, err := Open(path, o)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
+	return s
+}
+
+// openStore opens a store in a fresh temp dir, closed at cleanup.
+func openStore(t *testing.T, o *Options) *Store {
+	t.Helper()
+	s := mustOpen(t, filepath.Join(t.TempDir(), "fence.db"), o)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -121,6 +129,43 @@ func TestStore_Acquire_WaitWokenByExpiryOnManualClock(t *testing.T) {
 	}
 }
 
+// The wait is measured by the store's clock: on a virtual clock it ends when
+// that clock has advanced by the wait, however little real time passed, and the
+// error is the engine's.
+func TestStore_Acquire_WaitEndsByManualClock(t *testing.T) {
+	clock := inmem.NewManualClock(time.Unix(1_700_000_000, 0))
+	s := openStore(t, &Options{NoSync: true, Clock: clock})
+	mustAcquire(t, s, "job", time.Hour)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(context.Background(), "job", time.Second, fence.WithWait(5*time.Second))
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		t.Fatalf("Acquire returned before the virtual clock moved: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("waiter still waiting after 100s of virtual time")
+		}
+		clock.Advance(time.Second)
+		select {
+		case err := <-errc:
+			var he *fence.HeldError
+			if !errors.Is(err, fence.ErrNotAcquired) || !errors.As(err, &he) {
+				t.Fatalf("got %v, want a *fence.HeldError matching ErrNotAcquired", err)
+			}
+			if want := `bolt: lock "job" not acquired after waiting 5s: held, expires in `; !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("got %q, want it to start %q", err, want)
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func TestStore_Acquire_ContextCancelledWhileWaiting(t *testing.T) {
 	s := openStore(t, &Options{NoSync: true})
 	mustAcquire(t, s, "job", time.Hour)
@@ -204,10 +249,7 @@ func TestStore_BadInput_ReturnsErrInvalid(t *testing.T) {
 func TestStore_Reopen_CleanClose_KeepsLeasesAndTokensWithoutGrace(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
 	ctx := context.Background()
-	s, err := Open(path, &Options{TokenBlock: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, &Options{TokenBlock: 8})
 	held := mustAcquire(t, s, "held", time.Minute)
 	var last fence.Token
 	for i := 0; i < 20; i++ {
@@ -218,10 +260,7 @@ func TestStore_Reopen_CleanClose_KeepsLeasesAndTokensWithoutGrace(t *testing.T) 
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	s, err = Open(path, &Options{TokenBlock: 8})
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
+	s = mustOpen(t, path, &Options{TokenBlock: 8})
 	defer s.Close()
 	l := mustAcquire(t, s, "free", time.Minute) // no grace after a clean close
 	if l.Token() <= last {
@@ -242,10 +281,7 @@ func TestStore_Reopen_CleanClose_KeepsLeasesAndTokensWithoutGrace(t *testing.T) 
 func TestStore_Reopen_AfterCrash_HoldersKeepLeasesFreeNamesGrantedAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
 	o := &Options{TokenBlock: 4}
-	s, err := Open(path, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, o)
 	ctx := context.Background()
 	var tokens []fence.Token
 	for i := 0; i < 10; i++ {
@@ -260,10 +296,7 @@ func TestStore_Reopen_AfterCrash_HoldersKeepLeasesFreeNamesGrantedAtOnce(t *test
 	heldMin := heldStart.Add(2 * time.Second)
 	s.abandon() // as kill -9: no final write
 
-	s, err = Open(path, o)
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
+	s = mustOpen(t, path, o)
 	defer s.Close()
 	// Names without a live lease are granted at once, without waiting.
 	for _, name := range []string{"n", "never-used"} {
@@ -275,7 +308,7 @@ func TestStore_Reopen_AfterCrash_HoldersKeepLeasesFreeNamesGrantedAtOnce(t *test
 			t.Fatalf("token after crash %d, want > %d and > %d", l.Token(), held.Token(), tokens[len(tokens)-1])
 		}
 	}
-	_, err = s.Acquire(ctx, "h", time.Second)
+	_, err := s.Acquire(ctx, "h", time.Second)
 	var he *fence.HeldError
 	if returned := time.Now(); returned.Before(heldMin) && (!errors.As(err, &he) || he.ExpiresIn <= 0) {
 		t.Fatalf("Acquire(h), %v before the pre-crash lease expires: got %v, want a *fence.HeldError", heldMin.Sub(returned), err)
@@ -298,10 +331,7 @@ func TestStore_Reopen_AfterCrash_HoldersKeepLeasesFreeNamesGrantedAtOnce(t *test
 
 func TestStore_Reopen_AfterCrash_LongLeaseHonouredReleasedNameFree(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, nil)
 	long := mustAcquire(t, s, "long", time.Hour)
 	mustAcquire(t, s, "short", 50*time.Millisecond)
 	released := mustAcquire(t, s, "released", time.Hour)
@@ -310,10 +340,7 @@ func TestStore_Reopen_AfterCrash_LongLeaseHonouredReleasedNameFree(t *testing.T)
 	}
 	s.abandon()
 
-	s, err = Open(path, nil)
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
+	s = mustOpen(t, path, nil)
 	defer s.Close()
 	ctx := context.Background()
 	if _, err := s.Acquire(ctx, "short", time.Second, fence.WithWait(5*time.Second)); err != nil {
@@ -322,7 +349,7 @@ func TestStore_Reopen_AfterCrash_LongLeaseHonouredReleasedNameFree(t *testing.T)
 	if _, err := s.Acquire(ctx, "released", time.Second); err != nil {
 		t.Fatalf("Acquire(released) right after the crash: %v", err)
 	}
-	_, err = s.Acquire(ctx, "long", time.Second)
+	_, err := s.Acquire(ctx, "long", time.Second)
 	if !errors.Is(err, fence.ErrNotAcquired) {
 		t.Fatalf("Acquire(long): got %v, want ErrNotAcquired (held for an hour)", err)
 	}
@@ -363,20 +390,14 @@ func crashWithStep(t *testing.T, step time.Duration) (*Store, *fence.Lease, *ste
 	clock := &steppingClock{ManualClock: inmem.NewManualClock(time.Unix(1_700_000_000, 0))}
 	o := &Options{NoSync: true, Clock: clock, Wall: clock.wall}
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, o)
 	held := mustAcquire(t, s, "held", 10*time.Second)
 	clock.Advance(time.Second)
 	clock.stepWall(step)
 	mustAcquire(t, s, "other", time.Second) // its commit carries the rewrite
 	s.abandon()
 	clock.Advance(time.Second)
-	s, err = Open(path, o)
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
+	s = mustOpen(t, path, o)
 	t.Cleanup(func() { _ = s.Close() })
 	return s, held, clock
 }
@@ -422,10 +443,7 @@ func TestStore_WallStepBackward_WhileRunning_LeaseLongerNotShorter(t *testing.T)
 
 func TestStore_Heal_RaisesNextTokenDurably(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, &Options{TokenBlock: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, &Options{TokenBlock: 4})
 	ctx := context.Background()
 	if err := s.Heal(ctx, "job", 1000); err != nil {
 		t.Fatalf("Heal: %v", err)
@@ -434,10 +452,7 @@ func TestStore_Heal_RaisesNextTokenDurably(t *testing.T) {
 		t.Fatalf("Heal lower: %v", err)
 	}
 	s.abandon()
-	s, err = Open(path, &Options{TokenBlock: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = mustOpen(t, path, &Options{TokenBlock: 4})
 	defer s.Close()
 	l, err := s.Acquire(ctx, "job", time.Second, fence.WithWait(5*time.Second))
 	if err != nil {
@@ -533,10 +548,7 @@ func TestStore_Expiry_ReclaimsMemoryWithoutScanning(t *testing.T) {
 }
 
 func TestStore_Close_WakesWaitersAndLaterCallsReturnErrClosed(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "fence.db"), &Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, filepath.Join(t.TempDir(), "fence.db"), &Options{NoSync: true})
 	ctx := context.Background()
 	l := mustAcquire(t, s, "job", time.Hour)
 	errc := make(chan error, 1)
@@ -573,14 +585,31 @@ func TestStore_Close_WakesWaitersAndLaterCallsReturnErrClosed(t *testing.T) {
 
 func TestOpen_SecondOpenOfSameFile_FailsAfterTimeout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, nil)
+	s := mustOpen(t, path, nil)
+	defer s.Close()
+	_, err := Open(path, &Options{Timeout: 50 * time.Millisecond})
+	if !errors.Is(err, fence.ErrUnavailable) {
+		t.Fatalf("second Open: got %v, want ErrUnavailable", err)
+	}
+}
+
+// readFile returns the bytes of the file at path.
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	_, err = Open(path, &Options{Timeout: 50 * time.Millisecond})
-	if !errors.Is(err, fence.ErrUnavailable) {
-		t.Fatalf("second Open: got %v, want ErrUnavailable", err)
+	return data
+}
+
+// damage changes the bytes of the file at path with f.
+func damage(t *testing.T, path string, f func(data []byte)) {
+	t.Helper()
+	data := readFile(t, path)
+	f(data)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -588,10 +617,7 @@ func TestOpen_SecondOpenOfSameFile_FailsAfterTimeout(t *testing.T) {
 // its bytes did not change.
 func refusedUntouched(t *testing.T, path string, want error) {
 	t.Helper()
-	before, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := readFile(t, path)
 	s, openErr := Open(path, &Options{Timeout: 100 * time.Millisecond})
 	if openErr == nil {
 		s.Close()
@@ -600,11 +626,7 @@ func refusedUntouched(t *testing.T, path string, want error) {
 	if !errors.Is(openErr, want) {
 		t.Fatalf("Open(%s): got %v, want %v", filepath.Base(path), openErr, want)
 	}
-	after, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(before, after) {
+	if after := readFile(t, path); !bytes.Equal(before, after) {
 		t.Fatalf("Open(%s) changed the refused file (%d -> %d bytes)", filepath.Base(path), len(before), len(after))
 	}
 	t.Logf("refused as expected: %v", openErr)
@@ -647,10 +669,7 @@ func TestOpen_ForeignBoltFile_RefusedAndUntouched(t *testing.T) {
 
 func TestOpen_OtherSchemaVersion_RefusedAndUntouched(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, nil)
 	s.Close()
 	db, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
@@ -666,35 +685,24 @@ func TestOpen_OtherSchemaVersion_RefusedAndUntouched(t *testing.T) {
 
 func TestOpen_CorruptFile_RefusedAndUntouched(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, nil)
 	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
 	if err := s.Put(context.Background(), "k", []byte("precious"), f); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Damage both meta pages (pages 0 and 1 of 4 KiB): their checksums fail.
-	for _, off := range []int{64, 4096 + 64} {
-		data[off] ^= 0xff
-	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	damage(t, path, func(data []byte) {
+		for _, off := range []int{64, 4096 + 64} {
+			data[off] ^= 0xff
+		}
+	})
 	refusedUntouched(t, path, ErrCorrupt)
 }
 
 func TestOpen_DamagedDataPage_RefusedAndUntouched(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, &Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, &Options{NoSync: true})
 	ctx := context.Background()
 	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
 	var wg sync.WaitGroup
@@ -712,27 +720,19 @@ func TestOpen_DamagedDataPage_RefusedAndUntouched(t *testing.T) {
 	}
 	wg.Wait()
 	s.Close()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Overwrite the middle of the file, past the meta pages, with garbage: the
 	// meta checksums still pass, the pages below them do not make sense.
-	for i := len(data) / 3; i < len(data)/3+3*4096 && i < len(data); i++ {
-		data[i] = byte(i*7 + 3)
-	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	damage(t, path, func(data []byte) {
+		for i := len(data) / 3; i < len(data)/3+3*4096 && i < len(data); i++ {
+			data[i] = byte(i*7 + 3)
+		}
+	})
 	refusedUntouched(t, path, ErrCorrupt)
 }
 
 func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, nil)
 	ctx := context.Background()
 	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
 	if err := s.Put(ctx, "k", []byte("v1"), f); err != nil {
@@ -750,10 +750,7 @@ func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 	}
 	s.abandon() // acknowledged writes must survive kill -9
 
-	s, err = Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = mustOpen(t, path, nil)
 	defer s.Close()
 	it, err := s.Get(ctx, "k")
 	if err != nil || string(it.Value) != "v1" || it.Fence != higher {
@@ -834,10 +831,7 @@ func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
 // refused until the horizon), and then names are granted.
 func TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, &Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, &Options{NoSync: true})
 	last := mustAcquire(t, s, "n", time.Minute).Token()
 	s.abandon()
 	db, err := bbolt.Open(path, 0o600, nil)
@@ -855,10 +849,7 @@ func TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants(t *testi
 		t.Fatal(err)
 	}
 
-	s, err = Open(path, &Options{NoSync: true})
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
+	s = mustOpen(t, path, &Options{NoSync: true})
 	defer s.Close()
 	_, err = s.Acquire(context.Background(), "fresh", time.Second)
 	var he *fence.HeldError

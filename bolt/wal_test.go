@@ -19,10 +19,7 @@ import (
 func crashedStore(t *testing.T) (path string, a, b *fence.Lease, off int64) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, nil)
 	a = mustAcquire(t, s, "a", time.Hour)
 	b = mustAcquire(t, s, "b", time.Hour)
 	off = s.wal.off
@@ -54,10 +51,7 @@ func TestWAL_TornTail_IgnoredEarlierRecordsKept(t *testing.T) {
 	}
 	f.Close()
 
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatalf("reopen with a torn tail: %v", err)
-	}
+	s := mustOpen(t, path, nil)
 	defer s.Close()
 	wantHeld(t, s, a)
 	wantHeld(t, s, b)
@@ -71,10 +65,7 @@ func TestWAL_Checkpoint_FoldsIntoFileAndRestartsLog(t *testing.T) {
 	walLimitForTest = 1024
 	t.Cleanup(func() { walLimitForTest = 0 })
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, nil)
 	ctx := context.Background()
 	gen0 := s.wal.gen
 	var last fence.Token
@@ -108,10 +99,7 @@ func TestWAL_Checkpoint_FoldsIntoFileAndRestartsLog(t *testing.T) {
 		t.Fatalf("%d lock records in the bbolt file after checkpoints, want most of the 60", folded)
 	}
 
-	s, err = Open(path, nil)
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
+	s = mustOpen(t, path, nil)
 	defer s.Close()
 	wantHeld(t, s, held)
 	if info, err := s.Inspect(ctx, "nhb"); err != nil || info.LastToken == 0 || info.LastToken > last {
@@ -155,10 +143,7 @@ func TestWAL_BadHeader_RefusedUntouched(t *testing.T) {
 
 func TestWAL_CleanClose_FileOpensWithoutLog(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, nil)
 	held := mustAcquire(t, s, "held", time.Hour)
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -167,10 +152,7 @@ func TestWAL_CleanClose_FileOpensWithoutLog(t *testing.T) {
 	if err := os.Remove(path + "-wal"); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(path, nil)
-	if err != nil {
-		t.Fatalf("Open of a cleanly closed file without its log: %v", err)
-	}
+	s = mustOpen(t, path, nil)
 	defer s.Close()
 	wantHeld(t, s, held)
 	if l := mustAcquire(t, s, "next", time.Second); l.Token() <= held.Token() {
@@ -183,10 +165,7 @@ func TestWAL_HeaderCutInReset_PreviousSlotCounts(t *testing.T) {
 	// Open replays the log and resets it, writing the other header slot; cut that
 	// write: the slot of the previous generation counts, and the records it
 	// covers were folded into the bbolt file by the reopen's commit.
-	s, err := Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path, nil)
 	gen := s.wal.gen
 	s.abandon()
 	f, err := os.OpenFile(path+"-wal", os.O_RDWR, 0)
@@ -197,10 +176,7 @@ func TestWAL_HeaderCutInReset_PreviousSlotCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	s, err = Open(path, nil)
-	if err != nil {
-		t.Fatalf("reopen with the newer header slot cut: %v", err)
-	}
+	s = mustOpen(t, path, nil)
 	defer s.Close()
 	wantHeld(t, s, a)
 	wantHeld(t, s, b)
