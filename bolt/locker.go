@@ -32,6 +32,13 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 	return s.engine.Acquire(ctx, name, ttl, opts, s.try)
 }
 
+// Grant is Acquire without the *fence.Lease (see driver.Granter): the token, lease
+// id and start of the grant, with Acquire's errors. `fence serve` grants through it,
+// so a lease held by a remote client costs the server no timer.
+func (s *Store) Grant(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, error) {
+	return s.engine.Grant(ctx, name, ttl, opts, s.try)
+}
+
 // try grants r.Name under r.ID if it is free and returns once the grant is on
 // disk (group commit); it also waits for the flusher when the token ceiling must
 // be raised first. If the lock is held it reports the holder's time left and the

@@ -132,9 +132,10 @@ type Store struct {
 	stopped chan struct{}
 }
 
-// The interfaces of package fence that a Store implements.
+// The interfaces of packages fence and driver that a Store implements.
 var _ interface {
 	fence.Locker
+	driver.Granter
 	fence.Healer
 	fence.Inspector
 	fence.KV
