@@ -19,13 +19,20 @@ func TestBinary_LinksNoTestMachinery(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 	}
-	forbidden := map[string]bool{
-		"testing": true,
-		"github.com/fencelock/fence/internal/testserv": true,
+	// Test machinery: the testing package, the test helpers that start servers
+	// (and whose etcd member turns a test binary into an etcd server when an
+	// environment variable says so), and the conformance suites.
+	forbidden := []string{
+		"testing",
+		"github.com/fencelock/fence/internal/testserv",
+		"github.com/fencelock/fence/internal/sqlguardtest",
+		"github.com/fencelock/fence/fencetest",
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if forbidden[dep] {
-			t.Errorf("%s depends on %s, want no test machinery in the production binary", pkg, dep)
+		for _, f := range forbidden {
+			if dep == f || strings.HasPrefix(dep, f+"/") {
+				t.Errorf("%s depends on %s, want no test machinery in the production binary", pkg, dep)
+			}
 		}
 	}
 }
