@@ -123,6 +123,17 @@ func (b *Backend[D]) table(t testing.TB, d *sql.DB, ddl string) string {
 	return UniqueTable(t, d, b.Types.Replace(ddl))
 }
 
+// tableWithRows creates a table for t by ddl, like table, and inserts into it the
+// rows of values ("(cols) VALUES ..." or "VALUES ...").
+func (b *Backend[D]) tableWithRows(t testing.TB, d *sql.DB, ddl, values string) string {
+	t.Helper()
+	table := b.table(t, d, ddl)
+	if _, err := d.Exec("INSERT INTO `" + table + "` " + values); err != nil {
+		t.Fatalf("insert into %s: %v", table, err)
+	}
+	return table
+}
+
 // AccountsDDL is the row-fence test table: id, balance, note and fence columns.
 const AccountsDDL = "CREATE TABLE %s (id {INT} PRIMARY KEY, balance {INT} NOT NULL DEFAULT 0, note TEXT NULL," +
 	" fence_name {NAME} NOT NULL, fence_token {INT} NOT NULL CHECK (fence_token > 0), fence_lease {LEASE} NOT NULL)"
