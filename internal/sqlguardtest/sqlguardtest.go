@@ -76,6 +76,15 @@ func WantStale(t *testing.T, err error, highest fence.Token, same bool) {
 	}
 }
 
+// WantToken fails t unless the highest fence g holds for resource has token tok
+// (the holder's fence stood).
+func WantToken[D sqlguard.Dialector](t testing.TB, g *sqlguard.Guard[D], resource string, tok fence.Token) {
+	t.Helper()
+	if got, err := g.Highest(context.Background(), resource); err != nil || got.Token != tok {
+		t.Fatalf("want the holder's fence %d to stand, got %v %v", tok, got, err)
+	}
+}
+
 var tableSeq atomic.Int64
 
 // UniqueTable returns a fresh table name for t, created in d by ddl (with %s for
