@@ -9,6 +9,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/sqlguardtest"
 	"github.com/fencelock/fence/mysql"
 )
 
@@ -48,12 +49,7 @@ func TestGuard_NullFence_ErrSchemaAndRowUnchanged(t *testing.T) {
 }
 
 func TestGuard_Check_ChangedRowsDSN_Refused(t *testing.T) {
-	db(t)
-	cfg, err := gomysql.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ClientFoundRows = false
+	cfg := changedRowsConfig(t)
 	plain := cfg.FormatDSN()
 	if err := mysql.CheckDSN(plain); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("CheckDSN without clientFoundRows: want fence.ErrInvalid, got %v", err)
@@ -116,7 +112,5 @@ func TestGuard_LockWaitTimeout_ErrConflict(t *testing.T) {
 	if err := holder.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := g.Highest(ctx, r); err != nil || got.Token != 5 {
-		t.Fatalf("want the holder's fence 5, got %v %v", got, err)
-	}
+	sqlguardtest.WantToken(t, g, r, 5)
 }

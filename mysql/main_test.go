@@ -3,9 +3,10 @@ package mysql_test
 import (
 	"database/sql"
 	"flag"
-	"fmt"
 	"os"
 	"testing"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fence/internal/sqlguardtest"
 	"github.com/fencelock/fence/internal/testserv"
@@ -28,18 +29,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(m.Run())
 	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	mdb, err := sqlguardtest.StartMariaDB()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mysql tests:", err)
-		return 1
-	}
-	defer mdb.Close()
-	testDB, dsn = mdb.DB, mdb.DSN
-	return m.Run()
+	os.Exit(sqlguardtest.RunWithMariaDB(m, "mysql", func(mdb *sqlguardtest.MariaDB) { testDB, dsn = mdb.DB, mdb.DSN }))
 }
 
 // db returns the shared database, skipping under -short.
@@ -47,6 +37,20 @@ func db(t testing.TB) *sql.DB {
 	t.Helper()
 	testserv.SkipIfShort(t)
 	return testDB
+}
+
+// changedRowsConfig returns the shared database's DSN as a config with
+// clientFoundRows off (a connection that counts changed rows), skipping under
+// -short.
+func changedRowsConfig(t testing.TB) *gomysql.Config {
+	t.Helper()
+	db(t)
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientFoundRows = false
+	return cfg
 }
 
 // uniqueTable returns a fresh table name for t, created by ddl (with %s for the

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/mysql"
 )
@@ -17,13 +15,7 @@ import (
 // lease matches but changes nothing; Row.Update refuses to guess and names the
 // missing DSN setting instead of reporting a stale or missing row.
 func TestRow_Update_ChangedRowsDSN_DetectedNotMisreported(t *testing.T) {
-	db(t)
-	cfg, err := gomysql.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ClientFoundRows = false
-	plain, err := sql.Open("mysql", cfg.FormatDSN())
+	plain, err := sql.Open("mysql", changedRowsConfig(t).FormatDSN())
 	if err != nil {
 		t.Fatal(err)
 	}

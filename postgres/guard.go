@@ -84,9 +84,15 @@ func (g *Guard) CreateSchema(ctx context.Context) error {
 	if g.err != nil {
 		return g.err
 	}
-	ddl := strings.Replace(Schema, " EXISTS "+DefaultGuardTable+" ", " EXISTS "+g.table+" ", 1)
-	if _, err := g.db.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("postgres: create table %s: %w", g.table, dbErr(err))
+	return createTable(ctx, g.db, Schema, DefaultGuardTable, g.table)
+}
+
+// createTable runs schema, the DDL of the table defaultName, for the quoted name
+// table. It returns the translated error of a refused statement.
+func createTable(ctx context.Context, db DB, schema, defaultName, table string) error {
+	ddl := strings.Replace(schema, " EXISTS "+defaultName+" ", " EXISTS "+table+" ", 1)
+	if _, err := db.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("postgres: create table %s: %w", table, dbErr(err))
 	}
 	return nil
 }
@@ -108,7 +114,7 @@ func (g *Guard) CreateSchema(ctx context.Context) error {
 //		return errors.Join(err, tx.Rollback(ctx))
 //	}
 func (g *Guard) FenceTx(ctx context.Context, tx Querier, resource string, f fence.Fence) error {
-	if err := g.check(resource, f); err != nil {
+	if err := checkFence(g.err, resource, f); err != nil {
 		return fmt.Errorf("postgres: fence: %w", err)
 	}
 	if tx == nil {
@@ -124,7 +130,7 @@ func (g *Guard) FenceTx(ctx context.Context, tx Querier, resource string, f fenc
 // fences off paused predecessors before its first write. It runs the statement
 // of FenceTx as a transaction of its own. It returns what FenceTx returns.
 func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error {
-	if err := g.check(resource, f); err != nil {
+	if err := checkFence(g.err, resource, f); err != nil {
 		return fmt.Errorf("postgres: fence: %w", err)
 	}
 	if err := g.fence(ctx, g.db, resource, f); err != nil {
@@ -145,7 +151,7 @@ func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error
 // connection failed (during the commit, the transaction may or may not have
 // committed).
 func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write func(tx pgx.Tx) error) (err error) {
-	if err := g.check(resource, f); err != nil {
+	if err := checkFence(g.err, resource, f); err != nil {
 		return fmt.Errorf("postgres: do: %w", err)
 	}
 	if write == nil {
@@ -191,9 +197,11 @@ func (g *Guard) Highest(ctx context.Context, resource string) (fence.Fence, erro
 	return f, nil
 }
 
-func (g *Guard) check(resource string, f fence.Fence) error {
-	if g.err != nil {
-		return g.err
+// checkFence returns setupErr (a bad option of the Guard or KV) if not nil, else
+// what validateFence says of resource and f.
+func checkFence(setupErr error, resource string, f fence.Fence) error {
+	if setupErr != nil {
+		return setupErr
 	}
 	return validateFence(resource, f)
 }

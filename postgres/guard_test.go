@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,15 @@ func entryTokens(t testing.TB, pool *pgxpool.Pool, resource string) []int64 {
 	return toks
 }
 
+// wantEntries fails t unless resource's entries have exactly the tokens want, in
+// insertion order; why says what the test expects of them.
+func wantEntries(t testing.TB, resource, why string, want ...int64) {
+	t.Helper()
+	if got := entryTokens(t, sharedPool, resource); !slices.Equal(got, want) {
+		t.Fatalf("entries = %v, want %v: %s", got, want, why)
+	}
+}
+
 func TestGuard_Do_WritesOfOneTxAreFencedTogether(t *testing.T) {
 	ctx := ctxT(t)
 	g := postgres.NewGuard(sharedPool, nil)
@@ -52,9 +62,7 @@ func TestGuard_Do_WritesOfOneTxAreFencedTogether(t *testing.T) {
 	wantOK(t, "Do with token 5", g.Do(ctx, res, fenceOf(lock, 5), two(5)))
 	err := g.Do(ctx, res, fenceOf(lock, 3), two(3))
 	wantStale(t, "Do with token 3 after 5", err, 5)
-	if got := entryTokens(t, sharedPool, res); len(got) != 2 || got[0] != 5 || got[1] != 5 {
-		t.Fatalf("entries = %v, want [5 5]: the stale transaction must leave nothing", got)
-	}
+	wantEntries(t, res, "the stale transaction must leave nothing", 5, 5)
 	h, err := g.Highest(ctx, res)
 	wantOK(t, "Highest", err)
 	if h != fenceOf(lock, 5) {
@@ -93,9 +101,7 @@ func TestGuard_FenceTx_OtherNamespaceRejected(t *testing.T) {
 	if !errors.As(err, &ne) || ne.Want != lock || ne.Got != other {
 		t.Fatalf("Do with another lock's token: error = %v, want *fence.NamespaceError{Want: %q, Got: %q}", err, lock, other)
 	}
-	if got := entryTokens(t, sharedPool, res); len(got) != 0 {
-		t.Fatalf("entries = %v, want none", got)
-	}
+	wantEntries(t, res, "the refused Do must write none")
 }
 
 func TestGuard_Fence_FencesOffZombieBeforeNewHoldersFirstWrite(t *testing.T) {
@@ -107,9 +113,7 @@ func TestGuard_Fence_FencesOffZombieBeforeNewHoldersFirstWrite(t *testing.T) {
 	wantOK(t, "new holder fences", g.Fence(ctx, res, next))
 	err := g.Do(ctx, res, zombie, insertEntry(ctx, res, 1, "after pause"))
 	wantStale(t, "zombie's write after the new holder's Fence", err, 2)
-	if got := entryTokens(t, sharedPool, res); len(got) != 1 {
-		t.Fatalf("entries = %v, want only the zombie's first write", got)
-	}
+	wantEntries(t, res, "only the zombie's first write", 1)
 }
 
 func TestGuard_FenceTx_RowLockQueuesConcurrentWriterUntilCommit(t *testing.T) {

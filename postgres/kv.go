@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
@@ -77,11 +76,7 @@ func (kv *KV) CreateSchema(ctx context.Context) error {
 	if kv.err != nil {
 		return kv.err
 	}
-	ddl := strings.Replace(KVSchema, " EXISTS "+DefaultKVTable+" ", " EXISTS "+kv.table+" ", 1)
-	if _, err := kv.db.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("postgres: create table %s: %w", kv.table, dbErr(err))
-	}
-	return nil
+	return createTable(ctx, kv.db, KVSchema, DefaultKVTable, kv.table)
 }
 
 // Put stores value under key with fence f if f is admitted for key, in one
@@ -90,7 +85,7 @@ func (kv *KV) CreateSchema(ctx context.Context) error {
 // nothing changed, fence.ErrInvalid for a bad key or fence or a value longer than
 // MaxValueLen, and the database errors of Row.Upsert.
 func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
-	if err := kv.check(key, f); err != nil {
+	if err := checkFence(kv.err, key, f); err != nil {
 		return fmt.Errorf("postgres: put: %w", err)
 	}
 	if len(value) > MaxValueLen {
@@ -105,7 +100,7 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 // Fence advances key's fence to f without changing its value. It returns what
 // Put returns.
 func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
-	if err := kv.check(key, f); err != nil {
+	if err := checkFence(kv.err, key, f); err != nil {
 		return fmt.Errorf("postgres: fence: %w", err)
 	}
 	return kv.row.write(ctx, "fence", key, kv.db, f, key, nil, func(s *rowSQL) string { return s.fence })
@@ -141,11 +136,4 @@ func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 		return fence.Item{}, fmt.Errorf("postgres: get %q: %w", key, err)
 	}
 	return fence.Item{Value: value, Fence: f}, nil
-}
-
-func (kv *KV) check(key string, f fence.Fence) error {
-	if kv.err != nil {
-		return kv.err
-	}
-	return validateFence(key, f)
 }

@@ -20,6 +20,15 @@ func balance(t testing.TB, pool *pgxpool.Pool, id string) (bal, tok int64) {
 	return bal, tok
 }
 
+// wantBalance fails t unless account id has balance bal and fence token tok; what
+// says when.
+func wantBalance(t testing.TB, what, id string, bal, tok int64) {
+	t.Helper()
+	if gotBal, gotTok := balance(t, sharedPool, id); gotBal != bal || gotTok != tok {
+		t.Fatalf("%s: balance %d token %d, want %d and %d", what, gotBal, gotTok, bal, tok)
+	}
+}
+
 func TestRow_Update_AdmitsHigherRejectsStaleTellsMissingApart(t *testing.T) {
 	ctx := ctxT(t)
 	id, lock := uniq(t, "acct"), uniq(t, "lock")
@@ -31,9 +40,7 @@ func TestRow_Update_AdmitsHigherRejectsStaleTellsMissingApart(t *testing.T) {
 	wantOK(t, "Update with a higher token", accounts.Update(ctx, sharedPool, fenceOf(lock, 9), id, 130))
 	err = accounts.Update(ctx, sharedPool, fenceOf(lock, 4), id, 999)
 	wantStale(t, "Update with a lower token", err, 9)
-	if bal, tok := balance(t, sharedPool, id); bal != 130 || tok != 9 {
-		t.Fatalf("after the stale update: balance %d token %d, want 130 and 9", bal, tok)
-	}
+	wantBalance(t, "after the stale update", id, 130, 9)
 	err = accounts.Update(ctx, sharedPool, fenceOf(lock, 9), uniq(t, "missing"), 1)
 	wantIs(t, "Update of a missing row", err, fence.ErrNotFound)
 	if errors.Is(err, fence.ErrStaleToken) {
@@ -59,9 +66,7 @@ func TestRow_Upsert_InsertsThenRejectsStale(t *testing.T) {
 	wantStale(t, "Upsert with a lower token", err, 5)
 	err = accounts.Upsert(ctx, sharedPool, fence.Fence{Name: lock, Token: 5, LeaseID: "other"}, id, 40)
 	wantStale(t, "Upsert with the same token, other lease", err, 5)
-	if bal, tok := balance(t, sharedPool, id); bal != 20 || tok != 5 {
-		t.Fatalf("balance %d token %d, want 20 and 5", bal, tok)
-	}
+	wantBalance(t, "after the stale upserts", id, 20, 5)
 }
 
 func TestRow_Fence_AdvancesWithoutTouchingValues(t *testing.T) {
@@ -69,15 +74,11 @@ func TestRow_Fence_AdvancesWithoutTouchingValues(t *testing.T) {
 	id, lock := uniq(t, "acct"), uniq(t, "lock")
 	wantOK(t, "Upsert", accounts.Upsert(ctx, sharedPool, fenceOf(lock, 1), id, 77))
 	wantOK(t, "Fence", accounts.Fence(ctx, sharedPool, fenceOf(lock, 2), id))
-	if bal, tok := balance(t, sharedPool, id); bal != 77 || tok != 2 {
-		t.Fatalf("balance %d token %d, want 77 and 2", bal, tok)
-	}
+	wantBalance(t, "after Fence", id, 77, 2)
 	wantStale(t, "zombie Update after Fence", accounts.Update(ctx, sharedPool, fenceOf(lock, 1), id, 0), 2)
 	fresh := uniq(t, "acct")
 	wantOK(t, "Fence of a missing row inserts it", accounts.Fence(ctx, sharedPool, fenceOf(lock, 3), fresh))
-	if bal, tok := balance(t, sharedPool, fresh); bal != 0 || tok != 3 {
-		t.Fatalf("fenced-only row: balance %d token %d, want the default 0 and 3", bal, tok)
-	}
+	wantBalance(t, "fenced-only row", fresh, 0, 3)
 }
 
 func TestRow_BadInput_ClearErrors(t *testing.T) {
@@ -91,9 +92,7 @@ func TestRow_BadInput_ClearErrors(t *testing.T) {
 	wantIs(t, "nil key", accounts.Upsert(ctx, sharedPool, fenceOf(lock, 2), nil, 1), fence.ErrInvalid)
 	wantIs(t, "nil querier", accounts.Upsert(ctx, nil, fenceOf(lock, 2), id, 1), fence.ErrInvalid)
 	wantIs(t, "a value of the wrong type", accounts.Update(ctx, sharedPool, fenceOf(lock, 2), id, "lots"), fence.ErrInvalid)
-	if bal, tok := balance(t, sharedPool, id); bal != 1 || tok != 1 {
-		t.Fatalf("after bad input: balance %d token %d, want 1 and 1", bal, tok)
-	}
+	wantBalance(t, "after bad input", id, 1, 1)
 	for _, r := range []*postgres.Row{
 		{Table: "accounts; --", Key: "id", Columns: []string{"balance"}},
 		{Table: "accounts", Key: `id"`, Columns: []string{"balance"}},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,18 +28,7 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		os.Exit(m.Run()) // the MariaDB tests skip themselves
 	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	mdb, err := sqlguardtest.StartMariaDB()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sqlguard tests:", err)
-		return 1
-	}
-	defer mdb.Close()
-	mariaDB, dsn = mdb.DB, mdb.DSN
-	return m.Run()
+	os.Exit(sqlguardtest.RunWithMariaDB(m, "sqlguard", func(mdb *sqlguardtest.MariaDB) { mariaDB, dsn = mdb.DB, mdb.DSN }))
 }
 
 // The dialects under test.
@@ -66,11 +54,7 @@ var (
 		Types: strings.NewReplacer("{INT}", "BIGINT", "{NAME}", "VARBINARY(255)", "{LEASE}", "VARBINARY(128)",
 			"{BLOB}", "LONGBLOB", "{AUTOID}", "BIGINT AUTO_INCREMENT PRIMARY KEY"),
 		Upsert: func(key string, cols ...string) string {
-			set := make([]string, len(cols))
-			for i, c := range cols {
-				set[i] = c + " = VALUES(" + c + ")"
-			}
-			return " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+			return " ON DUPLICATE KEY UPDATE " + setEach(cols, func(c string) string { return "VALUES(" + c + ")" })
 		},
 	}
 	sqliteBackend = sqlguardtest.Backend[sqlite.Dialect]{
@@ -81,14 +65,20 @@ var (
 		Types: strings.NewReplacer("{INT}", "INTEGER", "{NAME}", "TEXT", "{LEASE}", "TEXT",
 			"{BLOB}", "BLOB", "{AUTOID}", "INTEGER PRIMARY KEY AUTOINCREMENT"),
 		Upsert: func(key string, cols ...string) string {
-			set := make([]string, len(cols))
-			for i, c := range cols {
-				set[i] = c + " = excluded." + c
-			}
-			return " ON CONFLICT (" + key + ") DO UPDATE SET " + strings.Join(set, ", ")
+			return " ON CONFLICT (" + key + ") DO UPDATE SET " + setEach(cols, func(c string) string { return "excluded." + c })
 		},
 	}
 )
+
+// setEach returns the assignments "c = value(c)" of cols, comma-separated, for an
+// upsert clause.
+func setEach(cols []string, value func(c string) string) string {
+	set := make([]string, len(cols))
+	for i, c := range cols {
+		set[i] = c + " = " + value(c)
+	}
+	return strings.Join(set, ", ")
+}
 
 // sqliteOpen opens a fresh database file for t with sqlite.Open; it is closed in
 // cleanup.

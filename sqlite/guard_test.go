@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/sqlguardtest"
 	"github.com/fencelock/fence/sqlite"
 )
 
@@ -46,9 +47,7 @@ func TestGuard_BusyDatabase_ErrConflict(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := g.Highest(ctx, r); err != nil || got.Token != 1 {
-		t.Fatalf("want the holder's fence 1 to stand, got %v %v", got, err)
-	}
+	sqlguardtest.WantToken(t, g, r, 1)
 }
 
 func TestOpen_BadPath_Invalid(t *testing.T) {

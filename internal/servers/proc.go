@@ -107,12 +107,10 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Err returns how the process exited (nil for a zero exit status); it is meaningful only
 // once Exited reports true.
 func (p *Process) Err() error {
-	select {
-	case <-p.done:
-		return p.waitErr
-	default:
+	if !p.Exited() {
 		return nil
 	}
+	return p.waitErr // set before done was closed
 }
 
 // Exited reports whether the process has exited.

@@ -46,37 +46,36 @@ const logDDL = "CREATE TABLE %s (seq {AUTOID}, token {INT} NOT NULL)"
 func (b *Backend[D]) concurrencyFenceTx(t *testing.T) {
 	d := b.DB(t)
 	g := b.NewGuard(d, "")
-	ctx := context.Background()
 	data := b.table(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, token {INT} NOT NULL)")
-	logT := b.table(t, d, logDDL)
 	r := Resource(t)
-	log := runInterleaved(t, func(f fence.Fence) error {
-		return InTx(ctx, d, func(tx *sql.Tx) error {
-			if err := g.FenceTx(ctx, tx, r, f); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, token) VALUES (1, ?)"+b.Upsert("id", "token"), int64(f.Token)); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))
+	b.interleaveLogged(t, d, func(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+		if err := g.FenceTx(ctx, tx, r, f); err != nil {
 			return err
-		})
-	})
-	var final fence.Token
-	if err := d.QueryRow("SELECT token FROM `" + data + "` WHERE id = 1").Scan(&final); err != nil {
-		t.Fatal(err)
-	}
-	checkLog(t, log, commitOrder(t, d, logT), final)
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, token) VALUES (1, ?)"+b.Upsert("id", "token"), int64(f.Token))
+		return err
+	}, "SELECT token FROM `"+data+"` WHERE id = 1")
 }
 
 func (b *Backend[D]) concurrencyRowUpsert(t *testing.T) {
 	d := b.DB(t)
-	ctx := context.Background()
 	table, r := b.Accounts(t, d, "balance")
+	b.interleaveLogged(t, d, func(ctx context.Context, tx *sql.Tx, f fence.Fence) error {
+		return r.Upsert(ctx, tx, f, 1, int64(f.Token))
+	}, "SELECT balance FROM `"+table+"` WHERE id = 1")
+}
+
+// interleaveLogged runs write through runInterleaved, each attempt in a transaction
+// of its own that, if write succeeds, also logs the token to a fresh log table, then
+// checks the attempts against the commit order of the log and the final value that
+// finalSQL reads (checkLog).
+func (b *Backend[D]) interleaveLogged(t *testing.T, d *sql.DB, write func(ctx context.Context, tx *sql.Tx, f fence.Fence) error, finalSQL string) {
+	t.Helper()
+	ctx := context.Background()
 	logT := b.table(t, d, logDDL)
 	log := runInterleaved(t, func(f fence.Fence) error {
 		return InTx(ctx, d, func(tx *sql.Tx) error {
-			if err := r.Upsert(ctx, tx, f, 1, int64(f.Token)); err != nil {
+			if err := write(ctx, tx, f); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, "INSERT INTO `"+logT+"` (token) VALUES (?)", int64(f.Token))
@@ -84,7 +83,7 @@ func (b *Backend[D]) concurrencyRowUpsert(t *testing.T) {
 		})
 	})
 	var final fence.Token
-	if err := d.QueryRow("SELECT balance FROM `" + table + "` WHERE id = 1").Scan(&final); err != nil {
+	if err := d.QueryRow(finalSQL).Scan(&final); err != nil {
 		t.Fatal(err)
 	}
 	checkLog(t, log, commitOrder(t, d, logT), final)

@@ -101,47 +101,60 @@ func (b *Backend[D]) guardSchemaDDL(t *testing.T) {
 	}
 }
 
+// fenceStep is one Guard.Fence of a sequence and its outcome: accepted, or (stale)
+// refused with a *fence.StaleTokenError carrying highest and same.
+type fenceStep struct {
+	what    string
+	f       fence.Fence
+	stale   bool
+	highest fence.Token
+	same    bool
+}
+
+// fenceSteps runs steps in order on a fresh resource of g's, failing t at the first
+// outcome that differs, and returns the resource.
+func fenceSteps[D sqlguard.Dialector](t *testing.T, g *sqlguard.Guard[D], steps []fenceStep) string {
+	t.Helper()
+	r := Resource(t)
+	for _, s := range steps {
+		err := g.Fence(context.Background(), r, s.f)
+		if s.stale {
+			WantStale(t, err, s.highest, s.same)
+		} else if err != nil {
+			t.Fatalf("%s: want nil, got %v", s.what, err)
+		}
+	}
+	return r
+}
+
 func (b *Backend[D]) guardHigherAccepted(t *testing.T) {
 	g := b.NewGuard(b.DB(t), "")
-	ctx := context.Background()
-	r := Resource(t)
-	if err := g.Fence(ctx, r, FenceOf("lock", 5, "a")); err != nil {
-		t.Fatalf("first fence: want nil, got %v", err)
-	}
-	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 4, "b")), 5, false)
-	if err := g.Fence(ctx, r, FenceOf("lock", 9, "c")); err != nil {
-		t.Fatalf("higher fence: want nil, got %v", err)
-	}
-	got, err := g.Highest(ctx, r)
+	r := fenceSteps(t, g, []fenceStep{
+		{what: "first fence", f: FenceOf("lock", 5, "a")},
+		{what: "lower fence", f: FenceOf("lock", 4, "b"), stale: true, highest: 5},
+		{what: "higher fence", f: FenceOf("lock", 9, "c")},
+	})
+	got, err := g.Highest(context.Background(), r)
 	if err != nil || got != FenceOf("lock", 9, "c") {
 		t.Fatalf("Highest: want lock#9 lease c, got %+v, %v", got, err)
 	}
 }
 
 func (b *Backend[D]) guardSameLease(t *testing.T) {
-	g := b.NewGuard(b.DB(t), "")
-	ctx := context.Background()
-	r := Resource(t)
-	for i := 0; i < 3; i++ {
-		if err := g.Fence(ctx, r, FenceOf("lock", 7, "lease-a")); err != nil {
-			t.Fatalf("write %d under one lease: want nil, got %v", i, err)
-		}
-	}
-	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 7, "lease-b")), 7, true)
-	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 7, "")), 7, true)
+	again := fenceStep{what: "write under one lease", f: FenceOf("lock", 7, "lease-a")}
+	fenceSteps(t, b.NewGuard(b.DB(t), ""), []fenceStep{
+		again, again, again,
+		{what: "equal token, other lease", f: FenceOf("lock", 7, "lease-b"), stale: true, highest: 7, same: true},
+		{what: "equal token, no lease", f: FenceOf("lock", 7, ""), stale: true, highest: 7, same: true},
+	})
 }
 
 func (b *Backend[D]) guardEmptyLease(t *testing.T) {
-	g := b.NewGuard(b.DB(t), "")
-	ctx := context.Background()
-	r := Resource(t)
-	if err := g.Fence(ctx, r, FenceOf("lock", 3, "")); err != nil {
-		t.Fatalf("first fence without lease: want nil, got %v", err)
-	}
-	WantStale(t, g.Fence(ctx, r, FenceOf("lock", 3, "")), 3, true)
-	if err := g.Fence(ctx, r, FenceOf("lock", 4, "")); err != nil {
-		t.Fatalf("higher fence without lease: want nil, got %v", err)
-	}
+	fenceSteps(t, b.NewGuard(b.DB(t), ""), []fenceStep{
+		{what: "first fence without lease", f: FenceOf("lock", 3, "")},
+		{what: "equal token without lease", f: FenceOf("lock", 3, ""), stale: true, highest: 3, same: true},
+		{what: "higher fence without lease", f: FenceOf("lock", 4, "")},
+	})
 }
 
 func (b *Backend[D]) guardOtherNamespace(t *testing.T) {
@@ -172,24 +185,16 @@ func (b *Backend[D]) guardNeverFenced(t *testing.T) {
 // are not applied.
 func (b *Backend[D]) guardStaleRollsBack(t *testing.T) {
 	d := b.DB(t)
-	g := b.NewGuard(d, "")
+	g, data, r := b.guardWithData(t, d)
 	ctx := context.Background()
-	data := UniqueTable(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v TEXT NOT NULL)")
-	r := Resource(t)
-
 	write := func(f fence.Fence, id int, v string) error {
-		tx, err := d.BeginTx(ctx, nil)
-		if err != nil {
+		return InTx(ctx, d, func(tx *sql.Tx) error {
+			if err := g.FenceTx(ctx, tx, r, f); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, v) VALUES (?, ?)"+b.Upsert("id", "v"), id, v)
 			return err
-		}
-		defer tx.Rollback()
-		if err := g.FenceTx(ctx, tx, r, f); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, v) VALUES (?, ?)"+b.Upsert("id", "v"), id, v); err != nil {
-			return err
-		}
-		return tx.Commit()
+		})
 	}
 	if err := write(FenceOf("lock", 10, "new"), 1, "new holder"); err != nil {
 		t.Fatal(err)
@@ -248,10 +253,8 @@ func (b *Backend[D]) guardBadInput(t *testing.T) {
 
 func (b *Backend[D]) guardDo(t *testing.T) {
 	d := b.DB(t)
-	g := b.NewGuard(d, "")
+	g, data, r := b.guardWithData(t, d)
 	ctx := context.Background()
-	data := UniqueTable(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v TEXT NOT NULL)")
-	r := Resource(t)
 	insert := func(id int, v string) func(tx *sql.Tx) error {
 		return func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, "INSERT INTO `"+data+"` (id, v) VALUES (?, ?)", id, v)
@@ -283,4 +286,12 @@ func (b *Backend[D]) guardDo(t *testing.T) {
 	if got, err := g.Highest(ctx, r); err != nil || got.Token != 2 {
 		t.Fatalf("want the fence of the last committed Do (2), got %v, %v", got, err)
 	}
+}
+
+// guardWithData returns a Guard over d's default fences table, the name of a fresh
+// plain table (id, v) for the writes a test fences with it, and a fresh resource.
+func (b *Backend[D]) guardWithData(t *testing.T, d *sql.DB) (g *sqlguard.Guard[D], data, resource string) {
+	t.Helper()
+	data = UniqueTable(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v TEXT NOT NULL)")
+	return b.NewGuard(d, ""), data, Resource(t)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"testing"
 
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/mysql"
@@ -35,6 +37,21 @@ func StartMariaDB() (*MariaDB, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// RunWithMariaDB is the body of a TestMain whose package shares one MariaDB: it
+// starts the server (StartMariaDB), hands it to use, runs m and stops the server. It
+// returns m's exit code, or 1 after printing the error (prefixed with pkg) if the
+// server cannot start.
+func RunWithMariaDB(m *testing.M, pkg string, use func(*MariaDB)) int {
+	mdb, err := StartMariaDB()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s tests: %v\n", pkg, err)
+		return 1
+	}
+	defer mdb.Close()
+	use(mdb)
+	return m.Run()
 }
 
 func (m *MariaDB) setUp(ctx context.Context) error {

@@ -169,10 +169,8 @@ func (b *Backend[D]) rowBadInput(t *testing.T) {
 func (b *Backend[D]) rowNullFenceColumn(t *testing.T) {
 	d := b.DB(t)
 	q := d
-	table := b.table(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v INT, fence_name {NAME} NULL, fence_token {INT} NULL, fence_lease {LEASE} NULL)")
-	if _, err := d.Exec("INSERT INTO `" + table + "` (id, v) VALUES (1, 10)"); err != nil {
-		t.Fatal(err)
-	}
+	table := b.tableWithRows(t, d, "CREATE TABLE %s (id INT PRIMARY KEY, v INT, fence_name {NAME} NULL, fence_token {INT} NULL, fence_lease {LEASE} NULL)",
+		"(id, v) VALUES (1, 10)")
 	r := b.NewRow(table, "id", "v")
 	ctx := context.Background()
 	if err := r.Update(ctx, q, FenceOf("l", 1, "a"), 1, 20); !errors.Is(err, sqlguard.ErrSchema) {
@@ -202,13 +200,10 @@ func (b *Backend[D]) rowMissingColumn(t *testing.T) {
 func (b *Backend[D]) rowAddedFenceColumns(t *testing.T) {
 	d := b.DB(t)
 	q := d
-	table := b.table(t, d, "CREATE TABLE %s (id {INT} PRIMARY KEY, balance {INT} NOT NULL)")
+	table := b.tableWithRows(t, d, "CREATE TABLE %s (id {INT} PRIMARY KEY, balance {INT} NOT NULL)", "VALUES (1, 10), (2, 20)")
 	r := b.NewRow(table, "id", "balance")
 	ddl, err := r.FenceColumnsDDL()
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Exec("INSERT INTO `" + table + "` VALUES (1, 10), (2, 20)"); err != nil {
 		t.Fatal(err)
 	}
 	for _, col := range strings.Split(ddl, ",\n") {

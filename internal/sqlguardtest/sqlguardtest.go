@@ -76,6 +76,15 @@ func WantStale(t *testing.T, err error, highest fence.Token, same bool) {
 	}
 }
 
+// WantToken fails t unless the highest fence g holds for resource has token tok
+// (the holder's fence stood).
+func WantToken[D sqlguard.Dialector](t testing.TB, g *sqlguard.Guard[D], resource string, tok fence.Token) {
+	t.Helper()
+	if got, err := g.Highest(context.Background(), resource); err != nil || got.Token != tok {
+		t.Fatalf("want the holder's fence %d to stand, got %v %v", tok, got, err)
+	}
+}
+
 var tableSeq atomic.Int64
 
 // UniqueTable returns a fresh table name for t, created in d by ddl (with %s for
@@ -121,6 +130,17 @@ func InTx(ctx context.Context, d *sql.DB, f func(*sql.Tx) error) error {
 func (b *Backend[D]) table(t testing.TB, d *sql.DB, ddl string) string {
 	t.Helper()
 	return UniqueTable(t, d, b.Types.Replace(ddl))
+}
+
+// tableWithRows creates a table for t by ddl, like table, and inserts into it the
+// rows of values ("(cols) VALUES ..." or "VALUES ...").
+func (b *Backend[D]) tableWithRows(t testing.TB, d *sql.DB, ddl, values string) string {
+	t.Helper()
+	table := b.table(t, d, ddl)
+	if _, err := d.Exec("INSERT INTO `" + table + "` " + values); err != nil {
+		t.Fatalf("insert into %s: %v", table, err)
+	}
+	return table
 }
 
 // AccountsDDL is the row-fence test table: id, balance, note and fence columns.

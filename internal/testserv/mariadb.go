@@ -62,12 +62,7 @@ func StartMariaDB() (*MariaDBServer, error) {
 // directory when t ends. It fails t if the server cannot start.
 func MariaDB(t testing.TB) *MariaDBServer {
 	t.Helper()
-	s, err := StartMariaDB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return ForTest(t, StartMariaDB)
 }
 
 func (s *MariaDBServer) logPath() string { return filepath.Join(s.Dir, "mariadb.log") }

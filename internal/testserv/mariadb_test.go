@@ -106,15 +106,10 @@ func TestMariaDB(t *testing.T) {
 
 	// Last: it closes the shared server (the registered cleanup then closes it again).
 	t.Run("Close_TwiceThenRestartFails", func(t *testing.T) {
-		srv.Close()
-		srv.Close()
-		if err := srv.Restart(); err == nil {
-			t.Fatal("Restart after Close succeeded, want an error")
-		}
-		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-		defer pcancel()
-		if err := mysqlOpen(t, srv.DSN("")).PingContext(pctx); err == nil {
-			t.Fatal("ping after Close succeeded, want an error")
-		}
+		closeTwiceThenRestartFails(t, srv, func() error {
+			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer pcancel()
+			return mysqlOpen(t, srv.DSN("")).PingContext(pctx)
+		})
 	})
 }

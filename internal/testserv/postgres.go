@@ -84,12 +84,7 @@ var initdbArgs = []string{"-A", "trust", "-U", "postgres", "--no-sync", "-E", "U
 // its directory when t ends. It fails t if the server cannot start.
 func Postgres(t testing.TB) *PostgresServer {
 	t.Helper()
-	s, err := StartPostgres()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return ForTest(t, StartPostgres)
 }
 
 // postgresNextTo returns the postgres executable of the same installation as initdb

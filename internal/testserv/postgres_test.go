@@ -108,14 +108,7 @@ func TestPostgres(t *testing.T) {
 
 	// Last: it closes the shared server (the registered cleanup then closes it again).
 	t.Run("Close_TwiceThenRestartFails", func(t *testing.T) {
-		srv.Close()
-		srv.Close()
-		if err := srv.Restart(); err == nil {
-			t.Fatal("Restart after Close succeeded, want an error")
-		}
-		if err := pgConnect0(srv.DSN("postgres")); err == nil {
-			t.Fatal("connect after Close succeeded, want an error")
-		}
+		closeTwiceThenRestartFails(t, srv, func() error { return pgConnect0(srv.DSN("postgres")) })
 	})
 }
 

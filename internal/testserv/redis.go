@@ -24,21 +24,11 @@ func StartRedisReplica(primary *RedisServer, args ...string) (*RedisServer, erro
 // its directory when t ends. It fails t if the server cannot start.
 func Redis(t testing.TB, args ...string) *RedisServer {
 	t.Helper()
-	s, err := StartRedis(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return ForTest(t, func() (*RedisServer, error) { return StartRedis(args...) })
 }
 
 // RedisReplica is StartRedisReplica for the test t, with cleanup registered.
 func RedisReplica(t testing.TB, primary *RedisServer, args ...string) *RedisServer {
 	t.Helper()
-	s, err := StartRedisReplica(primary, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return ForTest(t, func() (*RedisServer, error) { return StartRedisReplica(primary, args...) })
 }

@@ -72,6 +72,19 @@ func FindBinary(name, aptPackage string) (string, error) {
 // never a well-known one and none it returned recently.
 func FreePort() (int, error) { return servers.FreePort() }
 
+// ForTest returns the server start makes for the test t, closed when t ends: the
+// helpers that take a testing.TB (Redis, Postgres, MariaDB, ZooKeeper, etcdserv.New)
+// are start wrapped by it. It fails t with start's error if the server cannot start.
+func ForTest[S interface{ Close() }](t testing.TB, start func() (S, error)) S {
+	t.Helper()
+	s, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
 // createDatabase runs the statement create with exec, failing t if it fails, and when t
 // ends runs drop, failing t if that fails, unless the server is no longer running
 // (killed: nothing to drop now; closed: Close removed it all).

@@ -48,21 +48,26 @@ type ZooKeeperServer struct {
 	proc *servers.Process
 }
 
-// zkCommand returns the java binary and the classpath, or an error matching ErrNotFound
-// that says to apt-get install zookeeper.
-func zkCommand() (java, classpath string, err error) {
+// zkPrepare returns the java binary, the classpath and a fresh directory named after
+// kind for a server or an ensemble, or an error matching ErrNotFound that says to
+// apt-get install zookeeper.
+func zkPrepare(kind string) (java, classpath, dir string, err error) {
 	java, err = FindBinary("java", "zookeeper")
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	if _, err := os.Stat(zkJar); err != nil {
-		return "", "", &servers.NotFoundError{Name: zkJar, Package: "zookeeper"}
+		return "", "", "", &servers.NotFoundError{Name: zkJar, Package: "zookeeper"}
 	}
 	classpath = zkJar
 	if _, err := os.Stat(zkLogJar); err == nil {
 		classpath += ":" + zkLogJar
 	}
-	return java, classpath, nil
+	dir, err = servers.MakeDir(kind)
+	if err != nil {
+		return "", "", "", err
+	}
+	return java, classpath, dir, nil
 }
 
 // zkJavaArgs are the JVM flags: a small heap and a quick start (Java start-up is the
@@ -104,11 +109,7 @@ func zkConfig(dataDir string, clientPort int, members []string) string {
 // ErrNotFound (saying apt-get install zookeeper) if java or the ZooKeeper jar is
 // missing, and an error with the log's tail if the server does not start within 30 s.
 func StartZooKeeper() (*ZooKeeperServer, error) {
-	java, cp, err := zkCommand()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := servers.MakeDir("zookeeper")
+	java, cp, dir, err := zkPrepare("zookeeper")
 	if err != nil {
 		return nil, err
 	}
@@ -160,12 +161,7 @@ func StartZooKeeper() (*ZooKeeperServer, error) {
 // it at the test's cleanup. It fails the test if the server does not start.
 func ZooKeeper(t testing.TB) *ZooKeeperServer {
 	t.Helper()
-	s, err := StartZooKeeper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return ForTest(t, StartZooKeeper)
 }
 
 // Close stops the server (SIGTERM, then SIGKILL after 15 s) and removes its directory.
@@ -250,11 +246,7 @@ func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("testserv: zookeeper ensemble: %d members; want at least 1", n)
 	}
-	java, cp, err := zkCommand()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := servers.MakeDir("zookeeper-ensemble")
+	java, cp, dir, err := zkPrepare("zookeeper-ensemble")
 	if err != nil {
 		return nil, err
 	}
@@ -310,12 +302,7 @@ func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
 // ensemble does not start.
 func NewZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
 	t.Helper()
-	e, err := StartZooKeeperEnsemble(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return e
+	return ForTest(t, func() (*ZooKeeperEnsemble, error) { return StartZooKeeperEnsemble(n) })
 }
 
 func (e *ZooKeeperEnsemble) waitReady() error {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/testserv"
 )
 
 // MinLeaseTTL is the shortest lease TTL the etcd servers started here honour: etcd
@@ -64,12 +65,7 @@ func StartDefaultTiming() (*Server, error) { return start(true) }
 // cleanup. It fails the test if the server does not start.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s, err := Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return testserv.ForTest(t, Start)
 }
 
 func start(defaultTiming bool) (*Server, error) {
@@ -211,12 +207,7 @@ func StartCluster(n int) (*Cluster, error) {
 // at the test's cleanup. It fails the test if the cluster does not start.
 func NewCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c, err := StartCluster(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return testserv.ForTest(t, func() (*Cluster, error) { return StartCluster(n) })
 }
 
 // Close kills every member and removes the cluster's directory. It is idempotent.
