@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,8 +14,6 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/chaos"
 )
-
-func init() { addCommand(newChaosCmd()) }
 
 func newChaosCmd() *cobra.Command {
 	var (
@@ -53,13 +48,9 @@ run) shows violations; 1 otherwise. Failing histories (JSON lines and porcupine'
 visualisation) are saved under --results.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch fencing {
-			case "on":
-				cfg.Fencing = true
-			case "off":
-				cfg.Fencing = false
-			default:
-				return usagef("--fencing must be on or off, got %q", fencing)
+			var err error
+			if cfg.Fencing, err = twoWayFlag("fencing", fencing, "off", "on"); err != nil {
+				return err
 			}
 			cfg.Nemeses = nil
 			for _, n := range strings.Split(nemeses, ",") {
@@ -87,7 +78,7 @@ visualisation) are saved under --results.`,
 				cfg.Progress = cmd.OutOrStdout()
 				cfg.ProgressInPlace = isTerminal(cfg.Progress)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signalContext(cmd)
 			defer stop()
 			sum, err := chaos.Run(ctx, cfg)
 			if errors.Is(err, fence.ErrInvalid) {
@@ -151,6 +142,18 @@ visualisation) are saved under --results.`,
 	return cmd
 }
 
+// twoWayFlag returns whether the string flag --name has the value yes, false for no,
+// and a usage error naming both for anything else.
+func twoWayFlag(name, value, no, yes string) (bool, error) {
+	switch value {
+	case no:
+		return false, nil
+	case yes:
+		return true, nil
+	}
+	return false, usagef("--%s must be %s or %s, got %q", name, no, yes, value)
+}
+
 // isTerminal reports whether w is a character device, as a terminal is (so is
 // /dev/null, where rewriting a line in place does no harm).
 func isTerminal(w io.Writer) bool {
@@ -175,13 +178,9 @@ func newChaosWorkerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch fencing {
-			case "on":
-				wc.Fencing = true
-			case "off":
-				wc.Fencing = false
-			default:
-				return usagef("--fencing must be on or off, got %q", fencing)
+			var err error
+			if wc.Fencing, err = twoWayFlag("fencing", fencing, "off", "on"); err != nil {
+				return err
 			}
 			if logPath == "" {
 				return usagef("--log is required")
@@ -194,7 +193,7 @@ func newChaosWorkerCmd() *cobra.Command {
 				return fmt.Errorf("chaos worker: %w", err)
 			}
 			defer f.Close()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signalContext(cmd)
 			defer stop()
 			return chaos.RunWorker(ctx, wc, f)
 		},
@@ -228,17 +227,13 @@ func newChaosEtcdMemberCmd() *cobra.Command {
 		Hidden: true,
 		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch state {
-			case "new":
-				m.Existing = false
-			case "existing":
-				m.Existing = true
-			default:
-				return usagef("--state must be new or existing, got %q", state)
+			var err error
+			if m.Existing, err = twoWayFlag("state", state, "new", "existing"); err != nil {
+				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signalContext(cmd)
 			defer stop()
-			err := chaos.RunEtcdMember(ctx, m)
+			err = chaos.RunEtcdMember(ctx, m)
 			if errors.Is(err, fence.ErrInvalid) {
 				return usageError{err}
 			}
