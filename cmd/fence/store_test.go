@@ -57,18 +57,25 @@ func playRaceAcrossServers(t *testing.T, store string) {
 	}
 }
 
-func TestServe_StorePostgres_TwoServersShareLocksAndData(t *testing.T) {
+// TestServe_Store_TwoServersShareLocksAndData plays the race across two servers on
+// each shared --store backend (etcd as a three-member cluster).
+func TestServe_Store_TwoServersShareLocksAndData(t *testing.T) {
 	testserv.SkipIfShort(t)
-	pg := testserv.Postgres(t)
-	playRaceAcrossServers(t, pg.CreateDatabase(t))
-}
-
-func TestServe_StoreEtcd_TwoServersOnThreeMemberCluster(t *testing.T) {
-	testserv.SkipIfShort(t)
-	cluster := etcdserv.NewCluster(t, 3)
-	var hosts []string
-	for _, ep := range cluster.Endpoints() {
-		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) string // the --store URL of a fresh server
+	}{
+		{"postgres", func(t *testing.T) string { return testserv.Postgres(t).CreateDatabase(t) }},
+		{"redis", func(t *testing.T) string { return "redis://" + testserv.Redis(t).Addr }},
+		{"zookeeper", func(t *testing.T) string { return "zk://" + testserv.ZooKeeper(t).Addr }},
+		{"etcd", func(t *testing.T) string {
+			var hosts []string
+			for _, ep := range etcdserv.NewCluster(t, 3).Endpoints() {
+				hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+			}
+			return "etcd://" + strings.Join(hosts, ",") + "/fence-cli-test/"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { playRaceAcrossServers(t, tc.store(t)) })
 	}
-	playRaceAcrossServers(t, "etcd://"+strings.Join(hosts, ",")+"/fence-cli-test/")
 }

@@ -5,15 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/fencelock/fence/internal/testserv"
 )
-
-func TestServe_StoreZooKeeper_TwoServersShareLocksAndData(t *testing.T) {
-	testserv.SkipIfShort(t)
-	zs := testserv.ZooKeeper(t)
-	playRaceAcrossServers(t, "zk://"+zs.Addr)
-}
 
 func TestServe_StoreZooKeeper_BadURL_UsageError(t *testing.T) {
 	for _, store := range []string{
