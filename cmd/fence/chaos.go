@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,10 +49,10 @@ run) shows violations; 1 otherwise. Failing histories (JSON lines and porcupine'
 visualisation) are saved under --results.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var err error
-			if cfg.Fencing, err = twoWayFlag("fencing", fencing, "off", "on"); err != nil {
+			if err := oneOf("fencing", fencing, "on", "off"); err != nil {
 				return err
 			}
+			cfg.Fencing = fencing == "on"
 			cfg.Nemeses = nil
 			for _, n := range strings.Split(nemeses, ",") {
 				if n = strings.TrimSpace(n); n != "" && n != "none" {
@@ -142,16 +143,13 @@ visualisation) are saved under --results.`,
 	return cmd
 }
 
-// twoWayFlag returns whether the string flag --name has the value yes, false for no,
-// and a usage error naming both for anything else.
-func twoWayFlag(name, value, no, yes string) (bool, error) {
-	switch value {
-	case no:
-		return false, nil
-	case yes:
-		return true, nil
+// oneOf returns nil if the string flag --name has one of the values options, and
+// otherwise a usage error listing them: "--fencing must be on or off, got "x"".
+func oneOf(name, value string, options ...string) error {
+	if slices.Contains(options, value) {
+		return nil
 	}
-	return false, usagef("--%s must be %s or %s, got %q", name, no, yes, value)
+	return usagef("--%s must be %s, got %q", name, strings.Join(options, " or "), value)
 }
 
 // isTerminal reports whether w is a character device, as a terminal is (so is
@@ -178,10 +176,10 @@ func newChaosWorkerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var err error
-			if wc.Fencing, err = twoWayFlag("fencing", fencing, "off", "on"); err != nil {
+			if err := oneOf("fencing", fencing, "on", "off"); err != nil {
 				return err
 			}
+			wc.Fencing = fencing == "on"
 			if logPath == "" {
 				return usagef("--log is required")
 			}
@@ -227,13 +225,13 @@ func newChaosEtcdMemberCmd() *cobra.Command {
 		Hidden: true,
 		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var err error
-			if m.Existing, err = twoWayFlag("state", state, "new", "existing"); err != nil {
+			if err := oneOf("state", state, "new", "existing"); err != nil {
 				return err
 			}
+			m.Existing = state == "existing"
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			err = chaos.RunEtcdMember(ctx, m)
+			err := chaos.RunEtcdMember(ctx, m)
 			if errors.Is(err, fence.ErrInvalid) {
 				return usageError{err}
 			}
