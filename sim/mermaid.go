@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"strings"
@@ -12,8 +11,9 @@ import (
 // participants, requests and replies as arrows (a cross for a refusal), pauses,
 // expiries and failovers as notes, and each run introduced by a note. It returns
 // the first write error.
-func WriteMermaid(w io.Writer, r *Report) error {
-	bw := bufio.NewWriter(w)
+func WriteMermaid(w io.Writer, r *Report) error { return buffered(w, r, writeMermaid) }
+
+func writeMermaid(w io.Writer, r *Report) {
 	alias := make(map[string]string) // participant -> alias; lookup only
 	var order []string
 	add := func(name string) {
@@ -37,23 +37,23 @@ func WriteMermaid(w io.Writer, r *Report) error {
 			add(e.Peer)
 		}
 	}
-	fmt.Fprintln(bw, "sequenceDiagram")
-	fmt.Fprintf(bw, "    title %s\n", mermaidText(mermaidTitle(r)))
+	fmt.Fprintln(w, "sequenceDiagram")
+	fmt.Fprintf(w, "    title %s\n", mermaidText(mermaidTitle(r)))
 	for i, name := range order {
 		label := name
 		if i < workers {
 			label = "worker " + name
 		}
-		fmt.Fprintf(bw, "    participant %s as %s\n", alias[name], mermaidText(label))
+		fmt.Fprintf(w, "    participant %s as %s\n", alias[name], mermaidText(label))
 	}
 	first, last := alias[order[0]], alias[order[len(order)-1]]
 	for _, run := range r.Runs {
-		fmt.Fprintf(bw, "    Note over %s,%s: %s\n", first, last, mermaidText(runHeading(run)+": "+run.Title))
+		fmt.Fprintf(w, "    Note over %s,%s: %s\n", first, last, mermaidText(runHeading(run)+": "+run.Title))
 		for _, e := range run.Events {
-			writeMermaidEvent(bw, e, alias)
+			writeMermaidEvent(w, e, alias)
 		}
 		for _, line := range run.Outcome {
-			fmt.Fprintf(bw, "    Note over %s,%s: %s\n", first, last, mermaidText(strings.TrimSpace(line)))
+			fmt.Fprintf(w, "    Note over %s,%s: %s\n", first, last, mermaidText(strings.TrimSpace(line)))
 		}
 	}
 	if t := r.Table; t != nil {
@@ -62,10 +62,9 @@ func WriteMermaid(w io.Writer, r *Report) error {
 			for i, c := range row.Cells {
 				cells = append(cells, t.Columns[i]+" "+c.String())
 			}
-			fmt.Fprintf(bw, "    Note over %s,%s: %s\n", first, last, mermaidText("table: "+row.Case+": "+strings.Join(cells, " | ")))
+			fmt.Fprintf(w, "    Note over %s,%s: %s\n", first, last, mermaidText("table: "+row.Case+": "+strings.Join(cells, " | ")))
 		}
 	}
-	return bw.Flush()
 }
 
 func mermaidTitle(r *Report) string {

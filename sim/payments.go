@@ -106,10 +106,7 @@ type payCase struct {
 
 var payCases = []payCase{
 	{"pause", "A pauses (GC) past its TTL between reading the ledger and claiming the payment", func(m *payModel) {
-		s := m.s
-		a, b := s.worker("A"), s.worker("B")
-		m.process(a, T(0), flow{pauseAfterRead: T(39)})
-		m.process(b, T(31), flow{})
+		m.outlivesLease(flow{pauseAfterRead: T(39)})
 	}},
 	{"failover", "the lock service fails over to a replica that missed A's lock key and its token", func(m *payModel) {
 		s := m.s
@@ -128,10 +125,7 @@ var payCases = []payCase{
 		m.process(b, T(4), flow{})
 	}},
 	{"delayed-write", "A's claim is delayed in the network until after B has paid", func(m *payModel) {
-		s := m.s
-		a, b := s.worker("A"), s.worker("B")
-		m.process(a, T(0), flow{claimDelay: T(38)})
-		m.process(b, T(31), flow{})
+		m.outlivesLease(flow{claimDelay: T(38)})
 	}},
 	{"retry", "the provider call times out but had succeeded; A retries it", func(m *payModel) {
 		s := m.s
@@ -139,6 +133,14 @@ var payCases = []payCase{
 		m.dropResponses = 1
 		m.process(a, T(0), flow{})
 	}},
+}
+
+// outlivesLease plays worker A from the start with fl, which keeps it working past
+// its lease's TTL (30), and worker B from T(31), just after A's lease expired.
+func (m *payModel) outlivesLease(fl flow) {
+	a, b := m.s.worker("A"), m.s.worker("B")
+	m.process(a, T(0), fl)
+	m.process(b, T(31), flow{})
 }
 
 // payModel is the ledger and the provider of one payments run.

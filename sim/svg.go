@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
@@ -150,7 +149,9 @@ func (p *svgPanel) x(d float64) float64 { return p.left + d*p.ppt }
 // and the outcome; for payments, the table; a legend last. Colours also differ in
 // lightness and every mark has its own shape and label, so it reads in grey. It
 // returns the first write error.
-func WriteSVG(w io.Writer, r *Report) error {
+func WriteSVG(w io.Writer, r *Report) error { return buffered(w, r, writeSVG) }
+
+func writeSVG(w io.Writer, r *Report) {
 	var panels []*svgPanel
 	// The picture is as wide as its widest text needs, measured by textWidth, an
 	// upper bound: nothing is cut at the right edge, whichever font the viewer has.
@@ -181,24 +182,22 @@ func WriteSVG(w io.Writer, r *Report) error {
 	legendTop := y
 	y += 60
 
-	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img">`+"\n", width, y, width, y)
-	fmt.Fprintf(bw, "<title>%s</title>\n", xmlText(mermaidTitle(r)))
-	fmt.Fprintln(bw, `<defs>`)
-	fmt.Fprintln(bw, `<pattern id="hatch" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="8" stroke="#444444" stroke-width="2.5"/></pattern>`)
-	fmt.Fprintln(bw, `<marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#444444"/></marker>`)
-	fmt.Fprintln(bw, `</defs>`)
-	fmt.Fprintf(bw, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`+"\n", width, y)
-	fmt.Fprintf(bw, `<text x="20" y="30" style="%s;font-size:18px;font-weight:bold" fill="%s">%s</text>`+"\n", svgFont, colText, xmlText(title))
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img">`+"\n", width, y, width, y)
+	fmt.Fprintf(w, "<title>%s</title>\n", xmlText(mermaidTitle(r)))
+	fmt.Fprintln(w, `<defs>`)
+	fmt.Fprintln(w, `<pattern id="hatch" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="8" stroke="#444444" stroke-width="2.5"/></pattern>`)
+	fmt.Fprintln(w, `<marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#444444"/></marker>`)
+	fmt.Fprintln(w, `</defs>`)
+	fmt.Fprintf(w, `<rect x="0" y="0" width="%.0f" height="%.0f" fill="#ffffff"/>`+"\n", width, y)
+	fmt.Fprintf(w, `<text x="20" y="30" style="%s;font-size:18px;font-weight:bold" fill="%s">%s</text>`+"\n", svgFont, colText, xmlText(title))
 	for _, p := range panels {
-		writePanel(bw, p, width)
+		writePanel(w, p, width)
 	}
 	if r.Table != nil {
-		writeSVGTable(bw, r.Table, colX, tableTop)
+		writeSVGTable(w, r.Table, colX, tableTop)
 	}
-	writeLegend(bw, legendTop)
-	fmt.Fprintln(bw, `</svg>`)
-	return bw.Flush()
+	writeLegend(w, legendTop)
+	fmt.Fprintln(w, `</svg>`)
 }
 
 // laneNames returns the names of run's lanes: one per worker, then the lane of

@@ -10,20 +10,28 @@ import (
 // WriteText writes r as a timeline for the terminal: for each run a header, one
 // line per event ("T31  B  acquire ..."), and the outcome; for payments, the table
 // last. It returns the first write error.
-func WriteText(w io.Writer, r *Report) error {
-	bw := bufio.NewWriter(w)
+func WriteText(w io.Writer, r *Report) error { return buffered(w, r, writeText) }
+
+func writeText(w io.Writer, r *Report) {
 	for i, run := range r.Runs {
 		if i > 0 {
-			fmt.Fprintln(bw)
+			fmt.Fprintln(w)
 		}
-		writeRunText(bw, run)
+		writeRunText(w, run)
 	}
 	if r.Table != nil {
 		if len(r.Runs) > 0 {
-			fmt.Fprintln(bw)
+			fmt.Fprintln(w)
 		}
-		writeTableText(bw, r.Table)
+		writeTableText(w, r.Table)
 	}
+}
+
+// buffered renders r to w through a buffer, so that a rendering's many small
+// writes reach w in few, and returns the first write error.
+func buffered(w io.Writer, r *Report, render func(io.Writer, *Report)) error {
+	bw := bufio.NewWriter(w)
+	render(bw, r)
 	return bw.Flush()
 }
 

@@ -17,13 +17,6 @@ import (
 	"github.com/fencelock/fence/fencehttp"
 )
 
-func init() {
-	addCommand(newAcquireCmd())
-	addCommand(newRenewCmd())
-	addCommand(newReleaseCmd())
-	addCommand(newStatusCmd())
-}
-
 func newAcquireCmd() *cobra.Command {
 	var ttl, wait time.Duration
 	var flags *clientFlags
@@ -44,10 +37,7 @@ usage errors.`,
 		Args: exactArgs("a lock NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if err := checkName("lock name", name); err != nil {
-				return err
-			}
-			if err := checkTTL(ttl); err != nil {
+			if err := checkLockAndTTL(name, ttl); err != nil {
 				return err
 			}
 			if wait < 0 {
@@ -232,10 +222,7 @@ yours, and writes under its token may be refused by a guard.`,
 		Args: exactArgs("a lock NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			if err := checkName("lock name", name); err != nil {
-				return err
-			}
-			if err := checkTTL(ttl); err != nil {
+			if err := checkLockAndTTL(name, ttl); err != nil {
 				return err
 			}
 			id, err := leaseFlag(lease)

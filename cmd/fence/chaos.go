@@ -1,15 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
+	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,8 +15,6 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/chaos"
 )
-
-func init() { addCommand(newChaosCmd()) }
 
 func newChaosCmd() *cobra.Command {
 	var (
@@ -53,14 +49,10 @@ run) shows violations; 1 otherwise. Failing histories (JSON lines and porcupine'
 visualisation) are saved under --results.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch fencing {
-			case "on":
-				cfg.Fencing = true
-			case "off":
-				cfg.Fencing = false
-			default:
-				return usagef("--fencing must be on or off, got %q", fencing)
+			if err := oneOf("fencing", fencing, "on", "off"); err != nil {
+				return err
 			}
+			cfg.Fencing = fencing == "on"
 			cfg.Nemeses = nil
 			for _, n := range strings.Split(nemeses, ",") {
 				if n = strings.TrimSpace(n); n != "" && n != "none" {
@@ -87,7 +79,7 @@ visualisation) are saved under --results.`,
 				cfg.Progress = cmd.OutOrStdout()
 				cfg.ProgressInPlace = isTerminal(cfg.Progress)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signalContext(cmd)
 			defer stop()
 			sum, err := chaos.Run(ctx, cfg)
 			if errors.Is(err, fence.ErrInvalid) {
@@ -151,6 +143,15 @@ visualisation) are saved under --results.`,
 	return cmd
 }
 
+// oneOf returns nil if the string flag --name has one of the values options, and
+// otherwise a usage error listing them: "--fencing must be on or off, got "x"".
+func oneOf(name, value string, options ...string) error {
+	if slices.Contains(options, value) {
+		return nil
+	}
+	return usagef("--%s must be %s, got %q", name, strings.Join(options, " or "), value)
+}
+
 // isTerminal reports whether w is a character device, as a terminal is (so is
 // /dev/null, where rewriting a line in place does no harm).
 func isTerminal(w io.Writer) bool {
@@ -175,14 +176,10 @@ func newChaosWorkerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch fencing {
-			case "on":
-				wc.Fencing = true
-			case "off":
-				wc.Fencing = false
-			default:
-				return usagef("--fencing must be on or off, got %q", fencing)
+			if err := oneOf("fencing", fencing, "on", "off"); err != nil {
+				return err
 			}
+			wc.Fencing = fencing == "on"
 			if logPath == "" {
 				return usagef("--log is required")
 			}
@@ -194,7 +191,7 @@ func newChaosWorkerCmd() *cobra.Command {
 				return fmt.Errorf("chaos worker: %w", err)
 			}
 			defer f.Close()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signalContext(cmd)
 			defer stop()
 			return chaos.RunWorker(ctx, wc, f)
 		},
@@ -228,15 +225,11 @@ func newChaosEtcdMemberCmd() *cobra.Command {
 		Hidden: true,
 		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch state {
-			case "new":
-				m.Existing = false
-			case "existing":
-				m.Existing = true
-			default:
-				return usagef("--state must be new or existing, got %q", state)
+			if err := oneOf("state", state, "new", "existing"); err != nil {
+				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			m.Existing = state == "existing"
+			ctx, stop := signalContext(cmd)
 			defer stop()
 			err := chaos.RunEtcdMember(ctx, m)
 			if errors.Is(err, fence.ErrInvalid) {

@@ -8,20 +8,27 @@ import (
 )
 
 func TestChaos_UsageErrors_Exit2(t *testing.T) {
-	for _, args := range [][]string{
-		{"chaos", "--fencing", "maybe"},
-		{"chaos", "--nemesis", "flood"},
-		{"chaos", "--workers", "1", "--duration", "1s"},
-		{"chaos", "--ttl", "1ms", "--duration", "1s"},
-		{"chaos", "worker", "--server", "http://127.0.0.1:1"},
-		{"chaos", "worker", "--log", "/dev/null"},
-		{"chaos", "etcd-member", "--state", "maybe"},
-		{"chaos", "etcd-member", "--name", "m0"},
+	for _, tc := range []struct {
+		args []string
+		want string // in the error line, if not ""
+	}{
+		{[]string{"chaos", "--fencing", "maybe"}, `--fencing must be on or off, got "maybe"`},
+		{[]string{"chaos", "--nemesis", "flood"}, ""},
+		{[]string{"chaos", "--workers", "1", "--duration", "1s"}, ""},
+		{[]string{"chaos", "--ttl", "1ms", "--duration", "1s"}, ""},
+		{[]string{"chaos", "worker", "--server", "http://127.0.0.1:1"}, ""},
+		{[]string{"chaos", "worker", "--log", "/dev/null", "--fencing", "maybe"}, `--fencing must be on or off, got "maybe"`},
+		{[]string{"chaos", "worker", "--log", "/dev/null"}, ""},
+		{[]string{"chaos", "etcd-member", "--state", "maybe"}, `--state must be new or existing, got "maybe"`},
+		{[]string{"chaos", "etcd-member", "--name", "m0"}, ""},
 	} {
-		r := runFence(t, cli.serve.url, nil, "", args...)
-		wantCode(t, fmt.Sprintf("fence %q", args), r, exitUsage)
+		r := runFence(t, cli.serve.url, nil, "", tc.args...)
+		wantCode(t, fmt.Sprintf("fence %q", tc.args), r, exitUsage)
 		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; r.stderr == "" || lines != 1 {
-			t.Fatalf("fence %q: want one line on stderr, got %q", args, r.stderr)
+			t.Fatalf("fence %q: want one line on stderr, got %q", tc.args, r.stderr)
+		}
+		if !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("fence %q: want an error saying %s, got %q", tc.args, tc.want, r.stderr)
 		}
 	}
 }

@@ -27,13 +27,21 @@ var cli struct {
 	dir   string     // temp dir of the package's tests
 }
 
-func TestMain(m *testing.M) { os.Exit(cliTestMain(m)) }
-
-func cliTestMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "fence-cli-test-")
+func TestMain(m *testing.M) {
+	code, err := cliTestMain(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+	}
+	os.Exit(code)
+}
+
+// cliTestMain builds the binary and starts the shared server in a temporary
+// directory, then runs the tests: it returns their exit status, or 1 and what
+// failed before they could run.
+func cliTestMain(m *testing.M) (int, error) {
+	dir, err := os.MkdirTemp("", "fence-cli-test-")
+	if err != nil {
+		return 1, err
 	}
 	defer os.RemoveAll(dir)
 	cli.dir = dir
@@ -41,16 +49,13 @@ func cliTestMain(m *testing.M) int {
 	build := exec.Command(filepath.Join(goroot(), "bin", "go"), "build", "-o", cli.bin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the fence binary:", err)
-		return 1
+		return 1, fmt.Errorf("building the fence binary: %w", err)
 	}
-	cli.serve, err = startServe(filepath.Join(dir, "shared-data"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if cli.serve, err = startServe(filepath.Join(dir, "shared-data")); err != nil {
+		return 1, err
 	}
 	defer cli.serve.stop()
-	return m.Run()
+	return m.Run(), nil
 }
 
 func goroot() string {

@@ -110,24 +110,18 @@ func TestCLI_Acquire_WaitWokenByRelease(t *testing.T) {
 	srv := cli.serve.url
 	name := uniqName(t)
 	l := acquireJSON(t, srv, name, "--ttl", "10m")
-	cmd := exec.Command(cli.bin, "-o", "json", "acquire", name, "--wait", "5m")
-	cmd.Env = append(cleanEnv(), "FENCE_SERVER="+srv)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	f := startFence(t, srv, nil, "-o", "json", "acquire", name, "--wait", "5m")
 	// Release once the waiter is at the server: its acquire is then a long poll.
 	waitFor(t, "the waiter to reach the server", func() bool { return metric(t, srv, "fence_waits_total") >= 1 })
 	wantCode(t, "release", runFence(t, srv, nil, "", "release", name, "--lease", l.Lease), 0)
 	var next leaseJSON
-	if err := json.NewDecoder(out).Decode(&next); err != nil {
-		t.Fatalf("waiter's output: %v", err)
+	var err error
+	f.within(t, "the waiter's lease", func() { err = json.NewDecoder(f.out).Decode(&next) })
+	if err != nil {
+		t.Fatalf("waiter's output: %v (stderr %q)", err, f.stderr)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("waiter: %v", err)
+	if code := f.wait(t, "the waiter"); code != 0 {
+		t.Fatalf("waiter: exit status %d (stderr %q)", code, f.stderr)
 	}
 	if next.Token <= l.Token {
 		t.Fatalf("waiter's token %d: want greater than %d", next.Token, l.Token)
@@ -196,15 +190,21 @@ func TestCLI_Lock_NotAcquiredWithinWait_75(t *testing.T) {
 	}
 }
 
-func TestCLI_Lock_LeaseLost_SIGTERMThen76(t *testing.T) {
-	srv := cli.serve.url
-	name := uniqName(t)
-	// The child releases its own lease behind fence lock's back, so the next renewal
-	// (at ttl/3) is answered 410: the lease is lost while the child runs.
-	script := `trap 'echo got-term; exit 0' TERM
+// lockLosingLease runs fence lock on a fresh name with flags and a child that
+// releases its own lease behind fence lock's back, so the next renewal (at ttl/3) is
+// answered 410: the lease is lost while the child runs. trap is the child's handling
+// of SIGTERM (a trap command); the child then loops until it is ended.
+func lockLosingLease(t *testing.T, trap string, flags ...string) result {
+	t.Helper()
+	script := trap + `
 fence release "$FENCE_LOCK" >/dev/null
 while :; do sleep 0.05; done`
-	r := runFence(t, srv, nil, "", "lock", name, "--ttl", "600ms", "--", "sh", "-c", script)
+	args := append(append([]string{"lock", uniqName(t)}, flags...), "--", "sh", "-c", script)
+	return runFence(t, cli.serve.url, nil, "", args...)
+}
+
+func TestCLI_Lock_LeaseLost_SIGTERMThen76(t *testing.T) {
+	r := lockLosingLease(t, `trap 'echo got-term; exit 0' TERM`, "--ttl", "600ms")
 	wantCode(t, "lock whose lease is lost", r, exitLeaseLost)
 	if !strings.Contains(r.stdout, "got-term") {
 		t.Fatalf("the child did not get SIGTERM: stdout %q stderr %q", r.stdout, r.stderr)
@@ -215,13 +215,8 @@ while :; do sleep 0.05; done`
 }
 
 func TestCLI_Lock_LeaseLost_SIGKILLAfterGrace(t *testing.T) {
-	srv := cli.serve.url
-	name := uniqName(t)
-	script := `trap '' TERM
-fence release "$FENCE_LOCK" >/dev/null
-while :; do sleep 0.05; done`
 	start := time.Now()
-	r := runFence(t, srv, nil, "", "lock", name, "--ttl", "600ms", "--grace", "300ms", "--", "sh", "-c", script)
+	r := lockLosingLease(t, `trap '' TERM`, "--ttl", "600ms", "--grace", "300ms")
 	wantCode(t, "lock whose child ignores SIGTERM", r, exitLeaseLost)
 	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("fence lock took %v: the child was not killed after the grace", d)
@@ -231,28 +226,23 @@ while :; do sleep 0.05; done`
 func TestCLI_Lock_ForwardsSIGTERMToChild(t *testing.T) {
 	srv := cli.serve.url
 	name := uniqName(t)
-	cmd := exec.Command(cli.bin, "lock", name, "--", "sh", "-c", `trap 'echo forwarded; exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
-	cmd.Env = append(cleanEnv(), "FENCE_SERVER="+srv)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || sc.Text() != "ready" {
+	f := startFence(t, srv, nil, "lock", name, "--", "sh", "-c", `trap 'echo forwarded; exit 5' TERM; echo ready; while :; do sleep 0.05; done`)
+	sc := bufio.NewScanner(f.out)
+	var ready bool
+	f.within(t, "the child's first line", func() { ready = sc.Scan() && sc.Text() == "ready" })
+	if !ready {
 		t.Fatalf("child did not start: %q", sc.Text())
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := f.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	var rest []string
-	for sc.Scan() {
-		rest = append(rest, sc.Text())
-	}
-	_ = cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != 5 || len(rest) != 1 || rest[0] != "forwarded" {
+	f.within(t, "the child's output after SIGTERM", func() {
+		for sc.Scan() {
+			rest = append(rest, sc.Text())
+		}
+	})
+	if code := f.wait(t, "fence lock"); code != 5 || len(rest) != 1 || rest[0] != "forwarded" {
 		t.Fatalf("SIGTERM to fence lock: want the child to get it (prints forwarded, exits 5), got status %d output %q", code, rest)
 	}
 	if s := status(t, srv, name); s.Held {

@@ -14,46 +14,46 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fence/internal/servers"
 )
 
 // fenceProc is a running fence binary whose stdout the test reads.
 type fenceProc struct {
 	cmd    *exec.Cmd
 	out    *bufio.Reader
-	stderr *syncBuffer
+	stderr fileText
 	exited chan struct{} // closed when it has exited
 }
 
-// syncBuffer is a bytes.Buffer that the exec copier and the test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+// fileText is the path of a file a process writes to; String returns what the file
+// holds so far ("" if it cannot be read). The process writes to the file itself, so
+// reading it while the process runs is safe.
+type fileText string
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+func (f fileText) String() string {
+	b, _ := os.ReadFile(string(f))
+	return string(b)
 }
 
 // startFence starts the binary with a clean FENCE_* environment pointing at server,
-// stdout to a pipe the test reads; it is killed at the end of the test if still
-// running.
+// stdout to a pipe the test reads and stderr to a file; it is killed at the end of
+// the test if still running.
 func startFence(t testing.TB, server string, env []string, args ...string) *fenceProc {
 	t.Helper()
-	p := &fenceProc{cmd: exec.Command(cli.bin, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &fenceProc{cmd: exec.Command(cli.bin, args...), stderr: fileText(filepath.Join(t.TempDir(), "stderr")), exited: make(chan struct{})}
 	p.cmd.Env = append(append(cleanEnv(), "FENCE_SERVER="+server), env...)
+	errf, err := os.Create(string(p.stderr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errf.Close() // the process has its own copy
 	// An os.Pipe of our own, not StdoutPipe: Wait then reaps the process without
 	// closing what the test still has to read.
 	pr, pw, err := os.Pipe()
@@ -61,7 +61,7 @@ func startFence(t testing.TB, server string, env []string, args ...string) *fenc
 		t.Fatal(err)
 	}
 	p.out = bufio.NewReader(pr)
-	p.cmd.Stdout, p.cmd.Stderr = pw, p.stderr
+	p.cmd.Stdout, p.cmd.Stderr = pw, errf
 	p.cmd.WaitDelay = 5 * time.Second
 	err = p.cmd.Start()
 	pw.Close()
@@ -125,13 +125,11 @@ func (p *fenceProc) alive() bool {
 // freeAddr returns a 127.0.0.1 port nothing listens on (it was free a moment ago).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := servers.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 func oneLineStderr(t testing.TB, what string, r result) string {
@@ -222,22 +220,31 @@ func TestCLI_Lock_SignalWhileWaiting_143And130(t *testing.T) {
 	}
 }
 
+// startLockHolding starts `fence -o json lock NAME --ttl ttl` without a command on
+// a fresh name and returns it with the lease it printed, checked to be NAME's.
+func startLockHolding(t *testing.T, ttl string) (*fenceProc, leaseJSON) {
+	t.Helper()
+	name := uniqName(t)
+	f := startFence(t, cli.serve.url, nil, "-o", "json", "lock", name, "--ttl", ttl)
+	var l leaseJSON
+	var err error
+	f.within(t, "the printed lease", func() { err = json.NewDecoder(f.out).Decode(&l) })
+	if err != nil {
+		t.Fatalf("fence lock without a command: want the lease as JSON on stdout: %v (stderr %q)", err, f.stderr)
+	}
+	if l.Name != name || l.Token == 0 || len(l.Lease) < 32 {
+		t.Fatalf("printed lease: want {name:%q, token, lease}, got %+v", name, l)
+	}
+	return f, l
+}
+
 // Item 6: without a command fence lock prints the lease, holds the lock (renewing
 // it past its TTL) until SIGINT or SIGTERM, then releases it and exits 0.
 func TestCLI_Lock_NoCommand_HoldsUntilSignalThenReleases(t *testing.T) {
 	srv := cli.serve.url
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		name := uniqName(t)
-		f := startFence(t, srv, nil, "-o", "json", "lock", name, "--ttl", "900ms")
-		var l leaseJSON
-		var err error
-		f.within(t, "the printed lease", func() { err = json.NewDecoder(f.out).Decode(&l) })
-		if err != nil {
-			t.Fatalf("fence lock without a command: want the lease as JSON on stdout: %v (stderr %q)", err, f.stderr)
-		}
-		if l.Name != name || l.Token == 0 || len(l.Lease) < 32 {
-			t.Fatalf("printed lease: want {name:%q, token, lease}, got %+v", name, l)
-		}
+		f, l := startLockHolding(t, "900ms")
+		name := l.Name
 		time.Sleep(2 * time.Second) // over two TTLs: held only if renewed
 		if s := status(t, srv, name); !s.Held || s.Token != l.Token {
 			t.Fatalf("after two TTLs: want %q still held with token %d, got %+v", name, l.Token, s)
@@ -255,14 +262,8 @@ func TestCLI_Lock_NoCommand_HoldsUntilSignalThenReleases(t *testing.T) {
 // Item 6: a lease lost while held without a command: exit 76, one line.
 func TestCLI_Lock_NoCommand_LeaseLost_76(t *testing.T) {
 	srv := cli.serve.url
-	name := uniqName(t)
-	f := startFence(t, srv, nil, "-o", "json", "lock", name, "--ttl", "600ms")
-	var l leaseJSON
-	var err error
-	f.within(t, "the printed lease", func() { err = json.NewDecoder(f.out).Decode(&l) })
-	if err != nil {
-		t.Fatalf("lease on stdout: %v (stderr %q)", err, f.stderr)
-	}
+	f, l := startLockHolding(t, "600ms")
+	name := l.Name
 	// Released behind its back: the next renewal is refused.
 	wantCode(t, "release", runFence(t, srv, nil, "", "release", name, "--lease", l.Lease), 0)
 	if code := f.wait(t, "fence lock"); code != exitLeaseLost {

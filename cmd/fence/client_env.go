@@ -183,7 +183,7 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 }
 
-// durationFlagValue checks a --ttl given on the command line.
+// checkTTL returns a usage error if --ttl is not a TTL the server grants.
 func checkTTL(ttl time.Duration) error {
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return usagef("--ttl %v: must be a whole number of milliseconds between %v and %v", ttl, fence.MinTTL, fence.MaxTTL)
@@ -191,8 +191,18 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// checkName returns a usage error naming what if name is not a valid lock name.
 func checkName(what, name string) error {
 	return invalidUsage(what, driver.ValidateName(name))
+}
+
+// checkLockAndTTL checks the lock NAME argument and the --ttl of the commands that
+// take both (acquire, renew, lock): a usage error about the first that is invalid.
+func checkLockAndTTL(name string, ttl time.Duration) error {
+	if err := checkName("lock name", name); err != nil {
+		return err
+	}
+	return checkTTL(ttl)
 }
 
 // invalidUsage turns a validation error about what (a flag or an argument) into a

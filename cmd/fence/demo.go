@@ -13,8 +13,6 @@ import (
 	"github.com/fencelock/fence/internal/demo"
 )
 
-func init() { addCommand(newDemoCmd()) }
-
 func newDemoCmd() *cobra.Command {
 	var ttl time.Duration
 	cmd := &cobra.Command{

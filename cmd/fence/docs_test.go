@@ -182,15 +182,21 @@ func runTour(t *testing.T, tour docTour, server, dir string, anyNumber bool) {
 	}
 }
 
-// tourDir is a working directory for a tour, with ./fence the built binary (the
-// README's tour builds it there).
-func tourDir(t *testing.T) string {
+// startTourServe makes a working directory for a reader of the tours, with ./fence
+// the built binary (the README's tour builds it there), and starts a fence serve
+// with its data in DIR/fence-data; the server is stopped at the end of the test.
+func startTourServe(t *testing.T) (dir, url string) {
 	t.Helper()
-	dir := t.TempDir()
+	dir = t.TempDir()
 	if err := os.Symlink(cli.bin, filepath.Join(dir, "fence")); err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	srv, err := startServe(filepath.Join(dir, "fence-data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.stop() })
+	return dir, srv.url
 }
 
 func TestDocs_Tours_RunAsWritten(t *testing.T) {
@@ -203,13 +209,8 @@ func TestDocs_Tours_RunAsWritten(t *testing.T) {
 	for _, tour := range []docTour{readmeTour, httpTour} {
 		t.Run(tour.name(), func(t *testing.T) {
 			t.Parallel()
-			dir := tourDir(t)
-			srv, err := startServe(filepath.Join(dir, "fence-data"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.stop()
-			runTour(t, tour, srv.url, dir, false)
+			dir, url := startTourServe(t)
+			runTour(t, tour, url, dir, false)
 		})
 	}
 }
@@ -221,12 +222,7 @@ func TestDocs_Tours_OneAfterTheOther(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the tours against a real fence serve")
 	}
-	dir := tourDir(t)
-	srv, err := startServe(filepath.Join(dir, "fence-data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.stop()
-	runTour(t, readmeTour, srv.url, dir, true)
-	runTour(t, httpTour, srv.url, dir, true)
+	dir, url := startTourServe(t)
+	runTour(t, readmeTour, url, dir, true)
+	runTour(t, httpTour, url, dir, true)
 }

@@ -15,8 +15,6 @@ import (
 	"github.com/fencelock/fence/fencehttp"
 )
 
-func init() { addCommand(newKVCmd()) }
-
 func newKVCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kv",

@@ -15,8 +15,6 @@ import (
 	"github.com/fencelock/fence"
 )
 
-func init() { addCommand(newLockCmd()) }
-
 // lockUse is the synopsis of `fence lock`, also shown by its usage errors.
 const lockUse = "lock NAME [--ttl 30s] [--wait DURATION] [-- CMD [ARGS...]]"
 
@@ -75,10 +73,7 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
-			if err := checkName("lock name", name); err != nil {
-				return err
-			}
-			if err := checkTTL(ttl); err != nil {
+			if err := checkLockAndTTL(name, ttl); err != nil {
 				return err
 			}
 			if wait < 0 || grace < 0 {

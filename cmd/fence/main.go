@@ -2,8 +2,9 @@
 // simulator, chaos and benchmark tools. It holds wiring only; the logic lives in the
 // packages it imports.
 //
-// Each subcommand registers itself from its own file with addCommand, so commands
-// can be added without touching this file.
+// Each subcommand is built by a constructor in its own file; newRootCmd calls them
+// all (subcommands), so that every run of the command line starts from fresh flag
+// values.
 package main
 
 import (
@@ -46,10 +47,12 @@ func (e usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-var commands []*cobra.Command
-
-// addCommand registers a subcommand; call it from an init function.
-func addCommand(c *cobra.Command) { commands = append(commands, c) }
+// subcommands are the constructors of fence's commands; help lists the commands
+// by name, whatever the order here.
+var subcommands = []func() *cobra.Command{
+	newAcquireCmd, newRenewCmd, newReleaseCmd, newStatusCmd,
+	newChaosCmd, newDemoCmd, newKVCmd, newLockCmd, newServeCmd, newSimulateCmd,
+}
 
 // output is the value of the global -o flag: "text" or "json".
 var output string
@@ -78,8 +81,8 @@ func newRootCmd() *cobra.Command {
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	root.SetFlagErrorFunc(flagError)
-	for _, c := range commands {
-		root.AddCommand(c)
+	for _, newCmd := range subcommands {
+		root.AddCommand(newCmd())
 	}
 	return root
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -30,18 +29,6 @@ func restartLockState(t *testing.T, server, name string) restartState {
 		t.Fatalf("GET lock %q: not the lock state JSON: %v: %s", name, err, body)
 	}
 	return st
-}
-
-// restartAddr returns a free 127.0.0.1 address, so that a restarted server
-// listens where the running `fence lock` renews.
-func restartAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // restartServe starts `fence serve` on addr and data, retrying briefly if the
@@ -72,7 +59,9 @@ func TestServe_Kill9UnderRunningLock_JobSurvivesAndExitsWithItsStatus(t *testing
 	if testing.Short() {
 		t.Skip("restart test: runs an 8s job")
 	}
-	data, addr := t.TempDir(), restartAddr(t)
+	// A fixed address, so that a restarted server listens where the running
+	// `fence lock` renews.
+	data, addr := t.TempDir(), freeAddr(t)
 	p, _ := restartServe(t, data, addr)
 	defer func() { p.stop() }()
 	server := p.url

@@ -24,8 +24,6 @@ import (
 	"github.com/fencelock/fence/fencehttp"
 )
 
-func init() { addCommand(newServeCmd()) }
-
 // servedStore is what `fence serve` serves: a Locker, the fenced KV that lives in the
 // same store (so servers sharing a store share the data), and how to close them.
 type servedStore struct {
@@ -38,10 +36,17 @@ type servedStore struct {
 // storeOpener opens the store of a --store URL. dataDir is --data.
 type storeOpener func(ctx context.Context, u *url.URL, dataDir string) (*servedStore, error)
 
-// storeOpeners maps --store URL schemes to their openers. Adding a backend is one
-// entry here (and its opener).
+// storeOpeners maps --store URL schemes to their openers, each in its backend's
+// file (store_BACKEND.go). Adding a backend is one entry here and its opener.
 var storeOpeners = map[string]storeOpener{
-	"bolt": openBoltStore,
+	"bolt":       openBoltStore,
+	"etcd":       openEtcdStore,
+	"postgres":   openPostgresStore,
+	"postgresql": openPostgresStore,
+	"redis":      openRedisStore,
+	"rediss":     openRedisStore,
+	"zk":         openZooKeeperStore,
+	"zookeeper":  openZooKeeperStore,
 }
 
 // openBoltStore opens the embedded store: --store bolt:PATH (or bolt:///abs/path),

@@ -12,8 +12,6 @@ import (
 	"github.com/fencelock/fence/sim"
 )
 
-func init() { addCommand(newSimulateCmd()) }
-
 // simulateFormats are the --format values, each with its writer.
 var simulateFormats = []struct {
 	name  string

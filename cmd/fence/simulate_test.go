@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 )
 
 // result is one in-process run of the command line.
@@ -20,14 +18,6 @@ type simResult struct {
 // Tests using it must not run in parallel: it swaps os.Stdout and os.Stderr.
 func simulateCLI(t *testing.T, args ...string) simResult {
 	t.Helper()
-	for _, c := range commands { // flag values live in the registered commands
-		if c.Name() == "simulate" {
-			c.Flags().VisitAll(func(f *pflag.Flag) {
-				_ = f.Value.Set(f.DefValue)
-				f.Changed = false
-			})
-		}
-	}
 	dir := t.TempDir()
 	outF, err := os.Create(filepath.Join(dir, "stdout"))
 	if err != nil {

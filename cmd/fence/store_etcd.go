@@ -8,8 +8,6 @@ import (
 	"github.com/fencelock/fence/etcd"
 )
 
-func init() { storeOpeners["etcd"] = openEtcdStore }
-
 // openEtcdStore serves locks and the fenced KV from an etcd cluster:
 // --store etcd://h1:2379,h2:2379[/prefix/]. Servers on one cluster with the same
 // prefix share locks and data, and waiters are woken by watches, so several

@@ -10,11 +10,6 @@ import (
 	"github.com/fencelock/fence/postgres"
 )
 
-func init() {
-	storeOpeners["postgres"] = openPostgresStore
-	storeOpeners["postgresql"] = openPostgresStore
-}
-
 // openPostgresStore serves locks and the fenced KV from PostgreSQL: --store
 // postgres://user:pass@host:5432/db?sslmode=disable. Tables are created if missing,
 // so several servers on one database share locks and data.

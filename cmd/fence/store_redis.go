@@ -13,11 +13,6 @@ import (
 	"github.com/fencelock/fence/redis"
 )
 
-func init() {
-	storeOpeners["redis"] = openRedisStore
-	storeOpeners["rediss"] = openRedisStore
-}
-
 // openRedisStore serves locks and the fenced KV from one Redis server:
 // --store redis://[user:password@]host:port[/db] (rediss:// for TLS). Servers on
 // one Redis share locks and data; waiters are woken by (sharded) pub/sub. A value

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -57,18 +59,46 @@ func playRaceAcrossServers(t *testing.T, store string) {
 	}
 }
 
-func TestServe_StorePostgres_TwoServersShareLocksAndData(t *testing.T) {
+// TestServe_Store_TwoServersShareLocksAndData plays the race across two servers on
+// each shared --store backend (etcd as a three-member cluster).
+func TestServe_Store_TwoServersShareLocksAndData(t *testing.T) {
 	testserv.SkipIfShort(t)
-	pg := testserv.Postgres(t)
-	playRaceAcrossServers(t, pg.CreateDatabase(t))
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) string // the --store URL of a fresh server
+	}{
+		{"postgres", func(t *testing.T) string { return testserv.Postgres(t).CreateDatabase(t) }},
+		{"redis", func(t *testing.T) string { return "redis://" + testserv.Redis(t).Addr }},
+		{"zookeeper", func(t *testing.T) string { return "zk://" + testserv.ZooKeeper(t).Addr }},
+		{"etcd", func(t *testing.T) string {
+			var hosts []string
+			for _, ep := range etcdserv.NewCluster(t, 3).Endpoints() {
+				hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+			}
+			return "etcd://" + strings.Join(hosts, ",") + "/fence-cli-test/"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { playRaceAcrossServers(t, tc.store(t)) })
+	}
 }
 
-func TestServe_StoreEtcd_TwoServersOnThreeMemberCluster(t *testing.T) {
-	testserv.SkipIfShort(t)
-	cluster := etcdserv.NewCluster(t, 3)
-	var hosts []string
-	for _, ep := range cluster.Endpoints() {
-		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+func TestServe_StoreZooKeeper_BadURL_UsageError(t *testing.T) {
+	for _, store := range []string{
+		"zk://",                        // no host
+		"zk://127.0.0.1:2181,",         // empty host in the list
+		"zk://127.0.0.1:2181/?bogus=1", // unknown parameter
+		"zk://127.0.0.1:2181?session_timeout=-1s",
+		"zk://user:secret@127.0.0.1:2181",    // user info, never echoed
+		"zk://127.0.0.1:2181/relative//root", // bad root
+	} {
+		_, err := openStore(context.Background(), store, t.TempDir())
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("openStore(%q) = %v; want a usage error", store, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("openStore(%q) = %v; want the password redacted", store, err)
+		}
 	}
-	playRaceAcrossServers(t, "etcd://"+strings.Join(hosts, ",")+"/fence-cli-test/")
 }

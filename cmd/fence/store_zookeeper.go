@@ -8,11 +8,6 @@ import (
 	"github.com/fencelock/fence/zookeeper"
 )
 
-func init() {
-	storeOpeners["zk"] = openZooKeeperStore
-	storeOpeners["zookeeper"] = openZooKeeperStore
-}
-
 // openZooKeeperStore serves locks and the fenced KV from a ZooKeeper ensemble:
 // --store zk://h1:2181,h2:2181[/root][?session_timeout=10s]. Locks live under the
 // root (default /fence/locks) and data under its KV sibling (/fence/kv), so servers on
