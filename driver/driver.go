@@ -86,6 +86,19 @@ func ValidateLease(name, leaseID string) error {
 	return nil
 }
 
+// ValidateFence validates the key and fence of a fenced write (Put, Fence, Do): a
+// *fence.InvalidError for a bad key, or for a bad fence (see fence.Fence.Validate)
+// with the key before it.
+func ValidateFence(key string, f fence.Fence) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("%q: %w", key, err)
+	}
+	return nil
+}
+
 // ListLimit returns limit, or fence.DefaultListLimit if limit <= 0: the number of
 // locks an Inspector's List returns at most.
 func ListLimit(limit int) int {

@@ -1,14 +1,11 @@
 package etcd_test
 
 import (
-	"context"
-	"slices"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencetest"
@@ -20,143 +17,45 @@ import (
 //	go test -run '^$' -bench . -benchtime 40x ./etcd/
 //
 // BenchmarkAcquireRelease times one uncontended acquire+release pair (ns/op).
-// BenchmarkHandoff reports the median time from the holder's release call to the
-// blocked waiter holding the lock (handoff-median-ms), and for fence the median of the
-// release call alone (one Raft write, release-median-ms); ns/op there includes the
-// setup of each round and is not the figure to read.
+// BenchmarkHandoff (see fencetest.BenchmarkHandoff) reports the median and p90 time
+// from the holder's release call to the blocked waiter holding the lock
+// (handoff-median-ms) and the median of the release call alone (one Raft write for
+// fence, release-median-ms: the floor of a handoff is two of them, the release's and
+// the waiter's grant); ns/op there includes the setup of each round and is not the
+// figure to read.
 
 func BenchmarkAcquireRelease(b *testing.B) {
-	ctx := context.Background()
 	b.Run("fence", func(b *testing.B) {
-		l := etcd.NewLocker(client(b), nil)
-		name := benchName(b)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			lease, err := l.Acquire(ctx, name, 10*time.Second)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lease.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		fencetest.BenchmarkAcquireRelease(b, etcd.NewLocker(client(b), nil))
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
-		s, err := concurrency.NewSession(client(b), concurrency.WithTTL(10))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		m := concurrency.NewMutex(s, "bench-mutex/"+benchName(b))
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if err := m.Lock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := m.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		fencetest.BenchmarkMutexLockUnlock(b, concurrency.NewMutex(session(b), "bench-mutex/"+benchName()))
 	})
 }
-
-// waiterBlockDelay is how long a round gives the waiter to make its failed attempt and
-// start watching before the holder releases. Neither locker exposes "now waiting", so
-// this is a delay, outside the measured interval; it only has to be long enough.
-const waiterBlockDelay = 30 * time.Millisecond
 
 func BenchmarkHandoff(b *testing.B) {
-	ctx := context.Background()
 	b.Run("fence", func(b *testing.B) {
-		holder := etcd.NewLocker(client(b), nil)
-		waiter := etcd.NewLocker(client(b), nil)
-		name := benchName(b)
-		handoffs := make([]time.Duration, 0, b.N)
-		releases := make([]time.Duration, 0, b.N)
-		for i := 0; i < b.N; i++ {
-			a, err := holder.Acquire(ctx, name, 10*time.Second)
-			if err != nil {
-				b.Fatal(err)
-			}
-			got := make(chan *fence.Lease, 1)
-			go func() {
-				l, err := waiter.Acquire(ctx, name, 10*time.Second, fence.WithWait(30*time.Second))
-				if err != nil {
-					b.Error(err)
-				}
-				got <- l
-			}()
-			time.Sleep(waiterBlockDelay)
-			start := time.Now()
-			if err := a.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-			releases = append(releases, time.Since(start))
-			l := <-got
-			handoffs = append(handoffs, time.Since(start))
-			if l == nil {
-				b.FailNow()
-			}
-			if l.Token() <= a.Token() {
-				b.Fatalf("waiter's token %d; want > holder's %d", l.Token(), a.Token())
-			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		reportMedian(b, handoffs)
-		// The release is one Raft write: the floor of a handoff is two of them
-		// (the release's and the waiter's grant).
-		slices.Sort(releases)
-		b.ReportMetric(float64(releases[len(releases)/2])/float64(time.Millisecond), "release-median-ms")
+		fencetest.BenchmarkHandoff(b, etcd.NewLocker(client(b), nil), etcd.NewLocker(client(b), nil))
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
-		s1, err := concurrency.NewSession(client(b), concurrency.WithTTL(10))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s1.Close()
-		s2, err := concurrency.NewSession(client(b), concurrency.WithTTL(10))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s2.Close()
-		pfx := "bench-mutex/" + benchName(b)
-		handoffs := make([]time.Duration, 0, b.N)
-		for i := 0; i < b.N; i++ {
-			m1, m2 := concurrency.NewMutex(s1, pfx), concurrency.NewMutex(s2, pfx)
-			if err := m1.Lock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			got := make(chan error, 1)
-			go func() { got <- m2.Lock(ctx) }()
-			time.Sleep(waiterBlockDelay)
-			start := time.Now()
-			if err := m1.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := <-got; err != nil {
-				b.Fatal(err)
-			}
-			handoffs = append(handoffs, time.Since(start))
-			if err := m2.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		reportMedian(b, handoffs)
+		pfx := "bench-mutex/" + benchName()
+		fencetest.BenchmarkMutexHandoff(b, concurrency.NewMutex(session(b), pfx), concurrency.NewMutex(session(b), pfx))
 	})
 }
 
-func reportMedian(b *testing.B, d []time.Duration) {
-	if len(d) == 0 {
-		return
+// session returns a concurrency session (10s TTL) on a client of its own, closed
+// when b ends.
+func session(b *testing.B) *concurrency.Session {
+	b.Helper()
+	s, err := concurrency.NewSession(client(b), concurrency.WithTTL(10))
+	if err != nil {
+		b.Fatal(err)
 	}
-	slices.Sort(d)
-	b.ReportMetric(float64(d[len(d)/2])/float64(time.Millisecond), "handoff-median-ms")
-	b.ReportMetric(float64(d[len(d)*9/10])/float64(time.Millisecond), "handoff-p90-ms")
+	b.Cleanup(func() { s.Close() })
+	return s
 }
 
-func benchName(b *testing.B) string { return "bench-" + driver.NewLeaseID()[:12] }
+func benchName() string { return "bench-" + driver.NewLeaseID()[:12] }
 
 // BenchmarkExpiryHandoff measures the handoff after an expiry (see
 // fencetest.BenchmarkExpiryHandoff): a holder never releases a 100ms lease, a waiter

@@ -1,11 +1,10 @@
 package etcd
 
 import (
-	"errors"
 	"fmt"
-	"net/url"
 	"strings"
-	"time"
+
+	"github.com/fencelock/fence/driver"
 )
 
 // ParseURL parses a store URL of the form
@@ -17,56 +16,27 @@ import (
 // matching fence.ErrInvalid for another scheme, no host, an empty host in the list,
 // an unknown query parameter or a bad dial_timeout.
 func ParseURL(s string) ([]string, *Options, error) {
-	u, err := url.Parse(s)
+	u, err := driver.ParseStoreURL(s, []string{"etcd"}, "dial_timeout")
 	if err != nil {
-		reason := "is not a URL"
-		var ue *url.Error
-		if errors.As(err, &ue) { // ue.Error() would quote the URL, password and all
-			reason = ue.Err.Error()
-		}
-		return nil, nil, fmt.Errorf("etcd: store URL: %w", invalid("url", redact(s), reason))
-	}
-	if u.Scheme != "etcd" {
-		return nil, nil, fmt.Errorf("etcd: store URL: %w", invalid("url", u.Redacted(), "scheme must be etcd://"))
-	}
-	if u.Host == "" {
-		return nil, nil, fmt.Errorf("etcd: store URL: %w", invalid("url", u.Redacted(), "has no host:port"))
+		return nil, nil, fmt.Errorf("etcd: store URL: %w", err)
 	}
 	var endpoints []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			return nil, nil, fmt.Errorf("etcd: store URL: %w", invalid("url", u.Redacted(), "has an empty host in its list"))
-		}
+	for _, h := range u.Hosts {
 		endpoints = append(endpoints, "http://"+h)
 	}
 	opts := &Options{}
-	if u.User != nil {
-		opts.Username = u.User.Username()
-		opts.Password, _ = u.User.Password()
+	if u.URL.User != nil {
+		opts.Username = u.URL.User.Username()
+		opts.Password, _ = u.URL.User.Password()
 	}
-	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
+	if p := strings.TrimPrefix(u.URL.Path, "/"); p != "" {
 		if !strings.HasSuffix(p, "/") {
 			p += "/"
 		}
 		opts.Prefix = p
 	}
-	for k, vs := range u.Query() {
-		switch k {
-		case "dial_timeout":
-			d, err := time.ParseDuration(vs[len(vs)-1])
-			if err != nil || d <= 0 {
-				return nil, nil, fmt.Errorf("etcd: store URL: %w", invalid("dial_timeout", vs[len(vs)-1], "must be a positive duration such as 5s"))
-			}
-			opts.DialTimeout = d
-		default:
-			return nil, nil, fmt.Errorf("etcd: store URL: %w", invalid("url", u.Redacted(), fmt.Sprintf("unknown parameter %q", k)))
-		}
+	if opts.DialTimeout, err = u.Duration("dial_timeout", "5s"); err != nil {
+		return nil, nil, fmt.Errorf("etcd: store URL: %w", err)
 	}
 	return endpoints, opts, nil
-}
-
-// redact cuts an unparsable URL after its scheme, in case it holds a password.
-func redact(s string) string {
-	scheme, _, _ := strings.Cut(s, ":")
-	return scheme + ":..."
 }

@@ -27,6 +27,121 @@ func BenchmarkAcquireRelease(b *testing.B, l fence.Locker) {
 	}
 }
 
+// A Mutex is a lock without fencing tokens that a backend's benchmarks compare its
+// Locker with (etcd's concurrency.Mutex, ZooKeeper's lock recipe), by
+// BenchmarkMutexLockUnlock and BenchmarkMutexHandoff. Lock blocks until the lock is
+// held or ctx ends; Unlock gives it up. Either returns what went wrong.
+type Mutex interface {
+	Lock(ctx context.Context) error
+	Unlock(ctx context.Context) error
+}
+
+// BenchmarkMutexLockUnlock is BenchmarkAcquireRelease for a Mutex: ns/op is one
+// uncontended Lock and Unlock pair.
+func BenchmarkMutexLockUnlock(b *testing.B, m Mutex) {
+	b.Helper()
+	ctx := context.Background()
+	for b.Loop() {
+		if err := m.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waiterBlockDelay is how long a handoff round gives the waiter to make its failed
+// try and start waiting before the holder releases. No Locker says "now waiting",
+// so this is a delay, outside the measured interval; it only has to be long enough.
+const waiterBlockDelay = 30 * time.Millisecond
+
+// BenchmarkHandoff measures the handoff after a release, the same way on every
+// backend: in each of b.N rounds, holder acquires the benchmark's lock (10s TTL), a
+// waiter on waiter asks for it with fence.WithWait and is given waiterBlockDelay
+// (30ms) to start waiting, and the holder releases it. The waiter's token must be
+// above the holder's.
+//
+// It reports the median and 90th percentile, in milliseconds, of the time from the
+// holder's Release call to the waiter holding the lock (handoff-median-ms,
+// handoff-p90-ms) and the median of the Release call alone (release-median-ms). ns/op
+// includes each round's delay and is not the figure to read. holder and waiter may
+// be the same Locker; two (two connections, two sessions) are closer to real use.
+func BenchmarkHandoff(b *testing.B, holder, waiter fence.Locker) {
+	b.Helper()
+	name := uniqueName(b, "")
+	h, w := &lockerMutex{l: holder, name: name}, &lockerMutex{l: waiter, name: name}
+	benchmarkHandoff(b, h, w, func() {
+		if w.lease.Token() <= h.lease.Token() {
+			b.Fatalf("waiter's token %d; want > holder's %d", w.lease.Token(), h.lease.Token())
+		}
+	})
+}
+
+// BenchmarkMutexHandoff is BenchmarkHandoff for two Mutexes on one lock (two
+// sessions), with the same rounds and figures.
+func BenchmarkMutexHandoff(b *testing.B, holder, waiter Mutex) {
+	b.Helper()
+	benchmarkHandoff(b, holder, waiter, nil)
+}
+
+// lockerMutex is a Locker's lock on one name as a Mutex: Lock waits (at most 30s)
+// and keeps the lease for Unlock.
+type lockerMutex struct {
+	l     fence.Locker
+	name  string
+	lease *fence.Lease
+}
+
+func (m *lockerMutex) Lock(ctx context.Context) (err error) {
+	m.lease, err = m.l.Acquire(ctx, m.name, 10*time.Second, fence.WithWait(longWait))
+	return err
+}
+
+func (m *lockerMutex) Unlock(ctx context.Context) error { return m.lease.Release(ctx) }
+
+// benchmarkHandoff runs BenchmarkHandoff's rounds on holder and waiter, calling
+// check (if not nil) once the waiter holds the lock, and reports the figures.
+func benchmarkHandoff(b *testing.B, holder, waiter Mutex, check func()) {
+	ctx := context.Background()
+	handoffs := make([]time.Duration, 0, b.N)
+	releases := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		if err := holder.Lock(ctx); err != nil {
+			b.Fatalf("holder: %v", err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(ctx) }()
+		time.Sleep(waiterBlockDelay)
+		start := time.Now()
+		if err := holder.Unlock(ctx); err != nil {
+			b.Fatalf("holder's release: %v", err)
+		}
+		releases = append(releases, time.Since(start))
+		if err := <-got; err != nil {
+			b.Fatalf("waiter: %v", err)
+		}
+		handoffs = append(handoffs, time.Since(start))
+		if check != nil {
+			check()
+		}
+		if err := waiter.Unlock(ctx); err != nil {
+			b.Fatalf("waiter's release: %v", err)
+		}
+	}
+	if len(handoffs) == 0 {
+		return
+	}
+	slices.Sort(handoffs)
+	slices.Sort(releases)
+	b.ReportMetric(ms(handoffs[len(handoffs)/2]), "handoff-median-ms")
+	b.ReportMetric(ms(handoffs[len(handoffs)*9/10]), "handoff-p90-ms")
+	b.ReportMetric(ms(releases[len(releases)/2]), "release-median-ms")
+}
+
+// ms returns d in (fractional) milliseconds, the unit of the benchmarks' figures.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
 // BenchmarkExpiryHandoff measures the handoff after an expiry, the same way on
 // every backend: in each of b.N rounds, holder acquires the benchmark's lock for ttl
 // and never releases it, a waiter on waiter (already waiting: it asks at once, with
@@ -106,7 +221,6 @@ func BenchmarkExpiryHandoff(b *testing.B, holder, waiter fence.Locker, ttl time.
 	}
 	slices.Sort(late)
 	slices.Sort(sleeps)
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	p99 := func(ds []time.Duration) time.Duration { return ds[(len(ds)*99+99)/100-1] }
 	b.ReportMetric(ms(late[len(late)/2]), "late-p50-ms")
 	b.ReportMetric(ms(p99(late)), "late-p99-ms")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -95,6 +96,18 @@ func wantHeld(t *testing.T, l fence.Locker, name, why string) {
 	if !errors.Is(err, fence.ErrNotAcquired) {
 		t.Fatalf("%s: TryAcquire(%q) = %v; want an error matching ErrNotAcquired", why, name, err)
 	}
+}
+
+// probe returns l as the optional capability C (an interface such as
+// fence.Healer), and skips t if l does not implement it: optional features are
+// probed, not required.
+func probe[C any](t *testing.T, l fence.Locker) C {
+	t.Helper()
+	c, ok := l.(C)
+	if !ok {
+		t.Skipf("%T does not implement %v", l, reflect.TypeFor[C]())
+	}
+	return c
 }
 
 func wantErrIs(t *testing.T, what string, err, target error) {
@@ -696,10 +709,7 @@ func (s *lockerSuite) badLeaseIDs(t *testing.T, l fence.Locker) {
 }
 
 func (s *lockerSuite) inspector(t *testing.T, l fence.Locker) {
-	in, ok := l.(fence.Inspector)
-	if !ok {
-		t.Skipf("%T does not implement fence.Inspector", l)
-	}
+	in := probe[fence.Inspector](t, l)
 	ctx := testContext(t)
 	prefix := uniqueName(t, "")
 	names := []string{prefix + "-c", prefix + "-a", prefix + "-b"}
@@ -753,10 +763,7 @@ func (s *lockerSuite) inspector(t *testing.T, l fence.Locker) {
 }
 
 func (s *lockerSuite) healer(t *testing.T, l fence.Locker) {
-	h, ok := l.(fence.Healer)
-	if !ok {
-		t.Skipf("%T does not implement fence.Healer", l)
-	}
+	h := probe[fence.Healer](t, l)
 	ctx := testContext(t)
 	name := uniqueName(t, "")
 	a := acquire(t, l, name, longTTL)
@@ -787,10 +794,7 @@ func (s *lockerSuite) healer(t *testing.T, l fence.Locker) {
 }
 
 func (s *lockerSuite) healerMaxToken(t *testing.T, l fence.Locker) {
-	h, ok := l.(fence.Healer)
-	if !ok {
-		t.Skipf("%T does not implement fence.Healer", l)
-	}
+	h := probe[fence.Healer](t, l)
 	ctx := testContext(t)
 	name := uniqueName(t, "")
 	if err := h.Heal(ctx, name, fence.MaxToken); err != nil {

@@ -14,28 +14,29 @@ import (
 )
 
 func BenchmarkLocker_AcquireRelease(b *testing.B) {
-	ctx := context.Background()
-	l := inmem.NewLocker(inmem.Options{})
-	for b.Loop() {
-		lease, err := l.Acquire(ctx, "bench", time.Minute)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lease.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fencetest.BenchmarkAcquireRelease(b, inmem.NewLocker(inmem.Options{}))
 }
 
 // Each goroutine takes its own names: the cost of the Locker's one mutex.
 func BenchmarkLocker_AcquireRelease_ParallelNames(b *testing.B) {
+	var id atomic.Int64
+	acquireReleaseParallel(b, func() string { return fmt.Sprintf("bench-%d", id.Add(1)) })
+}
+
+// All goroutines contend for one name with WithWait: the cost of a handoff.
+func BenchmarkLocker_Handoff_OneName(b *testing.B) {
+	acquireReleaseParallel(b, func() string { return "bench" }, fence.WithWait(fence.WaitForever))
+}
+
+// acquireReleaseParallel runs Acquire (with opts) and Release pairs on one Locker in
+// b.RunParallel's goroutines, each on the name that name returns for it.
+func acquireReleaseParallel(b *testing.B, name func() string, opts ...fence.AcquireOption) {
 	ctx := context.Background()
 	l := inmem.NewLocker(inmem.Options{})
-	var id atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
-		name := fmt.Sprintf("bench-%d", id.Add(1))
+		name := name()
 		for pb.Next() {
-			lease, err := l.Acquire(ctx, name, time.Minute)
+			lease, err := l.Acquire(ctx, name, time.Minute, opts...)
 			if err != nil {
 				b.Error(err)
 				return
@@ -48,23 +49,11 @@ func BenchmarkLocker_AcquireRelease_ParallelNames(b *testing.B) {
 	})
 }
 
-// All goroutines contend for one name with WithWait: the cost of a handoff.
-func BenchmarkLocker_Handoff_OneName(b *testing.B) {
-	ctx := context.Background()
+// The handoff after a release (see fencetest.BenchmarkHandoff): one waiter at a
+// time, woken by the holder's Release.
+func BenchmarkLocker_Handoff(b *testing.B) {
 	l := inmem.NewLocker(inmem.Options{})
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			lease, err := l.Acquire(ctx, "bench", time.Minute, fence.WithWait(fence.WaitForever))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := lease.Release(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	fencetest.BenchmarkHandoff(b, l, l)
 }
 
 func BenchmarkGuard_Put(b *testing.B) {

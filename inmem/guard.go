@@ -54,16 +54,6 @@ func (g *Guard) recordFor(key string) *record {
 	return r
 }
 
-func validateFenced(key string, f fence.Fence) error {
-	if err := driver.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("%q: %w", key, err)
-	}
-	return nil
-}
-
 // Fence advances resource's fence to f without writing data, fencing off holders
 // of lower tokens before the new holder's first write. It returns nil if f was
 // admitted (see fence.Admit), a *fence.StaleTokenError (fence.ErrStaleToken) or
@@ -114,11 +104,8 @@ func (g *Guard) Put(ctx context.Context, key string, value []byte, f fence.Fence
 // fence.ErrNotFound if key was never fenced nor written, and fence.ErrInvalid for a
 // bad key.
 func (g *Guard) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := driver.ValidateKey(key); err != nil {
-		return fence.Item{}, fmt.Errorf("inmem: get: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fence.Item{}, fmt.Errorf("inmem: get %q: %w", key, err)
+	if err := precheck(ctx, "get", key, driver.ValidateKey(key)); err != nil {
+		return fence.Item{}, err
 	}
 	g.mu.Lock()
 	r := g.res[key]
@@ -158,11 +145,8 @@ func (g *Guard) Highest(resource string) (fence.Fence, bool, error) {
 // do checks f against key's highest fence and, if admitted, runs apply (if any)
 // and records f, all under the resource's lock.
 func (g *Guard) do(ctx context.Context, op, key string, f fence.Fence, apply func(*record) error) error {
-	if err := validateFenced(key, f); err != nil {
-		return fmt.Errorf("inmem: %s: %w", op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("inmem: %s %q: %w", op, key, err)
+	if err := precheck(ctx, op, key, driver.ValidateFence(key, f)); err != nil {
+		return err
 	}
 	r := g.recordFor(key)
 	r.mu.Lock()

@@ -136,14 +136,8 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 // expired, was released or never existed (another holder's lease is never
 // touched), and fence.ErrInvalid for a bad name, lease id or TTL.
 func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := driver.ValidateLease(name, leaseID); err != nil {
-		return fmt.Errorf("inmem: renew: %w", err)
-	}
-	if err := driver.ValidateTTL(ttl); err != nil {
-		return fmt.Errorf("inmem: renew %q: %w", name, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("inmem: renew %q: %w", name, err)
+	if err := precheck(ctx, "renew", name, driver.ValidateLease(name, leaseID), driver.ValidateTTL(ttl)); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -161,11 +155,8 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 // held, so a retried Release never ends a newer holder's lease, and
 // fence.ErrInvalid for a bad name or lease id.
 func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
-	if err := driver.ValidateLease(name, leaseID); err != nil {
-		return fmt.Errorf("inmem: release: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("inmem: release %q: %w", name, err)
+	if err := precheck(ctx, "release", name, driver.ValidateLease(name, leaseID)); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -187,14 +178,8 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 // it (P4). It never lowers a counter. It returns fence.ErrInvalid for a bad name or
 // a seen outside [1, fence.MaxToken].
 func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := driver.ValidateName(name); err != nil {
-		return fmt.Errorf("inmem: heal: %w", err)
-	}
-	if err := driver.ValidateToken(seen); err != nil {
-		return fmt.Errorf("inmem: heal %q: %w", name, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("inmem: heal %q: %w", name, err)
+	if err := precheck(ctx, "heal", name, driver.ValidateName(name), driver.ValidateToken(seen)); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -208,11 +193,8 @@ func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error 
 // Inspect returns the state of name. A lock never acquired is reported with Held
 // false and LastToken 0. It returns fence.ErrInvalid for a bad name.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := driver.ValidateName(name); err != nil {
-		return fence.LockInfo{}, fmt.Errorf("inmem: inspect: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fence.LockInfo{}, fmt.Errorf("inmem: inspect %q: %w", name, err)
+	if err := precheck(ctx, "inspect", name, driver.ValidateName(name)); err != nil {
+		return fence.LockInfo{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -221,6 +203,22 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 		l.fillLocked(&info, st, l.clock.Now())
 	}
 	return info, nil
+}
+
+// precheck returns the first failed check of a call on name, in the order every
+// method checks: nameErr (the check of name itself, which may also cover what is
+// reported with name, such as a lease id) worded "inmem: OP: ERR", then each of
+// argErrs and ctx's error, worded "inmem: OP NAME: ERR". It returns nil if all pass.
+func precheck(ctx context.Context, op, name string, nameErr error, argErrs ...error) error {
+	if nameErr != nil {
+		return fmt.Errorf("inmem: %s: %w", op, nameErr)
+	}
+	for _, err := range append(argErrs, ctx.Err()) {
+		if err != nil {
+			return fmt.Errorf("inmem: %s %q: %w", op, name, err)
+		}
+	}
+	return nil
 }
 
 func (l *Locker) fillLocked(info *fence.LockInfo, st *lockState, now time.Time) {

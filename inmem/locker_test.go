@@ -35,6 +35,36 @@ func mustAcquire(t *testing.T, l fence.Locker, name string, ttl time.Duration, o
 	return lease
 }
 
+// acquired is the outcome of an Acquire run by acquireLater.
+type acquired struct {
+	lease *fence.Lease
+	err   error
+}
+
+// acquireLater runs an Acquire of name on l that waits at most wait, in its own
+// goroutine; the channel gets its outcome.
+func acquireLater(l fence.Locker, name string, ttl, wait time.Duration) <-chan acquired {
+	got := make(chan acquired, 1)
+	go func() {
+		lease, err := l.Acquire(context.Background(), name, ttl, fence.WithWait(wait))
+		got <- acquired{lease, err}
+	}()
+	return got
+}
+
+// await returns the outcome acquireLater sends on got, and fails t with notWoken if
+// none comes within 5s (real time: the waits run on a manual clock).
+func await(t *testing.T, got <-chan acquired, notWoken string) acquired {
+	t.Helper()
+	select {
+	case r := <-got:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal(notWoken)
+		return acquired{}
+	}
+}
+
 func TestLocker_Expiry_JudgedByInjectedClock(t *testing.T) {
 	l, c := newManual(t)
 	ctx := context.Background()
@@ -63,43 +93,26 @@ func TestLocker_Expiry_JudgedByInjectedClock(t *testing.T) {
 func TestLocker_Wait_WokenByExpiryOnManualClock(t *testing.T) {
 	l, c := newManual(t)
 	a := mustAcquire(t, l, "job", time.Second)
-	got := make(chan error, 1)
-	go func() {
-		b, err := l.Acquire(context.Background(), "job", time.Second, fence.WithWait(fence.WaitForever))
-		if err == nil && b.Token() <= a.Token() {
-			err = errors.New("token did not increase")
-		}
-		got <- err
-	}()
+	got := acquireLater(l, "job", time.Second, fence.WaitForever)
 	waitPending(t, c, 2) // a's expiry and the waiter's timer for it
 	c.Advance(time.Second)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiting Acquire = %v, want a lease after the holder's expiry", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiting Acquire not woken by the holder's expiry on the manual clock")
+	r := await(t, got, "waiting Acquire not woken by the holder's expiry on the manual clock")
+	if r.err != nil {
+		t.Fatalf("waiting Acquire = %v, want a lease after the holder's expiry", r.err)
+	}
+	if r.lease.Token() <= a.Token() {
+		t.Fatalf("waiter's token %d, want > the expired holder's %d", r.lease.Token(), a.Token())
 	}
 }
 
 func TestLocker_Wait_BoundedByManualClock(t *testing.T) {
 	l, c := newManual(t)
 	mustAcquire(t, l, "job", time.Hour)
-	got := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(context.Background(), "job", time.Second, fence.WithWait(10*time.Second))
-		got <- err
-	}()
+	got := acquireLater(l, "job", time.Second, 10*time.Second)
 	waitPending(t, c, 3) // lease expiry, wait bound, waiter's expiry timer
 	c.Advance(10 * time.Second)
-	select {
-	case err := <-got:
-		if !errors.Is(err, fence.ErrNotAcquired) {
-			t.Fatalf("Acquire after its wait = %v, want ErrNotAcquired", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Acquire did not give up when the manual clock passed its wait")
+	if r := await(t, got, "Acquire did not give up when the manual clock passed its wait"); !errors.Is(r.err, fence.ErrNotAcquired) {
+		t.Fatalf("Acquire after its wait = %v, want ErrNotAcquired", r.err)
 	}
 }
 
@@ -184,20 +197,11 @@ func TestLocker_Restore_WakesWaiters(t *testing.T) {
 	l, c := newManual(t)
 	snap := l.Snapshot() // empty
 	mustAcquire(t, l, "job", time.Hour)
-	got := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(context.Background(), "job", time.Second, fence.WithWait(fence.WaitForever))
-		got <- err
-	}()
+	got := acquireLater(l, "job", time.Second, fence.WaitForever)
 	waitPending(t, c, 2) // lease expiry + the waiter's expiry timer
 	l.Restore(snap)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter after Restore(empty) = %v, want a lease", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiter not woken by Restore")
+	if r := await(t, got, "waiter not woken by Restore"); r.err != nil {
+		t.Fatalf("waiter after Restore(empty) = %v, want a lease", r.err)
 	}
 }
 

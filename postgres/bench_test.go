@@ -157,28 +157,13 @@ func BenchmarkLocker_AcquireRelease(b *testing.B) {
 }
 
 // BenchmarkLocker_Handoff measures how long a waiter takes to get a lock after
-// its holder releases it (NOTIFY wake-up plus one acquire statement).
+// its holder releases it (see fencetest.BenchmarkHandoff): NOTIFY wake-up plus one
+// acquire statement. The waiter's Locker polls only hourly, so a handoff is never
+// a poll's.
 func BenchmarkLocker_Handoff(b *testing.B) {
-	ctx := context.Background()
-	l := openLocker(b, sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
-	name := uniq(b, "lock")
-	lease := mustAcquire(b, ctx, l, name, time.Minute)
-	var total time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		got := acquireLater(b, ctx, sharedPool, l, name, time.Minute)
-		// Let the waiter's first try fail so that it is asleep when we release.
-		time.Sleep(2 * time.Millisecond)
-		s := time.Now()
-		wantOK(b, "Release", lease.Release(ctx))
-		w := <-got
-		wantOK(b, "waiter's Acquire", w.err)
-		total += time.Since(s)
-		lease = w.lease
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "handoff-ns")
-	_ = lease.Release(ctx)
+	holder := openLocker(b, sharedPool, nil)
+	waiter := openLocker(b, sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
+	fencetest.BenchmarkHandoff(b, holder, waiter)
 }
 
 // BenchmarkLocker_ExpiryHandoff measures the handoff after an expiry (see

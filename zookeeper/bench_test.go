@@ -2,7 +2,6 @@ package zookeeper_test
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -25,9 +24,10 @@ import (
 // BenchmarkAcquireRelease times one uncontended acquire+release pair (ns/op) on this
 // package's Locker (standalone ZooKeeper), go-zookeeper's own zk.Lock recipe (no
 // fencing token, no TTL) on the same server, and the etcd package's Locker on an
-// embedded single-member etcd. BenchmarkHandoff reports the median and p90 time from
-// the holder's release call to the blocked waiter holding the lock
-// (handoff-median-ms); its ns/op includes each round's setup and is not the figure to
+// embedded single-member etcd. BenchmarkHandoff (see fencetest.BenchmarkHandoff)
+// reports the median and p90 time from the holder's release call to the blocked
+// waiter holding the lock (handoff-median-ms) and the median of the release call
+// (release-median-ms); its ns/op includes each round's setup and is not the figure to
 // read.
 
 var (
@@ -90,120 +90,35 @@ func warmUp(b *testing.B) {
 }
 
 func BenchmarkAcquireRelease(b *testing.B) {
-	ctx := context.Background()
 	warmUp(b)
 	for _, lk := range benchLockers {
-		b.Run(lk.name, func(b *testing.B) {
-			l := lk.new(b)
-			name := benchName()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				lease, err := l.Acquire(ctx, name, 10*time.Second)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lease.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(lk.name, func(b *testing.B) { fencetest.BenchmarkAcquireRelease(b, lk.new(b)) })
 	}
 	b.Run("zk.Lock", func(b *testing.B) {
-		m := zk.NewLock(rawConn(b), "/bench-zklock/"+benchName(), zk.WorldACL(zk.PermAll))
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if err := m.Lock(); err != nil {
-				b.Fatal(err)
-			}
-			if err := m.Unlock(); err != nil {
-				b.Fatal(err)
-			}
-		}
+		fencetest.BenchmarkMutexLockUnlock(b, zkMutex(rawConn(b), "/bench-zklock/"+benchName()))
 	})
 }
-
-// waiterBlockDelay is how long a round gives the waiter to start watching before the
-// holder releases. No locker exposes "now waiting", so this is a delay outside the
-// measured interval; it only has to be long enough.
-const waiterBlockDelay = 30 * time.Millisecond
 
 func BenchmarkHandoff(b *testing.B) {
-	ctx := context.Background()
 	warmUp(b)
 	for _, lk := range benchLockers {
-		b.Run(lk.name, func(b *testing.B) {
-			holder, waiter := lk.new(b), lk.new(b)
-			name := benchName()
-			handoffs := make([]time.Duration, 0, b.N)
-			for i := 0; i < b.N; i++ {
-				a, err := holder.Acquire(ctx, name, 10*time.Second)
-				if err != nil {
-					b.Fatal(err)
-				}
-				got := make(chan *fence.Lease, 1)
-				go func() {
-					l, err := waiter.Acquire(ctx, name, 10*time.Second, fence.WithWait(30*time.Second))
-					if err != nil {
-						b.Error(err)
-					}
-					got <- l
-				}()
-				time.Sleep(waiterBlockDelay)
-				start := time.Now()
-				if err := a.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-				l := <-got
-				handoffs = append(handoffs, time.Since(start))
-				if l == nil {
-					b.FailNow()
-				}
-				if l.Token() <= a.Token() {
-					b.Fatalf("waiter's token %d; want > holder's %d", l.Token(), a.Token())
-				}
-				if err := l.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportMedian(b, handoffs)
-		})
+		b.Run(lk.name, func(b *testing.B) { fencetest.BenchmarkHandoff(b, lk.new(b), lk.new(b)) })
 	}
 	b.Run("zk.Lock", func(b *testing.B) {
-		c1, c2 := rawConn(b), rawConn(b)
 		path := "/bench-zklock/" + benchName()
-		handoffs := make([]time.Duration, 0, b.N)
-		for i := 0; i < b.N; i++ {
-			m1, m2 := zk.NewLock(c1, path, zk.WorldACL(zk.PermAll)), zk.NewLock(c2, path, zk.WorldACL(zk.PermAll))
-			if err := m1.Lock(); err != nil {
-				b.Fatal(err)
-			}
-			got := make(chan error, 1)
-			go func() { got <- m2.Lock() }()
-			time.Sleep(waiterBlockDelay)
-			start := time.Now()
-			if err := m1.Unlock(); err != nil {
-				b.Fatal(err)
-			}
-			if err := <-got; err != nil {
-				b.Fatal(err)
-			}
-			handoffs = append(handoffs, time.Since(start))
-			if err := m2.Unlock(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		reportMedian(b, handoffs)
+		fencetest.BenchmarkMutexHandoff(b, zkMutex(rawConn(b), path), zkMutex(rawConn(b), path))
 	})
 }
 
-func reportMedian(b *testing.B, d []time.Duration) {
-	if len(d) == 0 {
-		return
-	}
-	slices.Sort(d)
-	b.ReportMetric(float64(d[len(d)/2])/float64(time.Millisecond), "handoff-median-ms")
-	b.ReportMetric(float64(d[len(d)*9/10])/float64(time.Millisecond), "handoff-p90-ms")
+// zkLock is go-zookeeper's lock recipe as a fencetest.Mutex (it takes no context).
+type zkLock struct{ l *zk.Lock }
+
+func zkMutex(c *zk.Conn, path string) zkLock {
+	return zkLock{zk.NewLock(c, path, zk.WorldACL(zk.PermAll))}
 }
+
+func (m zkLock) Lock(context.Context) error   { return m.l.Lock() }
+func (m zkLock) Unlock(context.Context) error { return m.l.Unlock() }
 
 func benchName() string { return "bench-" + driver.NewLeaseID()[:12] }
 

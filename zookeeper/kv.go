@@ -115,11 +115,8 @@ func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 // update runs the read-Admit-CAS loop: it admits f against key's record, applies
 // change (if any) and writes the record conditionally on the version it read.
 func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change func(*record)) error {
-	if err := driver.ValidateKey(key); err != nil {
+	if err := driver.ValidateFence(key, f); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", op, err)
-	}
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
 	}
 	path := kv.path(key)
 	for range maxCASAttempts {

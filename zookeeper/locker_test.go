@@ -41,10 +41,7 @@ func TestLocker_Token_IsNodeCzxid(t *testing.T) {
 	l := open(t, &zookeeper.Options{Root: "/fence-test/czxid"})
 	ctx := testCtx(t)
 	name := "a/b.c " + driver.NewLeaseID()[:8]
-	lease, err := l.Acquire(ctx, name, time.Minute)
-	if err != nil {
-		t.Fatalf("Acquire = %v", err)
-	}
+	lease := mustAcquire(t, ctx, l, name, time.Minute)
 	defer lease.Release(ctx)
 	c := rawConn(t)
 	dirs, _, err := c.Children("/fence-test/czxid")
@@ -85,10 +82,7 @@ func TestLocker_SessionClosed_NextHolderAtOnce(t *testing.T) {
 	b := open(t, nil)
 	ctx := testCtx(t)
 	name := "session-" + driver.NewLeaseID()[:8]
-	la, err := a.Acquire(ctx, name, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := mustAcquire(t, ctx, a, name, time.Minute)
 	a.Close()
 	start := time.Now()
 	lb, err := b.Acquire(ctx, name, time.Minute, fence.WithWait(10*time.Second))
@@ -114,10 +108,7 @@ func TestLocker_RenewRelease_FromAnotherSession(t *testing.T) {
 	a, b := open(t, nil), open(t, nil)
 	ctx := testCtx(t)
 	name := "cross-" + driver.NewLeaseID()[:8]
-	lease, err := a.Acquire(ctx, name, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := mustAcquire(t, ctx, a, name, time.Minute)
 	if err := b.Renew(ctx, name, lease.ID(), time.Minute); err != nil {
 		t.Fatalf("Renew through another Locker = %v; want nil", err)
 	}
@@ -204,13 +195,10 @@ func TestLease_Done_ClosesWhenDisconnectOutlastsSession(t *testing.T) {
 // A waiter whose wait ends (context cancelled, or the wait ran out) deletes its node:
 // only the holder's node is left, so no orphan stands in the queue.
 func TestLocker_Wait_EndDeletesWaitingNode(t *testing.T) {
-	root := "/fence-test/waiters-" + driver.NewLeaseID()[:8]
+	root := freshRoot("waiters")
 	l := open(t, &zookeeper.Options{Root: root})
 	ctx := testCtx(t)
-	holder, err := l.Acquire(ctx, "w", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustAcquire(t, ctx, l, "w", time.Minute)
 	defer holder.Release(ctx)
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -234,7 +222,7 @@ func TestLocker_Wait_EndDeletesWaitingNode(t *testing.T) {
 	if err := <-done; !errors.Is(err, fence.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Acquire = %v; want ErrNotAcquired and context.Canceled", err)
 	}
-	_, err = l.Acquire(ctx, "w", time.Minute, fence.WithWait(100*time.Millisecond))
+	_, err := l.Acquire(ctx, "w", time.Minute, fence.WithWait(100*time.Millisecond))
 	if !errors.Is(err, fence.ErrNotAcquired) {
 		t.Fatalf("Acquire with a 100ms wait on a held lock = %v; want ErrNotAcquired", err)
 	}
@@ -247,13 +235,10 @@ func TestLocker_Wait_EndDeletesWaitingNode(t *testing.T) {
 // No herd: with three waiters queued behind a holder, each node is watched by one
 // session only (its successor's), so a release wakes one waiter, not all of them.
 func TestLocker_Waiters_WatchOnlyPredecessor(t *testing.T) {
-	root := "/fence-test/herd-" + driver.NewLeaseID()[:8]
+	root := freshRoot("herd")
 	holder := open(t, &zookeeper.Options{Root: root})
 	ctx := testCtx(t)
-	lease, err := holder.Acquire(ctx, "h", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := mustAcquire(t, ctx, holder, "h", time.Minute)
 	const waiters = 3
 	results := make(chan *fence.Lease, waiters)
 	for i := 0; i < waiters; i++ {
@@ -268,7 +253,10 @@ func TestLocker_Waiters_WatchOnlyPredecessor(t *testing.T) {
 	}
 	dir := root + "/h"
 	// Wait until every waiter has its node and its watch in place.
-	var out string
+	var (
+		out string
+		err error
+	)
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		out, err = testserv.ZooKeeperCommand(srv.Addr, "wchp")
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/zookeeper"
 )
@@ -67,6 +69,20 @@ func rawConn(t testing.TB) *zk.Conn {
 	t.Cleanup(c.Close)
 	return c
 }
+
+// mustAcquire returns the lease of name that l grants (no wait), failing t if it
+// does not.
+func mustAcquire(t testing.TB, ctx context.Context, l fence.Locker, name string, ttl time.Duration) *fence.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctx, name, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %v) = %v; want a lease", name, ttl, err)
+	}
+	return lease
+}
+
+// freshRoot returns a lock root of its own, for a test that reads the lock nodes.
+func freshRoot(what string) string { return "/fence-test/" + what + "-" + driver.NewLeaseID()[:8] }
 
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
