@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fence/idempotency"
 	"github.com/fencelock/fence/idempotency/boltstore"
 	"github.com/fencelock/fence/idempotency/pgstore"
+	"github.com/fencelock/fence/internal/testserv"
 )
 
 const (
@@ -201,15 +202,13 @@ func TestStore_BadInput_Invalid(t *testing.T) {
 }
 
 func TestPostgresStore_MissingTableAndBadName(t *testing.T) {
-	if pgPool == nil {
-		t.Skip("needs PostgreSQL (not in -short)")
-	}
+	pool := pgPool(t)
 	ctx := context.Background()
-	_, err := pgstore.New(pgPool, &pgstore.Options{Table: "no_such_table"}).Begin(ctx, "k", "fp", lockTO, retention)
+	_, err := pgstore.New(pool, &pgstore.Options{Table: "no_such_table"}).Begin(ctx, "k", "fp", lockTO, retention)
 	if !errors.Is(err, pgstore.ErrSchema) {
 		t.Fatalf("missing table: want ErrSchema, got %v", err)
 	}
-	_, err = pgstore.New(pgPool, &pgstore.Options{Table: `x"; drop table y`}).Begin(ctx, "k", "fp", lockTO, retention)
+	_, err = pgstore.New(pool, &pgstore.Options{Table: `x"; drop table y`}).Begin(ctx, "k", "fp", lockTO, retention)
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("bad table name: want fence.ErrInvalid, got %v", err)
 	}
@@ -227,10 +226,8 @@ func TestBoltStore_Closed_ErrClosed(t *testing.T) {
 }
 
 func TestPostgresStore_ClosedPool_ErrClosed(t *testing.T) {
-	if pgPool == nil {
-		t.Skip("needs PostgreSQL (not in -short)")
-	}
-	pool, err := pgxpool.New(context.Background(), pgPool.Config().ConnString())
+	testserv.SkipIfShort(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
