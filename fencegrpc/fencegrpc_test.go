@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,9 +19,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencegrpc"
 	"github.com/fencelock/fence/inmem"
+	"github.com/fencelock/fence/internal/fencedtest"
 )
 
 // inventory is a tiny gRPC service without generated code: Put (unary) stores a
@@ -132,23 +131,6 @@ func startServer(t *testing.T, g fence.Guard, svc *inventory, opts *fencegrpc.Op
 	return conn
 }
 
-func guards() map[string]func(t *testing.T) fence.Guard {
-	return map[string]func(t *testing.T) fence.Guard{
-		"inmem": func(t *testing.T) fence.Guard { return inmem.NewGuard() },
-		"bolt":  func(t *testing.T) fence.Guard { return openBolt(t) },
-	}
-}
-
-func openBolt(t *testing.T) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(filepath.Join(t.TempDir(), "guard.db"), &bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatalf("bolt.Open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -195,7 +177,7 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, reason stri
 }
 
 func TestUnary_AcceptedStaleEqualWrongLock(t *testing.T) {
-	for gname, newGuard := range guards() {
+	for gname, newGuard := range fencedtest.Guards() {
 		t.Run(gname, func(t *testing.T) {
 			svc := &inventory{}
 			conn := startServer(t, newGuard(t), svc, nil)
@@ -311,7 +293,7 @@ func TestUnary_UnfencedMethodAndResourceOption(t *testing.T) {
 }
 
 func TestUnary_GuardUnavailable(t *testing.T) {
-	store := openBolt(t)
+	store := fencedtest.OpenBolt(t)
 	svc := &inventory{}
 	conn := startServer(t, store, svc, nil)
 	store.Close()
@@ -326,7 +308,7 @@ func TestUnary_GuardUnavailable(t *testing.T) {
 }
 
 func TestStream_AdmittedOnceRefusedStale(t *testing.T) {
-	for gname, newGuard := range guards() {
+	for gname, newGuard := range fencedtest.Guards() {
 		t.Run(gname, func(t *testing.T) {
 			svc := &inventory{}
 			conn := startServer(t, newGuard(t), svc, nil)
@@ -384,42 +366,20 @@ func TestStream_AdmittedOnceRefusedStale(t *testing.T) {
 // TestUnary_ConcurrentWritersMonotonic: calls with distinct tokens from many
 // goroutines; the handler stores in token order and refusals name a higher token.
 func TestUnary_ConcurrentWritersMonotonic(t *testing.T) {
-	for gname, newGuard := range guards() {
+	for gname, newGuard := range fencedtest.Guards() {
 		t.Run(gname, func(t *testing.T) {
 			svc := &inventory{delay: 2 * time.Millisecond}
 			conn := startServer(t, newGuard(t), svc, nil)
 			const writers = 40
-			var wg sync.WaitGroup
-			var accepted atomic.Int64
-			for i := range writers {
-				tok := fence.Token((i*17)%writers + 1) // a fixed shuffle of 1..writers
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					_, err := put(t, conn, ctxFor(t), fenceOf("inv", tok, "L"+tok.String()), "x")
-					var stale *fence.StaleTokenError
-					switch {
-					case err == nil:
-						accepted.Add(1)
-					case errors.As(fencegrpc.FenceError(err), &stale):
-						if stale.Highest <= tok {
-							t.Errorf("token %d refused with highest %d, want a higher one", tok, stale.Highest)
-						}
-					default:
-						t.Errorf("token %d: %v", tok, err)
-					}
-				}()
-			}
-			wg.Wait()
-			got := svc.stored()
-			for i := 1; i < len(got); i++ {
-				if got[i] <= got[i-1] {
-					t.Fatalf("handler stored tokens in the order %v: %d after %d", got, got[i], got[i-1])
+			accepted := fencedtest.WriteAll(t, fencedtest.Shuffled(writers, 17), func(tok fence.Token) (bool, fence.Token, error) {
+				_, err := put(t, conn, ctxFor(t), fenceOf("inv", tok, "L"+tok.String()), "x")
+				var stale *fence.StaleTokenError
+				if errors.As(fencegrpc.FenceError(err), &stale) {
+					return false, stale.Highest, nil
 				}
-			}
-			if int(accepted.Load()) != len(got) || len(got) == 0 || got[len(got)-1] != writers {
-				t.Fatalf("stored %v with %d accepted; want one per accepted call, ending with %d", got, accepted.Load(), writers)
-			}
+				return err == nil, 0, err
+			})
+			fencedtest.WantTokenOrder(t, svc.stored(), accepted, writers)
 		})
 	}
 }

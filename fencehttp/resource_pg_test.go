@@ -3,18 +3,19 @@ package fencehttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/internal/fencedtest"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5"
@@ -202,43 +203,30 @@ func TestFencedTx_Postgres(t *testing.T) {
 		pool := newPool(t, 8)
 		_, svc, _ := pgSnapshotService(t, pool)
 		const writers = 30
-		var wg sync.WaitGroup
-		var accepted atomic.Int64
-		for i := range writers {
-			tok := fence.Token((i*7)%writers + 1) // a fixed shuffle of 1..writers
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", tok, "L"+tok.String()), nil, "by "+tok.String())
-				switch {
-				case a.status == 201:
-					accepted.Add(1)
-				case a.status == 409:
-					if h, _ := a.err["highest"].(float64); fence.Token(h) <= tok {
-						t.Errorf("token %d refused with highest %v, want a higher one", tok, a.err["highest"])
-					}
-				default:
-					t.Errorf("token %d answered %d %v", tok, a.status, a.err)
-				}
-			}()
-		}
-		wg.Wait()
+		accepted := fencedtest.WriteAll(t, fencedtest.Shuffled(writers, 7), func(tok fence.Token) (bool, fence.Token, error) {
+			a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", tok, "L"+tok.String()), nil, "by "+tok.String())
+			switch a.status {
+			case 201:
+				return true, 0, nil
+			case 409:
+				h, _ := a.err["highest"].(float64)
+				return false, fence.Token(h), nil
+			}
+			return false, 0, fmt.Errorf("answered %d %v", a.status, a.err)
+		})
 		rows, err := pool.Query(ctxFor(t), `SELECT token FROM write_log ORDER BY seq`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		toks, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		committed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 1; i < len(toks); i++ {
-			if toks[i] <= toks[i-1] {
-				t.Fatalf("committed writes in the order %v: %d after %d", toks, toks[i], toks[i-1])
-			}
+		var toks []fence.Token
+		for _, tok := range committed {
+			toks = append(toks, fence.Token(tok))
 		}
-		if int64(len(toks)) != accepted.Load() || len(toks) == 0 || toks[len(toks)-1] != writers {
-			t.Fatalf("write log %v with %d accepted answers; want one row per accepted write, ending with token %d", toks, accepted.Load(), writers)
-		}
+		fencedtest.WantTokenOrder(t, toks, accepted, writers)
 		if data, tok := snapshot(t, pool, "main"); tok != writers || data != "by 30" {
 			t.Fatalf("snapshot = %q (token %d), want the highest writer's \"by 30\"", data, tok)
 		}
