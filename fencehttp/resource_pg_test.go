@@ -3,7 +3,6 @@ package fencehttp_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -204,15 +203,7 @@ func TestFencedTx_Postgres(t *testing.T) {
 		_, svc, _ := pgSnapshotService(t, pool)
 		const writers = 30
 		accepted := fencedtest.WriteAll(t, fencedtest.Shuffled(writers, 7), func(tok fence.Token) (bool, fence.Token, error) {
-			a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", tok, "L"+tok.String()), nil, "by "+tok.String())
-			switch a.status {
-			case 201:
-				return true, 0, nil
-			case 409:
-				h, _ := a.err["highest"].(float64)
-				return false, fence.Token(h), nil
-			}
-			return false, 0, fmt.Errorf("answered %d %v", a.status, a.err)
+			return writeOutcome(sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", tok, "L"+tok.String()), nil, "by "+tok.String()), 201)
 		})
 		rows, err := pool.Query(ctxFor(t), `SELECT token FROM write_log ORDER BY seq`)
 		if err != nil {

@@ -113,6 +113,19 @@ func wantRefused(t testing.TB, a resAnswer, status int, code string, want map[st
 	}
 }
 
+// writeOutcome is what fencedtest.WriteAll asks of a write that answered a: accepted
+// (status ok), or refused by a 409 naming the highest token, or neither (an error).
+func writeOutcome(a resAnswer, ok int) (accepted bool, highest fence.Token, err error) {
+	switch a.status {
+	case ok:
+		return true, 0, nil
+	case http.StatusConflict:
+		h, _ := a.err["highest"].(float64)
+		return false, fence.Token(h), nil
+	}
+	return false, 0, fmt.Errorf("answered %d %v", a.status, a.err)
+}
+
 func serveRes(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(h)
@@ -279,15 +292,7 @@ func TestFenced_ConcurrentWritersMonotonic(t *testing.T) {
 				toks = append(toks, fence.Token(p+1))
 			}
 			accepted := fencedtest.WriteAll(t, toks, func(tok fence.Token) (bool, fence.Token, error) {
-				a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", tok, "L"+tok.String()), nil, "")
-				switch a.status {
-				case 200:
-					return true, 0, nil
-				case 409:
-					h, _ := a.err["highest"].(float64)
-					return false, fence.Token(h), nil
-				}
-				return false, 0, fmt.Errorf("answered %d %v", a.status, a.err)
+				return writeOutcome(sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", tok, "L"+tok.String()), nil, ""), 200)
 			})
 			fencedtest.WantTokenOrder(t, rec.tokens(), accepted, writers)
 		})
