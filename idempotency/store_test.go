@@ -32,6 +32,14 @@ func begin(t *testing.T, s idempotency.Store, key, fp string) idempotency.Claim 
 	return c
 }
 
+// complete completes key for owner with resp, failing t if the store refuses.
+func complete(t *testing.T, s idempotency.Store, key, owner string, resp *idempotency.Response) {
+	t.Helper()
+	if err := s.Complete(context.Background(), key, owner, resp, retention); err != nil {
+		t.Fatalf("Complete(%q): %v", key, err)
+	}
+}
+
 func wantState(t *testing.T, c idempotency.Claim, want idempotency.State) {
 	t.Helper()
 	if c.State != want {
@@ -51,9 +59,7 @@ func TestStore_Begin_StartedThenInFlightThenCompletedReplays(t *testing.T) {
 				t.Fatalf("RetryAfter: want in (0, %v], got %v", lockTO, in.RetryAfter)
 			}
 			resp := &idempotency.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":7}`)}
-			if err := s.Complete(ctx, "k1", c.Owner, resp, retention); err != nil {
-				t.Fatal(err)
-			}
+			complete(t, s, "k1", c.Owner, resp)
 			done := begin(t, s, "k1", "fp")
 			wantState(t, done, idempotency.Completed)
 			if got := done.Response; got.Status != 201 || string(got.Body) != `{"id":7}` || got.Header.Get("Content-Type") != "application/json" {
@@ -72,9 +78,7 @@ func TestStore_Begin_OtherFingerprint_Mismatch(t *testing.T) {
 			s := ts.store
 			c := begin(t, s, "k", "fp-a")
 			wantState(t, begin(t, s, "k", "fp-b"), idempotency.Mismatch)
-			if err := s.Complete(context.Background(), "k", c.Owner, &idempotency.Response{Status: 200}, retention); err != nil {
-				t.Fatal(err)
-			}
+			complete(t, s, "k", c.Owner, &idempotency.Response{Status: 200})
 			wantState(t, begin(t, s, "k", "fp-b"), idempotency.Mismatch)
 		})
 	}
@@ -115,9 +119,7 @@ func TestStore_LockTimeout_RetryTakesOver(t *testing.T) {
 			if err := s.Complete(ctx, "k", first.Owner, &idempotency.Response{Status: 200}, retention); !errors.Is(err, idempotency.ErrNotOwner) {
 				t.Fatalf("Complete by the timed-out first request: want ErrNotOwner, got %v", err)
 			}
-			if err := s.Complete(ctx, "k", second.Owner, &idempotency.Response{Status: 202}, retention); err != nil {
-				t.Fatal(err)
-			}
+			complete(t, s, "k", second.Owner, &idempotency.Response{Status: 202})
 			if got := begin(t, s, "k", "fp"); got.State != idempotency.Completed || got.Response.Status != 202 {
 				t.Fatalf("want the taking-over request's 202 replayed, got %+v", got)
 			}
@@ -131,9 +133,7 @@ func TestStore_Retention_ExpiredKeyRunsAgainAndIsPurged(t *testing.T) {
 			s, ctx := ts.store, context.Background()
 			for _, k := range []string{"old", "old2"} {
 				c := begin(t, s, k, "fp")
-				if err := s.Complete(ctx, k, c.Owner, &idempotency.Response{Status: 200}, retention); err != nil {
-					t.Fatal(err)
-				}
+				complete(t, s, k, c.Owner, &idempotency.Response{Status: 200})
 			}
 			ts.advance(t, retention+time.Second)
 			begin(t, s, "fresh", "fp")
