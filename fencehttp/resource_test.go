@@ -138,29 +138,27 @@ func fenceOf(name string, tok fence.Token, lease string) *fence.Fence {
 }
 
 func TestFenced_AcceptedPassesThrough(t *testing.T) {
-	for gname, newGuard := range fencedtest.Guards() {
-		t.Run(gname, func(t *testing.T) {
-			rec := &resourceRec{}
-			srv := serveRes(t, fencehttp.Fenced(newGuard(t), rec, nil))
-			f := fenceOf("jobs/nightly", 7, "lease-7")
-			a := sendFenced(t, "PUT", srv.URL+"/inventory/main", f, nil, "")
-			if a.status != 200 || a.body != "stored jobs/nightly#7" || a.header.Get("X-Written-Token") != "7" {
-				t.Fatalf("accepted write answered %d %q (X-Written-Token %q), want the handler's 200 \"stored jobs/nightly#7\"", a.status, a.body, a.header.Get("X-Written-Token"))
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		rec := &resourceRec{}
+		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
+		f := fenceOf("jobs/nightly", 7, "lease-7")
+		a := sendFenced(t, "PUT", srv.URL+"/inventory/main", f, nil, "")
+		if a.status != 200 || a.body != "stored jobs/nightly#7" || a.header.Get("X-Written-Token") != "7" {
+			t.Fatalf("accepted write answered %d %q (X-Written-Token %q), want the handler's 200 \"stored jobs/nightly#7\"", a.status, a.body, a.header.Get("X-Written-Token"))
+		}
+		if len(rec.fences) != 1 || rec.fences[0] != *f {
+			t.Fatalf("handler saw fences %+v, want [%+v] (the lock name unescaped)", rec.fences, *f)
+		}
+		// Several writes under one lease, and a later token, pass too.
+		for _, next := range []*fence.Fence{f, fenceOf("jobs/nightly", 9, "lease-9")} {
+			if a := sendFenced(t, "POST", srv.URL+"/inventory/main", next, nil, ""); a.status != 200 {
+				t.Fatalf("write with %v answered %d %v, want 200", next, a.status, a.err)
 			}
-			if len(rec.fences) != 1 || rec.fences[0] != *f {
-				t.Fatalf("handler saw fences %+v, want [%+v] (the lock name unescaped)", rec.fences, *f)
-			}
-			// Several writes under one lease, and a later token, pass too.
-			for _, g := range []*fence.Fence{f, fenceOf("jobs/nightly", 9, "lease-9")} {
-				if a := sendFenced(t, "POST", srv.URL+"/inventory/main", g, nil, ""); a.status != 200 {
-					t.Fatalf("write with %v answered %d %v, want 200", g, a.status, a.err)
-				}
-			}
-			if n := rec.calls.Load(); n != 3 {
-				t.Fatalf("handler called %d times, want 3", n)
-			}
-		})
-	}
+		}
+		if n := rec.calls.Load(); n != 3 {
+			t.Fatalf("handler called %d times, want 3", n)
+		}
+	})
 }
 
 // TestFenced_RefusedAfterAcceptedWrite: once inv#5 (lease L5) has written /inv, a
@@ -179,27 +177,25 @@ func TestFenced_RefusedAfterAcceptedWrite(t *testing.T) {
 		{"EqualTokenNoLease", fenceOf("inv", 5, ""), "stale_token", map[string]any{"highest": 5, "token": 5}, ""},
 		{"WrongLock", fenceOf("other", 9, "L9"), "wrong_lock", map[string]any{"lock": "inv", "got": "other", "key": "/inv"}, ""},
 	}
-	for gname, newGuard := range fencedtest.Guards() {
-		t.Run(gname, func(t *testing.T) {
-			rec := &resourceRec{}
-			srv := serveRes(t, fencehttp.Fenced(newGuard(t), rec, nil))
-			if a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, "L5"), nil, ""); a.status != 200 {
-				t.Fatalf("first write answered %d %v, want 200", a.status, a.err)
-			}
-			for _, tc := range refusals {
-				t.Run(tc.name, func(t *testing.T) {
-					a := sendFenced(t, "PUT", srv.URL+"/inv", tc.f, nil, "")
-					wantRefused(t, a, 409, tc.code, tc.want)
-					if tc.msg != "" && a.err["error"] != tc.msg {
-						t.Errorf("message %q, want %q", a.err["error"], tc.msg)
-					}
-					if n := rec.calls.Load(); n != 1 {
-						t.Fatalf("handler called %d times, want 1: a refused write must not reach it", n)
-					}
-				})
-			}
-		})
-	}
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		rec := &resourceRec{}
+		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
+		if a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, "L5"), nil, ""); a.status != 200 {
+			t.Fatalf("first write answered %d %v, want 200", a.status, a.err)
+		}
+		for _, tc := range refusals {
+			t.Run(tc.name, func(t *testing.T) {
+				a := sendFenced(t, "PUT", srv.URL+"/inv", tc.f, nil, "")
+				wantRefused(t, a, 409, tc.code, tc.want)
+				if tc.msg != "" && a.err["error"] != tc.msg {
+					t.Errorf("message %q, want %q", a.err["error"], tc.msg)
+				}
+				if n := rec.calls.Load(); n != 1 {
+					t.Fatalf("handler called %d times, want 1: a refused write must not reach it", n)
+				}
+			})
+		}
+	})
 }
 
 func TestFenced_BadHeaders400(t *testing.T) {
@@ -282,21 +278,19 @@ func TestFenced_GuardUnavailable503(t *testing.T) {
 // the order in which the handler stores must be the tokens' order, and every
 // refusal must name a higher token than the one refused.
 func TestFenced_ConcurrentWritersMonotonic(t *testing.T) {
-	for gname, newGuard := range fencedtest.Guards() {
-		t.Run(gname, func(t *testing.T) {
-			rec := &resourceRec{delay: 2 * time.Millisecond}
-			srv := serveRes(t, fencehttp.Fenced(newGuard(t), rec, nil))
-			const writers = 40
-			var toks []fence.Token
-			for _, p := range rand.Perm(writers) {
-				toks = append(toks, fence.Token(p+1))
-			}
-			accepted := fencedtest.WriteAll(t, toks, func(tok fence.Token) (bool, fence.Token, error) {
-				return writeOutcome(sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", tok, "L"+tok.String()), nil, ""), 200)
-			})
-			fencedtest.WantTokenOrder(t, rec.tokens(), accepted, writers)
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		rec := &resourceRec{delay: 2 * time.Millisecond}
+		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
+		const writers = 40
+		var toks []fence.Token
+		for _, p := range rand.Perm(writers) {
+			toks = append(toks, fence.Token(p+1))
+		}
+		accepted := fencedtest.WriteAll(t, toks, func(tok fence.Token) (bool, fence.Token, error) {
+			return writeOutcome(sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", tok, "L"+tok.String()), nil, ""), 200)
 		})
-	}
+		fencedtest.WantTokenOrder(t, rec.tokens(), accepted, writers)
+	})
 }
 
 func TestFenced_WaitForTurnEndsWithContext(t *testing.T) {

@@ -14,14 +14,12 @@ import (
 	"github.com/fencelock/fence/inmem"
 )
 
-// Guards returns, by name, constructors of the guards a middleware is tested over:
-// "inmem", the in-process reference, and "bolt", the embedded durable store (see
-// OpenBolt).
-func Guards() map[string]func(t *testing.T) fence.Guard {
-	return map[string]func(t *testing.T) fence.Guard{
-		"inmem": func(t *testing.T) fence.Guard { return inmem.NewGuard() },
-		"bolt":  func(t *testing.T) fence.Guard { return OpenBolt(t) },
-	}
+// EachGuard runs test as a subtest of t once for each guard a middleware is tested
+// over, each time on a fresh one: "inmem", the in-process reference, and "bolt",
+// the embedded durable store (see OpenBolt).
+func EachGuard(t *testing.T, test func(t *testing.T, g fence.Guard)) {
+	t.Run("inmem", func(t *testing.T) { test(t, inmem.NewGuard()) })
+	t.Run("bolt", func(t *testing.T) { test(t, OpenBolt(t)) })
 }
 
 // OpenBolt returns a bolt store in t's temporary directory, without fsync (the
