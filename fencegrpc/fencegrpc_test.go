@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,9 +19,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencegrpc"
 	"github.com/fencelock/fence/inmem"
+	"github.com/fencelock/fence/internal/fencedtest"
 )
 
 // inventory is a tiny gRPC service without generated code: Put (unary) stores a
@@ -132,23 +131,6 @@ func startServer(t *testing.T, g fence.Guard, svc *inventory, opts *fencegrpc.Op
 	return conn
 }
 
-func guards() map[string]func(t *testing.T) fence.Guard {
-	return map[string]func(t *testing.T) fence.Guard{
-		"inmem": func(t *testing.T) fence.Guard { return inmem.NewGuard() },
-		"bolt":  func(t *testing.T) fence.Guard { return openBolt(t) },
-	}
-}
-
-func openBolt(t *testing.T) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(filepath.Join(t.TempDir(), "guard.db"), &bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatalf("bolt.Open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -195,56 +177,54 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, reason stri
 }
 
 func TestUnary_AcceptedStaleEqualWrongLock(t *testing.T) {
-	for gname, newGuard := range guards() {
-		t.Run(gname, func(t *testing.T) {
-			svc := &inventory{}
-			conn := startServer(t, newGuard(t), svc, nil)
-			ctx := ctxFor(t)
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		svc := &inventory{}
+		conn := startServer(t, g, svc, nil)
+		ctx := ctxFor(t)
 
-			got, err := put(t, conn, ctx, fenceOf("jobs/nightly", 5, "L5"), "apples")
-			if err != nil || got != "stored apples" {
-				t.Fatalf("Put with token 5 = %q, %v; want \"stored apples\"", got, err)
-			}
-			if _, err := put(t, conn, ctx, fenceOf("jobs/nightly", 5, "L5"), "again"); err != nil {
-				t.Fatalf("second Put under the same lease: %v, want accepted", err)
-			}
+		got, err := put(t, conn, ctx, fenceOf("jobs/nightly", 5, "L5"), "apples")
+		if err != nil || got != "stored apples" {
+			t.Fatalf("Put with token 5 = %q, %v; want \"stored apples\"", got, err)
+		}
+		if _, err := put(t, conn, ctx, fenceOf("jobs/nightly", 5, "L5"), "again"); err != nil {
+			t.Fatalf("second Put under the same lease: %v, want accepted", err)
+		}
 
-			_, err = put(t, conn, ctx, fenceOf("jobs/nightly", 3, "L3"), "stale")
-			info := wantCode(t, "stale Put", err, codes.Aborted, "stale_token")
-			if md := info.GetMetadata(); md["highest"] != "5" || md["token"] != "3" || md["key"] != "/test.Inventory/Put" {
-				t.Errorf("stale Put: ErrorInfo metadata %v, want highest 5, token 3, key /test.Inventory/Put", md)
-			}
-			if want := `stale token 3 for "/test.Inventory/Put", highest seen 5`; status.Convert(err).Message() != want {
-				t.Errorf("stale Put: message %q, want %q", status.Convert(err).Message(), want)
-			}
-			var stale *fence.StaleTokenError
-			if ferr := fencegrpc.FenceError(err); !errors.As(ferr, &stale) || stale.Highest != 5 || stale.Token != 3 || !errors.Is(ferr, fence.ErrStaleToken) {
-				t.Fatalf("FenceError(%v) = %v, want a *fence.StaleTokenError with highest 5, token 3", err, ferr)
-			}
-			if status.Code(fencegrpc.FenceError(err)) != codes.Aborted {
-				t.Errorf("FenceError lost the status: code %v", status.Code(fencegrpc.FenceError(err)))
-			}
+		_, err = put(t, conn, ctx, fenceOf("jobs/nightly", 3, "L3"), "stale")
+		info := wantCode(t, "stale Put", err, codes.Aborted, "stale_token")
+		if md := info.GetMetadata(); md["highest"] != "5" || md["token"] != "3" || md["key"] != "/test.Inventory/Put" {
+			t.Errorf("stale Put: ErrorInfo metadata %v, want highest 5, token 3, key /test.Inventory/Put", md)
+		}
+		if want := `stale token 3 for "/test.Inventory/Put", highest seen 5`; status.Convert(err).Message() != want {
+			t.Errorf("stale Put: message %q, want %q", status.Convert(err).Message(), want)
+		}
+		var stale *fence.StaleTokenError
+		if ferr := fencegrpc.FenceError(err); !errors.As(ferr, &stale) || stale.Highest != 5 || stale.Token != 3 || !errors.Is(ferr, fence.ErrStaleToken) {
+			t.Fatalf("FenceError(%v) = %v, want a *fence.StaleTokenError with highest 5, token 3", err, ferr)
+		}
+		if status.Code(fencegrpc.FenceError(err)) != codes.Aborted {
+			t.Errorf("FenceError lost the status: code %v", status.Code(fencegrpc.FenceError(err)))
+		}
 
-			_, err = put(t, conn, ctx, fenceOf("jobs/nightly", 5, "other"), "same token")
-			info = wantCode(t, "equal token, other lease", err, codes.Aborted, "stale_token")
-			if md := info.GetMetadata(); md["same_token"] != "true" || md["highest"] != "5" {
-				t.Errorf("equal token: metadata %v, want same_token true, highest 5", md)
-			}
+		_, err = put(t, conn, ctx, fenceOf("jobs/nightly", 5, "other"), "same token")
+		info = wantCode(t, "equal token, other lease", err, codes.Aborted, "stale_token")
+		if md := info.GetMetadata(); md["same_token"] != "true" || md["highest"] != "5" {
+			t.Errorf("equal token: metadata %v, want same_token true, highest 5", md)
+		}
 
-			_, err = put(t, conn, ctx, fenceOf("other", 9, "L9"), "wrong lock")
-			info = wantCode(t, "other lock", err, codes.FailedPrecondition, "wrong_lock")
-			if md := info.GetMetadata(); md["lock"] != "jobs/nightly" || md["got"] != "other" {
-				t.Errorf("wrong lock: metadata %v, want lock jobs/nightly, got other", md)
-			}
-			var ns *fence.NamespaceError
-			if !errors.As(fencegrpc.FenceError(err), &ns) || ns.Want != "jobs/nightly" {
-				t.Errorf("FenceError(%v) = %v, want a *fence.NamespaceError", err, fencegrpc.FenceError(err))
-			}
-			if n := svc.calls.Load(); n != 2 {
-				t.Fatalf("handler ran %d times, want 2: refused calls must not reach it", n)
-			}
-		})
-	}
+		_, err = put(t, conn, ctx, fenceOf("other", 9, "L9"), "wrong lock")
+		info = wantCode(t, "other lock", err, codes.FailedPrecondition, "wrong_lock")
+		if md := info.GetMetadata(); md["lock"] != "jobs/nightly" || md["got"] != "other" {
+			t.Errorf("wrong lock: metadata %v, want lock jobs/nightly, got other", md)
+		}
+		var ns *fence.NamespaceError
+		if !errors.As(fencegrpc.FenceError(err), &ns) || ns.Want != "jobs/nightly" {
+			t.Errorf("FenceError(%v) = %v, want a *fence.NamespaceError", err, fencegrpc.FenceError(err))
+		}
+		if n := svc.calls.Load(); n != 2 {
+			t.Fatalf("handler ran %d times, want 2: refused calls must not reach it", n)
+		}
+	})
 }
 
 func TestUnary_BadMetadataInvalidArgument(t *testing.T) {
@@ -311,7 +291,7 @@ func TestUnary_UnfencedMethodAndResourceOption(t *testing.T) {
 }
 
 func TestUnary_GuardUnavailable(t *testing.T) {
-	store := openBolt(t)
+	store := fencedtest.OpenBolt(t)
 	svc := &inventory{}
 	conn := startServer(t, store, svc, nil)
 	store.Close()
@@ -326,102 +306,76 @@ func TestUnary_GuardUnavailable(t *testing.T) {
 }
 
 func TestStream_AdmittedOnceRefusedStale(t *testing.T) {
-	for gname, newGuard := range guards() {
-		t.Run(gname, func(t *testing.T) {
-			svc := &inventory{}
-			conn := startServer(t, newGuard(t), svc, nil)
-			open := func(f *fence.Fence) (grpc.ClientStream, error) {
-				ctx := ctxFor(t)
-				if f != nil {
-					ctx = fencegrpc.AppendToOutgoingContext(ctx, *f)
-				}
-				return conn.NewStream(ctx, syncDesc, "/test.Inventory/Sync")
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		svc := &inventory{}
+		conn := startServer(t, g, svc, nil)
+		open := func(f *fence.Fence) (grpc.ClientStream, error) {
+			ctx := ctxFor(t)
+			if f != nil {
+				ctx = fencegrpc.AppendToOutgoingContext(ctx, *f)
 			}
-			cs, err := open(fenceOf("inv", 7, "L7"))
-			if err != nil {
-				t.Fatal(err)
+			return conn.NewStream(ctx, syncDesc, "/test.Inventory/Sync")
+		}
+		cs, err := open(fenceOf("inv", 7, "L7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"a", "b"} {
+			if err := cs.SendMsg(wrapperspb.String(v)); err != nil {
+				t.Fatalf("send %s: %v", v, err)
 			}
-			for _, v := range []string{"a", "b"} {
-				if err := cs.SendMsg(wrapperspb.String(v)); err != nil {
-					t.Fatalf("send %s: %v", v, err)
-				}
-				out := new(wrapperspb.StringValue)
-				if err := cs.RecvMsg(out); err != nil || out.GetValue() != "stored "+v {
-					t.Fatalf("recv for %s = %q, %v", v, out.GetValue(), err)
-				}
+			out := new(wrapperspb.StringValue)
+			if err := cs.RecvMsg(out); err != nil || out.GetValue() != "stored "+v {
+				t.Fatalf("recv for %s = %q, %v", v, out.GetValue(), err)
 			}
-			if err := cs.CloseSend(); err != nil {
-				t.Fatal(err)
-			}
-			if err := cs.RecvMsg(new(wrapperspb.StringValue)); err != io.EOF {
-				t.Fatalf("end of an admitted stream: %v, want io.EOF", err)
-			}
+		}
+		if err := cs.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.RecvMsg(new(wrapperspb.StringValue)); err != io.EOF {
+			t.Fatalf("end of an admitted stream: %v, want io.EOF", err)
+		}
 
-			for _, tc := range []struct {
-				f      *fence.Fence
-				code   codes.Code
-				reason string
-			}{
-				{fenceOf("inv", 6, "L6"), codes.Aborted, "stale_token"},
-				{nil, codes.InvalidArgument, "invalid"},
-			} {
-				cs, err := open(tc.f)
-				if err == nil {
-					err = cs.RecvMsg(new(wrapperspb.StringValue))
-				}
-				info := wantCode(t, "stream", err, tc.code, tc.reason)
-				if tc.reason == "stale_token" && info.GetMetadata()["highest"] != "7" {
-					t.Errorf("stale stream: highest %q, want 7", info.GetMetadata()["highest"])
-				}
+		for _, tc := range []struct {
+			f      *fence.Fence
+			code   codes.Code
+			reason string
+		}{
+			{fenceOf("inv", 6, "L6"), codes.Aborted, "stale_token"},
+			{nil, codes.InvalidArgument, "invalid"},
+		} {
+			cs, err := open(tc.f)
+			if err == nil {
+				err = cs.RecvMsg(new(wrapperspb.StringValue))
 			}
-			if n := svc.calls.Load(); n != 1 {
-				t.Fatalf("stream handler ran %d times, want 1", n)
+			info := wantCode(t, "stream", err, tc.code, tc.reason)
+			if tc.reason == "stale_token" && info.GetMetadata()["highest"] != "7" {
+				t.Errorf("stale stream: highest %q, want 7", info.GetMetadata()["highest"])
 			}
-		})
-	}
+		}
+		if n := svc.calls.Load(); n != 1 {
+			t.Fatalf("stream handler ran %d times, want 1", n)
+		}
+	})
 }
 
 // TestUnary_ConcurrentWritersMonotonic: calls with distinct tokens from many
 // goroutines; the handler stores in token order and refusals name a higher token.
 func TestUnary_ConcurrentWritersMonotonic(t *testing.T) {
-	for gname, newGuard := range guards() {
-		t.Run(gname, func(t *testing.T) {
-			svc := &inventory{delay: 2 * time.Millisecond}
-			conn := startServer(t, newGuard(t), svc, nil)
-			const writers = 40
-			var wg sync.WaitGroup
-			var accepted atomic.Int64
-			for i := range writers {
-				tok := fence.Token((i*17)%writers + 1) // a fixed shuffle of 1..writers
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					_, err := put(t, conn, ctxFor(t), fenceOf("inv", tok, "L"+tok.String()), "x")
-					var stale *fence.StaleTokenError
-					switch {
-					case err == nil:
-						accepted.Add(1)
-					case errors.As(fencegrpc.FenceError(err), &stale):
-						if stale.Highest <= tok {
-							t.Errorf("token %d refused with highest %d, want a higher one", tok, stale.Highest)
-						}
-					default:
-						t.Errorf("token %d: %v", tok, err)
-					}
-				}()
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		svc := &inventory{delay: 2 * time.Millisecond}
+		conn := startServer(t, g, svc, nil)
+		const writers = 40
+		accepted := fencedtest.WriteAll(t, fencedtest.Shuffled(writers, 17), func(tok fence.Token) (bool, fence.Token, error) {
+			_, err := put(t, conn, ctxFor(t), fenceOf("inv", tok, "L"+tok.String()), "x")
+			var stale *fence.StaleTokenError
+			if errors.As(fencegrpc.FenceError(err), &stale) {
+				return false, stale.Highest, nil
 			}
-			wg.Wait()
-			got := svc.stored()
-			for i := 1; i < len(got); i++ {
-				if got[i] <= got[i-1] {
-					t.Fatalf("handler stored tokens in the order %v: %d after %d", got, got[i], got[i-1])
-				}
-			}
-			if int(accepted.Load()) != len(got) || len(got) == 0 || got[len(got)-1] != writers {
-				t.Fatalf("stored %v with %d accepted; want one per accepted call, ending with %d", got, accepted.Load(), writers)
-			}
+			return err == nil, 0, err
 		})
-	}
+		fencedtest.WantTokenOrder(t, svc.stored(), accepted, writers)
+	})
 }
 
 func TestAppendToOutgoingContext_RoundTrip(t *testing.T) {

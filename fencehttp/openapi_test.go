@@ -408,6 +408,23 @@ var probeMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OP
 // path) means no operation; any other answer must be an operation of the document
 // (HEAD is GET's, as the document's description says, and must answer as GET does,
 // without a body); a 405 must list the path's documented methods in Allow.
+// unserved drives the request of x (its method, path, header and body) into the
+// answers every operation has besides its own, op naming them: 401 from the server
+// with auth tokens (x sent without one), 501 from the server whose store lacks the
+// interface missing (none if missing is ""), and 503 from the server whose store
+// is closed.
+func (c *checker) unserved(s *servers, op, missing string, x exchange) {
+	noToken, bare, closed := x, x, x
+	noToken.what, noToken.on, noToken.req, noToken.status, noToken.code = op+", no token", s.auth, reqViolates, http.StatusUnauthorized, "unauthorized"
+	c.do(noToken)
+	if missing != "" {
+		bare.what, bare.on, bare.status, bare.code = op+", no "+missing, s.bare, http.StatusNotImplemented, "not_implemented"
+		c.do(bare)
+	}
+	closed.what, closed.on, closed.status, closed.code = op+", store closed", s.closed, http.StatusServiceUnavailable, "unavailable"
+	c.do(closed)
+}
+
 func (c *checker) probe(on *target) {
 	c.t.Helper()
 	// Not "/v1/kv/" or "/v1/fences/": they are the documented routes with an empty
@@ -583,10 +600,9 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "acquire, unknown field", on: m, method: "POST", path: "/v1/locks/x/acquire", body: `{"ttl":5}`, req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "acquire, wait_ms negative", on: m, method: "POST", path: "/v1/locks/x/acquire", body: `{"wait_ms":-1}`, req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "acquire, dot segment as the name", on: m, method: "POST", path: "/v1/locks/../acquire", req: reqViolates, status: 400, code: "invalid"})
-	c.do(exchange{what: "acquire, no token", on: s.auth, method: "POST", path: "/v1/locks/x/acquire", req: reqViolates, status: 401, code: "unauthorized"})
 	c.do(exchange{what: "acquire, held after the wait", on: m, method: "POST", path: nightly + "/acquire", body: `{"wait_ms":20}`, status: 409, code: "held"})
 	c.do(exchange{what: "acquire, body too large", on: m, method: "POST", path: "/v1/locks/x/acquire", body: big, req: reqUnchecked, status: 413, code: "too_large"})
-	c.do(exchange{what: "acquire, store closed", on: s.closed, method: "POST", path: "/v1/locks/x/acquire", status: 503, code: "unavailable"})
+	c.unserved(s, "acquire", "", exchange{method: "POST", path: "/v1/locks/x/acquire"})
 	c.do(exchange{what: "heal to the last token", on: s.exhausted, method: "POST", path: "/v1/locks/x/heal", body: fmt.Sprintf(`{"seen":%d}`, fence.MaxToken), status: 200})
 	c.do(exchange{what: "acquire, counter exhausted", on: s.exhausted, method: "POST", path: "/v1/locks/x/acquire", status: 409, code: "token_exhausted"})
 	c.do(exchange{what: "acquire, store panics", on: s.broken, method: "POST", path: "/v1/locks/x/acquire", global: "Internal", status: 500, code: "internal"})
@@ -614,10 +630,9 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "renew, default ttl", on: m, method: "POST", path: nightly + "/renew", body: `{"lease":"` + lease + `"}`, status: 200})
 	c.do(exchange{what: "renew, lease with a space", on: m, method: "POST", path: nightly + "/renew", body: `{"lease":"a b"}`, req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "renew, no body", on: m, method: "POST", path: nightly + "/renew", req: reqViolates, status: 400, code: "invalid"})
-	c.do(exchange{what: "renew, no token", on: s.auth, method: "POST", path: "/v1/locks/x/renew", body: `{"lease":"` + secret + `"}`, req: reqViolates, status: 401, code: "unauthorized"})
 	c.do(exchange{what: "renew, not held", on: m, method: "POST", path: nightly + "/renew", body: `{"lease":"` + secret + `"}`, status: 410, code: "not_held"})
 	c.do(exchange{what: "renew, body too large", on: m, method: "POST", path: nightly + "/renew", body: big, req: reqUnchecked, status: 413, code: "too_large"})
-	c.do(exchange{what: "renew, store closed", on: s.closed, method: "POST", path: "/v1/locks/x/renew", body: `{"lease":"` + secret + `"}`, status: 503, code: "unavailable"})
+	c.unserved(s, "renew", "", exchange{method: "POST", path: "/v1/locks/x/renew", body: `{"lease":"` + secret + `"}`})
 
 	// lock state and listing
 	c.do(exchange{what: "state", on: m, method: "GET", path: nightly, status: 200})
@@ -626,9 +641,7 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "state, dot segment", on: m, method: "GET", path: "/v1/locks/..", req: reqViolates, status: 400, code: "invalid"})
 	// An escaped control character: the document's patterns (RE2) cannot say it.
 	c.do(exchange{what: "state, control character", on: m, method: "GET", path: "/v1/locks/a%01b", req: reqUnchecked, status: 400, code: "invalid"})
-	c.do(exchange{what: "state, no token", on: s.auth, method: "GET", path: "/v1/locks/x", req: reqViolates, status: 401, code: "unauthorized"})
-	c.do(exchange{what: "state, no Inspector", on: s.bare, method: "GET", path: "/v1/locks/x", status: 501, code: "not_implemented"})
-	c.do(exchange{what: "state, store closed", on: s.closed, method: "GET", path: "/v1/locks/x", status: 503, code: "unavailable"})
+	c.unserved(s, "state", "Inspector", exchange{method: "GET", path: "/v1/locks/x"})
 	l := c.do(exchange{what: "list", on: m, method: "GET", path: "/v1/locks?prefix=jobs&limit=10", status: 200})
 	if locks, _ := l.json["locks"].([]any); len(locks) != 1 {
 		c.failf("list prefix=jobs: want the one lock jobs/nightly, got %s", l.body)
@@ -636,18 +649,14 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "list, all", on: m, method: "GET", path: "/v1/locks", status: 200})
 	c.do(exchange{what: "list, limit not a number", on: m, method: "GET", path: "/v1/locks?limit=ten", req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "list, limit too high", on: m, method: "GET", path: "/v1/locks?limit=10001", req: reqViolates, status: 400, code: "invalid"})
-	c.do(exchange{what: "list, no token", on: s.auth, method: "GET", path: "/v1/locks", req: reqViolates, status: 401, code: "unauthorized"})
-	c.do(exchange{what: "list, no Inspector", on: s.bare, method: "GET", path: "/v1/locks", status: 501, code: "not_implemented"})
-	c.do(exchange{what: "list, store closed", on: s.closed, method: "GET", path: "/v1/locks", status: 503, code: "unavailable"})
+	c.unserved(s, "list", "Inspector", exchange{method: "GET", path: "/v1/locks"})
 
 	// heal
 	c.do(exchange{what: "heal", on: m, method: "POST", path: "/v1/locks/healed/heal", body: `{"seen":5}`, status: 200})
 	c.do(exchange{what: "heal, token 0", on: m, method: "POST", path: "/v1/locks/healed/heal", body: `{"seen":0}`, req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "heal, token above 2^53-1", on: m, method: "POST", path: "/v1/locks/healed/heal", body: fmt.Sprintf(`{"seen":%d}`, fence.MaxToken+1), req: reqViolates, status: 400, code: "invalid"})
-	c.do(exchange{what: "heal, no token", on: s.auth, method: "POST", path: "/v1/locks/x/heal", body: `{"seen":5}`, req: reqViolates, status: 401, code: "unauthorized"})
 	c.do(exchange{what: "heal, body too large", on: m, method: "POST", path: "/v1/locks/healed/heal", body: big, req: reqUnchecked, status: 413, code: "too_large"})
-	c.do(exchange{what: "heal, no Healer", on: s.bare, method: "POST", path: "/v1/locks/x/heal", body: `{"seen":5}`, status: 501, code: "not_implemented"})
-	c.do(exchange{what: "heal, store closed", on: s.closed, method: "POST", path: "/v1/locks/x/heal", body: `{"seen":5}`, status: 503, code: "unavailable"})
+	c.unserved(s, "heal", "Healer", exchange{method: "POST", path: "/v1/locks/x/heal", body: `{"seen":5}`})
 
 	// the fenced store: the lock "report" grants A, then B.
 	ra := c.do(exchange{what: "acquire report (A)", on: m, method: "POST", path: "/v1/locks/report/acquire", body: `{"ttl_ms":60000}`, status: 200})
@@ -658,13 +667,11 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "put, lock with a slash, empty value", on: m, method: "PUT", path: "/v1/kv/nightly%2Fout", header: fenced(jsonField(t, a, "token"), "jobs%2Fnightly", lease), status: 200})
 	c.do(exchange{what: "put, no Fence-Lock", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "", ""), body: "x", req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "put, Fence-Token not a number", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("x", "report", ""), body: "x", req: reqViolates, status: 400, code: "invalid"})
-	c.do(exchange{what: "put, no token", on: s.auth, method: "PUT", path: "/v1/kv/ledger", header: fenced("1", "report", ""), body: "x", req: reqViolates, status: 401, code: "unauthorized"})
 	c.do(exchange{what: "put, stale token", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokA, "report", ""), body: "balance=90", status: 409, code: "stale_token"})
 	c.do(exchange{what: "put, same token without its lease", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "report", ""), body: "balance=90", status: 409, code: "stale_token"})
 	c.do(exchange{what: "put, another lock's token", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999", "other", ""), body: "x", status: 409, code: "wrong_lock"})
 	c.do(exchange{what: "put, value too large", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999", "report", ""), body: strings.Repeat("v", 17), req: reqUnchecked, status: 413, code: "too_large"})
-	c.do(exchange{what: "put, no KV", on: s.bare, method: "PUT", path: "/v1/kv/ledger", header: fenced("1", "report", ""), body: "x", status: 501, code: "not_implemented"})
-	c.do(exchange{what: "put, store closed", on: s.closed, method: "PUT", path: "/v1/kv/ledger", header: fenced("1", "report", ""), body: "x", status: 503, code: "unavailable"})
+	c.unserved(s, "put", "KV", exchange{method: "PUT", path: "/v1/kv/ledger", header: fenced("1", "report", ""), body: "x"})
 
 	g := c.do(exchange{what: "get", on: m, method: "GET", path: "/v1/kv/ledger", status: 200})
 	if string(g.body) != "balance=100" || g.header.Get("Fence-Token") != tokB || g.header.Get("Fence-Lock") != "report" {
@@ -674,26 +681,21 @@ func exercise(t *testing.T, c *checker, s *servers) {
 		c.failf("get nightly/out: want Fence-Lock jobs%%2Fnightly (escaped), got %q", g.header.Get("Fence-Lock"))
 	}
 	c.do(exchange{what: "get, dot segment", on: m, method: "GET", path: "/v1/kv/..", req: reqViolates, status: 400, code: "invalid"})
-	c.do(exchange{what: "get, no token", on: s.auth, method: "GET", path: "/v1/kv/ledger", req: reqViolates, status: 401, code: "unauthorized"})
 	c.do(exchange{what: "get, never written", on: m, method: "GET", path: "/v1/kv/never", status: 404, code: "not_found"})
-	c.do(exchange{what: "get, no KV", on: s.bare, method: "GET", path: "/v1/kv/ledger", status: 501, code: "not_implemented"})
-	c.do(exchange{what: "get, store closed", on: s.closed, method: "GET", path: "/v1/kv/ledger", status: 503, code: "unavailable"})
+	c.unserved(s, "get", "KV", exchange{method: "GET", path: "/v1/kv/ledger"})
 
 	c.do(exchange{what: "fence", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokB, "report", leaseB), status: 200})
 	c.do(exchange{what: "fence, no Fence-Token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced("", "report", ""), req: reqViolates, status: 400, code: "invalid"})
-	c.do(exchange{what: "fence, no token", on: s.auth, method: "POST", path: "/v1/fences/ledger", header: fenced("1", "report", ""), req: reqViolates, status: 401, code: "unauthorized"})
 	c.do(exchange{what: "fence, stale token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokA, "report", ""), status: 409, code: "stale_token"})
 	c.do(exchange{what: "fence, another lock's token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced("999", "other", ""), status: 409, code: "wrong_lock"})
-	c.do(exchange{what: "fence, no Guard", on: s.bare, method: "POST", path: "/v1/fences/ledger", header: fenced("1", "report", ""), status: 501, code: "not_implemented"})
-	c.do(exchange{what: "fence, store closed", on: s.closed, method: "POST", path: "/v1/fences/ledger", header: fenced("1", "report", ""), status: 503, code: "unavailable"})
+	c.unserved(s, "fence", "Guard", exchange{method: "POST", path: "/v1/fences/ledger", header: fenced("1", "report", "")})
 
 	// release
 	c.do(exchange{what: "release", on: m, method: "POST", path: nightly + "/release", body: `{"lease":"` + lease + `"}`, status: 200})
 	c.do(exchange{what: "release, again", on: m, method: "POST", path: nightly + "/release", body: `{"lease":"` + lease + `"}`, status: 410, code: "not_held"})
 	c.do(exchange{what: "release, empty lease", on: m, method: "POST", path: nightly + "/release", body: `{"lease":""}`, req: reqViolates, status: 400, code: "invalid"})
-	c.do(exchange{what: "release, no token", on: s.auth, method: "POST", path: "/v1/locks/x/release", body: `{"lease":"` + secret + `"}`, req: reqViolates, status: 401, code: "unauthorized"})
 	c.do(exchange{what: "release, body too large", on: m, method: "POST", path: nightly + "/release", body: big, req: reqUnchecked, status: 413, code: "too_large"})
-	c.do(exchange{what: "release, store closed", on: s.closed, method: "POST", path: "/v1/locks/x/release", body: `{"lease":"` + secret + `"}`, status: 503, code: "unavailable"})
+	c.unserved(s, "release", "", exchange{method: "POST", path: "/v1/locks/x/release", body: `{"lease":"` + secret + `"}`})
 
 	// the server's own routes
 	c.do(exchange{what: "healthz", on: m, method: "GET", path: "/healthz", status: 200})

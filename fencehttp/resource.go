@@ -1,7 +1,6 @@
 package fencehttp
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/internal/gate"
+	"github.com/fencelock/fence/internal/httpbuf"
 )
 
 // This file is the resource side of fencing over HTTP: middleware that makes any
@@ -163,13 +163,13 @@ func FencedTx[Tx any](do DoFunc[Tx], h TxFunc[Tx], opts *ResourceOptions) http.H
 		}
 		r = r.WithContext(ContextWithFence(r.Context(), f))
 		var (
-			buf      *bufferedResponse
+			buf      *httpbuf.Response
 			panicked any
 		)
 		err := do(r.Context(), resource, f, func(tx Tx) (err error) {
 			// A retried transaction (a guard may retry a serialization failure) starts
 			// its answer afresh.
-			buf = newBufferedResponse()
+			buf = httpbuf.New()
 			defer func() {
 				// Turn a panic into an error so that do rolls back and frees the
 				// transaction's connection, then re-raise it below.
@@ -187,9 +187,9 @@ func FencedTx[Tx any](do DoFunc[Tx], h TxFunc[Tx], opts *ResourceOptions) http.H
 		case err == nil && buf == nil:
 			writeResourceError(w, r, opts, op, resource, errors.New("fencehttp: FencedTx: do returned without running the handler"))
 		case err == nil:
-			buf.sendTo(w)
-		case buf != nil && buf.status >= 400 && !isFenceRefusal(err):
-			buf.sendTo(w) // the handler's own refusal; tx rolled back
+			buf.SendTo(w)
+		case buf != nil && buf.Status() >= 400 && !isFenceRefusal(err):
+			buf.SendTo(w) // the handler's own refusal; tx rolled back
 		default:
 			writeResourceError(w, r, opts, op, resource, err)
 		}
@@ -199,46 +199,6 @@ func FencedTx[Tx any](do DoFunc[Tx], h TxFunc[Tx], opts *ResourceOptions) http.H
 // isFenceRefusal reports whether err is a guard's refusal of a fence.
 func isFenceRefusal(err error) bool {
 	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrNamespace)
-}
-
-// bufferedResponse is an http.ResponseWriter that keeps the answer until sendTo.
-type bufferedResponse struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func newBufferedResponse() *bufferedResponse {
-	return &bufferedResponse{header: make(http.Header)}
-}
-
-func (b *bufferedResponse) Header() http.Header { return b.header }
-
-func (b *bufferedResponse) WriteHeader(status int) {
-	if b.status == 0 {
-		b.status = status
-	}
-}
-
-func (b *bufferedResponse) Write(p []byte) (int, error) {
-	if b.status == 0 {
-		b.status = http.StatusOK
-	}
-	return b.body.Write(p)
-}
-
-// sendTo writes the kept answer to w (200 with no body if nothing was written).
-func (b *bufferedResponse) sendTo(w http.ResponseWriter) {
-	h := w.Header()
-	for k, vs := range b.header {
-		h[k] = vs
-	}
-	status := b.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(b.body.Bytes())
 }
 
 // FenceFromRequest returns the fence a request carries in its headers: Fence-Token

@@ -8,13 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/internal/fencedtest"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5"
@@ -117,10 +117,23 @@ func TestFencedTx_Postgres(t *testing.T) {
 		return pool
 	}
 
+	// putMain writes body to svc's snapshot "main" under f; mustStore also fails t
+	// unless the write is stored (201).
+	putMain := func(t *testing.T, svc *httptest.Server, f *fence.Fence, body string) resAnswer {
+		t.Helper()
+		return sendFenced(t, "PUT", svc.URL+"/snapshots/main", f, nil, body)
+	}
+	mustStore := func(t *testing.T, svc *httptest.Server, f *fence.Fence, body string) {
+		t.Helper()
+		if a := putMain(t, svc, f, body); a.status != http.StatusCreated {
+			t.Fatalf("write %q with %v answered %d %v, want 201", body, f, a.status, a.err)
+		}
+	}
+
 	t.Run("AcceptedCommitsWithTheFence", func(t *testing.T) {
 		pool := newPool(t, 4)
 		guard, svc, _ := pgSnapshotService(t, pool)
-		a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 4, "L4"), nil, "apples=3")
+		a := putMain(t, svc, fenceOf("inventory", 4, "L4"), "apples=3")
 		if a.status != http.StatusCreated || a.body != "stored main" {
 			t.Fatalf("accepted write answered %d %q %v, want the handler's 201 \"stored main\"", a.status, a.body, a.err)
 		}
@@ -136,14 +149,12 @@ func TestFencedTx_Postgres(t *testing.T) {
 	t.Run("StaleRefusedHandlerNotRun", func(t *testing.T) {
 		pool := newPool(t, 4)
 		_, svc, calls := pgSnapshotService(t, pool)
-		if a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 8, "L8"), nil, "second"); a.status != 201 {
-			t.Fatalf("write with token 8 answered %d %v", a.status, a.err)
-		}
-		a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 7, "L7"), nil, "first, paused")
+		mustStore(t, svc, fenceOf("inventory", 8, "L8"), "second")
+		a := putMain(t, svc, fenceOf("inventory", 7, "L7"), "first, paused")
 		wantRefused(t, a, 409, "stale_token", map[string]any{"highest": 8, "token": 7, "key": "snapshot/main"})
-		a = sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 8, "other"), nil, "same token")
+		a = putMain(t, svc, fenceOf("inventory", 8, "other"), "same token")
 		wantRefused(t, a, 409, "stale_token", map[string]any{"highest": 8, "same_token": true})
-		a = sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("elsewhere", 99, "L99"), nil, "other lock")
+		a = putMain(t, svc, fenceOf("elsewhere", 99, "L99"), "other lock")
 		wantRefused(t, a, 409, "wrong_lock", map[string]any{"lock": "inventory", "got": "elsewhere"})
 		if n := calls.Load(); n != 1 {
 			t.Fatalf("handler ran %d times, want 1: refused fences must not run it", n)
@@ -158,14 +169,12 @@ func TestFencedTx_Postgres(t *testing.T) {
 	t.Run("HandlerRefusalRollsBackTheFence", func(t *testing.T) {
 		pool := newPool(t, 4)
 		guard, svc, _ := pgSnapshotService(t, pool)
-		if a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 2, "L2"), nil, "good"); a.status != 201 {
-			t.Fatalf("write answered %d %v", a.status, a.err)
-		}
-		a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 3, "L3"), nil, "bad")
+		mustStore(t, svc, fenceOf("inventory", 2, "L2"), "good")
+		a := putMain(t, svc, fenceOf("inventory", 3, "L3"), "bad")
 		if a.status != 400 || !strings.Contains(a.body, "bad snapshot") {
 			t.Fatalf("handler's refusal answered %d %q, want its own 400 \"bad snapshot\"", a.status, a.body)
 		}
-		a = sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 4, "L4"), nil, "boom")
+		a = putMain(t, svc, fenceOf("inventory", 4, "L4"), "boom")
 		wantRefused(t, a, 500, "internal", nil)
 		if data, tok := snapshot(t, pool, "main"); data != "good" || tok != 2 {
 			t.Fatalf("snapshot = %q (token %d) after refused writes, want \"good\" (token 2)", data, tok)
@@ -174,9 +183,7 @@ func TestFencedTx_Postgres(t *testing.T) {
 		if hi, err := guard.Highest(ctxFor(t), "snapshot/main"); err != nil || hi.Token != 2 {
 			t.Fatalf("guard's highest = %+v, %v; want token 2 (the refused transactions rolled back)", hi, err)
 		}
-		if a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 3, "L3"), nil, "good again"); a.status != 201 {
-			t.Fatalf("write with token 3 after its rollback answered %d %v, want 201", a.status, a.err)
-		}
+		mustStore(t, svc, fenceOf("inventory", 3, "L3"), "good again")
 	})
 
 	t.Run("PanicRollsBackAndFreesTheConnection", func(t *testing.T) {
@@ -193,52 +200,29 @@ func TestFencedTx_Postgres(t *testing.T) {
 		if _, err := guard.Highest(ctx, "snapshot/main"); !errors.Is(err, fence.ErrNotFound) {
 			t.Fatalf("guard's highest after the panic: %v, want ErrNotFound (rolled back, connection free)", err)
 		}
-		if a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", 5, "L5"), nil, "after"); a.status != 201 {
-			t.Fatalf("write after the panic answered %d %v, want 201", a.status, a.err)
-		}
+		mustStore(t, svc, fenceOf("inventory", 5, "L5"), "after")
 	})
 
 	t.Run("ConcurrentWritersMonotonic", func(t *testing.T) {
 		pool := newPool(t, 8)
 		_, svc, _ := pgSnapshotService(t, pool)
 		const writers = 30
-		var wg sync.WaitGroup
-		var accepted atomic.Int64
-		for i := range writers {
-			tok := fence.Token((i*7)%writers + 1) // a fixed shuffle of 1..writers
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a := sendFenced(t, "PUT", svc.URL+"/snapshots/main", fenceOf("inventory", tok, "L"+tok.String()), nil, "by "+tok.String())
-				switch {
-				case a.status == 201:
-					accepted.Add(1)
-				case a.status == 409:
-					if h, _ := a.err["highest"].(float64); fence.Token(h) <= tok {
-						t.Errorf("token %d refused with highest %v, want a higher one", tok, a.err["highest"])
-					}
-				default:
-					t.Errorf("token %d answered %d %v", tok, a.status, a.err)
-				}
-			}()
-		}
-		wg.Wait()
+		accepted := fencedtest.WriteAll(t, fencedtest.Shuffled(writers, 7), func(tok fence.Token) (bool, fence.Token, error) {
+			return writeOutcome(putMain(t, svc, fenceOf("inventory", tok, "L"+tok.String()), "by "+tok.String()), 201)
+		})
 		rows, err := pool.Query(ctxFor(t), `SELECT token FROM write_log ORDER BY seq`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		toks, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		committed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 1; i < len(toks); i++ {
-			if toks[i] <= toks[i-1] {
-				t.Fatalf("committed writes in the order %v: %d after %d", toks, toks[i], toks[i-1])
-			}
+		var toks []fence.Token
+		for _, tok := range committed {
+			toks = append(toks, fence.Token(tok))
 		}
-		if int64(len(toks)) != accepted.Load() || len(toks) == 0 || toks[len(toks)-1] != writers {
-			t.Fatalf("write log %v with %d accepted answers; want one row per accepted write, ending with token %d", toks, accepted.Load(), writers)
-		}
+		fencedtest.WantTokenOrder(t, toks, accepted, writers)
 		if data, tok := snapshot(t, pool, "main"); tok != writers || data != "by 30" {
 			t.Fatalf("snapshot = %q (token %d), want the highest writer's \"by 30\"", data, tok)
 		}

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,29 +16,10 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
+	"github.com/fencelock/fence/internal/fencedtest"
 )
-
-// guards are the real guards the resource middleware is tested over: the
-// in-process reference and the embedded durable store.
-func guards(t *testing.T) map[string]func(t *testing.T) fence.Guard {
-	return map[string]func(t *testing.T) fence.Guard{
-		"inmem": func(t *testing.T) fence.Guard { return inmem.NewGuard() },
-		"bolt":  func(t *testing.T) fence.Guard { return openBolt(t) },
-	}
-}
-
-func openBolt(t *testing.T) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(filepath.Join(t.TempDir(), "guard.db"), &bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatalf("bolt.Open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // resourceRec is a resource handler that counts its calls and keeps the fences it
 // ran with, in order.
@@ -133,6 +113,19 @@ func wantRefused(t testing.TB, a resAnswer, status int, code string, want map[st
 	}
 }
 
+// writeOutcome is what fencedtest.WriteAll asks of a write that answered a: accepted
+// (status ok), or refused by a 409 naming the highest token, or neither (an error).
+func writeOutcome(a resAnswer, ok int) (accepted bool, highest fence.Token, err error) {
+	switch a.status {
+	case ok:
+		return true, 0, nil
+	case http.StatusConflict:
+		h, _ := a.err["highest"].(float64)
+		return false, fence.Token(h), nil
+	}
+	return false, 0, fmt.Errorf("answered %d %v", a.status, a.err)
+}
+
 func serveRes(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(h)
@@ -145,85 +138,64 @@ func fenceOf(name string, tok fence.Token, lease string) *fence.Fence {
 }
 
 func TestFenced_AcceptedPassesThrough(t *testing.T) {
-	for gname, newGuard := range guards(t) {
-		t.Run(gname, func(t *testing.T) {
-			rec := &resourceRec{}
-			srv := serveRes(t, fencehttp.Fenced(newGuard(t), rec, nil))
-			f := fenceOf("jobs/nightly", 7, "lease-7")
-			a := sendFenced(t, "PUT", srv.URL+"/inventory/main", f, nil, "")
-			if a.status != 200 || a.body != "stored jobs/nightly#7" || a.header.Get("X-Written-Token") != "7" {
-				t.Fatalf("accepted write answered %d %q (X-Written-Token %q), want the handler's 200 \"stored jobs/nightly#7\"", a.status, a.body, a.header.Get("X-Written-Token"))
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		rec := &resourceRec{}
+		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
+		f := fenceOf("jobs/nightly", 7, "lease-7")
+		a := sendFenced(t, "PUT", srv.URL+"/inventory/main", f, nil, "")
+		if a.status != 200 || a.body != "stored jobs/nightly#7" || a.header.Get("X-Written-Token") != "7" {
+			t.Fatalf("accepted write answered %d %q (X-Written-Token %q), want the handler's 200 \"stored jobs/nightly#7\"", a.status, a.body, a.header.Get("X-Written-Token"))
+		}
+		if len(rec.fences) != 1 || rec.fences[0] != *f {
+			t.Fatalf("handler saw fences %+v, want [%+v] (the lock name unescaped)", rec.fences, *f)
+		}
+		// Several writes under one lease, and a later token, pass too.
+		for _, next := range []*fence.Fence{f, fenceOf("jobs/nightly", 9, "lease-9")} {
+			if a := sendFenced(t, "POST", srv.URL+"/inventory/main", next, nil, ""); a.status != 200 {
+				t.Fatalf("write with %v answered %d %v, want 200", next, a.status, a.err)
 			}
-			if len(rec.fences) != 1 || rec.fences[0] != *f {
-				t.Fatalf("handler saw fences %+v, want [%+v] (the lock name unescaped)", rec.fences, *f)
-			}
-			// Several writes under one lease, and a later token, pass too.
-			for _, g := range []*fence.Fence{f, fenceOf("jobs/nightly", 9, "lease-9")} {
-				if a := sendFenced(t, "POST", srv.URL+"/inventory/main", g, nil, ""); a.status != 200 {
-					t.Fatalf("write with %v answered %d %v, want 200", g, a.status, a.err)
+		}
+		if n := rec.calls.Load(); n != 3 {
+			t.Fatalf("handler called %d times, want 3", n)
+		}
+	})
+}
+
+// TestFenced_RefusedAfterAcceptedWrite: once inv#5 (lease L5) has written /inv, a
+// lower token, the same token under another lease or none, and another lock's token
+// are refused, in turn on the same resource, and none reaches the handler.
+func TestFenced_RefusedAfterAcceptedWrite(t *testing.T) {
+	refusals := []struct {
+		name string
+		f    *fence.Fence
+		code string
+		want map[string]any
+		msg  string // the whole message, where the test pins it
+	}{
+		{"StaleRefusedWithHighest", fenceOf("inv", 3, "L3"), "stale_token", map[string]any{"highest": 5, "token": 3, "key": "/inv"}, `put "/inv": stale token 3, highest seen 5`},
+		{"EqualTokenOtherLease", fenceOf("inv", 5, "other"), "stale_token", map[string]any{"highest": 5, "token": 5, "same_token": true}, ""},
+		{"EqualTokenNoLease", fenceOf("inv", 5, ""), "stale_token", map[string]any{"highest": 5, "token": 5}, ""},
+		{"WrongLock", fenceOf("other", 9, "L9"), "wrong_lock", map[string]any{"lock": "inv", "got": "other", "key": "/inv"}, ""},
+	}
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		rec := &resourceRec{}
+		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
+		if a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, "L5"), nil, ""); a.status != 200 {
+			t.Fatalf("first write answered %d %v, want 200", a.status, a.err)
+		}
+		for _, tc := range refusals {
+			t.Run(tc.name, func(t *testing.T) {
+				a := sendFenced(t, "PUT", srv.URL+"/inv", tc.f, nil, "")
+				wantRefused(t, a, 409, tc.code, tc.want)
+				if tc.msg != "" && a.err["error"] != tc.msg {
+					t.Errorf("message %q, want %q", a.err["error"], tc.msg)
 				}
-			}
-			if n := rec.calls.Load(); n != 3 {
-				t.Fatalf("handler called %d times, want 3", n)
-			}
-		})
-	}
-}
-
-func TestFenced_StaleRefusedWithHighest(t *testing.T) {
-	for gname, newGuard := range guards(t) {
-		t.Run(gname, func(t *testing.T) {
-			rec := &resourceRec{}
-			srv := serveRes(t, fencehttp.Fenced(newGuard(t), rec, nil))
-			if a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, "L5"), nil, ""); a.status != 200 {
-				t.Fatalf("first write answered %d %v, want 200", a.status, a.err)
-			}
-			a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 3, "L3"), nil, "")
-			wantRefused(t, a, 409, "stale_token", map[string]any{"highest": 5, "token": 3, "key": "/inv"})
-			if want := `put "/inv": stale token 3, highest seen 5`; a.err["error"] != want {
-				t.Errorf("message %q, want %q", a.err["error"], want)
-			}
-			if n := rec.calls.Load(); n != 1 {
-				t.Fatalf("handler called %d times, want 1: a refused write must not reach it", n)
-			}
-		})
-	}
-}
-
-func TestFenced_EqualTokenOtherLeaseRefused(t *testing.T) {
-	for gname, newGuard := range guards(t) {
-		t.Run(gname, func(t *testing.T) {
-			rec := &resourceRec{}
-			srv := serveRes(t, fencehttp.Fenced(newGuard(t), rec, nil))
-			if a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, "L5"), nil, ""); a.status != 200 {
-				t.Fatalf("first write answered %d %v, want 200", a.status, a.err)
-			}
-			a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, "other"), nil, "")
-			wantRefused(t, a, 409, "stale_token", map[string]any{"highest": 5, "token": 5, "same_token": true})
-			a = sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, ""), nil, "")
-			wantRefused(t, a, 409, "stale_token", map[string]any{"highest": 5, "token": 5})
-			if n := rec.calls.Load(); n != 1 {
-				t.Fatalf("handler called %d times, want 1", n)
-			}
-		})
-	}
-}
-
-func TestFenced_WrongLockRefused(t *testing.T) {
-	for gname, newGuard := range guards(t) {
-		t.Run(gname, func(t *testing.T) {
-			rec := &resourceRec{}
-			srv := serveRes(t, fencehttp.Fenced(newGuard(t), rec, nil))
-			if a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, "L5"), nil, ""); a.status != 200 {
-				t.Fatalf("first write answered %d %v, want 200", a.status, a.err)
-			}
-			a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("other", 9, "L9"), nil, "")
-			wantRefused(t, a, 409, "wrong_lock", map[string]any{"lock": "inv", "got": "other", "key": "/inv"})
-			if n := rec.calls.Load(); n != 1 {
-				t.Fatalf("handler called %d times, want 1", n)
-			}
-		})
-	}
+				if n := rec.calls.Load(); n != 1 {
+					t.Fatalf("handler called %d times, want 1: a refused write must not reach it", n)
+				}
+			})
+		}
+	})
 }
 
 func TestFenced_BadHeaders400(t *testing.T) {
@@ -287,7 +259,7 @@ func TestFenced_ResourcesIndependent(t *testing.T) {
 }
 
 func TestFenced_GuardUnavailable503(t *testing.T) {
-	store := openBolt(t)
+	store := fencedtest.OpenBolt(t)
 	rec := &resourceRec{}
 	srv := serveRes(t, fencehttp.Fenced(store, rec, nil))
 	if err := store.Close(); err != nil {
@@ -306,48 +278,19 @@ func TestFenced_GuardUnavailable503(t *testing.T) {
 // the order in which the handler stores must be the tokens' order, and every
 // refusal must name a higher token than the one refused.
 func TestFenced_ConcurrentWritersMonotonic(t *testing.T) {
-	for gname, newGuard := range guards(t) {
-		t.Run(gname, func(t *testing.T) {
-			rec := &resourceRec{delay: 2 * time.Millisecond}
-			srv := serveRes(t, fencehttp.Fenced(newGuard(t), rec, nil))
-			const writers = 40
-			toks := rand.Perm(writers)
-			var wg sync.WaitGroup
-			var accepted, refused atomic.Int64
-			for _, p := range toks {
-				tok := fence.Token(p + 1)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", tok, "L"+tok.String()), nil, "")
-					switch a.status {
-					case 200:
-						accepted.Add(1)
-					case 409:
-						refused.Add(1)
-						if h, _ := a.err["highest"].(float64); fence.Token(h) <= tok {
-							t.Errorf("token %d refused with highest %v, want a higher one", tok, a.err["highest"])
-						}
-					default:
-						t.Errorf("token %d: answered %d %v", tok, a.status, a.err)
-					}
-				}()
-			}
-			wg.Wait()
-			got := rec.tokens()
-			for i := 1; i < len(got); i++ {
-				if got[i] <= got[i-1] {
-					t.Fatalf("handler stored tokens in the order %v: %d after %d", got, got[i], got[i-1])
-				}
-			}
-			if len(got) == 0 || got[len(got)-1] != writers {
-				t.Fatalf("stored tokens %v, want the highest token %d among them, last", got, writers)
-			}
-			if accepted.Load()+refused.Load() != writers || int(accepted.Load()) != len(got) {
-				t.Fatalf("accepted %d, refused %d, stored %d; want accepted+refused = %d and accepted = stored", accepted.Load(), refused.Load(), len(got), writers)
-			}
+	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		rec := &resourceRec{delay: 2 * time.Millisecond}
+		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
+		const writers = 40
+		var toks []fence.Token
+		for _, p := range rand.Perm(writers) {
+			toks = append(toks, fence.Token(p+1))
+		}
+		accepted := fencedtest.WriteAll(t, toks, func(tok fence.Token) (bool, fence.Token, error) {
+			return writeOutcome(sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", tok, "L"+tok.String()), nil, ""), 200)
 		})
-	}
+		fencedtest.WantTokenOrder(t, rec.tokens(), accepted, writers)
+	})
 }
 
 func TestFenced_WaitForTurnEndsWithContext(t *testing.T) {

@@ -279,22 +279,40 @@ func TestServer_LongPoll_WokenByRelease(t *testing.T) {
 	name := uniq(t, "handoff")
 	holder := mustAcquire(t, c, name, time.Hour) // expiry cannot be what wakes the waiter
 	waiting := metricValue(t, shared.server, "fence_waits_total") + 1
-	got := make(chan error, 1)
-	var next *fence.Lease
+	w := startWaiter(t, c, name, time.Hour)
+	waitForWaiters(t, shared.server, waiting)
+	w.wantHandover(t, holder)
+}
+
+// waiter is an Acquire of a held lock, waiting in a goroutine of its own.
+type waiter struct {
+	got  chan error
+	next *fence.Lease // set before got is sent
+}
+
+// startWaiter starts an Acquire of name through l that waits up to wait.
+func startWaiter(t *testing.T, l fence.Locker, name string, wait time.Duration) *waiter {
+	w := &waiter{got: make(chan error, 1)}
 	go func() {
 		var err error
-		next, err = c.Acquire(ctxFor(t), name, time.Minute, fence.WithWait(time.Hour))
-		got <- err
+		w.next, err = l.Acquire(ctxFor(t), name, time.Minute, fence.WithWait(wait))
+		w.got <- err
 	}()
-	waitForWaiters(t, shared.server, waiting)
+	return w
+}
+
+// wantHandover releases holder and fails t unless the waiter is granted the lock
+// then, with a higher token.
+func (w *waiter) wantHandover(t *testing.T, holder *fence.Lease) {
+	t.Helper()
 	if err := holder.Release(ctxFor(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if err := <-got; err != nil {
+	if err := <-w.got; err != nil {
 		t.Fatalf("waiter: want a grant after the release, got %v", err)
 	}
-	if next.Token() <= holder.Token() {
-		t.Fatalf("waiter's token %d: want greater than the holder's %d", next.Token(), holder.Token())
+	if w.next.Token() <= holder.Token() {
+		t.Fatalf("waiter's token %d: want greater than the holder's %d", w.next.Token(), holder.Token())
 	}
 }
 
@@ -644,13 +662,7 @@ func TestClient_Acquire_WaitSurvivesServerRestart(t *testing.T) {
 	s1, hs1 := start(addr)
 	c := mustClient(t, "http://"+addr, nil)
 	holder := mustAcquire(t, c, "restart", time.Hour)
-	got := make(chan error, 1)
-	var next *fence.Lease
-	go func() {
-		var err error
-		next, err = c.Acquire(ctxFor(t), "restart", time.Minute, fence.WithWait(time.Minute))
-		got <- err
-	}()
+	w := startWaiter(t, c, "restart", time.Minute)
 	waitForWaiters(t, s1, 1)
 	// A graceful restart: drain ends the long poll with 503, the port goes away,
 	// a new server comes up on it.
@@ -659,13 +671,5 @@ func TestClient_Acquire_WaitSurvivesServerRestart(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	start(addr)
-	if err := holder.Release(ctxFor(t)); err != nil {
-		t.Fatalf("Release through the new server: %v", err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiter across the restart: want granted, got %v", err)
-	}
-	if next.Token() <= holder.Token() {
-		t.Fatalf("token %d: want greater than %d", next.Token(), holder.Token())
-	}
+	w.wantHandover(t, holder) // through the new server, to the waiter of the old one
 }

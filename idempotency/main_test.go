@@ -2,7 +2,6 @@ package idempotency_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,35 +19,25 @@ import (
 	"github.com/fencelock/fence/internal/testserv"
 )
 
-// pgPool is a pool on the one PostgreSQL server of the package (nil under -short);
+// dsn is the database of the package's one PostgreSQL server (empty under -short);
 // each test uses its own table.
-var pgPool *pgxpool.Pool
+var dsn string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	os.Exit(run(m))
+	os.Exit(testserv.RunWithPostgres(m, "idempotency", &dsn))
 }
 
-func run(m *testing.M) int {
-	srv, err := testserv.StartPostgres()
+// pgPool returns a pool on the package's database for the test t, closed when t
+// ends. It skips t under -short.
+func pgPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	testserv.SkipIfShort(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "idempotency tests:", err)
-		return 1
+		t.Fatal(err)
 	}
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, srv.DSN("postgres"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "idempotency tests: connect:", err)
-		return 1
-	}
-	defer pool.Close()
-	pgPool = pool
-	return m.Run()
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // testStore is a Store under test with a way to move its clock forward.
@@ -83,14 +72,15 @@ func stores(t *testing.T) []testStore {
 	if len(table) > 40 {
 		table = table[:40]
 	}
-	ps := pgstore.New(pgPool, &pgstore.Options{Table: table})
+	pool := pgPool(t)
+	ps := pgstore.New(pool, &pgstore.Options{Table: table})
 	ctx := context.Background()
 	if err := ps.CreateSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = pgPool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
 	out = append(out, testStore{name: "postgres", store: ps, advance: func(t *testing.T, d time.Duration) {
-		_, err := pgPool.Exec(ctx, `UPDATE "`+table+`" SET locked_until = locked_until - $1 * interval '1 millisecond', expires_at = expires_at - $1 * interval '1 millisecond'`, d.Milliseconds())
+		_, err := pool.Exec(ctx, `UPDATE "`+table+`" SET locked_until = locked_until - $1 * interval '1 millisecond', expires_at = expires_at - $1 * interval '1 millisecond'`, d.Milliseconds())
 		if err != nil {
 			t.Fatal(err)
 		}

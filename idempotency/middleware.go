@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencelock/fence/internal/httpbuf"
 )
 
 // Header names of the IETF Idempotency-Key draft and of replays.
@@ -212,7 +214,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 
-	rec := &recorder{header: http.Header{}}
+	rec := httpbuf.New()
 	finished := false
 	defer func() {
 		if !finished {
@@ -222,7 +224,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}()
 	next.ServeHTTP(rec, r)
 	finished = true
-	resp := rec.response(m.o.ReplayHeaders)
+	resp := responseOf(rec, m.o.ReplayHeaders)
 	if resp.Status >= 500 && !m.o.StoreServerErrors {
 		m.release(storeKey, claim.Owner)
 	} else if err := m.store.Complete(context.WithoutCancel(r.Context()), storeKey, claim.Owner, resp, m.o.Retention); err != nil {
@@ -231,7 +233,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		// the other request's outcome).
 		m.o.Logger.Error("idempotency: complete", "err", err)
 	}
-	rec.writeTo(w)
+	rec.SendTo(w)
 	m.maybePurge()
 }
 
@@ -331,53 +333,19 @@ func replay(w http.ResponseWriter, resp *Response) {
 	_, _ = w.Write(resp.Body)
 }
 
-// recorder buffers a handler's response.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *recorder) Write(p []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.body.Write(p)
-}
-
-func (r *recorder) response(keep []string) *Response {
-	status := r.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	if r.header.Get("Content-Type") == "" && r.body.Len() > 0 {
-		r.header.Set("Content-Type", http.DetectContentType(r.body.Bytes()))
+// responseOf is what the store keeps of rec's answer: its status, body and the
+// header fields named in keep, with a Content-Type sniffed from the body if the
+// handler set none (on rec too, so that the first answer says the same).
+func responseOf(rec *httpbuf.Response, keep []string) *Response {
+	body := rec.Body()
+	if rec.Header().Get("Content-Type") == "" && len(body) > 0 {
+		rec.Header().Set("Content-Type", http.DetectContentType(body))
 	}
 	h := http.Header{}
 	for _, k := range keep {
-		if vs := r.header.Values(k); len(vs) > 0 {
+		if vs := rec.Header().Values(k); len(vs) > 0 {
 			h[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
 		}
 	}
-	return &Response{Status: status, Header: h, Body: append([]byte(nil), r.body.Bytes()...)}
-}
-
-func (r *recorder) writeTo(w http.ResponseWriter) {
-	for k, vs := range r.header {
-		w.Header()[k] = vs
-	}
-	status := r.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(r.body.Bytes())
+	return &Response{Status: rec.Status(), Header: h, Body: append([]byte(nil), body...)}
 }

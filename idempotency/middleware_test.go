@@ -142,14 +142,9 @@ func TestMiddleware_MissingKey_400WhenRequired_PassThroughOtherwise(t *testing.T
 func TestMiddleware_ServerError_NotStored_RetryRunsAgain(t *testing.T) {
 	for _, ts := range stores(t) {
 		t.Run(ts.name, func(t *testing.T) {
-			var runs atomic.Int64
-			h := idempotency.Middleware(ts.store, idempotency.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if runs.Add(1) == 1 {
-					http.Error(w, "database down", http.StatusServiceUnavailable)
-					return
-				}
-				w.WriteHeader(http.StatusOK)
-			}))
+			h, runs := failingFirst(ts.store, func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, "database down", http.StatusServiceUnavailable)
+			}, http.StatusOK)
 			wantStatus(t, call(h, "POST", "/x", "k", "b"), http.StatusServiceUnavailable)
 			wantStatus(t, call(h, "POST", "/x", "k", "b"), http.StatusOK)
 			w := call(h, "POST", "/x", "k", "b")
@@ -164,13 +159,7 @@ func TestMiddleware_ServerError_NotStored_RetryRunsAgain(t *testing.T) {
 func TestMiddleware_PanickingHandler_ReleasesKey(t *testing.T) {
 	for _, ts := range stores(t) {
 		t.Run(ts.name, func(t *testing.T) {
-			var runs atomic.Int64
-			h := idempotency.Middleware(ts.store, idempotency.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if runs.Add(1) == 1 {
-					panic("boom")
-				}
-				w.WriteHeader(http.StatusNoContent)
-			}))
+			h, runs := failingFirst(ts.store, func(http.ResponseWriter, *http.Request) { panic("boom") }, http.StatusNoContent)
 			func() {
 				defer func() {
 					if recover() == nil {
@@ -180,8 +169,24 @@ func TestMiddleware_PanickingHandler_ReleasesKey(t *testing.T) {
 				call(h, "POST", "/x", "k", "b")
 			}()
 			wantStatus(t, call(h, "POST", "/x", "k", "b"), http.StatusNoContent)
+			if n := runs.Load(); n != 2 {
+				t.Fatalf("want 2 runs (the panic, then the retry), got %d", n)
+			}
 		})
 	}
+}
+
+// failingFirst returns s's middleware around a handler whose first run is first
+// and whose later runs answer status, and the count of its runs.
+func failingFirst(s idempotency.Store, first http.HandlerFunc, status int) (http.Handler, *atomic.Int64) {
+	runs := new(atomic.Int64)
+	return idempotency.Middleware(s, idempotency.Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			first(w, r)
+			return
+		}
+		w.WriteHeader(status)
+	})), runs
 }
 
 func TestMiddleware_IdentityScopesKeys(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/fencelock/fence/idempotency"
 	"github.com/fencelock/fence/idempotency/boltstore"
 	"github.com/fencelock/fence/idempotency/pgstore"
+	"github.com/fencelock/fence/internal/testserv"
 )
 
 const (
@@ -29,6 +30,14 @@ func begin(t *testing.T, s idempotency.Store, key, fp string) idempotency.Claim 
 		t.Fatalf("Begin(%q, %q): %v", key, fp, err)
 	}
 	return c
+}
+
+// complete completes key for owner with resp, failing t if the store refuses.
+func complete(t *testing.T, s idempotency.Store, key, owner string, resp *idempotency.Response) {
+	t.Helper()
+	if err := s.Complete(context.Background(), key, owner, resp, retention); err != nil {
+		t.Fatalf("Complete(%q): %v", key, err)
+	}
 }
 
 func wantState(t *testing.T, c idempotency.Claim, want idempotency.State) {
@@ -50,9 +59,7 @@ func TestStore_Begin_StartedThenInFlightThenCompletedReplays(t *testing.T) {
 				t.Fatalf("RetryAfter: want in (0, %v], got %v", lockTO, in.RetryAfter)
 			}
 			resp := &idempotency.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":7}`)}
-			if err := s.Complete(ctx, "k1", c.Owner, resp, retention); err != nil {
-				t.Fatal(err)
-			}
+			complete(t, s, "k1", c.Owner, resp)
 			done := begin(t, s, "k1", "fp")
 			wantState(t, done, idempotency.Completed)
 			if got := done.Response; got.Status != 201 || string(got.Body) != `{"id":7}` || got.Header.Get("Content-Type") != "application/json" {
@@ -71,9 +78,7 @@ func TestStore_Begin_OtherFingerprint_Mismatch(t *testing.T) {
 			s := ts.store
 			c := begin(t, s, "k", "fp-a")
 			wantState(t, begin(t, s, "k", "fp-b"), idempotency.Mismatch)
-			if err := s.Complete(context.Background(), "k", c.Owner, &idempotency.Response{Status: 200}, retention); err != nil {
-				t.Fatal(err)
-			}
+			complete(t, s, "k", c.Owner, &idempotency.Response{Status: 200})
 			wantState(t, begin(t, s, "k", "fp-b"), idempotency.Mismatch)
 		})
 	}
@@ -114,9 +119,7 @@ func TestStore_LockTimeout_RetryTakesOver(t *testing.T) {
 			if err := s.Complete(ctx, "k", first.Owner, &idempotency.Response{Status: 200}, retention); !errors.Is(err, idempotency.ErrNotOwner) {
 				t.Fatalf("Complete by the timed-out first request: want ErrNotOwner, got %v", err)
 			}
-			if err := s.Complete(ctx, "k", second.Owner, &idempotency.Response{Status: 202}, retention); err != nil {
-				t.Fatal(err)
-			}
+			complete(t, s, "k", second.Owner, &idempotency.Response{Status: 202})
 			if got := begin(t, s, "k", "fp"); got.State != idempotency.Completed || got.Response.Status != 202 {
 				t.Fatalf("want the taking-over request's 202 replayed, got %+v", got)
 			}
@@ -130,9 +133,7 @@ func TestStore_Retention_ExpiredKeyRunsAgainAndIsPurged(t *testing.T) {
 			s, ctx := ts.store, context.Background()
 			for _, k := range []string{"old", "old2"} {
 				c := begin(t, s, k, "fp")
-				if err := s.Complete(ctx, k, c.Owner, &idempotency.Response{Status: 200}, retention); err != nil {
-					t.Fatal(err)
-				}
+				complete(t, s, k, c.Owner, &idempotency.Response{Status: 200})
 			}
 			ts.advance(t, retention+time.Second)
 			begin(t, s, "fresh", "fp")
@@ -201,15 +202,13 @@ func TestStore_BadInput_Invalid(t *testing.T) {
 }
 
 func TestPostgresStore_MissingTableAndBadName(t *testing.T) {
-	if pgPool == nil {
-		t.Skip("needs PostgreSQL (not in -short)")
-	}
+	pool := pgPool(t)
 	ctx := context.Background()
-	_, err := pgstore.New(pgPool, &pgstore.Options{Table: "no_such_table"}).Begin(ctx, "k", "fp", lockTO, retention)
+	_, err := pgstore.New(pool, &pgstore.Options{Table: "no_such_table"}).Begin(ctx, "k", "fp", lockTO, retention)
 	if !errors.Is(err, pgstore.ErrSchema) {
 		t.Fatalf("missing table: want ErrSchema, got %v", err)
 	}
-	_, err = pgstore.New(pgPool, &pgstore.Options{Table: `x"; drop table y`}).Begin(ctx, "k", "fp", lockTO, retention)
+	_, err = pgstore.New(pool, &pgstore.Options{Table: `x"; drop table y`}).Begin(ctx, "k", "fp", lockTO, retention)
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("bad table name: want fence.ErrInvalid, got %v", err)
 	}
@@ -227,10 +226,8 @@ func TestBoltStore_Closed_ErrClosed(t *testing.T) {
 }
 
 func TestPostgresStore_ClosedPool_ErrClosed(t *testing.T) {
-	if pgPool == nil {
-		t.Skip("needs PostgreSQL (not in -short)")
-	}
-	pool, err := pgxpool.New(context.Background(), pgPool.Config().ConnString())
+	testserv.SkipIfShort(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -26,25 +25,7 @@ import (
 var dsn string
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	srv, err := testserv.StartPostgres()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "inventory tests: cannot start PostgreSQL: %v\n", err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer srv.Close()
-		if err := srv.Exec("postgres", "CREATE DATABASE inventory"); err != nil {
-			fmt.Fprintf(os.Stderr, "inventory tests: create database: %v\n", err)
-			return 1
-		}
-		dsn = srv.DSN("inventory")
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(testserv.RunWithPostgres(m, "inventory", &dsn))
 }
 
 func ctxFor(t *testing.T) context.Context {

@@ -4,8 +4,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -24,25 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envInstance) != "" {
 		os.Exit(runInstanceFromEnv())
 	}
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	srv, err := testserv.StartPostgres()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "payments tests: cannot start PostgreSQL: %v\n", err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer srv.Close()
-		if err := srv.Exec("postgres", "CREATE DATABASE payments"); err != nil {
-			fmt.Fprintf(os.Stderr, "payments tests: create database: %v\n", err)
-			return 1
-		}
-		dsn = srv.DSN("payments")
-		return m.Run()
-	}()
-	os.Exit(code)
+	os.Exit(testserv.RunWithPostgres(m, "payments", &dsn))
 }
 
 // testConfig is a small batch with a short TTL, so a run takes about two seconds.

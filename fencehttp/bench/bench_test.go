@@ -3,7 +3,6 @@ package bench_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/internal/testserv"
 )
 
 var clientCounts = []int{1, 16}
@@ -44,14 +44,15 @@ func fenceServer(b *testing.B) (*fencehttp.Server, string) {
 	return s, hs.URL
 }
 
+// freePort returns a free port of 127.0.0.1, never one it returned before: the
+// client and peer ports of etcdServer must differ.
 func freePort(b *testing.B) int {
 	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testserv.FreePort()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // etcdServer starts a single-member embedded etcd with default (durable) settings.
