@@ -26,6 +26,7 @@ func TestBinary_LinksNoTestMachinery(t *testing.T) {
 		"testing",
 		"github.com/fencelock/fence/internal/testserv",
 		"github.com/fencelock/fence/internal/sqlguardtest",
+		"github.com/fencelock/fence/internal/fencedtest",
 		"github.com/fencelock/fence/fencetest",
 	}
 	for _, dep := range strings.Fields(string(out)) {
