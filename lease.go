@@ -30,6 +30,7 @@ type Lease struct {
 	name   string
 	id     string
 	token  Token
+	owner  string
 
 	opMu sync.Mutex // serialises Renew and Release, so deadlines follow the order the backend saw
 
@@ -51,6 +52,7 @@ func init() {
 	core.ValidateTTL = validateTTL
 	core.ValidateToken = func(t uint64) error { return validateToken(Token(t)) }
 	core.ValidateLeaseID = validateLeaseID
+	core.ValidateOwner = validateOwner
 }
 
 // newLease returns a held lease for a grant, with its expiry timer (and renewal, if
@@ -67,7 +69,7 @@ func newLease(c core.LeaseConfig) *Lease {
 		start = clock.Now()
 	}
 	l := &Lease{
-		locker: c.Holder, clock: clock, name: c.Name, id: c.ID, token: Token(c.Token),
+		locker: c.Holder, clock: clock, name: c.Name, id: c.ID, token: Token(c.Token), owner: c.Owner,
 		ttl: c.TTL, deadline: start.Add(c.TTL), auto: c.AutoRenew,
 		done: make(chan struct{}),
 	}
@@ -82,6 +84,9 @@ func newLease(c core.LeaseConfig) *Lease {
 
 // Name returns the lock name.
 func (l *Lease) Name() string { return l.name }
+
+// Owner returns the owner the acquire named (WithOwner), "" if none.
+func (l *Lease) Owner() string { return l.owner }
 
 // Token returns the fencing token of this grant.
 func (l *Lease) Token() Token { return l.token }

@@ -53,6 +53,19 @@ type Healer interface {
 	Heal(ctx context.Context, name string, seen Token) error
 }
 
+// Revoker is implemented by lockers that can end a lease without its lease id: a
+// safe force-release for an operator (`fence revoke`). The revoked holder's Renew
+// and Release then return ErrNotHeld, and, because the next grant's token is
+// higher, any guard refuses the revoked holder's writes once the new holder has
+// written or fenced (P1, P3). Until then a paused revoked holder can still write
+// with its token: revoke is safe only where the resource is fenced.
+type Revoker interface {
+	// Revoke ends the current lease on name now, whoever holds it, and wakes
+	// waiters. It returns ErrNotHeld if no unexpired lease is held, and
+	// ErrInvalid for a bad name.
+	Revoke(ctx context.Context, name string) error
+}
+
 // Inspector is implemented by lockers that can report lock state, for `fence status`.
 type Inspector interface {
 	// Inspect returns the state of one lock; a lock never acquired is reported with
@@ -71,6 +84,7 @@ type LockInfo struct {
 	Name      string        `json:"name"`
 	Held      bool          `json:"held"`
 	Token     Token         `json:"token,omitempty"`      // the current holder's token, if held
+	Owner     string        `json:"owner,omitempty"`      // the current holder's owner (WithOwner), if held
 	LastToken Token         `json:"last_token,omitempty"` // the highest token issued for name
 	ExpiresIn time.Duration `json:"-"`                    // time left on the current lease, if held
 }
@@ -101,6 +115,16 @@ func WithWait(d time.Duration) AcquireOption {
 // a lost lock, it never closes it. A holder can pause right after a successful
 // renewal. Only a guard checking the fencing token makes writes safe.
 func WithAutoRenew() AcquireOption { return func(o *core.AcquireOptions) { o.AutoRenew = true } }
+
+// WithOwner names the holder: the backend stores owner with the lease and reports
+// it in LockInfo.Owner (Inspect, List, `fence status`), so that people and
+// programs can see who holds a lock; the lease id, a credential, is never shown.
+// It is at most MaxOwnerLen bytes of printable UTF-8 ("host:pid command" is
+// what `fence lock` uses); "" means no owner. A bad owner makes Acquire return
+// ErrInvalid. An owner is a label, not a credential: anyone may claim any owner.
+func WithOwner(owner string) AcquireOption {
+	return func(o *core.AcquireOptions) { o.Owner = owner }
+}
 
 // TryAcquire is Acquire without waiting: it returns an error matching
 // ErrNotAcquired at once if name is held.

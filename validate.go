@@ -18,6 +18,8 @@ const (
 	MaxTTL = 24 * time.Hour
 	// MaxLeaseIDLen is the longest lease id accepted, in bytes.
 	MaxLeaseIDLen = 128
+	// MaxOwnerLen is the longest owner (WithOwner) accepted, in bytes.
+	MaxOwnerLen = 256
 )
 
 // validateName returns nil if name is usable as a lock name or resource key: 1 to
@@ -76,6 +78,25 @@ func validateLeaseID(id string) error {
 	for i := 0; i < len(id); i++ {
 		if id[i] <= ' ' || id[i] > '~' {
 			return invalidf("lease", id, "must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// validateOwner returns nil if owner is empty (no owner) or at most MaxOwnerLen
+// bytes of valid UTF-8 without control characters, and an *InvalidError otherwise.
+func validateOwner(owner string) error {
+	switch {
+	case owner == "":
+		return nil
+	case len(owner) > MaxOwnerLen:
+		return invalidf("owner", owner, "is %d bytes, longer than %d", len(owner), MaxOwnerLen)
+	case !utf8.ValidString(owner):
+		return invalidf("owner", owner, "is not valid UTF-8")
+	}
+	for _, r := range owner {
+		if !unicode.IsPrint(r) {
+			return invalidf("owner", owner, "contains the unprintable character %U", r)
 		}
 	}
 	return nil

@@ -40,7 +40,8 @@ var SystemClock Clock = core.SystemClock
 
 // AcquireOptions are the per-call options of an acquire, as its AcquireOption
 // values set them: Wait (0 tries once, fence.WaitForever waits until the context
-// ends) and AutoRenew.
+// ends), AutoRenew and Owner (validated by the Engine; a backend stores it with the
+// grant and reports it in fence.LockInfo.Owner).
 type AcquireOptions = core.AcquireOptions
 
 // ApplyOptions returns the options that opts set; nil options are skipped.
@@ -73,6 +74,10 @@ func ValidateToken(t fence.Token) error { return core.ValidateToken(uint64(t)) }
 // ValidateLeaseID returns nil if id is 1 to fence.MaxLeaseIDLen bytes of printable
 // ASCII without spaces, and a *fence.InvalidError naming "lease" otherwise.
 func ValidateLeaseID(id string) error { return core.ValidateLeaseID(id) }
+
+// ValidateOwner returns nil if owner is "" or at most fence.MaxOwnerLen bytes of
+// printable UTF-8, and a *fence.InvalidError naming "owner" otherwise.
+func ValidateOwner(owner string) error { return core.ValidateOwner(owner) }
 
 // ValidateLease validates the name and lease id of a Renew or Release: a
 // *fence.InvalidError for a bad name, or for a bad lease id with the name before it.
@@ -133,6 +138,8 @@ type LeaseConfig struct {
 	Clock Clock
 	// AutoRenew starts renewal at about TTL/3 (see fence.WithAutoRenew).
 	AutoRenew bool
+	// Owner is the owner the acquire named (fence.WithOwner), "" if none.
+	Owner string
 }
 
 // NewLease returns a held lease for a grant, with its expiry timer (and renewal, if
@@ -141,7 +148,7 @@ type LeaseConfig struct {
 func NewLease(c LeaseConfig) *fence.Lease {
 	return newLease(core.LeaseConfig{
 		Holder: c.Locker, Name: c.Name, Token: uint64(c.Token), ID: c.ID, TTL: c.TTL,
-		Start: c.Start, Clock: c.Clock, AutoRenew: c.AutoRenew,
+		Start: c.Start, Clock: c.Clock, AutoRenew: c.AutoRenew, Owner: c.Owner,
 	})
 }
 

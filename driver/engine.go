@@ -125,9 +125,10 @@ func (e *Engine) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	if err != nil {
 		return nil, err
 	}
+	o := ApplyOptions(opts...)
 	return NewLease(LeaseConfig{
 		Locker: e.Locker, Name: name, Token: g.Token, ID: g.ID, TTL: ttl,
-		Start: g.Start, Clock: e.Clock, AutoRenew: ApplyOptions(opts...).AutoRenew,
+		Start: g.Start, Clock: e.Clock, AutoRenew: o.AutoRenew, Owner: o.Owner,
 	}), nil
 }
 
@@ -159,11 +160,14 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 	if err := ValidateTTL(ttl); err != nil {
 		return Grant{}, e.wrap(name, err)
 	}
+	o := ApplyOptions(opts...)
+	if err := ValidateOwner(o.Owner); err != nil {
+		return Grant{}, e.wrap(name, err)
+	}
 	clock := e.Clock
 	if clock == nil {
 		clock = SystemClock
 	}
-	o := ApplyOptions(opts...)
 	begin := clock.Now()
 	waitOver := e.after(clock, o.Wait)
 	if waitOver.stop != nil {

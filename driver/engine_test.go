@@ -314,3 +314,27 @@ func TestEngine_ContextEndsWhileTriesFail_KeepsTheLastFailure(t *testing.T) {
 		t.Errorf("err = %q; want the cause and then the last try's failure", err)
 	}
 }
+
+func TestEngine_BadOwner_NoTry(t *testing.T) {
+	try := func(context.Context, *driver.Request) (driver.Result, error) {
+		t.Fatal("tried with a bad owner")
+		return driver.Result{}, nil
+	}
+	_, err := engine().Acquire(context.Background(), "job", time.Minute, []fence.AcquireOption{fence.WithOwner("a\nb")}, try)
+	if !errors.Is(err, fence.ErrInvalid) || !strings.HasPrefix(err.Error(), `test: acquire "job": fence: invalid owner "a\nb": contains the unprintable character U+000A`) {
+		t.Errorf("owner with a newline: %v", err)
+	}
+	var owner string
+	lease, err := engine().Acquire(context.Background(), "job", time.Minute, []fence.AcquireOption{fence.WithOwner("host:42 job")},
+		func(_ context.Context, r *driver.Request) (driver.Result, error) {
+			owner = r.Options.Owner
+			return driver.Result{Token: 1}, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	if owner != "host:42 job" || lease.Owner() != "host:42 job" {
+		t.Errorf("the try saw owner %q and the lease says %q; want the option's in both", owner, lease.Owner())
+	}
+}

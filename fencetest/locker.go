@@ -54,6 +54,9 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"Inspector_ReportsState", s.inspector},
 		{"Healer_NextTokenAboveSeen", s.healer},
 		{"Healer_AtMaxToken_FailsClosed", s.healerMaxToken},
+		{"Owner_ReportedWhileHeldNeverTheLeaseID", s.owner},
+		{"BadOwners_Rejected", s.badOwners},
+		{"Revoker_EndsLeaseWakesWaiterNextTokenHigher", s.revoker},
 	})
 }
 
@@ -867,4 +870,89 @@ func (s *lockerSuite) acquireErrorsWording(t *testing.T, l fence.Locker) {
 			break
 		}
 	}
+}
+
+// owner checks that the owner an acquire names is reported by Inspect and List
+// while the lease is held, and gone once it is released. An Inspector that cannot
+// report owners fails: `fence status` and election's Leader show them.
+func (s *lockerSuite) owner(t *testing.T, l fence.Locker) {
+	in := probe[fence.Inspector](t, l)
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	const owner = "worker-7.example:4242 ünïcødé job --flag" // printable, with spaces
+	lease := acquire(t, l, name, longTTL, fence.WithOwner(owner))
+	if lease.Owner() != owner {
+		t.Errorf("Lease.Owner() = %q; want %q", lease.Owner(), owner)
+	}
+	info, err := in.Inspect(ctx, name)
+	if err != nil {
+		t.Fatalf("Inspect = %v", err)
+	}
+	if info.Owner != owner || !info.Held {
+		t.Fatalf("Inspect = %+v; want it held by owner %q", info, owner)
+	}
+	if strings.Contains(fmt.Sprintf("%+v", info), lease.ID()) {
+		t.Fatalf("Inspect = %+v; it must never carry the lease id", info)
+	}
+	list, err := in.List(ctx, name, 0)
+	if err != nil || len(list) != 1 || list[0].Owner != owner {
+		t.Fatalf("List(%q) = %+v, %v; want one lock with owner %q", name, list, err, owner)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = in.Inspect(ctx, name); err != nil || info.Held || info.Owner != "" {
+		t.Fatalf("Inspect after release = %+v, %v; want it free, without an owner", info, err)
+	}
+	// No owner is fine, and reported as none.
+	acquire(t, l, name, longTTL)
+	if info, err = in.Inspect(ctx, name); err != nil || !info.Held || info.Owner != "" {
+		t.Fatalf("Inspect of a lease without owner = %+v, %v; want held, owner \"\"", info, err)
+	}
+}
+
+func (s *lockerSuite) badOwners(t *testing.T, l fence.Locker) {
+	name := uniqueName(t, "")
+	for _, owner := range []string{strings.Repeat("o", fence.MaxOwnerLen+1), "tab\there", "new\nline", "\xff\xfe"} {
+		lease, err := l.Acquire(testContext(t), name, longTTL, fence.WithOwner(owner))
+		if err == nil {
+			releaseAtCleanup(t, lease)
+			t.Fatalf("Acquire with owner %q granted token %d; want ErrInvalid", owner, lease.Token())
+		}
+		wantInvalid(t, fmt.Sprintf("Acquire with owner %q", owner), err, "owner")
+	}
+	acquire(t, l, name, longTTL, fence.WithOwner(strings.Repeat("o", fence.MaxOwnerLen)))
+}
+
+// revoker checks a Revoker: Revoke ends the holder's lease at once (its Renew
+// and Release then say ErrNotHeld), wakes a waiter promptly, and the next grant's
+// token is higher; a free lock gives ErrNotHeld.
+func (s *lockerSuite) revoker(t *testing.T, l fence.Locker) {
+	rv := probe[fence.Revoker](t, l)
+	ctx := testContext(t)
+	name := uniqueName(t, "")
+	wantErrIs(t, "Revoke of a lock never held", rv.Revoke(ctx, name), fence.ErrNotHeld)
+	wantInvalid(t, "Revoke with an empty name", rv.Revoke(ctx, ""), "name")
+
+	old := acquire(t, l, name, longTTL)
+	ch := goAcquire(ctx, l, name, longTTL, fence.WithWait(longWait))
+	s.settle(t, ch, "waiting on a held lock")
+	revoked := time.Now()
+	if err := rv.Revoke(ctx, name); err != nil {
+		t.Fatalf("Revoke of a held lock = %v", err)
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("waiter after Revoke = %v; want the lock", r.err)
+		}
+		releaseAtCleanup(t, r.lease)
+		if r.lease.Token() <= old.Token() {
+			t.Fatalf("grant after Revoke has token %d; want above the revoked %d", r.lease.Token(), old.Token())
+		}
+	case <-time.After(promptly):
+		t.Fatalf("waiter still waiting %v after Revoke; want it woken promptly", time.Since(revoked).Round(time.Millisecond))
+	}
+	wantErrIs(t, "revoked holder's Renew", old.Renew(ctx, longTTL), fence.ErrNotHeld)
+	wantErrIs(t, "revoked holder's Release", old.Release(ctx), fence.ErrNotHeld)
 }

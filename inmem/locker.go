@@ -49,6 +49,7 @@ type Locker struct {
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ driver.Granter  = (*Locker)(nil)
+	_ fence.Revoker   = (*Locker)(nil)
 	_ fence.Healer    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
 )
@@ -57,6 +58,7 @@ type lockState struct {
 	counter fence.Token // highest token issued for the name (or healed to)
 	leaseID string      // current lease, "" if none
 	token   fence.Token // current lease's token
+	owner   string      // current lease's owner (fence.WithOwner)
 	expires time.Time   // current lease's expiry by the Locker's clock
 	// released is closed (and replaced) when the lease ends by Release or when the
 	// state is replaced by Restore, to wake waiters at once.
@@ -126,6 +128,7 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 	}
 	st.counter++
 	st.leaseID = r.ID
+	st.owner = r.Options.Owner
 	st.token = st.counter
 	st.expires = now.Add(r.TTL)
 	return driver.Result{Token: st.token}, nil
@@ -165,13 +168,36 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrNotHeld)
 	}
 	held := st.heldAt(l.clock.Now())
-	st.leaseID, st.token, st.expires = "", 0, time.Time{}
-	close(st.released)
-	st.released = make(chan struct{})
+	st.endLocked()
 	if !held {
 		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrExpired)
 	}
 	return nil
+}
+
+// Revoke ends the current lease on name now, whoever holds it, and wakes the
+// waiters on name (see fence.Revoker). It returns an error matching
+// fence.ErrNotHeld if no unexpired lease is held, and fence.ErrInvalid for a bad
+// name.
+func (l *Locker) Revoke(ctx context.Context, name string) error {
+	if err := precheck(ctx, "revoke", name, driver.ValidateName(name)); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.locks[name]
+	if st == nil || !st.heldAt(l.clock.Now()) {
+		return fmt.Errorf("inmem: revoke %q: %w", name, fence.ErrNotHeld)
+	}
+	st.endLocked()
+	return nil
+}
+
+// endLocked clears the lease in st and wakes the waiters. l.mu must be held.
+func (st *lockState) endLocked() {
+	st.leaseID, st.token, st.owner, st.expires = "", 0, "", time.Time{}
+	close(st.released)
+	st.released = make(chan struct{})
 }
 
 // Heal raises name's counter to at least seen, so the next grant's token is above
@@ -226,6 +252,7 @@ func (l *Locker) fillLocked(info *fence.LockInfo, st *lockState, now time.Time) 
 	if st.heldAt(now) {
 		info.Held = true
 		info.Token = st.token
+		info.Owner = st.owner
 		info.ExpiresIn = st.expires.Sub(now)
 	}
 }

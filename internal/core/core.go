@@ -34,6 +34,7 @@ func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.Afte
 type AcquireOptions struct {
 	Wait      time.Duration
 	AutoRenew bool
+	Owner     string
 }
 
 // Holder is what a lease renews and releases through: its Locker.
@@ -52,6 +53,7 @@ type LeaseConfig struct {
 	Start     time.Time
 	Clock     Clock
 	AutoRenew bool
+	Owner     string
 }
 
 // Set by package fence in its init.
@@ -64,4 +66,5 @@ var (
 	ValidateTTL     func(time.Duration) error
 	ValidateToken   func(uint64) error
 	ValidateLeaseID func(string) error
+	ValidateOwner   func(string) error
 )
