@@ -124,7 +124,7 @@ func (a *acquisition) drop() {
 func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 	l := a.l
 	if a.path == "" {
-		if err := a.create(r.TTL); err != nil {
+		if err := a.create(r); err != nil {
 			return driver.Result{}, err
 		}
 	}
@@ -168,7 +168,7 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 			}
 		}
 		if idx == 0 {
-			return a.claim(r.TTL)
+			return a.claim(r)
 		}
 		a.pred = a.dir + "/" + nodes[idx-1].name
 		var expiresIn time.Duration
@@ -184,8 +184,8 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 				return driver.Result{}, zkErr(err)
 			}
 			a.watch(ch)
-			if pttl, held := parseHold(data); held {
-				left, gone, err := l.takeOver(a.dir, a.pred, st, pttl)
+			if pd := parseData(data); pd.held {
+				left, gone, err := l.takeOver(a.dir, a.pred, st, pd.ttl)
 				switch {
 				case err != nil:
 					return driver.Result{}, err
@@ -195,7 +195,7 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 				case left <= 0:
 					continue // renewed meanwhile: read it again
 				}
-				expiresIn, a.predStat, a.predTTL = left, st, pttl
+				expiresIn, a.predStat, a.predTTL = left, st, pd.ttl
 			}
 		} else {
 			ok, _, ch, err := l.conn.ExistsW(a.pred)
@@ -216,7 +216,7 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 		if !r.Waiting || a.waiting {
 			return held, nil // a call that does not wait deletes its node as it ends
 		}
-		st, err := l.conn.Set(a.path, []byte(waitData), a.version)
+		st, err := l.conn.Set(a.path, waitData(r.Options.Owner), a.version)
 		if err != nil {
 			return driver.Result{}, a.vanished(err)
 		}
@@ -225,16 +225,16 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 	}
 }
 
-// create makes our node, with holder's data for ttl, and asks for its stat in the
+// create makes our node, with holder's data for r's TTL and owner, and asks for its stat in the
 // background: the czxid (the token) never changes, and the question is pipelined with
 // the first Children call on the same connection, so the fast path costs one round
 // trip less.
-func (a *acquisition) create(ttl time.Duration) error {
+func (a *acquisition) create(r *driver.Request) error {
 	l := a.l
 	secret := driver.NewLeaseID()
 	a.start = l.clock.Now()
 	a.session = l.conn.SessionID()
-	path, err := l.create(a.dir, ownerTag(secret), holdData(ttl))
+	path, err := l.create(a.dir, ownerTag(secret), holdData(r.TTL, r.Options.Owner))
 	if err != nil {
 		return err
 	}
@@ -261,12 +261,12 @@ func (a *acquisition) create(ttl time.Duration) error {
 }
 
 // claim grants the lock to our node, the lowest: a waiter's node first gets the
-// holder's data (with its version, which proves the node is still ours).
-func (a *acquisition) claim(ttl time.Duration) (driver.Result, error) {
+// holder's data for r (with its version, which proves the node is still ours).
+func (a *acquisition) claim(r *driver.Request) (driver.Result, error) {
 	l := a.l
 	if a.waiting {
 		a.start = l.clock.Now()
-		if _, err := l.conn.Set(a.path, holdData(ttl), a.version); err != nil {
+		if _, err := l.conn.Set(a.path, holdData(r.TTL, r.Options.Owner), a.version); err != nil {
 			return driver.Result{}, a.vanished(err)
 		}
 	}

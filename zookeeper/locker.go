@@ -17,6 +17,7 @@ import (
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
+	_ fence.Revoker   = (*Locker)(nil)
 )
 
 // DefaultRoot is the znode under which lock directories live unless Options.Root says
@@ -227,7 +228,7 @@ func (l *Locker) checkLease(op, name, leaseID string) error {
 }
 
 // Renew extends the lease to ttl from now by the ZooKeeper leader's clock (it rewrites
-// the node's data, which moves its mtime). It returns fence.ErrNotHeld if the node is
+// the node's data with the new TTL and the same owner, which moves its mtime). It returns fence.ErrNotHeld if the node is
 // gone (released, taken over after expiry, session ended), if its TTL had already
 // passed by the leader's clock, or if the session it was granted in is known here to be
 // lost; fence.ErrInvalid for bad arguments; fence.ErrUnavailable if ZooKeeper cannot be
@@ -259,11 +260,11 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err != nil {
 		return fmt.Errorf("zookeeper: renew %q: %w", name, zkErr(err))
 	}
-	old, held := parseHold(data)
-	if !held {
+	old := parseData(data)
+	if !old.held {
 		return notHeld // a waiting node: not a grant
 	}
-	st2, err := l.conn.Set(path, holdData(ttl), st.Version)
+	st2, err := l.conn.Set(path, holdData(ttl, old.owner), st.Version)
 	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 		l.forget(leaseID)
 		return notHeld
@@ -271,7 +272,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err != nil {
 		return fmt.Errorf("zookeeper: renew %q: %w", name, zkErr(err))
 	}
-	if time.UnixMilli(st2.Mtime).After(time.UnixMilli(st.Mtime).Add(old)) {
+	if time.UnixMilli(st2.Mtime).After(time.UnixMilli(st.Mtime).Add(old.ttl)) {
 		// The TTL had passed by the leader's clock before this renewal: the lease is
 		// over even though no waiter took it over yet.
 		l.deleteQuietly(path)

@@ -12,7 +12,9 @@ import (
 // A lock's directory is l.dir(name); its nodes are named "n-<tag>-<sequence>", where
 // the tag is ownerTag of the lease id's secret and the lease id is
 // "<secret>-<sequence>". A node's data is "h <ttl ms>" for a holder (or a node that
-// may become one at once) and "w" for a waiter.
+// may become one at once) and "w" for a waiter, each followed by " <owner>" if the
+// acquire named one (fence.WithOwner). Data without an owner is byte for byte what
+// versions before owners wrote, and decodes as owner "".
 
 // dir returns the lock directory of name.
 func (l *Locker) dir(name string) string { return l.root + "/" + encodeName(name) }
@@ -40,25 +42,44 @@ func ownerTag(secret string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// waitData is the data of a waiter's node.
-const waitData = "w"
+// waitData returns the data of a waiter's node for owner.
+func waitData(owner string) []byte { return withOwner("w", owner) }
 
-// holdData returns the data of a holder's node with TTL ttl.
-func holdData(ttl time.Duration) []byte {
-	return []byte("h " + strconv.FormatInt(ttl.Milliseconds(), 10))
+// holdData returns the data of a holder's node with TTL ttl and owner.
+func holdData(ttl time.Duration, owner string) []byte {
+	return withOwner("h "+strconv.FormatInt(ttl.Milliseconds(), 10), owner)
 }
 
-// parseHold returns the TTL in a holder's node data, or false for any other data.
-func parseHold(data []byte) (time.Duration, bool) {
-	s, ok := strings.CutPrefix(string(data), "h ")
-	if !ok {
-		return 0, false
+func withOwner(head, owner string) []byte {
+	if owner == "" {
+		return []byte(head) // as before owners: older versions read it in full
 	}
-	ms, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || ms <= 0 {
-		return 0, false
+	return []byte(head + " " + owner)
+}
+
+// nodeData is a lock node's data decoded.
+type nodeData struct {
+	held  bool          // "h": a holder (TTL set), not a waiter
+	ttl   time.Duration // the holder's TTL
+	owner string        // "" if none
+}
+
+// parseData decodes a lock node's data. Data that is neither a holder's nor a
+// waiter's (written by something else) decodes as a waiter without owner: no TTL to
+// judge, so only its deletion ends it, as for a waiter.
+func parseData(data []byte) nodeData {
+	s := string(data)
+	if rest, ok := strings.CutPrefix(s, "h "); ok {
+		msText, owner, _ := strings.Cut(rest, " ")
+		if ms, err := strconv.ParseInt(msText, 10, 64); err == nil && ms > 0 {
+			return nodeData{held: true, ttl: time.Duration(ms) * time.Millisecond, owner: owner}
+		}
+		return nodeData{}
 	}
-	return time.Duration(ms) * time.Millisecond, true
+	if owner, ok := strings.CutPrefix(s, "w "); ok {
+		return nodeData{owner: owner}
+	}
+	return nodeData{}
 }
 
 // node is a lock node's name parsed: "n-<tag>-<sequence>".
