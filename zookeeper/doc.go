@@ -51,6 +51,23 @@
 // every write anyway. Waiters' nodes have data "w" and no TTL: they last as long as the
 // session, which the client keeps alive.
 //
+// # Owner and revoke
+//
+// The owner an acquire names (fence.WithOwner) follows in the node's data: "h <ms>
+// <owner>" for a holder, "w <owner>" for a waiter, so Inspect and List report it
+// (Renew keeps it); the lease id never appears. Without an owner the data is exactly
+// "h <ms>" or "w", as versions before owners wrote, and such data reads as owner "".
+// A version before owners reads a holder's data with an owner as a waiter's (it cannot
+// parse the TTL): its waiters never judge that holder expired and wait for its release
+// or its session's end, and its Inspect reports it held with no expiry. Upgrade every
+// client before acquires name owners.
+//
+// Revoke (fence.Revoker) deletes the lowest node, judged as Inspect does, with the
+// data version it read: a renewal in between makes it judge again, and a later grant,
+// always another node, is never deleted. The waiter behind it is woken by its watch,
+// as by a Release. A promoted waiter that has not claimed yet counts as held (as
+// Inspect reports it): revoking it makes its Acquire start over with a new node.
+//
 // A holder whose TTL passed but that no waiter took over is still the lowest node:
 // Renew notices (the new mtime is past the old mtime+TTL), deletes the node and returns
 // fence.ErrNotHeld. Release of such a lease returns nil.

@@ -63,18 +63,29 @@ func (l *Locker) revoke(ctx context.Context, name string) error {
 			return fence.ErrNotHeld // free, expired, or the lease we saw ended
 		}
 		first = h.path
-		switch err := l.conn.Delete(h.path, h.version); {
-		case err == nil:
-			return nil
-		case errors.Is(err, zk.ErrNoNode):
-			return fence.ErrNotHeld // released, taken over or its session ended meanwhile
-		case errors.Is(err, zk.ErrBadVersion):
-			// Renewed, or a promoted waiter claimed: the same lease, judge it again.
-		default:
-			return zkErr(err)
+		if again, err := l.endHeld(h); !again {
+			return err
 		}
 	}
 	return fmt.Errorf("%w: the holder's node kept changing", fence.ErrUnavailable)
+}
+
+// endHeld deletes the holder's node h if its data is still at the version it was
+// judged at. It returns fence.ErrNotHeld if the node is gone (released, taken over,
+// its session ended: a later grant is another node, never deleted here), and again
+// true if the node changed (renewed, or a promoted waiter claimed): the same lease,
+// to judge again.
+func (l *Locker) endHeld(h heldNode) (again bool, err error) {
+	switch err := l.conn.Delete(h.path, h.version); {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, zk.ErrNoNode):
+		return false, fence.ErrNotHeld
+	case errors.Is(err, zk.ErrBadVersion):
+		return true, nil
+	default:
+		return false, zkErr(err)
+	}
 }
 
 // checkName returns the error of op on name for a bad name or a closed Locker.

@@ -1,0 +1,18 @@
+package zookeeper
+
+// HeldNode is the holder's node as Revoke judged it.
+type HeldNode = heldNode
+
+// ReadHeld and EndHeld are Revoke's two steps, split where another client can act
+// in between: ReadHeld returns the node of the lease held on name (Path "" if none),
+// and EndHeld deletes it unless it changed, reporting again true if it did.
+func (l *Locker) ReadHeld(name string) (HeldNode, error) {
+	_, h, err := l.inspect(name)
+	return h, err
+}
+
+// EndHeld is Revoke's versioned delete of h (see ReadHeld).
+func (l *Locker) EndHeld(h HeldNode) (again bool, err error) { return l.endHeld(h) }
+
+// Path returns the node's path, "" if no lease was held.
+func (h HeldNode) Path() string { return h.path }
