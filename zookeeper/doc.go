@@ -59,8 +59,10 @@
 // "h <ms>" or "w", as versions before owners wrote, and such data reads as owner "".
 // A version before owners reads a holder's data with an owner as a waiter's (it cannot
 // parse the TTL): its waiters never judge that holder expired and wait for its release
-// or its session's end, and its Inspect reports it held with no expiry. Upgrade every
-// client before acquires name owners.
+// or its session's end, its Inspect reports it held with no expiry, and its Renew of
+// such a lease (by lease id) returns fence.ErrNotHeld and leaves the node; its
+// Release works. No safety is lost, only the takeover at expiry. Upgrade every client
+// before acquires name owners.
 //
 // Revoke (fence.Revoker) deletes the lowest node, judged as Inspect does, with the
 // data version it read: a renewal in between makes it judge again, and a later grant,
