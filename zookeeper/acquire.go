@@ -225,10 +225,10 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 	}
 }
 
-// create makes our node, with holder's data for r's TTL and owner, and asks for its stat in the
-// background: the czxid (the token) never changes, and the question is pipelined with
-// the first Children call on the same connection, so the fast path costs one round
-// trip less.
+// create makes our node, with holder's data for r's TTL and owner, and asks for its
+// stat in the background: the czxid (the token) never changes, and the question is
+// pipelined with the first Children call on the same connection, so the fast path
+// costs one round trip less.
 func (a *acquisition) create(r *driver.Request) error {
 	l := a.l
 	secret := driver.NewLeaseID()
