@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -10,25 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// previousLockerDDL is the lock table's DDL before owners, as LockerSchema was
-// up to commit eeb0ebf: the table an upgrade starts from.
-const previousLockerDDL = `CREATE TABLE IF NOT EXISTS fence_locks (
-    name       text COLLATE "C" PRIMARY KEY,
-    token      bigint      NOT NULL CHECK (token > 0),
-    lease      text        NOT NULL,
-    expires_at timestamptz NOT NULL
-);
-CREATE OR REPLACE FUNCTION fence_locks_keep_counters() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'fence: % on %: lock rows hold token counters that must never go down or be deleted', TG_OP, TG_TABLE_NAME
-        USING ERRCODE = 'integrity_constraint_violation';
-END $$;
-CREATE OR REPLACE TRIGGER fence_locks_no_lower BEFORE UPDATE ON fence_locks
-    FOR EACH ROW WHEN (NEW.token < OLD.token) EXECUTE FUNCTION fence_locks_keep_counters();
-CREATE OR REPLACE TRIGGER fence_locks_no_delete BEFORE DELETE ON fence_locks
-    FOR EACH ROW EXECUTE FUNCTION fence_locks_keep_counters();
-CREATE OR REPLACE TRIGGER fence_locks_no_truncate BEFORE TRUNCATE ON fence_locks
-    FOR EACH STATEMENT EXECUTE FUNCTION fence_locks_keep_counters();`
+// previousLockerDDLFile is the file of the lock table's DDL before owners, as
+// LockerSchema was up to commit eeb0ebf: the table an upgrade starts from.
+const previousLockerDDLFile = "testdata/locker_schema_before_owner.sql"
 
 // The acquire and release statements of that version, as an older binary still
 // running during an upgrade sends them: they do not name the owner column.
@@ -77,7 +62,9 @@ func wantHeldBy(t *testing.T, ctx context.Context, l *postgres.Locker, name stri
 func TestLocker_CreateSchema_UpgradesTableOfThePreviousDDL_RowsAndLeasesKept(t *testing.T) {
 	ctx := ctxT(t)
 	pool := freshDB(t)
-	_, err := pool.Exec(ctx, previousLockerDDL)
+	ddl, err := os.ReadFile(previousLockerDDLFile)
+	wantOK(t, "read the previous DDL", err)
+	_, err = pool.Exec(ctx, string(ddl))
 	wantOK(t, "create the lock table with the previous DDL", err)
 	previousAcquire(t, ctx, pool, "held", "old-held-lease")
 	for i := 0; i < 2; i++ {
