@@ -31,8 +31,11 @@
 // # Schema
 //
 // [Schema], [KVSchema] and [LockerSchema] are the DDL, and CreateSchema runs it
-// under the configured table name. The only index any statement needs is the
-// primary key (or, for a Row, a unique index on its key column): every
+// under the configured table name. Locker.CreateSchema also upgrades a lock
+// table made by an earlier version: it adds the owner column (ADD COLUMN IF NOT
+// EXISTS, empty by default), keeping every row; until it has run, the new
+// version's Acquire and Inspect return [ErrSchema]. The only index any
+// statement needs is the primary key (or, for a Row, a unique index on its key column): every
 // statement looks a row up by it, and ON CONFLICT arbitrates on it. A Row's
 // fence columns should be NOT NULL with defaults meaning "never fenced" (see
 // [Row.FenceColumnsDDL]); a NULL fence is reported as [ErrCorrupt], never
@@ -79,13 +82,14 @@
 //	SELECT "fence_name", "fence_token", "fence_lease" FROM "accounts" WHERE "id" = $1
 //
 // Locker.Acquire, with $1 name, $2 the new lease id, $3 the TTL in ms, $4
-// fence.MaxToken; the token counter lives in the lock row and is advanced in the
-// statement that grants the lease:
+// fence.MaxToken, $5 the owner (fence.WithOwner, empty for none); the token
+// counter lives in the lock row and is advanced in the statement that grants the
+// lease:
 //
-//	INSERT INTO "fence_locks" AS l (name, token, lease, expires_at)
-//	VALUES ($1, 1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond')
+//	INSERT INTO "fence_locks" AS l (name, token, lease, expires_at, owner)
+//	VALUES ($1, 1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond', $5)
 //	ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease,
-//	    expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
+//	    expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', owner = excluded.owner
 //	WHERE l.expires_at <= clock_timestamp() AND l.token < $4
 //	RETURNING token
 //
@@ -96,14 +100,19 @@
 //	UPDATE "fence_locks" SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond'
 //	WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()
 //
-// Release keeps the row and its token and notifies waiters in the same
-// statement (NOTIFY is delivered at commit):
+// Release keeps the row and its token, clears the owner and notifies waiters in
+// the same statement (NOTIFY is delivered at commit):
 //
-//	WITH released AS (
-//	    UPDATE "fence_locks" SET expires_at = '-infinity'
+//	WITH ended AS (
+//	    UPDATE "fence_locks" SET expires_at = '-infinity', owner = ''
 //	    WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()
 //	    RETURNING name)
-//	SELECT pg_notify($3, name) FROM released
+//	SELECT pg_notify($3, name) FROM ended
+//
+// Locker.Revoke is the same statement without the lease id (so $2 is the
+// channel): it ends whatever unexpired lease the row holds when the UPDATE locks
+// it, never one granted after a look at the lock, and wakes waiters as a release
+// does.
 //
 // # Clocks
 //
@@ -131,7 +140,7 @@
 // are durable whatever the session's synchronous_commit (a role or database may
 // set it to off for speed, and then a crash of the server loses the last
 // commits: tokens would be issued again and held leases forgotten). Acquire,
-// Renew and Release send, in the same pipeline as their statement and so in one
+// Renew, Release and Revoke send, in the same pipeline as their statement and so in one
 // round trip and one implicit transaction,
 //
 //	SELECT set_config('synchronous_commit',
@@ -157,6 +166,8 @@
 // the table, since any of these would let a token be issued twice. A row edited into something the Locker never writes (a
 // NULL or infinite expiry, an expiry beyond fence.MaxTTL) makes Acquire return
 // [ErrCorrupt] and grant nothing; its holder's Renew returns fence.ErrNotHeld.
+// A NULL owner, harmless to tokens, makes only Inspect and List return
+// [ErrCorrupt].
 //
 // # Errors
 //

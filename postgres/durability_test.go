@@ -16,8 +16,9 @@ import (
 // Locker on a database whose sessions default to synchronous_commit = off (as a
 // per-database speed setting would), pauses PostgreSQL's WAL writer so that
 // asynchronous commits stay in memory, kills the server with SIGKILL and restarts
-// it. Every acquire, renew and release the Locker acknowledged survives: tokens
-// keep rising and a held lease stays held, renewable by its holder. A plain
+// it. Every acquire (with its owner), renew, release and revoke the Locker
+// acknowledged survives: tokens keep rising, a held lease stays held, renewable
+// by its holder, and a revoked one stays ended. A plain
 // statement committed asynchronously just before the kill is lost: the control
 // that shows the kill would have caught a Locker that commits asynchronously.
 func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testing.T) {
@@ -48,13 +49,15 @@ func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testin
 	wantOK(t, "CHECKPOINT", err)
 	last := cycle(t, ctx, l, "job", 3, 0)
 	held := mustAcquire(t, ctx, l, "held", time.Minute)
+	revoked := mustAcquire(t, ctx, l, "revoked", time.Minute)
 
 	resume, err := srv.PauseWALWriter()
 	wantOK(t, "pause the WAL writer", err)
 	t.Cleanup(resume) // harmless after the kill
 	last = cycle(t, ctx, l, "job", 3, last)
-	heldLast := mustAcquire(t, ctx, l, "held-late", time.Minute)
+	heldLast := mustAcquire(t, ctx, l, "held-late", time.Minute, fence.WithOwner("late holder"))
 	wantOK(t, "Renew(held)", held.Renew(ctx, 2*time.Minute))
+	wantOK(t, "Revoke(revoked)", l.Revoke(ctx, "revoked"))
 	// The control: acknowledged, committed asynchronously, after the Locker's
 	// last commit (a synchronous commit would write it too).
 	_, err = pool.Exec(ctx, `UPDATE control SET n = n + 1 WHERE id = 1`)
@@ -82,8 +85,8 @@ func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testin
 	for _, h := range []*fence.Lease{held, heldLast} {
 		info, err := l.Inspect(ctx, h.Name())
 		wantOK(t, "Inspect", err)
-		if !info.Held || info.Token != h.Token() {
-			t.Fatalf("Inspect(%q) after the kill = %+v, want held by token %d", h.Name(), info, h.Token())
+		if !info.Held || info.Token != h.Token() || info.Owner != h.Owner() {
+			t.Fatalf("Inspect(%q) after the kill = %+v, want held by token %d, owner %q", h.Name(), info, h.Token(), h.Owner())
 		}
 		_, err = l.Acquire(ctx, h.Name(), time.Second)
 		wantIs(t, "Acquire of a lease held across the kill", err, fence.ErrNotAcquired)
@@ -92,6 +95,10 @@ func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testin
 		t.Fatalf("held expires in %v after the kill, want over 1m (its renewal to 2m was lost)", info.ExpiresIn)
 	}
 	wantOK(t, "Renew(held) by its holder after the kill", l.Renew(ctx, "held", held.ID(), time.Minute))
+	if info, _ := l.Inspect(ctx, "revoked"); info.Held {
+		t.Fatalf("Inspect(revoked) after the kill = %+v; the revoke was lost", info)
+	}
+	wantIs(t, "Renew(revoked) by its holder after the kill", l.Renew(ctx, "revoked", revoked.ID(), time.Minute), fence.ErrNotHeld)
 	wantOK(t, "Release(held-late) by its holder after the kill", l.Release(ctx, "held-late", heldLast.ID()))
 }
 

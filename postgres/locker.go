@@ -32,14 +32,19 @@ const minPoll = 10 * time.Millisecond
 //   - name is the primary key, in the "C" collation so that List's prefix scan
 //     uses the index and sorts by bytes. It is the only index needed.
 //   - A released lock keeps its row and token; its expires_at is -infinity.
+//   - owner is the current lease's owner (fence.WithOwner), empty for none; a
+//     release or revoke clears it. The ALTER TABLE adds it to a table made by
+//     an earlier version's DDL, which had none: its rows get an empty owner.
 //   - The trigger refuses to lower a token or delete a row (by hand or by a
 //     bug): either would let tokens repeat.
 const LockerSchema = `CREATE TABLE IF NOT EXISTS fence_locks (
     name       text COLLATE "C" PRIMARY KEY,
     token      bigint      NOT NULL CHECK (token > 0),
     lease      text        NOT NULL,
-    expires_at timestamptz NOT NULL
+    expires_at timestamptz NOT NULL,
+    owner      text        NOT NULL DEFAULT ''
 );
+ALTER TABLE fence_locks ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT '';
 CREATE OR REPLACE FUNCTION fence_locks_keep_counters() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'fence: % on %: lock rows hold token counters that must never go down or be deleted', TG_OP, TG_TABLE_NAME
@@ -73,13 +78,14 @@ type LockerOptions struct {
 // so the clients' clocks do not matter. Acquire is one statement that grants the
 // lock only if its lease expired and advances the counter in the same row, so a
 // token is never issued twice and, the table being durable, survives restarts
-// and crashes of PostgreSQL: Acquire, Renew and Release commit durably even when
-// the session's synchronous_commit is off (see the package doc). Release notifies waiters through LISTEN/NOTIFY, on one
-// connection per Locker shared by all its waiters; waiters also wake when the
-// holder's lease would expire, and poll at least every PollInterval.
+// and crashes of PostgreSQL: Acquire, Renew, Release and Revoke commit durably
+// even when the session's synchronous_commit is off (see the package doc).
+// Release and Revoke notify waiters through LISTEN/NOTIFY, on one connection per
+// Locker shared by all its waiters; waiters also wake when the holder's lease
+// would expire, and poll at least every PollInterval.
 //
-// Locker implements fence.Locker and fence.Inspector. It is safe for concurrent
-// use. Close it to stop its listener; it does not close the pool.
+// Locker implements fence.Locker, fence.Inspector and fence.Revoker. It is safe
+// for concurrent use. Close it to stop its listener; it does not close the pool.
 type Locker struct {
 	pool    *pgxpool.Pool
 	table   string // quoted
@@ -90,7 +96,7 @@ type Locker struct {
 	engine  driver.Engine
 	err     error // a bad option, without the "postgres:" of the method's error
 
-	acquireSQL, heldSQL, renewSQL, releaseSQL, inspectSQL, listSQL, ddl string
+	acquireSQL, heldSQL, renewSQL, releaseSQL, revokeSQL, inspectSQL, listSQL, ddl string
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close
@@ -106,6 +112,7 @@ type Locker struct {
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
+	_ fence.Revoker   = (*Locker)(nil)
 )
 
 // NewLocker returns a Locker on pool. A malformed option is reported, matching
@@ -174,20 +181,26 @@ func (l *Locker) buildSQL(schema, base string) {
 	t := l.table
 	// Expiry is judged with clock_timestamp() too: the database's clock at the
 	// moment the row is examined (locked), never an earlier reading.
-	l.acquireSQL = `INSERT INTO ` + t + ` AS l (name, token, lease, expires_at) VALUES ($1, 1, $2, ` + expiresAt + `)
-ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease, expires_at = ` + expiresAt + `
+	l.acquireSQL = `INSERT INTO ` + t + ` AS l (name, token, lease, expires_at, owner) VALUES ($1, 1, $2, ` + expiresAt + `, $5)
+ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease, expires_at = ` + expiresAt + `, owner = excluded.owner
 WHERE l.expires_at <= clock_timestamp() AND l.token < $4
 RETURNING token`
 	l.heldSQL = `SELECT token, lease IS NULL, ` + remainingMS + ` FROM ` + t + ` WHERE name = $1`
 	l.renewSQL = `UPDATE ` + t + ` SET expires_at = ` + expiresAt + `
 WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()`
-	l.releaseSQL = `WITH released AS (
-    UPDATE ` + t + ` SET expires_at = '-infinity'
-    WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()
+	// Release and Revoke end an unexpired lease and notify waiters (NOTIFY is
+	// delivered at commit); the row keeps its token.
+	end := func(lease, channel string) string {
+		return `WITH ended AS (
+    UPDATE ` + t + ` SET expires_at = '-infinity', owner = ''
+    WHERE name = $1` + lease + ` AND expires_at > clock_timestamp()
     RETURNING name)
-SELECT pg_notify($3, name) FROM released`
-	l.inspectSQL = `SELECT token, ` + remainingMS + ` FROM ` + t + ` WHERE name = $1`
-	l.listSQL = `SELECT name, token, ` + remainingMS + ` FROM ` + t + `
+SELECT pg_notify(` + channel + `, name) FROM ended`
+	}
+	l.releaseSQL = end(" AND lease = $2", "$3")
+	l.revokeSQL = end("", "$2")
+	l.inspectSQL = `SELECT token, ` + remainingMS + `, owner FROM ` + t + ` WHERE name = $1`
+	l.listSQL = `SELECT name, token, ` + remainingMS + `, owner FROM ` + t + `
 WHERE name >= $1 AND starts_with(name, $1) ORDER BY name LIMIT $2`
 
 	fn := pgx.Identifier{base + "_keep_counters"}
@@ -199,8 +212,10 @@ WHERE name >= $1 AND starts_with(name, $1) ORDER BY name LIMIT $2`
     name       text COLLATE "C" PRIMARY KEY,
     token      bigint      NOT NULL CHECK (token > 0),
     lease      text        NOT NULL,
-    expires_at timestamptz NOT NULL
+    expires_at timestamptz NOT NULL,
+    owner      text        NOT NULL DEFAULT ''
 );
+ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT '';
 CREATE OR REPLACE FUNCTION ` + fn.Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'fence: % on %: lock rows hold token counters that must never go down or be deleted', TG_OP, TG_TABLE_NAME
@@ -219,7 +234,8 @@ CREATE OR REPLACE TRIGGER ` + trig("_no_truncate") + ` BEFORE TRUNCATE ON ` + t 
 
 // CreateSchema creates the lock table, its trigger function and its triggers if
 // they do not exist (the DDL of LockerSchema under the configured name), in one
-// transaction. It returns fence.ErrUnavailable if the database cannot be reached.
+// transaction. On a lock table made by an earlier version it adds the owner
+// column, keeping every row (tokens and held leases). It returns fence.ErrUnavailable if the database cannot be reached.
 func (l *Locker) CreateSchema(ctx context.Context) error {
 	if l.err != nil {
 		return fmt.Errorf("postgres: create lock table: %w", l.err)
@@ -321,7 +337,7 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 	for attempt := 1; ; attempt++ {
 		var tok int64
 		err := l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok) },
-			l.acquireSQL, r.Name, r.ID, r.TTL.Milliseconds(), int64(fence.MaxToken))
+			l.acquireSQL, r.Name, r.ID, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner)
 		if err == nil {
 			if tok < 1 || tok > int64(fence.MaxToken) {
 				// Only a hand edit gets here (the CHECK allows up to int64): the
@@ -377,10 +393,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		err = l.usable()
 	}
 	if err == nil {
-		var n int64
-		if n, err = l.durableExec(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds()); err == nil && n == 0 {
-			err = fence.ErrNotHeld
-		}
+		err = l.change(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds())
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: renew %q: %w", name, err)
@@ -410,7 +423,35 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 // release runs the release statement: nil, fence.ErrNotHeld or the database's
 // error.
 func (l *Locker) release(ctx context.Context, name, leaseID string) error {
-	n, err := l.durableExec(ctx, l.releaseSQL, name, leaseID, l.channel)
+	return l.change(ctx, l.releaseSQL, name, leaseID, l.channel)
+}
+
+// Revoke ends the current unexpired lease on name (by the database's clock),
+// whoever holds it, and notifies waiters, in one durable statement: the lease it
+// ends is the one the row holds when the statement locks it, so a lease granted
+// after a look at the lock is never ended by a revoke decided on that look. The
+// revoked holder's Renew and Release then return fence.ErrNotHeld, and the next
+// grant's token is higher. It returns fence.ErrNotHeld if no unexpired lease is
+// held, fence.ErrInvalid for a bad name, fence.ErrUnavailable if the database
+// cannot be reached, and fence.ErrClosed after Close.
+func (l *Locker) Revoke(ctx context.Context, name string) error {
+	if err := driver.ValidateName(name); err != nil {
+		return fmt.Errorf("postgres: revoke: %w", err)
+	}
+	err := l.usable()
+	if err == nil {
+		err = l.change(ctx, l.revokeSQL, name, l.channel)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: revoke %q: %w", name, err)
+	}
+	return nil
+}
+
+// change runs sql, a statement on one lease, durably: nil if it changed a row,
+// fence.ErrNotHeld if none (the lease is no longer held), or dbErr's error.
+func (l *Locker) change(ctx context.Context, sql string, args ...any) error {
+	n, err := l.durableExec(ctx, sql, args...)
 	if err == nil && n == 0 {
 		err = fence.ErrNotHeld
 	}
@@ -429,10 +470,13 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	info := fence.LockInfo{Name: name}
 	err := l.usable()
 	if err == nil {
-		var token, leftMS *int64
-		err = l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(&token, &leftMS)
+		var (
+			token, leftMS *int64
+			owner         *string
+		)
+		err = l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(&token, &leftMS, &owner)
 		if err == nil {
-			info, err = lockInfo(name, token, leftMS)
+			info, err = lockInfo(name, token, leftMS, owner)
 		} else if errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		} else {
@@ -465,11 +509,12 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		var (
 			name          string
 			token, leftMS *int64
+			owner         *string
 		)
-		if err := rows.Scan(&name, &token, &leftMS); err != nil {
+		if err := rows.Scan(&name, &token, &leftMS, &owner); err != nil {
 			return nil, fmt.Errorf("postgres: list %q: %w", prefix, dbErr(err))
 		}
-		info, err := lockInfo(name, token, leftMS)
+		info, err := lockInfo(name, token, leftMS, owner)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: list %q: lock %q: %w", prefix, name, err)
 		}
@@ -481,13 +526,15 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	return out, nil
 }
 
-func lockInfo(name string, token, leftMS *int64) (fence.LockInfo, error) {
-	if token == nil || leftMS == nil || *token < 1 || *token > int64(fence.MaxToken) || *leftMS < 0 || tooFar(*leftMS) {
-		return fence.LockInfo{}, fmt.Errorf("%w: NULL or out-of-range token or expiry in the lock row", ErrCorrupt)
+// lockInfo returns the state a lock row's columns describe (the owner only while
+// held), or ErrCorrupt for values the Locker never writes.
+func lockInfo(name string, token, leftMS *int64, owner *string) (fence.LockInfo, error) {
+	if token == nil || leftMS == nil || owner == nil || *token < 1 || *token > int64(fence.MaxToken) || *leftMS < 0 || tooFar(*leftMS) {
+		return fence.LockInfo{}, fmt.Errorf("%w: NULL or out-of-range token or expiry, or NULL owner, in the lock row", ErrCorrupt)
 	}
 	info := fence.LockInfo{Name: name, LastToken: fence.Token(*token)}
 	if *leftMS > 0 {
-		info.Held, info.Token, info.ExpiresIn = true, fence.Token(*token), time.Duration(*leftMS)*time.Millisecond
+		info.Held, info.Token, info.Owner, info.ExpiresIn = true, fence.Token(*token), *owner, time.Duration(*leftMS)*time.Millisecond
 	}
 	return info, nil
 }

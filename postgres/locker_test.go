@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -25,22 +26,70 @@ func TestLocker_HeldError_CarriesHoldersRemainingTTL(t *testing.T) {
 }
 
 func TestLocker_Wait_WokenByNotifyNotByPolling(t *testing.T) {
-	ctx, l, name := lockTest(t, &postgres.LockerOptions{PollInterval: time.Hour})
-	holder := mustAcquire(t, ctx, l, name, time.Minute)
-	got := acquireLater(t, ctx, sharedPool, l, name, 30*time.Second)
-	released := time.Now()
-	wantOK(t, "holder Release", holder.Release(ctx))
-	select {
-	case w := <-got:
-		wantOK(t, "waiter Acquire", w.err)
-		t.Logf("handoff after release: %v", time.Since(released))
-		defer w.lease.Release(ctx)
-		if w.lease.Token() <= holder.Token() {
-			t.Fatalf("waiter token %d, want above the holder's %d", w.lease.Token(), holder.Token())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken within 10s of the release (poll interval 1h, holder TTL 1m): NOTIFY did not wake it")
+	for _, end := range []struct {
+		how string
+		end func(*testing.T, context.Context, *fence.Lease) error
+	}{
+		{"Release", func(_ *testing.T, ctx context.Context, holder *fence.Lease) error { return holder.Release(ctx) }},
+		{"RevokeByAnotherLocker", func(t *testing.T, ctx context.Context, holder *fence.Lease) error {
+			return openLocker(t, sharedPool, nil).Revoke(ctx, holder.Name())
+		}},
+	} {
+		t.Run(end.how, func(t *testing.T) {
+			ctx, l, name := lockTest(t, &postgres.LockerOptions{PollInterval: time.Hour})
+			holder := mustAcquire(t, ctx, l, name, time.Minute)
+			got := acquireLater(t, ctx, sharedPool, l, name, 30*time.Second)
+			ended := time.Now()
+			wantOK(t, end.how, end.end(t, ctx, holder))
+			select {
+			case w := <-got:
+				wantOK(t, "waiter Acquire", w.err)
+				t.Logf("handoff after %s: %v", end.how, time.Since(ended))
+				defer w.lease.Release(ctx)
+				if w.lease.Token() <= holder.Token() {
+					t.Fatalf("waiter token %d, want above the holder's %d", w.lease.Token(), holder.Token())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("waiter not woken within 10s of the %s (poll interval 1h, holder TTL 1m): NOTIFY did not wake it", end.how)
+			}
+		})
 	}
+}
+
+func TestLocker_Revoke_ExpiredOrFreeLock_ErrNotHeldNothingChanged(t *testing.T) {
+	ctx, l, name := lockTest(t, nil)
+	err := l.Revoke(ctx, name)
+	wantIs(t, "Revoke of a lock never acquired", err, fence.ErrNotHeld)
+	if want := `postgres: revoke "` + name + `": `; !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Revoke error = %q, want it to start %q", err, want)
+	}
+	lease := mustAcquire(t, ctx, l, name, time.Minute, fence.WithOwner("expired"))
+	_, err = sharedPool.Exec(ctx, `UPDATE fence_locks SET expires_at = clock_timestamp() - interval '1 second' WHERE name = $1`, name)
+	wantOK(t, "expire the lease by hand", err)
+	wantIs(t, "Revoke of an expired lease", l.Revoke(ctx, name), fence.ErrNotHeld)
+	var (
+		tok   int64
+		owner string
+	)
+	wantOK(t, "read the row", sharedPool.QueryRow(ctx, `SELECT token, owner FROM fence_locks WHERE name = $1`, name).Scan(&tok, &owner))
+	if fence.Token(tok) != lease.Token() || owner != "expired" {
+		t.Fatalf("row after a refused Revoke: token %d, owner %q; want %d, %q (untouched)", tok, owner, lease.Token(), "expired")
+	}
+	wantIs(t, "Revoke with a bad name", l.Revoke(ctx, "bad\nname"), fence.ErrInvalid)
+}
+
+func TestLocker_HandEditedRow_NullOwner_InspectErrCorrupt(t *testing.T) {
+	ctx := ctxT(t)
+	pool := freshDB(t)
+	l := lockerOn(t, pool, nil)
+	lease := mustAcquire(t, ctx, l, "job", time.Minute, fence.WithOwner("me"))
+	_, err := pool.Exec(ctx, `ALTER TABLE fence_locks ALTER COLUMN owner DROP NOT NULL; UPDATE fence_locks SET owner = NULL`)
+	wantOK(t, "set owner NULL by hand", err)
+	_, err = l.Inspect(ctx, "job")
+	wantIs(t, "Inspect with a NULL owner", err, postgres.ErrCorrupt)
+	_, err = l.List(ctx, "", 0)
+	wantIs(t, "List with a NULL owner", err, postgres.ErrCorrupt)
+	wantOK(t, "the holder's Renew (the owner is only a label)", lease.Renew(ctx, time.Minute))
 }
 
 func TestLocker_HandEditedRow_LowerTokenOrDeleteRefusedByTrigger(t *testing.T) {
@@ -119,6 +168,7 @@ func TestLocker_Close_WaitersAndCallsGetErrClosed(t *testing.T) {
 	_, err := l.Acquire(ctx, uniq(t, "other"), time.Second)
 	wantIs(t, "Acquire after Close", err, fence.ErrClosed)
 	wantIs(t, "Renew after Close", l.Renew(ctx, name, lease.ID(), time.Second), fence.ErrClosed)
+	wantIs(t, "Revoke after Close", l.Revoke(ctx, name), fence.ErrClosed)
 	wantOK(t, "second Close", l.Close())
 }
 
