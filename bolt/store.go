@@ -383,6 +383,9 @@ func (s *Store) load(nowWall int64) error {
 				if err != nil {
 					return fmt.Errorf("bolt: open %s: lock %q: %w", s.path, k, err)
 				}
+				if brokenForTest == "owners" {
+					r.owner = ""
+				}
 				if r.hasLease && r.wallExp > nowWall {
 					restored = append(restored, &entry{
 						name: string(k), id: r.id, token: r.token, owner: r.owner, last: r.last,
@@ -506,7 +509,8 @@ func (s *Store) replayLocked(tx *bbolt.Tx) error {
 // forget what it must remember ("tokens": the token ceiling; "leases": the
 // written leases; "log": the lease log, not replayed; "steps": forward steps of
 // the wall clock; "grace": that names
-// were free, refusing every grant for 300ms as a lease horizon did), to show
+// were free, refusing every grant for 300ms as a lease horizon did; "owners":
+// the owners of the leases it restores), to show
 // that the crash checker catches it.
 var brokenForTest string
 
