@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,13 +63,14 @@ func TestMain(m *testing.M) {
 //
 //	O unixNano                                          opened
 //	A name ttl                                          about to acquire (printed before)
-//	G name token start end ttl id                       granted (start/end bracket the call)
+//	G name token start end ttl id owner                 granted (start/end bracket the call; owner "-": none)
+//	I name token owner                                  Inspect of an earlier run's lease after the open (token 0: free)
 //	F name start end                                    not acquired
 //	P name token start ttl                              about to renew (printed before)
 //	N name token start end ttl                          renewed (printed after success)
 //	X name token start end                              renewal refused: not held
-//	R name token                                        about to release (printed before)
-//	D name token                                        released (printed after success)
+//	R name token                                        about to release or revoke (printed before)
+//	D name token                                        released or revoked (printed after success)
 //	T offset                                            wants to step the wall clock to real+offset (waits for a line on stdin)
 //	S                                                   the step is absorbed (a grant was written since)
 func crashChild(path string) int {
@@ -90,31 +92,46 @@ func crashChild(path string) int {
 	}
 	fmt.Printf("O %d\n", time.Now().UnixNano())
 	ctx := context.Background()
-	release := func(name string, tok fence.Token, id string) int {
+	// finish releases the lease, or revokes it by name (Revoke is durable as
+	// Release is: a revoked name is free after the restart).
+	finish := func(name string, tok fence.Token, id string, revoke bool) int {
 		fmt.Printf("R %s %d\n", name, tok)
-		err := s.Release(ctx, name, id)
+		op, err := "release", error(nil)
+		if revoke {
+			op, err = "revoke", s.Revoke(ctx, name)
+		} else {
+			err = s.Release(ctx, name, id)
+		}
 		switch {
 		case err == nil:
 			fmt.Printf("D %s %d\n", name, tok)
 		case !errors.Is(err, fence.ErrNotHeld):
-			fmt.Printf("E release %s: %v\n", name, err)
+			fmt.Printf("E %s %s: %v\n", op, name, err)
 			return 5
 		}
 		return 0
 	}
+	release := func(name string, tok fence.Token, id string) int { return finish(name, tok, id, false) }
 	// The holders of earlier runs' leases renew or release some of them.
 	if v := os.Getenv(crashLeasesEnv); v != "" {
 		for _, l := range strings.Split(v, ",") {
 			f := strings.Split(l, ":")
 			name, id := f[0], f[2]
 			tok, _ := strconv.ParseUint(f[1], 10, 64)
+			// The restored lease keeps its owner.
+			info, err := s.Inspect(ctx, name)
+			if err != nil {
+				fmt.Printf("E inspect %s: %v\n", name, err)
+				return 8
+			}
+			fmt.Printf("I %s %d %s\n", name, info.Token, ownerField(info.Owner))
 			if rng.Intn(3) == 0 {
 				continue // left alone: it must still keep others out
 			}
 			ttl := crashTTLs[rng.Intn(len(crashTTLs))]
 			start := time.Now()
 			fmt.Printf("P %s %d %d %d\n", name, tok, start.UnixNano(), int64(ttl))
-			err := s.Renew(ctx, name, id, ttl)
+			err = s.Renew(ctx, name, id, ttl)
 			end := time.Now()
 			switch {
 			case err == nil:
@@ -173,7 +190,13 @@ func crashChild(path string) int {
 		// "G" is printed, and then the lease holds the name after the restart.
 		fmt.Printf("A %s %d\n", name, int64(ttl))
 		start := time.Now()
-		l, err := s.Acquire(ctx, name, ttl, wait)
+		// Half the grants name an owner (with a space, as `fence lock` does), half
+		// none: the log and the file then hold records of both layouts.
+		owner := ""
+		if rng.Intn(2) == 0 {
+			owner = fmt.Sprintf("child-%d run-%d", seed, i)
+		}
+		l, err := s.Acquire(ctx, name, ttl, wait, fence.WithOwner(owner))
 		end := time.Now()
 		if errors.Is(err, fence.ErrNotAcquired) {
 			fmt.Printf("F %s %d %d\n", name, start.UnixNano(), end.UnixNano())
@@ -183,13 +206,13 @@ func crashChild(path string) int {
 			fmt.Printf("E acquire %s: %v\n", name, err)
 			return 4
 		}
-		fmt.Printf("G %s %d %d %d %d %s\n", name, l.Token(), start.UnixNano(), end.UnixNano(), int64(ttl), l.ID())
+		fmt.Printf("G %s %d %d %d %d %s %s\n", name, l.Token(), start.UnixNano(), end.UnixNano(), int64(ttl), l.ID(), ownerField(owner))
 		if i == stepAt {
 			fmt.Printf("S\n")
 		}
 		switch r := rng.Intn(10); {
 		case r < 5:
-			if code := release(name, l.Token(), l.ID()); code != 0 {
+			if code := finish(name, l.Token(), l.ID(), r == 4); code != 0 {
 				return code
 			}
 		case r < 7:
@@ -208,15 +231,21 @@ func crashChild(path string) int {
 	}
 }
 
+// ownerField returns owner as one field of a line: "-" for none, spaces as "_".
+func ownerField(owner string) string {
+	return strings.ReplaceAll(cmp.Or(owner, "-"), " ", "_")
+}
+
 // crashLease is what the parent knows of a lease from the child's output.
 type crashLease struct {
 	token    fence.Token
 	id       string
-	minUntil int64 // a lower bound of the store's expiry, Unix nanoseconds (real clock)
-	maxUntil int64 // an upper bound of it
-	renewTTL int64 // a renewal was announced (P) and not answered: its TTL
-	released bool  // a release was announced: it may have happened
-	acked    bool  // a release was acknowledged: it happened
+	owner    string // as ownerField prints it
+	minUntil int64  // a lower bound of the store's expiry, Unix nanoseconds (real clock)
+	maxUntil int64  // an upper bound of it
+	renewTTL int64  // a renewal was announced (P) and not answered: its TTL
+	released bool   // a release was announced: it may have happened
+	acked    bool   // a release was acknowledged: it happened
 	run      int
 }
 
@@ -245,6 +274,7 @@ type crashChecker struct {
 	refused  int // refusals that P6 required: a grant would have violated it
 	renewed  int // renewals after a restart of a lease granted before it
 	freeNow  int // grants without waiting, right after a restart, of names surely free
+	owners   int // leases with an owner reported with it after a restart
 	steps    int
 	// record makes violations be recorded (for the negative control) instead of
 	// failing the test.
@@ -341,7 +371,7 @@ func (c *crashChecker) line(line string) {
 		c.acquire = f
 	case "G":
 		name, tok, start, end, ttl := f[1], fence.Token(num(2)), num(3), num(4), num(5)
-		if len(f) < 7 {
+		if len(f) < 8 {
 			t.Fatalf("run %d: short line %q", c.run, line)
 		}
 		c.grants++
@@ -372,7 +402,20 @@ func (c *crashChecker) line(line string) {
 		if prev := c.leases[name]; prev != nil && prev.run != c.run && c.surelyFree(name, start) {
 			c.freeNow++ // the first grant in this run of a name free at the restart
 		}
-		c.leases[name] = &crashLease{token: tok, id: f[6], minUntil: start + ttl, maxUntil: end + ttl, run: c.run}
+		c.leases[name] = &crashLease{token: tok, id: f[6], owner: f[7], minUntil: start + ttl, maxUntil: end + ttl, run: c.run}
+	case "I": // a lease of an earlier run, inspected after the open
+		name, tok := f[1], fence.Token(num(2))
+		if len(f) < 4 {
+			t.Fatalf("run %d: short line %q", c.run, line)
+		}
+		if l := c.leases[name]; l != nil && tok != 0 && l.token == tok {
+			if f[3] != l.owner {
+				c.violate("run %d: owner lost: %q held by token %d (run %d) reported with owner %s after the restart, want %s",
+					c.run, name, tok, l.run, f[3], l.owner)
+			} else if l.owner != "-" {
+				c.owners++
+			}
+		}
 	case "F":
 		name, start, end := f[1], num(2), num(3)
 		c.acquire = nil
@@ -456,13 +499,16 @@ func TestCrash_KillNine_RestartIsANonEvent(t *testing.T) {
 	c := newCrashChecker(t)
 	began := time.Now()
 	grantsAfterReopen := runCrashes(t, rng, path, kills, "", c, nil)
-	t.Logf("%d kills in %v: %d grants, %d grants after a reopen, %d checked against an unreleased pre-crash lease (%d requested while it was unexpired), %d refusals P6 required, %d renewals across a restart, %d names free at a restart granted at once, %d wall-clock steps",
-		kills, time.Since(began).Round(time.Millisecond), c.grants, grantsAfterReopen, c.crossRun, c.heldBack, c.refused, c.renewed, c.freeNow, c.steps)
+	t.Logf("%d kills in %v: %d grants, %d grants after a reopen, %d checked against an unreleased pre-crash lease (%d requested while it was unexpired), %d refusals P6 required, %d renewals across a restart, %d names free at a restart granted at once, %d owners kept across a restart, %d wall-clock steps",
+		kills, time.Since(began).Round(time.Millisecond), c.grants, grantsAfterReopen, c.crossRun, c.heldBack, c.refused, c.renewed, c.freeNow, c.owners, c.steps)
 	if c.refused == 0 {
 		t.Fatalf("no acquisition was attempted while a pre-crash lease was unexpired: P6 was not exercised")
 	}
 	if c.renewed == 0 {
 		t.Fatalf("no lease was renewed across a restart: renewals were not exercised")
+	}
+	if c.owners == 0 {
+		t.Fatalf("no lease with an owner was inspected after a restart: owners were not checked")
 	}
 	if c.freeNow < kills/2 {
 		t.Fatalf("only %d grants of names free at a restart in %d runs: the crash test checked too little", c.freeNow, kills)
@@ -594,7 +640,8 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 // TestCrash_BrokenStore_CheckerFindsViolations is the crash test's negative
 // control: with a store that forgets its token ceiling, its written leases, its
 // lease log, or the forward steps of the wall clock, after a restart, the same checker must
-// report P1 or P6 violations; with one that refuses every grant for a while
+// report P1 or P6 violations; with one that forgets the owners of the leases it
+// restores, lost owners; with one that refuses every grant for a while
 // after a restart (as the lease horizon did), it must report free names
 // refused. A checker that cannot fail proves nothing.
 func TestCrash_BrokenStore_CheckerFindsViolations(t *testing.T) {
@@ -603,7 +650,7 @@ func TestCrash_BrokenStore_CheckerFindsViolations(t *testing.T) {
 	}
 	for _, tc := range []struct{ broken, want string }{
 		{"tokens", "P1 violated"}, {"leases", "P6 violated"}, {"steps", "P6 violated"},
-		{"grace", "restart not a non-event"}, {"log", "P6 violated"},
+		{"grace", "restart not a non-event"}, {"log", "P6 violated"}, {"owners", "owner lost"},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			seed := time.Now().UnixNano()

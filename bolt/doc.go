@@ -1,5 +1,5 @@
 // Package bolt is fence's embedded, durable store: a fence.Locker (with
-// fence.Healer and fence.Inspector) and a fenced key-value store (fence.KV and
+// fence.Healer, fence.Revoker and fence.Inspector) and a fenced key-value store (fence.KV and
 // fence.Guard) in one bbolt file and its lease log (PATH-wal). It is the default
 // store of `fence serve`, which opens DIR/fence.db.
 //
@@ -14,8 +14,9 @@
 // After a clean Close and after kill -9 alike, a reopened store knows exactly
 // which names had live leases and until when:
 //
-//   - a lease granted before the restart is held by the same lease id and token
-//     until its expiry; its holder renews and releases it as before (P6);
+//   - a lease granted before the restart is held by the same lease id, token and
+//     owner (fence.WithOwner) until its expiry; its holder renews and releases it
+//     as before (P6);
 //   - a name without a live lease (never used, released, or expired) is granted
 //     at once: there is no grace period;
 //   - no token is reissued or lower than one handed out before (P1).
@@ -28,16 +29,17 @@
 //
 // Leases live in memory (a map from name to a compact entry, an expiry heap with
 // one clock timer for the earliest expiry, a per-name channel that wakes waiters
-// at once on Release and on expiry), and every change is on disk before it is
-// acknowledged:
+// at once on Release, on Revoke and on expiry), and every change is on disk
+// before it is acknowledged:
 //
-//   - Leases. Acquire, Renew and Release update memory (so other callers see the
-//     change at once), mark the name dirty and wait for the background flusher,
-//     which appends every dirty name's record (name, lease id, token, expiry) to
-//     the lease log with one write and one fdatasync. Operations that arrive while
-//     a commit runs share the next one (group commit): one commit carries about
-//     one operation per waiting caller. If a commit fails, a grant is taken back
-//     and a renewal undone, and the caller gets fence.ErrUnavailable.
+//   - Leases. Acquire, Renew, Release and Revoke update memory (so other callers
+//     see the change at once), mark the name dirty and wait for the background
+//     flusher, which appends every dirty name's record (name, lease id, token,
+//     expiry, owner) to the lease log with one write and one fdatasync.
+//     Operations that arrive while a commit runs share the next one (group
+//     commit): one commit carries about one operation per waiting caller. If a
+//     commit fails, a grant is taken back and a renewal undone, and the caller
+//     gets fence.ErrUnavailable.
 //
 //   - The lease log (PATH-wal) holds what the bbolt file does not have yet. Each
 //     record carries the log's generation and a CRC. When the log passes 4 MiB,
@@ -130,4 +132,12 @@
 // log into it), so a copy of it taken then opens without the log. Otherwise Open
 // refuses a file whose log is missing (ErrCorrupt) rather than forget the leases
 // and tokens the log held, and it refuses a log with a damaged header.
+//
+// Owners came after schema version 1 without changing it: a lease record carries
+// its owner behind a flag bit only when the lease has one, so files and logs of
+// earlier releases open as leases without owner, and an earlier release opens a
+// file of this one as long as no lease with an owner is recorded in it (in the
+// bbolt file, or in a log not folded by a clean Close); otherwise it refuses the
+// file with ErrCorrupt ("lock record ... is malformed") and writes nothing, so
+// no lease is lost. A lease's record loses its owner when the lease ends.
 package bolt

@@ -116,6 +116,7 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 		s.locks[r.Name] = e
 	}
 	e.id, e.token, e.last, e.expires = id, fence.Token(t), fence.Token(t), now+int64(r.TTL)
+	e.owner = r.Options.Owner
 	s.heapPush(e)
 	s.armLocked(now)
 	// The lease is held in memory at once (others see it held), and handed out
@@ -134,10 +135,11 @@ func (s *Store) markDirtyLocked(e *entry) {
 	}
 }
 
-// endLeaseLocked ends e's lease (release or expiry) and wakes its waiters.
+// endLeaseLocked ends e's lease (release, revoke or expiry) and wakes its
+// waiters.
 func (s *Store) endLeaseLocked(e *entry) {
 	s.heapRemove(e)
-	e.id, e.token, e.expires = [16]byte{}, 0, 0
+	e.id, e.token, e.owner, e.expires = [16]byte{}, 0, "", 0
 	s.markDirtyLocked(e) // lets the flusher reclaim e once its last token is on disk
 	if e.wake != nil {
 		close(e.wake)
@@ -274,6 +276,37 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 	return nil
 }
 
+// Revoke ends the current lease on name, whoever holds it, and wakes the waiters
+// on name, as Release does; the revoked holder's Renew and Release then return
+// fence.ErrNotHeld, and the next grant's token is higher. The check and the end
+// are one step under the store's lock, so a lease granted after the check is
+// never ended. The revocation is on disk when Revoke returns. It returns an
+// error matching fence.ErrNotHeld if no unexpired lease is held on name (also
+// during the grace period after a crash of an earlier release, whose leases are
+// unknown), fence.ErrInvalid for a bad name, fence.ErrUnavailable if the
+// revocation could not be written (it took effect in memory; after a crash the
+// lease would be honoured until its expiry), and fence.ErrClosed after Close.
+func (s *Store) Revoke(ctx context.Context, name string) error {
+	if err := checkArgs(ctx, "revoke", name, driver.ValidateName(name), nil); err != nil {
+		return err
+	}
+	if !s.lockOpen() {
+		return opError("revoke", name, fence.ErrClosed)
+	}
+	e := s.locks[name]
+	if e == nil || e.hidx < 0 || e.expires <= s.now() {
+		s.mu.Unlock()
+		return opError("revoke", name, fence.ErrNotHeld)
+	}
+	s.endLeaseLocked(e)
+	g := s.syncLocked()
+	s.mu.Unlock()
+	if err := g.wait(); err != nil {
+		return opError("revoke", name, err)
+	}
+	return nil
+}
+
 // Heal raises the token counter so that the next grant's token, for name and for
 // every other name, is above seen (P4); it is durable when Heal returns. It never
 // lowers the counter. It returns fence.ErrInvalid for a bad name or a seen outside
@@ -318,7 +351,7 @@ func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 	if e != nil {
 		info.LastToken = e.last
 		if e.hidx >= 0 && e.expires > now {
-			info.Held, info.Token, info.ExpiresIn = true, e.token, time.Duration(e.expires-now)
+			info.Held, info.Token, info.Owner, info.ExpiresIn = true, e.token, e.owner, time.Duration(e.expires-now)
 			return
 		}
 	}

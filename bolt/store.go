@@ -79,7 +79,7 @@ type Options struct {
 }
 
 // Store is the embedded durable store: a fence.Locker, fence.Healer,
-// fence.Inspector, fence.KV and fence.Guard in one bbolt file. It is safe for
+// fence.Revoker, fence.Inspector, fence.KV and fence.Guard in one bbolt file. It is safe for
 // concurrent use. Close it to release the file.
 type Store struct {
 	db     *bbolt.DB
@@ -137,6 +137,7 @@ var _ interface {
 	fence.Locker
 	driver.Granter
 	fence.Healer
+	fence.Revoker
 	fence.Inspector
 	fence.KV
 	fence.Guard
@@ -148,6 +149,7 @@ type entry struct {
 	name    string
 	id      [16]byte    // lease id of the holder
 	token   fence.Token // holder's token
+	owner   string      // holder's owner (fence.WithOwner), "" if none
 	last    fence.Token // last token issued for name (or healed to)
 	expires int64       // holder's expiry, lease time
 	hidx    int32       // index in the expiry heap; -1: not held
@@ -381,9 +383,12 @@ func (s *Store) load(nowWall int64) error {
 				if err != nil {
 					return fmt.Errorf("bolt: open %s: lock %q: %w", s.path, k, err)
 				}
+				if brokenForTest == "owners" {
+					r.owner = ""
+				}
 				if r.hasLease && r.wallExp > nowWall {
 					restored = append(restored, &entry{
-						name: string(k), id: r.id, token: r.token, last: r.last,
+						name: string(k), id: r.id, token: r.token, owner: r.owner, last: r.last,
 						expires: r.wallExp - nowWall, hidx: -1,
 					})
 				}
@@ -504,7 +509,8 @@ func (s *Store) replayLocked(tx *bbolt.Tx) error {
 // forget what it must remember ("tokens": the token ceiling; "leases": the
 // written leases; "log": the lease log, not replayed; "steps": forward steps of
 // the wall clock; "grace": that names
-// were free, refusing every grant for 300ms as a lease horizon did), to show
+// were free, refusing every grant for 300ms as a lease horizon did; "owners":
+// the owners of the leases it restores), to show
 // that the crash checker catches it.
 var brokenForTest string
 
@@ -792,43 +798,81 @@ func u64(v uint64) []byte {
 	return b[:]
 }
 
-// Lock record: flags(1) last(8) [token(8) wallExpiry(8) id(16)].
-const flagLease = 1
+// Lock record: flags(1) last(8) [token(8) wallExpiry(8) id(16) [ownerLen(2)
+// owner]]. flagOwner is set only on a lease with an owner, so a record without
+// one is byte for byte what earlier releases wrote and read.
+const (
+	flagLease = 1
+	flagOwner = 2
+)
+
+// Lengths of the lock records: without a lease, with one, and the owner's
+// length prefix after a lease.
+const (
+	lockRecFree  = 9
+	lockRecLease = 41
+	lockRecOwner = 2
+)
 
 type lockFields struct {
 	last, token fence.Token
 	wallExp     int64
 	id          [16]byte
+	owner       string
 	hasLease    bool
 }
 
 func (s *Store) encodeLock(e *entry) []byte {
 	if e.hidx < 0 {
-		b := make([]byte, 9)
+		b := make([]byte, lockRecFree)
 		binary.BigEndian.PutUint64(b[1:], uint64(e.last))
 		return b
 	}
-	b := make([]byte, 41)
+	n := lockRecLease
+	if e.owner != "" {
+		n += lockRecOwner + len(e.owner)
+	}
+	b := make([]byte, lockRecLease, n)
 	b[0] = flagLease
 	binary.BigEndian.PutUint64(b[1:], uint64(e.last))
 	binary.BigEndian.PutUint64(b[9:], uint64(e.token))
 	binary.BigEndian.PutUint64(b[17:], uint64(s.wallAt(e.expires)))
 	copy(b[25:], e.id[:])
+	if e.owner != "" {
+		b[0] |= flagOwner
+		b = binary.BigEndian.AppendUint16(b, uint16(len(e.owner)))
+		b = append(b, e.owner...)
+	}
 	return b
 }
 
+// decodeLock decodes a lock record (of the bucket or of the lease log); a lease
+// record without flagOwner, as earlier releases wrote, has owner "". It returns
+// an error matching ErrCorrupt for a malformed record.
 func decodeLock(v []byte) (lockFields, error) {
 	var r lockFields
+	bad := func() (lockFields, error) {
+		return lockFields{}, fmt.Errorf("lock record of %d bytes is malformed: %w", len(v), ErrCorrupt)
+	}
 	switch {
-	case len(v) == 9 && v[0] == 0:
-	case len(v) == 41 && v[0] == flagLease:
+	case len(v) == lockRecFree && v[0] == 0:
+	case len(v) == lockRecLease && v[0] == flagLease:
 		r.hasLease = true
+	case len(v) >= lockRecLease+lockRecOwner && v[0] == flagLease|flagOwner:
+		n := int(binary.BigEndian.Uint16(v[lockRecLease:]))
+		r.owner = string(v[lockRecLease+lockRecOwner:])
+		if n == 0 || len(r.owner) != n || driver.ValidateOwner(r.owner) != nil {
+			return bad()
+		}
+		r.hasLease = true
+	default:
+		return bad()
+	}
+	r.last = fence.Token(binary.BigEndian.Uint64(v[1:]))
+	if r.hasLease {
 		r.token = fence.Token(binary.BigEndian.Uint64(v[9:]))
 		r.wallExp = int64(binary.BigEndian.Uint64(v[17:]))
 		copy(r.id[:], v[25:])
-	default:
-		return r, fmt.Errorf("lock record of %d bytes is malformed: %w", len(v), ErrCorrupt)
 	}
-	r.last = fence.Token(binary.BigEndian.Uint64(v[1:]))
 	return r, nil
 }

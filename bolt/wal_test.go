@@ -77,11 +77,14 @@ func TestWAL_Checkpoint_FoldsIntoFileAndRestartsLog(t *testing.T) {
 		}
 	}
 	held := mustAcquire(t, s, "held", time.Hour)
-	if s.wal.gen == gen0 {
+	s.fmu.Lock() // the flusher checkpoints after it acknowledges a commit
+	gen, off := s.wal.gen, s.wal.off
+	s.fmu.Unlock()
+	if gen == gen0 {
 		t.Fatalf("no checkpoint after 60 pairs with a 1 KiB log limit")
 	}
-	if s.wal.off > 2048 {
-		t.Fatalf("log holds %d bytes, want it restarted by checkpoints (limit 1 KiB)", s.wal.off)
+	if off > 2048 {
+		t.Fatalf("log holds %d bytes, want it restarted by checkpoints (limit 1 KiB)", off)
 	}
 	s.abandon() // a crash: what the last checkpoint folded is in the bbolt file, the rest in the log
 
