@@ -13,14 +13,16 @@ import (
 	"github.com/fencelock/fence/driver"
 )
 
-// Inspect returns the state of the lock name: Held and Token (the lock key's create
-// revision) while the lock key and its etcd lease exist, LastToken (the revision of
+// Inspect returns the state of the lock name: Held, Token (the lock key's create
+// revision) and Owner (the grant's owner key, "" if none) while the lock key and its
+// etcd lease exist, LastToken (the revision of
 // the last grant) and ExpiresIn (the etcd lease's remaining TTL, in whole seconds,
 // truncated: 0 in its last second). This is etcd's view, which for a TTL below etcd's
 // minimum lease TTL lasts longer than the holder's deadline (see the package
 // documentation). A lock never acquired is
 // reported not held with LastToken 0. It returns fence.ErrInvalid for a bad name,
-// fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after Close.
+// ErrCorrupt for an owner key that holds no valid owner, fence.ErrUnavailable if
+// etcd cannot be reached and fence.ErrClosed after Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
 	if err := l.check(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("etcd: inspect %q: %w", name, err)
@@ -117,8 +119,10 @@ func (l *Locker) fillHeld(ctx context.Context, info *fence.LockInfo, lock, owner
 
 // List returns the locks whose names start with prefix (every name acquired at least
 // once, held or not) in name order, at most limit of them (fence.DefaultListLimit if
-// limit <= 0). It returns fence.ErrInvalid for a prefix that is not a valid name,
-// fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after Close.
+// limit <= 0), with the state Inspect reports. It returns fence.ErrInvalid for a
+// prefix that is not a valid name, ErrCorrupt for an owner key that holds no valid
+// owner, fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after
+// Close.
 func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
 	if l.closed.Load() {
 		return nil, fmt.Errorf("etcd: list %q: %w", prefix, fence.ErrClosed)
