@@ -15,12 +15,11 @@ import (
 
 // Inspect returns the state of the lock name: Held, Token (the lock key's create
 // revision) and Owner (the grant's owner key, "" if none) while the lock key and its
-// etcd lease exist, LastToken (the revision of
-// the last grant) and ExpiresIn (the etcd lease's remaining TTL, in whole seconds,
-// truncated: 0 in its last second). This is etcd's view, which for a TTL below etcd's
-// minimum lease TTL lasts longer than the holder's deadline (see the package
-// documentation). A lock never acquired is
-// reported not held with LastToken 0. It returns fence.ErrInvalid for a bad name,
+// etcd lease exist, LastToken (the revision of the last grant) and ExpiresIn (the
+// etcd lease's remaining TTL, in whole seconds, truncated: 0 in its last second).
+// This is etcd's view, which for a TTL below etcd's minimum lease TTL lasts longer
+// than the holder's deadline (see the package documentation). A lock never acquired
+// is reported not held with LastToken 0. It returns fence.ErrInvalid for a bad name,
 // ErrCorrupt for an owner key that holds no valid owner, fence.ErrUnavailable if
 // etcd cannot be reached and fence.ErrClosed after Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {

@@ -261,8 +261,8 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	}
 	// The owner key goes along, so that it lives as long as the lock key.
 	move := []clientv3.Op{clientv3.OpPut(lk, leaseID, clientv3.WithLease(g.ID))}
-	if ok := grantOwner(kvs[0], only(resp.Responses[1].GetResponseRange().GetKvs())); ok != nil {
-		move = append(move, clientv3.OpPut(string(ok.Key), string(ok.Value), clientv3.WithLease(g.ID)))
+	if owner := grantOwner(kvs[0], only(resp.Responses[1].GetResponseRange().GetKvs())); owner != nil {
+		move = append(move, clientv3.OpPut(string(owner.Key), string(owner.Value), clientv3.WithLease(g.ID)))
 	}
 	resp, err = l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(lk), "=", leaseID), clientv3.Compare(clientv3.LeaseValue(lk), "=", old)).
