@@ -1,6 +1,7 @@
-// Package etcd implements fence.Locker, fence.Inspector, fence.KV and fence.Guard on
-// etcd v3 (go.etcd.io/etcd/client/v3): consensus-backed fencing tokens, and the
-// store that lets several `fence serve` instances share one etcd cluster.
+// Package etcd implements fence.Locker, fence.Inspector, fence.Revoker, fence.KV
+// and fence.Guard on etcd v3 (go.etcd.io/etcd/client/v3): consensus-backed fencing
+// tokens, and the store that lets several `fence serve` instances share one etcd
+// cluster.
 //
 // # Tokens
 //
@@ -14,9 +15,22 @@
 //
 //	If   CreateRevision(lock) == 0
 //	Then Put(lock, leaseID, WithLease(etcdLease)), Put(Prefix+"token/"+name, "")
+//	     [, Put(Prefix+"owner/"+name, owner, WithLease(etcdLease))]
 //
 // and the token is the transaction's revision. The token record's mod revision is
 // therefore the last token of name, kept after release for Inspect and List.
+//
+// # Owners
+//
+// The owner of a grant (fence.WithOwner) is the owner key, written by the grant's
+// transaction under the grant's etcd lease, so it ends with the lock key: deleted by
+// Release and Revoke in the transaction that deletes the lock key, moved along when
+// Renew moves the lock key to another etcd lease, removed by etcd with the lease. The
+// lock key's value stays the lease id, so versions before owners (which have no
+// owner key and compare the value with the lease id) still renew and release every
+// grant, and this version reports their grants without owner. An owner key counts
+// only if written at or after the lock key's creation: one that an older version's
+// release left behind until its etcd lease ends is not a later grant's owner.
 //
 // # Leases and TTLs
 //
@@ -56,6 +70,11 @@
 // lease. Neither can touch a newer holder's key: every write compares the lease id.
 // fence.WithAutoRenew renews through Renew. A lock key that a person wrote by hand
 // without a lease holds the lock until someone deletes it: never granted twice.
+//
+// Revoke (fence.Revoker) is one transaction, If CreateRevision(lock) > 0 Then delete
+// the lock and owner keys: the check and the delete are one step, so it ends the
+// grant that holds the lock as etcd applies it and never a later one. Waiters are
+// woken by the delete, as after a release; the holder's etcd lease is then revoked.
 //
 // # Waiting
 //

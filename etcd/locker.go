@@ -16,7 +16,7 @@ import (
 
 // Locker is a fence.Locker on etcd. The fencing token of a grant is the create
 // revision of the lock key (see the package documentation). It also implements
-// fence.Inspector. It is safe for concurrent use.
+// fence.Inspector and fence.Revoker. It is safe for concurrent use.
 type Locker struct {
 	cli    *clientv3.Client
 	keys   keys
@@ -34,6 +34,7 @@ type Locker struct {
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
+	_ fence.Revoker   = (*Locker)(nil)
 )
 
 // NewLocker returns a Locker that keeps its locks in etcd through cli, under
@@ -143,14 +144,19 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	})
 }
 
-// try makes one try: create the lock key under etcd lease el if it does not exist.
+// try makes one try: create the lock key under etcd lease el if it does not exist,
+// with the owner key (if the request names an owner) under el in the same write.
 // It returns the token of the grant, or 0 and (if withHolder) the holder's lock key
 // if the lock is held.
 func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID, withHolder bool) (fence.Token, *mvccpb.KeyValue, error) {
 	lk := l.keys.lock(r.Name)
+	grant := []clientv3.Op{clientv3.OpPut(lk, r.ID, clientv3.WithLease(el)), clientv3.OpPut(l.keys.token(r.Name), "")}
+	if r.Options.Owner != "" {
+		grant = append(grant, clientv3.OpPut(l.keys.owner(r.Name), r.Options.Owner, clientv3.WithLease(el)))
+	}
 	txn := l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)).
-		Then(clientv3.OpPut(lk, r.ID, clientv3.WithLease(el)), clientv3.OpPut(l.keys.token(r.Name), ""))
+		Then(grant...)
 	if withHolder {
 		txn = txn.Else(clientv3.OpGet(lk))
 	}
@@ -185,7 +191,7 @@ func (l *Locker) timeLeft(ctx context.Context, holder *mvccpb.KeyValue) time.Dur
 		return 0
 	}
 	var info fence.LockInfo
-	if err := l.fillHeld(ctx, &info, holder.CreateRevision, clientv3.LeaseID(holder.Lease)); err != nil {
+	if err := l.fillHeld(ctx, &info, holder, nil); err != nil {
 		return 0
 	}
 	return info.ExpiresIn
@@ -225,7 +231,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	lk := l.keys.lock(name)
 	resp, err := l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(lk), "=", leaseID)).
-		Then(clientv3.OpGet(lk)).
+		Then(clientv3.OpGet(lk), clientv3.OpGet(l.keys.owner(name))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, storeErr(err))
@@ -248,14 +254,19 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		l.renewed(old, kaStart)
 		return nil
 	}
-	// Move the key to a lease of the new TTL, if it is still ours on the old lease.
+	// Move the keys to a lease of the new TTL, if the lock is still ours on the old lease.
 	g, err := l.cli.Grant(ctx, want)
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: grant: %w", name, storeErr(err))
 	}
+	// The owner key goes along, so that it lives as long as the lock key.
+	move := []clientv3.Op{clientv3.OpPut(lk, leaseID, clientv3.WithLease(g.ID))}
+	if owner := grantOwner(kvs[0], only(resp.Responses[1].GetResponseRange().GetKvs())); owner != nil {
+		move = append(move, clientv3.OpPut(string(owner.Key), string(owner.Value), clientv3.WithLease(g.ID)))
+	}
 	resp, err = l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Value(lk), "=", leaseID), clientv3.Compare(clientv3.LeaseValue(lk), "=", old)).
-		Then(clientv3.OpPut(lk, leaseID, clientv3.WithLease(g.ID))).
+		Then(move...).
 		Commit()
 	if err != nil {
 		l.revoke(g.ID)
@@ -270,8 +281,9 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	return nil
 }
 
-// Release ends the lease (name, leaseID): it deletes the lock key if its value is
-// still leaseID, which wakes the waiters' watches, then revokes the etcd lease. It
+// Release ends the lease (name, leaseID): it deletes the lock key (and its owner
+// key) if the lock key's value is still leaseID, which wakes the waiters' watches,
+// then pools or revokes the etcd lease. It
 // returns fence.ErrNotHeld if the lease is no longer held (never touching a newer
 // holder's key), fence.ErrInvalid for bad arguments, fence.ErrUnavailable if etcd
 // cannot be reached and fence.ErrClosed after Close.
@@ -279,22 +291,53 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	if err := l.checkLease(name, leaseID); err != nil {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
 	}
-	lk := l.keys.lock(name)
+	if err := l.end(ctx, name, clientv3.Compare(clientv3.Value(l.keys.lock(name)), "=", leaseID), true); err != nil {
+		return fmt.Errorf("etcd: release %q: %w", name, err)
+	}
+	return nil
+}
+
+// Revoke ends the current lease on name now, whoever holds it (see fence.Revoker):
+// one transaction deletes the lock key and its owner key if the lock key exists, so
+// it ends exactly the grant that holds the lock as it is applied, never a later
+// one. The delete wakes the waiters' watches, as a release does. Then the holder's
+// etcd lease, now without keys, is revoked (never pooled: a Renew of the revoked
+// holder that is in flight may still send it a keep-alive). The revoked holder's
+// Renew and Release then return fence.ErrNotHeld: they compare the lock key's value
+// with their lease id.
+//
+// It returns fence.ErrNotHeld if the lock is not held (also if etcd has just
+// expired the holder's lease), fence.ErrInvalid for a bad name,
+// fence.ErrUnavailable if etcd cannot be reached (the lease may or may not have
+// ended) and fence.ErrClosed after Close.
+func (l *Locker) Revoke(ctx context.Context, name string) error {
+	if err := l.check(name); err != nil {
+		return fmt.Errorf("etcd: revoke %q: %w", name, err)
+	}
+	if err := l.end(ctx, name, clientv3.Compare(clientv3.CreateRevision(l.keys.lock(name)), ">", 0), false); err != nil {
+		return fmt.Errorf("etcd: revoke %q: %w", name, err)
+	}
+	return nil
+}
+
+// end deletes the lock key of name and its owner key in one transaction if cmp
+// holds, and then disposes of the etcd lease the lock key had: it has no key now,
+// so if pool is set and this Locker granted it, it is kept for the next grant; else
+// it is revoked. It returns fence.ErrNotHeld if cmp does not hold.
+func (l *Locker) end(ctx context.Context, name string, cmp clientv3.Cmp, pool bool) error {
 	resp, err := l.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(lk), "=", leaseID)).
-		Then(clientv3.OpDelete(lk, clientv3.WithPrevKV())).
+		If(cmp).
+		Then(clientv3.OpDelete(l.keys.lock(name), clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.owner(name))).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("etcd: release %q: %w", name, storeErr(err))
+		return storeErr(err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("etcd: release %q: %w", name, fence.ErrNotHeld)
+		return fence.ErrNotHeld
 	}
 	if prev := resp.Responses[0].GetResponseDeleteRange().GetPrevKvs(); len(prev) == 1 && prev[0].Lease != 0 {
-		// The etcd lease now has no key: keep it for the next grant if this Locker
-		// granted it, else revoke it.
 		id := clientv3.LeaseID(prev[0].Lease)
-		if h, ok := l.untrack(id); ok {
+		if h, ok := l.untrack(id); ok && pool {
 			l.putLease(id, h.secs, h.renewed)
 		} else {
 			l.revoke(id)

@@ -24,8 +24,8 @@ const DefaultDialTimeout = 5 * time.Second
 // Options configure a Locker, a KV or a Store. The zero value (or nil) is usable.
 type Options struct {
 	// Prefix is prepended to every etcd key this package uses: locks live under
-	// Prefix+"lock/", their token records under Prefix+"token/", and the fenced KV
-	// under Prefix+"kv/". Empty means DefaultPrefix. Lockers and KVs sharing a
+	// Prefix+"lock/", their holders' owners under Prefix+"owner/", their token
+	// records under Prefix+"token/", and the fenced KV under Prefix+"kv/". Empty means DefaultPrefix. Lockers and KVs sharing a
 	// prefix share locks and data (that is how several servers cooperate).
 	Prefix string
 	// Clock measures the holder's local lease deadlines and the wait of an Acquire;
@@ -55,6 +55,7 @@ func (o *Options) clock() driver.Clock {
 type keys struct{ prefix string }
 
 func (k keys) lock(name string) string  { return k.prefix + "lock/" + name }
+func (k keys) owner(name string) string { return k.prefix + "owner/" + name }
 func (k keys) token(name string) string { return k.prefix + "token/" + name }
 func (k keys) kv(key string) string     { return k.prefix + "kv/" + key }
 
@@ -70,6 +71,7 @@ type Store struct {
 var (
 	_ fence.Locker    = (*Store)(nil)
 	_ fence.Inspector = (*Store)(nil)
+	_ fence.Revoker   = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
 )
