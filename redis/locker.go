@@ -191,7 +191,8 @@ func (l *Locker) isClosed() bool {
 }
 
 // Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX) and
-// increments the name's fencing counter, in one round trip. With fence.WithWait it
+// increments the name's fencing counter, in one round trip; the owner of
+// fence.WithOwner is stored in the lock value, so Inspect and List report it. With fence.WithWait it
 // waits for a release (woken by pub/sub), the holder's expiry, or the fallback poll
 // (Options.PollInterval).
 //
