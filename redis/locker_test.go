@@ -226,6 +226,10 @@ func TestLocker_Acquire_LockKeyOfWrongType(t *testing.T) {
 	if err := l.Renew(ctx, name, driver.NewLeaseID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
 		t.Errorf("Renew on a list key = %v, want fence.ErrNotHeld", err)
 	}
+	// Revoke refuses, as Acquire does: a foreign key is no lease to end.
+	if err := l.Revoke(ctx, name); !errors.Is(err, ErrWrongType) || !strings.HasPrefix(err.Error(), `redis: revoke "`) {
+		t.Errorf("Revoke on a list key = %v, want a redis: revoke error matching ErrWrongType", err)
+	}
 	if typ, _ := c.Type(ctx, k.lock).Result(); typ != "list" {
 		t.Errorf("lock key type after release = %q, want list (untouched)", typ)
 	}
