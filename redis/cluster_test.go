@@ -226,6 +226,10 @@ func TestCluster_ThreeMasters(t *testing.T) {
 		wakesOnRelease(t, ctx, l, c.client, mustAcquire(t, ctx, l, "cluster-wake", time.Hour))
 	})
 
+	t.Run("RevokeWakesWaiterOnTheSlotsMaster", func(t *testing.T) {
+		wakesOnRevoke(t, ctx, l, c.client, mustAcquire(t, ctx, l, "cluster-revoke", time.Hour, fence.WithOwner("cluster owner")))
+	})
+
 	t.Run("WaitReplicas_PipelineOnSlotOwner", func(t *testing.T) {
 		dl, err := NewLocker(c.client, &Options{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond})
 		if err != nil {
@@ -244,6 +248,15 @@ func TestCluster_ThreeMasters(t *testing.T) {
 			info, err := l.Inspect(ctx, name)
 			if err != nil || info.Held || info.LastToken != 1 {
 				t.Errorf("%q: Inspect = %+v, %v; want released, counter 1", name, info, err)
+			}
+			// Revoke pipelines its WAIT on the slot's master too: the lease ends,
+			// and the missing acknowledgement is reported.
+			mustAcquire(t, ctx, l, name, time.Minute)
+			if err := dl.Revoke(ctx, name); !errors.Is(err, fence.ErrUnavailable) || errors.Is(err, fence.ErrNotHeld) {
+				t.Fatalf("%q: Revoke with WaitReplicas 1 and no replicas = %v, want fence.ErrUnavailable", name, err)
+			}
+			if info, err := l.Inspect(ctx, name); err != nil || info.Held {
+				t.Errorf("%q: Inspect after Revoke = %+v, %v; want not held", name, info, err)
 			}
 		}
 		if len(owners) < 2 {

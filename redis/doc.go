@@ -1,6 +1,6 @@
 // Package redis is a fence.Locker on Redis (go-redis v9): a plain server, a Sentinel
-// failover client or a Cluster. It also implements fence.Healer and fence.Inspector,
-// and a fenced KV store (KV) for data kept in the same Redis.
+// failover client or a Cluster. It also implements fence.Healer, fence.Inspector and
+// fence.Revoker, and a fenced KV store (KV) for data kept in the same Redis.
 //
 //	l, err := redis.NewLocker(goredis.NewClient(&goredis.Options{Addr: addr}), nil)
 //	lease, err := l.Acquire(ctx, "payments", 30*time.Second, fence.WithWait(10*time.Second))
@@ -12,9 +12,17 @@
 // A lock name N uses two keys and a channel that share the hash tag {N}, so a Cluster
 // routes them to one slot and one script can touch both:
 //
-//	fence:{N}:lock    "<lease id> <token>" with the lease's TTL (SET NX PX)
+//	fence:{N}:lock    "<lease id> <token>", or "<lease id> <owner> <token>" with an
+//	                  owner (fence.WithOwner), with the lease's TTL (PX)
 //	fence:{N}:token   the fencing counter: never expires, never deleted by fence
-//	fence:{N}:wake    the channel a release publishes on (SPUBLISH)
+//	fence:{N}:wake    the channel a release or revoke publishes on (SPUBLISH)
+//
+// The owner lives in the lock value, so it is set and expires with the lease in the
+// same SET. The lease id has no spaces and the token ends the value, so the owner is
+// what lies between the first space and the last; a value without owner is the form
+// versions before owners wrote, read as owner "". Those versions read both forms:
+// they match the lease id prefix (renew, release) and the trailing token (inspect),
+// and see the lock held; they do not see the owner.
 //
 // Since a hash tag ends at the first '}', the characters '{', '}' and '%' of a name
 // are percent-encoded in the tag (%7B, %7D, %25); every valid fence name works.
@@ -26,7 +34,9 @@
 // replies with the holder's PTTL if the lock is held, fails closed at
 // fence.MaxToken (2^53-1, so tokens survive Lua's doubles), and otherwise INCRs the
 // counter and SETs the lock with PX. Renew and Release compare the stored lease id in
-// a script, so a retried call never touches a newer holder's lease. If the reply to
+// a script, so a retried call never touches a newer holder's lease. Revoke deletes
+// whatever lease the lock key holds, in one script that looks and deletes, so it
+// never ends a lease granted after its look, and publishes like Release. If the reply to
 // an acquire is lost (timeout, cancelled context, dropped connection), the Locker
 // releases that grant in the background by its fresh lease id.
 //
@@ -84,8 +94,10 @@
 //
 // # What each failure can lose
 //
-// Only Acquire waits for WAIT / WAITAOF; Renew, Release and Heal return as soon as
-// the primary applied them. Lock exclusivity (P6) rests on Redis keeping the lock
+// Only Acquire and Revoke wait for WAIT / WAITAOF; Renew, Release and Heal return as
+// soon as the primary applied them. A Revoke that was not acknowledged as Options
+// ask has still ended the lease on the primary; it returns fence.ErrUnavailable, since
+// a failover may bring the lease back. Lock exclusivity (P6) rests on Redis keeping the lock
 // key, token order (P1) on Redis keeping the counter. Per failure, what an
 // acknowledged call can lose, and what the options and Heal do about it:
 //

@@ -8,9 +8,10 @@ import (
 // Key layout. For a lock name N (escaped as E, see escapeName) and the default
 // prefix "fence:":
 //
-//	fence:{E}:lock    the current lease: "<lease id> <token>", with the lease's TTL (PX)
+//	fence:{E}:lock    the current lease: "<lease id> <token>", or "<lease id> <owner>
+//	                  <token>" with an owner, with the lease's TTL (PX)
 //	fence:{E}:token   the fencing counter; never expires, never deleted by fence
-//	fence:{E}:wake    the (sharded) pub/sub channel a release publishes on
+//	fence:{E}:wake    the (sharded) pub/sub channel a release or revoke publishes on
 //
 // The braces make E the Cluster hash tag, so the three live in one slot and one
 // script can touch both keys.

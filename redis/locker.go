@@ -27,11 +27,14 @@ var (
 	healSrc string
 	//go:embed scripts/inspect.lua
 	inspectSrc string
+	//go:embed scripts/revoke.lua
+	revokeSrc string
 
 	acquireScript = goredis.NewScript(acquireSrc)
 	leaseScript   = goredis.NewScript(leaseSrc)
 	healScript    = goredis.NewScript(healSrc)
 	inspectScript = goredis.NewScript(inspectSrc)
+	revokeScript  = goredis.NewScript(revokeSrc)
 )
 
 // maxTokenArg is fence.MaxToken as the acquire script's argument, boxed once.
@@ -40,6 +43,7 @@ var maxTokenArg any = strconv.FormatUint(uint64(fence.MaxToken), 10)
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Healer    = (*Locker)(nil)
+	_ fence.Revoker   = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
 	_ Client          = goredis.UniversalClient(nil)
 )
@@ -187,7 +191,8 @@ func (l *Locker) isClosed() bool {
 }
 
 // Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX) and
-// increments the name's fencing counter, in one round trip. With fence.WithWait it
+// increments the name's fencing counter, in one round trip; the owner of
+// fence.WithOwner is stored in the lock value, so Inspect and List report it. With fence.WithWait it
 // waits for a release (woken by pub/sub), the holder's expiry, or the fallback poll
 // (Options.PollInterval).
 //
@@ -243,7 +248,7 @@ func (a *acquirer) try(ctx context.Context, r *driver.Request) (driver.Result, e
 		}
 	}
 	start := l.clock.Now()
-	tok, pttl, err := l.grant(ctx, a.k, r.ID, r.TTL)
+	tok, pttl, err := l.grant(ctx, a.k, r.ID, r.Options.Owner, r.TTL)
 	if err != nil || tok != 0 {
 		return driver.Result{Token: tok, Start: start}, err
 	}
@@ -269,13 +274,13 @@ func (a *acquirer) close() {
 	}
 }
 
-// grant runs the acquire script once for lease id. It returns the token of a grant;
-// or 0 and the lock key's PTTL as the script saw it (-1: no expiry); or an error. A
-// grant whose reply was lost or unusable, or that was not acknowledged as Options
-// ask, is released.
-func (l *Locker) grant(ctx context.Context, k keys, id string, ttl time.Duration) (fence.Token, int64, error) {
+// grant runs the acquire script once for lease id and owner ("" if none). It
+// returns the token of a grant; or 0 and the lock key's PTTL as the script saw it
+// (-1: no expiry); or an error. A grant whose reply was lost or unusable, or that
+// was not acknowledged as Options ask, is released.
+func (l *Locker) grant(ctx context.Context, k keys, id, owner string, ttl time.Duration) (fence.Token, int64, error) {
 	keys := []string{k.lock, k.token}
-	args := []any{id, ttl.Milliseconds(), maxTokenArg}
+	args := []any{id, ttl.Milliseconds(), maxTokenArg, owner}
 	res, problem, err := runWrite(ctx, l.client, &l.opts, acquireScript, keys, args, true)
 	if err != nil {
 		if ambiguous(err) {
@@ -511,6 +516,43 @@ func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
 	return nil
 }
 
+// Revoke ends the current lease on name now, whoever holds it, and publishes on the
+// name's wake channel so waiters try at once (see fence.Revoker). One script looks
+// at the lock key and deletes it, so a lease granted after the look is never ended.
+// The revoked holder's Renew and Release then return fence.ErrNotHeld; its token
+// stays used, so the next grant's is higher. With Options.WaitReplicas or
+// WaitAOF*, WAIT / WAITAOF follow the script as they follow an acquire's.
+//
+// It returns an error matching fence.ErrNotHeld if no unexpired lease is held;
+// fence.ErrInvalid for a bad name; ErrWrongType if the lock key holds foreign data
+// (left alone); fence.ErrUnavailable when Redis cannot be reached, and also when
+// the lease was ended on the primary but fewer replicas (or fsyncs) than Options ask
+// acknowledged that within WaitTimeout (a failover may then bring the lease back;
+// Revoke again to be sure only if you accept ending a newer holder's lease too);
+// fence.ErrClosed after Close.
+func (l *Locker) Revoke(ctx context.Context, name string) error {
+	if err := driver.ValidateName(name); err != nil {
+		return fmt.Errorf("redis: revoke %q: %w", name, err)
+	}
+	if l.isClosed() {
+		return fmt.Errorf("redis: revoke %q: %w", name, fence.ErrClosed)
+	}
+	k := l.keysFor(name)
+	res, problem, err := runWrite(ctx, l.client, &l.opts, revokeScript, []string{k.lock}, []any{k.wake, l.publish}, true)
+	if err != nil {
+		return fmt.Errorf("redis: revoke %q: %w", name, translate(err))
+	}
+	switch n, ok := res.(int64); {
+	case !ok:
+		return fmt.Errorf("redis: revoke %q: %w: unexpected script reply %v", name, fence.ErrUnavailable, res)
+	case n != 1:
+		return fmt.Errorf("redis: revoke %q: %w", name, fence.ErrNotHeld)
+	case problem != "":
+		return fmt.Errorf("redis: revoke %q: %w: lease ended on the primary, but %s; a failover may bring it back", name, fence.ErrUnavailable, problem)
+	}
+	return nil
+}
+
 // Heal raises name's fencing counter to at least seen, never lowering it, so the
 // next grant's token is above seen (P4). Call it with the Highest of a guard's
 // *fence.StaleTokenError after a failover lost increments; fence.Heal(ctx, locker,
@@ -536,11 +578,13 @@ func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error 
 	return nil
 }
 
-// Inspect returns the state of lock name: whether it is held, the holder's token and
-// time left, and the highest token issued. A lock never acquired is reported with
-// Held false and LastToken 0. It returns fence.ErrInvalid for a bad name,
-// ErrWrongType if the counter holds foreign data, fence.ErrUnavailable when Redis
-// cannot be reached, and fence.ErrClosed after Close.
+// Inspect returns the state of lock name: whether it is held, the holder's token,
+// owner (fence.WithOwner; "" for none, and for a lease written by a version without
+// owners) and time left, and the highest token issued. The lease id is never
+// reported. A lock never acquired is reported with Held false and LastToken 0. It
+// returns fence.ErrInvalid for a bad name, ErrWrongType if the counter holds foreign
+// data, fence.ErrUnavailable when Redis cannot be reached, and fence.ErrClosed after
+// Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
 	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, err)
@@ -549,21 +593,41 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	vals, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.token}).Int64Slice()
+	res, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.token}).Slice()
 	if err != nil {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, translate(err))
 	}
-	if len(vals) != 4 {
-		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w: unexpected script reply %v", name, fence.ErrUnavailable, vals)
+	held, tok, pttl, counter, owner, ok := inspectReply(res)
+	if !ok {
+		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w: unexpected script reply %v", name, fence.ErrUnavailable, res)
 	}
-	if vals[3] < 0 {
+	if counter < 0 {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: counter key %s holds a value that is not a token: %w", name, k.token, ErrWrongType)
 	}
-	info := fence.LockInfo{Name: name, Held: vals[0] == 1, Token: fence.Token(vals[1]), LastToken: fence.Token(vals[3])}
-	if info.Held && vals[2] > 0 {
-		info.ExpiresIn = time.Duration(vals[2]) * time.Millisecond
+	info := fence.LockInfo{Name: name, Held: held == 1, LastToken: fence.Token(counter)}
+	if info.Held {
+		info.Token, info.Owner = fence.Token(tok), owner
+		if pttl > 0 {
+			info.ExpiresIn = time.Duration(pttl) * time.Millisecond
+		}
 	}
 	return info, nil
+}
+
+// inspectReply decodes the {held, token, pttl, counter, owner} reply of the
+// inspect script; ok is false for any other reply.
+func inspectReply(res []any) (held, tok, pttl, counter int64, owner string, ok bool) {
+	if len(res) != 5 {
+		return 0, 0, 0, 0, "", false
+	}
+	var n [4]int64
+	for i := range n {
+		if n[i], ok = res[i].(int64); !ok {
+			return 0, 0, 0, 0, "", false
+		}
+	}
+	owner, ok = res[4].(string)
+	return n[0], n[1], n[2], n[3], owner, ok
 }
 
 // clusterScanner is implemented by *goredis.ClusterClient: a Cluster is scanned

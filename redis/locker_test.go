@@ -226,6 +226,10 @@ func TestLocker_Acquire_LockKeyOfWrongType(t *testing.T) {
 	if err := l.Renew(ctx, name, driver.NewLeaseID(), time.Second); !errors.Is(err, fence.ErrNotHeld) {
 		t.Errorf("Renew on a list key = %v, want fence.ErrNotHeld", err)
 	}
+	// Revoke refuses, as Acquire does: a foreign key is no lease to end.
+	if err := l.Revoke(ctx, name); !errors.Is(err, ErrWrongType) || !strings.HasPrefix(err.Error(), `redis: revoke "`) {
+		t.Errorf("Revoke on a list key = %v, want a redis: revoke error matching ErrWrongType", err)
+	}
 	if typ, _ := c.Type(ctx, k.lock).Result(); typ != "list" {
 		t.Errorf("lock key type after release = %q, want list (untouched)", typ)
 	}
@@ -446,6 +450,22 @@ func waitSubscribers(t testing.TB, c goredis.UniversalClient, l *Locker, name st
 // time.
 func wakesOnRelease(t *testing.T, ctx context.Context, l *Locker, c goredis.UniversalClient, holder *fence.Lease) {
 	t.Helper()
+	wakesOnEnd(t, ctx, l, c, holder, holder.Release)
+}
+
+// wakesOnRevoke is wakesOnRelease with Revoke ending holder's lease; the revoked
+// holder's Release then says ErrNotHeld.
+func wakesOnRevoke(t *testing.T, ctx context.Context, l *Locker, c goredis.UniversalClient, holder *fence.Lease) {
+	t.Helper()
+	wakesOnEnd(t, ctx, l, c, holder, func(ctx context.Context) error { return l.Revoke(ctx, holder.Name()) })
+	if err := holder.Release(ctx); !errors.Is(err, fence.ErrNotHeld) {
+		t.Errorf("revoked holder's Release = %v, want fence.ErrNotHeld", err)
+	}
+}
+
+// wakesOnEnd is wakesOnRelease with end ending holder's lease.
+func wakesOnEnd(t *testing.T, ctx context.Context, l *Locker, c goredis.UniversalClient, holder *fence.Lease, end func(context.Context) error) {
+	t.Helper()
 	name := holder.Name()
 	type result struct {
 		lease *fence.Lease
@@ -458,7 +478,7 @@ func wakesOnRelease(t *testing.T, ctx context.Context, l *Locker, c goredis.Univ
 	}()
 	waitSubscribers(t, c, l, name, 1)
 	released := time.Now()
-	if err := holder.Release(ctx); err != nil {
+	if err := end(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
@@ -597,6 +617,9 @@ func TestLocker_Close_EndsWaitersAndCalls(t *testing.T) {
 	if _, err := l.Acquire(ctx, uniqueName(t), time.Second); !errors.Is(err, fence.ErrClosed) {
 		t.Errorf("Acquire after Close = %v, want fence.ErrClosed", err)
 	}
+	if err := l.Revoke(ctx, name); !errors.Is(err, fence.ErrClosed) {
+		t.Errorf("Revoke after Close = %v, want fence.ErrClosed", err)
+	}
 }
 
 func TestLocker_BadInput(t *testing.T) {
@@ -615,6 +638,7 @@ func TestLocker_BadInput(t *testing.T) {
 		"heal zero":       l.Heal(ctx, "x", 0),
 		"heal too big":    l.Heal(ctx, "x", fence.MaxToken+1),
 		"inspect bad":     func() error { _, err := l.Inspect(ctx, ""); return err }(),
+		"revoke bad":      l.Revoke(ctx, "a\nb"),
 		"list bad prefix": func() error { _, err := l.List(ctx, "a\x00", 0); return err }(),
 	}
 	for what, err := range checks {
@@ -646,6 +670,9 @@ func TestLocker_Unreachable(t *testing.T) {
 	}
 	if err := l.Heal(ctx, "x", 3); !errors.Is(err, fence.ErrUnavailable) {
 		t.Errorf("Heal on a closed port = %v, want fence.ErrUnavailable", err)
+	}
+	if err := l.Revoke(ctx, "x"); !errors.Is(err, fence.ErrUnavailable) || !strings.HasPrefix(err.Error(), `redis: revoke "x": `) {
+		t.Errorf("Revoke on a closed port = %v, want a redis: revoke error matching fence.ErrUnavailable", err)
 	}
 }
 

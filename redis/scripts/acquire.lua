@@ -1,6 +1,7 @@
 -- acquire: grant the lock and issue its fencing token in one step.
 -- KEYS[1] lock key, KEYS[2] counter key (same hash tag, so same Cluster slot)
--- ARGV[1] lease id, ARGV[2] ttl in ms, ARGV[3] largest token that may be issued
+-- ARGV[1] lease id, ARGV[2] ttl in ms, ARGV[3] largest token that may be issued,
+-- ARGV[4] owner ('' if none)
 -- Returns {1, token} when granted, {0, pttl} when held (pttl -1: no expiry),
 -- or an error reply prefixed FENCE_WRONGTYPE / FENCE_BADCOUNTER / FENCE_EXHAUSTED.
 --
@@ -30,6 +31,14 @@ if n < 1 or n > max then
   end
   return redis.error_reply('FENCE_BADCOUNTER counter key ' .. KEYS[2] .. ' holds a value that is not a token')
 end
+-- The lock value is '<lease id> <token>', or '<lease id> <owner> <token>' with an
+-- owner: the lease id has no spaces and the token ends the value, so the owner
+-- (which may contain spaces) is what lies between, and older readers, which match
+-- the lease id prefix and the trailing token, read both forms (see inspect.lua).
 -- %d, not tostring: Lua 5.1 would print large numbers as 9.007199254741e+15.
-redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. string.format('%d', n), 'PX', ARGV[2])
+local holder = ARGV[1] .. ' '
+if ARGV[4] ~= '' then
+  holder = holder .. ARGV[4] .. ' '
+end
+redis.call('SET', KEYS[1], holder .. string.format('%d', n), 'PX', ARGV[2])
 return {1, n}

@@ -1,0 +1,35 @@
+-- acquire: grant the lock and issue its fencing token in one step.
+-- KEYS[1] lock key, KEYS[2] counter key (same hash tag, so same Cluster slot)
+-- ARGV[1] lease id, ARGV[2] ttl in ms, ARGV[3] largest token that may be issued
+-- Returns {1, token} when granted, {0, pttl} when held (pttl -1: no expiry),
+-- or an error reply prefixed FENCE_WRONGTYPE / FENCE_BADCOUNTER / FENCE_EXHAUSTED.
+--
+-- The fast path is three calls: GET, INCR, SET. pcall turns a WRONGTYPE or
+-- not-an-integer error into a value instead of aborting, and an INCR that went
+-- out of range is undone before returning: a script is atomic, so no client and no
+-- replica sees the intermediate value.
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return redis.error_reply('FENCE_WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a string')
+end
+if v then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local n = redis.pcall('INCR', KEYS[2])
+if type(n) == 'table' then
+  if string.find(n.err, 'WRONGTYPE', 1, true) then
+    return redis.error_reply('FENCE_WRONGTYPE counter key ' .. KEYS[2] .. ' holds a value that is not a string')
+  end
+  return redis.error_reply('FENCE_BADCOUNTER counter key ' .. KEYS[2] .. ' holds a value that is not a token')
+end
+local max = tonumber(ARGV[3])
+if n < 1 or n > max then
+  redis.call('DECR', KEYS[2])
+  if n == max + 1 then
+    return redis.error_reply('FENCE_EXHAUSTED counter key ' .. KEYS[2] .. ' is at the largest token')
+  end
+  return redis.error_reply('FENCE_BADCOUNTER counter key ' .. KEYS[2] .. ' holds a value that is not a token')
+end
+-- %d, not tostring: Lua 5.1 would print large numbers as 9.007199254741e+15.
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. string.format('%d', n), 'PX', ARGV[2])
+return {1, n}
