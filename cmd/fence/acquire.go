@@ -45,19 +45,11 @@ usage errors.`,
 			if wait < 0 {
 				return usagef("--wait %v: must not be negative", wait)
 			}
-			if err := checkOwner(owner); err != nil {
-				return err
-			}
-			c, err := flags.client()
+			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner)
 			if err != nil {
 				return err
 			}
-			w := watchSignals(cmd.Context())
 			defer w.stop()
-			lease, err := acquireWatched(w, c, name, ttl, wait, fence.WithOwner(owner))
-			if err != nil {
-				return err
-			}
 			return printLease(cmd.OutOrStdout(), lease)
 		},
 	}
@@ -87,6 +79,27 @@ func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wa
 		}
 	}
 	return c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(wait))...)
+}
+
+// acquireForCommand is the acquire of `fence acquire` and `fence lock`: it checks
+// --owner and acquires name for it under the signals of a new waitSignals, which
+// the caller stops once done with the lease (so that no signal finds the default
+// action, death with the lock held, between the wait and the release).
+func acquireForCommand(cmd *cobra.Command, flags *clientFlags, name string, ttl, wait time.Duration, owner string, opts ...fence.AcquireOption) (*fence.Lease, *waitSignals, error) {
+	if err := checkOwner(owner); err != nil {
+		return nil, nil, err
+	}
+	c, err := flags.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	w := watchSignals(cmd.Context())
+	lease, err := acquireWatched(w, c, name, ttl, wait, append(opts, fence.WithOwner(owner))...)
+	if err != nil {
+		w.stop()
+		return nil, nil, err
+	}
+	return lease, w, nil
 }
 
 // acquireWatched is acquireLease under w's signals, with the commands' errors: a

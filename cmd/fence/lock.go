@@ -92,21 +92,11 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			if !cmd.Flags().Changed("owner") {
 				owner = defaultOwner(argv)
 			}
-			if err := checkOwner(owner); err != nil {
-				return err
-			}
-			c, err := flags.client()
+			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, fence.WithAutoRenew())
 			if err != nil {
 				return err
 			}
-			// One handler for the signals from the wait to the release, so that none
-			// finds the default action (death with the lock held) in between.
-			w := watchSignals(cmd.Context())
 			defer w.stop()
-			lease, err := acquireWatched(w, c, name, ttl, wait, fence.WithAutoRenew(), fence.WithOwner(owner))
-			if err != nil {
-				return err
-			}
 			r := &lockRun{name: name, lease: lease, grace: grace, env: flags.childEnv(), sigs: w.sigs}
 			var code int
 			if len(argv) == 0 {
