@@ -48,8 +48,8 @@ type ClientOptions struct {
 	MaxPoll time.Duration
 }
 
-// Client is a fence.Locker, fence.Healer, fence.Inspector, fence.Guard and fence.KV that talks to a
-// `fence serve` server (HTTP API v1) over keep-alive connections. It is safe for
+// Client is a fence.Locker, fence.Healer, fence.Revoker, fence.Inspector, fence.Guard
+// and fence.KV that talks to a `fence serve` server (HTTP API v1) over keep-alive connections. It is safe for
 // concurrent use. Leases it returns are fence.Lease values, so Done, Context and
 // WithAutoRenew work over HTTP.
 //
@@ -75,6 +75,7 @@ type Client struct {
 var (
 	_ fence.Locker    = (*Client)(nil)
 	_ fence.Healer    = (*Client)(nil)
+	_ fence.Revoker   = (*Client)(nil)
 	_ fence.Inspector = (*Client)(nil)
 	_ fence.Guard     = (*Client)(nil)
 	_ fence.KV        = (*Client)(nil)
@@ -291,7 +292,8 @@ func (c *Client) answerError(r *response) error {
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-// Acquire asks the server for a lease on name (see fence.Locker). With WithWait the
+// Acquire asks the server for a lease on name (see fence.Locker), sending the owner
+// of fence.WithOwner if any (Inspect and List then report it). With WithWait the
 // server long-polls; waits longer than MaxPoll are several polls. The lease's local
 // deadline counts from when the granting request was sent, plus the time the server
 // reports it held the request before the store started the grant (waited_ms), so it
@@ -345,7 +347,7 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 	var resp leaseResponse
 	start := c.clock.Now()
 	err := c.doJSON(ctx, op, r.Name, http.MethodPost, "/v1/locks/"+EscapeName(r.Name)+"/acquire",
-		acquireRequest{TTLms: &ttlMs, WaitMs: ms(poll)}, &resp, poll)
+		acquireRequest{TTLms: &ttlMs, WaitMs: ms(poll), Owner: r.Options.Owner}, &resp, poll)
 	switch {
 	case errors.Is(err, fence.ErrNotAcquired):
 		res := driver.Result{}
@@ -421,6 +423,22 @@ func (c *Client) Heal(ctx context.Context, name string, seen fence.Token) error 
 	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/heal", healRequest{Seen: seen}, nil, 0)
 }
 
+// Revoke ends the current lease on name now, whoever holds it, and wakes the
+// server's waiters (see fence.Revoker): the next grant's token is higher, so fenced
+// resources refuse the revoked holder once the next holder writes or fences. It
+// returns fence.ErrNotHeld if no unexpired lease holds name (404), fence.ErrInvalid
+// for a bad name, ErrNotImplemented if the server's store cannot revoke,
+// ErrUnauthorized for a refused auth token, fence.ErrUnavailable when the server
+// cannot be reached (the lease may or may not have ended; a retry may end a lease
+// granted since, which fencing keeps as safe as the first).
+func (c *Client) Revoke(ctx context.Context, name string) error {
+	const op = "revoke"
+	if err := driver.ValidateName(name); err != nil {
+		return invalidArg(op, "", err)
+	}
+	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/revoke", revokeRequest{}, nil, 0)
+}
+
 func validateLeaseArgs(op, name, leaseID string) error {
 	if err := driver.ValidateName(name); err != nil {
 		return invalidArg(op, "", err)
@@ -431,7 +449,8 @@ func validateLeaseArgs(op, name, leaseID string) error {
 	return nil
 }
 
-// Inspect returns the state of one lock (see fence.Inspector). It returns
+// Inspect returns the state of one lock (see fence.Inspector), with the holder's
+// owner (never the lease id). It returns
 // fence.ErrInvalid for a bad name, ErrNotImplemented if the server's store cannot
 // report state, fence.ErrUnavailable when the server cannot be reached.
 func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {

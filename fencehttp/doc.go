@@ -1,19 +1,21 @@
 // Package fencehttp is fence over HTTP: a Server that exposes any fence.Locker (and,
 // optionally, a fenced fence.KV store) as the HTTP API v1 that `fence serve` runs,
-// and a Client that implements fence.Locker, fence.Healer, fence.Inspector,
-// fence.Guard and fence.KV against such a server, so that any language or shell can take fenced locks.
+// and a Client that implements fence.Locker, fence.Healer, fence.Revoker,
+// fence.Inspector, fence.Guard and fence.KV against such a server, so that any
+// language or shell can take fenced locks.
 //
 // The package is named fencehttp, not http, so that it does not shadow net/http
 // where both are imported.
 //
 // # API v1
 //
-//	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N}  -> 200 {"name","token","lease","ttl_ms","waited_ms"}
+//	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N,"owner":S}  -> 200 {"name","token","lease","ttl_ms","waited_ms"}
 //	                                                            409 held (after the wait; expires_in_ms as of its end)
 //	POST /v1/locks/{name}/renew    {"lease":ID,"ttl_ms":N}  -> 200 | 410 lease expired or lost
 //	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
+//	POST /v1/locks/{name}/revoke   {}                       -> 200 {"name","revoked":true} | 404 not_held | 501
 //	POST /v1/locks/{name}/heal     {"seen":N}               -> 200 | 501 (fence.Healer, P4)
-//	GET  /v1/locks/{name}          -> 200 {"name","held","token","last_token","expires_in_ms"}
+//	GET  /v1/locks/{name}          -> 200 {"name","held","token","owner","last_token","expires_in_ms"}
 //	GET  /v1/locks?prefix=P&limit=N -> 200 {"locks":[...]}
 //	PUT  /v1/kv/{key}     headers Fence-Token: N, Fence-Lock: NAME [, Fence-Lease: ID]
 //	                      -> 200 {"key","lock","token"} | 409 {"error","code","highest"}
@@ -45,6 +47,22 @@
 // slashes, since URL normalisation treats %2E as '.'. Names with such parts travel
 // as one escaped segment, as EscapeName makes them: a%2F..%2Fb is the lock "a/../b",
 // and %2E%2E the lock "..".
+//
+// # Owners and revoke
+//
+// An acquire may name its holder, "owner" (fence.WithOwner: at most 256 bytes of
+// printable UTF-8; a bad one is 400 with field "owner"). GET /v1/locks/{name} and
+// the listing report it while the lease is held, never the lease id. An owner is a
+// label for people, not a credential: anyone may claim any owner.
+//
+// POST /v1/locks/{name}/revoke ends the current lease now, whoever holds it, and
+// wakes the waiters (fence.Revoker; 501 if the store has none, 404 "not_held" if no
+// unexpired lease holds the lock). The revoked holder's renew and release are then
+// 410. Revoke is safe only where the resource is fenced: the next grant's token is
+// higher, so once the next holder writes or fences (POST /v1/fences/{key}) any
+// guard refuses the revoked holder's writes (P1, P3); until then a paused revoked
+// holder can still write with its token. With auth tokens, any token the server
+// accepts may revoke: admin-only revoke comes with scoped tokens, in a later issue.
 //
 // # Waiting
 //
@@ -103,7 +121,8 @@
 //	409 token_exhausted  the lock's counter is at fence.MaxToken
 //	410 not_held         the lease expired, was released, or is not yours
 //	413 too_large        request body over the limit
-//	501 not_implemented  the store has no KV, Guard or Inspector
+//	404 not_held         revoke: no unexpired lease holds the lock
+//	501 not_implemented  the store has no KV, Guard, Inspector, Healer or Revoker
 //	503 unavailable      the store could not be reached, or the server is shutting down
 //
 // The Client's errors for an answer read exactly as "error" (a *ServerError) and

@@ -15,7 +15,7 @@ var (
 	// ErrUnauthorized means the server refused the request's bearer token (401).
 	ErrUnauthorized = errors.New("fencehttp: unauthorized")
 	// ErrNotImplemented means the server's store lacks the feature (501): no KV,
-	// Guard or Inspector.
+	// Guard, Inspector, Healer or Revoker.
 	ErrNotImplemented = errors.New("fencehttp: not implemented by the server's store")
 )
 
@@ -28,6 +28,9 @@ var (
 	errMethod        = errors.New("fencehttp: method not allowed")
 	errShuttingDown  = &causeError{kind: fence.ErrUnavailable, fact: "the server is shutting down"}
 	errInternalError = errors.New("fencehttp: internal error")
+	// errNothingToRevoke is a revoke of a lock that no unexpired lease holds: 404
+	// "not_held" (a renew or release of a lease that is gone is 410).
+	errNothingToRevoke = errors.New("fencehttp: nothing to revoke")
 )
 
 // causeError is a server-side cause: kind decides the status (statusTable), fact is
@@ -56,6 +59,7 @@ var statusTable = []struct {
 	{fence.ErrInvalid, http.StatusBadRequest, "invalid"},
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized"},
 	{errNoRoute, http.StatusNotFound, "not_found"},
+	{errNothingToRevoke, http.StatusNotFound, "not_held"},
 	{fence.ErrNotFound, http.StatusNotFound, "not_found"},
 	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed"},
 	{fence.ErrNotAcquired, http.StatusConflict, "held"},
@@ -83,7 +87,7 @@ func statusOf(err error) (int, string) {
 }
 
 // errorBody returns the status and JSON body that answer err, which op (acquire,
-// renew, release, heal, inspect, list, put, get, fence; "" outside those) met on
+// renew, release, revoke, heal, inspect, list, put, get, fence; "" outside those) met on
 // name (a lock name, key or list prefix; "" if unknown or invalid). Typed fence errors
 // add their detail. Unknown errors are 500 with a generic message (the caller logs
 // err).
@@ -218,7 +222,7 @@ func secretField(field string) bool { return field == "lease" || field == Header
 // isLockOp reports whether op works on a lock (rather than a key).
 func isLockOp(op string) bool {
 	switch op {
-	case "acquire", "renew", "release", "heal", "inspect":
+	case "acquire", "renew", "release", "revoke", "heal", "inspect":
 		return true
 	}
 	return false

@@ -17,6 +17,7 @@ type metrics struct {
 	waitSeconds    prometheus.Histogram
 	stale          prometheus.Counter
 	lost           prometheus.Counter
+	revokes        prometheus.Counter
 	kvWrites       prometheus.Counter
 	requests       *prometheus.CounterVec // labels route, code
 	held           *heldSet
@@ -46,6 +47,9 @@ func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
 		lost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fence_lost_leases_total", Help: "Renewals answered 410: the lease had expired or was taken over.",
 		}),
+		revokes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fence_revokes_total", Help: "Leases ended by revoke (an operator's force-release).",
+		}),
 		kvWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fence_kv_writes_total", Help: "Fenced writes accepted by the KV store.",
 		}),
@@ -54,7 +58,7 @@ func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
 		}, []string{"route", "code"}),
 		held: held,
 	}
-	reg.MustRegister(m.grants, m.acquireSeconds, m.waits, m.waitSeconds, m.stale, m.lost, m.kvWrites, m.requests,
+	reg.MustRegister(m.grants, m.acquireSeconds, m.waits, m.waitSeconds, m.stale, m.lost, m.revokes, m.kvWrites, m.requests,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fence_held_locks",
 			Help: "Locks held through this server: granted, neither released nor expired by the server's clock.",

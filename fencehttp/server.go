@@ -37,8 +37,8 @@ const (
 
 // Config configures a Server. Only Locker is required.
 type Config struct {
-	// Locker grants the leases. If it is also a fence.Inspector, GET /v1/locks works
-	// (501 otherwise).
+	// Locker grants the leases. If it is also a fence.Inspector, GET /v1/locks works,
+	// a fence.Healer, POST .../heal, a fence.Revoker, POST .../revoke (501 otherwise).
 	Locker fence.Locker
 	// KV is the fenced key-value store behind /v1/kv; if it is also a fence.Guard,
 	// POST /v1/fences works. Nil answers those routes with 501.
@@ -282,7 +282,7 @@ func (s *Server) handleLocksRoot(w http.ResponseWriter, r *http.Request) {
 	s.list(w, r)
 }
 
-// handleLocks serves /v1/locks/{name} and /v1/locks/{name}/{acquire,renew,release,heal}.
+// handleLocks serves /v1/locks/{name} and /v1/locks/{name}/{acquire,renew,release,revoke,heal}.
 // It parses the escaped path itself so that names with an escaped '/' round-trip.
 func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/locks/")
@@ -301,7 +301,7 @@ func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 {
-			s.fail(w, r, "", "", because(errNoRoute, "no such route: POST /v1/locks/{name} needs an action: /acquire, /renew, /release or /heal"))
+			s.fail(w, r, "", "", because(errNoRoute, "no such route: POST /v1/locks/{name} needs an action: /acquire, /renew, /release, /revoke or /heal"))
 			return
 		}
 		action := rest[i+1:]
@@ -313,10 +313,12 @@ func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request) {
 			handle = s.renew
 		case "release":
 			handle = s.release
+		case "revoke":
+			handle = s.revoke
 		case "heal":
 			handle = s.heal
 		default:
-			s.fail(w, r, "", "", because(errNoRoute, "no such route: unknown lock action %q (want acquire, renew, release or heal)", action))
+			s.fail(w, r, "", "", because(errNoRoute, "no such route: unknown lock action %q (want acquire, renew, release, revoke or heal)", action))
 			return
 		}
 		name, err := unescapeName("name", rest[:i])
@@ -382,7 +384,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		if req.WaitMs < 0 {
 			return &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"}
 		}
-		return nil
+		// Checked here as well as by the engine: a Locker that is no driver.Engine
+		// must not store an owner the API promises to refuse.
+		return driver.ValidateOwner(req.Owner)
 	}) {
 		return
 	}
@@ -392,7 +396,8 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	ctx := r.Context()
 	start := time.Now()
-	g, err := s.grant(ctx, name, ttl)
+	owner := fence.WithOwner(req.Owner)
+	g, err := s.grant(ctx, name, ttl, owner)
 	if errors.Is(err, fence.ErrNotAcquired) && wait > 0 && ctx.Err() == nil {
 		// The long poll: the backend's wait is woken by the release. It also ends when
 		// the client goes away or the server drains.
@@ -400,7 +405,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		wctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(s.drainCtx, cancel)
 		waitStart := time.Now()
-		g, err = s.grant(wctx, name, ttl, fence.WithWait(wait-time.Since(start)))
+		g, err = s.grant(wctx, name, ttl, owner, fence.WithWait(wait-time.Since(start)))
 		stop()
 		cancel()
 		s.m.waitSeconds.Observe(time.Since(start).Seconds())
@@ -537,6 +542,34 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.held.remove(name)
 	s.ok(w, r, Released{Name: name, Released: true})
+}
+
+// revoke serves POST /v1/locks/{name}/revoke {}: fence.Revoker over HTTP, the
+// operator's safe force-release. Any token the server accepts may revoke (scoped
+// tokens are yet to come). It answers 404 "not_held" when no unexpired lease
+// holds name.
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request, name string) {
+	const op = "revoke"
+	var req revokeRequest
+	if !s.readBody(w, r, op, name, &req, func() error { return nil }) {
+		return
+	}
+	rv, ok := s.cfg.Locker.(fence.Revoker)
+	if !ok {
+		s.fail(w, r, op, name, because(ErrNotImplemented, "not supported by this server's store (it cannot end a lease without its lease id)"))
+		return
+	}
+	if err := rv.Revoke(r.Context(), name); err != nil {
+		if errors.Is(err, fence.ErrNotHeld) {
+			err = because(errNothingToRevoke, "not held (free, or its lease expired): nothing to revoke")
+		}
+		s.fail(w, r, op, name, err)
+		return
+	}
+	s.held.remove(name)
+	s.m.revokes.Inc()
+	s.log.Info("revoked", "lock", name)
+	s.ok(w, r, Revoked{Name: name, Revoked: true})
 }
 
 // heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
@@ -904,7 +937,7 @@ func routeOf(r *http.Request) string {
 	switch {
 	case strings.HasPrefix(p, "/v1/locks/") && r.Method == http.MethodPost:
 		switch a := p[strings.LastIndexByte(p, '/')+1:]; a {
-		case "acquire", "renew", "release", "heal":
+		case "acquire", "renew", "release", "revoke", "heal":
 			return "locks/" + a
 		}
 		return "other"

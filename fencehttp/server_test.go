@@ -308,12 +308,24 @@ func (w *waiter) wantHandover(t *testing.T, holder *fence.Lease) {
 	if err := holder.Release(ctxFor(t)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if err := <-w.got; err != nil {
-		t.Fatalf("waiter: want a grant after the release, got %v", err)
+	if next := w.wantGrant(t, "the release"); next.Token() <= holder.Token() {
+		t.Fatalf("waiter's token %d: want greater than the holder's %d", next.Token(), holder.Token())
 	}
-	if w.next.Token() <= holder.Token() {
-		t.Fatalf("waiter's token %d: want greater than the holder's %d", w.next.Token(), holder.Token())
+}
+
+// wantGrant returns the waiter's lease, failing t unless it is granted within 5s
+// of what (which should have woken it) happened.
+func (w *waiter) wantGrant(t *testing.T, what string) *fence.Lease {
+	t.Helper()
+	select {
+	case err := <-w.got:
+		if err != nil {
+			t.Fatalf("waiter: want a grant after %s, got %v", what, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("waiter: still waiting 5s after %s", what)
 	}
+	return w.next
 }
 
 // waitForWaiters blocks until the server's fence_waits_total reached n (it counts

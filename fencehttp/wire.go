@@ -23,6 +23,7 @@ const (
 type acquireRequest struct {
 	TTLms  *int64 `json:"ttl_ms"`
 	WaitMs int64  `json:"wait_ms"`
+	Owner  string `json:"owner,omitempty"` // fence.WithOwner; omitted when "", so older servers take the request
 }
 
 // renewRequest is the body of POST /v1/locks/{name}/renew.
@@ -35,6 +36,10 @@ type renewRequest struct {
 type releaseRequest struct {
 	Lease string `json:"lease"`
 }
+
+// revokeRequest is the body of POST /v1/locks/{name}/revoke: {} (or none). It
+// has no fields; an unknown one is refused, as on every route.
+type revokeRequest struct{}
 
 // healRequest is the body of POST /v1/locks/{name}/heal, and of its 200 answer.
 type healRequest struct {
@@ -82,25 +87,35 @@ type Released struct {
 	Released bool   `json:"released"`
 }
 
+// Revoked is the body of a 200 answer to revoke, {"name","revoked":true}, and
+// what `fence revoke -o json` prints.
+type Revoked struct {
+	Name    string `json:"name"`
+	Revoked bool   `json:"revoked"`
+}
+
 // LockInfo is fence.LockInfo as the API shows it: the body of a 200 answer to
-// GET /v1/locks/{name}, and what `fence status NAME -o json` prints. Token and
-// ExpiresInMs are absent when the lock is not held, LastToken when none was granted.
+// GET /v1/locks/{name}, and what `fence status NAME -o json` prints. Token, Owner
+// and ExpiresInMs are absent when the lock is not held (Owner also when the holder
+// named none), LastToken when none was granted. The lease id is never in it.
 type LockInfo struct {
 	Name        string      `json:"name"`
 	Held        bool        `json:"held"`
 	Token       fence.Token `json:"token,omitempty"`
+	Owner       string      `json:"owner,omitempty"`
 	LastToken   fence.Token `json:"last_token,omitempty"`
 	ExpiresInMs int64       `json:"expires_in_ms,omitempty"`
 }
 
 // LockInfoOf returns i as the API shows it.
 func LockInfoOf(i fence.LockInfo) LockInfo {
-	return LockInfo{Name: i.Name, Held: i.Held, Token: i.Token, LastToken: i.LastToken, ExpiresInMs: i.ExpiresIn.Milliseconds()}
+	return LockInfo{Name: i.Name, Held: i.Held, Token: i.Token, Owner: i.Owner, LastToken: i.LastToken,
+		ExpiresInMs: i.ExpiresIn.Milliseconds()}
 }
 
 // toFence returns li as a fence.LockInfo.
 func (li LockInfo) toFence() fence.LockInfo {
-	return fence.LockInfo{Name: li.Name, Held: li.Held, Token: li.Token, LastToken: li.LastToken,
+	return fence.LockInfo{Name: li.Name, Held: li.Held, Token: li.Token, Owner: li.Owner, LastToken: li.LastToken,
 		ExpiresIn: time.Duration(li.ExpiresInMs) * time.Millisecond}
 }
 

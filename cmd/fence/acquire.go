@@ -19,9 +19,10 @@ import (
 
 func newAcquireCmd() *cobra.Command {
 	var ttl, wait time.Duration
+	var owner string
 	var flags *clientFlags
 	cmd := &cobra.Command{
-		Use:   "acquire NAME [--ttl 30s] [--wait DURATION]",
+		Use:   "acquire NAME [--ttl 30s] [--wait DURATION] [--owner S]",
 		Short: "Acquire a lock on the server and print the lease (name, token, lease, ttl)",
 		Long: `acquire takes the lock NAME on the fence server ($FENCE_SERVER) and prints the lease:
 its name, fencing token, lease id and TTL (-o json: {"name","token","lease","ttl_ms"}).
@@ -29,7 +30,8 @@ The lease is not renewed: renew it with 'fence renew' before the TTL runs out, a
 release it with 'fence release'. To run a command under a lock, use 'fence lock'.
 
 By default it tries once. With --wait it waits up to that long for a held lock (a
-long poll, woken by the release).
+long poll, woken by the release). --owner names the holder for 'fence status'
+(none by default).
 
 Exit status: 0 with the lease printed; 75 when the lock stayed held; 130 or 143 when
 SIGINT or SIGTERM ended the wait; 1 for other errors (an unreachable server); 2 for
@@ -43,24 +45,23 @@ usage errors.`,
 			if wait < 0 {
 				return usagef("--wait %v: must not be negative", wait)
 			}
-			c, err := flags.client()
+			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner)
 			if err != nil {
 				return err
 			}
-			w := watchSignals(cmd.Context())
 			defer w.stop()
-			lease, err := acquireWatched(w, c, name, ttl, wait)
-			if err != nil {
-				return err
-			}
 			return printLease(cmd.OutOrStdout(), lease)
 		},
 	}
 	flags = addClientFlags(cmd)
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for a held lock (default 0: try once)")
+	cmd.Flags().StringVar(&owner, "owner", "", "who holds the lease, shown by 'fence status' (at most 256 bytes of printable UTF-8)")
 	return cmd
 }
+
+// checkOwner returns a usage error if --owner is not an owner the server takes.
+func checkOwner(owner string) error { return invalidUsage("--owner", driver.ValidateOwner(owner)) }
 
 // acquireLease acquires name, waiting up to wait (fence.WaitForever: until ctx is
 // done). It tries once first, so that a server that cannot be reached is reported
@@ -78,6 +79,27 @@ func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wa
 		}
 	}
 	return c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(wait))...)
+}
+
+// acquireForCommand is the acquire of `fence acquire` and `fence lock`: it checks
+// --owner and acquires name for it under the signals of a new waitSignals, which
+// the caller stops once done with the lease (so that no signal finds the default
+// action, death with the lock held, between the wait and the release).
+func acquireForCommand(cmd *cobra.Command, flags *clientFlags, name string, ttl, wait time.Duration, owner string, opts ...fence.AcquireOption) (*fence.Lease, *waitSignals, error) {
+	if err := checkOwner(owner); err != nil {
+		return nil, nil, err
+	}
+	c, err := flags.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	w := watchSignals(cmd.Context())
+	lease, err := acquireWatched(w, c, name, ttl, wait, append(opts, fence.WithOwner(owner))...)
+	if err != nil {
+		w.stop()
+		return nil, nil, err
+	}
+	return lease, w, nil
 }
 
 // acquireWatched is acquireLease under w's signals, with the commands' errors: a
@@ -278,6 +300,47 @@ held; it never releases somebody else's lease, so retrying is safe.`,
 	return cmd
 }
 
+func newRevokeCmd() *cobra.Command {
+	var flags *clientFlags
+	cmd := &cobra.Command{
+		Use:   "revoke NAME",
+		Short: "End the current lease on a lock now, whoever holds it (an operator's force-release)",
+		Long: `revoke ends the current lease on lock NAME now, whoever holds it, and wakes the
+waiters. It needs no lease id: it is for an operator freeing a lock whose holder is
+stuck. The holder learns it at its next renewal, which fails ('fence lock' then
+sends its command SIGTERM and exits 76).
+
+Revoke is safe only where the protected resource is fenced: the next grant's token
+is higher, so once the next holder writes or fences, every guard refuses the
+revoked holder's writes. Until then a paused revoked holder can still write with
+its token.
+
+With auth on, any token the server accepts may revoke (admin-only revoke comes with
+scoped tokens).
+
+Exit status: 0 when revoked; 1 when no lease holds NAME (it is free, or its lease
+expired), when the server's store cannot revoke, and for other errors (an
+unreachable server); 2 for usage errors.`,
+		Args: exactArgs("a lock NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := checkName("lock name", name); err != nil {
+				return err
+			}
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error { return c.Revoke(ctx, name) }); err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), fencehttp.Revoked{Name: name, Revoked: true})
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "revoked %s\n", name)
+			return err
+		},
+	}
+	flags = addClientFlags(cmd)
+	return cmd
+}
+
 func newStatusCmd() *cobra.Command {
 	var prefix string
 	var limit int
@@ -286,7 +349,8 @@ func newStatusCmd() *cobra.Command {
 		Use:   "status [NAME | --prefix P]",
 		Short: "Show one lock, or list the locks whose names start with --prefix",
 		Long: `status shows whether lock NAME is held, its current token, the last token issued
-for it and the time left on the lease. Without NAME it lists the locks whose names
+for it, the time left on the lease and its holder's owner ("-" if it named none;
+'fence lock' names "HOST:PID COMMAND"). Without NAME it lists the locks whose names
 start with --prefix (all locks without it), at most --limit of them. Lease ids are
 never shown.`,
 		Args: maxArgs(1),
@@ -335,13 +399,17 @@ never shown.`,
 
 func printInfos(w interface{ Write([]byte) (int, error) }, infos []fence.LockInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHELD\tTOKEN\tLAST TOKEN\tEXPIRES IN")
+	// OWNER is last: it may hold spaces.
+	fmt.Fprintln(tw, "NAME\tHELD\tTOKEN\tLAST TOKEN\tEXPIRES IN\tOWNER")
 	for _, i := range infos {
-		tok, exp := "-", "-"
+		tok, exp, owner := "-", "-", "-"
 		if i.Held {
 			tok, exp = i.Token.String(), i.ExpiresIn.Round(time.Millisecond).String()
+			if i.Owner != "" {
+				owner = i.Owner
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%s\n", i.Name, i.Held, tok, i.LastToken, exp)
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%s\t%s\n", i.Name, i.Held, tok, i.LastToken, exp, owner)
 	}
 	return tw.Flush()
 }

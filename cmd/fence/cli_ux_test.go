@@ -334,7 +334,7 @@ func TestCLI_NoArguments_UsageOnStderrExit2(t *testing.T) {
 
 // Item 7: cobra's default messages become one actionable line, exit 2.
 func TestCLI_UsageErrors_OneActionableLine(t *testing.T) {
-	const lockUsage = "usage: fence lock NAME [--ttl 30s] [--wait DURATION] [-- CMD [ARGS...]]"
+	const lockUsage = "usage: fence lock NAME [--ttl 30s] [--wait DURATION] [--owner S] [-- CMD [ARGS...]]"
 	for _, tc := range []struct {
 		args []string
 		want []string

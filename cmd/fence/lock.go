@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -16,10 +18,11 @@ import (
 )
 
 // lockUse is the synopsis of `fence lock`, also shown by its usage errors.
-const lockUse = "lock NAME [--ttl 30s] [--wait DURATION] [-- CMD [ARGS...]]"
+const lockUse = "lock NAME [--ttl 30s] [--wait DURATION] [--owner S] [-- CMD [ARGS...]]"
 
 func newLockCmd() *cobra.Command {
 	var ttl, wait, grace time.Duration
+	var owner string
 	var flags *clientFlags
 	cmd := &cobra.Command{
 		Use:   lockUse,
@@ -36,6 +39,10 @@ when CMD exits. --wait D gives up after D (exit 75); --wait 0 tries once. CMD ge
 
 so that 'fence kv put KEY VALUE' inside CMD is fenced without flags (and
 FENCE_CA_CERT and FENCE_AUTH_TOKEN when --ca-cert or --auth-token-file gave them).
+
+The lease names its holder for 'fence status': --owner, by default "HOST:PID
+COMMAND" (this host, the pid of 'fence lock', and CMD as given, cut to 256 bytes;
+without CMD, "HOST:PID"); --owner "" names none.
 
 A server that cannot be reached when lock starts is an error at once (exit 1), not
 a silent wait; once waiting, a server that restarts is retried until the wait ends.
@@ -82,18 +89,14 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			if !cmd.Flags().Changed("wait") {
 				wait = fence.WaitForever
 			}
-			c, err := flags.client()
+			if !cmd.Flags().Changed("owner") {
+				owner = defaultOwner(argv)
+			}
+			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, fence.WithAutoRenew())
 			if err != nil {
 				return err
 			}
-			// One handler for the signals from the wait to the release, so that none
-			// finds the default action (death with the lock held) in between.
-			w := watchSignals(cmd.Context())
 			defer w.stop()
-			lease, err := acquireWatched(w, c, name, ttl, wait, fence.WithAutoRenew())
-			if err != nil {
-				return err
-			}
 			r := &lockRun{name: name, lease: lease, grace: grace, env: flags.childEnv(), sigs: w.sigs}
 			var code int
 			if len(argv) == 0 {
@@ -114,7 +117,39 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL; the lease is renewed at a third of it")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "give up when the lock is still held after this long (default: wait until acquired; 0: try once)")
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, how long before SIGKILL")
+	cmd.Flags().StringVar(&owner, "owner", "", `who holds the lease, shown by 'fence status' (default "HOST:PID COMMAND")`)
 	return cmd
+}
+
+// defaultOwner is the owner of a `fence lock` without --owner: "HOST:PID COMMAND",
+// this host, this process's pid and argv joined by spaces (just "HOST:PID"
+// without a command), made a valid owner: characters an owner cannot hold
+// (newlines, tabs, invalid UTF-8) become spaces, and a longer one is cut at a
+// character boundary to end in "..." within fence.MaxOwnerLen bytes.
+func defaultOwner(argv []string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	owner := fmt.Sprintf("%s:%d", host, os.Getpid())
+	if len(argv) > 0 {
+		owner += " " + strings.Join(argv, " ")
+	}
+	owner = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(owner, " "))
+	if len(owner) <= fence.MaxOwnerLen {
+		return owner
+	}
+	const more = "..."
+	cut := fence.MaxOwnerLen - len(more)
+	for cut > 0 && !utf8.RuneStart(owner[cut]) {
+		cut--
+	}
+	return owner[:cut] + more
 }
 
 // lockRun runs one child, or holds the lock without one, under a held lease.

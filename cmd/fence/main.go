@@ -50,7 +50,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // subcommands are the constructors of fence's commands; help lists the commands
 // by name, whatever the order here.
 var subcommands = []func() *cobra.Command{
-	newAcquireCmd, newRenewCmd, newReleaseCmd, newStatusCmd,
+	newAcquireCmd, newRenewCmd, newReleaseCmd, newRevokeCmd, newStatusCmd,
 	newChaosCmd, newDemoCmd, newKVCmd, newLockCmd, newServeCmd, newSimulateCmd,
 }
 
