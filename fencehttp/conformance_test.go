@@ -1,41 +1,13 @@
 package fencehttp_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/inmem"
 )
-
-// boltHasHolders tells whether the bolt store stores owners and revokes
-// (fence.Revoker): until it does, the suite's owner and revoke subtests are
-// skipped on it, saying so, and run over inmem only. Once bolt has both, nothing
-// is skipped; then this can go.
-var boltHasHolders = func() bool {
-	_, ok := any((*bolt.Store)(nil)).(fence.Revoker)
-	return ok
-}()
-
-// holderSubtests are the suite's subtests of owners and revoke.
-var holderSubtests = []string{"Owner_ReportedWhileHeldNeverTheLeaseID", "Revoker_"}
-
-// skipHoldersOnBolt skips t, a subtest of the Locker suite, if it checks owners or
-// revoke and the bolt store has neither yet.
-func skipHoldersOnBolt(t *testing.T) {
-	t.Helper()
-	if boltHasHolders {
-		return
-	}
-	for _, name := range holderSubtests {
-		if strings.Contains(t.Name(), "/"+name) {
-			t.Skip("the bolt store has no owners or revoke yet; the inmem run checks them over HTTP")
-		}
-	}
-}
 
 // The client against a live server passes the Locker suite (leases, tokens,
 // expiry, waits woken by release, Inspector, Healer, owners, Revoker) over HTTP,
@@ -45,7 +17,6 @@ func skipHoldersOnBolt(t *testing.T) {
 func TestClient_LockerConformance(t *testing.T) {
 	t.Run("bolt", func(t *testing.T) {
 		fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
-			skipHoldersOnBolt(t)
 			_, hs, _ := newBoltServer(t, fencehttp.Config{})
 			return mustClient(t, hs.URL, nil)
 		})

@@ -422,11 +422,6 @@ func (c *checker) unserved(s *servers, op, missing string, x exchange) {
 		c.do(bare)
 	}
 	closed.what, closed.on, closed.status, closed.code = op+", store closed", s.closed, http.StatusServiceUnavailable, "unavailable"
-	if missing == "Revoker" && !boltHasHolders {
-		// The closed store is bolt, which cannot revoke yet: 501 before the store is
-		// asked (TestOpenAPI_DocumentMatchesServer waives the 503 until it can).
-		closed.status, closed.code = http.StatusNotImplemented, "not_implemented"
-	}
 	c.do(closed)
 }
 
@@ -545,7 +540,6 @@ func jsonField(t *testing.T, a exchanged, field string) string {
 type servers struct {
 	main      *target // embedded bolt store, small limits
 	mainSrv   *fencehttp.Server
-	holders   *target // a store with owners and revoke: main once bolt has them, else inmem
 	auth      *target // with an auth token, sent without it
 	authOK    *target // the same server, with the token
 	bare      *target // a Locker only: no KV, Inspector, Healer or Guard
@@ -561,10 +555,6 @@ func startServers(t *testing.T) *servers {
 	var s servers
 	srv, hs, _ := newBoltServer(t, fencehttp.Config{MaxBodyBytes: 256, MaxValueBytes: 16})
 	s.main, s.mainSrv = &target{url: hs.URL}, srv
-	s.holders = s.main
-	if !boltHasHolders {
-		_, s.holders = startTarget(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard(), MaxBodyBytes: 256})
-	}
 	_, s.auth = startTarget(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard(),
 		AuthTokens: [][]byte{[]byte("s3cret")}})
 	s.authOK = &target{url: s.auth.url, auth: true, token: "s3cret"}
@@ -708,7 +698,7 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.unserved(s, "release", "", exchange{method: "POST", path: "/v1/locks/x/release", body: `{"lease":"` + secret + `"}`})
 
 	// owners and revoke
-	h := s.holders
+	h := s.main
 	const owner = "host:4242 ./job.sh --nightly"
 	c.do(exchange{what: "acquire with an owner", on: h, method: "POST", path: "/v1/locks/owned/acquire", body: `{"ttl_ms":60000,"owner":"` + owner + `"}`, status: 200})
 	if st := c.do(exchange{what: "state with an owner", on: h, method: "GET", path: "/v1/locks/owned", status: 200}); st.json["owner"] != owner {
@@ -767,10 +757,6 @@ func TestOpenAPI_DocumentMatchesServer(t *testing.T) {
 	c.probe(s.authOK)
 	if n := len(c.seen); n < 60 {
 		c.failf("coverage: only %d (operation, status, code) seen; the exchanges did not run", n)
-	}
-	if !boltHasHolders {
-		// The closed store is bolt's, which cannot revoke yet (see unserved).
-		c.seen[covKey{op: "revokeLock", status: http.StatusServiceUnavailable, code: "unavailable"}] = true
 	}
 	t.Logf("%d exchanges' (operation, status, code) seen, %d documented", len(c.seen), len(documented(c.doc)))
 	for _, k := range uncovered(c.doc, c.seen) {

@@ -26,9 +26,8 @@ type docTour struct {
 }
 
 var (
-	readmeTour = docTour{"../../README.md", "### 3. From any language: `fence serve`"}
-	httpTour   = docTour{"../../fencehttp/README.md", "## Five minutes with curl and the CLI"}
-	// holdersTour needs a store with owners and revoke: see tourServer.
+	readmeTour  = docTour{"../../README.md", "### 3. From any language: `fence serve`"}
+	httpTour    = docTour{"../../fencehttp/README.md", "## Five minutes with curl and the CLI"}
 	holdersTour = docTour{"../../fencehttp/README.md", "## Who holds a lock, and revoking it"}
 )
 
@@ -209,18 +208,6 @@ func tourDir(t *testing.T) string {
 	return dir
 }
 
-// tourServer is where tour runs: a fence serve on its embedded store, or, for
-// the holders tour while that store has no owners or revoke, a server over the
-// reference store (which the binary and curl reach the same way).
-func tourServer(t *testing.T, tour docTour) (dir, url string) {
-	t.Helper()
-	if tour == holdersTour && !boltHasHolders {
-		t.Log("the embedded store has no owners or revoke yet: the holders tour runs on a server over inmem")
-		return tourDir(t), holdersServer(t, nil)
-	}
-	return startTourServe(t)
-}
-
 func TestDocs_Tours_RunAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the tours against a real fence serve")
@@ -231,7 +218,7 @@ func TestDocs_Tours_RunAsWritten(t *testing.T) {
 	for _, tour := range []docTour{readmeTour, httpTour, holdersTour} {
 		t.Run(tour.name()+" "+tour.heading, func(t *testing.T) {
 			t.Parallel()
-			dir, url := tourServer(t, tour)
+			dir, url := startTourServe(t)
 			runTour(t, tour, url, dir, false)
 		})
 	}
@@ -247,7 +234,5 @@ func TestDocs_Tours_OneAfterTheOther(t *testing.T) {
 	dir, url := startTourServe(t)
 	runTour(t, readmeTour, url, dir, true)
 	runTour(t, httpTour, url, dir, true)
-	if boltHasHolders {
-		runTour(t, holdersTour, url, dir, true)
-	}
+	runTour(t, holdersTour, url, dir, true)
 }

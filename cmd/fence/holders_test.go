@@ -11,23 +11,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
 
-// The owner and revoke commands run against a server over the reference store,
-// which has both: what is tested is the command line, whatever the state of the
-// other stores (the tours run them on `fence serve` once bolt has them too).
-
-// boltHasHolders tells whether the embedded store, the default of `fence serve`,
-// stores owners and revokes (fence.Revoker). Until it does, what needs both runs
-// on a server over inmem, saying so; then this can go.
-var boltHasHolders = func() bool {
-	_, ok := any((*bolt.Store)(nil)).(fence.Revoker)
-	return ok
-}()
+// The owner and revoke commands run against a server over the reference store:
+// what is tested is the command line (the tours run them on `fence serve`).
 
 // holdersServer starts a server over locker (a fresh inmem one if nil) and an
 // inmem KV, and returns its URL.
