@@ -544,6 +544,76 @@ class TestHeal(Base):
         nxt.release()
 
 
+class TestOwnerRevoke(Base):
+    def test_status_reports_the_owner_while_held_and_none_after(self) -> None:
+        name = unique("owned")
+        owner = "batch-7:4242 ./reconcile.sh \u00e9"
+        lease = self.client.acquire(name, ttl=5, owner=owner)
+        st = self.client.status(name)
+        self.assertEqual((st["held"], st.get("token"), st.get("owner")), (True, lease.token, owner))
+        lease.release()
+        st = self.client.status(name)
+        self.assertEqual((st["held"], st.get("owner")), (False, None))
+        anon = self.client.acquire(name, ttl=5, owner="")
+        self.assertNotIn("owner", self.client.status(name), "an empty owner names none")
+        anon.release()
+
+    def test_lock_context_and_module_lock_pass_the_owner(self) -> None:
+        name = unique("owned-ctx")
+        with self.client.lock(name, ttl=5, owner="ctx"):
+            self.assertEqual(self.client.status(name).get("owner"), "ctx")
+        with mock.patch.dict(os.environ, {"FENCE_SERVER": self.server.url}), mock.patch.object(
+            fence._client, "_default", None
+        ):
+            with fence.lock(name, ttl=5, owner="module"):
+                self.assertEqual(self.client.status(name).get("owner"), "module")
+
+    def test_an_unprintable_owner_is_refused_by_the_server_naming_the_field(self) -> None:
+        name = unique("badowner")
+        with self.assertRaises(fence.InvalidError) as cm:
+            self.client.acquire(name, ttl=5, owner="a\tb")
+        self.assertEqual((cm.exception.status, cm.exception.field), (400, "owner"))
+        self.assert_free(name)
+
+    def test_an_owner_over_256_bytes_or_not_a_string_is_refused_before_any_request(self) -> None:
+        for owner in ["\u00e9" * 129, 7, "\ud800"]:
+            with self.assertRaises(fence.InvalidError, msg=repr(owner)) as cm:
+                self.client.acquire("job", ttl=5, owner=owner)  # type: ignore[arg-type]
+            self.assertEqual((cm.exception.status, cm.exception.field), (None, "owner"))
+        self.client.acquire(unique("maxowner"), ttl=5, owner="\u00e9" * 128).release()
+
+    def test_revoke_wakes_a_waiter_with_a_higher_token_and_the_holder_is_lost(self) -> None:
+        name = unique("revoke")
+        got: List[fence.Lease] = []
+        with self.client.lock(name, ttl=0.9, owner="hung") as holder:
+            waiter = threading.Thread(target=lambda: got.append(self.other.acquire(name, ttl=5, wait=10)))
+            waiter.start()
+            time.sleep(0.05)  # the waiter is polling
+            self.client.revoke(name)
+            waiter.join(10)
+            self.assertFalse(waiter.is_alive(), "the waiter was not woken by the revoke")
+            self.assertEqual(len(got), 1)
+            self.assertGreater(got[0].token, holder.token)
+            self.assertTrue(holder.lost.wait(5), "lost not set after the revoke")
+            self.assertIsInstance(holder.lost_reason, fence.NotHeldError)
+            assert holder.lost_reason is not None
+            self.assertEqual(holder.lost_reason.status, 410)
+        got[0].release()
+
+    def test_revoke_of_a_lock_not_held_raises_not_held_404(self) -> None:
+        name = unique("free")
+        for setup in (lambda: None, lambda: self.client.acquire(name, ttl=5).release()):
+            setup()
+            with self.assertRaises(fence.NotHeldError) as cm:
+                self.client.revoke(name)
+            self.assertEqual((cm.exception.status, cm.exception.code, cm.exception.name), (404, "not_held", name))
+            self.assertEqual(
+                str(cm.exception), 'revoke "%s": not held (free, or its lease expired): nothing to revoke' % name
+            )
+        with self.assertRaises(fence.InvalidError):
+            self.client.revoke("")
+
+
 class TestOwnServer(unittest.TestCase):
     """Tests that stop, restart or configure a server of their own."""
 

@@ -26,6 +26,12 @@ export interface AcquireOptions {
     signal?: AbortSignal;
     /** Renew the lease every ttl/3 until it is released or lost. Default true. */
     autoRenew?: boolean;
+    /**
+     * Who takes the lease (`"HOST:PID COMMAND"`, a job id): at most 256 bytes of printable
+     * UTF-8, reported by {@link FenceClient.inspect} while the lease is held. A label for
+     * people, not a credential. Sent only when set; "" or none: no owner.
+     */
+    owner?: string;
 }
 /** Options of {@link FenceClient.withLock}: those of acquire, but waitMs defaults to Infinity. */
 export interface WithLockOptions extends AcquireOptions {
@@ -56,6 +62,8 @@ export interface LockInfo {
     held: boolean;
     /** The current holder's token (0 when not held). */
     token: number;
+    /** The current holder's owner ({@link AcquireOptions.owner}); "" when not held or the holder named none. */
+    owner: string;
     /** The last token granted (0 if never). */
     lastToken: number;
     /** What the holder's lease has left, in ms (0 when not held). */
@@ -97,8 +105,8 @@ export declare class FenceClient {
      * server's expiry.
      *
      * Rejects with a {@link HeldError} if the lock stayed held (expiresInMs: what the
-     * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs
-     * or waitMs; an {@link UnavailableError} if the server cannot be reached (it may
+     * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs,
+     * waitMs or owner; an {@link UnavailableError} if the server cannot be reached (it may
      * have granted a lease nobody learns of; it expires after its TTL); the signal's
      * reason if the signal aborted the wait.
      */
@@ -135,6 +143,19 @@ export declare class FenceClient {
      * cannot be reached.
      */
     inspect(name: string): Promise<LockInfo>;
+    /**
+     * Ends the current lease of the lock `name` now, whoever holds it, and wakes the
+     * server's waiters: an operator's force-release. The revoked holder learns it at its
+     * next renewal (its Lease's signal aborts with a {@link NotHeldError}); a paused holder
+     * may still write with its token until the next holder writes or fences the resource,
+     * so revoke only locks whose resources are fenced.
+     *
+     * Rejects with a {@link NotHeldError} (404 `not_held`) if no unexpired lease holds the
+     * lock (nothing changed), a {@link NotImplementedError} if the server's store cannot
+     * revoke, an {@link InvalidError} for a bad name, an {@link UnavailableError} if the
+     * server cannot be reached (revoking again is safe: it then rejects as not held).
+     */
+    revoke(name: string): Promise<void>;
     /**
      * Acquires `name` (waiting until acquired unless opts.waitMs bounds it), runs
      * `fn(lease, signal)` and releases the lease when fn settles. `signal` aborts when the

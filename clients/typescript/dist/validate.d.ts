@@ -5,6 +5,8 @@ export declare const MAX_NAME_BYTES = 255;
 export declare const MAX_TTL_MS = 86400000;
 /** The largest token: 2^53-1, which JSON numbers carry exactly. */
 export declare const MAX_TOKEN: number;
+/** The longest owner of a lease, in UTF-8 bytes. */
+export declare const MAX_OWNER_BYTES = 256;
 /** quote renders a value as Go's %q does for the cases that matter here. */
 export declare function quote(s: string): string;
 /** opName is `op "name"`, or `op` alone without a name. */
@@ -17,6 +19,12 @@ export declare function invalid(op: string, name: string, field: string, value: 
  * character. The error names op only, since the name itself is what is wrong.
  */
 export declare function checkName(op: string, field: "name" | "key", v: unknown): string;
+/**
+ * checkOwner throws the InvalidError of a bad owner (field "owner"): not a string, over
+ * 256 bytes, or not valid UTF-8. "" is no owner. Which characters are printable is the
+ * server's to say (it answers 400 naming the field "owner").
+ */
+export declare function checkOwner(op: string, name: string, v: unknown): string;
 /** checkTTL throws the InvalidError of a ttlMs that is not an integer in [1, 86400000]. */
 export declare function checkTTL(op: string, name: string, v: unknown): number;
 /** checkWait throws the InvalidError of a waitMs that is not a number >= 0 (Infinity: wait until acquired). */

@@ -8,6 +8,8 @@ export const MAX_NAME_BYTES = 255;
 export const MAX_TTL_MS = 86_400_000;
 /** The largest token: 2^53-1, which JSON numbers carry exactly. */
 export const MAX_TOKEN = Number.MAX_SAFE_INTEGER;
+/** The longest owner of a lease, in UTF-8 bytes. */
+export const MAX_OWNER_BYTES = 256;
 const MAX_LEASE_ID_LEN = 128;
 const utf8 = new TextEncoder();
 /** quote renders a value as Go's %q does for the cases that matter here. */
@@ -50,6 +52,21 @@ export function checkName(op, field, v) {
         const cp = m[0].codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
         throw invalid(op, "", field, v, `contains control character U+${cp}`);
     }
+    return v;
+}
+/**
+ * checkOwner throws the InvalidError of a bad owner (field "owner"): not a string, over
+ * 256 bytes, or not valid UTF-8. "" is no owner. Which characters are printable is the
+ * server's to say (it answers 400 naming the field "owner").
+ */
+export function checkOwner(op, name, v) {
+    if (typeof v !== "string")
+        throw invalid(op, name, "owner", undefined, `must be a string, not ${typeName(v)}`);
+    if (LONE_SURROGATE.test(v))
+        throw invalid(op, name, "owner", undefined, "is not valid UTF-8");
+    const n = utf8.encode(v).length;
+    if (n > MAX_OWNER_BYTES)
+        throw invalid(op, name, "owner", v, `is ${n} bytes, longer than ${MAX_OWNER_BYTES}`);
     return v;
 }
 /** checkTTL throws the InvalidError of a ttlMs that is not an integer in [1, 86400000]. */

@@ -1,6 +1,6 @@
 import { type ErrorBody, FenceError, HeldError, InvalidError, LeaseReleasedError, NotHeldError, UnavailableError, errorFromBody } from "./errors.js";
 import { Lease, type LeaseOps } from "./lease.js";
-import { checkLeaseId, checkName, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
+import { checkLeaseId, checkName, checkOwner, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
 
 /** The server a client talks to when neither the options nor FENCE_SERVER name one. */
 export const DEFAULT_SERVER = "http://127.0.0.1:7420";
@@ -31,6 +31,12 @@ export interface AcquireOptions {
   signal?: AbortSignal;
   /** Renew the lease every ttl/3 until it is released or lost. Default true. */
   autoRenew?: boolean;
+  /**
+   * Who takes the lease (`"HOST:PID COMMAND"`, a job id): at most 256 bytes of printable
+   * UTF-8, reported by {@link FenceClient.inspect} while the lease is held. A label for
+   * people, not a credential. Sent only when set; "" or none: no owner.
+   */
+  owner?: string;
 }
 
 /** Options of {@link FenceClient.withLock}: those of acquire, but waitMs defaults to Infinity. */
@@ -64,6 +70,8 @@ export interface LockInfo {
   held: boolean;
   /** The current holder's token (0 when not held). */
   token: number;
+  /** The current holder's owner ({@link AcquireOptions.owner}); "" when not held or the holder named none. */
+  owner: string;
   /** The last token granted (0 if never). */
   lastToken: number;
   /** What the holder's lease has left, in ms (0 when not held). */
@@ -144,8 +152,8 @@ export class FenceClient {
    * server's expiry.
    *
    * Rejects with a {@link HeldError} if the lock stayed held (expiresInMs: what the
-   * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs
-   * or waitMs; an {@link UnavailableError} if the server cannot be reached (it may
+   * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs,
+   * waitMs or owner; an {@link UnavailableError} if the server cannot be reached (it may
    * have granted a lease nobody learns of; it expires after its TTL); the signal's
    * reason if the signal aborted the wait.
    */
@@ -154,6 +162,7 @@ export class FenceClient {
     checkName(op, "name", name);
     const ttlMs = checkTTL(op, name, opts.ttlMs ?? 30_000);
     const waitMs = checkWait(op, name, opts.waitMs ?? 0);
+    const owner = checkOwner(op, name, opts.owner ?? "");
     const signal = opts.signal;
     const path = `/v1/locks/${escapeSegment(name)}/acquire`;
     const waitEnd = now() + waitMs; // Infinity for ever
@@ -165,7 +174,7 @@ export class FenceClient {
       const start = now();
       let err: unknown;
       try {
-        const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll }, signal, extraMs: poll });
+        const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll, ...(owner !== "" && { owner }) }, signal, extraMs: poll });
         return this.#lease(op, name, resp, start, opts.autoRenew ?? true);
       } catch (e) {
         err = e;
@@ -255,7 +264,27 @@ export class FenceClient {
     checkName(op, "name", name);
     const r = await this.#json(op, name, "GET", `/v1/locks/${escapeSegment(name)}`, {});
     const n = (v: unknown): number => (typeof v === "number" ? v : 0);
-    return { name: String(r.name ?? name), held: r.held === true, token: n(r.token), lastToken: n(r.last_token), expiresInMs: n(r.expires_in_ms) };
+    const owner = typeof r.owner === "string" ? r.owner : "";
+    return { name: String(r.name ?? name), held: r.held === true, token: n(r.token), owner, lastToken: n(r.last_token), expiresInMs: n(r.expires_in_ms) };
+  }
+
+  /**
+   * Ends the current lease of the lock `name` now, whoever holds it, and wakes the
+   * server's waiters: an operator's force-release. The revoked holder learns it at its
+   * next renewal (its Lease's signal aborts with a {@link NotHeldError}); a paused holder
+   * may still write with its token until the next holder writes or fences the resource,
+   * so revoke only locks whose resources are fenced.
+   *
+   * Rejects with a {@link NotHeldError} (404 `not_held`) if no unexpired lease holds the
+   * lock (nothing changed), a {@link NotImplementedError} if the server's store cannot
+   * revoke, an {@link InvalidError} for a bad name, an {@link UnavailableError} if the
+   * server cannot be reached (revoking again is safe: it then rejects as not held).
+   */
+  async revoke(name: string): Promise<void> {
+    const op = "revoke";
+    checkName(op, "name", name);
+    const r = await this.#json(op, name, "POST", `/v1/locks/${escapeSegment(name)}/revoke`, { json: {} });
+    if (r.name !== name || r.revoked !== true) throw this.#malformed(op, name);
   }
 
   /**

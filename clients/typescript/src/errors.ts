@@ -146,9 +146,10 @@ export class WrongLockError extends FenceError {
 export class TokenExhaustedError extends FenceError {}
 
 /**
- * NotHeldError: the lease expired, was released, or is not yours (410 `not_held`). It
- * is also the reason of a {@link Lease}'s signal: see {@link LeaseReleasedError} and
- * {@link LeaseExpiredError}.
+ * NotHeldError: the lease expired, was released, was revoked, or is not yours (410
+ * `not_held`); from {@link FenceClient.revoke}, no unexpired lease holds the lock (404
+ * `not_held`). It is also the reason of a {@link Lease}'s signal: see
+ * {@link LeaseReleasedError} and {@link LeaseExpiredError}.
  */
 export class NotHeldError extends FenceError {
   /** The lock's name. */

@@ -313,6 +313,69 @@ describe("kv", () => {
   });
 });
 
+describe("owner and revoke", () => {
+  test("inspect reports the owner while the lease is held, and none after", async () => {
+    const name = uniqueName("owned");
+    const owner = "batch-7:4242 ./reconcile.sh éè";
+    const lease = await fence.acquire(name, { ttlMs: 5000, owner });
+    const info = await fence.inspect(name);
+    assert.deepEqual([info.held, info.token, info.owner], [true, lease.token, owner]);
+    await lease.release();
+    assert.deepEqual([(await fence.inspect(name)).held, (await fence.inspect(name)).owner], [false, ""]);
+
+    const anon = await fence.acquire(name, { ttlMs: 5000 });
+    assert.equal((await fence.inspect(name)).owner, "", "an acquire without owner names none");
+    await anon.release();
+  });
+
+  test("an unprintable owner is refused by the server with field owner", async () => {
+    const name = uniqueName("badowner");
+    const err = await fence.acquire(name, { owner: "a\tb" }).then(() => assert.fail("acquired"), (e) => e);
+    assert.ok(err instanceof InvalidError, `got ${err}`);
+    assert.deepEqual([err.field, err.status], ["owner", 400]);
+    assert.equal((await fence.inspect(name)).held, false);
+  });
+
+  test("an owner over 256 bytes or not a string is refused before any request", async () => {
+    for (const owner of ["é".repeat(129), 7]) {
+      const err = await fence.acquire("job", { owner }).then(() => assert.fail("acquired"), (e) => e);
+      assert.ok(err instanceof InvalidError, `got ${err}`);
+      assert.deepEqual([err.field, err.status], ["owner", undefined]);
+    }
+    const ok = await fence.acquire(uniqueName("maxowner"), { ttlMs: 5000, owner: "é".repeat(128) });
+    await ok.release();
+  });
+
+  test("revoke ends the holder's lease: a waiter gets a higher token, the holder's signal aborts", async () => {
+    const name = uniqueName("revoke");
+    const holder = await fence.acquire(name, { ttlMs: 900, owner: "hung" });
+    const waiter = fence.acquire(name, { ttlMs: 5000, waitMs: 10_000 });
+    const started = Date.now();
+    await sleep(50); // the waiter is polling
+    await fence.revoke(name);
+    const next = await waiter;
+    assert.ok(next.token > holder.token, `next token ${next.token}, want > ${holder.token}`);
+    assert.ok(Date.now() - started < 5000, "the waiter waited for a TTL, not for the revoke");
+    const reason = await aborted(holder.signal, 3000);
+    assert.ok(reason instanceof NotHeldError, `reason ${reason}`);
+    assert.equal(reason.status, 410);
+    await assert.rejects(fence.release(name, holder.id), NotHeldError);
+    await next.release();
+  });
+
+  test("revoke of a lock not held rejects with NotHeldError (404 not_held)", async () => {
+    const name = uniqueName("free");
+    for (const setup of [async () => {}, async () => (await fence.acquire(name, { ttlMs: 5000 })).release()]) {
+      await setup();
+      const err = await fence.revoke(name).then(() => assert.fail("revoked"), (e) => e);
+      assert.ok(err instanceof NotHeldError, `got ${err}`);
+      assert.deepEqual([err.code, err.status, err.lockName], ["not_held", 404, name]);
+      assert.equal(err.message, `revoke ${JSON.stringify(name)}: not held (free, or its lease expired): nothing to revoke`);
+    }
+    await assert.rejects(fence.revoke(""), InvalidError);
+  });
+});
+
 describe("heal", () => {
   test("heal raises the lock's counter above the token seen", async () => {
     // fence serve's default store (bolt) is a Healer.

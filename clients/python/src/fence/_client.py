@@ -42,6 +42,7 @@ FOREVER = math.inf
 MAX_TOKEN = (1 << 53) - 1
 MAX_NAME_BYTES = 255
 MAX_LEASE_ID_BYTES = 128
+MAX_OWNER_BYTES = 256
 MIN_TTL = 0.001
 MAX_TTL = 86400.0
 
@@ -155,6 +156,23 @@ def _check_lease_id(op: str, name: str, lease_id: Any, field: str = "lease") -> 
     if not _valid_lease_id(lease_id):
         raise _invalid(op, name, field, None, "must be printable ASCII without spaces")
     return lease_id
+
+
+def _check_owner(op: str, name: str, owner: Any) -> str:
+    """Returns owner ("" for None: no owner) if it is a string of at most 256 bytes of
+    UTF-8, or raises InvalidError. Which characters are printable is the server's to
+    say: it answers 400 naming the field "owner"."""
+    if owner is None:
+        return ""
+    if not isinstance(owner, str):
+        raise _invalid(op, name, "owner", None, "must be a string, got %s" % type(owner).__name__)
+    try:
+        n = len(owner.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _invalid(op, name, "owner", None, "is not valid UTF-8") from None
+    if n > MAX_OWNER_BYTES:
+        raise _invalid(op, name, "owner", owner, "is %d bytes, longer than %d" % (n, MAX_OWNER_BYTES))
+    return owner
 
 
 def escape_name(name: str) -> str:
@@ -399,7 +417,13 @@ class Client:
     # --- locks ---
 
     def acquire(
-        self, name: str, ttl: float = 30, wait: Optional[float] = None, *, auto_renew: bool = False
+        self,
+        name: str,
+        ttl: float = 30,
+        wait: Optional[float] = None,
+        *,
+        auto_renew: bool = False,
+        owner: Optional[str] = None,
     ) -> Lease:
         """Acquires the lock ``name`` for ``ttl`` seconds and returns its Lease.
 
@@ -414,8 +438,13 @@ class Client:
         the grant (waited_ms), never later than now: it is never later than the
         server's expiry. With ``auto_renew`` the lease renews itself (see lock()).
 
+        ``owner`` names the holder (``"HOST:PID COMMAND"``, a job id: at most 256
+        bytes of printable UTF-8); status() reports it while the lease is held. It is
+        a label for people, not a credential, and is sent only when set (None or ""
+        names none).
+
         Raises HeldError (with expires_in_ms) if the lock is still held when the wait
-        is over, InvalidError for a bad name, ttl or wait, UnavailableError if the
+        is over, InvalidError for a bad name, ttl, wait or owner, UnavailableError if the
         server cannot be reached (it may then have granted a lease nobody learns of;
         it expires after ttl), UnauthorizedError, TokenExhaustedError.
         """
@@ -423,6 +452,7 @@ class Client:
         name = _check_name(op, name)
         ttl_ms = _check_ttl(op, name, ttl)
         wait_s = _check_wait(op, name, wait)
+        owner = _check_owner(op, name, owner)
         path = "/v1/locks/%s/acquire" % escape_name(name)
         forever = math.isinf(wait_s)
         wait_end = time.monotonic() + (0.0 if forever else wait_s)
@@ -439,10 +469,11 @@ class Client:
                 poll = 0.0
             poll_ms = int(poll * 1000)
             sent = time.monotonic()
+            payload: Dict[str, Any] = {"ttl_ms": ttl_ms, "wait_ms": poll_ms}
+            if owner:
+                payload["owner"] = owner
             try:
-                out = self._post_json(
-                    op, name, path, {"ttl_ms": ttl_ms, "wait_ms": poll_ms}, timeout=self.timeout + poll
-                )
+                out = self._post_json(op, name, path, payload, timeout=self.timeout + poll)
             except HeldError:
                 if forever or wait_end - time.monotonic() > 0:
                     backoff = _MIN_BACKOFF
@@ -479,7 +510,9 @@ class Client:
         start = min(sent + waited_ms / 1000.0, time.monotonic())
         return Lease(self, name, token, lease_id, ttl_ms / 1000.0, start, auto_renew)
 
-    def lock(self, name: str, ttl: float = 30, wait: Optional[float] = FOREVER) -> LockContext:
+    def lock(
+        self, name: str, ttl: float = 30, wait: Optional[float] = FOREVER, *, owner: Optional[str] = None
+    ) -> LockContext:
         """Returns a context manager that acquires the lock ``name`` on entry (waiting
         up to ``wait`` seconds; FOREVER by default, None or 0 tries once), renews it
         every ttl/3 seconds in a daemon thread while the block runs (retrying
@@ -490,10 +523,10 @@ class Client:
                 client.put("ledger", b"...", lease=lease)
 
         The lease's ``lost`` event is set if the lease is lost meanwhile (a renewal
-        refused, or the deadline passed without a successful renewal). Entry raises
-        what acquire raises.
+        refused, or the deadline passed without a successful renewal). ``owner`` is
+        acquire's. Entry raises what acquire raises.
         """
-        return LockContext(self, name, ttl, wait)
+        return LockContext(self, name, ttl, wait, owner)
 
     def heal(self, name: str, seen: int) -> None:
         """Tells the server that a guard saw token ``seen`` for lock ``name``, so that
@@ -511,7 +544,8 @@ class Client:
 
     def status(self, name: str) -> Dict[str, Any]:
         """Returns the state of the lock ``name`` as the server reports it: a dict with
-        "name", "held" and, when known, "token", "last_token" and "expires_in_ms".
+        "name", "held" and, when known, "token", "owner" (while held, if the holder
+        named one), "last_token" and "expires_in_ms".
 
         Raises InvalidError for a bad name, NotSupportedError if the server's store
         cannot report state, UnavailableError if the server cannot be reached.
@@ -526,6 +560,24 @@ class Client:
         if not isinstance(out, dict):
             raise self._malformed(op, name)
         return out
+
+    def revoke(self, name: str) -> None:
+        """Ends the current lease of the lock ``name`` now, whoever holds it, and wakes
+        the server's waiters: an operator's force-release. The revoked holder learns it
+        at its next renewal (its ``lost`` event is set), but a paused holder can still
+        write with its old token until the next holder writes or fences the resource
+        (fence()): revoke only locks whose resources are fenced.
+
+        Raises NotHeldError (404 "not_held") if no unexpired lease holds the lock
+        (nothing changed), NotSupportedError if the server's store cannot revoke,
+        InvalidError for a bad name, UnavailableError if the server cannot be reached
+        (revoking again is safe: it then raises NotHeldError).
+        """
+        op = "revoke"
+        name = _check_name(op, name)
+        out = self._post_json(op, name, "/v1/locks/%s/revoke" % escape_name(name), {})
+        if out.get("name") != name or out.get("revoked") is not True:
+            raise self._malformed(op, name)
 
     # --- the fenced KV store ---
 
@@ -867,11 +919,14 @@ class LockContext:
     entry acquires an auto-renewing Lease and whose exit releases it (see
     Client.lock)."""
 
-    def __init__(self, client: Client, name: str, ttl: float, wait: Optional[float]) -> None:
+    def __init__(
+        self, client: Client, name: str, ttl: float, wait: Optional[float], owner: Optional[str] = None
+    ) -> None:
         self._client = client
         self._name = name
         self._ttl = ttl
         self._wait = wait
+        self._owner = owner
         self.lease: Optional[Lease] = None
         """The lease, once entered."""
 
@@ -881,7 +936,7 @@ class LockContext:
                 "lock %s: this lock() context is already in use; call lock() again" % quote(self._name),
                 field="lock",
             )
-        self.lease = self._client.acquire(self._name, self._ttl, self._wait, auto_renew=True)
+        self.lease = self._client.acquire(self._name, self._ttl, self._wait, auto_renew=True, owner=self._owner)
         return self.lease
 
     def __exit__(
@@ -908,10 +963,10 @@ def default_client() -> Client:
         return _default
 
 
-def lock(name: str, ttl: float = 30, wait: Optional[float] = FOREVER) -> LockContext:
+def lock(name: str, ttl: float = 30, wait: Optional[float] = FOREVER, *, owner: Optional[str] = None) -> LockContext:
     """Client.lock on the default client (see default_client)::
 
     with fence.lock("nightly", ttl=30) as lease:
         ...
     """
-    return default_client().lock(name, ttl, wait)
+    return default_client().lock(name, ttl, wait, owner=owner)

@@ -162,8 +162,9 @@ class TokenExhaustedError(FenceError):
 
 
 class NotHeldError(FenceError):
-    """NotHeldError (410 "not_held"): the lease expired, was released, or is not
-    yours; also raised by the client for a lease it already knows is over."""
+    """NotHeldError (410 "not_held"): the lease expired, was released, was revoked,
+    or is not yours; also raised by the client for a lease it already knows is over,
+    and by Client.revoke when no unexpired lease holds the lock (404 "not_held")."""
 
     code = "not_held"
 
