@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"iter"
 	"time"
 
 	"github.com/fencelock/fence/internal/core"
@@ -76,6 +77,28 @@ type Inspector interface {
 	List(ctx context.Context, prefix string, limit int) ([]LockInfo, error)
 }
 
+// Watcher is implemented by lockers that can follow one lock's state as it
+// changes: leader election's Observe, `fence leader --watch` and the HTTP API's
+// blocking queries are built on it. How a backend learns of a change is its own (a
+// watch, pub/sub, LISTEN/NOTIFY, a ZooKeeper watch, in process); the expiry of a
+// lease is noticed at its expiry by the backend's clock.
+type Watcher interface {
+	// Watch yields the state of name as Inspect reports it, then the state after
+	// each change, in order, until ctx is done or the loop stops. A change is an
+	// acquire, a release, an expiry, a revoke or a heal; a renewal is not.
+	//
+	// Each state yielded has another Index than the one before (a greater one,
+	// unless the store's counter went back, as after a Redis failover). States are
+	// read when a change is signalled, not queued: a receiver that falls behind
+	// skips states but gets the latest one, never an older one after a newer.
+	//
+	// It yields an error matching ErrInvalid for a bad name, or ErrClosed after
+	// Close, and ends. While the store cannot be reached it yields an error
+	// matching ErrUnavailable and goes on trying, backing off, so the receiver
+	// decides whether to stop.
+	Watch(ctx context.Context, name string) iter.Seq2[LockInfo, error]
+}
+
 // DefaultListLimit is how many locks Inspector.List returns when its limit is <= 0.
 const DefaultListLimit = 1000
 
@@ -87,6 +110,21 @@ type LockInfo struct {
 	Owner     string        `json:"owner,omitempty"`      // the current holder's owner (WithOwner), if held
 	LastToken Token         `json:"last_token,omitempty"` // the highest token issued for name
 	ExpiresIn time.Duration `json:"-"`                    // time left on the current lease, if held
+}
+
+// Index is the lock's change index, for blocking queries (the HTTP API's
+// Fence-Index) and watchers: it is the same for two reads of an unchanged lock and
+// greater after each acquire, release, expiry, revoke or heal. It is derived from
+// the state: 2*LastToken, plus 1 while the lock is free. A backend's bookkeeping
+// may raise it without a change a user can see (on ZooKeeper, LastToken moves when
+// a waiter joins), so a reader compares states, not only indexes, where that
+// matters. It is at least 1.
+func (i LockInfo) Index() uint64 {
+	n := 2 * uint64(i.LastToken)
+	if !i.Held {
+		n++
+	}
+	return n
 }
 
 // WaitForever, given to WithWait, waits until the context is done.

@@ -86,6 +86,9 @@ type Engine struct {
 	// fallback for a wake-up that was lost. Zero means no cap: the waiter sleeps
 	// until Wake, ExpiresIn or Retry (DefaultPoll if the try gave none of them).
 	Poll time.Duration
+	// WatchPoll is how often Watch reads a lock's state when nothing signalled a
+	// change; zero means DefaultWatchPoll.
+	WatchPoll time.Duration
 	// Closed, if not nil, closes when the backend is closed: waiting acquires then
 	// return fence.ErrClosed, and new ones do not try.
 	Closed <-chan struct{}

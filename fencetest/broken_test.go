@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"os/exec"
 	"strings"
@@ -192,6 +193,41 @@ func (g *brokenGuard) Get(ctx context.Context, key string) (fence.Item, error) {
 	return it, nil
 }
 
+// brokenWatcher is the reference Locker with a broken Watch.
+type brokenWatcher struct {
+	*inmem.Locker
+	bug    string // "polls-only", "replays-stale"
+	engine driver.Engine
+}
+
+func newBrokenWatcher(bug string) *brokenWatcher {
+	b := &brokenWatcher{Locker: inmem.NewLocker(inmem.Options{}), bug: bug}
+	b.engine = driver.Engine{Backend: "broken", Locker: b}
+	return b
+}
+
+func (b *brokenWatcher) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
+	if b.bug == "polls-only" {
+		// Bug: nothing signals a change; only the fallback poll and the holder's
+		// expiry make the watch look again.
+		never := func(context.Context, string) (<-chan struct{}, error) { return make(chan struct{}), nil }
+		return b.engine.Watch(ctx, name, never, b.Inspect)
+	}
+	return func(yield func(fence.LockInfo, error) bool) {
+		// Bug: a cache that hands out the previous state again after each new one.
+		var prev *fence.LockInfo
+		for info, err := range b.Locker.Watch(ctx, name) {
+			if !yield(info, err) {
+				return
+			}
+			if prev != nil && !yield(*prev, nil) {
+				return
+			}
+			prev = &info
+		}
+	}
+}
+
 type brokenCase struct {
 	run      func(t *testing.T)
 	wantFail []string // subtests the bug must make fail
@@ -218,7 +254,8 @@ var brokenCases = map[string]brokenCase{
 		run: func(t *testing.T) {
 			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return inmem.NewLocker(inmem.Options{}) })
 		},
-		wantPass: []string{"Token_IncreasesUnder16Goroutines", "Owner_OnlyHolderRenewsOrReleases", "Expiry_NotGrantedBeforeGrantedAfter", "AcquireErrors_WordedAlikeOnEveryBackend"},
+		wantPass: []string{"Token_IncreasesUnder16Goroutines", "Owner_OnlyHolderRenewsOrReleases", "Expiry_NotGrantedBeforeGrantedAfter", "AcquireErrors_WordedAlikeOnEveryBackend",
+			"Watcher_YieldsEveryChangeInOrder", "Watcher_SlowReceiverGetsLatest", "Watcher_BadNameAndCancelEnd"},
 	},
 	"reference-guard": {
 		run:      guardCase(fence.Admit),
@@ -253,6 +290,20 @@ var brokenCases = map[string]brokenCase{
 		run:      lockerCase("words-errors-its-own-way"),
 		wantFail: []string{"AcquireErrors_WordedAlikeOnEveryBackend"},
 		wantPass: []string{"Acquire_HeldLock_ErrNotAcquired", "Wait_BoundedByWait"},
+	},
+	"watcher-polls-only": {
+		run: func(t *testing.T) {
+			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newBrokenWatcher("polls-only") })
+		},
+		wantFail: []string{"Watcher_YieldsEveryChangeInOrder"},
+		wantPass: []string{"Watcher_BadNameAndCancelEnd", "Revoker_EndsLeaseWakesWaiterNextTokenHigher"},
+	},
+	"watcher-replays-stale": {
+		run: func(t *testing.T) {
+			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newBrokenWatcher("replays-stale") })
+		},
+		wantFail: []string{"Watcher_YieldsEveryChangeInOrder", "Watcher_SlowReceiverGetsLatest"},
+		wantPass: []string{"Watcher_BadNameAndCancelEnd", "Wait_WokenByRelease"},
 	},
 	"guard-admits-equal-token-from-other-lease": {
 		run:      guardCase(admitsEqualFromOtherLease),

@@ -23,7 +23,8 @@ import (
 // releases), exclusivity until expiry and grant after it (P6), renewal, release,
 // waiting woken by release and bounded by the wait and by the context, lease Done
 // at expiry and with auto-renewal, and rejection of bad names, TTLs and lease ids.
-// If the locker implements fence.Inspector or fence.Healer, those are checked too.
+// If the locker implements fence.Inspector, fence.Healer, fence.Revoker or
+// fence.Watcher, those are checked too.
 func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ...Option) {
 	t.Helper()
 	s := &lockerSuite{cfg: newConfig(opts), newLocker: newLocker}
@@ -57,6 +58,9 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"Owner_ReportedWhileHeldNeverTheLeaseID", s.owner},
 		{"BadOwners_Rejected", s.badOwners},
 		{"Revoker_EndsLeaseWakesWaiterNextTokenHigher", s.revoker},
+		{"Watcher_YieldsEveryChangeInOrder", s.watcherChanges},
+		{"Watcher_SlowReceiverGetsLatest", s.watcherFallsBehind},
+		{"Watcher_BadNameAndCancelEnd", s.watcherEnds},
 	})
 }
 

@@ -12,6 +12,7 @@ package inmem
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"sync"
@@ -42,8 +43,9 @@ type Locker struct {
 	clock  driver.Clock
 	engine driver.Engine
 
-	mu    sync.Mutex
-	locks map[string]*lockState
+	mu       sync.Mutex
+	locks    map[string]*lockState
+	watchers driver.Watchers // Watch subscriptions, notified under mu
 }
 
 var (
@@ -52,6 +54,7 @@ var (
 	_ fence.Revoker   = (*Locker)(nil)
 	_ fence.Healer    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
+	_ fence.Watcher   = (*Locker)(nil)
 )
 
 type lockState struct {
@@ -131,6 +134,7 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 	st.owner = r.Options.Owner
 	st.token = st.counter
 	st.expires = now.Add(r.TTL)
+	l.watchers.Notify(r.Name)
 	return driver.Result{Token: st.token}, nil
 }
 
@@ -168,7 +172,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrNotHeld)
 	}
 	held := st.heldAt(l.clock.Now())
-	st.endLocked()
+	l.endLocked(name, st)
 	if !held {
 		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrExpired)
 	}
@@ -189,15 +193,17 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 	if st == nil || !st.heldAt(l.clock.Now()) {
 		return fmt.Errorf("inmem: revoke %q: %w", name, fence.ErrNotHeld)
 	}
-	st.endLocked()
+	l.endLocked(name, st)
 	return nil
 }
 
-// endLocked clears the lease in st and wakes the waiters. l.mu must be held.
-func (st *lockState) endLocked() {
+// endLocked clears the lease in name's state st and wakes the waiters and
+// watchers. l.mu must be held.
+func (l *Locker) endLocked(name string, st *lockState) {
 	st.leaseID, st.token, st.owner, st.expires = "", 0, "", time.Time{}
 	close(st.released)
 	st.released = make(chan struct{})
+	l.watchers.Notify(name)
 }
 
 // Heal raises name's counter to at least seen, so the next grant's token is above
@@ -212,8 +218,17 @@ func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error 
 	st := l.stateLocked(name)
 	if st.counter < seen {
 		st.counter = seen
+		l.watchers.Notify(name)
 	}
 	return nil
+}
+
+// Watch yields the state of name, then its state after each acquire, release,
+// expiry (by the Locker's clock), revoke, heal or Restore (see fence.Watcher).
+// Changes are signalled in process, at once. It yields fence.ErrInvalid for a bad
+// name and ends.
+func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
+	return l.engine.Watch(ctx, name, l.watchers.Subscribe, l.Inspect)
 }
 
 // Inspect returns the state of name. A lock never acquired is reported with Held
@@ -319,7 +334,8 @@ func (l *Locker) Snapshot() Snapshot {
 func (l *Locker) Restore(s Snapshot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, st := range l.locks {
+	old := l.locks
+	for _, st := range old {
 		close(st.released)
 	}
 	l.locks = make(map[string]*lockState, len(s.locks))
@@ -327,5 +343,13 @@ func (l *Locker) Restore(s Snapshot) {
 		c := st
 		c.released = make(chan struct{})
 		l.locks[name] = &c
+	}
+	for name := range old {
+		l.watchers.Notify(name)
+	}
+	for name := range s.locks {
+		if old[name] == nil {
+			l.watchers.Notify(name)
+		}
 	}
 }
