@@ -47,6 +47,11 @@ var (
 
 	// ErrClosed means the Locker or store was closed.
 	ErrClosed = errors.New("fence: closed")
+
+	// ErrNotImplemented means the Locker (or the server's store behind it) lacks
+	// an optional capability the call needs: Inspector, Watcher, Revoker, Healer,
+	// a guard. Nothing was changed.
+	ErrNotImplemented = errors.New("fence: not implemented")
 )
 
 // ErrReleased is the cause a lease's Context carries, and what Lease.Err returns,

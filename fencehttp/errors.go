@@ -15,8 +15,9 @@ var (
 	// ErrUnauthorized means the server refused the request's bearer token (401).
 	ErrUnauthorized = errors.New("fencehttp: unauthorized")
 	// ErrNotImplemented means the server's store lacks the feature (501): no KV,
-	// Guard, Inspector, Healer or Revoker.
-	ErrNotImplemented = errors.New("fencehttp: not implemented by the server's store")
+	// Guard, Inspector, Healer, Revoker or Watcher. It matches
+	// fence.ErrNotImplemented.
+	ErrNotImplemented = fmt.Errorf("%w by the server's store", fence.ErrNotImplemented)
 )
 
 // Server-side causes without a fence sentinel. They are kinds: a request's error is
