@@ -122,11 +122,11 @@ func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, erro
 			w.mu.Unlock()
 		}
 	}
-	if err := target.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("chaos: pause worker %d: %w", target.id, err)
 	}
 	return &fault{hold: 3 * n.r.cfg.TTL, heal: func() error {
-		if err := target.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		if err := target.proc.Signal(syscall.SIGCONT); err != nil {
 			return fmt.Errorf("chaos: resume worker %d: %w", target.id, err)
 		}
 		return nil

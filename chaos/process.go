@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/servers"
 )
 
 // server is the `fence serve` child process, restartable on the same port and data.
@@ -22,31 +23,25 @@ type server struct {
 	bin, addr, data, logPath string
 	store                    string // --store URL; "" means the embedded bolt store in data
 	mu                       sync.Mutex
-	cmd                      *exec.Cmd
-	exited                   chan struct{}
+	proc                     *servers.Process // nil before start and after kill or stop
 }
 
 func (s *server) url() string { return "http://" + s.addr }
 
+// start starts fence serve and waits until it is healthy; if it is not within 15s
+// (or ctx ends first), it kills it and returns an error naming the log.
 func (s *server) start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("chaos: server log: %w", err)
-	}
 	cmd := exec.Command(s.bin, "serve", "--listen", s.addr, "--data", s.data, "--log-level", "warn", "--shutdown-timeout", "2s")
 	if s.store != "" {
 		cmd.Args = append(cmd.Args, "--store", s.store)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("chaos: start fence serve: %w", err)
+	p, err := servers.StartCommand("fence serve", cmd, s.logPath)
+	if err != nil {
+		return fmt.Errorf("chaos: %w", err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(exited) }()
-	s.cmd, s.exited = cmd, exited
+	s.proc = p
 	// Wait until it serves.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -57,14 +52,17 @@ func (s *server) start(ctx context.Context) error {
 				return nil
 			}
 		}
-		select {
-		case <-exited:
+		if p.Exited() {
 			return fmt.Errorf("chaos: fence serve exited at start (see %s)", s.logPath)
+		}
+		select {
 		case <-ctx.Done():
+			s.killLocked()
 			return fmt.Errorf("chaos: waiting for fence serve: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			s.killLocked()
 			return fmt.Errorf("chaos: fence serve not healthy after 15s (see %s)", s.logPath)
 		}
 	}
@@ -74,27 +72,25 @@ func (s *server) start(ctx context.Context) error {
 func (s *server) kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
-		s.cmd.Process.Kill()
-		<-s.exited
+	s.killLocked()
+}
+
+func (s *server) killLocked() {
+	if s.proc != nil {
+		s.proc.Kill()
+		s.proc = nil
 	}
 }
 
-// stop shuts the server down gracefully (SIGTERM), killing it after 5s.
+// stop shuts the server down gracefully (SIGTERM), killing it after
+// servers.StopTimeout.
 func (s *server) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
+	if s.proc != nil {
+		s.proc.Stop(syscall.SIGTERM)
+		s.proc = nil
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
-	s.cmd = nil
 }
 
 // healthClient polls /healthz; a server stopped mid-answer must not hang the poll.
@@ -114,8 +110,7 @@ func freeAddr() (string, error) {
 // worker is one worker process and what the harness learnt from its log so far.
 type worker struct {
 	id      int
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	proc    *servers.Process // nil before start and after stopWorkers
 	logPath string
 	mu      sync.Mutex
 	off     int64
