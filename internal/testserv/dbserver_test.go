@@ -32,6 +32,15 @@ type subtest struct {
 	run  func(t *testing.T)
 }
 
+// wantOwnPort fails t unless the server got a port of its own: set, and not standard,
+// the port of the machine's own service of that kind.
+func wantOwnPort(t *testing.T, port, standard int) {
+	t.Helper()
+	if port == 0 || port == standard {
+		t.Fatalf("Port = %d, want a free port other than %d", port, standard)
+	}
+}
+
 // open opens dsn with the server's driver, closed when t ends.
 func (s *sqlServer) open(t *testing.T, dsn string) *sql.DB {
 	t.Helper()

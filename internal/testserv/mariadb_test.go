@@ -13,9 +13,7 @@ import (
 func TestMariaDB(t *testing.T) {
 	testserv.SkipIfShort(t)
 	srv := testserv.MariaDB(t)
-	if srv.Port == 0 || srv.Port == 3306 {
-		t.Fatalf("Port = %d, want a free non-default port", srv.Port)
-	}
+	wantOwnPort(t, srv.Port, 3306)
 	s := &sqlServer{srv: srv, driver: "mysql", admin: srv.DSN(""),
 		dsnHas:       []string{"root@tcp(127.0.0.1:", "clientFoundRows=true", "parseTime=true"},
 		currentDB:    "SELECT DATABASE()",

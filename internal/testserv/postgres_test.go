@@ -13,9 +13,7 @@ import (
 func TestPostgres(t *testing.T) {
 	testserv.SkipIfShort(t)
 	srv := testserv.Postgres(t)
-	if srv.Port == 0 || srv.Port == 5432 {
-		t.Fatalf("Port = %d, want a free non-default port", srv.Port)
-	}
+	wantOwnPort(t, srv.Port, 5432)
 	s := &sqlServer{srv: srv, driver: "pgx", admin: srv.DSN("postgres"),
 		dsnHas:       []string{"postgres://postgres@127.0.0.1:"},
 		currentDB:    "SELECT current_database()",

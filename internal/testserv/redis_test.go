@@ -16,9 +16,7 @@ import (
 func TestRedis_StartAnswersClient(t *testing.T) {
 	testserv.SkipIfShort(t)
 	srv := testserv.Redis(t)
-	if srv.Port == 0 || srv.Port == 6379 {
-		t.Fatalf("Port = %d, want a free non-default port", srv.Port)
-	}
+	wantOwnPort(t, srv.Port, 6379)
 	if want := "127.0.0.1:" + strconv.Itoa(srv.Port); srv.Addr != want {
 		t.Fatalf("Addr = %q, want %q", srv.Addr, want)
 	}
