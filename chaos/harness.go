@@ -83,8 +83,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{cfg: cfg, dir: dir, storeName: "bolt",
-		srv: &server{bin: cfg.Binary, addr: addr, data: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "server.log")}}
+	r := &run{cfg: cfg, dir: dir, storeName: "bolt", srv: newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))}
 	r.workerURL = r.srv.url()
 	defer r.close()
 	nemeses := make([]nemesis, len(cfg.Nemeses))
@@ -94,7 +93,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 	}
-	if err := r.srv.start(ctx); err != nil {
+	if err := r.srv.start(); err != nil {
 		return nil, err
 	}
 	r.onClose(r.srv.stop)

@@ -144,7 +144,7 @@ func (n *killNemesis) setup(_ context.Context, r *run) error { n.srv = r.srv; re
 func (n *killNemesis) inject(_ context.Context, rng *rand.Rand) (*fault, error) {
 	n.srv.kill()
 	return &fault{hold: jitter(rng, 200*time.Millisecond), heal: func() error {
-		if err := n.srv.start(context.Background()); err != nil {
+		if err := n.srv.start(); err != nil {
 			return fmt.Errorf("chaos: restart after kill: %w", err)
 		}
 		return nil

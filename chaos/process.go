@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,76 +21,60 @@ import (
 type server struct {
 	bin, addr, data, logPath string
 	store                    string // --store URL; "" means the embedded bolt store in data
-	mu                       sync.Mutex
-	proc                     *servers.Process // nil before start and after kill or stop
+	life                     servers.Lifecycle
 }
 
 func (s *server) url() string { return "http://" + s.addr }
 
-// start starts fence serve and waits until it is healthy; if it is not within 15s
-// (or ctx ends first), it kills it and returns an error naming the log.
-func (s *server) start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// newServer returns the server of bin (the fence binary) on addr with its data and
+// log, not started.
+func newServer(bin, addr, data, logPath string) *server {
+	s := &server{bin: bin, addr: addr, data: data, logPath: logPath}
+	s.life.Launch = s.launch
+	s.life.StopSig = syscall.SIGTERM // a graceful shutdown
+	return s
+}
+
+// launch starts fence serve and waits until it is healthy.
+func (s *server) launch() (*servers.Process, error) {
 	cmd := exec.Command(s.bin, "serve", "--listen", s.addr, "--data", s.data, "--log-level", "warn", "--shutdown-timeout", "2s")
 	if s.store != "" {
 		cmd.Args = append(cmd.Args, "--store", s.store)
 	}
 	p, err := servers.StartCommand("fence serve", cmd, s.logPath)
 	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
-	s.proc = p
-	// Wait until it serves.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := healthClient.Get(s.url() + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if p.Exited() {
-			return fmt.Errorf("chaos: fence serve exited at start (see %s)", s.logPath)
-		}
-		select {
-		case <-ctx.Done():
-			s.killLocked()
-			return fmt.Errorf("chaos: waiting for fence serve: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.killLocked()
-			return fmt.Errorf("chaos: fence serve not healthy after 15s (see %s)", s.logPath)
-		}
+	if err := p.WaitReady(s.healthy); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
+	return p, nil
 }
+
+// healthy asks fence serve's /healthz.
+func (s *server) healthy() error {
+	resp, err := healthClient.Get(s.url() + "/healthz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/healthz: %s", resp.Status)
+	}
+	return nil
+}
+
+// start starts fence serve and waits until it is healthy. It returns an error with
+// the tail of its log if it exits or is not healthy within servers.StartTimeout.
+func (s *server) start() error { return s.life.Start() }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (s *server) kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-}
-
-func (s *server) killLocked() {
-	if s.proc != nil {
-		s.proc.Kill()
-		s.proc = nil
-	}
-}
+func (s *server) kill() { s.life.Kill() }
 
 // stop shuts the server down gracefully (SIGTERM), killing it after
 // servers.StopTimeout.
-func (s *server) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.Stop(syscall.SIGTERM)
-		s.proc = nil
-	}
-}
+func (s *server) stop() { s.life.Stop() }
 
 // healthClient polls /healthz; a server stopped mid-answer must not hang the poll.
 var healthClient = &http.Client{Timeout: time.Second}

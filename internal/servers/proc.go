@@ -380,6 +380,14 @@ func (l *Lifecycle) Running() bool {
 	return l.proc != nil
 }
 
+// Alive reports whether the server has a process (it was not killed, stopped or
+// closed) and that process has not exited.
+func (l *Lifecycle) Alive() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.proc != nil && !l.proc.Exited()
+}
+
 // WithProcess calls f with the server's process, or nil if it is killed, stopped or
 // closed, and returns what f returns. Kill, Stop, Restart and Close wait until f returns,
 // so the process stays the same while f signals it or its children.

@@ -234,8 +234,7 @@ type ZooKeeperMember struct {
 	ID   int    // its myid, 1-based
 	Addr string // client address "127.0.0.1:PORT"
 
-	mu   sync.Mutex
-	proc *servers.Process // nil once killed
+	life servers.Lifecycle // Dir is empty: the ensemble removes the directories
 }
 
 // StartZooKeeperEnsemble starts an n-server ensemble and waits until every member
@@ -279,12 +278,15 @@ func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
 			e.Close()
 			return nil, fmt.Errorf("testserv: zookeeper ensemble: %w", err)
 		}
-		p, err := servers.StartProcess(fmt.Sprintf("zookeeper %d", id), java, zkJavaArgs(cp, cfg), filepath.Join(mdir, "zookeeper.log"), nil)
-		if err != nil {
+		m := &ZooKeeperMember{ID: id, Addr: fmt.Sprintf("127.0.0.1:%d", ports[i][0])}
+		m.life.Launch = func() (*servers.Process, error) {
+			return servers.StartProcess(fmt.Sprintf("zookeeper %d", id), java, zkJavaArgs(cp, cfg), filepath.Join(mdir, "zookeeper.log"), nil)
+		}
+		if err := m.life.Start(); err != nil {
 			e.Close()
 			return nil, err
 		}
-		e.Members = append(e.Members, &ZooKeeperMember{ID: id, Addr: fmt.Sprintf("127.0.0.1:%d", ports[i][0]), proc: p})
+		e.Members = append(e.Members, m)
 	}
 	if err := e.waitReady(); err != nil {
 		var tails []string
@@ -370,18 +372,7 @@ func (e *ZooKeeperEnsemble) Close() {
 
 // Kill kills the member with SIGKILL, like a crashed machine, and waits until it is
 // gone. It is not restarted.
-func (m *ZooKeeperMember) Kill() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.proc != nil {
-		m.proc.Kill()
-		m.proc = nil
-	}
-}
+func (m *ZooKeeperMember) Kill() { m.life.Kill() }
 
 // Alive reports whether the member has not been killed and its process is running.
-func (m *ZooKeeperMember) Alive() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc != nil && !m.proc.Exited()
-}
+func (m *ZooKeeperMember) Alive() bool { return m.life.Alive() }
