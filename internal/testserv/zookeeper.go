@@ -1,7 +1,6 @@
 package testserv
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -193,30 +192,17 @@ func ZooKeeperCommand(addr, cmd string) (string, error) {
 // its mode: "standalone", "leader" or "follower". It returns an error if the server
 // cannot be reached or is not serving (no quorum yet).
 func ZooKeeperMode(addr string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	answer, err := ZooKeeperCommand(addr, "srvr")
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, "srvr"); err != nil {
-		return "", err
-	}
-	sc := bufio.NewScanner(c)
-	var first string
-	for sc.Scan() {
-		line := sc.Text()
-		if first == "" {
-			first = line
-		}
+	lines := strings.Split(answer, "\n")
+	for _, line := range lines {
 		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
 			return strings.TrimSpace(m), nil
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("zookeeper %s: no mode in srvr answer %q", addr, first)
+	return "", fmt.Errorf("zookeeper %s: no mode in srvr answer %q", addr, lines[0])
 }
 
 // ZooKeeperEnsemble is a throwaway ZooKeeper ensemble on 127.0.0.1: each member a
