@@ -167,6 +167,20 @@ func (d *Dialect) Wrap(what string, err error) error {
 	return d.errorf("%s: %w", what, err)
 }
 
+// execRows runs stmt on q and returns how many rows it affected, with errors
+// wrapped by Wrap(what, ...).
+func (d *Dialect) execRows(ctx context.Context, q Querier, what, stmt string, args ...any) (int64, error) {
+	res, err := q.ExecContext(ctx, stmt, args...)
+	if err != nil {
+		return 0, d.Wrap(what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, d.Wrap(what, err)
+	}
+	return n, nil
+}
+
 // quoteIdent validates a table or column name (optionally qualified once) and
 // quotes it. It returns a *fence.InvalidError for a bad name.
 func (d *Dialect) quoteIdent(s string) (string, error) {

@@ -201,13 +201,9 @@ func (r *rowSQL) update(ctx context.Context, q Querier, f fence.Fence, key any, 
 	args = append(args, values...)
 	args = append(args, f.Name, f.LeaseID, int64(f.Token), key)
 	args = append(args, AdmitArgs(f)...)
-	res, err := q.ExecContext(ctx, r.updateSQL, args...)
+	n, err := r.d.execRows(ctx, q, what, r.updateSQL, args...)
 	if err != nil {
-		return r.d.Wrap(what, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return r.d.Wrap(what, err)
+		return err
 	}
 	switch {
 	case n == 1:
