@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/internal/servers"
 )
 
 // The lock the workers take and the key of their counter.
@@ -82,8 +83,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{cfg: cfg, dir: dir, storeName: "bolt",
-		srv: &server{bin: cfg.Binary, addr: addr, data: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "server.log")}}
+	r := &run{cfg: cfg, dir: dir, storeName: "bolt", srv: newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))}
 	r.workerURL = r.srv.url()
 	defer r.close()
 	nemeses := make([]nemesis, len(cfg.Nemeses))
@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 	}
-	if err := r.srv.start(ctx); err != nil {
+	if err := r.srv.start(); err != nil {
 		return nil, err
 	}
 	r.onClose(r.srv.stop)
@@ -167,22 +167,16 @@ func (r *run) startWorkers(start int64) error {
 	r.workers = make([]*worker, r.cfg.Workers)
 	for i := range r.workers {
 		w := &worker{id: i, logPath: filepath.Join(r.dir, fmt.Sprintf("worker-%d.jsonl", i))}
-		errf, err := os.Create(filepath.Join(r.dir, fmt.Sprintf("worker-%d.err", i)))
-		if err != nil {
-			return fmt.Errorf("chaos: worker log: %w", err)
-		}
-		w.cmd = exec.Command(r.cfg.Binary, "chaos", "worker",
+		cmd := exec.Command(r.cfg.Binary, "chaos", "worker",
 			"--server", r.workerURL, "--lock", runLock, "--key", runKey, "--id", strconv.Itoa(i),
 			"--ttl", r.cfg.TTL.String(), "--hold", r.cfg.Hold.String(), "--wait", (4 * r.cfg.TTL).String(),
 			"--fencing", fencing, "--start", strconv.FormatInt(start, 10), "--log", w.logPath)
-		w.cmd.Args = append(w.cmd.Args, r.workerArgs...)
-		w.cmd.Stdout, w.cmd.Stderr = errf, errf
-		if err := w.cmd.Start(); err != nil {
-			errf.Close()
-			return fmt.Errorf("chaos: start worker %d: %w", i, err)
+		cmd.Args = append(cmd.Args, r.workerArgs...)
+		p, err := servers.StartCommand(fmt.Sprintf("worker %d", i), cmd, filepath.Join(r.dir, fmt.Sprintf("worker-%d.err", i)))
+		if err != nil {
+			return fmt.Errorf("chaos: %w", err)
 		}
-		w.exited = make(chan struct{})
-		go func(cmd *exec.Cmd, done chan struct{}, f *os.File) { cmd.Wait(); f.Close(); close(done) }(w.cmd, w.exited, errf)
+		w.proc = p
 		r.workers[i] = w
 	}
 	return nil
@@ -191,28 +185,26 @@ func (r *run) startWorkers(start int64) error {
 // killWorkers kills the workers still running (or stopped by a pause).
 func (r *run) killWorkers() {
 	for _, w := range r.workers {
-		if w != nil && w.cmd != nil {
-			w.cmd.Process.Signal(syscall.SIGCONT)
-			w.cmd.Process.Kill()
-			<-w.exited
+		if w != nil && w.proc != nil {
+			w.proc.Kill()
 		}
 	}
 }
 
-// stopWorkers stops the workers: SIGTERM ends their loop after the operation in
-// flight; a worker still running 5 s later is killed.
+// stopWorkers stops the workers, all at once: SIGTERM ends their loop after the
+// operation in flight; a worker still running servers.StopTimeout later is killed.
 func (r *run) stopWorkers() {
+	var wg sync.WaitGroup
 	for _, w := range r.workers {
-		w.cmd.Process.Signal(syscall.SIGTERM)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.proc.Stop(syscall.SIGTERM)
+		}()
 	}
+	wg.Wait()
 	for _, w := range r.workers {
-		select {
-		case <-w.exited:
-		case <-time.After(5 * time.Second):
-			w.cmd.Process.Kill()
-			<-w.exited
-		}
-		w.cmd = nil
+		w.proc = nil
 	}
 }
 

@@ -122,11 +122,11 @@ func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, erro
 			w.mu.Unlock()
 		}
 	}
-	if err := target.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("chaos: pause worker %d: %w", target.id, err)
 	}
 	return &fault{hold: 3 * n.r.cfg.TTL, heal: func() error {
-		if err := target.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		if err := target.proc.Signal(syscall.SIGCONT); err != nil {
 			return fmt.Errorf("chaos: resume worker %d: %w", target.id, err)
 		}
 		return nil
@@ -144,7 +144,7 @@ func (n *killNemesis) setup(_ context.Context, r *run) error { n.srv = r.srv; re
 func (n *killNemesis) inject(_ context.Context, rng *rand.Rand) (*fault, error) {
 	n.srv.kill()
 	return &fault{hold: jitter(rng, 200*time.Millisecond), heal: func() error {
-		if err := n.srv.start(context.Background()); err != nil {
+		if err := n.srv.start(); err != nil {
 			return fmt.Errorf("chaos: restart after kill: %w", err)
 		}
 		return nil

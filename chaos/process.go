@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,87 +14,67 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/servers"
 )
 
 // server is the `fence serve` child process, restartable on the same port and data.
 type server struct {
 	bin, addr, data, logPath string
 	store                    string // --store URL; "" means the embedded bolt store in data
-	mu                       sync.Mutex
-	cmd                      *exec.Cmd
-	exited                   chan struct{}
+	life                     servers.Lifecycle
 }
 
 func (s *server) url() string { return "http://" + s.addr }
 
-func (s *server) start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("chaos: server log: %w", err)
-	}
+// newServer returns the server of bin (the fence binary) on addr with its data and
+// log, not started.
+func newServer(bin, addr, data, logPath string) *server {
+	s := &server{bin: bin, addr: addr, data: data, logPath: logPath}
+	s.life.Launch = s.launch
+	s.life.StopSig = syscall.SIGTERM // a graceful shutdown
+	return s
+}
+
+// launch starts fence serve and waits until it is healthy.
+func (s *server) launch() (*servers.Process, error) {
 	cmd := exec.Command(s.bin, "serve", "--listen", s.addr, "--data", s.data, "--log-level", "warn", "--shutdown-timeout", "2s")
 	if s.store != "" {
 		cmd.Args = append(cmd.Args, "--store", s.store)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("chaos: start fence serve: %w", err)
+	p, err := servers.StartCommand("fence serve", cmd, s.logPath)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(exited) }()
-	s.cmd, s.exited = cmd, exited
-	// Wait until it serves.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := healthClient.Get(s.url() + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("chaos: fence serve exited at start (see %s)", s.logPath)
-		case <-ctx.Done():
-			return fmt.Errorf("chaos: waiting for fence serve: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("chaos: fence serve not healthy after 15s (see %s)", s.logPath)
-		}
+	if err := p.WaitReady(s.healthy); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
+	return p, nil
 }
+
+// healthy asks fence serve's /healthz.
+func (s *server) healthy() error {
+	resp, err := healthClient.Get(s.url() + "/healthz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/healthz: %s", resp.Status)
+	}
+	return nil
+}
+
+// start starts fence serve and waits until it is healthy. It returns an error with
+// the tail of its log if it exits or is not healthy within servers.StartTimeout.
+func (s *server) start() error { return s.life.Start() }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (s *server) kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
-}
+func (s *server) kill() { s.life.Kill() }
 
-// stop shuts the server down gracefully (SIGTERM), killing it after 5s.
-func (s *server) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
-	s.cmd = nil
-}
+// stop shuts the server down gracefully (SIGTERM), killing it after
+// servers.StopTimeout.
+func (s *server) stop() { s.life.Stop() }
 
 // healthClient polls /healthz; a server stopped mid-answer must not hang the poll.
 var healthClient = &http.Client{Timeout: time.Second}
@@ -114,8 +93,7 @@ func freeAddr() (string, error) {
 // worker is one worker process and what the harness learnt from its log so far.
 type worker struct {
 	id      int
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	proc    *servers.Process // nil before start and after stopWorkers
 	logPath string
 	mu      sync.Mutex
 	off     int64

@@ -87,6 +87,21 @@ func (r *recorder) record(o Op) {
 	}
 }
 
+// recordRetried records o as one call of do, retried by retryUnknown, and returns
+// do's last error. An outcome still unknown after the retries is recorded as never
+// returning: the operation may take effect at any later time.
+func (r *recorder) recordRetried(ctx context.Context, o Op, do func() error) error {
+	o.Call = r.now()
+	err, retried := retryUnknown(ctx, do)
+	o.Return = r.now()
+	o.Result, o.Err = retriedOutcome(err, retried)
+	if res, _ := outcome(err); res == ResultUnknown {
+		o.Return = Never
+	}
+	r.record(o)
+	return err
+}
+
 // hashLease returns a short digest of a lease id: enough to tell leases apart in a
 // history without recording the credential itself.
 func hashLease(id string) string {
@@ -215,15 +230,7 @@ func (cfg WorkerConfig) critical(ctx context.Context, res resource, rec *recorde
 	if cfg.Fencing {
 		o := base
 		o.Kind = KindFence
-		o.Call = rec.now()
-		err, retried := retryUnknown(ctx, func() error { return res.fence(ctx, cfg.Key, f) })
-		o.Return = rec.now()
-		o.Result, o.Err = retriedOutcome(err, retried)
-		if r, _ := outcome(err); r == ResultUnknown {
-			o.Return = Never
-		}
-		rec.record(o)
-		if err != nil {
+		if err := rec.recordRetried(ctx, o, func() error { return res.fence(ctx, cfg.Key, f) }); err != nil {
 			return staleHighest(err)
 		}
 	}
@@ -260,14 +267,7 @@ func (cfg WorkerConfig) critical(ctx context.Context, res resource, rec *recorde
 		sent = fence.Fence{Name: cfg.Lock, Token: fence.Token(time.Now().UnixMicro())}
 		o.Unfenced = true
 	}
-	o.Call = rec.now()
-	err, retried := retryUnknown(ctx, func() error { return res.put(ctx, cfg.Key, value, sent) })
-	o.Return = rec.now()
-	o.Result, o.Err = retriedOutcome(err, retried)
-	if r, _ := outcome(err); r == ResultUnknown {
-		o.Return = Never
-	}
-	rec.record(o)
+	err = rec.recordRetried(ctx, o, func() error { return res.put(ctx, cfg.Key, value, sent) })
 	if cfg.Fencing {
 		return staleHighest(err)
 	}

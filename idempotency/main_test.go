@@ -2,15 +2,10 @@ package idempotency_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencelock/fence/idempotency"
 	"github.com/fencelock/fence/idempotency/boltstore"
@@ -27,27 +22,12 @@ func TestMain(m *testing.M) {
 	os.Exit(testserv.RunWithPostgres(m, "idempotency", &dsn))
 }
 
-// pgPool returns a pool on the package's database for the test t, closed when t
-// ends. It skips t under -short.
-func pgPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	testserv.SkipIfShort(t)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 // testStore is a Store under test with a way to move its clock forward.
 type testStore struct {
 	name    string
 	store   idempotency.Store
 	advance func(t *testing.T, d time.Duration)
 }
-
-var tableSeq atomic.Int64
 
 // stores returns a fresh bolt store (manual clock) and, unless -short, a fresh
 // PostgreSQL store (own table; time moves by shifting the stored times back).
@@ -63,16 +43,8 @@ func stores(t *testing.T) []testStore {
 	if testing.Short() {
 		return out
 	}
-	table := fmt.Sprintf("idem_%d_%s", tableSeq.Add(1), strings.ToLower(strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '_'
-	}, t.Name())))
-	if len(table) > 40 {
-		table = table[:40]
-	}
-	pool := pgPool(t)
+	table := testserv.TableName(t)
+	pool := testserv.Pool(t, dsn)
 	ps := pgstore.New(pool, &pgstore.Options{Table: table})
 	ctx := context.Background()
 	if err := ps.CreateSchema(ctx); err != nil {
@@ -86,4 +58,12 @@ func stores(t *testing.T) []testStore {
 		}
 	}})
 	return out
+}
+
+// eachStore runs f as a subtest over each of stores(t).
+func eachStore(t *testing.T, f func(t *testing.T, ts testStore)) {
+	t.Helper()
+	for _, ts := range stores(t) {
+		t.Run(ts.name, func(t *testing.T) { f(t, ts) })
+	}
 }

@@ -35,13 +35,10 @@ var dialect = &sqlguard.Dialect{
 	FenceArgs:    fenceArgs,
 	UpsertSQL:    upsertSQL,
 	UpsertArgs:   upsertArgs,
-	UpdateCond: func(fn, ft, fl string) string {
-		return "(" + ft + " = 0 OR " + admitCond(fn, ft, fl) + ")"
-	},
-	Run:       run,
-	NameType:  "VARBINARY(255)",
-	TokenType: "BIGINT",
-	LeaseType: "VARBINARY(128)",
+	Run:          run,
+	NameType:     "VARBINARY(255)",
+	TokenType:    "BIGINT",
+	LeaseType:    "VARBINARY(128)",
 }
 
 // The markers FenceTx and Row leave in LAST_INSERT_ID. They are far above any
@@ -60,13 +57,13 @@ var (
 // fenceSQL is Guard.FenceTx's statement over the quoted table q.
 func fenceSQL(q string) string {
 	return "INSERT INTO " + q + " (resource, name, token, lease) VALUES (?, ?, ?, ?)" +
-		" ON DUPLICATE KEY UPDATE lease = IF(LAST_INSERT_ID(IF(" + admitCond("name", "token", "lease") + ", " + markAccepted + ", " + markRejected + ")) = " + markAccepted + ", ?, lease)," +
-		" token = IF(" + admitCond("name", "token", "lease") + ", ?, token)"
+		" ON DUPLICATE KEY UPDATE lease = IF(LAST_INSERT_ID(IF(" + sqlguard.AdmitSQL("name", "token", "lease") + ", " + markAccepted + ", " + markRejected + ")) = " + markAccepted + ", ?, lease)," +
+		" token = IF(" + sqlguard.AdmitSQL("name", "token", "lease") + ", ?, token)"
 }
 
 func fenceArgs(resource string, f fence.Fence) []any {
 	tok := int64(f.Token)
-	c := condArgs(f)
+	c := sqlguard.AdmitArgs(f)
 	args := make([]any, 0, 4+2*len(c)+2)
 	args = append(args, resource, f.Name, tok, f.LeaseID)
 	args = append(args, c...)
@@ -80,7 +77,7 @@ func fenceArgs(resource string, f fence.Fence) []any {
 // IF sees the stored token (MariaDB and MySQL evaluate assignments in order; the
 // name and lease assignments cannot change the condition's outcome).
 func upsertSQL(table, key string, cols []string, fn, ft, fl string) string {
-	cond := "(" + ft + " = 0 OR " + admitCond(fn, ft, fl) + ")"
+	cond := "(" + ft + " = 0 OR " + sqlguard.AdmitSQL(fn, ft, fl) + ")"
 	all := append(append([]string{key}, cols...), fn, ft, fl)
 	ph := strings.TrimSuffix(strings.Repeat("?, ", len(all)), ", ")
 	targets := append(append([]string{}, cols...), fn, fl, ft)
@@ -99,7 +96,7 @@ func upsertSQL(table, key string, cols []string, fn, ft, fl string) string {
 // condition's arguments and the new value.
 func upsertArgs(key any, values []any, f fence.Fence) []any {
 	tok := int64(f.Token)
-	c := condArgs(f)
+	c := sqlguard.AdmitArgs(f)
 	args := make([]any, 0, 4+len(values)+(len(values)+3)*(len(c)+1))
 	args = append(args, key)
 	args = append(args, values...)
@@ -141,16 +138,4 @@ func outcome(res sql.Result) (accepted bool, err error) {
 		return false, fmt.Errorf("%w: the upsert affected %d rows without leaving a marker (is the key the only unique key?)", ErrSchema, n)
 	}
 	return true, nil // inserted: the update clause did not run
-}
-
-// admitCond is fence.Admit's rule in SQL over the stored columns, for a fence
-// bound as (name, token, token, lease, lease) by condArgs. A NULL column makes it
-// NULL, which refuses the write.
-func admitCond(name, token, lease string) string {
-	return name + " = ? AND (? > " + token + " OR (? = " + token + " AND ? <> '' AND ? = " + lease + "))"
-}
-
-func condArgs(f fence.Fence) []any {
-	t := int64(f.Token)
-	return []any{f.Name, t, t, f.LeaseID, f.LeaseID}
 }

@@ -108,14 +108,27 @@ type Dialect struct {
 	// UpsertArgs its arguments.
 	UpsertSQL  func(table, key string, cols []string, fn, ft, fl string) string
 	UpsertArgs func(key any, values []any, f fence.Fence) []any
-	// UpdateCond is the WHERE condition of Row.Update after the key, binding
-	// (name, token, token, lease, lease).
-	UpdateCond func(fn, ft, fl string) string
 	// Run runs a statement of FenceSQL or UpsertSQL and reports whether it
 	// inserted or advanced the fence (true) or the stored fence refused it.
 	Run func(ctx context.Context, q Querier, stmt string, args []any) (accepted bool, err error)
 	// ColumnTypes are the SQL types of the fence name, token and lease columns.
 	NameType, TokenType, LeaseType string
+}
+
+// AdmitSQL returns fence.Admit's rule as a SQL condition over the stored fence
+// columns name, token and lease (quoted names), for a new fence bound as AdmitArgs
+// returns it: the lock names are equal, and the new token is greater, or equal
+// under the same non-empty lease. A NULL column makes it NULL, which refuses the
+// write. Row.Update uses it; a dialect may use it in its own statements.
+func AdmitSQL(name, token, lease string) string {
+	return name + " = ? AND (? > " + token + " OR (? = " + token + " AND ? <> '' AND ? = " + lease + "))"
+}
+
+// AdmitArgs returns the arguments of AdmitSQL's placeholders for the new fence f:
+// its lock name, token, token, lease id and lease id.
+func AdmitArgs(f fence.Fence) []any {
+	t := int64(f.Token)
+	return []any{f.Name, t, t, f.LeaseID, f.LeaseID}
 }
 
 // errorf formats an error with the dialect's prefix: errorf("put %q: %w", k, err).
@@ -152,6 +165,20 @@ func (d *Dialect) Wrap(what string, err error) error {
 		return d.errorf("%s: %w: %w", what, fence.ErrUnavailable, err)
 	}
 	return d.errorf("%s: %w", what, err)
+}
+
+// execRows runs stmt on q and returns how many rows it affected, with errors
+// wrapped by Wrap(what, ...).
+func (d *Dialect) execRows(ctx context.Context, q Querier, what, stmt string, args ...any) (int64, error) {
+	res, err := q.ExecContext(ctx, stmt, args...)
+	if err != nil {
+		return 0, d.Wrap(what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, d.Wrap(what, err)
+	}
+	return n, nil
 }
 
 // quoteIdent validates a table or column name (optionally qualified once) and

@@ -105,13 +105,9 @@ func (g *Guard[D]) Check(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+g.table+" (resource, name, token, lease) VALUES (?, ?, 1, '')", probe, probe); err != nil {
 		return g.d.Wrap(what, err)
 	}
-	res, err := tx.ExecContext(ctx, "UPDATE "+g.table+" SET token = token WHERE resource = ?", probe)
+	n, err := g.d.execRows(ctx, tx, what, "UPDATE "+g.table+" SET token = token WHERE resource = ?", probe)
 	if err != nil {
-		return g.d.Wrap(what, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return g.d.Wrap(what, err)
+		return err
 	}
 	if n != 1 {
 		if g.d.FoundRowsErr != nil {

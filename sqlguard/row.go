@@ -168,8 +168,8 @@ func (r *rowSQL) compile(tableName, keyName string, columns []string, fenceName,
 	}
 	set = append(set, fn+" = ?", fl+" = ?", ft+" = ?")
 	// A token of 0 marks a row that was never fenced (fence columns added to a
-	// table with rows, with the DDL's defaults): UpdateCond admits any fence.
-	r.updateSQL = "UPDATE " + table + " SET " + strings.Join(set, ", ") + " WHERE " + key + " = ? AND " + r.d.UpdateCond(fn, ft, fl)
+	// table with rows, with the DDL's defaults): it admits any fence.
+	r.updateSQL = "UPDATE " + table + " SET " + strings.Join(set, ", ") + " WHERE " + key + " = ? AND (" + ft + " = 0 OR " + AdmitSQL(fn, ft, fl) + ")"
 	r.ddl = fmt.Sprintf("%s %s NOT NULL DEFAULT '',\n%s %s NOT NULL DEFAULT 0 CHECK (%s >= 0),\n%s %s NOT NULL DEFAULT ''", fn, r.d.NameType, ft, r.d.TokenType, ft, fl, r.d.LeaseType)
 	r.upsertSQL = r.d.UpsertSQL(table, key, cols, fn, ft, fl)
 	r.fenceSQL = r.d.UpsertSQL(table, key, nil, fn, ft, fl)
@@ -197,17 +197,13 @@ func (r *rowSQL) update(ctx context.Context, q Querier, f fence.Fence, key any, 
 	if err := r.check(q, f, key, values, true); err != nil {
 		return r.d.errorf("%s: %w", what, err)
 	}
-	tok := int64(f.Token)
 	args := make([]any, 0, len(values)+9)
 	args = append(args, values...)
-	args = append(args, f.Name, f.LeaseID, tok, key, f.Name, tok, tok, f.LeaseID, f.LeaseID)
-	res, err := q.ExecContext(ctx, r.updateSQL, args...)
+	args = append(args, f.Name, f.LeaseID, int64(f.Token), key)
+	args = append(args, AdmitArgs(f)...)
+	n, err := r.d.execRows(ctx, q, what, r.updateSQL, args...)
 	if err != nil {
-		return r.d.Wrap(what, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return r.d.Wrap(what, err)
+		return err
 	}
 	switch {
 	case n == 1:

@@ -46,10 +46,6 @@ var dialect = &sqlguard.Dialect{
 		args = append(args, values...)
 		return append(args, f.Name, int64(f.Token), f.LeaseID)
 	},
-	// Update binds (values..., name, lease, token, key, name, token, token, lease, lease).
-	UpdateCond: func(fn, ft, fl string) string {
-		return "(" + ft + " = 0 OR (" + fn + " = ? AND (? > " + ft + " OR (? = " + ft + " AND ? <> '' AND ? = " + fl + "))))"
-	},
 	Run:       run,
 	NameType:  "TEXT",
 	TokenType: "INTEGER",

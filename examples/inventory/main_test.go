@@ -37,12 +37,7 @@ func ctxFor(t *testing.T) context.Context {
 // startService serves the inventory on a real 127.0.0.1 listener.
 func startService(t *testing.T) (*httptest.Server, *pgxpool.Pool) {
 	t.Helper()
-	testserv.SkipIfShort(t)
-	pool, err := pgxpool.New(ctxFor(t), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testserv.Pool(t, dsn)
 	svc, err := newService(ctxFor(t), pool)
 	if err != nil {
 		t.Fatalf("newService: %v", err)

@@ -18,8 +18,6 @@ import (
 // machine and restarted on its data. Its methods are safe for concurrent use.
 type Cluster struct {
 	Members []*Member
-
-	command func(Config) *exec.Cmd
 }
 
 // Member is one member process of a Cluster. Its exported fields are fixed for its
@@ -30,9 +28,9 @@ type Member struct {
 	PeerURL   string // "http://127.0.0.1:PORT"
 	LogPath   string // the process's output, appended across restarts
 
-	mu   sync.Mutex
+	mu   sync.Mutex // guards cfg
 	cfg  Config
-	proc *servers.Process // nil while killed
+	life servers.Lifecycle // its process, launched with cfg; Dir is empty: Close is never called
 }
 
 // StartCluster starts an n-member cluster whose data directories and logs are under
@@ -49,7 +47,7 @@ func StartCluster(ctx context.Context, dir, token string, n int, command func(Co
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("etcdmember: cluster: %w", err)
 	}
-	c := &Cluster{command: command}
+	c := &Cluster{}
 	var initial []string
 	for i := 0; i < n; i++ {
 		cport, err := servers.FreePort()
@@ -63,13 +61,19 @@ func StartCluster(ctx context.Context, dir, token string, n int, command func(Co
 		name := fmt.Sprintf("m%d", i)
 		cfg := Config{Name: name, Dir: filepath.Join(dir, name), ClusterToken: token,
 			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cport), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", pport)}
-		c.Members = append(c.Members, &Member{Name: name, ClientURL: cfg.ClientURL, PeerURL: cfg.PeerURL,
-			LogPath: filepath.Join(dir, name+".log"), cfg: cfg})
+		m := &Member{Name: name, ClientURL: cfg.ClientURL, PeerURL: cfg.PeerURL, LogPath: filepath.Join(dir, name+".log"), cfg: cfg}
+		m.life.Launch = func() (*servers.Process, error) {
+			m.mu.Lock()
+			cmd := command(m.cfg)
+			m.mu.Unlock()
+			return servers.StartCommand("etcd member "+m.Name, cmd, m.LogPath)
+		}
+		c.Members = append(c.Members, m)
 		initial = append(initial, name+"="+cfg.PeerURL)
 	}
 	for _, m := range c.Members {
 		m.cfg.InitialCluster = strings.Join(initial, ",")
-		if err := c.start(m); err != nil {
+		if err := m.life.Start(); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -81,18 +85,6 @@ func StartCluster(ctx context.Context, dir, token string, n int, command func(Co
 		}
 	}
 	return c, nil
-}
-
-// start starts m's process on its data directory.
-func (c *Cluster) start(m *Member) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, err := servers.StartCommand("etcd member "+m.Name, c.command(m.cfg), m.LogPath)
-	if err != nil {
-		return err
-	}
-	m.proc = p
-	return nil
 }
 
 // waitServing waits until m answers a linearizable read, m exits, ctx ends or
@@ -129,7 +121,7 @@ func (c *Cluster) Restart(ctx context.Context, m *Member) error {
 	m.mu.Lock()
 	m.cfg.Existing = true
 	m.mu.Unlock()
-	if err := c.start(m); err != nil {
+	if err := m.life.Start(); err != nil {
 		return err
 	}
 	return m.waitServing(ctx)
@@ -188,18 +180,7 @@ func (c *Cluster) Close() {
 
 // Kill kills the member's process with SIGKILL, like a crashed machine, and waits until
 // it is gone. Its data stays, for Cluster.Restart. Killing a killed member does nothing.
-func (m *Member) Kill() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.proc != nil {
-		m.proc.Kill()
-		m.proc = nil
-	}
-}
+func (m *Member) Kill() { m.life.Kill() }
 
 // Alive reports whether the member has not been killed and its process is running.
-func (m *Member) Alive() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc != nil && !m.proc.Exited()
-}
+func (m *Member) Alive() bool { return m.life.Alive() }

@@ -123,6 +123,10 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// Signal sends sig to the process alone, not its group (SIGSTOP and SIGCONT pause and
+// resume it). It returns an error if the process has exited.
+func (p *Process) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // signalGroup sends sig to the process's whole group (the server and its children).
 func (p *Process) signalGroup(sig syscall.Signal) {
 	// The group id is the server's pid (Setpgid). Errors mean it is already gone.
@@ -152,7 +156,7 @@ func (p *Process) Kill() {
 // Stop sends sig to the server for a graceful shutdown and waits for it to exit; after
 // StopTimeout it kills it and its descendants.
 func (p *Process) Stop(sig syscall.Signal) {
-	_ = p.cmd.Process.Signal(sig)
+	_ = p.Signal(sig)
 	timer := time.NewTimer(StopTimeout)
 	defer timer.Stop()
 	select {
@@ -376,6 +380,14 @@ func (l *Lifecycle) Running() bool {
 	return l.proc != nil
 }
 
+// Alive reports whether the server has a process (it was not killed, stopped or
+// closed) and that process has not exited.
+func (l *Lifecycle) Alive() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.proc != nil && !l.proc.Exited()
+}
+
 // WithProcess calls f with the server's process, or nil if it is killed, stopped or
 // closed, and returns what f returns. Kill, Stop, Restart and Close wait until f returns,
 // so the process stays the same while f signals it or its children.
@@ -390,14 +402,7 @@ func (l *Lifecycle) WithProcess(f func(p *Process) error) error {
 func (l *Lifecycle) Kill() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.killLocked()
-}
-
-func (l *Lifecycle) killLocked() {
-	if l.proc != nil {
-		l.proc.Kill()
-		l.proc = nil
-	}
+	l.endLocked(false)
 }
 
 // Stop shuts the process down with StopSig and waits for it (killing it after
@@ -405,14 +410,20 @@ func (l *Lifecycle) killLocked() {
 func (l *Lifecycle) Stop() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.stopLocked()
+	l.endLocked(true)
 }
 
-func (l *Lifecycle) stopLocked() {
-	if l.proc != nil {
-		l.proc.Stop(l.StopSig)
-		l.proc = nil
+// endLocked ends the process, if any: with StopSig if graceful, else with SIGKILL.
+func (l *Lifecycle) endLocked(graceful bool) {
+	if l.proc == nil {
+		return
 	}
+	if graceful {
+		l.proc.Stop(l.StopSig)
+	} else {
+		l.proc.Kill()
+	}
+	l.proc = nil
 }
 
 // Restart stops the server if it runs (StopSig) and launches it again, retrying on a
@@ -424,7 +435,7 @@ func (l *Lifecycle) Restart(name string) error {
 	if l.closed {
 		return fmt.Errorf("servers: %s: restart after Close", name)
 	}
-	l.stopLocked()
+	l.endLocked(true)
 	var err error
 	for attempt := 1; attempt <= StartAttempts; attempt++ {
 		if err = l.startLocked(); err == nil || !AddrInUse(err) {
@@ -439,11 +450,7 @@ func (l *Lifecycle) Restart(name string) error {
 func (l *Lifecycle) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.GracefulClose {
-		l.stopLocked()
-	} else {
-		l.killLocked()
-	}
+	l.endLocked(l.GracefulClose)
 	if !l.closed {
 		l.closed = true
 		os.RemoveAll(l.Dir)

@@ -9,12 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
+	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/sqlguard"
 )
 
@@ -85,21 +85,11 @@ func WantToken[D sqlguard.Dialector](t testing.TB, g *sqlguard.Guard[D], resourc
 	}
 }
 
-var tableSeq atomic.Int64
-
-// UniqueTable returns a fresh table name for t, created in d by ddl (with %s for
-// the quoted name) unless ddl is empty, and dropped in cleanup.
+// UniqueTable returns a fresh table name for t (testserv.TableName), created in d by
+// ddl (with %s for the quoted name) unless ddl is empty, and dropped in cleanup.
 func UniqueTable(t testing.TB, d *sql.DB, ddl string) string {
 	t.Helper()
-	name := fmt.Sprintf("t%d_%s", tableSeq.Add(1), strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '_'
-	}, t.Name()))
-	if len(name) > 60 {
-		name = name[:60]
-	}
+	name := testserv.TableName(t)
 	if ddl != "" {
 		if _, err := d.Exec(fmt.Sprintf(ddl, "`"+name+"`")); err != nil {
 			t.Fatalf("create table %s: %v", name, err)

@@ -1,22 +1,59 @@
 package testserv
 
 import (
+	"context"
+	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver; mariadb.go imports "mysql"
 
 	"github.com/fencelock/fence/internal/servers"
 )
 
 // dbServer is what MariaDBServer and PostgresServer share: a port and a directory fixed
-// for the server's life, a data directory made from the template cache, and the
-// Lifecycle that crashes, restarts and closes the server on them.
+// for the server's life, a data directory made from the template cache, the Lifecycle
+// that crashes, restarts and closes the server on them, and statements run through
+// the database/sql driver of its kind.
 type dbServer struct {
 	Port int
 	Dir  string // holds data/, the socket and the log; removed by Close
 
-	kind string // "mariadb", "postgres": for messages
-	life servers.Lifecycle
+	kind   string // "mariadb", "postgres": for messages
+	driver string // the database/sql driver of ping and exec: "mysql", "pgx"
+	life   servers.Lifecycle
+}
+
+// ping connects to the database at dsn and pings it, within 2s: the readiness check
+// of launch.
+func (s *dbServer) ping(dsn string) error {
+	db, err := sql.Open(s.driver, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
+}
+
+// exec runs query on the database at dsn, within 30s. It returns an error with the
+// statement if it fails.
+func (s *dbServer) exec(dsn, query string) error {
+	db, err := sql.Open(s.driver, dsn)
+	if err != nil {
+		return fmt.Errorf("testserv: %s: %w", s.kind, err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, query); err != nil {
+		return fmt.Errorf("testserv: %s: %s: %w", s.kind, query, err)
+	}
+	return nil
 }
 
 func (s *dbServer) dataDir() string { return filepath.Join(s.Dir, "data") }

@@ -1,10 +1,13 @@
 package testserv
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // RunWithPostgres is the body of TestMain for a package whose tests share one
@@ -32,4 +35,18 @@ func RunWithPostgres(m *testing.M, db string, dsn *string) int {
 	}
 	*dsn = srv.DSN(db)
 	return m.Run()
+}
+
+// Pool returns a pgx pool on dsn (the database of RunWithPostgres) for the test t,
+// closed when t ends. It skips t under -short, where there is no server, and fails t
+// if dsn does not parse.
+func Pool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	SkipIfShort(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("testserv: pool on %s: %v", dsn, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -1,8 +1,6 @@
 package testserv
 
 import (
-	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -46,7 +43,7 @@ func StartMariaDB() (*MariaDBServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &MariaDBServer{dbServer: dbServer{Dir: dir, kind: "mariadb"}, bin: bin, rootUser: os.Geteuid() == 0}
+	s := &MariaDBServer{dbServer: dbServer{Dir: dir, kind: "mariadb", driver: "mysql"}, bin: bin, rootUser: os.Geteuid() == 0}
 	s.life.Dir = dir
 	s.life.Launch = s.launch
 	s.life.StopSig = syscall.SIGTERM // a clean shutdown
@@ -122,19 +119,7 @@ func (s *MariaDBServer) launch() (*servers.Process, error) {
 		"--pid-file=" + filepath.Join(s.Dir, "mariadb.pid"),
 		"--max-connections=300",
 	}, s.serverOptions()...)
-	return servers.Launch("mariadbd", s.bin, args, s.logPath(), nil, s.ping)
-}
-
-// ping connects as root and pings.
-func (s *MariaDBServer) ping() error {
-	db, err := sql.Open("mysql", s.DSN(""))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	return db.PingContext(ctx)
+	return servers.Launch("mariadbd", s.bin, args, s.logPath(), nil, func() error { return s.ping(s.DSN("")) })
 }
 
 // DSN returns a go-sql-driver/mysql DSN for database db as root, e.g.
@@ -155,19 +140,7 @@ func (s *MariaDBServer) DSN(db string) string {
 
 // Exec runs query (e.g. a CREATE or ALTER statement) as root with no default database.
 // It returns an error with the statement if it fails.
-func (s *MariaDBServer) Exec(query string) error {
-	db, err := sql.Open("mysql", s.DSN(""))
-	if err != nil {
-		return fmt.Errorf("testserv: mariadb: %w", err)
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := db.ExecContext(ctx, query); err != nil {
-		return fmt.Errorf("testserv: mariadb: %s: %w", query, err)
-	}
-	return nil
-}
+func (s *MariaDBServer) Exec(query string) error { return s.exec(s.DSN(""), query) }
 
 // CreateDatabase creates a database with a unique name for the test t and returns its
 // DSN; it is dropped when t ends. It fails t if the database cannot be created.

@@ -1,7 +1,6 @@
 package testserv
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/user"
@@ -10,9 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fencelock/fence/internal/servers"
 )
@@ -50,7 +46,7 @@ func StartPostgres() (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &PostgresServer{dbServer: dbServer{Dir: dir, kind: "postgres"}, bin: bin, cred: cred}
+	s := &PostgresServer{dbServer: dbServer{Dir: dir, kind: "postgres", driver: "pgx"}, bin: bin, cred: cred}
 	s.life.Dir = dir
 	s.life.Launch = s.launch
 	s.life.StopSig = syscall.SIGINT // a fast shutdown
@@ -160,19 +156,7 @@ func (s *PostgresServer) launch() (*servers.Process, error) {
 		"-c", "max_connections=200",
 		"-c", "shared_buffers=32MB",
 	}
-	return servers.Launch("postgres", s.bin, args, s.logPath(), s.cred, s.ping)
-}
-
-// ping connects to the postgres database and runs a query.
-func (s *PostgresServer) ping() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	return conn.Ping(ctx)
+	return servers.Launch("postgres", s.bin, args, s.logPath(), s.cred, func() error { return s.ping(s.DSN("postgres")) })
 }
 
 // DSN returns a pgx connection URL for database db as the superuser postgres, e.g.
@@ -183,19 +167,7 @@ func (s *PostgresServer) DSN(db string) string {
 
 // Exec runs sql (e.g. a CREATE or ALTER statement) on database db as the superuser. It
 // returns an error with the statement if it fails.
-func (s *PostgresServer) Exec(db, sql string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN(db))
-	if err != nil {
-		return fmt.Errorf("testserv: postgres: connect to %s: %w", db, err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		return fmt.Errorf("testserv: postgres: %s: %w", sql, err)
-	}
-	return nil
-}
+func (s *PostgresServer) Exec(db, sql string) error { return s.exec(s.DSN(db), sql) }
 
 // CreateDatabase creates a database with a unique name for the test t and returns its
 // DSN; it is dropped (WITH (FORCE), closing leftover connections) when t ends. It fails

@@ -32,6 +32,9 @@
 package testserv
 
 import (
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fencelock/fence/internal/servers"
@@ -101,4 +104,27 @@ func createDatabase(t testing.TB, life *servers.Lifecycle, exec func(sql string)
 			t.Errorf("testserv: drop test database: %v", err)
 		}
 	})
+}
+
+var tableSeq atomic.Int64
+
+// TableName returns a table name for t that is unique within this process and says
+// which test made it: "t", a counter, '_', then t's name with every character other
+// than an ASCII letter or digit as '_', all lower-case and cut to 60 bytes, which
+// PostgreSQL, MariaDB and SQLite all accept unquoted. The caller creates and drops
+// the table.
+func TableName(t testing.TB) string {
+	name := fmt.Sprintf("t%d_%s", tableSeq.Add(1), strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r - 'A' + 'a'
+		}
+		return '_'
+	}, t.Name()))
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	return name
 }

@@ -1,7 +1,6 @@
 package testserv
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -193,30 +192,17 @@ func ZooKeeperCommand(addr, cmd string) (string, error) {
 // its mode: "standalone", "leader" or "follower". It returns an error if the server
 // cannot be reached or is not serving (no quorum yet).
 func ZooKeeperMode(addr string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	answer, err := ZooKeeperCommand(addr, "srvr")
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, "srvr"); err != nil {
-		return "", err
-	}
-	sc := bufio.NewScanner(c)
-	var first string
-	for sc.Scan() {
-		line := sc.Text()
-		if first == "" {
-			first = line
-		}
+	lines := strings.Split(answer, "\n")
+	for _, line := range lines {
 		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
 			return strings.TrimSpace(m), nil
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("zookeeper %s: no mode in srvr answer %q", addr, first)
+	return "", fmt.Errorf("zookeeper %s: no mode in srvr answer %q", addr, lines[0])
 }
 
 // ZooKeeperEnsemble is a throwaway ZooKeeper ensemble on 127.0.0.1: each member a
@@ -234,8 +220,7 @@ type ZooKeeperMember struct {
 	ID   int    // its myid, 1-based
 	Addr string // client address "127.0.0.1:PORT"
 
-	mu   sync.Mutex
-	proc *servers.Process // nil once killed
+	life servers.Lifecycle // Dir is empty: the ensemble removes the directories
 }
 
 // StartZooKeeperEnsemble starts an n-server ensemble and waits until every member
@@ -279,12 +264,15 @@ func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
 			e.Close()
 			return nil, fmt.Errorf("testserv: zookeeper ensemble: %w", err)
 		}
-		p, err := servers.StartProcess(fmt.Sprintf("zookeeper %d", id), java, zkJavaArgs(cp, cfg), filepath.Join(mdir, "zookeeper.log"), nil)
-		if err != nil {
+		m := &ZooKeeperMember{ID: id, Addr: fmt.Sprintf("127.0.0.1:%d", ports[i][0])}
+		m.life.Launch = func() (*servers.Process, error) {
+			return servers.StartProcess(fmt.Sprintf("zookeeper %d", id), java, zkJavaArgs(cp, cfg), filepath.Join(mdir, "zookeeper.log"), nil)
+		}
+		if err := m.life.Start(); err != nil {
 			e.Close()
 			return nil, err
 		}
-		e.Members = append(e.Members, &ZooKeeperMember{ID: id, Addr: fmt.Sprintf("127.0.0.1:%d", ports[i][0]), proc: p})
+		e.Members = append(e.Members, m)
 	}
 	if err := e.waitReady(); err != nil {
 		var tails []string
@@ -370,18 +358,7 @@ func (e *ZooKeeperEnsemble) Close() {
 
 // Kill kills the member with SIGKILL, like a crashed machine, and waits until it is
 // gone. It is not restarted.
-func (m *ZooKeeperMember) Kill() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.proc != nil {
-		m.proc.Kill()
-		m.proc = nil
-	}
-}
+func (m *ZooKeeperMember) Kill() { m.life.Kill() }
 
 // Alive reports whether the member has not been killed and its process is running.
-func (m *ZooKeeperMember) Alive() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.proc != nil && !m.proc.Exited()
-}
+func (m *ZooKeeperMember) Alive() bool { return m.life.Alive() }

@@ -815,13 +815,9 @@ class Lease:
                 )
             except NotHeldError as e:
                 self._lose(e)
-                with self._cond:
-                    self._released = True
-                    self._cond.notify_all()
+                self._set_released()
                 raise
-            with self._cond:
-                self._released = True
-                self._cond.notify_all()
+            self._set_released()
 
     def __enter__(self) -> Lease:
         return self
@@ -849,13 +845,20 @@ class Lease:
                     fact = "lease not held (expired, released, or never granted)"
                 raise NotHeldError("%s %s: %s" % (op, quote(self.name), fact), code="not_held")
 
+    def _set_released(self) -> None:
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
     def _lose(self, reason: FenceError) -> None:
         with self._cond:
-            if self._ended_locked():
-                return
-            self.lost_reason = reason
-            self.lost.set()
-            self._cond.notify_all()
+            if not self._ended_locked():
+                self._lose_locked(reason)
+
+    def _lose_locked(self, reason: FenceError) -> None:
+        self.lost_reason = reason
+        self.lost.set()
+        self._cond.notify_all()
 
     def _watch(self) -> None:
         """Sets lost at the local deadline, and renews the lease first if it is
@@ -868,11 +871,11 @@ class Lease:
                         return
                     now = time.monotonic()
                     if now >= self._deadline:
-                        self.lost_reason = NotHeldError(
-                            "lock %s: lease expired before it was renewed" % quote(self.name), code="not_held"
+                        self._lose_locked(
+                            NotHeldError(
+                                "lock %s: lease expired before it was renewed" % quote(self.name), code="not_held"
+                            )
                         )
-                        self.lost.set()
-                        self._cond.notify_all()
                         return
                     wake = self._deadline
                     if self._auto:
