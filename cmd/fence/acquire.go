@@ -93,8 +93,11 @@ func acquireForCommand(cmd *cobra.Command, flags *clientFlags, name string, ttl,
 	if err != nil {
 		return nil, nil, err
 	}
+	opts = append(opts, fence.WithOwner(owner))
 	w := watchSignals(cmd.Context())
-	lease, err := acquireWatched(w, c, name, ttl, wait, append(opts, fence.WithOwner(owner))...)
+	lease, err := acquireWatched(w, fmt.Sprintf("lock %q", name), "waiting for it", wait, func(ctx context.Context) (*fence.Lease, error) {
+		return acquireLease(ctx, c, name, ttl, wait, opts...)
+	})
 	if err != nil {
 		w.stop()
 		return nil, nil, err
@@ -102,31 +105,33 @@ func acquireForCommand(cmd *cobra.Command, flags *clientFlags, name string, ttl,
 	return lease, w, nil
 }
 
-// acquireWatched is acquireLease under w's signals, with the commands' errors: a
-// signal that ended the wait is the error (interrupted), and a lease granted
-// meanwhile is released; an acquire error is notAcquired's.
-func acquireWatched(w *waitSignals, c *fencehttp.Client, name string, ttl, wait time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	lease, err := acquireLease(w.ctx, c, name, ttl, wait, opts...)
+// acquireWatched runs acquire (which waits up to wait) under w's signals, with
+// the commands' errors about subject (`lock "job1"`), which is doing something
+// while it waits ("waiting for it"): a signal that ended the wait is the error
+// (interrupted), and a lease granted meanwhile is released; an acquire error is
+// notAcquired's.
+func acquireWatched(w *waitSignals, subject, doing string, wait time.Duration, acquire func(context.Context) (*fence.Lease, error)) (*fence.Lease, error) {
+	lease, err := acquire(w.ctx)
 	if sig := w.end(); sig != 0 {
 		if lease != nil {
 			_ = releaseLease(lease)
 		}
-		return nil, interrupted(name, sig)
+		return nil, interrupted(subject, doing, sig)
 	}
 	if err != nil {
-		return nil, notAcquired(name, wait, err)
+		return nil, notAcquired(subject, wait, err)
 	}
 	return lease, nil
 }
 
 // notAcquired turns an acquire error into the exit status: 75 when the lock stayed
-// held, 1 otherwise. The message says each fact once: the lock, that it is held,
-// for how long still, and the wait that ran out.
-func notAcquired(name string, wait time.Duration, err error) error {
+// held, 1 otherwise. The message says each fact once: the lock (subject, `lock
+// "job1"`), that it is held, for how long still, and the wait that ran out.
+func notAcquired(subject string, wait time.Duration, err error) error {
 	if !errors.Is(err, fence.ErrNotAcquired) || errors.Is(err, fence.ErrUnavailable) {
 		return err
 	}
-	msg := fmt.Sprintf("lock %q is held", name)
+	msg := subject + " is held"
 	var held *fence.HeldError
 	if errors.As(err, &held) && held.ExpiresIn > 0 {
 		msg += fmt.Sprintf(" (expires in %v)", roundDuration(held.ExpiresIn))
@@ -138,9 +143,10 @@ func notAcquired(name string, wait time.Duration, err error) error {
 }
 
 // interrupted is the error of a wait that a signal ended: 128+N, like a shell's
-// status for a job killed by signal N (130 for SIGINT, 143 for SIGTERM).
-func interrupted(name string, sig syscall.Signal) error {
-	return &exitCodeError{code: 128 + int(sig), err: fmt.Errorf("lock %q: interrupted (%v) while waiting for it", name, sigName(sig))}
+// status for a job killed by signal N (130 for SIGINT, 143 for SIGTERM). The
+// message is `SUBJECT: interrupted (SIGINT) while DOING`.
+func interrupted(subject, doing string, sig syscall.Signal) error {
+	return &exitCodeError{code: 128 + int(sig), err: fmt.Errorf("%s: interrupted (%v) while %s", subject, sigName(sig), doing)}
 }
 
 func sigName(sig syscall.Signal) string {

@@ -198,24 +198,31 @@ func TestCLI_Lock_WaitBoundedOrZero_75_OneFactOnce(t *testing.T) {
 	}
 }
 
-// Item 6: a signal while waiting ends fence lock with 128+N and no command run.
+// Item 6: a signal while waiting ends fence lock with 128+N and no command run;
+// issue 15 item 4: and so it ends fence elect's campaign.
 func TestCLI_Lock_SignalWhileWaiting_143And130(t *testing.T) {
 	srv := cli.serve.url
 	name := uniqName(t)
 	acquireJSON(t, srv, name, "--ttl", "10m")
-	for _, tc := range []struct {
-		sig  syscall.Signal
-		code int
-	}{{syscall.SIGTERM, 143}, {syscall.SIGINT, 130}} {
-		before := metric(t, srv, "fence_waits_total")
-		f := startFence(t, srv, nil, "lock", name, "--", "sh", "-c", "echo ran")
-		waitFor(t, "the waiter to reach the server", func() bool { return metric(t, srv, "fence_waits_total") > before || !f.alive() })
-		_ = f.cmd.Process.Signal(tc.sig)
-		code := f.wait(t, "fence lock")
-		var rest []byte
-		f.within(t, "fence lock's output", func() { rest, _ = io.ReadAll(f.out) })
-		if code != tc.code || len(rest) != 0 || !strings.Contains(f.stderr.String(), "interrupted") {
-			t.Fatalf("%v while waiting: want exit %d saying interrupted, nothing run; got %d, stdout %q, stderr %q", tc.sig, tc.code, code, rest, f.stderr)
+	for _, c := range []struct{ verb, subject, doing string }{
+		{"lock", "lock", "waiting for it"},
+		{"elect", "election", "campaigning"},
+	} {
+		for _, tc := range []struct {
+			sig  syscall.Signal
+			code int
+		}{{syscall.SIGTERM, 143}, {syscall.SIGINT, 130}} {
+			before := metric(t, srv, "fence_waits_total")
+			f := startFence(t, srv, nil, c.verb, name, "--", "sh", "-c", "echo ran")
+			waitFor(t, "the waiter to reach the server", func() bool { return metric(t, srv, "fence_waits_total") > before || !f.alive() })
+			_ = f.cmd.Process.Signal(tc.sig)
+			code := f.wait(t, "fence "+c.verb)
+			var rest []byte
+			f.within(t, "fence "+c.verb+"'s output", func() { rest, _ = io.ReadAll(f.out) })
+			want := fmt.Sprintf("fence: %s %q: interrupted (%s) while %s\n", c.subject, name, sigName(tc.sig), c.doing)
+			if code != tc.code || len(rest) != 0 || f.stderr.String() != want {
+				t.Fatalf("%v to fence %s while waiting: want exit %d, nothing run, stderr %q; got %d, stdout %q, stderr %q", tc.sig, c.verb, tc.code, want, code, rest, f.stderr)
+			}
 		}
 	}
 }
@@ -335,6 +342,7 @@ func TestCLI_NoArguments_UsageOnStderrExit2(t *testing.T) {
 // Item 7: cobra's default messages become one actionable line, exit 2.
 func TestCLI_UsageErrors_OneActionableLine(t *testing.T) {
 	const lockUsage = "usage: fence lock NAME [--ttl 30s] [--wait DURATION] [--owner S] [-- CMD [ARGS...]]"
+	const electUsage = "usage: fence elect NAME [--ttl 30s] [--owner S] [--rejoin] -- CMD [ARGS...]"
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -343,6 +351,13 @@ func TestCLI_UsageErrors_OneActionableLine(t *testing.T) {
 		{[]string{"lock"}, []string{"lock: missing a lock NAME", lockUsage}},
 		{[]string{"lock", "--", "true"}, []string{"lock: missing the lock NAME before --", lockUsage}},
 		{[]string{"lock", "a", "true"}, []string{`unexpected argument "true": put the command after --`, lockUsage}},
+		{[]string{"elect", "foo"}, []string{"elect: missing the command after --", electUsage}},
+		{[]string{"elect", "foo", "--"}, []string{"elect: missing the command after --", electUsage}},
+		{[]string{"elect"}, []string{"elect: missing an election NAME", electUsage}},
+		{[]string{"elect", "--", "true"}, []string{"elect: missing the election NAME before --", electUsage}},
+		{[]string{"elect", "a", "true"}, []string{`unexpected argument "true": put the command after --`, electUsage}},
+		{[]string{"elect", "", "--", "true"}, []string{`fence: election name "": is empty`}},
+		{[]string{"leader"}, []string{"leader: missing an election NAME", "usage: fence leader NAME [--watch]"}},
 		{[]string{"lokc"}, []string{`unknown command "lokc" for "fence" (did you mean "lock"?)`, "fence --help"}},
 		{[]string{"kv", "pt"}, []string{`unknown command "pt" for "fence kv" (did you mean "put"?)`, "fence kv --help"}},
 		{[]string{"kv"}, []string{"kv: missing a subcommand: put or get"}},
@@ -389,6 +404,8 @@ func TestCLI_ServerUnreachable_NamesTheServer(t *testing.T) {
 		{"http://" + addr, []string{"acquire", "x"}},
 		{addr, []string{"status", "x"}},
 		{"http://" + addr, []string{"lock", "x", "--", "true"}},
+		{"http://" + addr, []string{"elect", "x", "--", "true"}},
+		{addr, []string{"leader", "x"}},
 		{"http://" + addr, []string{"release", "x", "--lease", "0123456789abcdef0123456789abcdef"}},
 	} {
 		start := time.Now()

@@ -23,12 +23,13 @@ import (
 	"github.com/fencelock/fence/fencehttp"
 )
 
-// Environment of the client commands (acquire, renew, release, status, kv, lock).
+// Environment of the client commands (acquire, renew, release, status, kv, lock,
+// elect, leader).
 const (
 	envServer    = "FENCE_SERVER"     // server URL; default defaultServer
 	envAuthToken = "FENCE_AUTH_TOKEN" // bearer token, if the server wants one
 	envCACert    = "FENCE_CA_CERT"    // PEM file of the CA that signed the server's certificate
-	envLock      = "FENCE_LOCK"       // set by `fence lock` for its child: the lock name
+	envLock      = "FENCE_LOCK"       // set by `fence lock` and `fence elect` for their child: the lock name
 	envToken     = "FENCE_TOKEN"      // ... the fencing token
 	envLease     = "FENCE_LEASE"      // ... the lease id
 
@@ -41,7 +42,8 @@ const (
 	// when the lock stayed held through --wait.
 	exitNotAcquired = 75
 	// exitLeaseLost is the status of `fence lock` when the lease was lost while the
-	// command ran (it was sent SIGTERM, then SIGKILL after --grace).
+	// command ran (it was sent SIGTERM, then SIGKILL after --grace), and of `fence
+	// elect` when the term was (without --rejoin).
 	exitLeaseLost = 76
 	// exitInterrupted is the status when SIGINT ended a wait (128+SIGINT); SIGTERM
 	// gives 143 (128+SIGTERM), like a shell reporting a job killed by the signal.
@@ -150,9 +152,10 @@ func (cf *clientFlags) client() (*fencehttp.Client, error) {
 	return c, nil
 }
 
-// childEnv is what a child of `fence lock` needs to reach the same server as we do:
-// FENCE_SERVER always (normalised), FENCE_CA_CERT and FENCE_AUTH_TOKEN when they came
-// from flags rather than from the environment it inherits.
+// childEnv is what a child of `fence lock` or `fence elect` needs to reach the same
+// server as we do: FENCE_SERVER always (normalised), FENCE_CA_CERT and
+// FENCE_AUTH_TOKEN when they came from flags rather than from the environment it
+// inherits.
 func (cf *clientFlags) childEnv() []string {
 	server, _ := cf.serverURL() // checked by client() already
 	env := []string{envServer + "=" + server}

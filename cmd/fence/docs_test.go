@@ -29,6 +29,8 @@ var (
 	readmeTour  = docTour{"../../README.md", "### 3. From any language: `fence serve`"}
 	httpTour    = docTour{"../../fencehttp/README.md", "## Five minutes with curl and the CLI"}
 	holdersTour = docTour{"../../fencehttp/README.md", "## Who holds a lock, and revoking it"}
+	// electionTour is the section on leader election proposed for README.md.
+	electionTour = docTour{"testdata/readme-election.md", "### Leader election: `fence elect` and `fence leader`"}
 )
 
 // name is the tour's file relative to the repository's root.
@@ -235,4 +237,14 @@ func TestDocs_Tours_OneAfterTheOther(t *testing.T) {
 	runTour(t, readmeTour, url, dir, true)
 	runTour(t, httpTour, url, dir, true)
 	runTour(t, holdersTour, url, dir, true)
+}
+
+// TestDocs_ElectionTour_RunsAsWritten runs the leader election section proposed
+// for README.md (testdata/readme-election.md) as a reader would type it.
+func TestDocs_ElectionTour_RunsAsWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the tour against a real fence serve")
+	}
+	dir, url := startTourServe(t)
+	runTour(t, electionTour, url, dir, false)
 }

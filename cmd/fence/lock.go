@@ -62,22 +62,7 @@ signal N ended the wait for the lock (130 for SIGINT, 143 for SIGTERM, 129 for
 SIGHUP); without CMD, 0 after the release on a signal; 1 for other errors (an
 unreachable server), 2 for usage errors.
 With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			dash := cmd.ArgsLenAtDash()
-			switch {
-			case len(args) == 0:
-				return argsError(cmd, "missing a lock NAME")
-			case dash == 0:
-				return argsError(cmd, "missing the lock NAME before --")
-			case dash == -1 && len(args) > 1:
-				return argsError(cmd, "unexpected argument %q: put the command after --", args[1])
-			case dash > 1:
-				return argsError(cmd, "unexpected argument %q before --", args[1])
-			case dash == 1 && len(args) == 1:
-				return argsError(cmd, "missing the command after --")
-			}
-			return nil
-		},
+		Args: nameThenCommand("lock", false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
 			if err := checkLockAndTTL(name, ttl); err != nil {
@@ -97,7 +82,7 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 				return err
 			}
 			defer w.stop()
-			r := &lockRun{name: name, lease: lease, grace: grace, env: flags.childEnv(), sigs: w.sigs}
+			r := &lockRun{name: name, kind: "lock", held: "lease", lease: lease, grace: grace, env: flags.childEnv(), sigs: w.sigs}
 			var code int
 			if len(argv) == 0 {
 				code, err = r.hold(cmd.OutOrStdout())
@@ -107,10 +92,7 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			if output == "json" {
 				_ = printJSON(os.Stderr, map[string]any{"name": name, "token": lease.Token(), "exit_code": code, "lease_lost": r.lost})
 			}
-			if code == exitOK && err == nil {
-				return nil
-			}
-			return &exitCodeError{code: code, err: err}
+			return statusError(code, err)
 		},
 	}
 	flags = addClientFlags(cmd)
@@ -119,6 +101,32 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, how long before SIGKILL")
 	cmd.Flags().StringVar(&owner, "owner", "", `who holds the lease, shown by 'fence status' (default "HOST:PID COMMAND")`)
 	return cmd
+}
+
+// nameThenCommand checks the arguments of `fence lock` and `fence elect`: a NAME
+// (of what: "lock", "election"), then CMD [ARGS...] after --, which only
+// `fence elect` requires.
+func nameThenCommand(what string, needCmd bool) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		dash := cmd.ArgsLenAtDash()
+		article := "a"
+		if strings.ContainsRune("aeiou", rune(what[0])) {
+			article = "an"
+		}
+		switch {
+		case len(args) == 0:
+			return argsError(cmd, "missing %s %s NAME", article, what)
+		case dash == 0:
+			return argsError(cmd, "missing the %s NAME before --", what)
+		case dash == -1 && len(args) > 1:
+			return argsError(cmd, "unexpected argument %q: put the command after --", args[1])
+		case dash > 1:
+			return argsError(cmd, "unexpected argument %q before --", args[1])
+		case len(args) == 1 && (dash == 1 || needCmd):
+			return argsError(cmd, "missing the command after --")
+		}
+		return nil
+	}
 }
 
 // defaultOwner is the owner of a `fence lock` without --owner: "HOST:PID COMMAND",
@@ -152,14 +160,26 @@ func defaultOwner(argv []string) string {
 	return owner[:cut] + more
 }
 
-// lockRun runs one child, or holds the lock without one, under a held lease.
+// lockRun runs one child, or holds the lock without one, under a held lease: for
+// `fence lock`, and for `fence elect` one term's lease.
 type lockRun struct {
-	name  string
-	lease *fence.Lease
-	grace time.Duration
-	env   []string       // FENCE_SERVER and what else the child needs to reach the server
-	sigs  chan os.Signal // SIGINT, SIGTERM and SIGHUP sent to us
-	lost  bool
+	name      string
+	kind      string // what the messages call name: "lock" or "election"
+	held      string // ... and the lease: "lease" or "term"
+	lease     *fence.Lease
+	grace     time.Duration
+	env       []string       // FENCE_SERVER and what else the child needs to reach the server
+	sigs      chan os.Signal // SIGINT, SIGTERM and SIGHUP sent to us
+	lost      bool
+	signalled bool // a signal was passed on to the child
+}
+
+// subject is how messages name the lock: `lock "job1"`, `election "leader"`.
+func (r *lockRun) subject() string { return fmt.Sprintf("%s %q", r.kind, r.name) }
+
+// releaseFailed is the error of a release that did not get through.
+func (r *lockRun) releaseFailed(err error) error {
+	return fmt.Errorf("%s (the lock frees itself when its TTL runs out)", about(r.subject(), r.name, err))
 }
 
 // hold prints the lease and holds it until a signal (then releases it: exit 0) or
@@ -172,23 +192,24 @@ func (r *lockRun) hold(out io.Writer) (int, error) {
 	select {
 	case <-r.sigs:
 		if err := r.release(); err != nil {
-			return exitError, fmt.Errorf("%s (the lock frees itself when its TTL runs out)", aboutLock(r.name, err))
+			return exitError, r.releaseFailed(err)
 		}
 		return exitOK, nil
 	case <-r.lease.Done():
 		r.lost = true
-		return exitLeaseLost, fmt.Errorf("lock %q: lease lost (%s)", r.name, lossReason(r.lease.Err()))
+		return exitLeaseLost, fmt.Errorf("%s: %s lost (%s)", r.subject(), r.held, lossReason(r.lease.Err()))
 	}
 }
 
-// aboutLock is err's message, naming lock name unless it does already (the
-// server's answers name it; a transport failure names the server instead).
-func aboutLock(name string, err error) string {
+// about is err's message, after subject (`lock "job1"`) unless it names name
+// already (the server's answers name it; a transport failure names the server
+// instead).
+func about(subject, name string, err error) string {
 	msg := oneLine(err)
 	if strings.Contains(msg, fmt.Sprintf("%q", name)) {
 		return msg
 	}
-	return fmt.Sprintf("lock %q: %s", name, msg)
+	return subject + ": " + msg
 }
 
 // lossReason says why a lease ended without naming the lock, which the caller's
@@ -226,7 +247,7 @@ func (r *lockRun) run(argv []string) (int, error) {
 		if errors.As(err, &ee) {
 			err = ee.Err // without the name, which our message gives
 		}
-		return 127, fmt.Errorf("lock %q: cannot start %s: %w", r.name, argv[0], err)
+		return 127, fmt.Errorf("%s: cannot start %s: %w", r.subject(), argv[0], err)
 	}
 	pgid := child.Process.Pid
 	exited := make(chan error, 1)
@@ -242,11 +263,12 @@ loop:
 		case waitErr = <-exited:
 			break loop
 		case s := <-r.sigs:
+			r.signalled = true
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
 		case <-leaseDone:
 			leaseDone = nil
 			r.lost, told = true, true
-			fmt.Fprintf(os.Stderr, "fence: lock %q: lease lost (%s); sending SIGTERM to %s, SIGKILL in %v\n", r.name, lossReason(r.lease.Err()), argv[0], r.grace)
+			fmt.Fprintf(os.Stderr, "fence: %s: %s lost (%s); sending SIGTERM to %s, SIGKILL in %v\n", r.subject(), r.held, lossReason(r.lease.Err()), argv[0], r.grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			killTimer = time.After(r.grace)
 		case <-killTimer:
@@ -266,21 +288,30 @@ loop:
 	}
 	code := exitStatus(child.ProcessState)
 	if code == exitError && waitErr != nil && child.ProcessState == nil {
-		fmt.Fprintf(os.Stderr, "fence: lock %q: waiting for %s: %v\n", r.name, argv[0], waitErr)
+		fmt.Fprintf(os.Stderr, "fence: %s: waiting for %s: %v\n", r.subject(), argv[0], waitErr)
 	}
 	if r.lost {
 		if told {
-			return exitLeaseLost, fmt.Errorf("lock %q: %s exited with status %d after the lease was lost", r.name, argv[0], code)
+			return exitLeaseLost, fmt.Errorf("%s: %s exited with status %d after the %s was lost", r.subject(), argv[0], code, r.held)
 		}
-		return exitLeaseLost, fmt.Errorf("lock %q: lease lost while %s ran (%s); it exited with status %d", r.name, argv[0], lossReason(r.lease.Err()), code)
+		return exitLeaseLost, fmt.Errorf("%s: %s lost while %s ran (%s); it exited with status %d", r.subject(), r.held, argv[0], lossReason(r.lease.Err()), code)
 	}
 	if err := r.release(); err != nil {
-		fmt.Fprintf(os.Stderr, "fence: %s (the lock frees itself when its TTL runs out)\n", aboutLock(r.name, err))
+		fmt.Fprintf(os.Stderr, "fence: %s\n", r.releaseFailed(err))
 	}
 	return code, nil
 }
 
 func (r *lockRun) release() error { return releaseLease(r.lease) }
+
+// statusError is what a command's RunE returns to exit with code, printing err
+// (if not nil) as the one error line: nil for a silent success.
+func statusError(code int, err error) error {
+	if code == exitOK && err == nil {
+		return nil
+	}
+	return &exitCodeError{code: code, err: err}
+}
 
 // exitStatus is the shell's view of a finished child: its exit code, or 128+N when
 // signal N killed it.
