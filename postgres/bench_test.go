@@ -198,16 +198,18 @@ func BenchmarkLocker_AcquireRelease_GrantNotifyVsNot(b *testing.B) {
 	if err := postgres.WithoutGrantNotify(without); err != nil {
 		b.Fatal(err)
 	}
-	pair := func(l *postgres.Locker, name string) func() error {
-		return func() error {
-			lease, err := l.Acquire(ctx, name, 10*time.Second)
-			if err != nil {
-				return err
-			}
-			return lease.Release(ctx)
+	pairedAs(b, "pair", "nonotify", "notify", pairOn(ctx, without, uniq(b, "without")), pairOn(ctx, with, uniq(b, "with")))
+}
+
+// pairOn returns a function that acquires name on l and releases it.
+func pairOn(ctx context.Context, l fence.Locker, name string) func() error {
+	return func() error {
+		lease, err := l.Acquire(ctx, name, 10*time.Second)
+		if err != nil {
+			return err
 		}
+		return lease.Release(ctx)
 	}
-	pairedAs(b, "pair", "nonotify", "notify", pair(without, uniq(b, "without")), pair(with, uniq(b, "with")))
 }
 
 // BenchmarkLocker_AcquireReleaseParallel_GrantNotifyVsNot is the same under
@@ -228,14 +230,9 @@ func BenchmarkLocker_AcquireReleaseParallel_GrantNotifyVsNot(b *testing.B) {
 			}
 			b.SetParallelism(4)
 			b.RunParallel(func(pb *testing.PB) {
-				name := uniq(b, "lock")
+				pair := pairOn(ctx, l, uniq(b, "lock"))
 				for pb.Next() {
-					lease, err := l.Acquire(ctx, name, 10*time.Second)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := lease.Release(ctx); err != nil {
+					if err := pair(); err != nil {
 						b.Error(err)
 						return
 					}

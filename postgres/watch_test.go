@@ -186,7 +186,18 @@ func TestLocker_Watch_ListenConnectionLost_ListenerBackWatcherSeesChanges(t *tes
 	awaitState(t, states, watchPromptly, "the first state", isFree)
 	pids := waitForListeners(t, ctx, otherPool, 1)
 
+	// change grants the lock if it is free, else releases it, and returns what
+	// the watcher must see next.
 	var lease *fence.Lease
+	change := func() func(fence.LockInfo) bool {
+		if lease == nil {
+			lease = mustAcquire(t, ctx, changer, name, time.Minute)
+			return heldWith(lease.Token())
+		}
+		wantOK(t, "Release", lease.Release(ctx))
+		lease = nil
+		return isFree
+	}
 	for round := 0; round < 3; round++ {
 		// The pool's one connection is ours, so the listener cannot reconnect yet.
 		held, err := watchPool.Acquire(ctx)
@@ -195,27 +206,13 @@ func TestLocker_Watch_ListenConnectionLost_ListenerBackWatcherSeesChanges(t *tes
 		wantOK(t, "terminate the LISTEN connection",
 			held.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pids[0]).Scan(&ok))
 		waitForListeners(t, ctx, otherPool, 0)
-		var want func(fence.LockInfo) bool
-		if lease == nil {
-			lease = mustAcquire(t, ctx, changer, name, time.Minute)
-			want = heldWith(lease.Token())
-		} else {
-			wantOK(t, "Release", lease.Release(ctx))
-			lease, want = nil, isFree
-		}
+		want := change()
 		held.Release()
 		awaitState(t, states, watchPromptly, fmt.Sprintf("the change of round %d made while nobody listened", round), want)
 		pids = waitForListeners(t, ctx, otherPool, 1, pids...)
 
 		// The listener is back: a change now is notified.
-		if lease == nil {
-			lease = mustAcquire(t, ctx, changer, name, time.Minute)
-			want = heldWith(lease.Token())
-		} else {
-			wantOK(t, "Release", lease.Release(ctx))
-			lease, want = nil, isFree
-		}
-		awaitState(t, states, watchPromptly, fmt.Sprintf("the change of round %d after the listener came back", round), want)
+		awaitState(t, states, watchPromptly, fmt.Sprintf("the change of round %d after the listener came back", round), change())
 	}
 }
 
