@@ -19,6 +19,12 @@ import (
 // that the mean ("fenced/plain-mean") keeps.
 func paired(b *testing.B, unit string, base, variant func() error) {
 	b.Helper()
+	pairedAs(b, unit, "plain", "fenced", base, variant)
+}
+
+// pairedAs is paired with the metrics named after baseName and varName.
+func pairedAs(b *testing.B, unit, baseName, varName string, base, variant func() error) {
+	b.Helper()
 	// Warm up: connections, prepared statements, the rows' first versions.
 	for i := 0; i < 50; i++ {
 		if err := base(); err != nil {
@@ -45,16 +51,19 @@ func paired(b *testing.B, unit string, base, variant func() error) {
 	}
 	b.StopTimer()
 	mb, mv := median(tBase), median(tVar)
-	b.ReportMetric(float64(mb.Nanoseconds()), "plain-p50-ns/"+unit)
-	b.ReportMetric(float64(mv.Nanoseconds()), "fenced-p50-ns/"+unit)
-	b.ReportMetric(float64(mv)/float64(mb), "fenced/plain")
-	b.ReportMetric(float64(sum(tVar))/float64(sum(tBase)), "fenced/plain-mean")
+	b.ReportMetric(float64(mb.Nanoseconds()), baseName+"-p50-ns/"+unit)
+	b.ReportMetric(float64(mv.Nanoseconds()), varName+"-p50-ns/"+unit)
+	b.ReportMetric(float64(mv)/float64(mb), varName+"/"+baseName)
+	b.ReportMetric(float64(sum(tVar))/float64(sum(tBase)), varName+"/"+baseName+"-mean")
 }
 
-func median(ds []time.Duration) time.Duration {
+func median(ds []time.Duration) time.Duration { return quantile(ds, 0.5) }
+
+// quantile returns the q-quantile (0 <= q < 1) of ds, which must not be empty.
+func quantile(ds []time.Duration, q float64) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return s[int(q*float64(len(s)))]
 }
 
 func sum(ds []time.Duration) (t time.Duration) {
@@ -175,4 +184,126 @@ func BenchmarkLocker_Handoff(b *testing.B) {
 func BenchmarkLocker_ExpiryHandoff(b *testing.B) {
 	holder, waiter := openLocker(b, sharedPool, nil), openLocker(b, sharedPool, nil)
 	fencetest.BenchmarkExpiryHandoff(b, holder, waiter, 100*time.Millisecond)
+}
+
+// BenchmarkLocker_AcquireRelease_GrantNotifyVsNot prices the NOTIFY a grant sends
+// to watchers: an uncontended Acquire+Release pair on a Locker as it is
+// ("notify") and on one whose acquire statement has the pg_notify replaced by a
+// no-op ("nonotify"), alternately on one server. Read notify/nonotify.
+//
+//	go test -run '^$' -bench GrantNotifyVsNot -benchtime 2000x -count 5 ./postgres/
+func BenchmarkLocker_AcquireRelease_GrantNotifyVsNot(b *testing.B) {
+	ctx := context.Background()
+	with, without := openLocker(b, sharedPool, nil), openLocker(b, sharedPool, nil)
+	if err := postgres.WithoutGrantNotify(without); err != nil {
+		b.Fatal(err)
+	}
+	pairedAs(b, "pair", "nonotify", "notify", pairOn(ctx, without, uniq(b, "without")), pairOn(ctx, with, uniq(b, "with")))
+}
+
+// pairOn returns a function that acquires name on l and releases it.
+func pairOn(ctx context.Context, l fence.Locker, name string) func() error {
+	return func() error {
+		lease, err := l.Acquire(ctx, name, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		return lease.Release(ctx)
+	}
+}
+
+// BenchmarkLocker_AcquireReleaseParallel_GrantNotifyVsNot is the same under
+// concurrency (4*GOMAXPROCS goroutines, a name each): PostgreSQL serialises the
+// commits of transactions that NOTIFY, so this is where a grant's NOTIFY could
+// cost throughput. Run the two alternately (-count) and compare ns/op; the test
+// server runs with fsync off, which hides the commit's flush that a real server
+// serialises too.
+func BenchmarkLocker_AcquireReleaseParallel_GrantNotifyVsNot(b *testing.B) {
+	for _, notify := range []bool{true, false} {
+		b.Run(map[bool]string{true: "notify", false: "nonotify"}[notify], func(b *testing.B) {
+			ctx := context.Background()
+			l := openLocker(b, sharedPool, nil)
+			if !notify {
+				if err := postgres.WithoutGrantNotify(l); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				pair := pairOn(ctx, l, uniq(b, "lock"))
+				for pb.Next() {
+					if err := pair(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkLocker_WatchLatency measures how soon a watcher on another Locker
+// sees a change: from Release returning to the watch yielding the free state
+// ("release"), and from Acquire returning to it yielding the grant ("grant"),
+// median and p90 over b.N rounds. Both are one NOTIFY's trip through the server
+// plus one Inspect.
+//
+//	go test -run '^$' -bench WatchLatency -benchtime 500x ./postgres/
+func BenchmarkLocker_WatchLatency(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	holder, watcher := openLocker(b, sharedPool, nil), openLocker(b, sharedPool, nil)
+	name := uniq(b, "lock")
+	states := make(chan fence.LockInfo)
+	failed := make(chan error, 1)
+	go func() {
+		for info, err := range watcher.Watch(ctx, name) {
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case states <- info:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	// await returns how long after from the watch yielded a state satisfying ok.
+	await := func(from time.Time, what string, ok func(fence.LockInfo) bool) time.Duration {
+		timeout := time.NewTimer(10 * time.Second)
+		defer timeout.Stop()
+		for {
+			select {
+			case info := <-states:
+				if ok(info) {
+					return time.Since(from)
+				}
+			case err := <-failed:
+				b.Fatalf("watch: %v", err)
+			case <-timeout.C:
+				b.Fatalf("watch: no %s within 10s", what)
+			}
+		}
+	}
+	await(time.Now(), "first state", func(fence.LockInfo) bool { return true })
+	grant := make([]time.Duration, 0, b.N)
+	release := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		lease, err := holder.Acquire(ctx, name, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		grant = append(grant, await(time.Now(), "grant", func(i fence.LockInfo) bool { return i.Held && i.Token == lease.Token() }))
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		release = append(release, await(time.Now(), "release", func(i fence.LockInfo) bool { return !i.Held }))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(median(release).Nanoseconds()), "release-p50-ns")
+	b.ReportMetric(float64(quantile(release, 0.9).Nanoseconds()), "release-p90-ns")
+	b.ReportMetric(float64(median(grant).Nanoseconds()), "grant-p50-ns")
+	b.ReportMetric(float64(quantile(grant, 0.9).Nanoseconds()), "grant-p90-ns")
 }

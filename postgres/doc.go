@@ -16,8 +16,8 @@
 //   - [KV], a fenced key-value table (a Row fence on a table of its own); it
 //     implements fence.KV and fence.Guard.
 //   - [Locker], a fence.Locker whose lock rows keep the token counter and whose
-//     expiry is judged by the database's clock; waiters are woken by
-//     LISTEN/NOTIFY.
+//     expiry is judged by the database's clock; waiters and watchers are woken
+//     by LISTEN/NOTIFY.
 //
 // Every guard applies fence.Admit's rule in SQL: a fence is accepted if its
 // token is above the stored one, or equal under the same non-empty lease id, and
@@ -82,16 +82,19 @@
 //	SELECT "fence_name", "fence_token", "fence_lease" FROM "accounts" WHERE "id" = $1
 //
 // Locker.Acquire, with $1 name, $2 the new lease id, $3 the TTL in ms, $4
-// fence.MaxToken, $5 the owner (fence.WithOwner, empty for none); the token
-// counter lives in the lock row and is advanced in the statement that grants the
-// lease:
+// fence.MaxToken, $5 the owner (fence.WithOwner, empty for none), $6 the watch
+// channel ("fence_locks:watch"); the token counter lives in the lock row and is
+// advanced in the statement that grants the lease, which also notifies watchers
+// (see Watching):
 //
-//	INSERT INTO "fence_locks" AS l (name, token, lease, expires_at, owner)
-//	VALUES ($1, 1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond', $5)
-//	ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease,
-//	    expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', owner = excluded.owner
-//	WHERE l.expires_at <= clock_timestamp() AND l.token < $4
-//	RETURNING token
+//	WITH granted AS (
+//	    INSERT INTO "fence_locks" AS l (name, token, lease, expires_at, owner)
+//	    VALUES ($1, 1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond', $5)
+//	    ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease,
+//	        expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond', owner = excluded.owner
+//	    WHERE l.expires_at <= clock_timestamp() AND l.token < $4
+//	    RETURNING token, name)
+//	SELECT token FROM granted, pg_notify($6, name)
 //
 // When no row comes back the lock is held (or exhausted, or edited by hand), and
 // a SELECT of the row's token and time left says which; the time left becomes
@@ -132,6 +135,22 @@
 // LockerOptions.PollInterval (default 1s, and at most the TTL asked for), so a
 // lost LISTEN connection or an expiry without release costs latency, never
 // liveness. After the listener reconnects it wakes every waiter.
+//
+// # Watching
+//
+// [Locker.Watch] follows one lock's state (fence.Watcher) on the same listening
+// connection, however many names are watched. A grant notifies the channel
+// "fence_locks:watch" (the lock table's name with ":watch"), a release or revoke
+// the waiters' channel "fence_locks", both with the lock name as payload and in
+// the statement that changes the row, so only a committed change is announced
+// and a waiter is never woken by a grant. An expiry sends nothing: the watch
+// reads the lock again when the holder's time left runs out. When the listener
+// reconnects it signals every watcher to read its lock again, so a change made
+// while the connection was down is seen once it is back; and every watch reads
+// its lock at least every driver.DefaultWatchPoll (5s), for a notification lost
+// any other way. Versions before Watch grant without notifying: during a
+// rolling upgrade their grants are seen at that poll (their releases and
+// revokes notify as before).
 //
 // # Durability and hand edits
 //

@@ -2,50 +2,64 @@ package postgres
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
-// maxReadyWait bounds how long a waiter waits for the Locker's LISTEN connection
-// before its first try; without it, it still wakes by polling.
+// maxReadyWait bounds how long a waiter or watcher waits for the Locker's LISTEN
+// connection before its first look; without it, it still wakes by polling, and
+// the listener signals everyone once it listens.
 const maxReadyWait = 2 * time.Second
 
-// addWaiter registers a wake-up channel for name.
-func (l *Locker) addWaiter(name string) chan struct{} {
+// subscribers is a set of wake-up channels by lock name: a Locker's waiters, and
+// its watchers. It is driver.Watchers plus notifyAll, which the listener needs
+// when it (re)connects, since notifications sent while nobody listened are lost.
+// Each channel has a buffer of one: several signals before a read fold into one.
+type subscribers struct {
+	mu sync.Mutex
+	m  map[string]map[chan struct{}]struct{}
+}
+
+// add registers and returns a new wake-up channel for name.
+func (s *subscribers) add(name string) chan struct{} {
 	ch := make(chan struct{}, 1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	set := l.waiters[name]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[string]map[chan struct{}]struct{})
+	}
+	set := s.m[name]
 	if set == nil {
 		set = make(map[chan struct{}]struct{})
-		l.waiters[name] = set
+		s.m[name] = set
 	}
 	set[ch] = struct{}{}
 	return ch
 }
 
-func (l *Locker) removeWaiter(name string, ch chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.waiters[name], ch)
-	if len(l.waiters[name]) == 0 {
-		delete(l.waiters, name)
+// remove unregisters ch, a channel add returned for name.
+func (s *subscribers) remove(name string, ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m[name], ch)
+	if len(s.m[name]) == 0 {
+		delete(s.m, name)
 	}
 }
 
-// wake wakes every waiter of name; wakeAll wakes all waiters (after the LISTEN
-// connection was re-established, notifications may have been lost).
-func (l *Locker) wake(name string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for ch := range l.waiters[name] {
+// notify signals every channel of name; notifyAll every channel. Neither blocks.
+func (s *subscribers) notify(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.m[name] {
 		signal(ch)
 	}
 }
 
-func (l *Locker) wakeAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, set := range l.waiters {
+func (s *subscribers) notifyAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, set := range s.m {
 		for ch := range set {
 			signal(ch)
 		}
@@ -57,6 +71,21 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default: // already signalled
 	}
+}
+
+// subscribe is Watch's driver.SubscribeFunc: it registers a watcher of name
+// until ctx is done and makes sure the listener runs, waiting (bounded by ctx and
+// maxReadyWait) until it first listens, so that a change after subscribe returns
+// is signalled. It returns the Locker's option error, or fence.ErrClosed after
+// Close.
+func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, error) {
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
+	ch := l.watchers.add(name)
+	context.AfterFunc(ctx, func() { l.watchers.remove(name, ch) })
+	l.startListener(ctx)
+	return ch, nil
 }
 
 // startListener starts the listener goroutine if it is not running, and waits
@@ -80,9 +109,9 @@ func (l *Locker) startListener(ctx context.Context) {
 }
 
 // listenLoop holds one connection, taken out of the pool, that LISTENs on the
-// Locker's channel and dispatches each notification (its payload is a lock
-// name) to that name's waiters. When the connection fails it reconnects with
-// backoff; meanwhile waiters poll.
+// Locker's two channels and dispatches each notification (its payload is a lock
+// name) to that name's waiters and watchers. When the connection fails it
+// reconnects with backoff; meanwhile waiters and watchers poll.
 func (l *Locker) listenLoop(ctx context.Context) {
 	defer close(l.done)
 	backoff := 10 * time.Millisecond
@@ -101,7 +130,9 @@ func (l *Locker) listenLoop(ctx context.Context) {
 }
 
 // listenOnce runs one LISTEN connection until it fails; it reports whether
-// LISTEN succeeded.
+// LISTEN succeeded. A notification on the release channel (release, revoke)
+// wakes waiters and watchers of its lock; one on the watch channel (grant) only
+// watchers, since a waiter has nothing to gain from a grant.
 func (l *Locker) listenOnce(ctx context.Context) bool {
 	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -113,17 +144,23 @@ func (l *Locker) listenOnce(ctx context.Context) bool {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, l.listen); err != nil {
-		return false
+	for _, sql := range l.listen {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return false
+		}
 	}
 	l.readyOnce.Do(func() { close(l.ready) })
-	// Releases may have happened while we were not listening.
-	l.wakeAll()
+	// Locks may have changed while we were not listening: everyone looks again.
+	l.waiters.notifyAll()
+	l.watchers.notifyAll()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return true
 		}
-		l.wake(n.Payload)
+		if n.Channel == l.channel {
+			l.waiters.notify(n.Payload)
+		}
+		l.watchers.notify(n.Payload)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -61,7 +62,8 @@ CREATE OR REPLACE TRIGGER fence_locks_no_truncate BEFORE TRUNCATE ON fence_locks
 type LockerOptions struct {
 	// Table is the lock table, "table" or "schema.table" (ASCII letters, digits,
 	// underscores). Default DefaultLockTable. Its name (without the schema) is
-	// also the LISTEN/NOTIFY channel.
+	// also the LISTEN/NOTIFY channel of releases and revokes, and that name with
+	// ":watch" appended the channel of grants (see Locker.Watch).
 	Table string
 	// PollInterval bounds a waiter's sleep when no notification comes (a lost
 	// LISTEN connection, a lock that expired rather than being released); it is
@@ -81,16 +83,19 @@ type LockerOptions struct {
 // and crashes of PostgreSQL: Acquire, Renew, Release and Revoke commit durably
 // even when the session's synchronous_commit is off (see the package doc).
 // Release and Revoke notify waiters through LISTEN/NOTIFY, on one connection per
-// Locker shared by all its waiters; waiters also wake when the holder's lease
-// would expire, and poll at least every PollInterval.
+// Locker shared by all its waiters and watchers; waiters also wake when the
+// holder's lease would expire, and poll at least every PollInterval. Grants
+// notify watchers too, on a channel of their own.
 //
-// Locker implements fence.Locker, fence.Inspector and fence.Revoker. It is safe
-// for concurrent use. Close it to stop its listener; it does not close the pool.
+// Locker implements fence.Locker, fence.Inspector, fence.Revoker and
+// fence.Watcher. It is safe for concurrent use. Close it to stop its listener;
+// it does not close the pool.
 type Locker struct {
 	pool    *pgxpool.Pool
-	table   string // quoted
-	channel string // unquoted, as pg_notify takes it
-	listen  string // LISTEN statement
+	table   string   // quoted
+	channel string   // of releases and revokes, unquoted, as pg_notify takes it
+	watchCh string   // of grants (channel + ":watch"), unquoted
+	listen  []string // the LISTEN statements, the release channel's last
 	poll    time.Duration
 	clock   driver.Clock
 	engine  driver.Engine
@@ -104,15 +109,18 @@ type Locker struct {
 	readyOnce sync.Once
 	done      chan struct{} // closed when the listener goroutine returned
 
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
-	stop    context.CancelFunc // stops the listener goroutine; nil until it starts
+	waiters  subscribers // Acquire calls waiting for a release
+	watchers subscribers // Watch subscriptions
+
+	mu   sync.Mutex
+	stop context.CancelFunc // stops the listener goroutine; nil until it starts
 }
 
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
+	_ fence.Watcher   = (*Locker)(nil)
 )
 
 // NewLocker returns a Locker on pool. A malformed option is reported, matching
@@ -134,7 +142,6 @@ func NewLocker(pool *pgxpool.Pool, opts *LockerOptions) *Locker {
 	l := &Locker{
 		pool: pool, poll: o.PollInterval, clock: o.Clock,
 		closing: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{}),
-		waiters: make(map[string]map[chan struct{}]struct{}),
 	}
 	// The engine's fallback poll is the longest sleep try asks for.
 	l.engine = driver.Engine{Backend: "postgres", Locker: l, Clock: o.Clock, Poll: max(o.PollInterval, minPoll), Closed: l.closing}
@@ -156,8 +163,10 @@ func NewLocker(pool *pgxpool.Pool, opts *LockerOptions) *Locker {
 			break
 		}
 	}
-	l.channel = base
-	l.listen = "LISTEN " + pgx.Identifier{base}.Sanitize()
+	l.channel, l.watchCh = base, base+":watch"
+	// The release channel last, on its own: once pg_stat_activity shows the
+	// statement an older version ran, both channels are listened to.
+	l.listen = []string{"LISTEN " + pgx.Identifier{l.watchCh}.Sanitize(), "LISTEN " + pgx.Identifier{base}.Sanitize()}
 	l.buildSQL(schema, base)
 	return l
 }
@@ -181,10 +190,14 @@ func (l *Locker) buildSQL(schema, base string) {
 	t := l.table
 	// Expiry is judged with clock_timestamp() too: the database's clock at the
 	// moment the row is examined (locked), never an earlier reading.
-	l.acquireSQL = `INSERT INTO ` + t + ` AS l (name, token, lease, expires_at, owner) VALUES ($1, 1, $2, ` + expiresAt + `, $5)
-ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease, expires_at = ` + expiresAt + `, owner = excluded.owner
-WHERE l.expires_at <= clock_timestamp() AND l.token < $4
-RETURNING token`
+	// A grant notifies watchers on $6 in the same statement: NOTIFY is delivered
+	// at commit, so only a grant that committed is announced.
+	l.acquireSQL = `WITH granted AS (
+    INSERT INTO ` + t + ` AS l (name, token, lease, expires_at, owner) VALUES ($1, 1, $2, ` + expiresAt + `, $5)
+    ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease, expires_at = ` + expiresAt + `, owner = excluded.owner
+    WHERE l.expires_at <= clock_timestamp() AND l.token < $4
+    RETURNING token, name)
+SELECT token FROM granted, pg_notify($6, name)`
 	l.heldSQL = `SELECT token, lease IS NULL, ` + remainingMS + ` FROM ` + t + ` WHERE name = $1`
 	l.renewSQL = `UPDATE ` + t + ` SET expires_at = ` + expiresAt + `
 WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()`
@@ -265,7 +278,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	var wake chan struct{} // this call's NOTIFY wake-up, once it waits
 	defer func() {
 		if wake != nil {
-			l.removeWaiter(name, wake)
+			l.waiters.remove(name, wake)
 		}
 	}()
 	return l.engine.Acquire(ctx, name, ttl, opts, func(ctx context.Context, r *driver.Request) (driver.Result, error) {
@@ -274,7 +287,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		}
 		if r.Waiting && wake == nil {
 			// Listen before the first look, so that a release right after it wakes us.
-			wake = l.addWaiter(r.Name)
+			wake = l.waiters.add(r.Name)
 			l.startListener(ctx)
 		}
 		return l.try(ctx, r, wake)
@@ -337,7 +350,7 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 	for attempt := 1; ; attempt++ {
 		var tok int64
 		err := l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok) },
-			l.acquireSQL, r.Name, r.ID, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner)
+			l.acquireSQL, r.Name, r.ID, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner, l.watchCh)
 		if err == nil {
 			if tok < 1 || tok > int64(fence.MaxToken) {
 				// Only a hand edit gets here (the CHECK allows up to int64): the
@@ -467,26 +480,58 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	if err := driver.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("postgres: inspect: %w", err)
 	}
-	info := fence.LockInfo{Name: name}
-	err := l.usable()
-	if err == nil {
-		var (
-			token, leftMS *int64
-			owner         *string
-		)
-		err = l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(&token, &leftMS, &owner)
-		if err == nil {
-			info, err = lockInfo(name, token, leftMS, owner)
-		} else if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		} else {
-			err = dbErr(err)
-		}
-	}
+	info, err := l.inspect(ctx, name)
 	if err != nil {
 		return fence.LockInfo{}, fmt.Errorf("postgres: inspect %q: %w", name, err)
 	}
 	return info, nil
+}
+
+// inspect is Inspect of a valid name, its errors not yet prefixed (Watch says
+// "watch" where Inspect says "inspect").
+func (l *Locker) inspect(ctx context.Context, name string) (fence.LockInfo, error) {
+	if err := l.usable(); err != nil {
+		return fence.LockInfo{}, err
+	}
+	var (
+		token, leftMS *int64
+		owner         *string
+	)
+	err := l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(&token, &leftMS, &owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fence.LockInfo{Name: name}, nil
+	}
+	if err != nil {
+		return fence.LockInfo{}, dbErr(err)
+	}
+	return lockInfo(name, token, leftMS, owner)
+}
+
+// Watch yields the state of name as Inspect reports it, then its state after
+// each grant, release, expiry and revoke, in order (see fence.Watcher); a
+// receiver that falls behind gets the latest state, never an older one.
+//
+// Changes are learned by LISTEN/NOTIFY on the Locker's one listening
+// connection, the one its waiters share, however many names are watched: a
+// grant notifies the channel of watchers (the lock table's name with ":watch"),
+// a release or revoke the channel of waiters, each in the statement that
+// changes the row, so only a committed change is announced. An expiry sends
+// nothing: the watch reads the lock again when the holder's time left, as the
+// database reported it, runs out. A lost listening connection is recovered by
+// the listener, which reconnects with backoff and then signals every watcher to
+// read its lock again, so a change made while it was away is seen once it is
+// back; meanwhile, and for a notification lost any other way, each watch reads
+// its lock every driver.DefaultWatchPoll. Older versions of this package grant
+// without notifying: during a rolling upgrade a watcher sees their grants only
+// at that poll (or at the lock's next notified change); their releases and
+// revokes notify as before.
+//
+// It yields an error matching fence.ErrInvalid for a bad name or option, or
+// fence.ErrClosed after Close, and ends; while the database cannot be reached
+// it yields errors matching fence.ErrUnavailable and goes on trying. Errors read
+// "postgres: watch NAME: ...".
+func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
+	return l.engine.Watch(ctx, name, l.subscribe, l.inspect)
 }
 
 // List returns the locks whose names start with prefix, held or not, in byte

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -130,4 +132,19 @@ func TestLocker_PreviousVersionOnTheNewTable_GrantsWithoutOwner(t *testing.T) {
 	}
 	wantHeldBy(t, ctx, l, name, tok, "")
 	wantOK(t, "Revoke of the previous version's lease", l.Revoke(ctx, name))
+}
+
+// TestLocker_Watch_PreviousVersion_ReleaseSeenPromptlyGrantAtThePoll is what a
+// watcher of a new binary sees of an older binary's changes during a rolling
+// upgrade: the older release notifies as before, so it is seen promptly; the
+// older grant notifies nothing, so it is seen by the watch's fallback poll.
+func TestLocker_Watch_PreviousVersion_ReleaseSeenPromptlyGrantAtThePoll(t *testing.T) {
+	testserv.SkipIfShort(t) // waits for the fallback poll
+	ctx, l, name := lockTest(t, nil)
+	states, _, _ := startWatch(t, ctx, l, name)
+	awaitState(t, states, watchPromptly, "the first state", isFree)
+	tok := previousAcquire(t, ctx, sharedPool, name, "old-lease")
+	awaitState(t, states, driver.DefaultWatchPoll+watchPromptly, "the previous version's grant", heldWith(tok))
+	previousRelease(t, ctx, sharedPool, name, "old-lease")
+	awaitState(t, states, watchPromptly, "the previous version's release", isFree)
 }

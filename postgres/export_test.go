@@ -1,0 +1,31 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+)
+
+// WatchSubscriptions returns how many Watch subscriptions l holds, for tests
+// that check a watch leaves nothing behind once its context ends.
+func WatchSubscriptions(l *Locker) int {
+	l.watchers.mu.Lock()
+	defer l.watchers.mu.Unlock()
+	n := 0
+	for _, set := range l.watchers.m {
+		n += len(set)
+	}
+	return n
+}
+
+// WithoutGrantNotify makes l grant as it did before Watch: the same statement
+// with its pg_notify replaced by a no-op (the parameter must still be used), so
+// that a benchmark can price the NOTIFY alone. It fails if the statement has no
+// such call.
+func WithoutGrantNotify(l *Locker) error {
+	const notify = "pg_notify($6, name)"
+	if !strings.Contains(l.acquireSQL, notify) {
+		return fmt.Errorf("the acquire statement has no %s:\n%s", notify, l.acquireSQL)
+	}
+	l.acquireSQL = strings.Replace(l.acquireSQL, notify, "(SELECT $6::text) AS unused", 1)
+	return nil
+}
