@@ -78,8 +78,9 @@ type Options struct {
 	// Default 1s.
 	PollInterval time.Duration
 
-	// ClassicPubSub makes releases PUBLISH and waiters SUBSCRIBE instead of the
-	// sharded SPUBLISH/SSUBSCRIBE (Redis 7+). Set it for Redis 6 and older.
+	// ClassicPubSub makes the scripts PUBLISH and waiters and watchers SUBSCRIBE
+	// instead of the sharded SPUBLISH/SSUBSCRIBE (Redis 7+). Set it for Redis 6 and
+	// older.
 	ClassicPubSub bool
 
 	// WaitReplicas, when above zero, makes Acquire send WAIT WaitReplicas
@@ -105,7 +106,7 @@ type Options struct {
 }
 
 // Locker is a fence.Locker on Redis. See the package documentation for the key
-// layout, waiting, durability and healing. A Locker is safe for concurrent use; it
+// layout, waiting, watching, durability and healing. A Locker is safe for concurrent use; it
 // does not own the client, which the caller closes after Close.
 type Locker struct {
 	client  Client
@@ -196,8 +197,9 @@ func (l *Locker) isClosed() bool {
 	}
 }
 
-// Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX) and
-// increments the name's fencing counter, in one round trip; the owner of
+// Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX),
+// increments the name's fencing counter and publishes the grant for watchers, in
+// one round trip; the owner of
 // fence.WithOwner is stored in the lock value, so Inspect and List report it. With fence.WithWait it
 // waits for a release (woken by pub/sub), the holder's expiry, or the fallback poll
 // (Options.PollInterval).
@@ -590,7 +592,8 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 // Heal raises name's fencing counter to at least seen, never lowering it, so the
 // next grant's token is above seen (P4). Call it with the Highest of a guard's
 // *fence.StaleTokenError after a failover lost increments; fence.Heal(ctx, locker,
-// name, err) does that for any error. Healing does not touch the current lease.
+// name, err) does that for any error. Healing does not touch the current lease; if
+// it raised the counter, it publishes on the name's wake channel for watchers.
 //
 // It returns fence.ErrInvalid for a bad name or a seen outside [1, fence.MaxToken],
 // ErrWrongType if the counter key holds foreign data, fence.ErrUnavailable when Redis
