@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,10 +56,11 @@ const maxIdleChannels = 256
 // go-redis reconnected, and an unsubscribe reply can only mean the server dropped
 // the channel. The zero value, with l set, is ready to use.
 type relay struct {
-	l      *Locker
-	mu     sync.Mutex
-	conns  map[int]*relayConn // the connection that takes new subscriptions, by group
-	closed bool
+	l        *Locker
+	mu       sync.Mutex
+	conns    map[int]*relayConn      // the connection that takes new subscriptions, by group
+	dropping map[*relayConn]struct{} // connections a Cluster slot moved away from, until retired
+	closed   bool
 }
 
 // relayConn is one pub/sub connection of a relay.
@@ -117,29 +120,35 @@ func (r *relay) subscribe(ctx context.Context, name string) (<-chan struct{}, er
 	c.live++
 	r.mu.Unlock()
 
-	if fresh {
-		// The connection is shared: one watch's cancellation must not break it. An
-		// error shows as a missing confirmation (go-redis subscribes again when it
-		// reconnects).
-		sctx := context.WithoutCancel(ctx)
-		if r.l.opts.ClassicPubSub {
-			_ = c.ps.Subscribe(sctx, channel)
-		} else {
-			_ = c.ps.SSubscribe(sctx, channel)
-		}
-		// Read only after the first subscribe dialled: on a Cluster the connection
-		// goes to the master of the first channel's slot.
-		c.reading.Do(func() {
-			if mk, ok := r.l.client.(masterForKeyer); ok && group != 0 {
-				if m, err := mk.MasterForKey(ctx, channel); err == nil {
-					c.node = m.Options().Addr
-				}
-			}
-			go r.read(c)
-		})
-	}
 	timeout := r.l.confirmWithin(ctx, fence.WaitForever)
-	t := time.NewTimer(timeout) // network time, not the Locker's Clock
+	deadline := time.Now().Add(timeout) // network time, not the Locker's Clock
+	if fresh {
+		// In its own goroutine, as go-redis may block in the dial past any context
+		// (a server that accepts and does not answer), and the wait is bounded. The
+		// connection is shared, so one watch's cancellation must not break it; an
+		// error shows as a missing confirmation (go-redis dials and subscribes
+		// again as it reads).
+		go func() {
+			ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+			defer cancel()
+			if r.l.opts.ClassicPubSub {
+				_ = c.ps.Subscribe(ctx, channel)
+			} else {
+				_ = c.ps.SSubscribe(ctx, channel)
+			}
+			// Read only after the first subscribe dialled: on a Cluster the
+			// connection goes to the master of the first channel's slot.
+			c.reading.Do(func() {
+				if mk, ok := r.l.client.(masterForKeyer); ok && group != 0 {
+					if m, err := mk.MasterForKey(ctx, channel); err == nil {
+						c.node = m.Options().Addr
+					}
+				}
+				go r.read(c)
+			})
+		}()
+	}
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
 	case <-e.ready:
@@ -152,19 +161,25 @@ func (r *relay) subscribe(ctx context.Context, name string) (<-chan struct{}, er
 	case <-t.C:
 	}
 	r.mu.Lock()
-	drop := !e.confirmed && !c.retired
-	if drop {
-		// Unconfirmed: what the connection is subscribed to is unknown (on a
-		// Cluster, a node that no longer owns the slot answers MOVED), so new
-		// subscriptions take a fresh one.
+	confirmed, retired := e.confirmed, c.retired
+	// On a Cluster the likely cause is a node that no longer owns the slot and
+	// answered MOVED, which the connection cannot recover from: new subscriptions
+	// take a fresh one. Elsewhere the server is slow or away, and go-redis
+	// subscribes again when it reconnects.
+	retire := !confirmed && !retired && group != 0
+	if retire {
 		r.retireLocked(c)
 	}
 	r.mu.Unlock()
-	if drop {
-		r.closeConn(c)
-		return nil, fmt.Errorf("%w: subscription to %s not confirmed within %v", fence.ErrUnavailable, channel, timeout)
+	switch {
+	case retire:
+		go r.closeConn(c) // as in leave
+	case !confirmed && !retired:
+		r.leave(c, channel, s)
+	default:
+		return s, nil // confirmed, or lost (s is closed), as the timer fired
 	}
-	return s, nil // confirmed, or lost, as the timer fired
+	return nil, fmt.Errorf("%w: subscription to %s not confirmed within %v", fence.ErrUnavailable, channel, timeout)
 }
 
 // group is the key of the connection a name's channel is subscribed on: 0, or on
@@ -179,8 +194,8 @@ func (r *relay) group(name string) int {
 }
 
 // leave removes watch subscription s of channel from c, when its context ends or
-// its subscribe failed, and closes c when no watch is left on it or replaces it
-// when too many of its channels are idle.
+// its subscribe failed, and closes c (in the background) when no watch is left on
+// it, or replaces it when too many of its channels are idle.
 func (r *relay) leave(c *relayConn, channel string, s chan struct{}) {
 	r.mu.Lock()
 	e := c.chans[channel]
@@ -205,7 +220,9 @@ func (r *relay) leave(c *relayConn, channel string, s chan struct{}) {
 	}
 	r.mu.Unlock()
 	if drop {
-		r.closeConn(c)
+		// Not in this goroutine: Close waits while go-redis redials (up to the
+		// client's timeouts), and a watch must end promptly.
+		go r.closeConn(c)
 	}
 }
 
@@ -248,6 +265,10 @@ func (r *relay) relayMessage(c *relayConn, m any) (string, bool) {
 			if r.conns[c.group] == c {
 				delete(r.conns, c.group)
 			}
+			if r.dropping == nil {
+				r.dropping = map[*relayConn]struct{}{}
+			}
+			r.dropping[c] = struct{}{}
 			return m.Channel, true
 		case e == nil:
 		case !e.confirmed:
@@ -281,6 +302,7 @@ func (r *relay) retireLocked(c *relayConn) {
 	if r.conns[c.group] == c {
 		delete(r.conns, c.group)
 	}
+	delete(r.dropping, c)
 	for _, e := range c.chans {
 		for s, stop := range e.subs {
 			stop()
@@ -299,10 +321,9 @@ func (r *relay) closeConn(c *relayConn) { _ = c.ps.Close() }
 func (r *relay) close() {
 	r.mu.Lock()
 	r.closed = true
-	conns := make([]*relayConn, 0, len(r.conns))
-	for _, c := range r.conns {
+	conns := slices.AppendSeq(slices.Collect(maps.Values(r.conns)), maps.Keys(r.dropping))
+	for _, c := range conns {
 		r.retireLocked(c)
-		conns = append(conns, c)
 	}
 	r.mu.Unlock()
 	for _, c := range conns {

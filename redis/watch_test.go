@@ -343,6 +343,59 @@ func TestLocker_Watch_Close_EndsWatchesWithErrClosed(t *testing.T) {
 	}
 }
 
+// A server that accepts connections and never answers: the watch says the
+// subscription was not confirmed (fence.ErrUnavailable) within its bound, goes on
+// trying, and ends promptly when its context does.
+func TestLocker_Watch_SilentServer_UnavailableThenEnds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never read
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	c := newClient(t, ln.Addr().String())
+	l, err := NewLocker(c, &Options{PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	w := startWatching(t, l, "silent")
+	for i := 0; i < 2; i++ { // the first try, and the next after a backoff
+		select {
+		case s := <-w.states:
+			if !errors.Is(s.err, fence.ErrUnavailable) || !strings.HasPrefix(s.err.Error(), `redis: watch "silent": `) {
+				t.Fatalf("Watch of a silent server yielded %+v, %v; want a redis: watch error matching fence.ErrUnavailable", s.info, s.err)
+			}
+		case <-time.After(promptly):
+			t.Fatalf("Watch of a silent server yielded nothing within %v", promptly)
+		}
+	}
+	stopped := time.Now()
+	w.stop()
+	if d := time.Since(stopped); d > 500*time.Millisecond {
+		t.Errorf("Watch of a silent server ended %v after its context; want promptly", d)
+	}
+}
+
 // Classic pub/sub (Options.ClassicPubSub) carries the watch messages too.
 func TestLocker_Watch_ClassicPubSub(t *testing.T) {
 	l, c := newLocker(t, &Options{ClassicPubSub: true})
