@@ -14,6 +14,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencetest"
@@ -345,4 +347,110 @@ func BenchmarkExpiryHandoff(b *testing.B) {
 	holder, _ := newLocker(b, nil)
 	waiter, _ := newLocker(b, nil)
 	fencetest.BenchmarkExpiryHandoff(b, holder, waiter, 100*time.Millisecond)
+}
+
+// BenchmarkWatch measures Watch: "latency" is the time from Release returning to a
+// watcher, on its own Locker and client as in another process, receiving the free
+// state (the release's message, then one Inspect), as median (p50-us) and 90th
+// percentile (p90-us) over b.N rounds; each round first waits for the watcher to
+// see the grant.
+//
+//	go test -run '^$' -bench Watch -benchtime 2000x ./redis/
+func BenchmarkWatch(b *testing.B) {
+	b.Run("latency", func(b *testing.B) {
+		l, _ := newLocker(b, nil)
+		w, _ := newLocker(b, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		const name = "bench-watch"
+		type seen struct {
+			info fence.LockInfo
+			at   time.Time
+		}
+		states := make(chan seen, 16)
+		go func() {
+			for info, err := range w.Watch(ctx, name) {
+				if err != nil {
+					continue // yielded only while Redis is unreachable
+				}
+				select {
+				case states <- seen{info, time.Now()}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		await := func(ok func(fence.LockInfo) bool) time.Time {
+			for {
+				select {
+				case s := <-states:
+					if ok(s.info) {
+						return s.at
+					}
+				case <-time.After(10 * time.Second):
+					b.Fatal("the watcher saw no change within 10s")
+				}
+			}
+		}
+		await(func(fence.LockInfo) bool { return true })
+		samples := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			lease, err := l.Acquire(ctx, name, 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			await(func(i fence.LockInfo) bool { return i.Held && i.Token == lease.Token() })
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			released := time.Now()
+			at := await(func(i fence.LockInfo) bool { return !i.Held })
+			samples = append(samples, at.Sub(released))
+		}
+		b.StopTimer()
+		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+		b.ReportMetric(float64(samples[len(samples)/2].Nanoseconds())/1e3, "p50-us")
+		b.ReportMetric(float64(samples[len(samples)*9/10].Nanoseconds())/1e3, "p90-us")
+	})
+
+	// The cost of the grant's PUBLISH: acquire+release pairs with today's acquire
+	// script and with the same script less its PUBLISH line, interleaved in a
+	// shuffled order on one Locker (one client, one name: only the script differs),
+	// nobody watching; "with/without" is the ratio of their totals.
+	b.Run("grant-publish-cost", func(b *testing.B) {
+		const publish = "redis.call(ARGV[6], ARGV[5], 'granted')\n"
+		if !strings.Contains(acquireSrc, publish) {
+			b.Fatalf("acquire.lua has no line %q", publish)
+		}
+		l, _ := newLocker(b, nil)
+		scripts := []*goredis.Script{acquireScript, goredis.NewScript(strings.Replace(acquireSrc, publish, "", 1))}
+		ctx := context.Background()
+		pair := func(k int) {
+			l.acquire = scripts[k]
+			lease, err := l.Acquire(ctx, "bench-publish", 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pair(0) // warm up: connections, script cache
+		pair(1)
+		var total [2]time.Duration
+		rng := rand.New(rand.NewPCG(3, 4))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			first := rng.IntN(2)
+			for _, k := range []int{first, 1 - first} {
+				start := time.Now()
+				pair(k)
+				total[k] += time.Since(start)
+			}
+		}
+		b.ReportMetric(float64(total[0].Nanoseconds())/1e3/float64(b.N), "with-us")
+		b.ReportMetric(float64(total[1].Nanoseconds())/1e3/float64(b.N), "without-us")
+		b.ReportMetric(float64(total[0])/float64(total[1]), "with/without")
+	})
 }

@@ -264,6 +264,75 @@ func TestCluster_ThreeMasters(t *testing.T) {
 		}
 	})
 
+	t.Run("WatchOneConnectionPerSlot", func(t *testing.T) {
+		slots := map[int]bool{}
+		var ws []*watchStream
+		for _, name := range []string{"watch-a", "watch-b", "watch-c", "w{x}%", "ünï{cødé}"} {
+			slot := c.keySlot(t, l.keysFor(name).wake)
+			if g := l.relay.group(name); g != 1+slot {
+				t.Errorf("%q: relay group %d, want 1 + slot %d (CLUSTER KEYSLOT)", name, g, slot)
+			}
+			slots[slot] = true
+			for range 2 {
+				w := startWatching(t, l, name)
+				w.first()
+				ws = append(ws, w)
+			}
+		}
+		if n := relayConns(l); n != len(slots) {
+			t.Errorf("relay connections for watchers on %d slots = %d, want one per slot", len(slots), n)
+		}
+		for i, w := range ws {
+			if i%2 == 1 {
+				continue
+			}
+			lease := mustAcquire(t, ctx, l, w.name, time.Minute)
+			w.await(promptly, "the grant", held(lease.Token()))
+			ws[i+1].await(promptly, "the grant", held(lease.Token()))
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.await(promptly, "the release", free)
+		}
+		for _, w := range ws {
+			w.stop()
+		}
+		waitFor(t, 5*time.Second, time.Millisecond, func() error {
+			if n := relayConns(l); n != 0 {
+				return fmt.Errorf("relay connections after the watches ended = %d, want 0", n)
+			}
+			return nil
+		})
+	})
+
+	// The slot's old owner drops the watch's channel (sunsubscribe): the watch
+	// subscribes again at the new owner and sees the release there.
+	t.Run("WatchFollowsSlotMove", func(t *testing.T) {
+		name := "watched{moves}"
+		k := l.keysFor(name)
+		w := startWatching(t, l, name)
+		w.first()
+		lease := mustAcquire(t, ctx, l, name, time.Minute) // both keys exist: MIGRATE needs them
+		w.await(promptly, "the grant", held(lease.Token()))
+		slot := c.keySlot(t, k.lock)
+		from := c.owner(t, slot).port
+		to := c.moveSlot(t, slot, k.lock, k.token)
+		moved := time.Now()
+		waitFor(t, promptly, time.Millisecond, func() error {
+			old, _ := c.server(from).CLI("PUBSUB", "SHARDNUMSUB", k.wake)
+			now, _ := c.server(to).CLI("PUBSUB", "SHARDNUMSUB", k.wake)
+			if !strings.HasSuffix(old, "\n0") || !strings.HasSuffix(now, "\n1") {
+				return fmt.Errorf("subscribers of %s: %q at the old owner, %q at the new; want 0 and 1", k.wake, old, now)
+			}
+			return nil
+		})
+		t.Logf("slot %d of %q moved from :%d to :%d; subscribed at the new owner after %v", slot, name, from, to, time.Since(moved).Round(time.Millisecond))
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release after the move: %v", err)
+		}
+		w.await(promptly, "the release at the slot's new owner", free)
+	})
+
 	t.Run("LockSurvivesMOVED", func(t *testing.T) {
 		name := "moving{slot}"
 		k := l.keysFor(name)

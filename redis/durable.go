@@ -106,14 +106,24 @@ func (o *Options) shortfall(wait, waitAOF *goredis.Cmd) string {
 // background) and returns a pipeline on key's master once that is addr, or nil if
 // the client is no Cluster client or the map did not catch up within about 500ms.
 func pipelineAt(ctx context.Context, c Client, key, addr string) goredis.Pipeliner {
-	r, ok := c.(stateReloader)
-	if !ok {
+	if m := masterAfterReload(ctx, c, key, func(a string) bool { return a == addr }); m != nil {
+		return m.Pipeline()
+	}
+	return nil
+}
+
+// masterAfterReload asks a Cluster client to reload its slot map (which it does in
+// the background) and returns key's master once ok accepts its address, or nil if
+// the client is no Cluster client or ok accepted none within about 500ms.
+func masterAfterReload(ctx context.Context, c Client, key string, ok func(addr string) bool) *goredis.Client {
+	r, isCluster := c.(stateReloader)
+	if !isCluster {
 		return nil
 	}
 	r.ReloadState(ctx)
 	for i := 0; i < 50 && ctx.Err() == nil; i++ {
-		if m, err := r.MasterForKey(ctx, key); err == nil && m.Options().Addr == addr {
-			return m.Pipeline()
+		if m, err := r.MasterForKey(ctx, key); err == nil && ok(m.Options().Addr) {
+			return m
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

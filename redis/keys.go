@@ -11,7 +11,8 @@ import (
 //	fence:{E}:lock    the current lease: "<lease id> <token>", or "<lease id> <owner>
 //	                  <token>" with an owner, with the lease's TTL (PX)
 //	fence:{E}:token   the fencing counter; never expires, never deleted by fence
-//	fence:{E}:wake    the (sharded) pub/sub channel a release or revoke publishes on
+//	fence:{E}:wake    the (sharded) pub/sub channel a grant, release, revoke or heal
+//	                  publishes on ("granted", "released", "revoked", "healed")
 //
 // The braces make E the Cluster hash tag, so the three live in one slot and one
 // script can touch both keys.

@@ -45,6 +45,7 @@ var (
 	_ fence.Healer    = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
+	_ fence.Watcher   = (*Locker)(nil)
 	_ Client          = goredis.UniversalClient(nil)
 )
 
@@ -56,8 +57,8 @@ type Client interface {
 	// Pipeline sends the WAIT / WAITAOF of Options on the connection that ran the
 	// acquire script.
 	Pipeline() goredis.Pipeliner
-	// SSubscribe and Subscribe wake waiters (sharded pub/sub, or classic pub/sub
-	// with Options.ClassicPubSub).
+	// SSubscribe and Subscribe wake waiters and watchers (sharded pub/sub, or
+	// classic pub/sub with Options.ClassicPubSub).
 	SSubscribe(ctx context.Context, channels ...string) *goredis.PubSub
 	Subscribe(ctx context.Context, channels ...string) *goredis.PubSub
 	// Scan lists counters for Inspector.List.
@@ -77,8 +78,9 @@ type Options struct {
 	// Default 1s.
 	PollInterval time.Duration
 
-	// ClassicPubSub makes releases PUBLISH and waiters SUBSCRIBE instead of the
-	// sharded SPUBLISH/SSUBSCRIBE (Redis 7+). Set it for Redis 6 and older.
+	// ClassicPubSub makes the scripts PUBLISH and waiters and watchers SUBSCRIBE
+	// instead of the sharded SPUBLISH/SSUBSCRIBE (Redis 7+). Set it for Redis 6 and
+	// older.
 	ClassicPubSub bool
 
 	// WaitReplicas, when above zero, makes Acquire send WAIT WaitReplicas
@@ -104,15 +106,17 @@ type Options struct {
 }
 
 // Locker is a fence.Locker on Redis. See the package documentation for the key
-// layout, waiting, durability and healing. A Locker is safe for concurrent use; it
+// layout, waiting, watching, durability and healing. A Locker is safe for concurrent use; it
 // does not own the client, which the caller closes after Close.
 type Locker struct {
 	client  Client
 	opts    Options
 	prefix  string
-	publish string // SPUBLISH or PUBLISH, run by the lease script on release
+	publish string // SPUBLISH or PUBLISH, run by the scripts that change a lock
 	clock   driver.Clock
 	engine  driver.Engine
+	acquire *goredis.Script // acquireScript; a benchmark swaps in a variant
+	relay   relay           // Watch's shared subscriptions
 
 	closeMu sync.Mutex // orders bg.Add before Close's bg.Wait
 	closed  chan struct{}
@@ -162,21 +166,24 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 	}
 	l := &Locker{
 		client: client, opts: o, prefix: o.Prefix, publish: publish, clock: clock,
-		closed: make(chan struct{}),
+		acquire: acquireScript, closed: make(chan struct{}),
 	}
 	l.engine = driver.Engine{Backend: "redis", Locker: l, Clock: clock, Poll: o.PollInterval, Closed: l.closed}
+	l.relay.l = l
 	return l, nil
 }
 
-// Close makes further calls fail with fence.ErrClosed, ends waiting Acquires with
-// it, and waits for background clean-up (releases of grants whose reply was lost).
-// It does not close the client. It always returns nil.
+// Close makes further calls fail with fence.ErrClosed, ends waiting Acquires and
+// Watches with it, closes the pub/sub connections of Watch, and waits for
+// background clean-up (releases of grants whose reply was lost). It does not close
+// the client. It always returns nil.
 func (l *Locker) Close() error {
 	l.closeMu.Lock()
 	if !l.isClosed() {
 		close(l.closed)
 	}
 	l.closeMu.Unlock()
+	l.relay.close()
 	l.bg.Wait()
 	return nil
 }
@@ -190,8 +197,9 @@ func (l *Locker) isClosed() bool {
 	}
 }
 
-// Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX) and
-// increments the name's fencing counter, in one round trip; the owner of
+// Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX),
+// increments the name's fencing counter and publishes the grant for watchers, in
+// one round trip; the owner of
 // fence.WithOwner is stored in the lock value, so Inspect and List report it. With fence.WithWait it
 // waits for a release (woken by pub/sub), the holder's expiry, or the fallback poll
 // (Options.PollInterval).
@@ -280,8 +288,8 @@ func (a *acquirer) close() {
 // was not acknowledged as Options ask, is released.
 func (l *Locker) grant(ctx context.Context, k keys, id, owner string, ttl time.Duration) (fence.Token, int64, error) {
 	keys := []string{k.lock, k.token}
-	args := []any{id, ttl.Milliseconds(), maxTokenArg, owner}
-	res, problem, err := runWrite(ctx, l.client, &l.opts, acquireScript, keys, args, true)
+	args := []any{id, ttl.Milliseconds(), maxTokenArg, owner, k.wake, l.publish}
+	res, problem, err := runWrite(ctx, l.client, &l.opts, l.acquire, keys, args, true)
 	if err != nil {
 		if ambiguous(err) {
 			l.releaseLater(k, id)
@@ -391,23 +399,8 @@ type wakeSub struct {
 // server's confirmation. It returns nil if that failed: the waiter then relies on
 // polling and expiry.
 func (l *Locker) subscribe(ctx context.Context, channel string, waitLeft time.Duration) *wakeSub {
-	var ps *goredis.PubSub
-	if l.opts.ClassicPubSub {
-		ps = l.client.Subscribe(ctx, channel)
-	} else {
-		ps = l.client.SSubscribe(ctx, channel)
-	}
-	// Bound the wait for the confirmation: go-redis reads pub/sub replies without a
-	// deadline, and a waiter must not hang on a server that accepted the connection
-	// but does not answer.
-	timeout := min(l.opts.PollInterval, 5*time.Second)
-	if waitLeft != fence.WaitForever {
-		timeout = min(timeout, waitLeft)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
-	if _, err := ps.ReceiveTimeout(ctx, max(timeout, time.Millisecond)); err != nil {
+	ps := l.pubSub(ctx, channel)
+	if _, err := ps.ReceiveTimeout(ctx, l.confirmWithin(ctx, waitLeft)); err != nil {
 		_ = ps.Close()
 		return nil
 	}
@@ -416,17 +409,60 @@ func (l *Locker) subscribe(ctx context.Context, channel string, waitLeft time.Du
 	return w
 }
 
-// forward signals every message on ch until the subscription ends: ch closes, or
-// the server unsubscribes (a Cluster slot moved).
+// pubSub returns a pub/sub connection subscribed to channels (SSUBSCRIBE, or
+// SUBSCRIBE with Options.ClassicPubSub); with none, it does no I/O yet.
+func (l *Locker) pubSub(ctx context.Context, channels ...string) *goredis.PubSub {
+	if l.opts.ClassicPubSub {
+		return l.client.Subscribe(ctx, channels...)
+	}
+	return l.client.SSubscribe(ctx, channels...)
+}
+
+// confirmWithin bounds the wait for a subscription's confirmation: go-redis reads
+// pub/sub replies without a deadline, and a waiter or watcher must not hang on a
+// server that accepted the connection but does not answer. It is at most
+// PollInterval and 5s, waitLeft (unless fence.WaitForever) and ctx's time left,
+// and at least a millisecond.
+func (l *Locker) confirmWithin(ctx context.Context, waitLeft time.Duration) time.Duration {
+	timeout := min(l.opts.PollInterval, 5*time.Second)
+	if waitLeft != fence.WaitForever {
+		timeout = min(timeout, waitLeft)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	return max(timeout, time.Millisecond)
+}
+
+// forward signals every message on ch that may say the lock is free, until the
+// subscription ends: ch closes, or the server unsubscribes (a Cluster slot moved).
 func (w *wakeSub) forward(ch <-chan any) {
 	for m := range ch {
-		if s, ok := m.(*goredis.Subscription); ok && strings.HasSuffix(s.Kind, "unsubscribe") {
-			break
+		switch m := m.(type) {
+		case *goredis.Subscription:
+			if dropped(m) {
+				w.signal(true)
+				return
+			}
+		case *goredis.Message:
+			if !freeing(m.Payload) {
+				continue
+			}
 		}
 		w.signal(false)
 	}
 	w.signal(true)
 }
+
+// freeing reports whether a message on a wake channel may mean the lock is free:
+// every payload but those of a grant or a heal, which watchers want and waiters
+// do not (a payload a later version adds wakes waiters, which is harmless).
+func freeing(payload string) bool { return payload != "granted" && payload != "healed" }
+
+// dropped reports whether a subscription message says the server ended a
+// subscription: fence never unsubscribes a connection it keeps, so that is a
+// Cluster slot that moved.
+func dropped(s *goredis.Subscription) bool { return strings.HasSuffix(s.Kind, "unsubscribe") }
 
 func (w *wakeSub) signal(drop bool) {
 	w.mu.Lock()
@@ -556,7 +592,8 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 // Heal raises name's fencing counter to at least seen, never lowering it, so the
 // next grant's token is above seen (P4). Call it with the Highest of a guard's
 // *fence.StaleTokenError after a failover lost increments; fence.Heal(ctx, locker,
-// name, err) does that for any error. Healing does not touch the current lease.
+// name, err) does that for any error. Healing does not touch the current lease; if
+// it raised the counter, it publishes on the name's wake channel for watchers.
 //
 // It returns fence.ErrInvalid for a bad name or a seen outside [1, fence.MaxToken],
 // ErrWrongType if the counter key holds foreign data, fence.ErrUnavailable when Redis
@@ -572,7 +609,7 @@ func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error 
 		return fmt.Errorf("redis: heal %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	if err := healScript.Run(ctx, l.client, []string{k.token}, uint64(seen)).Err(); err != nil {
+	if err := healScript.Run(ctx, l.client, []string{k.token}, uint64(seen), k.wake, l.publish).Err(); err != nil {
 		return fmt.Errorf("redis: heal %q: %w", name, translate(err))
 	}
 	return nil

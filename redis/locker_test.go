@@ -136,13 +136,18 @@ func TestNewLocker_BadOptions(t *testing.T) {
 	}
 }
 
-// countHook counts the commands a client sends (a pipeline counts its commands).
-type countHook struct{ n atomic.Int64 }
+// countHook counts the commands a client sends (a pipeline counts its commands),
+// and apart the scripts it runs outside pipelines (EVAL, EVALSHA), which connection
+// set-up (HELLO, CLIENT) does not add to.
+type countHook struct{ n, scripts atomic.Int64 }
 
 func (h *countHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (h *countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		h.n.Add(1)
+		if strings.HasPrefix(cmd.Name(), "eval") {
+			h.scripts.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }

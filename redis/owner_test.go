@@ -167,7 +167,8 @@ func TestLocker_ClassicPubSub_WokenByRevoke(t *testing.T) {
 	wakesOnRevoke(t, ctx, l, c, mustAcquire(t, ctx, l, uniqueName(t), time.Hour))
 }
 
-// Revoke is one command, and its message on the wake channel says "revoked".
+// Revoke is one command, and its message on the wake channel says "revoked" (each
+// grant before it says "granted", for watchers).
 func TestLocker_Revoke_OneCommandPublishesRevoked(t *testing.T) {
 	l, c := newLocker(t, nil)
 	ctx := ctxT(t)
@@ -190,10 +191,10 @@ func TestLocker_Revoke_OneCommandPublishesRevoked(t *testing.T) {
 	if got := h.n.Load(); got != 1 {
 		t.Errorf("revoke sent %d commands, want 1 (one EVALSHA)", got)
 	}
-	for i := 0; i < 2; i++ {
+	for i, want := range []string{"granted", "revoked", "granted", "revoked"} {
 		m, err := ps.ReceiveMessage(ctx)
-		if err != nil || m.Payload != "revoked" {
-			t.Fatalf("wake message %d = %+v, %v; want \"revoked\"", i, m, err)
+		if err != nil || m.Payload != want {
+			t.Fatalf("wake message %d = %+v, %v; want %q", i, m, err, want)
 		}
 	}
 }

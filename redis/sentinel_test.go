@@ -78,7 +78,7 @@ sentinel failover-timeout mymaster 5000
 
 // TestSentinel_ClientFollowsFailover acquires through a Sentinel failover client,
 // fails over with SENTINEL FAILOVER, and shows the same Locker granting on the new
-// primary with tokens that keep increasing, and waking waiters there.
+// primary with tokens that keep increasing, and waking waiters and watchers there.
 func TestSentinel_ClientFollowsFailover(t *testing.T) {
 	testserv.SkipIfShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Second)
@@ -107,6 +107,8 @@ func TestSentinel_ClientFollowsFailover(t *testing.T) {
 		}
 	}
 	waitCounter(t, replica, l, name, last.String())
+	w := startWatching(t, l, name)
+	w.await(promptly, "the state before the failover", func(i fence.LockInfo) bool { return !i.Held && i.LastToken == last })
 
 	sc := goredis.NewSentinelClient(&goredis.Options{Addr: sentinel})
 	defer sc.Close()
@@ -166,6 +168,22 @@ func TestSentinel_ClientFollowsFailover(t *testing.T) {
 	}
 	if got, err := replica.CLI("GET", l.keysFor(name).token); err != nil || got != lease.Token().String() {
 		t.Errorf("counter on the new primary = %q, %v; want %s (the grant went there)", got, err, lease.Token())
+	}
+
+	// The watch, whose connection went to the old primary, follows too: it sees
+	// the grant on the new one, and its release, without waiting for the poll.
+	w.await(promptly, "the first grant after the failover", held(lease.Token()))
+	if n, err := replica.CLI("PUBSUB", "SHARDNUMSUB", l.keysFor(name).wake); err != nil || !strings.HasSuffix(n, "\n1") {
+		t.Errorf("watch subscriptions on the new primary = %q, %v; want 1", n, err)
+	}
+
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.await(promptly, "the release on the new primary", free)
+	w.stop() // waiters are counted by their subscriptions below
+	if lease, err = l.Acquire(ctx, name, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 
 	// Waiters on the new primary are woken by a release there.

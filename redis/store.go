@@ -32,6 +32,7 @@ var (
 	_ fence.Locker    = (*Store)(nil)
 	_ fence.Healer    = (*Store)(nil)
 	_ fence.Inspector = (*Store)(nil)
+	_ fence.Watcher   = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
 )

@@ -1,7 +1,8 @@
 -- acquire: grant the lock and issue its fencing token in one step.
 -- KEYS[1] lock key, KEYS[2] counter key (same hash tag, so same Cluster slot)
 -- ARGV[1] lease id, ARGV[2] ttl in ms, ARGV[3] largest token that may be issued,
--- ARGV[4] owner ('' if none)
+-- ARGV[4] owner ('' if none), ARGV[5] wake channel (same hash tag), ARGV[6]
+-- 'SPUBLISH' (sharded pub/sub) or 'PUBLISH'
 -- Returns {1, token} when granted, {0, pttl} when held (pttl -1: no expiry),
 -- or an error reply prefixed FENCE_WRONGTYPE / FENCE_BADCOUNTER / FENCE_EXHAUSTED.
 --
@@ -41,4 +42,7 @@ if ARGV[4] ~= '' then
   holder = holder .. ARGV[4] .. ' '
 end
 redis.call('SET', KEYS[1], holder .. string.format('%d', n), 'PX', ARGV[2])
+-- Tell watchers (waiters skip 'granted': a grant frees nothing). A publish to a
+-- channel nobody listens on is a dictionary lookup, cheaper than asking first.
+redis.call(ARGV[6], ARGV[5], 'granted')
 return {1, n}

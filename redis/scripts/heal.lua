@@ -1,5 +1,7 @@
 -- heal: raise the counter to at least ARGV[1] (never lower it), so the next grant is above it.
--- KEYS[1] counter key; ARGV[1] highest token a guard has seen.
+-- KEYS[1] counter key; ARGV[1] highest token a guard has seen; ARGV[2] wake
+-- channel (same hash tag), ARGV[3] 'SPUBLISH' (sharded pub/sub) or 'PUBLISH', to
+-- tell watchers when the counter was raised.
 -- Returns the counter after healing, or an error reply like acquire's.
 local ct = redis.call('TYPE', KEYS[1])['ok']
 if ct ~= 'none' and ct ~= 'string' then
@@ -16,6 +18,7 @@ end
 local seen = tonumber(ARGV[1])
 if seen > n then
   redis.call('SET', KEYS[1], ARGV[1])
+  redis.call(ARGV[3], ARGV[2], 'healed')
   return seen
 end
 return n
