@@ -115,14 +115,17 @@ type LockInfo struct {
 // Index is the lock's change index, for blocking queries (the HTTP API's
 // Fence-Index) and watchers: it is the same for two reads of an unchanged lock and
 // greater after each acquire, release, expiry, revoke or heal. It is derived from
-// the state: 2*LastToken, plus 1 while the lock is free. A backend's bookkeeping
-// may raise it without a change a user can see (on ZooKeeper, LastToken moves when
-// a waiter joins), so a reader compares states, not only indexes, where that
-// matters. It is at least 1.
+// the state: 2*LastToken (or 2*Token, if greater), plus 1 while the lock is free.
+// A backend's bookkeeping may raise it without a change a user can see (on
+// ZooKeeper, LastToken moves when a waiter joins), so a reader compares states,
+// not only indexes, where that matters. It is at least 1.
 func (i LockInfo) Index() uint64 {
-	n := 2 * uint64(i.LastToken)
-	if !i.Held {
+	n := 2 * uint64(max(i.LastToken, i.Token))
+	switch {
+	case !i.Held:
 		n++
+	case n == 0:
+		n = 2 // held, but the store reports no token: still not the free index 1
 	}
 	return n
 }

@@ -15,7 +15,8 @@ import (
 // that is ready (sent a value, or closed) whenever the lock may have changed: a
 // release message, a watch event, a state change in memory. Spurious wake-ups are
 // harmless; a missed one is not, so the subscription must be in place when
-// SubscribeFunc returns. It lasts until ctx is done. A channel that closes for
+// SubscribeFunc returns. It lasts until ctx is done (Watch ends each
+// subscription's ctx when the watch ends or the subscription is lost). A channel that closes for
 // good says the subscription was lost (a dropped connection): Watch then
 // subscribes again. Errors are treated as for InspectFunc.
 type SubscribeFunc func(ctx context.Context, name string) (<-chan struct{}, error)
@@ -57,9 +58,13 @@ func (e *Engine) Watch(ctx context.Context, name string, subscribe SubscribeFunc
 		}
 		var (
 			changed <-chan struct{} // nil until subscribed
-			last    uint64          // Index of the last state yielded; 0 before the first
-			backoff time.Duration
+			sent    bool            // whether a state was yielded
+			last    uint64          // Index of the last state yielded
+			backoff time.Duration   // after a failure
+			relost  time.Duration   // before subscribing again after a lost subscription
+			endSub  = func() {}     // ends the current subscription's context
 		)
+		defer func() { endSub() }()
 		// fail yields err (unless ctx ended, which ends the watch quietly) and
 		// reports whether to go on after a backoff.
 		fail := func(err error) bool {
@@ -89,14 +94,28 @@ func (e *Engine) Watch(ctx context.Context, name string, subscribe SubscribeFunc
 				return
 			}
 			if changed == nil {
-				c, err := subscribe(ctx, name)
+				if relost > 0 {
+					// A subscription that keeps being lost at once must not
+					// spin: back off as after a failure.
+					if err := e.sleep(ctx, clock, relost, nil, nil); err != nil {
+						if errors.Is(err, fence.ErrClosed) {
+							fail(err)
+						}
+						return
+					}
+				}
+				// Each subscription has its own context, ended when it is lost,
+				// so that a backend tying its cleanup to the context frees it.
+				sctx, scancel := context.WithCancel(ctx)
+				c, err := subscribe(sctx, name)
 				if err != nil {
+					scancel()
 					if !fail(err) {
 						return
 					}
 					continue
 				}
-				changed = c
+				changed, endSub = c, scancel
 			}
 			info, err := inspect(ctx, name)
 			if err != nil {
@@ -106,22 +125,27 @@ func (e *Engine) Watch(ctx context.Context, name string, subscribe SubscribeFunc
 				continue
 			}
 			backoff = 0
-			if idx := info.Index(); idx != last {
-				last = idx
+			if idx := info.Index(); !sent || idx != last {
+				sent, last = true, idx
 				if !yield(info, nil) {
 					return
 				}
 			}
 			d := poll
-			if info.Held && info.ExpiresIn < d {
+			if info.Held && info.ExpiresIn > 0 && info.ExpiresIn < d {
 				// Read again just after the holder's expiry: no message says it.
-				d = max(info.ExpiresIn+time.Millisecond, time.Millisecond)
+				// (ExpiresIn 0 means the store reports no expiry: only the poll.)
+				d = info.ExpiresIn + time.Millisecond
 			}
 			t := e.after(clock, d)
 			select {
 			case _, ok := <-changed:
 				if !ok {
+					endSub()
 					changed = nil // lost: subscribe again
+					relost = min(max(2*relost, minBackoff), maxBackoff)
+				} else {
+					relost = 0 // the subscription works
 				}
 			case <-t.c:
 			case <-ctx.Done():
