@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"time"
@@ -119,6 +120,7 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 	e.owner = r.Options.Owner
 	s.heapPush(e)
 	s.armLocked(now)
+	s.watchers.Notify(r.Name)
 	// The lease is held in memory at once (others see it held), and handed out
 	// once it is on disk, so that after a crash it is restored. The flush also
 	// raises the token ceiling when the counter nears it.
@@ -135,8 +137,8 @@ func (s *Store) markDirtyLocked(e *entry) {
 	}
 }
 
-// endLeaseLocked ends e's lease (release, revoke or expiry) and wakes its
-// waiters.
+// endLeaseLocked ends e's lease (release, revoke, expiry, or a grant taken back
+// because its write failed) and wakes its waiters and watchers.
 func (s *Store) endLeaseLocked(e *entry) {
 	s.heapRemove(e)
 	e.id, e.token, e.owner, e.expires = [16]byte{}, 0, "", 0
@@ -145,6 +147,7 @@ func (s *Store) endLeaseLocked(e *entry) {
 		close(e.wake)
 		e.wake = nil
 	}
+	s.watchers.Notify(e.name)
 }
 
 // parseLeaseID returns the 16 bytes of a lease id this store made, and false for
@@ -342,6 +345,7 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 	}
 	if seen > e.last {
 		e.last = seen
+		s.watchers.Notify(name)
 	}
 	s.markDirtyLocked(e)
 	var g *flushGen
@@ -355,6 +359,26 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 		}
 	}
 	return nil
+}
+
+// Watch yields the state of name as Inspect reports it, then its state after
+// each acquire, release, expiry, revoke and heal, in order (see fence.Watcher).
+// Changes are learned in process: every change of a lock's state in memory
+// signals the watchers of its name at once, under the store's lock, so a
+// watcher hears of a grant or a release as soon as other callers can see it
+// (a grant is reported held while its write is in flight; if the write fails,
+// the grant is taken back and that is signalled too). An expiry is seen at the
+// holder's expiry by the store's clock, and so is the end of the grace period
+// after a crash of an earlier release. A watch runs in the goroutine that
+// ranges over it and costs one subscription (a channel in a map), removed when
+// ctx ends; it needs no connection, so none can be lost.
+//
+// It yields an error matching fence.ErrInvalid for a bad name and one
+// matching fence.ErrClosed when the store is closed, and ends; an error
+// matching fence.ErrUnavailable (the file could not be read) is yielded and
+// the read is tried again, backing off.
+func (s *Store) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
+	return s.engine.Watch(ctx, name, s.watchers.Subscribe, s.Inspect)
 }
 
 // fillLocked describes e at now. During the grace period after a crash of an
