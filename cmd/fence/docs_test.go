@@ -29,6 +29,7 @@ var (
 	readmeTour  = docTour{"../../README.md", "### 3. From any language: `fence serve`"}
 	httpTour    = docTour{"../../fencehttp/README.md", "## Five minutes with curl and the CLI"}
 	holdersTour = docTour{"../../fencehttp/README.md", "## Who holds a lock, and revoking it"}
+	watchTour   = docTour{"../../fencehttp/README.md", "## Watching a lock"}
 )
 
 // name is the tour's file relative to the repository's root.
@@ -215,7 +216,7 @@ func TestDocs_Tours_RunAsWritten(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("the tours use curl: install it (apt-get install curl)")
 	}
-	for _, tour := range []docTour{readmeTour, httpTour, holdersTour} {
+	for _, tour := range []docTour{readmeTour, httpTour, holdersTour, watchTour} {
 		t.Run(tour.name()+" "+tour.heading, func(t *testing.T) {
 			t.Parallel()
 			dir, url := startTourServe(t)
@@ -235,4 +236,5 @@ func TestDocs_Tours_OneAfterTheOther(t *testing.T) {
 	runTour(t, readmeTour, url, dir, true)
 	runTour(t, httpTour, url, dir, true)
 	runTour(t, holdersTour, url, dir, true)
+	runTour(t, watchTour, url, dir, true)
 }
