@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/inmem"
+	"github.com/fencelock/fence/internal/watchtest"
 )
 
 // BenchmarkAcquireRelease measures acquire+release pairs on distinct names (one
@@ -255,39 +256,10 @@ func BenchmarkWatch(b *testing.B) {
 	b.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
 	const name = "watched"
-	type seen struct {
-		info fence.LockInfo
-		at   time.Time
-	}
-	got := make(chan seen)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		for info, err := range s.Watch(wctx, name) {
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			select {
-			case got <- seen{info, time.Now()}:
-			case <-wctx.Done():
-				return
-			}
-		}
-	}()
-	next := func(held bool) seen {
-		for {
-			select {
-			case st := <-got:
-				if st.info.Held == held {
-					return st
-				}
-			case <-time.After(10 * time.Second):
-				b.Fatalf("the watcher saw no state with held %v within 10s", held)
-			}
-		}
-	}
-	next(false) // the first state
+	f := watchtest.Follow(wctx, s, name)
+	f.MustUntil(b, 10*time.Second, "the first state", watchtest.Any)
 	samples := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
@@ -295,12 +267,12 @@ func BenchmarkWatch(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		next(true)
+		f.MustUntil(b, 10*time.Second, "the lock held", watchtest.Held(true))
 		if err := l.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
 		returned := time.Now()
-		samples = append(samples, next(false).at.Sub(returned))
+		samples = append(samples, f.MustUntil(b, 10*time.Second, "the lock free", watchtest.Held(false)).At.Sub(returned))
 	}
 	b.StopTimer()
 	reportLatency(b, samples)

@@ -12,51 +12,12 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/watchtest"
 )
 
 // watchWithin bounds how soon a watcher must see a change in these tests: well
 // under driver.DefaultWatchPoll, so a change found only by the fallback poll fails.
 const watchWithin = 2 * time.Second
-
-// watchStates runs s.Watch(ctx, name) in a goroutine and returns what it yields,
-// and a channel closed when the watch has ended.
-func watchStates(ctx context.Context, s *Store, name string) (<-chan fence.LockInfo, <-chan error, <-chan struct{}) {
-	states := make(chan fence.LockInfo, 64)
-	errs := make(chan error, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for info, err := range s.Watch(ctx, name) {
-			if err != nil {
-				errs <- err
-				continue
-			}
-			select {
-			case states <- info:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return states, errs, done
-}
-
-// waitState reads states until one satisfies ok, failing t after watchWithin.
-func waitState(t *testing.T, states <-chan fence.LockInfo, what string, ok func(fence.LockInfo) bool) fence.LockInfo {
-	t.Helper()
-	deadline := time.After(watchWithin)
-	for {
-		select {
-		case info := <-states:
-			if ok(info) {
-				return info
-			}
-		case <-deadline:
-			t.Fatalf("no state with %s within %v", what, watchWithin)
-			return fence.LockInfo{}
-		}
-	}
-}
 
 // settleGoroutines waits (at most 2s) until at most want goroutines run, and
 // returns how many run then.
@@ -78,9 +39,8 @@ func TestStore_Watch_ManyWatchersAndNames_NothingLeftAfterCancel(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type watcher struct {
-		name   string
-		states <-chan fence.LockInfo
-		done   <-chan struct{}
+		name string
+		*watchtest.Follower
 	}
 	var ws []watcher
 	leases := make([]*fence.Lease, names)
@@ -92,12 +52,11 @@ func TestStore_Watch_ManyWatchersAndNames_NothingLeftAfterCancel(t *testing.T) {
 			n = perName // one name with many watchers
 		}
 		for range n {
-			states, _, done := watchStates(wctx, s, name)
-			ws = append(ws, watcher{name, states, done})
+			ws = append(ws, watcher{name, watchtest.Follow(wctx, s, name)})
 		}
 	}
 	for _, w := range ws {
-		waitState(t, w.states, "the lock held", func(i fence.LockInfo) bool { return i.Held })
+		w.MustUntil(t, watchWithin, "the lock held", watchtest.Held(true))
 	}
 	for _, l := range leases {
 		if err := l.Release(ctx); err != nil {
@@ -105,12 +64,12 @@ func TestStore_Watch_ManyWatchersAndNames_NothingLeftAfterCancel(t *testing.T) {
 		}
 	}
 	for _, w := range ws {
-		waitState(t, w.states, "the release of "+w.name, func(i fence.LockInfo) bool { return !i.Held })
+		w.MustUntil(t, watchWithin, "the release of "+w.name, watchtest.Held(false))
 	}
 	cancel()
 	for _, w := range ws {
 		select {
-		case <-w.done:
+		case <-w.Done():
 		case <-time.After(watchWithin):
 			t.Fatalf("a watch of %s still runs %v after its context ended", w.name, watchWithin)
 		}
@@ -140,8 +99,8 @@ func TestStore_Watch_GrantTakenBackAfterFailedWrite_WatcherSeesItFree(t *testing
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	const name = "taken-back"
-	states, _, _ := watchStates(wctx, s, name)
-	waitState(t, states, "the first state", func(fence.LockInfo) bool { return true })
+	f := watchtest.Follow(wctx, s, name)
+	f.MustUntil(t, watchWithin, "the first state", watchtest.Any)
 
 	// A first grant reserves tokens ahead, so that the next one needs no write
 	// but its own.
@@ -166,7 +125,7 @@ func TestStore_Watch_GrantTakenBackAfterFailedWrite_WatcherSeesItFree(t *testing
 	if !errors.Is(aerr, fence.ErrUnavailable) {
 		t.Fatalf("Acquire while the lease log refuses writes = %v; want ErrUnavailable", aerr)
 	}
-	info := waitState(t, states, "the lock free after the failed grant", func(i fence.LockInfo) bool { return !i.Held && i.LastToken > 0 })
+	info := f.MustUntil(t, watchWithin, "the lock free after the failed grant", func(i fence.LockInfo) bool { return !i.Held && i.LastToken > 0 }).Info
 	if now, err := s.Inspect(ctx, name); err != nil || now.Held || now.Index() != info.Index() {
 		t.Fatalf("watched %+v after the failed grant; Inspect says %+v, %v", info, now, err)
 	}
@@ -183,9 +142,9 @@ func TestStore_Watch_RestoredLeaseAfterCrash_SeenHeldThenExpired(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	states, _, _ := watchStates(wctx, s, "restored")
-	waitState(t, states, "the restored lease", func(i fence.LockInfo) bool { return i.Held && i.Token == l.Token() })
-	waitState(t, states, "its expiry", func(i fence.LockInfo) bool { return !i.Held && i.LastToken == l.Token() })
+	f := watchtest.Follow(wctx, s, "restored")
+	f.MustUntil(t, watchWithin, "the restored lease", func(i fence.LockInfo) bool { return i.Held && i.Token == l.Token() })
+	f.MustUntil(t, watchWithin, "its expiry", func(i fence.LockInfo) bool { return !i.Held && i.LastToken == l.Token() })
 }
 
 // Close ends every watch with an error matching fence.ErrClosed, at once.
@@ -196,15 +155,15 @@ func TestStore_Watch_Close_EndsWatchesWithErrClosed(t *testing.T) {
 	var wg sync.WaitGroup
 	ends := make(chan error, 3)
 	for range 3 {
-		states, errs, done := watchStates(ctx, s, "closing")
-		waitState(t, states, "the first state", func(fence.LockInfo) bool { return true })
+		f := watchtest.Follow(ctx, s, "closing")
+		f.MustUntil(t, watchWithin, "the first state", watchtest.Any)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			select {
-			case <-done:
+			case <-f.Done():
 				select {
-				case err := <-errs:
+				case err := <-f.Errs():
 					ends <- err
 				default:
 					ends <- errors.New("the watch ended without an error")

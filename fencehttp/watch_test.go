@@ -19,6 +19,7 @@ import (
 	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
+	"github.com/fencelock/fence/internal/watchtest"
 )
 
 // watchWithin bounds how soon a blocking query or a Client's watch must see a
@@ -273,49 +274,6 @@ func TestClient_Watch_OlderServer_EndsWithNotImplemented(t *testing.T) {
 	}
 }
 
-// watchClient runs c.Watch(ctx, name) in a goroutine and returns its states,
-// its errors, and a channel closed when it has ended.
-func watchClient(ctx context.Context, c *fencehttp.Client, name string) (<-chan fence.LockInfo, <-chan error, <-chan struct{}) {
-	states := make(chan fence.LockInfo, 64)
-	errs := make(chan error, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for info, err := range c.Watch(ctx, name) {
-			if err != nil {
-				select {
-				case errs <- err:
-				default: // the test looks at the first ones only
-				}
-				continue
-			}
-			select {
-			case states <- info:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return states, errs, done
-}
-
-// nextState reads states until one satisfies ok, failing t after within.
-func nextState(t *testing.T, states <-chan fence.LockInfo, within time.Duration, what string, ok func(fence.LockInfo) bool) fence.LockInfo {
-	t.Helper()
-	deadline := time.After(within)
-	for {
-		select {
-		case info := <-states:
-			if ok(info) {
-				return info
-			}
-		case <-deadline:
-			t.Fatalf("no state with %s within %v", what, within)
-			return fence.LockInfo{}
-		}
-	}
-}
-
 // A Client's watch rides out a restart of the server: while it is down the
 // watch yields errors matching fence.ErrUnavailable, and once it is back the
 // watch sees the changes made since.
@@ -359,12 +317,12 @@ func TestClient_Watch_ServerRestart_YieldsUnavailableThenSeesTheChange(t *testin
 	c := mustClient(t, hs.URL, nil)
 	ctx, cancel := context.WithCancel(ctxFor(t))
 	defer cancel()
-	states, errs, done := watchClient(ctx, c, "restarted")
-	nextState(t, states, watchWithin, "the first state", func(fence.LockInfo) bool { return true })
+	f := watchtest.Follow(ctx, c, "restarted")
+	f.MustUntil(t, watchWithin, "the first state", watchtest.Any)
 
 	stop()
 	select {
-	case err := <-errs:
+	case err := <-f.Errs():
 		if !errors.Is(err, fence.ErrUnavailable) {
 			t.Fatalf("watch while the server is down: yielded %v; want an error matching fence.ErrUnavailable", err)
 		}
@@ -375,11 +333,11 @@ func TestClient_Watch_ServerRestart_YieldsUnavailableThenSeesTheChange(t *testin
 	defer stop()
 	lease := mustAcquire(t, c, "restarted", time.Minute)
 	// Within the longest backoff (1s) and a change's latency.
-	nextState(t, states, time.Second+watchWithin, "the grant after the restart", func(i fence.LockInfo) bool {
+	f.MustUntil(t, time.Second+watchWithin, "the grant after the restart", func(i fence.LockInfo) bool {
 		return i.Held && i.Token == lease.Token()
 	})
 	cancel()
-	<-done
+	<-f.Done()
 }
 
 // Many watches of one name through one Client all see a release; once their
@@ -393,35 +351,31 @@ func TestClient_Watch_ManyWatchersOfOneName_NothingLeftAfterCancel(t *testing.T)
 	lease := mustAcquire(t, c, "crowd", time.Minute)
 	ctx, cancel := context.WithCancel(ctxFor(t))
 	defer cancel()
-	var all []<-chan fence.LockInfo
-	var dones []<-chan struct{}
+	var all []*watchtest.Follower
 	for range n {
-		states, _, done := watchClient(ctx, c, "crowd")
-		all, dones = append(all, states), append(dones, done)
+		all = append(all, watchtest.Follow(ctx, c, "crowd"))
 	}
-	for _, states := range all {
-		nextState(t, states, watchWithin, "the lock held", func(i fence.LockInfo) bool { return i.Held })
+	for _, f := range all {
+		f.MustUntil(t, watchWithin, "the lock held", watchtest.Held(true))
 	}
 	waitGauge(t, srv, n)
 	if err := lease.Release(ctxFor(t)); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	for _, states := range all {
+	for _, f := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case <-states:
-			case <-time.After(watchWithin):
-				t.Errorf("a watch saw no release within %v", watchWithin)
+			if _, err := f.Until(watchWithin, "the release", watchtest.Held(false)); err != nil {
+				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
 	cancel()
-	for _, done := range dones {
-		<-done
+	for _, f := range all {
+		<-f.Done()
 	}
 	waitGauge(t, srv, 0)
 	c.CloseIdleConnections() // the keep-alive connections the watches used

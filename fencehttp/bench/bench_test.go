@@ -23,6 +23,7 @@ import (
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/watchtest"
 )
 
 var clientCounts = []int{1, 16}
@@ -263,55 +264,18 @@ func metric(b *testing.B, s *fencehttp.Server, name string) float64 {
 func BenchmarkWatch(b *testing.B) {
 	srv, base := fenceServer(b)
 	ctx := context.Background()
-	clients := make([]*fencehttp.Client, 2)
-	for i := range clients {
-		c, err := fencehttp.NewClient(base, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(c.CloseIdleConnections)
-		clients[i] = c
-	}
+	clients := newClients(b, base, 2)
 	holder, watcher := clients[0], clients[1]
 	const name = "watched"
-	type seen struct {
-		info fence.LockInfo
-		at   time.Time
-	}
-	got := make(chan seen)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		for info, err := range watcher.Watch(wctx, name) {
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			select {
-			case got <- seen{info, time.Now()}:
-			case <-wctx.Done():
-				return
-			}
-		}
-	}()
-	next := func(held bool) seen {
-		for {
-			select {
-			case st := <-got:
-				if st.info.Held == held {
-					return st
-				}
-			case <-time.After(10 * time.Second):
-				b.Fatalf("the watcher saw no state with held %v within 10s", held)
-			}
-		}
-	}
+	f := watchtest.Follow(wctx, watcher, name)
 	parked := func() { // the watcher is in its next blocking query
 		for metric(b, srv, "fence_blocking_queries_in_flight") < 1 {
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
-	next(false) // the first state
+	f.MustUntil(b, 10*time.Second, "the first state", watchtest.Any)
 	fromReturn := make([]time.Duration, 0, b.N)
 	fromSend := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
@@ -320,14 +284,14 @@ func BenchmarkWatch(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		next(true)
+		f.MustUntil(b, 10*time.Second, "the lock held", watchtest.Held(true))
 		parked()
 		sent := time.Now()
 		if err := l.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
 		returned := time.Now()
-		at := next(false).at
+		at := f.MustUntil(b, 10*time.Second, "the lock free", watchtest.Held(false)).At
 		fromReturn = append(fromReturn, at.Sub(returned))
 		fromSend = append(fromSend, at.Sub(sent))
 	}
@@ -344,7 +308,14 @@ func BenchmarkWatch(b *testing.B) {
 //	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./http/bench/
 func BenchmarkExpiryHandoff(b *testing.B) {
 	_, base := fenceServer(b)
-	clients := make([]*fencehttp.Client, 2)
+	clients := newClients(b, base, 2)
+	fencetest.BenchmarkExpiryHandoff(b, clients[0], clients[1], 100*time.Millisecond)
+}
+
+// newClients returns n clients of the server at base, each with connections of
+// its own.
+func newClients(b *testing.B, base string, n int) []*fencehttp.Client {
+	clients := make([]*fencehttp.Client, n)
 	for i := range clients {
 		c, err := fencehttp.NewClient(base, nil)
 		if err != nil {
@@ -353,5 +324,5 @@ func BenchmarkExpiryHandoff(b *testing.B) {
 		b.Cleanup(c.CloseIdleConnections)
 		clients[i] = c
 	}
-	fencetest.BenchmarkExpiryHandoff(b, clients[0], clients[1], 100*time.Millisecond)
+	return clients
 }
