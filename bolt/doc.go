@@ -1,6 +1,7 @@
 // Package bolt is fence's embedded, durable store: a fence.Locker (with
-// fence.Healer, fence.Revoker and fence.Inspector) and a fenced key-value store (fence.KV and
-// fence.Guard) in one bbolt file and its lease log (PATH-wal). It is the default
+// fence.Healer, fence.Revoker, fence.Inspector and fence.Watcher) and a fenced
+// key-value store (fence.KV and fence.Guard) in one bbolt file and its lease log
+// (PATH-wal). It is the default
 // store of `fence serve`, which opens DIR/fence.db.
 //
 //	st, err := bolt.Open("fence.db", nil)
@@ -109,6 +110,21 @@
 // since the last checkpoint. The file keeps one small record per lock name ever
 // used (its last token, and its lease while held), as counters of other backends
 // do; the log keeps up to 4 MiB, allocated ahead.
+//
+// # Watching
+//
+// Store.Watch follows one lock (fence.Watcher): the state, then the state after
+// every grant, release, expiry, revoke and heal. Changes are signalled in
+// process, under the store's lock, as they happen in memory (a release is seen
+// by watchers before its commit returns to the releaser); expiries, which no
+// operation announces, are read at the holder's expiry by the store's clock.
+// A watch holds one subscription and no goroutine of its own; the fallback
+// poll of driver.Engine.Watch (every 5s) is never what finds a change here. The
+// file is open in one process at a time, so there is no older process whose
+// changes would go unsignalled. In process, a watcher has the free state about
+// 0.1ms before Release returns (BenchmarkWatch). Signalling costs two lookups of
+// about 11ns each per acquire+release pair when nobody watches the name, lost
+// in the pair's 0.27ms commit.
 //
 // # Fenced key-value store
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"time"
@@ -119,6 +120,7 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 	e.owner = r.Options.Owner
 	s.heapPush(e)
 	s.armLocked(now)
+	s.watchers.Notify(r.Name)
 	// The lease is held in memory at once (others see it held), and handed out
 	// once it is on disk, so that after a crash it is restored. The flush also
 	// raises the token ceiling when the counter nears it.
@@ -135,8 +137,8 @@ func (s *Store) markDirtyLocked(e *entry) {
 	}
 }
 
-// endLeaseLocked ends e's lease (release, revoke or expiry) and wakes its
-// waiters.
+// endLeaseLocked ends e's lease (release, revoke, expiry, or a grant taken back
+// because its write failed) and wakes its waiters and watchers.
 func (s *Store) endLeaseLocked(e *entry) {
 	s.heapRemove(e)
 	e.id, e.token, e.owner, e.expires = [16]byte{}, 0, "", 0
@@ -145,6 +147,7 @@ func (s *Store) endLeaseLocked(e *entry) {
 		close(e.wake)
 		e.wake = nil
 	}
+	s.watchers.Notify(e.name)
 }
 
 // parseLeaseID returns the 16 bytes of a lease id this store made, and false for
@@ -309,9 +312,10 @@ func (s *Store) Revoke(ctx context.Context, name string) error {
 
 // Heal raises the token counter so that the next grant's token, for name and for
 // every other name, is above seen (P4); it is durable when Heal returns. It never
-// lowers the counter. It returns fence.ErrInvalid for a bad name or a seen outside
-// [1, fence.MaxToken], fence.ErrUnavailable if the file could not be written, and
-// fence.ErrClosed after Close.
+// lowers the counter, nor the last token recorded for name (LockInfo.LastToken).
+// It returns fence.ErrInvalid for a bad name or a seen outside [1,
+// fence.MaxToken], fence.ErrUnavailable if the file could not be read or written,
+// and fence.ErrClosed after Close.
 func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 	if err := checkArgs(ctx, "heal", name, driver.ValidateName(name), driver.ValidateToken(seen)); err != nil {
 		return err
@@ -319,16 +323,29 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 	if !s.lockOpen() {
 		return opError("heal", name, fence.ErrClosed)
 	}
+	e := s.locks[name]
+	if e == nil {
+		// A name whose entry was reclaimed keeps its last token in the log or the
+		// file: start from it, or the record written below would lower it.
+		last, err := s.recordedLastLocked(name)
+		if err == nil && s.isClose {
+			err = fence.ErrClosed
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return opError("heal", name, err)
+		}
+		if e = s.locks[name]; e == nil {
+			e = &entry{name: name, hidx: -1, last: last}
+			s.locks[name] = e
+		}
+	}
 	if uint64(seen) >= s.next {
 		s.next = uint64(seen) + 1
 	}
-	e := s.locks[name]
-	if e == nil {
-		e = &entry{name: name, hidx: -1}
-		s.locks[name] = e
-	}
 	if seen > e.last {
 		e.last = seen
+		s.watchers.Notify(name)
 	}
 	s.markDirtyLocked(e)
 	var g *flushGen
@@ -342,6 +359,26 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 		}
 	}
 	return nil
+}
+
+// Watch yields the state of name as Inspect reports it, then its state after
+// each acquire, release, expiry, revoke and heal, in order (see fence.Watcher).
+// Changes are learned in process: every change of a lock's state in memory
+// signals the watchers of its name at once, under the store's lock, so a
+// watcher hears of a grant or a release as soon as other callers can see it
+// (a grant is reported held while its write is in flight; if the write fails,
+// the grant is taken back and that is signalled too). An expiry is seen at the
+// holder's expiry by the store's clock, and so is the end of the grace period
+// after a crash of an earlier release. A watch runs in the goroutine that
+// ranges over it and costs one subscription (a channel in a map), removed when
+// ctx ends; it needs no connection, so none can be lost.
+//
+// It yields an error matching fence.ErrInvalid for a bad name and one
+// matching fence.ErrClosed when the store is closed, and ends; an error
+// matching fence.ErrUnavailable (the file could not be read) is yielded and
+// the read is tried again, backing off.
+func (s *Store) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
+	return s.engine.Watch(ctx, name, s.watchers.Subscribe, s.Inspect)
 }
 
 // fillLocked describes e at now. During the grace period after a crash of an
@@ -373,20 +410,39 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 	if !s.lockOpen() {
 		return info, opError("inspect", name, fence.ErrClosed)
 	}
-	if e := s.locks[name]; e != nil {
-		s.fillLocked(&info, e, s.now())
-		s.mu.Unlock()
-		return info, nil
-	}
-	if v := s.wal.names[name]; v != nil { // logged, not yet in the bbolt file
-		rec, err := decodeLock(v)
-		if err == nil {
-			info.LastToken = rec.last
-			s.fillLocked(&info, nil, s.now())
-			s.mu.Unlock()
-			return info, nil
+	defer s.mu.Unlock()
+	e := s.locks[name]
+	var last fence.Token
+	if e == nil {
+		var err error
+		if last, err = s.recordedLastLocked(name); err != nil {
+			return fence.LockInfo{}, opError("inspect", name, err)
 		}
+		e = s.locks[name] // may have come while the file was read
 	}
+	s.fillLocked(&info, e, s.now())
+	info.LastToken = max(info.LastToken, last)
+	return info, nil
+}
+
+// recordedLastLocked returns the last token recorded for name, which has no entry
+// in memory: in the lease log (not yet folded into the file), else in the bbolt
+// file (0 if it has none). s.mu must be held; it is released while the file is
+// read, so the caller looks at s.locks again after. It returns the errors of view.
+func (s *Store) recordedLastLocked(name string) (fence.Token, error) {
+	logged := func() (fence.Token, bool) {
+		if v := s.wal.names[name]; v != nil {
+			if rec, err := decodeLock(v); err == nil {
+				return rec.last, true
+			}
+		}
+		return 0, false
+	}
+	if last, ok := logged(); ok {
+		return last, nil
+	}
+	// An entry is reclaimed only once its record is in the log, and the log is
+	// cleared only once folded into the file: the file has what the log lacks.
 	s.mu.Unlock()
 	var rec lockFields
 	err := s.view(func(tx *bbolt.Tx) error {
@@ -398,17 +454,11 @@ func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error
 		rec, err = decodeLock(v)
 		return err
 	})
-	if err != nil {
-		return fence.LockInfo{}, opError("inspect", name, err)
-	}
-	info.LastToken = rec.last
 	s.mu.Lock()
-	s.fillLocked(&info, s.locks[name], s.now())
-	if info.LastToken < rec.last {
-		info.LastToken = rec.last
+	if last, ok := logged(); ok { // logged while the file was read
+		rec.last = max(rec.last, last)
 	}
-	s.mu.Unlock()
-	return info, nil
+	return rec.last, err
 }
 
 // List returns the locks whose names start with prefix, held or not, in name

@@ -79,7 +79,8 @@ type Options struct {
 }
 
 // Store is the embedded durable store: a fence.Locker, fence.Healer,
-// fence.Revoker, fence.Inspector, fence.KV and fence.Guard in one bbolt file. It is safe for
+// fence.Revoker, fence.Inspector, fence.Watcher, fence.KV and fence.Guard in one
+// bbolt file. It is safe for
 // concurrent use. Close it to release the file.
 type Store struct {
 	db     *bbolt.DB
@@ -101,14 +102,15 @@ type Store struct {
 	crashed atomic.Bool  // set by abandon (tests): stop without the final write
 	life    sync.RWMutex // held shared by KV operations, exclusively by Close
 
-	mu      sync.Mutex
-	isClose bool
-	closing chan struct{} // closed by Close: wakes every waiter
-	locks   map[string]*entry
-	peak    int // largest len(locks) since the map was last rebuilt
-	heap    []*entry
-	timer   driver.Timer
-	timerAt int64 // when timer fires (0: none armed)
+	mu       sync.Mutex
+	isClose  bool
+	closing  chan struct{} // closed by Close: wakes every waiter
+	locks    map[string]*entry
+	watchers driver.Watchers // Watch subscriptions, notified under mu
+	peak     int             // largest len(locks) since the map was last rebuilt
+	heap     []*entry
+	timer    driver.Timer
+	timerAt  int64 // when timer fires (0: none armed)
 
 	next  uint64 // next token to hand out
 	ceil  uint64 // durable token ceiling: tokens <= ceil may be handed out
@@ -139,6 +141,7 @@ var _ interface {
 	fence.Healer
 	fence.Revoker
 	fence.Inspector
+	fence.Watcher
 	fence.KV
 	fence.Guard
 } = (*Store)(nil)

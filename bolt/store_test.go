@@ -463,6 +463,45 @@ func TestStore_Heal_RaisesNextTokenDurably(t *testing.T) {
 	}
 }
 
+// A Heal below a name's last token leaves it, also when the name's entry was
+// reclaimed from memory (its last token then lives in the lease log, or in the
+// file after a checkpoint): it used to start from 0 and write the lower value.
+func TestStore_Heal_NeverLowersLastTokenOfReclaimedName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s := mustOpen(t, path, nil)
+	ctx := context.Background()
+	if err := s.Heal(ctx, "other", 1000); err != nil {
+		t.Fatal(err)
+	}
+	for _, where := range []string{"lease log", "file"} {
+		l := mustAcquire(t, s, "job", time.Minute)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if where == "file" { // Close folds the log into the file
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = mustOpen(t, path, nil)
+		}
+		s.mu.Lock()
+		_, inMemory := s.locks["job"]
+		s.mu.Unlock()
+		if inMemory {
+			t.Fatalf("%s: the released name's entry is still in memory; the test needs it reclaimed", where)
+		}
+		if err := s.Heal(ctx, "job", 5); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := s.Inspect(ctx, "job"); err != nil || info.LastToken != l.Token() {
+			t.Fatalf("%s: Inspect after Heal(5) = %+v, %v; want LastToken %d", where, info, err, l.Token())
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestStore_TokenExhausted_FailsClosed(t *testing.T) {
 	s := openStore(t, &Options{NoSync: true})
 	ctx := context.Background()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"net/url"
@@ -48,8 +49,9 @@ type ClientOptions struct {
 	MaxPoll time.Duration
 }
 
-// Client is a fence.Locker, fence.Healer, fence.Revoker, fence.Inspector, fence.Guard
-// and fence.KV that talks to a `fence serve` server (HTTP API v1) over keep-alive connections. It is safe for
+// Client is a fence.Locker, fence.Healer, fence.Revoker, fence.Inspector,
+// fence.Watcher, fence.Guard and fence.KV that talks to a `fence serve` server
+// (HTTP API v1) over keep-alive connections. It is safe for
 // concurrent use. Leases it returns are fence.Lease values, so Done, Context and
 // WithAutoRenew work over HTTP.
 //
@@ -77,6 +79,7 @@ var (
 	_ fence.Healer    = (*Client)(nil)
 	_ fence.Revoker   = (*Client)(nil)
 	_ fence.Inspector = (*Client)(nil)
+	_ fence.Watcher   = (*Client)(nil)
 	_ fence.Guard     = (*Client)(nil)
 	_ fence.KV        = (*Client)(nil)
 )
@@ -463,6 +466,106 @@ func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 		return fence.LockInfo{}, err
 	}
 	return li.toFence(), nil
+}
+
+// Watch follows the state of name on the server (see fence.Watcher) by blocking
+// queries, as a Consul client follows an index: GET /v1/locks/{name}?index=N&
+// wait_ms=W, where N is the Fence-Index of the last answer (0 at first, so the
+// first answer comes at once) and W is MaxPoll. The server answers when the
+// lock's index differs from N (an acquire, release, expiry, revoke or heal: its
+// store's Watch wakes it) or when W is over, with the state unchanged; Watch
+// then asks again. It yields the first state, then each state whose index
+// differs from the last one yielded. One watch is one request at a time on a
+// keep-alive connection, and no goroutine of its own.
+//
+// It yields an error matching fence.ErrInvalid for a bad name, and ends. While
+// the server cannot be reached, or answers 503 (its store is unavailable, it is
+// restarting or draining), it yields an error matching fence.ErrUnavailable
+// (`cannot reach the fence server at URL: REASON`) and asks again, backing off
+// from 50ms to 1s, so a watch rides out a restart of the server. Any other
+// error answer is yielded and ends the watch: ErrNotImplemented (a store that
+// cannot watch answers 501, and a server older than blocking queries is
+// recognised by its answer without a Fence-Index header), ErrUnauthorized, and
+// so on. When ctx ends, the watch ends without an error.
+func (c *Client) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
+	return func(yield func(fence.LockInfo, error) bool) {
+		if err := driver.ValidateName(name); err != nil {
+			yield(fence.LockInfo{}, invalidArg("watch", "", err))
+			return
+		}
+		var (
+			index   uint64 // the last index yielded; 0 before the first (every index is at least 1)
+			backoff time.Duration
+		)
+		for ctx.Err() == nil {
+			info, next, err := c.blockingQuery(ctx, name, index)
+			switch {
+			case err == nil:
+				backoff = 0
+				if next != index {
+					index = next
+					if !yield(info, nil) {
+						return
+					}
+				}
+				continue
+			case ctx.Err() != nil:
+				return
+			case !errors.Is(err, fence.ErrUnavailable):
+				yield(fence.LockInfo{}, err)
+				return
+			}
+			if !yield(fence.LockInfo{}, err) {
+				return
+			}
+			backoff = min(max(2*backoff, minWatchBackoff), maxWatchBackoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+	}
+}
+
+// Backoff of a watch whose blocking queries fail with fence.ErrUnavailable.
+const (
+	minWatchBackoff = 50 * time.Millisecond
+	maxWatchBackoff = time.Second
+)
+
+// blockingQuery sends one blocking query of Watch and returns the state the
+// server answered with and its Fence-Index.
+func (c *Client) blockingQuery(ctx context.Context, name string, index uint64) (fence.LockInfo, uint64, error) {
+	const op = "watch"
+	q := url.Values{"index": {strconv.FormatUint(index, 10)}, "wait_ms": {strconv.FormatInt(ms(c.maxPoll), 10)}}
+	resp, err := c.do(ctx, op, name, http.MethodGet, "/v1/locks/"+EscapeName(name)+"?"+q.Encode(), nil, nil, c.maxPoll)
+	if err != nil {
+		return fence.LockInfo{}, 0, err
+	}
+	if resp.status != http.StatusOK {
+		return fence.LockInfo{}, 0, c.answerError(resp)
+	}
+	var li LockInfo
+	if err := json.Unmarshal(resp.body, &li); err != nil || li.Name != name {
+		return fence.LockInfo{}, 0, c.malformed(op, name)
+	}
+	v := resp.header.Get(HeaderIndex)
+	if v == "" {
+		// A server older than blocking queries ignores index and answers at once:
+		// asking again would be a busy loop.
+		return fence.LockInfo{}, 0, &clientError{
+			msg:    fmt.Sprintf("%s: the fence server at %s does not answer blocking queries (no %s header): it is older than this client", opName(op, name), c.base, HeaderIndex),
+			causes: []error{ErrNotImplemented},
+		}
+	}
+	next, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return fence.LockInfo{}, 0, c.malformed(op, name)
+	}
+	return li.toFence(), next, nil
 }
 
 // List returns the locks whose names start with prefix (see fence.Inspector), at

@@ -1,8 +1,8 @@
 // Package fencehttp is fence over HTTP: a Server that exposes any fence.Locker (and,
 // optionally, a fenced fence.KV store) as the HTTP API v1 that `fence serve` runs,
 // and a Client that implements fence.Locker, fence.Healer, fence.Revoker,
-// fence.Inspector, fence.Guard and fence.KV against such a server, so that any
-// language or shell can take fenced locks.
+// fence.Inspector, fence.Watcher, fence.Guard and fence.KV against such a server,
+// so that any language or shell can take fenced locks.
 //
 // The package is named fencehttp, not http, so that it does not shadow net/http
 // where both are imported.
@@ -15,7 +15,9 @@
 //	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
 //	POST /v1/locks/{name}/revoke   {}                       -> 200 {"name","revoked":true} | 404 not_held | 501
 //	POST /v1/locks/{name}/heal     {"seen":N}               -> 200 | 501 (fence.Healer, P4)
-//	GET  /v1/locks/{name}          -> 200 {"name","held","token","owner","last_token","expires_in_ms"}
+//	GET  /v1/locks/{name}[?index=N&wait_ms=W]
+//	                      -> 200 {"name","held","token","owner","last_token","expires_in_ms"},
+//	                         header Fence-Index; with index, a blocking query (see Watching)
 //	GET  /v1/locks?prefix=P&limit=N -> 200 {"locks":[...]}
 //	PUT  /v1/kv/{key}     headers Fence-Token: N, Fence-Lock: NAME [, Fence-Lease: ID]
 //	                      -> 200 {"key","lock","token"} | 409 {"error","code","highest"}
@@ -81,6 +83,33 @@
 // end of a long poll still gets its whole TTL. A 409 after a wait reports the time
 // the holder's lease has left when the wait ended (expires_in_ms, and in the message).
 //
+// # Watching
+//
+// Every answer of GET /v1/locks/{name} carries the lock's change index in the
+// Fence-Index header (fence.LockInfo.Index: 2*last_token, plus 1 while the lock is
+// free). With ?index=N it is a blocking query, as Consul's: the server answers at
+// once if the lock's index differs from N (N=0 differs from every index), else when
+// the lock next changes (an acquire, release, expiry, revoke or heal), or after
+// wait_ms with the state as it is then; both are 200, and the client compares
+// Fence-Index. wait_ms defaults to 30000 (DefaultBlockingWait) and is cut to
+// Config.MaxWait (`fence serve --max-wait`, 60s by default), as an acquire's wait
+// is; it is refused without index. A bad index or wait_ms is 400 naming it; a store
+// that is not a fence.Watcher answers blocking queries 501; while the server drains,
+// a blocking query that would wait ends with 503. fence_blocking_queries_in_flight
+// counts the queries waiting. Like long polls, blocking queries are not bounded in
+// number: each holds a connection and a goroutine at the server while it waits.
+//
+// The server follows the lock with its store's Watch, one watch per query. On the
+// embedded store (and inmem) that is a subscription in memory, woken by the change
+// itself, before the change's commit returns. On a network store behind --store it
+// is what that store's Watch costs: a subscription to its change messages (a watch,
+// pub/sub, LISTEN), on its shared connection where the backend relays them, and a
+// read of the lock at the start, at each change and at the end of the wait.
+//
+// Client.Watch (fence.Watcher) loops on blocking queries with the last
+// Fence-Index, asking the server to wait MaxPoll each time. Its watch of a server
+// older than blocking queries (no Fence-Index) ends with ErrNotImplemented.
+//
 // # The fenced KV store and the Fence-Lock header
 //
 // A fence is a lock name (the namespace of its token counter), a token and a lease
@@ -122,7 +151,8 @@
 //	410 not_held         the lease expired, was released, or is not yours
 //	413 too_large        request body over the limit
 //	404 not_held         revoke: no unexpired lease holds the lock
-//	501 not_implemented  the store has no KV, Guard, Inspector, Healer or Revoker
+//	501 not_implemented  the store has no KV, Guard, Inspector, Healer, Revoker or
+//	                     Watcher (a blocking query)
 //	503 unavailable      the store could not be reached, or the server is shutting down
 //
 // The Client's errors for an answer read exactly as "error" (a *ServerError) and

@@ -69,7 +69,7 @@ var statusTable = []struct {
 	{fence.ErrTokenExhausted, http.StatusConflict, "token_exhausted"},
 	{fence.ErrNotHeld, http.StatusGone, "not_held"},
 	{errTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
-	{ErrNotImplemented, http.StatusNotImplemented, "not_implemented"},
+	{fence.ErrNotImplemented, http.StatusNotImplemented, "not_implemented"},
 	{fence.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{fence.ErrClosed, http.StatusServiceUnavailable, "unavailable"},
 	{context.DeadlineExceeded, http.StatusServiceUnavailable, "unavailable"},
@@ -88,7 +88,7 @@ func statusOf(err error) (int, string) {
 }
 
 // errorBody returns the status and JSON body that answer err, which op (acquire,
-// renew, release, revoke, heal, inspect, list, put, get, fence; "" outside those) met on
+// renew, release, revoke, heal, inspect, watch, list, put, get, fence; "" outside those) met on
 // name (a lock name, key or list prefix; "" if unknown or invalid). Typed fence errors
 // add their detail. Unknown errors are 500 with a generic message (the caller logs
 // err).
@@ -223,7 +223,7 @@ func secretField(field string) bool { return field == "lease" || field == Header
 // isLockOp reports whether op works on a lock (rather than a key).
 func isLockOp(op string) bool {
 	switch op {
-	case "acquire", "renew", "release", "revoke", "heal", "inspect":
+	case "acquire", "renew", "release", "revoke", "heal", "inspect", "watch":
 		return true
 	}
 	return false

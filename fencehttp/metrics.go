@@ -20,6 +20,7 @@ type metrics struct {
 	revokes        prometheus.Counter
 	kvWrites       prometheus.Counter
 	requests       *prometheus.CounterVec // labels route, code
+	blocking       prometheus.Gauge
 	held           *heldSet
 }
 
@@ -56,9 +57,12 @@ func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fence_http_requests_total", Help: "HTTP requests by route and status code.",
 		}, []string{"route", "code"}),
+		blocking: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fence_blocking_queries_in_flight", Help: "Blocking queries (GET /v1/locks/{name}?index=N) waiting for a change.",
+		}),
 		held: held,
 	}
-	reg.MustRegister(m.grants, m.acquireSeconds, m.waits, m.waitSeconds, m.stale, m.lost, m.revokes, m.kvWrites, m.requests,
+	reg.MustRegister(m.grants, m.acquireSeconds, m.waits, m.waitSeconds, m.stale, m.lost, m.revokes, m.kvWrites, m.requests, m.blocking,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fence_held_locks",
 			Help: "Locks held through this server: granted, neither released nor expired by the server's clock.",

@@ -543,6 +543,7 @@ type servers struct {
 	auth      *target // with an auth token, sent without it
 	authOK    *target // the same server, with the token
 	bare      *target // a Locker only: no KV, Inspector, Healer or Guard
+	noWatch   *target // a Locker and Inspector, no Watcher
 	closed    *target // a closed bolt store
 	exhausted *target // inmem: a counter at fence.MaxToken
 	draining  *target
@@ -559,6 +560,8 @@ func startServers(t *testing.T) *servers {
 		AuthTokens: [][]byte{[]byte("s3cret")}})
 	s.authOK = &target{url: s.auth.url, auth: true, token: "s3cret"}
 	_, s.bare = startTarget(t, fencehttp.Config{Locker: lockerOnly{inmem.NewLocker(inmem.Options{})}})
+	l := inmem.NewLocker(inmem.Options{})
+	_, s.noWatch = startTarget(t, fencehttp.Config{Locker: noWatch{l, l}})
 	_, hs, store := newBoltServer(t, fencehttp.Config{})
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
@@ -642,6 +645,17 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	// An escaped control character: the document's patterns (RE2) cannot say it.
 	c.do(exchange{what: "state, control character", on: m, method: "GET", path: "/v1/locks/a%01b", req: reqUnchecked, status: 400, code: "invalid"})
 	c.unserved(s, "state", "Inspector", exchange{method: "GET", path: "/v1/locks/x"})
+	// blocking queries
+	c.do(exchange{what: "blocking query, index changed", on: m, method: "GET", path: nightly + "?index=1&wait_ms=30000", status: 200})
+	c.do(exchange{what: "blocking query, wait over", on: m, method: "GET", path: "/v1/locks/never?index=1&wait_ms=20", status: 200})
+	c.do(exchange{what: "blocking query, index not a number", on: m, method: "GET", path: "/v1/locks/never?index=x", req: reqViolates, status: 400, code: "invalid"})
+	c.do(exchange{what: "blocking query, wait_ms negative", on: m, method: "GET", path: "/v1/locks/never?index=1&wait_ms=-1", req: reqViolates, status: 400, code: "invalid"})
+	// A schema cannot say that wait_ms needs index.
+	c.do(exchange{what: "blocking query, wait_ms without index", on: m, method: "GET", path: "/v1/locks/never?wait_ms=20", req: reqUnchecked, status: 400, code: "invalid"})
+	c.do(exchange{what: "blocking query, store cannot watch", on: s.noWatch, method: "GET", path: "/v1/locks/x?index=1", status: 501, code: "not_implemented"})
+	// "x" is held there with token 1 (index 2): a query that would wait ends at once.
+	c.do(exchange{what: "blocking query, server draining", on: s.draining, method: "GET", path: "/v1/locks/x?index=2&wait_ms=20000", status: 503, code: "unavailable"})
+	c.unserved(s, "blocking query", "Inspector", exchange{method: "GET", path: "/v1/locks/x?index=1&wait_ms=20"})
 	l := c.do(exchange{what: "list", on: m, method: "GET", path: "/v1/locks?prefix=jobs&limit=10", status: 200})
 	if locks, _ := l.json["locks"].([]any); len(locks) != 1 {
 		c.failf("list prefix=jobs: want the one lock jobs/nightly, got %s", l.body)
@@ -845,6 +859,9 @@ func TestOpenAPI_DriftedDocumentIsCaught(t *testing.T) {
 		{"response header", func(doc map[string]any) {
 			obj(doc, "paths", "/v1/kv/{key}", "get", "responses", "200", "headers", "Fence-Lock", "schema")["pattern"] = "^[a-z]+$"
 		}, []string{"get, lock with a slash", "does not describe", "Fence-Lock"}},
+		{"Fence-Index header", func(doc map[string]any) {
+			obj(doc, "paths", "/v1/locks/{name}", "get", "responses", "200", "headers", "Fence-Index", "schema")["maximum"] = 0
+		}, []string{"state, never acquired", "does not describe", "Fence-Index"}},
 		{"WWW-Authenticate header", func(doc map[string]any) {
 			obj(doc, "components", "responses", "Unauthorized", "headers", "WWW-Authenticate", "schema")["pattern"] = "^Basic "
 		}, []string{"openapi, wrong token", "does not describe", "WWW-Authenticate"}},

@@ -29,7 +29,8 @@ import (
 // Defaults of Config.
 const (
 	DefaultTTL           = 30 * time.Second // TTL of an acquire or renew without ttl_ms
-	DefaultMaxWait       = 60 * time.Second // longest single long poll
+	DefaultMaxWait       = 60 * time.Second // longest single long poll or blocking query
+	DefaultBlockingWait  = 30 * time.Second // wait of a blocking query without wait_ms (at most MaxWait)
 	DefaultMaxBodyBytes  = 64 << 10         // largest JSON request body
 	DefaultMaxValueBytes = 1 << 20          // largest KV value
 	maxListLimit         = 10000
@@ -38,7 +39,8 @@ const (
 // Config configures a Server. Only Locker is required.
 type Config struct {
 	// Locker grants the leases. If it is also a fence.Inspector, GET /v1/locks works,
-	// a fence.Healer, POST .../heal, a fence.Revoker, POST .../revoke (501 otherwise).
+	// a fence.Watcher, blocking queries (GET /v1/locks/{name}?index=N), a
+	// fence.Healer, POST .../heal, a fence.Revoker, POST .../revoke (501 otherwise).
 	Locker fence.Locker
 	// KV is the fenced key-value store behind /v1/kv; if it is also a fence.Guard,
 	// POST /v1/fences works. Nil answers those routes with 501.
@@ -53,7 +55,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxValueBytes bounds KV values (413 beyond); 0 means 1 MiB.
 	MaxValueBytes int64
-	// MaxWait caps one long poll; a longer wait_ms is cut to it (the Client polls
+	// MaxWait caps one long poll (a waiting acquire) and one blocking query (GET
+	// /v1/locks/{name}?index=N); a longer wait_ms is cut to it (the Client polls
 	// again). 0 means 60s.
 	MaxWait time.Duration
 	// DefaultTTL is the TTL of an acquire or renew without ttl_ms; 0 means 30s.
@@ -599,16 +602,130 @@ func (s *Server) inspector() (fence.Inspector, error) {
 	return in, nil
 }
 
+// inspect serves GET /v1/locks/{name}[?index=N&wait_ms=W]: the lock's state,
+// with its change index in the Fence-Index header. With index it is a blocking
+// query (see blockingQuery).
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
+	v := r.URL.Query()
+	op := "inspect"
+	if v.Has("index") || v.Has("wait_ms") {
+		op = "watch"
+	}
+	q, err := s.blockingQueryOf(v)
+	if err != nil {
+		s.fail(w, r, op, name, err)
+		return
+	}
 	in, err := s.inspector()
-	if err == nil {
-		var info fence.LockInfo
-		if info, err = in.Inspect(r.Context(), name); err == nil {
-			s.ok(w, r, LockInfoOf(info))
-			return
+	if err != nil {
+		s.fail(w, r, op, name, err)
+		return
+	}
+	var info fence.LockInfo
+	if q.blocking {
+		info, err = s.blockingQuery(r.Context(), in, name, q)
+	} else {
+		info, err = in.Inspect(r.Context(), name)
+	}
+	if err != nil {
+		s.fail(w, r, op, name, err)
+		return
+	}
+	w.Header().Set(HeaderIndex, strconv.FormatUint(info.Index(), 10))
+	s.ok(w, r, LockInfoOf(info))
+}
+
+// blockingQueryArgs are the query parameters of GET /v1/locks/{name}.
+type blockingQueryArgs struct {
+	blocking bool          // index was given
+	index    uint64        // the Fence-Index the client has
+	wait     time.Duration // how long to wait for another, within [0, MaxWait]
+}
+
+// blockingQueryOf reads index and wait_ms, each at most once. A wait_ms over
+// MaxWait is cut to it, as an acquire's is; without wait_ms a blocking query
+// waits DefaultBlockingWait (at most MaxWait). wait_ms without index is refused:
+// it would be ignored.
+func (s *Server) blockingQueryOf(v url.Values) (blockingQueryArgs, error) {
+	q := blockingQueryArgs{wait: min(DefaultBlockingWait, s.cfg.MaxWait)}
+	once := func(field string) (string, bool, error) {
+		switch vs := v[field]; len(vs) {
+		case 0:
+			return "", false, nil
+		case 1:
+			return vs[0], true, nil
+		default:
+			return "", false, &fence.InvalidError{Field: field, Value: strings.Join(vs, ","), Reason: "must be given at most once"}
 		}
 	}
-	s.fail(w, r, "inspect", name, err)
+	idx, hasIndex, err := once("index")
+	if err != nil {
+		return q, err
+	}
+	if hasIndex {
+		if q.index, err = strconv.ParseUint(idx, 10, 64); err != nil {
+			return q, &fence.InvalidError{Field: "index", Value: idx, Reason: "must be a Fence-Index: an integer from 0"}
+		}
+		q.blocking = true
+	}
+	wait, hasWait, err := once("wait_ms")
+	switch {
+	case err != nil:
+		return q, err
+	case !hasWait:
+		return q, nil
+	case !hasIndex:
+		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "needs index: it bounds a blocking query"}
+	}
+	ms, err := strconv.ParseInt(wait, 10, 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange):
+		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "must be an integer"}
+	case ms < 0:
+		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "must not be negative"}
+	case err != nil || ms >= s.cfg.MaxWait.Milliseconds():
+		q.wait = s.cfg.MaxWait // out of range above: cut, as any wait over the maximum
+	default:
+		q.wait = time.Duration(ms) * time.Millisecond
+	}
+	return q, nil
+}
+
+// blockingQuery answers a blocking query on name: at once with the state if its
+// index differs from q.index, else with the state after the next change (an
+// acquire, release, expiry, revoke or heal), or, when q.wait passes first, with
+// the state as it is then (a fresh read, so its time left is current). It is
+// built on the store's fence.Watcher: one watch per request, which in process
+// (bolt, inmem) is a subscription in memory and on a network store is what that
+// store's Watch costs (a subscription to the store's change messages and a read
+// of the lock, each time it changes). It ends early, with 503, when the server
+// drains. A store without a Watcher is ErrNotImplemented (501).
+func (s *Server) blockingQuery(ctx context.Context, in fence.Inspector, name string, q blockingQueryArgs) (fence.LockInfo, error) {
+	wt, ok := s.cfg.Locker.(fence.Watcher)
+	if !ok {
+		return fence.LockInfo{}, because(ErrNotImplemented, "blocking queries (index) are not supported by this server's store (it cannot watch a lock)")
+	}
+	s.m.blocking.Inc()
+	defer s.m.blocking.Dec()
+	wctx, cancel := context.WithTimeout(ctx, q.wait)
+	defer cancel()
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	defer stop()
+	for info, err := range wt.Watch(wctx, name) {
+		if err != nil {
+			return fence.LockInfo{}, err
+		}
+		if info.Index() != q.index {
+			return info, nil
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		return fence.LockInfo{}, because(ctx.Err(), "client went away")
+	case s.drainCtx.Err() != nil:
+		return fence.LockInfo{}, errShuttingDown
+	}
+	return in.Inspect(ctx, name)
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,10 @@ const (
 	// HeaderLock carries the lock name whose counter issued the token (required on
 	// every fenced write), URL-escaped as a path segment.
 	HeaderLock = "Fence-Lock"
+	// HeaderIndex carries a lock's change index (fence.LockInfo.Index), in
+	// decimal, on every answer of GET /v1/locks/{name}: the index a blocking
+	// query sends back to wait for the next change.
+	HeaderIndex = "Fence-Index"
 )
 
 // acquireRequest is the body of POST /v1/locks/{name}/acquire.

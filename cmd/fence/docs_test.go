@@ -31,6 +31,7 @@ var (
 	holdersTour = docTour{"../../fencehttp/README.md", "## Who holds a lock, and revoking it"}
 	// electionTour is the section on leader election proposed for README.md.
 	electionTour = docTour{"testdata/readme-election.md", "### Leader election: `fence elect` and `fence leader`"}
+	watchTour    = docTour{"../../fencehttp/README.md", "## Watching a lock"}
 )
 
 // name is the tour's file relative to the repository's root.
@@ -217,7 +218,7 @@ func TestDocs_Tours_RunAsWritten(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("the tours use curl: install it (apt-get install curl)")
 	}
-	for _, tour := range []docTour{readmeTour, httpTour, holdersTour} {
+	for _, tour := range []docTour{readmeTour, httpTour, holdersTour, watchTour} {
 		t.Run(tour.name()+" "+tour.heading, func(t *testing.T) {
 			t.Parallel()
 			dir, url := startTourServe(t)
@@ -237,6 +238,7 @@ func TestDocs_Tours_OneAfterTheOther(t *testing.T) {
 	runTour(t, readmeTour, url, dir, true)
 	runTour(t, httpTour, url, dir, true)
 	runTour(t, holdersTour, url, dir, true)
+	runTour(t, watchTour, url, dir, true)
 }
 
 // TestDocs_ElectionTour_RunsAsWritten runs the leader election section proposed

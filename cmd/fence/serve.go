@@ -157,8 +157,9 @@ locks and the KV live in that store, so several servers can share it:
 (one token a line in the file; clients read $FENCE_AUTH_TOKEN). --tls-cert and
 --tls-key serve HTTPS. Logs go to stderr (JSON with -o json).
 
-SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls end, requests
-in flight finish (up to --shutdown-timeout), then the store is closed cleanly.`,
+SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls and blocking
+queries end, requests in flight finish (up to --shutdown-timeout), then the store is
+closed cleanly.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (tlsCert == "") != (tlsKey == "") {
@@ -207,7 +208,7 @@ in flight finish (up to --shutdown-timeout), then the store is closed cleanly.`,
 	f.StringVar(&authFile, "auth-token-file", "", "file of accepted bearer tokens, one a line")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
-	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire")
+	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
 	return cmd
 }
@@ -258,7 +259,8 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		// No WriteTimeout: long polls legitimately stay open up to --max-wait.
+		// No WriteTimeout: long polls and blocking queries legitimately stay open up
+		// to --max-wait.
 	}
 	if len(c.tokens) == 0 {
 		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {

@@ -6,6 +6,8 @@
 // BenchmarkPairs reports acquire+release pairs/s for fence over HTTP (bolt store,
 // keep-alive) and for etcd (one session per client), at 1 and 16 concurrent clients
 // on distinct names. BenchmarkHandoff reports the median time from the holder's
-// release to the waiter's grant, the waiter long-polling. It is a separate package
-// so that the fencehttp tests do not link the etcd server.
+// release to the waiter's grant, the waiter long-polling. BenchmarkWatch reports
+// the median time from the holder's release to a Client.Watch of the lock yielding
+// it. It is a separate package so that the fencehttp tests do not link the etcd
+// server.
 package bench_test
