@@ -123,6 +123,12 @@ while :; do
   sleep 0.05
 done`
 	elect := []string{"elect", name, "--ttl", ttl.String(), "--", "sh", "-c", script}
+	// A watcher sees every term of the run, in order.
+	watch := startFence(t, srv, nil, "-o", "json", "leader", name, "--watch")
+	watchOut := lines(watch)
+	if got := nextLeader(t, watch, watchOut); got.Leader {
+		t.Fatalf("leader --watch before any candidate: want no leader first, got %+v", got)
+	}
 
 	a := startFence(t, srv, nil, elect...)
 	aOut := lines(a)
@@ -215,6 +221,74 @@ done`
 	}
 	if ld := leaderNow(t, srv, name); ld.Leader {
 		t.Fatalf("leader after the leader was stopped: want none (it resigned), got %+v", ld)
+	}
+
+	// The watcher saw the first term, the second (perhaps a vacancy between, at the
+	// expiry), and the vacancy after the resign; SIGTERM ends it, exit 0.
+	var epochs []uint64
+	for ld := nextLeader(t, watch, watchOut); ld.Leader || len(epochs) < 2; ld = nextLeader(t, watch, watchOut) {
+		if ld.Leader {
+			epochs = append(epochs, ld.Epoch)
+		}
+	}
+	if fmt.Sprint(epochs) != fmt.Sprint([]uint64{epochA, epochB}) {
+		t.Fatalf("leader --watch: want the terms %d then %d, then no leader; got the terms %v", epochA, epochB, epochs)
+	}
+	if err := watch.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := watch.wait(t, "leader --watch"); code != 0 || watch.stderr.String() != "" {
+		t.Fatalf("SIGTERM to leader --watch: want exit 0 and nothing on stderr, got %d and %q", code, watch.stderr)
+	}
+}
+
+// nextLeader reads the next JSON line of a `fence -o json leader --watch`.
+func nextLeader(t *testing.T, p *fenceProc, ch <-chan string) leaderOut {
+	t.Helper()
+	line := nextLine(t, "leader --watch", p, ch, "", 30*time.Second)
+	var ld leaderOut
+	if err := json.Unmarshal([]byte(line), &ld); err != nil {
+		t.Fatalf("leader --watch -o json: want a JSON object a line, got %q", line)
+	}
+	return ld
+}
+
+// Issue 15 item 4: `fence leader --watch` in text: the header and the leader, then
+// a row per change; SIGINT ends it with exit 0. A server that cannot be reached at
+// the start is an error at once (exit 1), in one line naming it.
+func TestCLI_Leader_Watch_TextRowsExit0OnSIGINT_UnreachableExit1(t *testing.T) {
+	srv := cli.serve.url
+	name := uniqName(t)
+	watch := startFence(t, srv, nil, "leader", name, "--watch")
+	out := lines(watch)
+	nextLine(t, "leader --watch", watch, out, "NAME ", 30*time.Second)
+	if row := nextLine(t, "leader --watch", watch, out, "", 30*time.Second); !regexp.MustCompile(`^` + regexp.QuoteMeta(name) + `\s+false\s+-\s+-\s+-$`).MatchString(row) {
+		t.Fatalf("leader --watch: want a row with no leader first, got %q", row)
+	}
+	r := runFence(t, srv, nil, "", "elect", name, "--owner", "ops", "--", "sh", "-c", `echo "$FENCE_TOKEN"; sleep 0.3`)
+	wantCode(t, "elect", r, 0)
+	epoch := strings.TrimSpace(r.stdout)
+	for _, want := range []string{`\s+true\s+` + epoch + `\s+\S+\s+ops$`, `\s+false\s+-\s+-\s+-$`} {
+		if row := nextLine(t, "leader --watch", watch, out, "", 30*time.Second); !regexp.MustCompile(`^` + regexp.QuoteMeta(name) + want).MatchString(row) {
+			t.Fatalf("leader --watch: want a row matching %s, got %q", want, row)
+		}
+	}
+	if err := watch.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := watch.wait(t, "leader --watch"); code != 0 || watch.stderr.String() != "" {
+		t.Fatalf("SIGINT to leader --watch: want exit 0 and nothing on stderr, got %d and %q", code, watch.stderr)
+	}
+
+	addr := freeAddr(t)
+	start := time.Now()
+	r = runFence(t, "http://"+addr, nil, "", "leader", name, "--watch")
+	wantCode(t, "leader --watch with no server", r, exitError)
+	if want := fmt.Sprintf("fence: cannot reach the fence server at http://%s: connection refused\n", addr); r.stderr != want {
+		t.Fatalf("leader --watch with no server:\nwant %q\ngot  %q", want, r.stderr)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("leader --watch took %v to report an unreachable server", d)
 	}
 }
 
