@@ -330,6 +330,12 @@ func (r *runner) nextTerm(t *testing.T, why string) *election.Term {
 	case term := <-r.terms:
 		return term
 	case err := <-r.done:
+		r.done <- err // for result and the cleanup
+		select {
+		case term := <-r.terms: // called, and Run returned since
+			return term
+		default:
+		}
 		t.Fatalf("%s: Run returned %v; want OnStartedLeading called", why, err)
 	case <-time.After(promptly):
 		t.Fatalf("%s: OnStartedLeading not called within %v", why, promptly)
