@@ -215,59 +215,37 @@ func (s *lockerSuite) electionOneLeader(t *testing.T, l fence.Locker) {
 	}
 }
 
-// observed is one leader (or error) an Observe yielded.
-type observed struct {
-	ld  election.Leader
-	err error
-}
+// observing is an election's Observe in the shape of a fence.Watcher, so that
+// the watch suite's startWatch serves observers too: a leader is a held lock
+// whose token is the epoch, a vacancy a free lock.
+type observing struct{ e *election.Election }
 
-// startObserve ranges over seq in a goroutine until cleanup. If gate is not nil
-// the reader blocks after the first leader until gate closes, as an observer
-// that falls behind does.
-func startObserve(t *testing.T, seq func(context.Context) iter.Seq2[election.Leader, error], gate <-chan struct{}) <-chan observed {
-	ctx, cancel := context.WithCancel(testContext(t))
-	out := make(chan observed, 64)
-	fin := make(chan struct{})
-	go func() {
-		defer close(fin)
-		first := true
-		for ld, err := range seq(ctx) {
-			if !first && gate != nil {
-				select {
-				case <-gate:
-				case <-ctx.Done():
-					return
-				}
-			}
-			first = false
-			select {
-			case out <- observed{ld, err}:
-			case <-ctx.Done():
+func (o observing) Watch(ctx context.Context, _ string) iter.Seq2[fence.LockInfo, error] {
+	return func(yield func(fence.LockInfo, error) bool) {
+		for ld, err := range o.e.Observe(ctx) {
+			if !yield(fence.LockInfo{Name: ld.Name, Held: ld.Leading(), Token: ld.Epoch, Owner: ld.Owner}, err) {
 				return
 			}
 		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-fin:
-		case <-time.After(promptly):
-			t.Errorf("Observe still running %v after its context was cancelled", promptly)
-		}
-	})
-	return out
+	}
+}
+
+// startObserve ranges over e.Observe until cleanup, as startWatch does.
+func startObserve(t *testing.T, e *election.Election, gate <-chan struct{}) <-chan watched {
+	states, _, _ := startWatch(t, observing{e}, e.Name(), gate)
+	return states
 }
 
 // nextLeader returns what the observer behind ch yields next within
 // watchPromptly, failing the test on an error or a timeout.
-func nextLeader(t *testing.T, ch <-chan observed, waitingFor string) election.Leader {
+func nextLeader(t *testing.T, ch <-chan watched, waitingFor string) election.Leader {
 	t.Helper()
 	select {
 	case o := <-ch:
 		if o.err != nil {
 			t.Fatalf("Observe yielded %v while waiting for %s", o.err, waitingFor)
 		}
-		return o.ld
+		return election.Leader{Name: o.info.Name, Owner: o.info.Owner, Epoch: o.info.Token}
 	case <-time.After(watchPromptly):
 		t.Fatalf("Observe yielded nothing within %v while waiting for %s", watchPromptly, waitingFor)
 		return election.Leader{}
@@ -286,9 +264,9 @@ func (s *lockerSuite) electionObservers(t *testing.T, l fence.Locker) {
 	for i := range cands {
 		cands[i] = newElection(t, l, name, fmt.Sprintf("candidate-%d", i))
 	}
-	prompt := []<-chan observed{startObserve(t, cands[0].Observe, nil), startObserve(t, cands[1].Observe, nil)}
+	prompt := []<-chan watched{startObserve(t, cands[0], nil), startObserve(t, cands[1], nil)}
 	gate := make(chan struct{})
-	slow := startObserve(t, cands[2].Observe, gate)
+	slow := startObserve(t, cands[2], gate)
 
 	// history is the election's every state, in order: a vacancy first.
 	history := []election.Leader{{Name: name}}
@@ -296,7 +274,7 @@ func (s *lockerSuite) electionObservers(t *testing.T, l fence.Locker) {
 		t.Helper()
 		want := history[len(history)-1]
 		for i, ch := range prompt {
-			if got := nextLeader(t, ch, what); got.Name != want.Name || got.Owner != want.Owner || got.Epoch != want.Epoch {
+			if got := nextLeader(t, ch, what); got != want {
 				t.Fatalf("observer %d: after %s Observe yielded %+v; want %+v (changes so far %+v)", i, what, got, want, history)
 			}
 		}
@@ -323,7 +301,7 @@ func (s *lockerSuite) electionObservers(t *testing.T, l fence.Locker) {
 		got := nextLeader(t, slow, "the latest leader (the observer fell behind)")
 		at := -1
 		for j := pos + 1; j < len(history); j++ {
-			if h := history[j]; h.Owner == got.Owner && h.Epoch == got.Epoch && h.Name == got.Name {
+			if history[j] == got {
 				at = j
 				break
 			}
