@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"reflect"
 	"time"
 
 	"github.com/fencelock/fence"
@@ -56,10 +57,10 @@ func WithOwner(owner string) Option { return func(e *Election) { e.owner = owner
 // New returns the election on name held through l. The name, TTL and owner are
 // checked by the locker at the first Campaign, which returns an error matching
 // fence.ErrInvalid if one is bad; New itself returns an error only for a nil
-// locker (fence.ErrInvalid).
+// locker, or a nil pointer of a locker type (fence.ErrInvalid).
 func New(l fence.Locker, name string, opts ...Option) (*Election, error) {
-	if l == nil {
-		return nil, &fence.InvalidError{Field: "locker", Reason: "is nil"}
+	if isNil(l) {
+		return nil, fmt.Errorf("election %q: new: %w", name, &fence.InvalidError{Field: "locker", Value: fmt.Sprintf("%T", l), Reason: "is nil"})
 	}
 	e := &Election{locker: l, name: name, ttl: DefaultTTL}
 	for _, o := range opts {
@@ -68,6 +69,19 @@ func New(l fence.Locker, name string, opts ...Option) (*Election, error) {
 		}
 	}
 	return e, nil
+}
+
+// isNil reports whether l is nil or a nil pointer, map, func or channel in an
+// interface: a locker whose methods would panic on first use.
+func isNil(l fence.Locker) bool {
+	if l == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(l); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Interface, reflect.Slice:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Name returns the election's lock name.
@@ -214,45 +228,55 @@ func (e *Election) Observe(ctx context.Context) iter.Seq2[Leader, error] {
 // Callbacks are what Run calls as leadership comes and goes.
 type Callbacks struct {
 	// OnStartedLeading is called, in its own goroutine, when this candidate
-	// becomes leader, with the term and a context cancelled when the term ends.
-	// It must return once ctx is cancelled. If it returns while the term lasts,
-	// the work is done: Run resigns and returns nil. Required.
+	// becomes leader, with the term and a context cancelled when the term ends
+	// or Run's context ends. It must return once ctx is cancelled: Run resigns
+	// only after it returned, so the leader's work has stopped before another
+	// candidate leads. If it returns while the term lasts, the work is done: Run
+	// resigns and returns nil. Required.
 	OnStartedLeading func(ctx context.Context, term *Term)
 	// OnStoppedLeading, if set, is called after each term, once
-	// OnStartedLeading has returned.
+	// OnStartedLeading has returned and the term was resigned (or had ended).
 	OnStoppedLeading func()
 	// OnNewLeader, if set, is called with every change of leader Run observes
 	// (this candidate's terms too, and vacancies with Epoch 0), from one
-	// goroutine, in order. It needs a fence.Watcher; with another locker it is
-	// not called.
+	// goroutine, in order, starting with the leader when Run starts. It needs a
+	// locker that is a fence.Watcher. Changes are read as they come, not
+	// queued: a slow OnNewLeader skips terms but is always called with the
+	// latest leader, never an older one after a newer.
 	OnNewLeader func(Leader)
 }
 
 // Run campaigns, leads through cb.OnStartedLeading, and campaigns again after
-// each lost term, until ctx ends or the work is done. When ctx ends it resigns
-// the current term (handing over at once) and returns ctx's error after
-// OnStoppedLeading. It returns nil when OnStartedLeading returned while its term
-// lasted (having resigned), an error matching fence.ErrInvalid for a missing
-// OnStartedLeading or a bad name, TTL or owner, and Campaign's other errors that
-// are not about ctx (fence.ErrTokenExhausted, fence.ErrClosed).
+// each lost term, until ctx ends or the work is done. When ctx ends it cancels
+// the leader's context, waits for OnStartedLeading to return, resigns the term
+// (handing over at once, not after the TTL) and returns ctx's error after
+// OnStoppedLeading.
+//
+// It returns nil when OnStartedLeading returned while its term lasted (having
+// resigned); an error matching fence.ErrInvalid for a missing OnStartedLeading
+// or a bad name, TTL or owner; fence.ErrNotImplemented, before campaigning, if
+// cb.OnNewLeader is set and the locker is not a fence.Watcher; and Campaign's
+// other errors that are not about ctx (fence.ErrTokenExhausted,
+// fence.ErrClosed).
 func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 	if cb.OnStartedLeading == nil {
 		return fmt.Errorf("election %q: run: %w", e.name, &fence.InvalidError{Field: "OnStartedLeading", Reason: "is nil"})
 	}
 	if cb.OnNewLeader != nil {
-		if _, ok := e.locker.(fence.Watcher); ok {
-			octx, stop := context.WithCancel(ctx)
-			observed := make(chan struct{})
-			defer func() { stop(); <-observed }()
-			go func() {
-				defer close(observed)
-				for ld, err := range e.Observe(octx) {
-					if err == nil {
-						cb.OnNewLeader(ld)
-					}
-				}
-			}()
+		if _, ok := e.locker.(fence.Watcher); !ok {
+			return fmt.Errorf("election %q: run: OnNewLeader needs a fence.Watcher, %T is not one: %w", e.name, e.locker, fence.ErrNotImplemented)
 		}
+		octx, stop := context.WithCancel(ctx)
+		observed := make(chan struct{})
+		defer func() { stop(); <-observed }()
+		go func() {
+			defer close(observed)
+			for ld, err := range e.Observe(octx) {
+				if err == nil {
+					cb.OnNewLeader(ld)
+				}
+			}
+		}()
 	}
 	for {
 		term, err := e.Campaign(ctx)
@@ -262,32 +286,38 @@ func (e *Election) Run(ctx context.Context, cb Callbacks) error {
 			}
 			return err
 		}
-		finished := make(chan struct{})
-		go func() {
-			defer close(finished)
-			cb.OnStartedLeading(term.Context(), term)
-		}()
-		workDone := false
-		select {
-		case <-finished:
-			workDone = term.Err() == nil
-		case <-term.Done():
-		case <-ctx.Done():
-		}
-		if term.Err() == nil {
-			stepDown(ctx, term)
-		}
-		<-finished
-		if cb.OnStoppedLeading != nil {
-			cb.OnStoppedLeading()
-		}
-		if workDone {
+		if lead(ctx, term, cb) {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
+}
+
+// lead runs one term for Run: OnStartedLeading until it returns, then the
+// resign (unless the term already ended) and OnStoppedLeading. It reports
+// whether the work is done: OnStartedLeading returned before its context was
+// cancelled.
+func lead(ctx context.Context, term *Term, cb Callbacks) (workDone bool) {
+	lctx, cancel := context.WithCancelCause(term.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	defer stop()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		cb.OnStartedLeading(lctx, term)
+	}()
+	<-finished
+	workDone = lctx.Err() == nil
+	if term.Err() == nil {
+		stepDown(ctx, term)
+	}
+	if cb.OnStoppedLeading != nil {
+		cb.OnStoppedLeading()
+	}
+	return workDone
 }
 
 // stepDown resigns term for Run, trying again while the store cannot be told

@@ -2,12 +2,14 @@ package fencetest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/election"
 )
 
 // BenchmarkAcquireRelease measures an uncontended Acquire (10s TTL, no wait) and
@@ -85,6 +87,84 @@ func BenchmarkMutexHandoff(b *testing.B, holder, waiter Mutex) {
 	benchmarkHandoff(b, holder, waiter, nil)
 }
 
+// BenchmarkResignHandoff measures the handoff after a leader resigns, as
+// BenchmarkHandoff does after a release: in each of b.N rounds a candidate on
+// holder campaigns for the benchmark's election (package election, 10s TTL) and
+// leads, a candidate on waiter campaigns and is given waiterBlockDelay (30ms) to
+// start waiting, and the leader resigns. The new term's epoch must be above the
+// old one's.
+//
+// It reports the median and 90th percentile, in milliseconds, of the time from
+// the leader's Resign call to the waiting candidate's Campaign returning
+// (handoff-median-ms, handoff-p90-ms) and the median of the Resign call alone
+// (release-median-ms): the same figures as BenchmarkHandoff, so the two compare
+// directly on one backend. ns/op includes each round's delay and is not the
+// figure to read.
+func BenchmarkResignHandoff(b *testing.B, holder, waiter fence.Locker) {
+	b.Helper()
+	name := uniqueName(b, "")
+	h, w := newTermMutex(holder, name), newTermMutex(waiter, name)
+	benchmarkHandoff(b, h, w, func() {
+		if w.term.Epoch() <= h.term.Epoch() {
+			b.Fatalf("new leader's epoch %d; want > the resigned leader's %d", w.term.Epoch(), h.term.Epoch())
+		}
+	})
+}
+
+// A HandoffSubject is a lock (or an election) whose handoff
+// BenchmarkHandoffInterleaved measures: two of its holders, as Mutexes, and
+// the name its figures are reported under.
+type HandoffSubject struct {
+	Name           string
+	Holder, Waiter Mutex
+}
+
+// BenchmarkHandoffInterleaved runs BenchmarkHandoff's rounds on several subjects
+// in turn, one round of each per iteration, so that they see the same servers
+// and the same load on the machine: a fair comparison in one run. For each
+// subject it reports the median and 90th percentile handoff, in milliseconds
+// (NAME-median-ms, NAME-p90-ms), and for each subject after the first its
+// median over the first's (NAME/FIRST: above 1 means slower than the first).
+func BenchmarkHandoffInterleaved(b *testing.B, subjects ...HandoffSubject) {
+	b.Helper()
+	if len(subjects) == 0 {
+		b.Fatal("fencetest: BenchmarkHandoffInterleaved needs at least one subject")
+	}
+	ctx := context.Background()
+	handoffs := make([][]time.Duration, len(subjects))
+	for i := 0; i < b.N; i++ {
+		for j, s := range subjects {
+			d, _, err := handoffRound(ctx, s.Holder, s.Waiter, nil)
+			if err != nil {
+				b.Fatalf("%s: %v", s.Name, err)
+			}
+			handoffs[j] = append(handoffs[j], d)
+		}
+	}
+	if b.N == 0 {
+		return
+	}
+	medians := make([]time.Duration, len(subjects))
+	for j, s := range subjects {
+		slices.Sort(handoffs[j])
+		medians[j] = handoffs[j][len(handoffs[j])/2]
+		b.ReportMetric(ms(medians[j]), s.Name+"-median-ms")
+		b.ReportMetric(ms(handoffs[j][len(handoffs[j])*9/10]), s.Name+"-p90-ms")
+		if j > 0 && medians[0] > 0 {
+			b.ReportMetric(float64(medians[j])/float64(medians[0]), s.Name+"/"+subjects[0].Name)
+		}
+	}
+}
+
+// LockerMutex returns the lock name on l as a Mutex, for BenchmarkHandoffInterleaved:
+// Lock acquires it (10s TTL), waiting at most 30s, and Unlock releases that lease.
+func LockerMutex(l fence.Locker, name string) Mutex { return &lockerMutex{l: l, name: name} }
+
+// ElectionMutex returns a candidate for the election name on l (package
+// election, 10s TTL) as a Mutex, for BenchmarkHandoffInterleaved: Lock
+// campaigns until it leads, waiting at most 30s, and Unlock resigns that term.
+func ElectionMutex(l fence.Locker, name string) Mutex { return newTermMutex(l, name) }
+
 // lockerMutex is a Locker's lock on one name as a Mutex: Lock waits (at most 30s)
 // and keeps the lease for Unlock.
 type lockerMutex struct {
@@ -100,6 +180,31 @@ func (m *lockerMutex) Lock(ctx context.Context) (err error) {
 
 func (m *lockerMutex) Unlock(ctx context.Context) error { return m.lease.Release(ctx) }
 
+// termMutex is a candidate of an election as a Mutex: Lock campaigns (at most
+// 30s) and keeps the term for Unlock, which resigns it.
+type termMutex struct {
+	e    *election.Election
+	err  error // election.New's, returned by Lock
+	term *election.Term
+}
+
+func newTermMutex(l fence.Locker, name string) *termMutex {
+	e, err := election.New(l, name, election.WithTTL(10*time.Second))
+	return &termMutex{e: e, err: err}
+}
+
+func (m *termMutex) Lock(ctx context.Context) (err error) {
+	if m.err != nil {
+		return m.err
+	}
+	ctx, cancel := context.WithTimeout(ctx, longWait)
+	defer cancel()
+	m.term, err = m.e.Campaign(ctx)
+	return err
+}
+
+func (m *termMutex) Unlock(ctx context.Context) error { return m.term.Resign(ctx) }
+
 // benchmarkHandoff runs BenchmarkHandoff's rounds on holder and waiter, calling
 // check (if not nil) once the waiter holds the lock, and reports the figures.
 func benchmarkHandoff(b *testing.B, holder, waiter Mutex, check func()) {
@@ -107,27 +212,12 @@ func benchmarkHandoff(b *testing.B, holder, waiter Mutex, check func()) {
 	handoffs := make([]time.Duration, 0, b.N)
 	releases := make([]time.Duration, 0, b.N)
 	for i := 0; i < b.N; i++ {
-		if err := holder.Lock(ctx); err != nil {
-			b.Fatalf("holder: %v", err)
+		handoff, release, err := handoffRound(ctx, holder, waiter, check)
+		if err != nil {
+			b.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() { got <- waiter.Lock(ctx) }()
-		time.Sleep(waiterBlockDelay)
-		start := time.Now()
-		if err := holder.Unlock(ctx); err != nil {
-			b.Fatalf("holder's release: %v", err)
-		}
-		releases = append(releases, time.Since(start))
-		if err := <-got; err != nil {
-			b.Fatalf("waiter: %v", err)
-		}
-		handoffs = append(handoffs, time.Since(start))
-		if check != nil {
-			check()
-		}
-		if err := waiter.Unlock(ctx); err != nil {
-			b.Fatalf("waiter's release: %v", err)
-		}
+		handoffs = append(handoffs, handoff)
+		releases = append(releases, release)
 	}
 	if len(handoffs) == 0 {
 		return
@@ -137,6 +227,36 @@ func benchmarkHandoff(b *testing.B, holder, waiter Mutex, check func()) {
 	b.ReportMetric(ms(handoffs[len(handoffs)/2]), "handoff-median-ms")
 	b.ReportMetric(ms(handoffs[len(handoffs)*9/10]), "handoff-p90-ms")
 	b.ReportMetric(ms(releases[len(releases)/2]), "release-median-ms")
+}
+
+// handoffRound is one round of BenchmarkHandoff: holder locks, waiter asks and
+// is given waiterBlockDelay to start waiting, holder unlocks, and once waiter
+// holds the lock, check (if any) runs and waiter unlocks. It returns the time
+// from the holder's Unlock call to the waiter holding the lock, and of the
+// Unlock call alone.
+func handoffRound(ctx context.Context, holder, waiter Mutex, check func()) (handoff, release time.Duration, err error) {
+	if err := holder.Lock(ctx); err != nil {
+		return 0, 0, fmt.Errorf("holder: %w", err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	time.Sleep(waiterBlockDelay)
+	start := time.Now()
+	if err := holder.Unlock(ctx); err != nil {
+		return 0, 0, fmt.Errorf("holder's release: %w", err)
+	}
+	release = time.Since(start)
+	if err := <-got; err != nil {
+		return 0, 0, fmt.Errorf("waiter: %w", err)
+	}
+	handoff = time.Since(start)
+	if check != nil {
+		check()
+	}
+	if err := waiter.Unlock(ctx); err != nil {
+		return 0, 0, fmt.Errorf("waiter's release: %w", err)
+	}
+	return handoff, release, nil
 }
 
 // ms returns d in (fractional) milliseconds, the unit of the benchmarks' figures.

@@ -24,7 +24,10 @@ import (
 // waiting woken by release and bounded by the wait and by the context, lease Done
 // at expiry and with auto-renewal, and rejection of bad names, TTLs and lease ids.
 // If the locker implements fence.Inspector, fence.Healer, fence.Revoker or
-// fence.Watcher, those are checked too.
+// fence.Watcher, those are checked too. Package election is run on it as well:
+// at most one leader per epoch, epochs increasing and fencing off resigned
+// leaders, Resign handing over at once, cancelled campaigns leaving nothing
+// behind, and (on a Watcher) observers seeing every change of leader in order.
 func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ...Option) {
 	t.Helper()
 	s := &lockerSuite{cfg: newConfig(opts), newLocker: newLocker}
@@ -61,6 +64,10 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"Watcher_YieldsEveryChangeInOrder", s.watcherChanges},
 		{"Watcher_SlowReceiverGetsLatest", s.watcherFallsBehind},
 		{"Watcher_BadNameAndCancelEnd", s.watcherEnds},
+		{"Election_OneLeaderPerEpoch_EpochsIncrease", s.electionOneLeader},
+		{"Election_ObserversSeeEveryChangeInOrder", s.electionObservers},
+		{"Election_ResignHandsOffAtOnce", s.electionResignHandoff},
+		{"Election_CancelledCampaignLeavesNothing", s.electionCancelledCampaign},
 	})
 }
 
