@@ -1,0 +1,224 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fence"
+)
+
+// Watch yields the state of name as Inspect reports it, then the state after each
+// change (see fence.Watcher): an acquire, a release, a revoke, a takeover after
+// expiry, and an expiry that no waiter took over (read at the holder's expiry by the
+// ZooKeeper leader's clock; no event says it).
+//
+// Changes are learned from a ZooKeeper child watch on the lock's directory: every
+// grant, release, revoke and takeover creates or deletes a node there, whichever
+// client version did it, so the server itself signals them. The watch is armed
+// before Watch first reads the state, re-armed after each event, and shared by all
+// of the Locker's watchers of name (one watch and one goroutine per name, not per
+// watcher). A disconnect that keeps the session loses nothing: the client sets the
+// watch again on reconnecting and the server fires it for what changed meanwhile.
+// A session that ends (expired, or the connection closed) drops the watch: every
+// watcher of name then subscribes again, in the new session, and reads the state
+// again. A lost event is caught by the fallback read every
+// driver.DefaultWatchPoll.
+//
+// LastToken is the directory's pzxid, which also moves when a waiter joins or
+// leaves and when an Acquire finds the lock held (its node comes and goes), so a
+// watcher may see the same holder again with a greater LastToken. A renewal changes
+// nothing a watcher sees and wakes no one.
+//
+// It yields an error matching fence.ErrInvalid for a bad name, or
+// fence.ErrClosed after Close, and ends; while ZooKeeper cannot be reached it
+// yields errors matching fence.ErrUnavailable and goes on trying. A request in
+// flight is not interrupted by ctx: a watch ends at most about a session timeout
+// after ctx is done.
+func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
+	return func(yield func(fence.LockInfo, error) bool) {
+		var pause time.Duration
+		inspect := func(ctx context.Context, name string) (fence.LockInfo, error) {
+			return l.watchInspect(ctx, name, &pause)
+		}
+		l.engine.Watch(ctx, name, l.subscribe, inspect)(yield)
+	}
+}
+
+// maxUnclaimedPause bounds the pause between a watch's reads of a lock whose lowest
+// node has no TTL yet (see watchInspect).
+const maxUnclaimedPause = time.Second
+
+// watchInspect is Watch's driver.InspectFunc: Inspect's read, with errors left for
+// the Engine to name. A lock whose lowest node has no TTL yet (a promoted waiter
+// that has not claimed, for a few round trips; or one stuck there until its session
+// ends) is held with ExpiresIn 0, which the Engine takes as an expiry due now and
+// reads again at once. So while the lock stays in that state, each read first
+// pauses, doubling from 10ms to maxUnclaimedPause: a claim is usually seen on the
+// second read, and a stuck node costs a few reads a second, not a thousand.
+func (l *Locker) watchInspect(ctx context.Context, name string, pause *time.Duration) (fence.LockInfo, error) {
+	if *pause > 0 {
+		t := time.NewTimer(*pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fence.LockInfo{}, ctx.Err()
+		case <-l.stop:
+			t.Stop()
+		}
+	}
+	if err := l.checkOpen(); err != nil {
+		return fence.LockInfo{}, err
+	}
+	info, _, err := l.inspect(name)
+	if err == nil && info.Held && info.ExpiresIn <= 0 {
+		*pause = min(max(2**pause, 10*time.Millisecond), maxUnclaimedPause)
+	} else {
+		*pause = 0
+	}
+	return info, err
+}
+
+// relay is the one ZooKeeper watch on a lock's directory that a Locker keeps while
+// anyone watches the lock, and the subscriptions it signals. Its goroutine re-arms
+// the watch after each event, then signals every subscription. Once the last
+// subscription ends it stays until the armed watch fires (a ZooKeeper watch cannot
+// be taken back), so that a name watched again and again reuses it instead of
+// piling up watches in the client; then it ends.
+type relay struct {
+	ready chan struct{}              // closed once the first watch is armed or failed
+	err   error                      // why the first watch failed; set before ready closes
+	subs  map[chan struct{}]struct{} // guarded by Locker.wmu; nil once lost
+}
+
+// subscribe is Watch's driver.SubscribeFunc: it joins (or starts) the relay of name,
+// and returns once the relay's watch is armed. The channel receives a value after
+// each change event and closes when the watch is lost (the session ended).
+func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, error) {
+	if err := l.checkOpen(); err != nil {
+		return nil, err
+	}
+	c := make(chan struct{}, 1)
+	l.wmu.Lock()
+	r := l.relays[name]
+	if r == nil {
+		r = &relay{ready: make(chan struct{}), subs: map[chan struct{}]struct{}{}}
+		l.relays[name] = r
+		go l.relay(name, r)
+	}
+	r.subs[c] = struct{}{}
+	l.wmu.Unlock()
+	leave := func() {
+		l.wmu.Lock()
+		delete(r.subs, c)
+		l.wmu.Unlock()
+	}
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+		leave()
+		return nil, ctx.Err()
+	}
+	if r.err != nil {
+		leave()
+		return nil, r.err
+	}
+	context.AfterFunc(ctx, leave)
+	return c, nil
+}
+
+// relay runs r for name until its watch is lost, the Locker is closed, or an event
+// finds no subscription left.
+func (l *Locker) relay(name string, r *relay) {
+	dir := l.dir(name)
+	events, err := l.arm(dir)
+	if err != nil {
+		l.wmu.Lock()
+		r.err = err
+		l.dropRelay(name, r)
+		l.wmu.Unlock()
+		close(r.ready)
+		return
+	}
+	close(r.ready)
+	for {
+		var ev zk.Event
+		var ok bool
+		select {
+		case ev, ok = <-events:
+			if !ok {
+				ev.Type = zk.EventNotWatching // never so, but closed says lost
+			}
+		case <-l.stop:
+			l.wmu.Lock()
+			l.dropRelay(name, r)
+			l.wmu.Unlock()
+			return
+		}
+		l.wmu.Lock()
+		if len(r.subs) == 0 {
+			l.dropRelay(name, r) // nobody left to tell: leave no watch armed
+			l.wmu.Unlock()
+			return
+		}
+		l.wmu.Unlock()
+		if ev.Type != zk.EventNotWatching { // NotWatching: the session ended
+			events, err = l.arm(dir)
+		}
+		l.wmu.Lock()
+		if ev.Type == zk.EventNotWatching || err != nil {
+			for c := range r.subs {
+				close(c) // lost: each watch subscribes again
+			}
+			r.subs = nil
+			l.dropRelay(name, r)
+			l.wmu.Unlock()
+			return
+		}
+		for c := range r.subs {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+		l.wmu.Unlock()
+	}
+}
+
+// dropRelay forgets r as name's relay, if it still is. l.wmu must be held.
+func (l *Locker) dropRelay(name string, r *relay) {
+	if l.relays[name] == r {
+		delete(l.relays, name)
+	}
+}
+
+// arm sets a watch that fires on the next change of dir's children, or on dir's
+// creation if it does not exist yet (a lock never acquired), and returns its event
+// channel. It never sets a data watch on an existing dir: Inspect writes the dir's
+// data to read the leader's clock, and that write must wake no one.
+func (l *Locker) arm(dir string) (<-chan zk.Event, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		_, _, events, err := l.conn.ChildrenW(dir)
+		if err == nil {
+			return events, nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			return nil, zkErr(err)
+		}
+		exists, _, events, err := l.conn.ExistsW(dir)
+		if err != nil {
+			return nil, zkErr(err)
+		}
+		if !exists {
+			return events, nil
+		}
+		// Created in between: that ExistsW set a data watch, which fires once, on
+		// the next write of dir, and is not read. Set the child watch.
+	}
+	return nil, fmt.Errorf("%w: the lock's directory kept appearing and vanishing", fence.ErrUnavailable)
+}
