@@ -347,9 +347,11 @@ func TestWatch_EndedWatchers_LeaveNothingBehind(t *testing.T) {
 	if got := f.watchSets.Load() - set; got != 1 {
 		t.Fatalf("%d watches set for 200 watches of a quiet name, one after another; want 1 (reused)", got)
 	}
-	if n, g := l.WatchRelays(), runtime.NumGoroutine(); n != 1 || g > base+1 {
-		t.Fatalf("after 200 ended watches of a quiet name: %d relays, %d goroutines (%d before); want 1 and at most %d", n, g, base, base+1)
-	}
+	// The last watch's unsubscribe runs in a goroutine of its own (context.AfterFunc)
+	// as its context ends: wait for it.
+	waitFor(t, soon, "one relay and one goroutine more than before, after 200 ended watches of a quiet name", func() bool {
+		return l.WatchRelays() == 1 && runtime.NumGoroutine() <= base+1
+	})
 }
 
 func watchName(i int) string { return "watch-quiet-" + string(rune('a'+i)) }
