@@ -75,13 +75,59 @@ func (l *Locker) watchInspect(ctx context.Context, name string, pause *time.Dura
 	if err := l.checkOpen(); err != nil {
 		return fence.LockInfo{}, err
 	}
-	info, _, err := l.inspect(name)
+	info, err := l.sharedInspect(ctx, name)
 	if err == nil && info.Held && info.ExpiresIn <= 0 {
 		*pause = min(max(2**pause, 10*time.Millisecond), maxUnclaimedPause)
 	} else {
 		*pause = 0
 	}
 	return info, err
+}
+
+// read is a read of a lock's state in flight, which the relay's other watchers may
+// join (see sharedInspect).
+type read struct {
+	gen  uint64        // the relay's gen when it started
+	done chan struct{} // closed once info and err are set
+	info fence.LockInfo
+	err  error
+}
+
+// sharedInspect reads name's state, joining the read in flight for the same name
+// if it started since the relay's last signal: every watcher of name is signalled
+// at once, and one read after the signal serves them all, as well as its own. A
+// read that started before the signal may miss the change signalled and is never
+// joined; a finished read is never reused. A joined read that started before a
+// watcher's timer fired (the holder's expiry) may still say held: that watcher reads
+// again at the expiry the answer gives, so it only costs a read.
+func (l *Locker) sharedInspect(ctx context.Context, name string) (fence.LockInfo, error) {
+	l.wmu.Lock()
+	r := l.relays[name]
+	if r == nil { // not subscribed yet, or lost: read alone
+		l.wmu.Unlock()
+		info, _, err := l.inspect(name)
+		return info, err
+	}
+	if rd := r.read; rd != nil && rd.gen == r.gen {
+		l.wmu.Unlock()
+		select {
+		case <-rd.done:
+			return rd.info, rd.err
+		case <-ctx.Done():
+			return fence.LockInfo{}, ctx.Err()
+		}
+	}
+	rd := &read{gen: r.gen, done: make(chan struct{})}
+	r.read = rd
+	l.wmu.Unlock()
+	rd.info, _, rd.err = l.inspect(name)
+	close(rd.done)
+	l.wmu.Lock()
+	if r.read == rd {
+		r.read = nil
+	}
+	l.wmu.Unlock()
+	return rd.info, rd.err
 }
 
 // relay is the one ZooKeeper watch on a lock's directory that a Locker keeps while
@@ -94,6 +140,8 @@ type relay struct {
 	ready chan struct{}              // closed once the first watch is armed or failed
 	err   error                      // why the first watch failed; set before ready closes
 	subs  map[chan struct{}]struct{} // guarded by Locker.wmu; nil once lost
+	gen   uint64                     // signals sent; guarded by Locker.wmu
+	read  *read                      // the read in flight; guarded by Locker.wmu
 }
 
 // subscribe is Watch's driver.SubscribeFunc: it joins (or starts) the relay of name,
@@ -180,6 +228,7 @@ func (l *Locker) relay(name string, r *relay) {
 			l.wmu.Unlock()
 			return
 		}
+		r.gen++ // a read in flight may have missed this change: none joins it now
 		for c := range r.subs {
 			select {
 			case c <- struct{}{}:

@@ -250,8 +250,9 @@ func TestWatch_SessionExpired_WatchersSubscribeAgain(t *testing.T) {
 	}
 }
 
-// Many watchers of one name share one ZooKeeper watch: the watches set at the
-// server follow the changes, not the watchers, and every watcher sees every change.
+// Many watchers of one name share one ZooKeeper watch and their reads: the watches
+// set and the reads follow the changes, not the watchers, and every watcher sees
+// every change.
 func TestWatch_ManyWatchersOneName_OneWatch(t *testing.T) {
 	f := &netFault{}
 	l, _ := faultLocker(t, f, 10*time.Second, "")
@@ -272,6 +273,7 @@ func TestWatch_ManyWatchersOneName_OneWatch(t *testing.T) {
 	if got := f.watchSets.Load(); got != 1 {
 		t.Fatalf("%d watches set for %d watchers of one name; want 1", got, watchers)
 	}
+	reads := f.childReads.Load()
 	for i := 0; i < rounds; i++ {
 		lease := mustAcquire(t, ctx, other, name, time.Minute)
 		for _, w := range ws {
@@ -283,6 +285,11 @@ func TestWatch_ManyWatchersOneName_OneWatch(t *testing.T) {
 		for _, w := range ws {
 			w.until(soon, "the release", free)
 		}
+	}
+	// The watchers signalled together share one read (here, about one per change);
+	// each reading alone would make 50 per change.
+	if got, most := f.childReads.Load()-reads, int64(10*2*rounds); got > most {
+		t.Fatalf("%d reads for %d changes seen by %d watchers; want at most %d (shared)", got, 2*rounds, watchers, most)
 	}
 	// One re-arm per event, and an event per grant and per release at most.
 	if got, most := f.watchSets.Load(), int64(1+2*rounds); got > most {
