@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ import (
 // reports the median and p90 time from the holder's release call to the blocked
 // waiter holding the lock (handoff-median-ms) and the median of the release call
 // (release-median-ms); its ns/op includes each round's setup and is not the figure to
-// read.
+// read. BenchmarkWatchLatency and BenchmarkAcquireReleaseWatched measure Watch.
 
 var (
 	etcdOnce sync.Once
@@ -132,3 +133,130 @@ func BenchmarkExpiryHandoff(b *testing.B) {
 	warmUp(b)
 	fencetest.BenchmarkExpiryHandoff(b, open(b, nil), open(b, nil), 100*time.Millisecond)
 }
+
+// BenchmarkWatchLatency measures how soon a watcher learns of a release: in each
+// round a holder acquires and releases the lock while a watcher in a session of its
+// own (as another process would be) follows it with Watch. It reports the median and
+// p90 time from Release returning to the watcher receiving the free state
+// (watch-median-ms, watch-p90-ms; 0 when it came before Release returned, counted in
+// seen-first-%), and the median of the Release call (release-median-ms). ns/op is a
+// whole round (acquire, seen held, release, seen free) and is not the figure to read.
+//
+//	go test -run '^$' -bench WatchLatency -benchtime 200x ./zookeeper/
+func BenchmarkWatchLatency(b *testing.B) {
+	warmUp(b)
+	holder, watcher := open(b, nil), open(b, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	name := benchName()
+	type seen struct {
+		info fence.LockInfo
+		at   time.Time
+	}
+	states := make(chan seen, 16)
+	go func() {
+		for info, err := range watcher.Watch(ctx, name) {
+			if err != nil {
+				continue
+			}
+			select {
+			case states <- seen{info, time.Now()}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	wait := func(ok func(fence.LockInfo) bool) time.Time {
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case s := <-states:
+				if ok(s.info) {
+					return s.at
+				}
+			case <-timeout:
+				b.Fatal("the watcher saw no change within 10s")
+			}
+		}
+	}
+	wait(func(fence.LockInfo) bool { return true })
+	lags := make([]time.Duration, 0, b.N)
+	releases := make([]time.Duration, 0, b.N)
+	first := 0
+	for b.Loop() {
+		lease, err := holder.Acquire(ctx, name, 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wait(func(i fence.LockInfo) bool { return i.Held && i.Token == lease.Token() })
+		start := time.Now()
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		returned := time.Now()
+		at := wait(func(i fence.LockInfo) bool { return !i.Held })
+		releases = append(releases, returned.Sub(start))
+		lag := at.Sub(returned)
+		if lag < 0 {
+			lag, first = 0, first+1
+		}
+		lags = append(lags, lag)
+	}
+	slices.Sort(lags)
+	slices.Sort(releases)
+	b.ReportMetric(ms(lags[len(lags)/2]), "watch-median-ms")
+	b.ReportMetric(ms(lags[len(lags)*9/10]), "watch-p90-ms")
+	b.ReportMetric(ms(releases[len(releases)/2]), "release-median-ms")
+	b.ReportMetric(100*float64(first)/float64(len(lags)), "seen-first-%")
+}
+
+// BenchmarkAcquireReleaseWatched is BenchmarkAcquireRelease's uncontended pair on
+// this package's Locker with no watcher, with one watcher in another session, and
+// with ten watchers on the acquiring Locker itself (as `fence serve` answering
+// blocking queries would have): the cost that watching adds to the pair, on the same
+// server. Run it with -count to interleave the three:
+//
+//	go test -run '^$' -bench AcquireReleaseWatched -benchtime 2000x -count 5 ./zookeeper/
+func BenchmarkAcquireReleaseWatched(b *testing.B) {
+	warmUp(b)
+	for _, set := range []struct {
+		name     string
+		watchers int
+		own      bool // the watchers are on the acquiring Locker
+	}{{"unwatched", 0, false}, {"watched-1-other", 1, false}, {"watched-10-own", 10, true}} {
+		b.Run(set.name, func(b *testing.B) {
+			l := open(b, nil)
+			w := l
+			if !set.own {
+				w = open(b, nil)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			name := benchName()
+			for i := 0; i < set.watchers; i++ {
+				started := make(chan struct{})
+				go func() {
+					first := true
+					for range w.Watch(ctx, name) {
+						if first {
+							close(started)
+							first = false
+						}
+					}
+				}()
+				<-started
+			}
+			for b.Loop() {
+				lease, err := l.Acquire(ctx, name, 10*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
