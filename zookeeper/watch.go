@@ -18,16 +18,16 @@ import (
 // ZooKeeper leader's clock; no event says it).
 //
 // Changes are learned from a ZooKeeper child watch on the lock's directory: every
-// grant, release, revoke and takeover creates or deletes a node there, whichever
-// client version did it, so the server itself signals them. The watch is armed
-// before Watch first reads the state, re-armed after each event, and shared by all
-// of the Locker's watchers of name (one watch and one goroutine per name, not per
-// watcher). A disconnect that keeps the session loses nothing: the client sets the
-// watch again on reconnecting and the server fires it for what changed meanwhile.
-// A session that ends (expired, or the connection closed) drops the watch: every
-// watcher of name then subscribes again, in the new session, and reads the state
-// again. A lost event is caught by the fallback read every
-// driver.DefaultWatchPoll.
+// grant, release, revoke and takeover creates or deletes a node there, so the server
+// itself signals them, for changes made by older versions of this package too. The
+// watch is armed before Watch first reads the state, re-armed after each event, and
+// shared by all of the Locker's watchers of name, as is the read after each event
+// (one watch and one goroutine per name, not per watcher). A disconnect that keeps
+// the session loses nothing: the client sets the watch again on reconnecting, and
+// the server fires it for what changed meanwhile. A session that ends (expired, or
+// the connection closed) drops the watch: every watcher of name then subscribes
+// again, in the new session, and reads the state again. A lost event is caught by
+// the fallback read every driver.DefaultWatchPoll.
 //
 // LastToken is the directory's pzxid, which also moves when a waiter joins or
 // leaves and when an Acquire finds the lock held (its node comes and goes), so a
