@@ -86,11 +86,23 @@ func (c *countingConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// faultLocker returns a Locker on the shared server whose connection goes through
-// f, with the given session timeout and root; both are closed at cleanup.
-func faultLocker(t *testing.T, f *netFault, session time.Duration, root string) (*zookeeper.Locker, *zk.Conn) {
+// rig is a watch test's setup: a Locker (l, on conn) whose network f the test
+// can cut, and another Locker in a session of its own that makes the changes.
+type rig struct {
+	t     *testing.T
+	f     *netFault
+	l     *zookeeper.Locker
+	conn  *zk.Conn
+	other *zookeeper.Locker
+	ctx   context.Context
+}
+
+// newRig returns a rig on the shared server whose l has the given session timeout
+// and root; everything is closed at cleanup.
+func newRig(t *testing.T, session time.Duration, root string) *rig {
 	t.Helper()
 	testserv.SkipIfShort(t)
+	f := &netFault{}
 	conn, events, err := zk.Connect([]string{srv.Addr}, session, zk.WithDialer(f.dial), zk.WithLogInfo(false), zk.WithLogger(quiet{}))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +114,15 @@ func faultLocker(t *testing.T, f *netFault, session time.Duration, root string) 
 	}
 	t.Cleanup(func() { l.Close() })
 	waitSession(t, conn, 0)
-	return l, conn
+	return &rig{t: t, f: f, l: l, conn: conn, other: open(t, nil), ctx: testCtx(t)}
+}
+
+// touch makes other acquire and release name: a change, and name's directory.
+func (r *rig) touch(name string) {
+	r.t.Helper()
+	if err := mustAcquire(r.t, r.ctx, r.other, name, time.Minute).Release(r.ctx); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 // waitSession waits until conn has a session other than not (0: any).
@@ -181,6 +201,14 @@ func (w *watching) until(d time.Duration, what string, ok func(fence.LockInfo) b
 	}
 }
 
+// allSee waits until each of ws has yielded a state that satisfies ok, soon.
+func allSee(ws []*watching, what string, ok func(fence.LockInfo) bool) {
+	for _, w := range ws {
+		w.t.Helper()
+		w.until(soon, what, ok)
+	}
+}
+
 func held(token fence.Token) func(fence.LockInfo) bool {
 	return func(i fence.LockInfo) bool { return i.Held && i.Token == token }
 }
@@ -193,17 +221,15 @@ func anyState(fence.LockInfo) bool { return true }
 // session, and with it the watch: the client sets it again on reconnecting, and
 // the server fires it for a grant made meanwhile.
 func TestWatch_Disconnect_SessionKept_SeesChangeMadeMeanwhile(t *testing.T) {
-	f := &netFault{}
-	l, conn := faultLocker(t, f, 8*time.Second, "")
-	other := open(t, nil)
-	ctx := testCtx(t)
+	r := newRig(t, 8*time.Second, "")
+	f, l, conn, ctx := r.f, r.l, r.conn, r.ctx
 	name := "watch-disconnect"
 	w := watch(t, l, name)
 	w.until(soon, "the first state", anyState)
 	session := conn.SessionID()
 
 	f.cut(true)
-	lease := mustAcquire(t, ctx, other, name, time.Minute)
+	lease := mustAcquire(t, ctx, r.other, name, time.Minute)
 	time.Sleep(300 * time.Millisecond)
 	f.cut(false)
 	if id := waitSession(t, conn, 0); id != session {
@@ -220,31 +246,23 @@ func TestWatch_Disconnect_SessionKept_SeesChangeMadeMeanwhile(t *testing.T) {
 // subscribes again in the new session, sees what changed meanwhile and then the
 // next change, well before the fallback poll.
 func TestWatch_SessionExpired_WatchersSubscribeAgain(t *testing.T) {
-	f := &netFault{}
-	l, conn := faultLocker(t, f, time.Second, "")
-	other := open(t, nil)
-	ctx := testCtx(t)
+	r := newRig(t, time.Second, "")
+	f, l, conn, ctx := r.f, r.l, r.conn, r.ctx
 	name := "watch-expired"
 	ws := []*watching{watch(t, l, name), watch(t, l, name)}
-	for _, w := range ws {
-		w.until(soon, "the first state", anyState)
-	}
+	allSee(ws, "the first state", anyState)
 	session := conn.SessionID()
 
 	f.cut(true)
-	lease := mustAcquire(t, ctx, other, name, time.Minute)
+	lease := mustAcquire(t, ctx, r.other, name, time.Minute)
 	time.Sleep(2500 * time.Millisecond) // the server expires the 1s session
 	f.cut(false)
 	waitSession(t, conn, session)
-	for _, w := range ws {
-		w.until(soon, "the grant made while the session expired", held(lease.Token()))
-	}
+	allSee(ws, "the grant made while the session expired", held(lease.Token()))
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range ws {
-		w.until(soon, "the release in the new session", free)
-	}
+	allSee(ws, "the release in the new session", free)
 	if n := l.WatchRelays(); n != 1 {
 		t.Fatalf("WatchRelays() = %d after the session changed; want 1 (the lost one dropped)", n)
 	}
@@ -254,37 +272,27 @@ func TestWatch_SessionExpired_WatchersSubscribeAgain(t *testing.T) {
 // set and the reads follow the changes, not the watchers, and every watcher sees
 // every change.
 func TestWatch_ManyWatchersOneName_OneWatch(t *testing.T) {
-	f := &netFault{}
-	l, _ := faultLocker(t, f, 10*time.Second, "")
-	other := open(t, nil)
-	ctx := testCtx(t)
+	r := newRig(t, 10*time.Second, "")
+	f, l, ctx := r.f, r.l, r.ctx
 	name := "watch-many"
-	if err := mustAcquire(t, ctx, other, name, time.Minute).Release(ctx); err != nil {
-		t.Fatal(err) // the directory exists: one child watch, no exists watch
-	}
+	r.touch(name) // the directory exists: one child watch, no exists watch
 	const watchers, rounds = 50, 5
 	ws := make([]*watching, watchers)
 	for i := range ws {
 		ws[i] = watch(t, l, name)
 	}
-	for _, w := range ws {
-		w.until(soon, "the first state", anyState)
-	}
+	allSee(ws, "the first state", anyState)
 	if got := f.watchSets.Load(); got != 1 {
 		t.Fatalf("%d watches set for %d watchers of one name; want 1", got, watchers)
 	}
 	reads := f.childReads.Load()
 	for i := 0; i < rounds; i++ {
-		lease := mustAcquire(t, ctx, other, name, time.Minute)
-		for _, w := range ws {
-			w.until(soon, "the grant", held(lease.Token()))
-		}
+		lease := mustAcquire(t, ctx, r.other, name, time.Minute)
+		allSee(ws, "the grant", held(lease.Token()))
 		if err := lease.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, w := range ws {
-			w.until(soon, "the release", free)
-		}
+		allSee(ws, "the release", free)
 	}
 	// The watchers signalled together share one read (here, about one per change);
 	// each reading alone would make 50 per change.
@@ -304,15 +312,11 @@ func TestWatch_ManyWatchersOneName_OneWatch(t *testing.T) {
 // armed watch fires, then its goroutine ends; and a quiet name watched again and
 // again reuses its one armed watch instead of setting a new one each time.
 func TestWatch_EndedWatchers_LeaveNothingBehind(t *testing.T) {
-	f := &netFault{}
-	l, _ := faultLocker(t, f, 10*time.Second, "")
-	other := open(t, nil)
-	ctx := testCtx(t)
+	r := newRig(t, 10*time.Second, "")
+	f, l := r.f, r.l
 	const names, perName = 20, 3
 	for i := 0; i < names; i++ {
-		if err := mustAcquire(t, ctx, other, watchName(i), time.Minute).Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r.touch(watchName(i))
 	}
 	base := runtime.NumGoroutine()
 
@@ -322,9 +326,7 @@ func TestWatch_EndedWatchers_LeaveNothingBehind(t *testing.T) {
 			ws = append(ws, watch(t, l, watchName(i)))
 		}
 	}
-	for _, w := range ws {
-		w.until(soon, "the first state", anyState)
-	}
+	allSee(ws, "the first state", anyState)
 	if n := l.WatchRelays(); n != names {
 		t.Fatalf("WatchRelays() = %d with %d names watched; want %d", n, names, names)
 	}
@@ -335,9 +337,7 @@ func TestWatch_EndedWatchers_LeaveNothingBehind(t *testing.T) {
 	// Each name's watch is still armed; a change of each fires it, and no relay
 	// re-arms for nobody.
 	for i := 0; i < names; i++ {
-		if err := mustAcquire(t, ctx, other, watchName(i), time.Minute).Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r.touch(watchName(i))
 	}
 	waitFor(t, soon, "the relays to end after their names changed", func() bool {
 		return l.WatchRelays() == 0 && runtime.NumGoroutine() <= base
@@ -379,8 +379,8 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 // second, not once a millisecond, and still sees its end promptly.
 func TestWatch_UnclaimedLowestNode_ReadsPaced(t *testing.T) {
 	root := freshRoot("watch-unclaimed")
-	f := &netFault{}
-	l, _ := faultLocker(t, f, 10*time.Second, root)
+	r := newRig(t, 10*time.Second, root)
+	f, l := r.f, r.l
 	c := rawConn(t)
 	name := "unclaimed"
 	for _, p := range []string{"/fence-test", root, root + "/" + name} {
