@@ -49,39 +49,52 @@ func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInf
 	}
 }
 
-// maxUnclaimedPause bounds the pause between a watch's reads of a lock whose lowest
-// node has no TTL yet (see watchInspect).
-const maxUnclaimedPause = time.Second
+// A lock whose lowest node has no TTL yet is read again after a pause that doubles
+// from minUnclaimedPause to maxUnclaimedPause (see watchInspect); up to
+// claimWaitPause, before its state is even yielded.
+const (
+	minUnclaimedPause = 10 * time.Millisecond
+	claimWaitPause    = 160 * time.Millisecond
+	maxUnclaimedPause = time.Second
+)
 
 // watchInspect is Watch's driver.InspectFunc: Inspect's read, with errors left for
-// the Engine to name. A lock whose lowest node has no TTL yet (a promoted waiter
-// that has not claimed, for a few round trips; or one stuck there until its session
-// ends) is held with ExpiresIn 0, which the Engine takes as an expiry due now and
-// reads again at once. So while the lock stays in that state, each read first
-// pauses, doubling from 10ms to maxUnclaimedPause: a claim is usually seen on the
-// second read, and a stuck node costs a few reads a second, not a thousand.
+// the Engine to name, and with pauses for a lock whose lowest node has no TTL yet.
+// That is a promoted waiter that has not claimed its node, for a few round trips
+// (or until its session ends, if it is stuck there), and Inspect reports it held
+// with ExpiresIn 0. Its claim does not move the change index, so a watcher that was
+// given that state would not see the holder's time left until the next change; and
+// the Engine takes ExpiresIn 0 for an expiry due now and would read again at once,
+// a thousand times a second. So such a read is tried again after 10, 20, 40, 80
+// and 160ms (a claim is usually seen on the second), and only then returned; and
+// while the state lasts, each later read first pauses, doubling up to
+// maxUnclaimedPause.
 func (l *Locker) watchInspect(ctx context.Context, name string, pause *time.Duration) (fence.LockInfo, error) {
-	if *pause > 0 {
-		t := time.NewTimer(*pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fence.LockInfo{}, ctx.Err()
-		case <-l.stop:
-			t.Stop()
+	for {
+		if *pause > 0 {
+			t := time.NewTimer(*pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return fence.LockInfo{}, ctx.Err()
+			case <-l.stop:
+				t.Stop()
+			}
+		}
+		if err := l.checkOpen(); err != nil {
+			return fence.LockInfo{}, err
+		}
+		info, err := l.sharedInspect(ctx, name)
+		if err != nil || !info.Held || info.ExpiresIn > 0 {
+			*pause = 0
+			return info, err
+		}
+		*pause = min(max(2**pause, minUnclaimedPause), maxUnclaimedPause)
+		if *pause > claimWaitPause {
+			return info, nil
 		}
 	}
-	if err := l.checkOpen(); err != nil {
-		return fence.LockInfo{}, err
-	}
-	info, err := l.sharedInspect(ctx, name)
-	if err == nil && info.Held && info.ExpiresIn <= 0 {
-		*pause = min(max(2**pause, 10*time.Millisecond), maxUnclaimedPause)
-	} else {
-		*pause = 0
-	}
-	return info, err
 }
 
 // read is a read of a lock's state in flight, which the relay's other watchers may

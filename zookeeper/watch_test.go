@@ -383,15 +383,7 @@ func TestWatch_UnclaimedLowestNode_ReadsPaced(t *testing.T) {
 	f, l := r.f, r.l
 	c := rawConn(t)
 	name := "unclaimed"
-	for _, p := range []string{"/fence-test", root, root + "/" + name} {
-		if _, err := c.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			t.Fatal(err)
-		}
-	}
-	node, err := c.Create(root+"/"+name+"/n-0000000000000000-", []byte("w"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
-	if err != nil {
-		t.Fatal(err)
-	}
+	node := unclaimedNode(t, c, root, name)
 	w := watch(t, l, name)
 	first := w.until(soon, "the first state", anyState)
 	if !first.Held || first.ExpiresIn != 0 {
@@ -406,6 +398,44 @@ func TestWatch_UnclaimedLowestNode_ReadsPaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.until(zookeeper.MaxUnclaimedPause+soon, "the node's deletion", free)
+}
+
+// unclaimedNode makes, in c's session, the lowest node of name under root as a
+// promoted waiter leaves it before it claims: waiter's data, no TTL. It returns the
+// node's path.
+func unclaimedNode(t *testing.T, c *zk.Conn, root, name string) string {
+	t.Helper()
+	for _, p := range []string{"/fence-test", root, root + "/" + name} {
+		if _, err := c.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
+	node, err := c.Create(root+"/"+name+"/n-0000000000000000-", []byte("w"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node
+}
+
+// A promoted waiter claims its node (waiter's data becomes holder's, with a TTL)
+// soon after the watch first reads it: the watch yields the claimed state, with
+// its time left, not the one before (the claim does not move the change index, so
+// a watcher given that one would see no time left until the next change).
+func TestWatch_ClaimSoonAfterRead_YieldedWithTTL(t *testing.T) {
+	root := freshRoot("watch-claim")
+	r := newRig(t, 10*time.Second, root)
+	c := rawConn(t)
+	name := "claim"
+	node := unclaimedNode(t, c, root, name)
+	w := watch(t, r.l, name)
+	waitFor(t, soon, "the watch's first read", func() bool { return r.f.childReads.Load() > 0 })
+	if _, err := c.Set(node, []byte("h 60000"), -1); err != nil {
+		t.Fatal(err)
+	}
+	first := w.until(soon, "the first state", anyState)
+	if !first.Held || first.ExpiresIn <= 0 {
+		t.Fatalf("first state = %+v; want held with the time left of the claimed node", first)
+	}
 }
 
 // Close ends every watch with an error matching ErrClosed, and its relays.
@@ -423,4 +453,39 @@ func TestWatch_Close_EndsWithErrClosed(t *testing.T) {
 		t.Fatalf("Watch's last error after Close = %v; want one matching ErrClosed", w.last)
 	}
 	waitFor(t, soon, "the relay to end after Close", func() bool { return l.WatchRelays() == 0 })
+}
+
+// A release hands the lock straight to the waiter behind it: the watcher sees the
+// waiter hold it (never free in between), with its time left: the state read
+// before the waiter claims its node is not yielded, since the claim does not move
+// the change index.
+func TestWatch_HandoffToWaiter_SeesNewHolderWithTTL(t *testing.T) {
+	r := newRig(t, 10*time.Second, "")
+	name := "watch-handoff"
+	a := mustAcquire(t, r.ctx, r.other, name, time.Minute)
+	w := watch(t, r.l, name)
+	w.until(soon, "the first holder", held(a.Token()))
+	got := make(chan *fence.Lease, 1)
+	go func() {
+		b, err := r.l.Acquire(r.ctx, name, time.Minute, fence.WithWait(time.Minute))
+		if err != nil {
+			t.Errorf("waiter's Acquire = %v", err)
+		}
+		got <- b
+	}()
+	waitFor(t, soon, "the waiter's node", func() bool {
+		kids, _, err := r.conn.Children(zookeeper.DefaultRoot + "/" + name)
+		return err == nil && len(kids) == 2
+	})
+	if err := a.Release(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := <-got
+	if b == nil {
+		t.FailNow()
+	}
+	info := w.until(soon, "the next state", func(i fence.LockInfo) bool { return i.Token != a.Token() || !i.Held })
+	if !info.Held || info.Token != b.Token() || info.ExpiresIn <= 0 {
+		t.Fatalf("state after the handoff = %+v; want held by the waiter's token %d, with time left", info, b.Token())
+	}
 }
