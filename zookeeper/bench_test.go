@@ -2,7 +2,9 @@ package zookeeper_test
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +30,7 @@ import (
 // reports the median and p90 time from the holder's release call to the blocked
 // waiter holding the lock (handoff-median-ms) and the median of the release call
 // (release-median-ms); its ns/op includes each round's setup and is not the figure to
-// read.
+// read. BenchmarkWatchLatency and BenchmarkAcquireReleaseWatched measure Watch.
 
 var (
 	etcdOnce sync.Once
@@ -132,3 +134,167 @@ func BenchmarkExpiryHandoff(b *testing.B) {
 	warmUp(b)
 	fencetest.BenchmarkExpiryHandoff(b, open(b, nil), open(b, nil), 100*time.Millisecond)
 }
+
+// BenchmarkWatchLatency measures how soon a watcher learns of a release: in each
+// round a holder acquires and releases the lock while a watcher in a session of its
+// own (as another process would be) follows it with Watch. It reports the median and
+// p90 time from Release returning to the watcher receiving the free state
+// (watch-median-ms, watch-p90-ms; 0 when it came before Release returned, counted in
+// seen-first-%), and the median of the Release call (release-median-ms). ns/op is a
+// whole round (acquire, seen held, release, seen free) and is not the figure to read.
+//
+//	go test -run '^$' -bench WatchLatency -benchtime 200x ./zookeeper/
+func BenchmarkWatchLatency(b *testing.B) {
+	warmUp(b)
+	holder, watcher := open(b, nil), open(b, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	name := benchName()
+	type seen struct {
+		info fence.LockInfo
+		at   time.Time
+	}
+	states := make(chan seen, 16)
+	go func() {
+		for info, err := range watcher.Watch(ctx, name) {
+			if err != nil {
+				continue
+			}
+			select {
+			case states <- seen{info, time.Now()}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	wait := func(ok func(fence.LockInfo) bool) time.Time {
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case s := <-states:
+				if ok(s.info) {
+					return s.at
+				}
+			case <-timeout:
+				b.Fatal("the watcher saw no change within 10s")
+			}
+		}
+	}
+	wait(func(fence.LockInfo) bool { return true })
+	lags := make([]time.Duration, 0, b.N)
+	releases := make([]time.Duration, 0, b.N)
+	first := 0
+	for b.Loop() {
+		lease, err := holder.Acquire(ctx, name, 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wait(func(i fence.LockInfo) bool { return i.Held && i.Token == lease.Token() })
+		start := time.Now()
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		returned := time.Now()
+		at := wait(func(i fence.LockInfo) bool { return !i.Held })
+		releases = append(releases, returned.Sub(start))
+		lag := at.Sub(returned)
+		if lag < 0 {
+			lag, first = 0, first+1
+		}
+		lags = append(lags, lag)
+	}
+	slices.Sort(lags)
+	slices.Sort(releases)
+	b.ReportMetric(ms(lags[len(lags)/2]), "watch-median-ms")
+	b.ReportMetric(ms(lags[len(lags)*9/10]), "watch-p90-ms")
+	b.ReportMetric(ms(releases[len(releases)/2]), "release-median-ms")
+	b.ReportMetric(100*float64(first)/float64(len(lags)), "seen-first-%")
+}
+
+// BenchmarkAcquireReleaseWatched measures what watching costs the uncontended
+// acquire+release pair, on one server: each of its b.N rounds runs one pair on each
+// of three locks, in turn, so that the machine's load falls on all three alike: a
+// lock nobody watches, one with a watcher in another session, and one with ten
+// watchers on the acquiring Locker itself (as `fence serve` answering blocking
+// queries would have). After each pair it waits, untimed, until the lock's watchers
+// have seen it free, so that no set's watchers still read while the next set's pair
+// is timed. It reports each set's median pair in microseconds (unwatched-us,
+// watched-1-other-us, watched-10-own-us) and the two ratios to unwatched
+// (x-1-other, x-10-own). ns/op is a whole round and is not the figure to read.
+//
+//	go test -run '^$' -bench AcquireReleaseWatched -benchtime 2000x ./zookeeper/
+func BenchmarkAcquireReleaseWatched(b *testing.B) {
+	warmUp(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type set struct {
+		name     string
+		watchers int
+		own      bool // the watchers are on the acquiring Locker
+		l        fence.Locker
+		lock     string
+		pairs    []time.Duration
+		freed    []atomic.Uint64 // per watcher: LastToken of the last free state seen
+	}
+	sets := []*set{{name: "unwatched"}, {name: "watched-1-other", watchers: 1}, {name: "watched-10-own", watchers: 10, own: true}}
+	for _, s := range sets {
+		l := open(b, nil)
+		w := l
+		if !s.own {
+			w = open(b, nil)
+		}
+		s.l, s.lock, s.freed = l, benchName(), make([]atomic.Uint64, s.watchers)
+		for i := range s.freed {
+			started := make(chan struct{})
+			go func() {
+				first := true
+				for info, err := range w.Watch(ctx, s.lock) {
+					if err == nil && !info.Held {
+						s.freed[i].Store(uint64(info.LastToken))
+					}
+					if first {
+						close(started)
+						first = false
+					}
+				}
+			}()
+			<-started
+		}
+	}
+	// caughtUp waits until every watcher of s has seen it free after token.
+	caughtUp := func(s *set, token fence.Token) {
+		deadline := time.Now().Add(10 * time.Second)
+		for i := range s.freed {
+			for s.freed[i].Load() <= uint64(token) {
+				if time.Now().After(deadline) {
+					b.Fatalf("%s: a watcher did not see the release within 10s", s.name)
+				}
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+	}
+	for b.Loop() {
+		for _, s := range sets {
+			start := time.Now()
+			lease, err := s.l.Acquire(ctx, s.lock, 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			s.pairs = append(s.pairs, time.Since(start))
+			caughtUp(s, lease.Token())
+		}
+	}
+	medians := make([]float64, len(sets))
+	for i, s := range sets {
+		slices.Sort(s.pairs)
+		medians[i] = float64(s.pairs[len(s.pairs)/2]) / float64(time.Microsecond)
+		b.ReportMetric(medians[i], s.name+"-us")
+	}
+	b.ReportMetric(medians[1]/medians[0], "x-1-other")
+	b.ReportMetric(medians[2]/medians[0], "x-10-own")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

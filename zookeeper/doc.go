@@ -90,4 +90,20 @@
 // Session loss is watched through the event channel of zk.Connect, which Open wires in;
 // a Locker made with NewLocker and a nil channel learns of it only when Renew finds the
 // node gone.
+//
+// # Watching
+//
+// Watch (fence.Watcher) follows a lock through a ZooKeeper child watch on its
+// directory: grants, releases, revokes and takeovers all create or delete a node
+// there, so the server signals them itself, whatever version of this package made
+// them, and nothing on the acquire path writes more. An expiry that no waiter took
+// over changes no node: it is read at the holder's expiry by the leader's clock. A
+// Locker keeps one watch and one goroutine per lock name watched, however many watch
+// it, and its watchers of a name share the read after each change; the watch is
+// never a data watch on the directory, whose data Inspect writes to read the
+// leader's clock. A disconnect within the session keeps the watch (the client sets
+// it again and the server fires it for what changed meanwhile); a session that ends
+// drops it, and every watcher subscribes again in the new session. LastToken is the
+// directory's pzxid, so a waiter joining or leaving also moves the change index:
+// watchers may see the same holder again with a greater LastToken.
 package zookeeper

@@ -16,3 +16,15 @@ func (l *Locker) EndHeld(h HeldNode) (again bool, err error) { return l.endHeld(
 
 // Path returns the node's path, "" if no lease was held.
 func (h HeldNode) Path() string { return h.path }
+
+// WatchRelays returns how many lock names the Locker keeps a directory watch for
+// (Watch's relays, each with exactly one ZooKeeper watch armed).
+func (l *Locker) WatchRelays() int {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	return len(l.relays)
+}
+
+// MaxUnclaimedPause bounds the pause between a watch's reads of a lock whose lowest
+// node has no TTL yet.
+const MaxUnclaimedPause = maxUnclaimedPause

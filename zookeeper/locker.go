@@ -18,6 +18,7 @@ var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
+	_ fence.Watcher   = (*Locker)(nil)
 )
 
 // DefaultRoot is the znode under which lock directories live unless Options.Root says
@@ -61,6 +62,9 @@ type Locker struct {
 	lost     map[int64]bool    // sessions known to be lost
 	lostWait *time.Timer       // running while disconnected
 	stop     chan struct{}
+
+	wmu    sync.Mutex
+	relays map[string]*relay // Watch's one directory watch per name watched
 }
 
 // NewLocker returns a Locker that uses conn. events, if not nil, must be the channel
@@ -80,6 +84,7 @@ func newLocker(conn *zk.Conn, events <-chan zk.Event, opts *Options, owned bool)
 	l := &Locker{
 		conn: conn, owned: owned, root: o.Root, acl: o.ACL, clock: o.Clock, timeout: o.SessionTimeout,
 		grants: map[string]*grant{}, lost: map[int64]bool{}, stop: make(chan struct{}),
+		relays: map[string]*relay{},
 	}
 	l.engine = driver.Engine{Backend: "zookeeper", Locker: l, Clock: o.Clock, Closed: l.stop}
 	if events != nil {

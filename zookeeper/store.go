@@ -11,6 +11,7 @@ var (
 	_ fence.Inspector = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
+	_ fence.Watcher   = (*Store)(nil)
 )
 
 // Store is a Locker and a KV sharing one ZooKeeper connection, as `fence serve
