@@ -158,6 +158,28 @@ func (s *lockerSuite) watcherChanges(t *testing.T, l fence.Locker) {
 		}
 		r.until(watchPromptly, "the heal", func(i fence.LockInfo) bool { return !i.Held && i.LastToken >= seen })
 	}
+
+	// A handoff to a waiter: the lock may never be seen free, but the new holder
+	// must be seen.
+	d := acquire(t, l, name, longTTL)
+	r.until(watchPromptly, "the acquire before the handoff", func(i fence.LockInfo) bool { return i.Held && i.Token == d.Token() })
+	ch := goAcquire(ctx, l, name, longTTL, fence.WithWait(longWait))
+	s.settle(t, ch, "waiting on a held lock")
+	if err := d.Release(ctx); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	var next *fence.Lease
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			t.Fatalf("waiter after Release = %v; want the lock", res.err)
+		}
+		next = res.lease
+		releaseAtCleanup(t, next)
+	case <-time.After(promptly):
+		t.Fatalf("waiter not woken %v after Release", promptly)
+	}
+	r.until(watchPromptly, "the waiter's grant", func(i fence.LockInfo) bool { return i.Held && i.Token == next.Token() })
 }
 
 // watcherFallsBehind checks that a receiver that stops reading while the lock
