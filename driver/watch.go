@@ -61,7 +61,7 @@ func (e *Engine) Watch(ctx context.Context, name string, subscribe SubscribeFunc
 			sent    bool            // whether a state was yielded
 			last    uint64          // Index of the last state yielded
 			backoff time.Duration   // after a failure
-			relost  time.Duration   // before subscribing again after a lost subscription
+			losses  int             // subscriptions lost in a row, without a signal between
 			endSub  = func() {}     // ends the current subscription's context
 		)
 		defer func() { endSub() }()
@@ -94,10 +94,12 @@ func (e *Engine) Watch(ctx context.Context, name string, subscribe SubscribeFunc
 				return
 			}
 			if changed == nil {
-				if relost > 0 {
+				if losses > 1 {
 					// A subscription that keeps being lost at once must not
-					// spin: back off as after a failure.
-					if err := e.sleep(ctx, clock, relost, nil, nil); err != nil {
+					// spin: the first loss is renewed at once, later ones back
+					// off as after a failure.
+					d := min(minBackoff<<min(losses-2, 5), maxBackoff)
+					if err := e.sleep(ctx, clock, d, nil, nil); err != nil {
 						if errors.Is(err, fence.ErrClosed) {
 							fail(err)
 						}
@@ -143,11 +145,12 @@ func (e *Engine) Watch(ctx context.Context, name string, subscribe SubscribeFunc
 				if !ok {
 					endSub()
 					changed = nil // lost: subscribe again
-					relost = min(max(2*relost, minBackoff), maxBackoff)
+					losses++
 				} else {
-					relost = 0 // the subscription works
+					losses = 0 // the subscription works
 				}
 			case <-t.c:
+				losses = 0 // it lasted a whole wait
 			case <-ctx.Done():
 				t.stop()
 				return

@@ -238,3 +238,35 @@ func TestWatch_PollsWhenNothingSignals(t *testing.T) {
 		t.Fatalf("after a poll = %+v; want held", y.info)
 	}
 }
+
+func TestWatch_SubscriptionLostAtOnceDoesNotSpin(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		subs int
+	)
+	lost := func(context.Context, string) (<-chan struct{}, error) {
+		mu.Lock()
+		subs++
+		mu.Unlock()
+		c := make(chan struct{})
+		close(c) // lost as soon as it is made
+		return c, nil
+	}
+	s := &scripted{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range engine().Watch(ctx, "job", lost, s.inspect) {
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	// At once, then after 50, 100, 200ms: a handful, not thousands.
+	if subs < 2 || subs > 8 {
+		t.Fatalf("%d subscriptions in 500ms when each is lost at once; want a few (renewed, backing off)", subs)
+	}
+}
