@@ -3,6 +3,7 @@ temporary directory, built from the repository (or FENCE_BIN)."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import shutil
@@ -10,8 +11,9 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
-from typing import List, Optional
+import unittest
+import uuid
+from typing import Dict, List, Optional, Type
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -141,3 +143,32 @@ def cleanup_bin() -> None:
             shutil.rmtree(_bin_dir, ignore_errors=True)
             _bin_dir = None
             _bin = None
+
+
+def unique(prefix: str) -> str:
+    """Returns a lock name or key no other test uses."""
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:10])
+
+
+def serve_stand_in(test: unittest.TestCase, handler: Type[http.server.BaseHTTPRequestHandler]) -> str:
+    """Serves handler, a stand-in for another server (a proxy, an older fence), on a
+    free 127.0.0.1 port until test ends; returns its base URL."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    test.addCleanup(t.join, 5)
+    test.addCleanup(httpd.server_close)
+    test.addCleanup(httpd.shutdown)
+    return "http://127.0.0.1:%d" % httpd.server_address[1]
+
+
+def answer(
+    h: http.server.BaseHTTPRequestHandler, status: int, headers: Dict[str, str], body: bytes
+) -> None:
+    """Sends the answer of a stand-in's handler h."""
+    h.send_response(status)
+    for k, v in headers.items():
+        h.send_header(k, v)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)

@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 import uuid
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 import fence  # noqa: E402
 import fence._client  # noqa: E402
 
-from fenceserver import FenceServer, cleanup_bin  # noqa: E402
+from fenceserver import FenceServer, answer, cleanup_bin, serve_stand_in, unique  # noqa: E402
 
 # The shared server caps one long poll at 300ms, so every wait longer than that is
 # several polls: the tests of waiting exercise the client's poll loop.
@@ -37,10 +37,6 @@ def tearDownModule() -> None:
     if server is not None:
         server.close()
     cleanup_bin()
-
-
-def unique(prefix: str) -> str:
-    return "%s-%s" % (prefix, uuid.uuid4().hex[:10])
 
 
 def free_port() -> int:
@@ -486,16 +482,11 @@ class _Foreign(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        status, headers, body = {
+        answers: Dict[str, Tuple[int, Dict[str, str], bytes]] = {
             "/v1/locks/gateway/acquire": (502, {}, b"<html>Bad Gateway</html>"),
             "/v1/locks/redirect/acquire": (307, {"Location": "/v1/locks/other/acquire"}, b""),
-        }.get(self.path, (404, {}, b"<html>\n  no such page\n</html>"))
-        self.send_response(status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        }
+        answer(self, *answers.get(self.path, (404, {}, b"<html>\n  no such page\n</html>")))
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -503,13 +494,7 @@ class _Foreign(http.server.BaseHTTPRequestHandler):
 
 class TestForeignAnswers(unittest.TestCase):
     def setUp(self) -> None:
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
-        t = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        t.start()
-        self.addCleanup(t.join, 5)
-        self.addCleanup(self.httpd.server_close)
-        self.addCleanup(self.httpd.shutdown)
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        self.url = serve_stand_in(self, _Foreign)
         self.client = fence.Client(self.url)
 
     def test_a_gateway_error_page_is_unavailable(self) -> None:

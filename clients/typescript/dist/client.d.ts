@@ -1,3 +1,4 @@
+import { UnavailableError } from "./errors.js";
 import { Lease } from "./lease.js";
 /** The server a client talks to when neither the options nor FENCE_SERVER name one. */
 export declare const DEFAULT_SERVER = "http://127.0.0.1:7420";
@@ -69,6 +70,53 @@ export interface LockInfo {
     /** What the holder's lease has left, in ms (0 when not held). */
     expiresInMs: number;
 }
+/**
+ * The state of a lock as {@link FenceClient.watch} yields it: a {@link LockInfo} and
+ * the lock's change index.
+ */
+export interface WatchedLockInfo extends LockInfo {
+    /**
+     * The lock's change index (the server's `Fence-Index`), at least 1: the same while
+     * the lock is unchanged (a renewal is no change), different after each acquire,
+     * release, expiry, revoke or heal.
+     */
+    index: number;
+}
+/** Options of {@link FenceClient.watch} and {@link FenceClient.observeLeader}. Every field is optional. */
+export interface WatchOptions {
+    /**
+     * Ends the watch: once it aborts, the iteration rejects with the signal's reason at
+     * once, the request in flight aborted, as fetch does.
+     */
+    signal?: AbortSignal;
+    /**
+     * How long one blocking query waits for a change, in ms, at most the client's
+     * maxPollMs (the default); the server cuts it to its `--max-wait`. When it passes
+     * with no change the watch simply asks again, so it matters only to a proxy that
+     * drops idle requests sooner.
+     */
+    waitMs?: number;
+    /**
+     * Called with the {@link UnavailableError} of each blocking query that found the
+     * server unreachable or unavailable (503: restarting, draining), before the watch
+     * backs off (50ms, doubling to 1s) and asks again. Throw from it to end the watch
+     * with that error instead. Without it, the watch retries silently.
+     */
+    onUnavailable?: (err: UnavailableError) => void;
+}
+/** The leader of an election (the holder of its lock), as {@link FenceClient.leader} and {@link FenceClient.observeLeader} report it. */
+export interface Leader {
+    /** The election's lock name. */
+    name: string;
+    /** Whether somebody leads. */
+    leading: boolean;
+    /** The leader's owner ({@link AcquireOptions.owner}); "" if nobody leads or the leader named none. */
+    owner: string;
+    /** The term's epoch: its lease's fencing token, greater for every later term; 0 if nobody leads. */
+    epoch: number;
+    /** What the leader's lease had left as of the read, in ms; 0 if nobody leads. */
+    expiresInMs: number;
+}
 /** A value to store: a string (as UTF-8) or bytes. */
 export type Value = string | Uint8Array | ArrayBuffer;
 /**
@@ -79,7 +127,8 @@ export type Value = string | Uint8Array | ArrayBuffer;
  * its message is the server's `"error"` line verbatim and its class is that of the
  * code ({@link HeldError}, {@link StaleTokenError}, ...). A server that cannot be
  * reached gives an {@link UnavailableError} reading `cannot reach the fence server at
- * URL: REASON`. Bad arguments give an {@link InvalidError} before any request. A
+ * URL: REASON`. Bad arguments give an {@link InvalidError} before any request
+ * (thrown at the call by watch and observeLeader, which return iterables). A
  * caller's aborted signal rejects with the signal's reason, as fetch does.
  */
 export declare class FenceClient {
@@ -143,6 +192,45 @@ export declare class FenceClient {
      * cannot be reached.
      */
     inspect(name: string): Promise<LockInfo>;
+    /**
+     * Follows the state of the lock `name`: an async iterable that yields its state at
+     * once, then its state after each change (an acquire, release, expiry, revoke or
+     * heal), each with the lock's change {@link WatchedLockInfo.index}, until stopped.
+     * Each step is one blocking query (`GET /v1/locks/{name}?index=N&wait_ms=W`, N the
+     * last index) that the server answers when the lock changes, woken by its store; a
+     * query whose wait passed with no change is asked again, unseen. A consumer that
+     * falls behind skips states but always gets the latest next, never an older one
+     * after a newer: nothing is buffered, each query starts when the loop asks for the
+     * next state.
+     *
+     * Stop it with `break` in a `for await` loop, or with opts.signal: the iteration
+     * then rejects with the signal's reason at once, aborting the query in flight.
+     * While the server cannot be reached or answers 503 (restarting, draining), the
+     * watch backs off (50ms to 1s) and asks again, telling opts.onUnavailable if set,
+     * so it rides out a restart of the server.
+     *
+     * Throws an {@link InvalidError} at once for a bad name or option. The iteration
+     * rejects with a {@link NotImplementedError} if the server cannot answer blocking
+     * queries (a store that cannot watch: 501; a server older than blocking queries,
+     * known by its answer without a `Fence-Index` header), and with any other error
+     * answer of the server ({@link UnauthorizedError}, ...), and ends.
+     */
+    watch(name: string, opts?: WatchOptions): AsyncGenerator<WatchedLockInfo, void, undefined>;
+    /**
+     * Resolves with the leader of the election `name` (the holder of its lock, as
+     * `fence elect` and `fence leader` use it): `leading` false, with epoch 0, if
+     * nobody leads; that is an answer, not an error. Rejects as {@link FenceClient.inspect} does.
+     */
+    leader(name: string): Promise<Leader>;
+    /**
+     * Follows the leader of the election `name`: an async iterable that yields the
+     * current {@link Leader} at once, then each change of leader: a new term (a new
+     * epoch) or the end of one (a vacancy: `leading` false, epoch 0). A renewal is not
+     * a change. An observer that falls behind skips terms but always gets the latest
+     * leader, never an older one after a newer. It is {@link FenceClient.watch} of the
+     * election's lock, with its options, stopping and errors.
+     */
+    observeLeader(name: string, opts?: WatchOptions): AsyncGenerator<Leader, void, undefined>;
     /**
      * Ends the current lease of the lock `name` now, whoever holds it, and wakes the
      * server's waiters: an operator's force-release. The revoked holder learns it at its

@@ -1,6 +1,6 @@
-import { FenceError, HeldError, InvalidError, LeaseReleasedError, NotHeldError, UnavailableError, errorFromBody } from "./errors.js";
+import { FenceError, HeldError, InvalidError, LeaseReleasedError, NotHeldError, NotImplementedError, UnavailableError, errorFromBody } from "./errors.js";
 import { Lease } from "./lease.js";
-import { checkLeaseId, checkName, checkOwner, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
+import { checkLeaseId, checkName, checkOwner, checkQueryWait, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
 /** The server a client talks to when neither the options nor FENCE_SERVER name one. */
 export const DEFAULT_SERVER = "http://127.0.0.1:7420";
 const MIN_BACKOFF_MS = 50;
@@ -15,7 +15,8 @@ const textDecoder = new TextDecoder();
  * its message is the server's `"error"` line verbatim and its class is that of the
  * code ({@link HeldError}, {@link StaleTokenError}, ...). A server that cannot be
  * reached gives an {@link UnavailableError} reading `cannot reach the fence server at
- * URL: REASON`. Bad arguments give an {@link InvalidError} before any request. A
+ * URL: REASON`. Bad arguments give an {@link InvalidError} before any request
+ * (thrown at the call by watch and observeLeader, which return iterables). A
  * caller's aborted signal rejects with the signal's reason, as fetch does.
  */
 export class FenceClient {
@@ -161,10 +162,108 @@ export class FenceClient {
     async inspect(name) {
         const op = "inspect";
         checkName(op, "name", name);
-        const r = await this.#json(op, name, "GET", `/v1/locks/${escapeSegment(name)}`, {});
-        const n = (v) => (typeof v === "number" ? v : 0);
-        const owner = typeof r.owner === "string" ? r.owner : "";
-        return { name: String(r.name ?? name), held: r.held === true, token: n(r.token), owner, lastToken: n(r.last_token), expiresInMs: n(r.expires_in_ms) };
+        return lockInfoOf(await this.#json(op, name, "GET", `/v1/locks/${escapeSegment(name)}`, {}), name);
+    }
+    /**
+     * Follows the state of the lock `name`: an async iterable that yields its state at
+     * once, then its state after each change (an acquire, release, expiry, revoke or
+     * heal), each with the lock's change {@link WatchedLockInfo.index}, until stopped.
+     * Each step is one blocking query (`GET /v1/locks/{name}?index=N&wait_ms=W`, N the
+     * last index) that the server answers when the lock changes, woken by its store; a
+     * query whose wait passed with no change is asked again, unseen. A consumer that
+     * falls behind skips states but always gets the latest next, never an older one
+     * after a newer: nothing is buffered, each query starts when the loop asks for the
+     * next state.
+     *
+     * Stop it with `break` in a `for await` loop, or with opts.signal: the iteration
+     * then rejects with the signal's reason at once, aborting the query in flight.
+     * While the server cannot be reached or answers 503 (restarting, draining), the
+     * watch backs off (50ms to 1s) and asks again, telling opts.onUnavailable if set,
+     * so it rides out a restart of the server.
+     *
+     * Throws an {@link InvalidError} at once for a bad name or option. The iteration
+     * rejects with a {@link NotImplementedError} if the server cannot answer blocking
+     * queries (a store that cannot watch: 501; a server older than blocking queries,
+     * known by its answer without a `Fence-Index` header), and with any other error
+     * answer of the server ({@link UnauthorizedError}, ...), and ends.
+     */
+    watch(name, opts = {}) {
+        return this.#watch(this.#watchArgs("watch", name, opts));
+    }
+    /**
+     * Resolves with the leader of the election `name` (the holder of its lock, as
+     * `fence elect` and `fence leader` use it): `leading` false, with epoch 0, if
+     * nobody leads; that is an answer, not an error. Rejects as {@link FenceClient.inspect} does.
+     */
+    async leader(name) {
+        checkName("leader", "name", name);
+        return leaderOf(await this.inspect(name));
+    }
+    /**
+     * Follows the leader of the election `name`: an async iterable that yields the
+     * current {@link Leader} at once, then each change of leader: a new term (a new
+     * epoch) or the end of one (a vacancy: `leading` false, epoch 0). A renewal is not
+     * a change. An observer that falls behind skips terms but always gets the latest
+     * leader, never an older one after a newer. It is {@link FenceClient.watch} of the
+     * election's lock, with its options, stopping and errors.
+     */
+    observeLeader(name, opts = {}) {
+        return leaderChanges(this.#watch(this.#watchArgs("observe", name, opts)));
+    }
+    #watchArgs(op, name, opts) {
+        checkName(op, "name", name);
+        const waitMs = Math.min(checkQueryWait(op, name, opts.waitMs ?? this.#maxPollMs), Math.ceil(this.#maxPollMs));
+        const onUnavailable = opts.onUnavailable;
+        if (onUnavailable !== undefined && typeof onUnavailable !== "function") {
+            throw invalid(op, name, "onUnavailable", undefined, "must be a function");
+        }
+        return { name, waitMs, signal: opts.signal, onUnavailable };
+    }
+    async *#watch({ name, waitMs, signal, onUnavailable }) {
+        let index = 0; // the last index yielded; 0 before the first (every index is at least 1)
+        let backoff = 0;
+        for (;;) {
+            signal?.throwIfAborted();
+            let state;
+            try {
+                state = await this.#blockingQuery(name, index, waitMs, signal);
+            }
+            catch (err) {
+                if (signal?.aborted)
+                    throw signal.reason;
+                if (!(err instanceof UnavailableError))
+                    throw err;
+                onUnavailable?.(err);
+                backoff = Math.min(Math.max(2 * backoff, MIN_BACKOFF_MS), MAX_BACKOFF_MS);
+                await sleep(backoff, signal);
+                continue;
+            }
+            backoff = 0;
+            if (state.index !== index) {
+                index = state.index;
+                yield state;
+            }
+        }
+    }
+    /** Sends one blocking query of a watch: resolves with the state the server answered and its Fence-Index. */
+    async #blockingQuery(name, index, waitMs, signal) {
+        const op = "watch";
+        const r = await this.request("GET", `/v1/locks/${escapeSegment(name)}?index=${index}&wait_ms=${waitMs}`, { signal, extraMs: waitMs });
+        if (r.status !== 200)
+            throw this.#answerError(r);
+        const body = this.#objectOf(op, name, r);
+        if (body.name !== name)
+            throw this.#malformed(op, name);
+        const header = r.headers.get("Fence-Index");
+        if (header === null) {
+            // A server older than blocking queries ignores index and answers at once:
+            // asking again would be a busy loop.
+            throw new NotImplementedError("not_implemented", r.status, `${opName(op, name)}: the fence server at ${this.server} does not answer blocking queries (no Fence-Index header): it is older than this client`);
+        }
+        const next = /^[0-9]+$/.test(header) ? Number(header) : NaN;
+        if (!Number.isSafeInteger(next) || next < 1)
+            throw this.#malformed(op, name);
+        return { ...lockInfoOf(body, name), index: next };
     }
     /**
      * Ends the current lease of the lock `name` now, whoever holds it, and wakes the
@@ -232,6 +331,10 @@ export class FenceClient {
         const r = await this.request(method, path, init);
         if (r.status !== 200)
             throw this.#answerError(r);
+        return this.#objectOf(op, name, r);
+    }
+    /** Returns the JSON object of a 200 answer, or throws the error of a malformed one. */
+    #objectOf(op, name, r) {
         let v;
         try {
             v = JSON.parse(textDecoder.decode(r.body));
@@ -381,6 +484,29 @@ export class KV {
             throw this.#c.malformed(op, key);
         const value = r.body;
         return { value, token: tok, lock, text: () => textDecoder.decode(value) };
+    }
+}
+/** lockInfoOf returns the LockInfo of the server's JSON state of the lock name. */
+function lockInfoOf(r, name) {
+    const n = (v) => (typeof v === "number" ? v : 0);
+    const owner = typeof r.owner === "string" ? r.owner : "";
+    return { name: String(r.name ?? name), held: r.held === true, token: n(r.token), owner, lastToken: n(r.last_token), expiresInMs: n(r.expires_in_ms) };
+}
+/** leaderOf returns the leader that the state of an election's lock shows. */
+function leaderOf(s) {
+    if (!s.held)
+        return { name: s.name, leading: false, owner: "", epoch: 0, expiresInMs: 0 };
+    return { name: s.name, leading: true, owner: s.owner, epoch: s.token, expiresInMs: s.expiresInMs };
+}
+/** leaderChanges yields the leader of the first state, then of each state whose epoch differs from the last one yielded. */
+async function* leaderChanges(states) {
+    let last;
+    for await (const s of states) {
+        const ld = leaderOf(s);
+        if (ld.epoch === last)
+            continue; // the same term: a change of the lock that is no change of leader
+        last = ld.epoch;
+        yield ld;
     }
 }
 /** fenceHeaders checks a write's fence and returns its headers. */

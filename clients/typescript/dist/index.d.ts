@@ -10,8 +10,16 @@
  * });
  * ```
  *
+ * Follow a lock, or an election's leader, as it changes (blocking queries):
+ *
+ * ```js
+ * for await (const leader of fence.observeLeader("scheduler", { signal })) {
+ *   console.log(leader.leading ? `${leader.owner} leads, epoch ${leader.epoch}` : "no leader");
+ * }
+ * ```
+ *
  * @module
  */
-export { FenceClient, KV, DEFAULT_SERVER, type FenceClientOptions, type AcquireOptions, type WithLockOptions, type FenceSpec, type KVItem, type LockInfo, type Value, } from "./client.js";
+export { FenceClient, KV, DEFAULT_SERVER, type FenceClientOptions, type AcquireOptions, type WithLockOptions, type FenceSpec, type KVItem, type LockInfo, type WatchedLockInfo, type WatchOptions, type Leader, type Value, } from "./client.js";
 export { Lease, type FenceHeaders, type LeaseInit, type LeaseOps } from "./lease.js";
 export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, StaleTokenError, WrongLockError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, type FenceErrorCode, } from "./errors.js";

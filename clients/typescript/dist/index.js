@@ -10,6 +10,14 @@
  * });
  * ```
  *
+ * Follow a lock, or an election's leader, as it changes (blocking queries):
+ *
+ * ```js
+ * for await (const leader of fence.observeLeader("scheduler", { signal })) {
+ *   console.log(leader.leading ? `${leader.owner} leads, epoch ${leader.epoch}` : "no leader");
+ * }
+ * ```
+ *
  * @module
  */
 export { FenceClient, KV, DEFAULT_SERVER, } from "./client.js";

@@ -29,6 +29,13 @@ export declare function checkOwner(op: string, name: string, v: unknown): string
 export declare function checkTTL(op: string, name: string, v: unknown): number;
 /** checkWait throws the InvalidError of a waitMs that is not a number >= 0 (Infinity: wait until acquired). */
 export declare function checkWait(op: string, name: string, v: unknown): number;
+/**
+ * checkQueryWait throws the InvalidError of the waitMs of a blocking query (watch,
+ * observeLeader) that is not a finite number above 0; it returns it in whole ms,
+ * rounded up. 0 is refused: a watch asking the server not to wait would poll it in a
+ * busy loop.
+ */
+export declare function checkQueryWait(op: string, name: string, v: unknown): number;
 /** checkToken throws the InvalidError of a token that is not an integer in [1, 2^53-1]. */
 export declare function checkToken(op: string, name: string, field: string, v: unknown): number;
 /** checkLeaseId throws the InvalidError of a lease id that is not 1 to 128 printable ASCII characters; it never echoes the id. */

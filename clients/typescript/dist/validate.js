@@ -83,6 +83,18 @@ export function checkWait(op, name, v) {
     }
     return v;
 }
+/**
+ * checkQueryWait throws the InvalidError of the waitMs of a blocking query (watch,
+ * observeLeader) that is not a finite number above 0; it returns it in whole ms,
+ * rounded up. 0 is refused: a watch asking the server not to wait would poll it in a
+ * busy loop.
+ */
+export function checkQueryWait(op, name, v) {
+    if (typeof v !== "number" || !Number.isFinite(v) || !(v > 0)) {
+        throw invalid(op, name, "waitMs", String(v), "must be a number of ms above 0");
+    }
+    return Math.ceil(v);
+}
 /** checkToken throws the InvalidError of a token that is not an integer in [1, 2^53-1]. */
 export function checkToken(op, name, field, v) {
     if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 1) {

@@ -10,6 +10,14 @@
  * });
  * ```
  *
+ * Follow a lock, or an election's leader, as it changes (blocking queries):
+ *
+ * ```js
+ * for await (const leader of fence.observeLeader("scheduler", { signal })) {
+ *   console.log(leader.leading ? `${leader.owner} leads, epoch ${leader.epoch}` : "no leader");
+ * }
+ * ```
+ *
  * @module
  */
 export {
@@ -22,6 +30,9 @@ export {
   type FenceSpec,
   type KVItem,
   type LockInfo,
+  type WatchedLockInfo,
+  type WatchOptions,
+  type Leader,
   type Value,
 } from "./client.js";
 export { Lease, type FenceHeaders, type LeaseInit, type LeaseOps } from "./lease.js";

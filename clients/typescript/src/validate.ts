@@ -88,6 +88,19 @@ export function checkWait(op: string, name: string, v: unknown): number {
   return v;
 }
 
+/**
+ * checkQueryWait throws the InvalidError of the waitMs of a blocking query (watch,
+ * observeLeader) that is not a finite number above 0; it returns it in whole ms,
+ * rounded up. 0 is refused: a watch asking the server not to wait would poll it in a
+ * busy loop.
+ */
+export function checkQueryWait(op: string, name: string, v: unknown): number {
+  if (typeof v !== "number" || !Number.isFinite(v) || !(v > 0)) {
+    throw invalid(op, name, "waitMs", String(v), "must be a number of ms above 0");
+  }
+  return Math.ceil(v);
+}
+
 /** checkToken throws the InvalidError of a token that is not an integer in [1, 2^53-1]. */
 export function checkToken(op: string, name: string, field: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 1) {

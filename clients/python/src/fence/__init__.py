@@ -13,6 +13,12 @@ key-value store is such a resource::
     with fence.lock("nightly", ttl=30) as lease:   # the same, on a default client
         ...
 
+    for state in client.watch("nightly"):        # its state now, then at each change
+        print(state["held"], state["index"])
+
+    for leader in client.observe_leader("scheduler"):   # an election's leader, per term
+        print(leader.owner if leader.leading else "no leader", leader.epoch)
+
 Errors are FenceError subclasses, one per error code of the API; their message is the
 server's "error" line verbatim.
 """
@@ -24,6 +30,7 @@ from ._client import (
     FOREVER,
     Client,
     Item,
+    Leader,
     Lease,
     LockContext,
     default_client,
@@ -54,6 +61,7 @@ __all__ = [
     "FOREVER",
     "Client",
     "Item",
+    "Leader",
     "Lease",
     "LockContext",
     "default_client",

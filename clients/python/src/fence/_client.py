@@ -17,20 +17,21 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Tuple, Type, Union
 
 from ._errors import (
     FenceError,
     HeldError,
     InvalidError,
     NotHeldError,
+    NotSupportedError,
     UnavailableError,
     error_for_status,
     error_from_answer,
     quote,
 )
 
-__all__ = ["Client", "Lease", "Item", "LockContext", "lock", "default_client", "FOREVER", "DEFAULT_SERVER"]
+__all__ = ["Client", "Lease", "Item", "Leader", "LockContext", "lock", "default_client", "FOREVER", "DEFAULT_SERVER"]
 
 DEFAULT_SERVER = "http://127.0.0.1:7420"
 """DEFAULT_SERVER is the server a Client talks to when neither its argument nor
@@ -49,10 +50,12 @@ MAX_TTL = 86400.0
 HEADER_TOKEN = "Fence-Token"
 HEADER_LOCK = "Fence-Lock"
 HEADER_LEASE = "Fence-Lease"
+HEADER_INDEX = "Fence-Index"
 
 _MAX_RESPONSE_BYTES = 64 << 20
 _MIN_BACKOFF = 0.05
 _MAX_BACKOFF = 1.0
+_STOP_POLL = 0.05  # how often a watch's helper thread looks at its stop event
 
 Value = Union[bytes, bytearray, memoryview, str]
 
@@ -133,6 +136,20 @@ def _check_wait(op: str, name: str, wait: Any) -> float:
     if math.isnan(wait) or wait < 0:
         raise _invalid(op, name, "wait", repr(wait), "must not be negative")
     return float(wait)
+
+
+def _check_query_wait(op: str, name: str, wait: Any, default: float) -> int:
+    """Returns the wait of a blocking query (seconds; None: default) in whole
+    milliseconds, at least 1 and at most default's, or raises InvalidError. 0 is
+    refused: a watch asking the server not to wait would poll it in a busy loop."""
+    if wait is None:
+        wait = default
+    if not _is_number(wait):
+        raise _invalid(op, name, "wait", None, "must be a number of seconds, got %s" % type(wait).__name__)
+    if not (0 < wait < math.inf):  # NaN fails too
+        raise _invalid(op, name, "wait", repr(wait), "must be a positive number of seconds")
+    seconds: float = min(wait, default)
+    return max(1, math.ceil(seconds * 1000))
 
 
 def _check_token(op: str, name: str, token: Any, field: str = "token") -> int:
@@ -284,6 +301,152 @@ class Item:
         return self.value.decode("utf-8")
 
 
+@dataclass(frozen=True)
+class Leader:
+    """Leader is the leader of an election (the holder of its lock, as ``fence
+    elect`` and ``fence leader`` use it), as Client.leader and Client.observe_leader
+    report it: ``leading`` is False, ``owner`` "" and ``epoch`` and ``expires_in_ms``
+    0 when nobody leads. ``epoch`` is the term's fencing token, greater for every
+    later term; ``expires_in_ms`` what the leader's lease had left as of the read."""
+
+    name: str
+    leading: bool
+    owner: str
+    epoch: int
+    expires_in_ms: int
+
+
+def _leader_of(state: Mapping[str, Any]) -> Leader:
+    name = str(state.get("name", ""))
+    token: Any = state.get("token")
+    owner: Any = state.get("owner")
+    left: Any = state.get("expires_in_ms")
+    if state.get("held") is not True or not _is_int(token) or token < 1:
+        return Leader(name=name, leading=False, owner="", epoch=0, expires_in_ms=0)
+    return Leader(
+        name=name,
+        leading=True,
+        owner=owner if isinstance(owner, str) else "",
+        epoch=token,
+        expires_in_ms=left if _is_int(left) else 0,
+    )
+
+
+def _leader_changes(states: Generator[Dict[str, Any], None, None]) -> Generator[Leader, None, None]:
+    """Yields the leader of the first state, then of each state whose epoch differs
+    from the last one yielded; closing it closes states."""
+    try:
+        last: Optional[int] = None
+        for state in states:
+            ld = _leader_of(state)
+            if ld.epoch == last:
+                continue  # the same term: a change of the lock that is no change of leader
+            last = ld.epoch
+            yield ld
+    finally:
+        states.close()
+
+
+# --- ending a watch from another thread ----------------------------------------------
+
+
+def _dup_socket(sock: socket.socket) -> Optional[socket.socket]:
+    try:
+        return socket.fromfd(sock.fileno(), sock.family, sock.type)
+    except OSError:
+        return None
+
+
+class _Aborter:
+    """_Aborter lets another thread end the request in flight of a watch (see
+    Client.watch's stop). The watch's connections hand it their socket as they
+    connect; it keeps a duplicate of the socket's descriptor, its own to close, so
+    that abort() can shut the connection down (a read blocked on it then returns at
+    once) without ever touching a descriptor the request closed and the process
+    reused meanwhile."""
+
+    def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._dup: Optional[socket.socket] = None
+        self.aborted = False
+
+    def track(self, sock: Optional[socket.socket]) -> None:
+        """Follows sock, a connection's socket, until the next done()."""
+        if sock is None:
+            return
+        with self._mu:
+            self._close_locked()
+            self._dup = _dup_socket(sock)
+            if self.aborted:
+                self._shutdown_locked()
+
+    def done(self) -> None:
+        """Forgets the socket of the request that just ended."""
+        with self._mu:
+            self._close_locked()
+
+    def abort(self) -> None:
+        """Ends the request in flight, and every later one, at once."""
+        with self._mu:
+            self.aborted = True
+            self._shutdown_locked()
+
+    def _shutdown_locked(self) -> None:
+        if self._dup is not None:
+            try:
+                self._dup.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # the connection is gone already
+
+    def _close_locked(self) -> None:
+        if self._dup is not None:
+            self._dup.close()
+            self._dup = None
+
+
+class _AbortableMixin:
+    """Makes a urllib HTTP(S) handler hand the socket of each connection it opens to
+    an _Aborter, whatever connection class and arguments the handler uses."""
+
+    _aborter: _Aborter
+
+    def do_open(self, http_class: Any, req: Any, **kw: Any) -> Any:
+        aborter = self._aborter
+
+        def connection(host: str, **args: Any) -> http.client.HTTPConnection:
+            conn: http.client.HTTPConnection = http_class(host, **args)
+            connect = conn.connect
+
+            def tracked_connect() -> None:
+                connect()
+                aborter.track(conn.sock)
+
+            setattr(conn, "connect", tracked_connect)  # per connection: the class is urllib's choice
+            return conn
+
+        return super().do_open(connection, req, **kw)  # type: ignore[misc]
+
+
+class _AbortableHTTPHandler(_AbortableMixin, urllib.request.HTTPHandler):
+    def __init__(self, aborter: _Aborter) -> None:
+        super().__init__()
+        self._aborter = aborter
+
+
+class _AbortableHTTPSHandler(_AbortableMixin, urllib.request.HTTPSHandler):
+    def __init__(self, aborter: _Aborter, context: Optional[ssl.SSLContext]) -> None:
+        super().__init__(context=context)
+        self._aborter = aborter
+
+
+def _abort_on_stop(stop: threading.Event, aborter: _Aborter, ended: threading.Event) -> None:
+    """Aborts the watch of aborter once stop is set; returns when the watch ended."""
+    while not ended.is_set():
+        if stop.wait(_STOP_POLL):
+            aborter.abort()
+            return
+
+
 # --- Client -------------------------------------------------------------------------
 
 
@@ -329,13 +492,22 @@ class Client:
                 raise InvalidError("invalid %s %r: must be a positive number of seconds" % (field, v), field=field)
         self.timeout: float = float(timeout)
         self.max_poll: float = float(max_poll)
+        self._direct = _is_loopback(urllib.parse.urlsplit(self.server).hostname or "")
+        self._ssl_context = ssl_context
+        self._opener = self._new_opener()
+
+    def _new_opener(self, aborter: Optional[_Aborter] = None) -> urllib.request.OpenerDirector:
+        """Returns an opener of this client's requests; with aborter, one whose
+        connections aborter can shut down from another thread."""
         handlers: List[urllib.request.BaseHandler] = [_NoRedirect()]
-        host = urllib.parse.urlsplit(self.server).hostname or ""
-        if _is_loopback(host):
+        if self._direct:
             handlers.append(urllib.request.ProxyHandler({}))  # never send loopback through a proxy
-        if ssl_context is not None:
-            handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
-        self._opener = urllib.request.build_opener(*handlers)
+        if aborter is not None:
+            handlers.append(_AbortableHTTPHandler(aborter))
+            handlers.append(_AbortableHTTPSHandler(aborter, self._ssl_context))
+        elif self._ssl_context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self._ssl_context))
+        return urllib.request.build_opener(*handlers)
 
     def __repr__(self) -> str:
         return "fence.Client(%r)" % self.server
@@ -352,9 +524,11 @@ class Client:
         body: Optional[bytes] = None,
         headers: Optional[Mapping[str, str]] = None,
         timeout: Optional[float] = None,
+        opener: Optional[urllib.request.OpenerDirector] = None,
     ) -> Tuple[int, http.client.HTTPMessage, bytes]:
-        """Sends one request and returns (status, headers, body) of a 200 answer.
-        Raises the FenceError of any other answer, UnavailableError without one."""
+        """Sends one request (with opener, else the client's) and returns (status,
+        headers, body) of a 200 answer. Raises the FenceError of any other answer,
+        UnavailableError without one."""
         h = dict(headers or {})
         if self._auth:
             h["Authorization"] = "Bearer " + self._auth
@@ -363,7 +537,7 @@ class Client:
         req = urllib.request.Request(self.server + path, data=body, headers=h, method=method)
         t = self.timeout if timeout is None else max(timeout, 0.001)
         try:
-            with self._opener.open(req, timeout=t) as resp:
+            with (opener or self._opener).open(req, timeout=t) as resp:
                 data = resp.read(_MAX_RESPONSE_BYTES)
                 return resp.status, resp.headers, data
         except urllib.error.HTTPError as e:
@@ -403,6 +577,10 @@ class Client:
         _, _, raw = self._request(
             op, name, "POST", path, body=data, headers={"Content-Type": "application/json"}, timeout=timeout
         )
+        return self._object(op, name, raw)
+
+    def _object(self, op: str, name: str, raw: bytes) -> Dict[str, Any]:
+        """Returns the JSON object of a 200 answer, or raises the error of a malformed one."""
         try:
             out = json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
@@ -553,13 +731,168 @@ class Client:
         op = "inspect"
         name = _check_name(op, name)
         _, _, raw = self._request(op, name, "GET", "/v1/locks/%s" % escape_name(name))
+        return self._object(op, name, raw)
+
+    def watch(
+        self,
+        name: str,
+        wait: Optional[float] = None,
+        *,
+        stop: Optional[threading.Event] = None,
+        on_unavailable: Optional[Callable[[UnavailableError], None]] = None,
+    ) -> Generator[Dict[str, Any], None, None]:
+        """Follows the state of the lock ``name``: a generator that yields its state
+        at once, then its state after each change (an acquire, release, expiry,
+        revoke or heal), until stopped. Each state is the dict status() returns, plus
+        "index": the lock's change index (the server's Fence-Index, at least 1; the
+        same while the lock is unchanged, a renewal being no change)::
+
+            for state in client.watch("deploy"):
+                print(state["held"], state.get("owner"))
+
+        Each step is one blocking query (GET /v1/locks/NAME?index=N&wait_ms=W, N the
+        last index) that the server answers when the lock changes, woken by its
+        store. ``wait`` is W in seconds, at most max_poll (the default; the server
+        cuts it to its --max-wait): a query whose wait passed with no change is asked
+        again, unseen, so it matters only to a proxy that drops idle requests sooner.
+        A consumer that falls behind skips states but always gets the latest next,
+        never an older one after a newer: nothing is buffered, each query is sent
+        when the loop asks for the next state.
+
+        To stop: leave the loop (break), or call close() on the generator, from the
+        thread that iterates it; or set ``stop``, a threading.Event, from any thread:
+        the generator then ends at once (within 50ms), the query in flight aborted.
+        For a deadline, ``threading.Timer(seconds, stop.set).start()``.
+
+        While the server cannot be reached or answers 503 (restarting, draining),
+        the watch backs off (50ms, doubling to 1s) and asks again, calling
+        ``on_unavailable`` with the UnavailableError first if given (raise from it to
+        end the watch with that error), so it rides out a restart of the server.
+
+        Raises InvalidError at once for a bad name, wait or callback. The generator
+        raises NotSupportedError if the server cannot answer blocking queries (a
+        store that cannot watch: 501; a server older than blocking queries, known by
+        its answer without a Fence-Index header), and any other error answer of the
+        server (UnauthorizedError, ...), and ends.
+        """
+        return self._watch(*self._watch_args("watch", name, wait, stop, on_unavailable))
+
+    def leader(self, name: str) -> Leader:
+        """Returns the leader of the election ``name`` (the holder of its lock, as
+        ``fence elect`` and ``fence leader`` use it): ``leading`` False, with epoch 0,
+        if nobody leads; that is an answer, not an error.
+
+        Raises what status() raises.
+        """
+        name = _check_name("leader", name)
+        return _leader_of(self.status(name))
+
+    def observe_leader(
+        self,
+        name: str,
+        wait: Optional[float] = None,
+        *,
+        stop: Optional[threading.Event] = None,
+        on_unavailable: Optional[Callable[[UnavailableError], None]] = None,
+    ) -> Generator[Leader, None, None]:
+        """Follows the leader of the election ``name``: a generator that yields the
+        current Leader at once, then each change of leader: a new term (a new epoch)
+        or the end of one (a vacancy: ``leading`` False, epoch 0). A renewal is not a
+        change. An observer that falls behind skips terms but always gets the latest
+        leader, never an older one after a newer. It is watch() of the election's
+        lock, with its arguments, ways to stop and errors::
+
+            for leader in client.observe_leader("scheduler", stop=shutdown):
+                print(leader.owner if leader.leading else "no leader", leader.epoch)
+        """
+        return _leader_changes(self._watch(*self._watch_args("observe", name, wait, stop, on_unavailable)))
+
+    def _watch_args(
+        self,
+        op: str,
+        name: Any,
+        wait: Any,
+        stop: Any,
+        on_unavailable: Any,
+    ) -> Tuple[str, int, Optional[threading.Event], Optional[Callable[[UnavailableError], None]]]:
+        name = _check_name(op, name)
+        wait_ms = _check_query_wait(op, name, wait, self.max_poll)
+        if stop is not None and not isinstance(stop, threading.Event):
+            raise _invalid(op, name, "stop", None, "must be a threading.Event, got %s" % type(stop).__name__)
+        if on_unavailable is not None and not callable(on_unavailable):
+            raise _invalid(op, name, "on_unavailable", None, "must be callable, got %s" % type(on_unavailable).__name__)
+        return name, wait_ms, stop, on_unavailable
+
+    def _watch(
+        self,
+        name: str,
+        wait_ms: int,
+        stop: Optional[threading.Event],
+        on_unavailable: Optional[Callable[[UnavailableError], None]],
+    ) -> Generator[Dict[str, Any], None, None]:
+        aborter = _Aborter()
+        opener = self._new_opener(aborter)
+        ended = threading.Event()
+        if stop is not None:
+            threading.Thread(
+                target=_abort_on_stop, args=(stop, aborter, ended), name="fence-watch-%s" % name, daemon=True
+            ).start()
+        def stopped() -> bool:
+            return aborter.aborted or (stop is not None and stop.is_set())
+
         try:
-            out = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            out = None
-        if not isinstance(out, dict):
+            index = 0  # the last index yielded; 0 before the first (every index is at least 1)
+            backoff = 0.0
+            while not stopped():
+                try:
+                    state = self._blocking_query(name, index, wait_ms, opener)
+                except FenceError as e:
+                    if stopped():
+                        return  # the query was cut short by the stop
+                    if not isinstance(e, UnavailableError):
+                        raise
+                    if on_unavailable is not None:
+                        on_unavailable(e)
+                    backoff = min(max(2 * backoff, _MIN_BACKOFF), _MAX_BACKOFF)
+                    if stop is not None:
+                        stop.wait(backoff)
+                    else:
+                        time.sleep(backoff)
+                    continue
+                finally:
+                    aborter.done()
+                backoff = 0.0
+                if state["index"] != index:
+                    index = state["index"]
+                    yield state
+        finally:
+            ended.set()
+
+    def _blocking_query(
+        self, name: str, index: int, wait_ms: int, opener: urllib.request.OpenerDirector
+    ) -> Dict[str, Any]:
+        """Sends one blocking query of a watch and returns the state the server
+        answered with, its Fence-Index as "index"."""
+        op = "watch"
+        path = "/v1/locks/%s?index=%d&wait_ms=%d" % (escape_name(name), index, wait_ms)
+        _, headers, raw = self._request(op, name, "GET", path, timeout=self.timeout + wait_ms / 1000.0, opener=opener)
+        state = self._object(op, name, raw)
+        if state.get("name") != name:
             raise self._malformed(op, name)
-        return out
+        v = headers.get(HEADER_INDEX)
+        if v is None:
+            # A server older than blocking queries ignores index and answers at once:
+            # asking again would be a busy loop.
+            raise NotSupportedError(
+                "%s: the fence server at %s does not answer blocking queries (no %s header): it is older than this client"
+                % (_op_name(op, name), self.server, HEADER_INDEX),
+                status=200,
+                code="not_implemented",
+            )
+        if not (v.isascii() and v.isdigit()) or int(v) < 1:
+            raise self._malformed(op, name)
+        state["index"] = int(v)
+        return state
 
     def revoke(self, name: str) -> None:
         """Ends the current lease of the lock ``name`` now, whoever holds it, and wakes
