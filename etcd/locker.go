@@ -16,7 +16,7 @@ import (
 
 // Locker is a fence.Locker on etcd. The fencing token of a grant is the create
 // revision of the lock key (see the package documentation). It also implements
-// fence.Inspector and fence.Revoker. It is safe for concurrent use.
+// fence.Inspector, fence.Revoker and fence.Watcher. It is safe for concurrent use.
 type Locker struct {
 	cli    *clientv3.Client
 	keys   keys
@@ -29,12 +29,16 @@ type Locker struct {
 	pool   map[int64][]pooledLease        // spare etcd leases by TTL seconds, under mu
 	pooled int                            // number of leases in pool
 	held   map[clientv3.LeaseID]heldLease // etcd leases of this Locker's grants, under mu
+
+	wmu     sync.Mutex
+	watches map[string]*lockWatch // Watch's shared etcd watches by lock name, under wmu
 }
 
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
+	_ fence.Watcher   = (*Locker)(nil)
 )
 
 // NewLocker returns a Locker that keeps its locks in etcd through cli, under
