@@ -299,7 +299,7 @@ func TestLocker_Watch_ManyWatchersOneName_OneEtcdWatchNothingLeft(t *testing.T) 
 	if _, err := l.Inspect(ctx, name); err != nil { // the client connects on its first call
 		t.Fatal(err)
 	}
-	base := baseline(t)
+	base := quiesce(t)
 	const n = 20
 	var all []<-chan watched
 	var stops []func()
@@ -350,7 +350,7 @@ func TestLocker_Watch_ManyNames_OneStreamNothingLeft(t *testing.T) {
 	if _, err := l.Inspect(ctx, name); err != nil { // the client connects on its first call
 		t.Fatal(err)
 	}
-	base := baseline(t)
+	base := quiesce(t)
 	const n = 50
 	var all []<-chan watched
 	wctx, cancel := context.WithCancel(ctx)
@@ -514,6 +514,18 @@ type leftOver struct{ goroutines, watchers, streams int }
 func baseline(t *testing.T) leftOver {
 	t.Helper()
 	return leftOver{runtime.NumGoroutine(), gauge(t, watchersGauge), gauge(t, streamsGauge)}
+}
+
+// quiesce waits until the package's etcd server has no watchers: the tests run one
+// at a time, but the cancellation of the previous test's watches reaches the
+// server after that test ended, which would change the counts under this one. It
+// fails t if watchers are still there after 5 s (a test left a watch running).
+func quiesce(t *testing.T) leftOver {
+	t.Helper()
+	eventually(t, 5*time.Second, func() string {
+		return fmt.Sprintf("etcd still has %d watchers and %d watch streams before the test", gauge(t, watchersGauge), gauge(t, streamsGauge))
+	}, func() bool { return gauge(t, watchersGauge) == 0 && gauge(t, streamsGauge) == 0 })
+	return baseline(t)
 }
 
 // wantNothingLeft waits until the goroutines, etcd watchers and watch streams are
