@@ -30,8 +30,11 @@ type Locker struct {
 	pooled int                            // number of leases in pool
 	held   map[clientv3.LeaseID]heldLease // etcd leases of this Locker's grants, under mu
 
+	wctx    context.Context    // parent of Watch's etcd watches and reads; ended by Close
+	wcancel context.CancelFunc // ends wctx
 	wmu     sync.Mutex
 	watches map[string]*lockWatch // Watch's shared etcd watches by lock name, under wmu
+	reads   map[string]*nameReads // Watch's shared reads by lock name, under wmu
 }
 
 var (
@@ -45,6 +48,7 @@ var (
 // opts.Prefix. The caller keeps ownership of cli: Locker.Close does not close it.
 func NewLocker(cli *clientv3.Client, opts *Options) *Locker {
 	l := &Locker{cli: cli, keys: keys{opts.prefix()}, clock: opts.clock(), done: make(chan struct{})}
+	l.wctx, l.wcancel = context.WithCancel(context.Background())
 	l.engine = driver.Engine{Backend: "etcd", Locker: l, Clock: l.clock, Poll: fallbackPoll, Closed: l.done}
 	return l
 }
@@ -66,6 +70,7 @@ func (l *Locker) closeOnce() bool {
 	}
 	close(l.done)
 	l.mu.Unlock()
+	l.wcancel()
 	l.drainPool()
 	return false
 }

@@ -118,10 +118,10 @@ func (w *watch) next() (<-chan struct{}, bool) {
 	return w.wake, !w.broken
 }
 
-// watchCreateTimeout bounds how long a Watch waits for etcd to confirm the watch of
-// a lock key before it yields fence.ErrUnavailable and tries again: while etcd
-// cannot be reached the client would wait for it indefinitely.
-const watchCreateTimeout = 5 * time.Second
+// watchTimeout bounds each request a Watch makes to etcd (creating its etcd watch,
+// reading the lock): while etcd cannot be reached the client would wait for it
+// indefinitely, and the watcher is to learn of that as fence.ErrUnavailable.
+const watchTimeout = 5 * time.Second
 
 // Watch yields the state of name as Inspect reports it, then its state after each
 // change, in order, until ctx is done (see fence.Watcher). The loop is
@@ -135,21 +135,23 @@ const watchCreateTimeout = 5 * time.Second
 // once as well. A renewal writes nothing, or moves the key to another etcd lease,
 // which wakes the watch but is not yielded (the state's Index is unchanged).
 //
-// All watchers of one name on a Locker share one etcd watch, and all of a Locker's
-// watches share one gRPC stream of the client. The watch is confirmed by etcd
-// before the first read, so a change after that read is never missed. The client
-// resumes a watch whose connection broke from the last revision it saw, so changes
-// made meanwhile are delivered when it reconnects; a watch that etcd ends
-// (compaction past that revision, the member losing its leader, as the watch
-// requires one) is made anew and the state read again. Whatever a watch misses, a
-// read every driver.DefaultWatchPoll finds.
+// All watchers of one name on a Locker share one etcd watch, and the reads that
+// one change causes: a watcher woken while a read of the lock is in flight waits
+// for the next one, which starts after it was woken. All of a Locker's watches
+// share one gRPC stream of the client. The etcd watch is confirmed before the
+// first read, so a change after that read is never missed. The client resumes a
+// watch whose connection broke from the last revision it saw, so changes made
+// meanwhile are delivered when it reconnects; a watch that etcd ends (compaction
+// past that revision, the member losing its leader, as the watch requires one) is
+// made anew and the state read again. Whatever a watch misses, a read every
+// driver.DefaultWatchPoll finds.
 //
 // Each state yielded is what Inspect returned; in particular ExpiresIn is etcd's
 // whole seconds. It yields an error matching fence.ErrInvalid for a bad name, or
 // fence.ErrClosed after Close or when the client is closed, and ends. While etcd
-// cannot be reached (or has no leader) it yields errors matching
-// fence.ErrUnavailable and goes on trying, backing off; ErrCorrupt for an owner
-// key that holds no valid owner is yielded in the same way.
+// cannot be reached or has no leader (a request gets no answer within 5 s) it
+// yields errors matching fence.ErrUnavailable and goes on trying, backing off;
+// ErrCorrupt for an owner key that holds no valid owner is yielded in the same way.
 func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
 	return func(yield func(fence.LockInfo, error) bool) {
 		for info, err := range l.engine.Watch(ctx, name, l.subscribe, l.watchInspect()) {
@@ -160,18 +162,19 @@ func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInf
 	}
 }
 
-// watchInspect returns the InspectFunc of one Watch run. The Engine reads a held
-// lock again just after its ExpiresIn, which on etcd is truncated to whole seconds:
-// 0 in a lease's last second, and always for a lock key written without an etcd
-// lease, which the Engine would read again every millisecond. etcd reports the
-// expiry as a delete, which wakes the watch, so that re-read is not needed: a read
-// whose Index is the last read's, which the Engine does not yield (it yields only a
-// changed Index), reports a held lock with ExpiresIn 0 as expiring at the fallback
-// poll. What is yielded is Inspect's state unchanged.
+// watchInspect returns the InspectFunc of one Watch run: a shared read (see read).
+// The Engine reads a held lock again just after its ExpiresIn, which on etcd is
+// truncated to whole seconds: 0 in a lease's last second, and always for a lock
+// key written without an etcd lease, which the Engine would read again every
+// millisecond. etcd reports the expiry as a delete, which wakes the watch, so that
+// re-read is not needed: a read whose Index is the last read's, which the Engine
+// does not yield (it yields only a changed Index), reports a held lock with
+// ExpiresIn 0 as expiring at the fallback poll. What is yielded is Inspect's state
+// unchanged.
 func (l *Locker) watchInspect() driver.InspectFunc {
 	var last uint64 // Index of the last state returned, which the Engine yielded
 	return func(ctx context.Context, name string) (fence.LockInfo, error) {
-		info, err := l.Inspect(ctx, name)
+		info, err := l.read(ctx, name)
 		if err != nil {
 			return info, err
 		}
@@ -185,9 +188,9 @@ func (l *Locker) watchInspect() driver.InspectFunc {
 }
 
 // lockWatch is the etcd watch of one lock key that all of a Locker's watchers of
-// that name share. It ends when its last subscriber leaves or etcd ends it; an
-// ended lockWatch is out of Locker.watches, and its subscribers' channels are
-// closed so that they subscribe again.
+// that name share, and the reads they share. The watch ends when its last
+// subscriber leaves or etcd ends it; an ended lockWatch is out of Locker.watches,
+// and its subscribers' channels are closed so that they subscribe again.
 type lockWatch struct {
 	cancel  context.CancelFunc // ends the etcd watch
 	created chan struct{}      // closed once etcd confirmed the watch, or it failed
@@ -196,11 +199,84 @@ type lockWatch struct {
 	ended   bool
 }
 
+// sharedRead is one Inspect whose result several watchers of a name wait for.
+type sharedRead struct {
+	done chan struct{} // closed when info and err are set
+	info fence.LockInfo
+	err  error
+}
+
+// nameReads are the shared reads of one name: the one in flight, and the one that
+// starts when it ends, for those who came meanwhile.
+type nameReads struct {
+	running, next *sharedRead
+}
+
+// read returns the state of name as Inspect does, from a read that started after
+// read was called, shared with the other watchers of name that wait at the same
+// time: a read in flight may predate their wake-up, so they share the next one.
+// The read is bounded by watchTimeout (fence.ErrUnavailable after it) and runs
+// on its own: ctx only bounds the wait for it.
+func (l *Locker) read(ctx context.Context, name string) (fence.LockInfo, error) {
+	l.wmu.Lock()
+	st := l.reads[name]
+	if st == nil {
+		if l.reads == nil {
+			l.reads = map[string]*nameReads{}
+		}
+		st = &nameReads{}
+		l.reads[name] = st
+	}
+	var r *sharedRead
+	switch {
+	case st.running == nil:
+		r = &sharedRead{done: make(chan struct{})}
+		st.running = r
+		go l.runReads(name, st)
+	case st.next == nil:
+		st.next = &sharedRead{done: make(chan struct{})}
+		fallthrough
+	default:
+		r = st.next
+	}
+	l.wmu.Unlock()
+	select {
+	case <-r.done:
+		return r.info, r.err
+	case <-ctx.Done():
+		return fence.LockInfo{}, ctx.Err()
+	}
+}
+
+// runReads runs st's reads until none is waiting; what they return is Inspect's.
+func (l *Locker) runReads(name string, st *nameReads) {
+	l.wmu.Lock()
+	r := st.running
+	l.wmu.Unlock()
+	for r != nil {
+		// The Engine has checked name and prefixes the errors.
+		ctx, cancel := context.WithTimeout(l.wctx, watchTimeout)
+		r.info, r.err = l.inspect(ctx, name)
+		cancel()
+		if r.err != nil && l.closed.Load() {
+			r.err = fence.ErrClosed
+		}
+		close(r.done)
+		l.wmu.Lock()
+		r, st.next = st.next, nil
+		st.running = r
+		if r == nil && l.reads[name] == st {
+			delete(l.reads, name)
+		}
+		l.wmu.Unlock()
+	}
+}
+
 // subscribe is Watch's driver.SubscribeFunc: it joins the shared etcd watch of
 // name's lock key, starting it if there is none, and returns once etcd confirmed
 // it. The channel receives a value after each event and closes when the etcd watch
 // ends. It returns fence.ErrClosed after Close, and fence.ErrUnavailable if the
-// watch was not confirmed within watchCreateTimeout or etcd refused it.
+// watch was not confirmed within watchTimeout or etcd refused it.
 func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, error) {
 	c := make(chan struct{}, 1)
 	l.wmu.Lock()
@@ -215,7 +291,7 @@ func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, e
 	w.subs[c] = struct{}{}
 	l.wmu.Unlock()
 	stop := context.AfterFunc(ctx, func() { l.unsubscribe(name, w, c) })
-	t := time.NewTimer(watchCreateTimeout)
+	t := time.NewTimer(watchTimeout)
 	defer t.Stop()
 	var err error
 	select {
@@ -224,7 +300,7 @@ func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, e
 			return c, nil
 		}
 	case <-t.C:
-		err = fmt.Errorf("subscribe: no answer from etcd within %v: %w", watchCreateTimeout, fence.ErrUnavailable)
+		err = fmt.Errorf("subscribe: no answer from etcd within %v: %w", watchTimeout, fence.ErrUnavailable)
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-l.done:
@@ -238,11 +314,11 @@ func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, e
 
 // startWatch starts the shared etcd watch of name's lock key and registers it in
 // l.watches; l.wmu is held. The watch requires a leader, so that a member cut off
-// from its cluster ends it instead of leaving it silent, and runs on a context of
-// its own: it outlives the subscriber that started it. All such watches carry the
-// same metadata and so share one gRPC stream of the client.
+// from its cluster ends it instead of leaving it silent, and runs on the Locker's
+// context, which Close ends: it outlives the subscriber that started it. All such
+// watches carry the same metadata and so share one gRPC stream of the client.
 func (l *Locker) startWatch(name string) *lockWatch {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.wctx))
 	w := &lockWatch{cancel: cancel, created: make(chan struct{}), subs: map[chan struct{}]struct{}{}}
 	if l.watches == nil {
 		l.watches = map[string]*lockWatch{}

@@ -19,6 +19,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
+	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 
@@ -253,6 +254,35 @@ func TestLocker_Watch_ConnectionCut_ResumedWatchSeesChange(t *testing.T) {
 	}
 }
 
+// A link that stays cut: the watch hears nothing, its fallback read gets no answer
+// and, after watchTimeout, yields fence.ErrUnavailable instead of hanging; once the
+// link is back it yields the state again.
+func TestLocker_Watch_LinkDown_ErrUnavailableThenRecovers(t *testing.T) {
+	testserv.SkipIfShort(t) // about 15s: the fallback read's wait and timeout, then the client's reconnection
+	ctx, direct, name := setup(t, "watch-down")
+	p := newCutProxy(t)
+	watcher := etcd.NewLocker(newClient(t, []string{p.endpoint()}), nil)
+	states, _ := startWatch(t, watcher, name)
+	waitFor(t, states, promptly, "the first state", false, isFree)
+	p.Cut()
+	// The fallback read comes after driver.DefaultWatchPoll, its timeout 5s later.
+	select {
+	case s := <-states:
+		if !errors.Is(s.err, fence.ErrUnavailable) {
+			t.Fatalf("watch through a cut link yielded %+v, %v; want an error matching fence.ErrUnavailable", s.info, s.err)
+		}
+		if !strings.HasPrefix(s.err.Error(), `etcd: watch "`+name+`": `) || strings.Count(s.err.Error(), name) != 1 {
+			t.Fatalf("error = %q; want it to start etcd: watch %q: and name the lock once", s.err, name)
+		}
+	case <-time.After(driver.DefaultWatchPoll + 10*time.Second):
+		t.Fatal("watch through a cut link yielded nothing; want fence.ErrUnavailable")
+	}
+	a := mustAcquire(t, ctx, etcd.NewLocker(direct, nil), name, time.Minute)
+	defer a.Release(ctx)
+	p.Heal()
+	waitFor(t, states, 10*time.Second, "the grant once the link is back", true, isHeld)
+}
+
 // A watch that etcd ends: the client's resumed watch starts at a revision that
 // was compacted meanwhile, so etcd cancels it; Watch makes a new one, reads the
 // state and yields the grant made while the link was cut, without waiting for the
@@ -290,14 +320,19 @@ func TestLocker_Watch_CompactedWhileCut_ResubscribesSeesChange(t *testing.T) {
 	waitFor(t, states, promptly, "the release after the new watch", false, isFree)
 }
 
-// Many watchers of one name on one Locker share one etcd watch: one watcher at
-// the server, one event per change; each sees the change. When they end, the
-// watch, its gRPC stream and their goroutines end too.
-func TestLocker_Watch_ManyWatchersOneName_OneEtcdWatchNothingLeft(t *testing.T) {
+// Many watchers of one name on one Locker share one etcd watch (one watcher at
+// the server, one event per change) and the reads a change causes; each sees the
+// change. When they end, the watch, its gRPC stream and their goroutines end too.
+func TestLocker_Watch_ManyWatchersOneName_OneEtcdWatchSharedReadsNothingLeft(t *testing.T) {
 	ctx, cli, name := setup(t, "watch-many")
+	kv := &countingKV{KV: cli.KV}
+	cli.KV = kv
 	l := etcd.NewLocker(cli, nil)
-	if _, err := l.Inspect(ctx, name); err != nil { // the client connects on its first call
-		t.Fatal(err)
+	changer := etcd.NewLocker(client(t), nil)
+	for _, l := range []*etcd.Locker{l, changer} {
+		if _, err := l.Inspect(ctx, name); err != nil { // a client connects on its first call
+			t.Fatal(err)
+		}
 	}
 	base := quiesce(t)
 	const n = 20
@@ -315,11 +350,18 @@ func TestLocker_Watch_ManyWatchersOneName_OneEtcdWatchNothingLeft(t *testing.T) 
 	if got := gauge(t, streamsGauge) - base.streams; got != 1 {
 		t.Fatalf("etcd watch streams for %d watchers of one name = %d; want 1", n, got)
 	}
-	a := mustAcquire(t, ctx, l, name, time.Minute)
+	before := kv.txns.Load()
+	a := mustAcquire(t, ctx, changer, name, time.Minute)
 	for i, states := range all {
 		if got := waitFor(t, states, promptly, "the grant", false, isHeld); got.info.Token != a.Token() {
 			t.Fatalf("watcher %d saw %+v; want token %d", i, got.info, a.Token())
 		}
+	}
+	// The first watcher woken starts a read; those woken meanwhile share the next.
+	reads := kv.txns.Load() - before
+	t.Logf("%d watchers of one name: %d reads after one change", n, reads)
+	if reads >= n/2 {
+		t.Fatalf("%d watchers of one name read the lock %d times after one change; want them to share reads (fewer than %d)", n, reads, n/2)
 	}
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -331,7 +373,7 @@ func TestLocker_Watch_ManyWatchersOneName_OneEtcdWatchNothingLeft(t *testing.T) 
 	for _, stop := range stops[:n/2] {
 		stop()
 	}
-	b := mustAcquire(t, ctx, l, name, time.Minute)
+	b := mustAcquire(t, ctx, changer, name, time.Minute)
 	defer b.Release(ctx)
 	for _, states := range all[n/2:] {
 		waitFor(t, states, promptly, "the grant after half left", false, isHeld)
