@@ -188,8 +188,7 @@ func (l *Locker) watchInspect() driver.InspectFunc {
 }
 
 // lockWatch is the etcd watch of one lock key that all of a Locker's watchers of
-// that name share, and the reads they share. The watch ends when its last
-// subscriber leaves or etcd ends it; an ended lockWatch is out of Locker.watches,
+// that name share. It ends when its last subscriber leaves or etcd ends it; an ended lockWatch is out of Locker.watches,
 // and its subscribers' channels are closed so that they subscribe again.
 type lockWatch struct {
 	cancel  context.CancelFunc // ends the etcd watch

@@ -229,29 +229,59 @@ func eventually(t *testing.T, within time.Duration, what func() string, cond fun
 	}
 }
 
+// cutWatch is a watch of a fresh name through a cutProxy, with a Locker on a
+// direct client to change the lock while the link is cut.
+type cutWatch struct {
+	ctx     context.Context
+	direct  *clientv3.Client
+	changer *etcd.Locker
+	name    string
+	proxy   *cutProxy
+	states  <-chan watched
+	first   watched // the watch's first state, read before any cut
+}
+
+func newCutWatch(t *testing.T, what string) *cutWatch {
+	t.Helper()
+	ctx, direct, name := setup(t, what)
+	p := newCutProxy(t)
+	states, _ := startWatch(t, etcd.NewLocker(newClient(t, []string{p.endpoint()}), nil), name)
+	c := &cutWatch{ctx: ctx, direct: direct, changer: etcd.NewLocker(direct, nil), name: name, proxy: p, states: states}
+	c.first = waitFor(t, states, promptly, "the first state", false, isFree)
+	return c
+}
+
+// acquire grants the lock on the direct client, released at the test's end.
+func (c *cutWatch) acquire(t *testing.T) *fence.Lease {
+	t.Helper()
+	a := mustAcquire(t, c.ctx, c.changer, c.name, time.Minute)
+	t.Cleanup(func() { a.Release(context.Background()) })
+	return a
+}
+
+// wantGrantBeforePoll waits for the watch to yield a's grant, which it must do
+// before the fallback read after its first state would have found it.
+func (c *cutWatch) wantGrantBeforePoll(t *testing.T, a *fence.Lease) {
+	t.Helper()
+	got := waitFor(t, c.states, driver.DefaultWatchPoll, "the grant made while cut", true, isHeld)
+	if got.info.Token != a.Token() {
+		t.Fatalf("state after the cut = %+v; want held with token %d", got.info, a.Token())
+	}
+	if d := got.at.Sub(c.first.at); d >= driver.DefaultWatchPoll-500*time.Millisecond {
+		t.Fatalf("grant seen %v after the first state; want it before the fallback read (%v)", d, driver.DefaultWatchPoll)
+	}
+}
+
 // A cut connection: the client resumes the watch from the revision it last saw
 // when it reconnects, so a grant made meanwhile reaches the watcher as soon as the
 // link is back, not at the fallback read.
 func TestLocker_Watch_ConnectionCut_ResumedWatchSeesChange(t *testing.T) {
-	ctx, direct, name := setup(t, "watch-cut")
-	p := newCutProxy(t)
-	watcher := etcd.NewLocker(newClient(t, []string{p.endpoint()}), nil)
-	changer := etcd.NewLocker(direct, nil)
-	states, _ := startWatch(t, watcher, name)
-	first := waitFor(t, states, promptly, "the first state", false, isFree)
-
-	p.Cut()
-	a := mustAcquire(t, ctx, changer, name, time.Minute)
-	defer a.Release(ctx)
+	c := newCutWatch(t, "watch-cut")
+	c.proxy.Cut()
+	a := c.acquire(t)
 	time.Sleep(100 * time.Millisecond)
-	p.Heal()
-	got := waitFor(t, states, driver.DefaultWatchPoll, "the grant made while cut", true, isHeld)
-	if got.info.Token != a.Token() {
-		t.Fatalf("state after the cut = %+v; want held with token %d", got.info, a.Token())
-	}
-	if d := got.at.Sub(first.at); d >= driver.DefaultWatchPoll-500*time.Millisecond {
-		t.Fatalf("grant seen %v after the first state; want it before the fallback read (%v)", d, driver.DefaultWatchPoll)
-	}
+	c.proxy.Heal()
+	c.wantGrantBeforePoll(t, a)
 }
 
 // A link that stays cut: the watch hears nothing, its fallback read gets no answer
@@ -259,28 +289,23 @@ func TestLocker_Watch_ConnectionCut_ResumedWatchSeesChange(t *testing.T) {
 // link is back it yields the state again.
 func TestLocker_Watch_LinkDown_ErrUnavailableThenRecovers(t *testing.T) {
 	testserv.SkipIfShort(t) // about 15s: the fallback read's wait and timeout, then the client's reconnection
-	ctx, direct, name := setup(t, "watch-down")
-	p := newCutProxy(t)
-	watcher := etcd.NewLocker(newClient(t, []string{p.endpoint()}), nil)
-	states, _ := startWatch(t, watcher, name)
-	waitFor(t, states, promptly, "the first state", false, isFree)
-	p.Cut()
+	c := newCutWatch(t, "watch-down")
+	c.proxy.Cut()
 	// The fallback read comes after driver.DefaultWatchPoll, its timeout 5s later.
 	select {
-	case s := <-states:
+	case s := <-c.states:
 		if !errors.Is(s.err, fence.ErrUnavailable) {
 			t.Fatalf("watch through a cut link yielded %+v, %v; want an error matching fence.ErrUnavailable", s.info, s.err)
 		}
-		if !strings.HasPrefix(s.err.Error(), `etcd: watch "`+name+`": `) || strings.Count(s.err.Error(), name) != 1 {
-			t.Fatalf("error = %q; want it to start etcd: watch %q: and name the lock once", s.err, name)
+		if !strings.HasPrefix(s.err.Error(), `etcd: watch "`+c.name+`": `) || strings.Count(s.err.Error(), c.name) != 1 {
+			t.Fatalf("error = %q; want it to start etcd: watch %q: and name the lock once", s.err, c.name)
 		}
 	case <-time.After(driver.DefaultWatchPoll + 10*time.Second):
 		t.Fatal("watch through a cut link yielded nothing; want fence.ErrUnavailable")
 	}
-	a := mustAcquire(t, ctx, etcd.NewLocker(direct, nil), name, time.Minute)
-	defer a.Release(ctx)
-	p.Heal()
-	waitFor(t, states, 10*time.Second, "the grant once the link is back", true, isHeld)
+	c.acquire(t)
+	c.proxy.Heal()
+	waitFor(t, c.states, 10*time.Second, "the grant once the link is back", true, isHeld)
 }
 
 // A watch that etcd ends: the client's resumed watch starts at a revision that
@@ -288,36 +313,23 @@ func TestLocker_Watch_LinkDown_ErrUnavailableThenRecovers(t *testing.T) {
 // state and yields the grant made while the link was cut, without waiting for the
 // fallback read.
 func TestLocker_Watch_CompactedWhileCut_ResubscribesSeesChange(t *testing.T) {
-	ctx, direct, name := setup(t, "watch-compact")
-	p := newCutProxy(t)
-	watcher := etcd.NewLocker(newClient(t, []string{p.endpoint()}), nil)
-	changer := etcd.NewLocker(direct, nil)
-	states, _ := startWatch(t, watcher, name)
-	first := waitFor(t, states, promptly, "the first state", false, isFree)
-
-	p.Cut()
-	a := mustAcquire(t, ctx, changer, name, time.Minute)
-	defer a.Release(ctx)
-	resp, err := direct.Get(ctx, "compact-"+name)
+	c := newCutWatch(t, "watch-compact")
+	c.proxy.Cut()
+	a := c.acquire(t)
+	resp, err := c.direct.Get(c.ctx, "compact-"+c.name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := direct.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+	if _, err := c.direct.Compact(c.ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatalf("Compact = %v", err)
 	}
-	p.Heal()
-	got := waitFor(t, states, driver.DefaultWatchPoll, "the grant made while cut", true, isHeld)
-	if got.info.Token != a.Token() {
-		t.Fatalf("state after compaction = %+v; want held with token %d", got.info, a.Token())
-	}
-	if d := got.at.Sub(first.at); d >= driver.DefaultWatchPoll-500*time.Millisecond {
-		t.Fatalf("grant seen %v after the first state; want it before the fallback read (%v)", d, driver.DefaultWatchPoll)
-	}
+	c.proxy.Heal()
+	c.wantGrantBeforePoll(t, a)
 	// The new watch works: a release is seen promptly.
-	if err := a.Release(ctx); err != nil {
+	if err := a.Release(c.ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, states, promptly, "the release after the new watch", false, isFree)
+	waitFor(t, c.states, promptly, "the release after the new watch", false, isFree)
 }
 
 // Many watchers of one name on one Locker share one etcd watch (one watcher at
@@ -325,8 +337,7 @@ func TestLocker_Watch_CompactedWhileCut_ResubscribesSeesChange(t *testing.T) {
 // change. When they end, the watch, its gRPC stream and their goroutines end too.
 func TestLocker_Watch_ManyWatchersOneName_OneEtcdWatchSharedReadsNothingLeft(t *testing.T) {
 	ctx, cli, name := setup(t, "watch-many")
-	kv := &countingKV{KV: cli.KV}
-	cli.KV = kv
+	kv := countTxns(cli)
 	l := etcd.NewLocker(cli, nil)
 	changer := etcd.NewLocker(client(t), nil)
 	for _, l := range []*etcd.Locker{l, changer} {
@@ -461,6 +472,13 @@ type countingKV struct {
 	txns atomic.Int64
 }
 
+// countTxns makes cli count its transactions, before any Locker uses it.
+func countTxns(cli *clientv3.Client) *countingKV {
+	kv := &countingKV{KV: cli.KV}
+	cli.KV = kv
+	return kv
+}
+
 func (k *countingKV) Txn(ctx context.Context) clientv3.Txn {
 	k.txns.Add(1)
 	return k.KV.Txn(ctx)
@@ -472,8 +490,7 @@ func (k *countingKV) Txn(ctx context.Context) clientv3.Txn {
 // seen as etcd's delete.
 func TestLocker_Watch_Expiry_NoBusyReads(t *testing.T) {
 	ctx, cli, name := setup(t, "watch-expiry")
-	kv := &countingKV{KV: cli.KV}
-	cli.KV = kv
+	kv := countTxns(cli)
 	l := etcd.NewLocker(cli, nil)
 	holder := etcd.NewLocker(client(t), nil)
 	states, _ := startWatch(t, l, name)
@@ -494,8 +511,7 @@ func TestLocker_Watch_Expiry_NoBusyReads(t *testing.T) {
 // again and again. Its delete is seen at once.
 func TestLocker_Watch_KeyWithoutLease_NoBusyReads(t *testing.T) {
 	ctx, cli, name := setup(t, "watch-nolease")
-	kv := &countingKV{KV: cli.KV}
-	cli.KV = kv
+	kv := countTxns(cli)
 	l := etcd.NewLocker(cli, nil)
 	lk := etcd.DefaultPrefix + "lock/" + name
 	if _, err := cli.Put(ctx, lk, "by-hand"); err != nil {
