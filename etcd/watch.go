@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"sync"
@@ -256,9 +257,14 @@ func (l *Locker) runReads(name string, st *nameReads) {
 		// The Engine has checked name and prefixes the errors.
 		ctx, cancel := context.WithTimeout(l.wctx, watchTimeout)
 		r.info, r.err = l.inspect(ctx, name)
+		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 		cancel()
-		if r.err != nil && l.closed.Load() {
+		switch {
+		case r.err == nil:
+		case l.closed.Load():
 			r.err = fence.ErrClosed
+		case timedOut:
+			r.err = fmt.Errorf("read: no answer from etcd within %v: %w", watchTimeout, fence.ErrUnavailable)
 		}
 		close(r.done)
 		l.wmu.Lock()
