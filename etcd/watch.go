@@ -189,14 +189,18 @@ func (l *Locker) watchInspect() driver.InspectFunc {
 }
 
 // lockWatch is the etcd watch of one lock key that all of a Locker's watchers of
-// that name share. It ends when its last subscriber leaves or etcd ends it; an ended lockWatch is out of Locker.watches,
-// and its subscribers' channels are closed so that they subscribe again.
+// that name share. It ends when its last subscriber leaves or etcd ends it; an
+// ended lockWatch is out of Locker.watches, and its subscribers' channels are
+// closed so that they subscribe again.
 type lockWatch struct {
 	cancel  context.CancelFunc // ends the etcd watch
 	created chan struct{}      // closed once etcd confirmed the watch, or it failed
 	err     error              // why the watch could not be created; set before created closes
-	subs    map[chan struct{}]struct{}
-	ended   bool
+	// subs are the subscribers' channels, each with the stop function of the
+	// context.AfterFunc that unsubscribes it (nil until it is registered), which
+	// endWatch calls: a watch that etcd ends often must not leave them piling up.
+	subs  map[chan struct{}]func() bool
+	ended bool
 }
 
 // sharedRead is one Inspect whose result several watchers of a name wait for.
@@ -293,9 +297,16 @@ func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, e
 	if w == nil {
 		w = l.startWatch(name)
 	}
-	w.subs[c] = struct{}{}
+	w.subs[c] = nil
 	l.wmu.Unlock()
 	stop := context.AfterFunc(ctx, func() { l.unsubscribe(name, w, c) })
+	l.wmu.Lock()
+	if _, ok := w.subs[c]; ok {
+		w.subs[c] = stop
+	} else {
+		stop() // w ended, or ctx did: nothing to unsubscribe from
+	}
+	l.wmu.Unlock()
 	t := time.NewTimer(watchTimeout)
 	defer t.Stop()
 	var err error
@@ -324,7 +335,7 @@ func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, e
 // watches carry the same metadata and so share one gRPC stream of the client.
 func (l *Locker) startWatch(name string) *lockWatch {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.wctx))
-	w := &lockWatch{cancel: cancel, created: make(chan struct{}), subs: map[chan struct{}]struct{}{}}
+	w := &lockWatch{cancel: cancel, created: make(chan struct{}), subs: map[chan struct{}]func() bool{}}
 	if l.watches == nil {
 		l.watches = map[string]*lockWatch{}
 	}
@@ -385,8 +396,11 @@ func (l *Locker) endWatch(name string, w *lockWatch, err error) {
 	w.ended = true
 	select {
 	case <-w.created:
-		for c := range w.subs {
+		for c, stop := range w.subs {
 			close(c)
+			if stop != nil {
+				stop()
+			}
 		}
 	default:
 		w.err = err
