@@ -299,3 +299,60 @@ func TestCluster_WaiterRidesOutLeaderKill_DoneClosesWhenQuorumLost(t *testing.T)
 		t.Fatalf("Acquire without quorum = %v, %v; want nil, fence.ErrNotAcquired and context.DeadlineExceeded", l, err)
 	}
 }
+
+// A watcher whose client reaches only one member: when that member loses its
+// leader (the two others are killed), etcd ends the watch, which requires a leader,
+// and the watcher is told fence.ErrUnavailable within a few election timeouts, well
+// before its fallback read would have timed out. Once the members are back, the
+// watch is made anew and a grant is seen.
+func TestCluster_WatchedMemberLosesLeader_ErrUnavailableThenRecovers(t *testing.T) {
+	testserv.SkipIfShort(t)
+	c := etcdserv.NewCluster(t, 3)
+	ctx := testCtx(t)
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *etcdserv.Member
+	var others []*etcdserv.Member
+	for _, m := range c.Members {
+		if m != leader && follower == nil {
+			follower = m
+		} else {
+			others = append(others, m)
+		}
+	}
+	name := uniq("watch-noleader")
+	states, _ := startWatch(t, etcd.NewLocker(newClient(t, []string{follower.ClientURL}), nil), name)
+	first := waitFor(t, states, promptly, "the first state", false, isFree)
+	for _, m := range others {
+		m.Kill()
+	}
+	select {
+	case s := <-states:
+		if !errors.Is(s.err, fence.ErrUnavailable) {
+			t.Fatalf("watch on a member without leader yielded %+v, %v; want an error matching fence.ErrUnavailable", s.info, s.err)
+		}
+		// The fallback read would give up after the poll and its 5s timeout.
+		d := s.at.Sub(first.at)
+		t.Logf("ErrUnavailable %v after the first state: %v", d.Round(time.Millisecond), s.err)
+		if d > driver.DefaultWatchPoll+2*time.Second {
+			t.Fatalf("ErrUnavailable yielded %v after the first state; want it from the watch's end, before the fallback read's timeout", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("watch on a member without leader yielded nothing within 20s; want fence.ErrUnavailable")
+	}
+	for _, m := range others {
+		if err := c.Restart(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := etcd.NewLocker(newClient(t, c.Endpoints()), nil).Acquire(ctx, name, time.Minute, fence.WithWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	if got := waitFor(t, states, 10*time.Second, "the grant once the leader is back", true, isHeld); got.info.Token != a.Token() {
+		t.Fatalf("state after recovery = %+v; want token %d", got.info, a.Token())
+	}
+}

@@ -1,7 +1,7 @@
-// Package etcd implements fence.Locker, fence.Inspector, fence.Revoker, fence.KV
-// and fence.Guard on etcd v3 (go.etcd.io/etcd/client/v3): consensus-backed fencing
-// tokens, and the store that lets several `fence serve` instances share one etcd
-// cluster.
+// Package etcd implements fence.Locker, fence.Inspector, fence.Revoker,
+// fence.Watcher, fence.KV and fence.Guard on etcd v3 (go.etcd.io/etcd/client/v3):
+// consensus-backed fencing tokens, and the store that lets several `fence serve`
+// instances share one etcd cluster.
 //
 // # Tokens
 //
@@ -111,6 +111,26 @@
 // handoff. A watch that breaks (no leader: watches require one; compaction) is
 // re-created after one more attempt, and every waiter also retries every 5 s
 // without an event, so a stalled watch cannot strand it.
+//
+// # Watching
+//
+// Watch (fence.Watcher; the loop is driver.Engine's) follows one lock through an
+// etcd watch on its lock key: every change writes that key in the transaction that
+// makes it (a grant creates it, a release or revoke deletes it, etcd deletes it when
+// it revokes an expired holder's lease), older versions' grants and releases too, so
+// a rolling upgrade loses no signal and nothing extra is written for watchers. There
+// is no heal on etcd. An expiry is seen when etcd deletes the key, up to the minimum
+// lease TTL plus 500 ms after the holder's deadline, as for a waiter. The watchers of
+// a name on one Locker share one etcd watch and the reads a change causes; all of a
+// Locker's watches share one gRPC stream. A broken connection is resumed by the
+// client from the last revision seen; a watch that etcd ends (compaction, no leader)
+// is made anew; a read every 5 s catches whatever a watch missed. Measured on one
+// member on a 2-CPU machine: a watcher yields the free state a median of 0.2 ms
+// after Release returns (0.6 ms after it is called), p90 0.3 ms (BenchmarkWatch);
+// an acquire+release pair on a watched lock takes 1.15 times as long as on an
+// unwatched one with one watcher, 1.2 times with ten on one Locker, 2.8 times with
+// ten Lockers on clients of their own, whose reads compete with the member for
+// the CPU (BenchmarkAcquireRelease).
 //
 // # Fenced KV
 //

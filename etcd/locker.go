@@ -16,7 +16,7 @@ import (
 
 // Locker is a fence.Locker on etcd. The fencing token of a grant is the create
 // revision of the lock key (see the package documentation). It also implements
-// fence.Inspector and fence.Revoker. It is safe for concurrent use.
+// fence.Inspector, fence.Revoker and fence.Watcher. It is safe for concurrent use.
 type Locker struct {
 	cli    *clientv3.Client
 	keys   keys
@@ -29,18 +29,26 @@ type Locker struct {
 	pool   map[int64][]pooledLease        // spare etcd leases by TTL seconds, under mu
 	pooled int                            // number of leases in pool
 	held   map[clientv3.LeaseID]heldLease // etcd leases of this Locker's grants, under mu
+
+	wctx    context.Context    // parent of Watch's etcd watches and reads; ended by Close
+	wcancel context.CancelFunc // ends wctx
+	wmu     sync.Mutex
+	watches map[string]*lockWatch // Watch's shared etcd watches by lock name, under wmu
+	reads   map[string]*nameReads // Watch's shared reads by lock name, under wmu
 }
 
 var (
 	_ fence.Locker    = (*Locker)(nil)
 	_ fence.Inspector = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
+	_ fence.Watcher   = (*Locker)(nil)
 )
 
 // NewLocker returns a Locker that keeps its locks in etcd through cli, under
 // opts.Prefix. The caller keeps ownership of cli: Locker.Close does not close it.
 func NewLocker(cli *clientv3.Client, opts *Options) *Locker {
 	l := &Locker{cli: cli, keys: keys{opts.prefix()}, clock: opts.clock(), done: make(chan struct{})}
+	l.wctx, l.wcancel = context.WithCancel(context.Background())
 	l.engine = driver.Engine{Backend: "etcd", Locker: l, Clock: l.clock, Poll: fallbackPoll, Closed: l.done}
 	return l
 }
@@ -62,6 +70,7 @@ func (l *Locker) closeOnce() bool {
 	}
 	close(l.done)
 	l.mu.Unlock()
+	l.wcancel()
 	l.drainPool()
 	return false
 }

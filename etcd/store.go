@@ -72,6 +72,7 @@ var (
 	_ fence.Locker    = (*Store)(nil)
 	_ fence.Inspector = (*Store)(nil)
 	_ fence.Revoker   = (*Store)(nil)
+	_ fence.Watcher   = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
 )
