@@ -212,6 +212,34 @@ func (w *Watchers) Notify(name string) {
 	}
 }
 
+// NotifyAll signals every subscription to every name; it never blocks. A backend
+// that relays changes from one connection calls it when that connection comes
+// back after a loss: the messages sent meanwhile are gone, so everyone must look.
+func (w *Watchers) NotifyAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, set := range w.m {
+		for c := range set {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// Len returns how many subscriptions are registered, over all names: for
+// metrics, and for tests that check a watch leaves nothing behind.
+func (w *Watchers) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, set := range w.m {
+		n += len(set)
+	}
+	return n
+}
+
 // Active reports whether anyone watches name, for a backend that can skip the
 // work of signalling a change nobody waits for.
 func (w *Watchers) Active(name string) bool {

@@ -270,3 +270,38 @@ func TestWatch_SubscriptionLostAtOnceDoesNotSpin(t *testing.T) {
 		t.Fatalf("%d subscriptions in 500ms when each is lost at once; want a few (renewed, backing off)", subs)
 	}
 }
+
+func TestWatchers_NotifyNotifyAllLen(t *testing.T) {
+	var w driver.Watchers
+	ctx, cancel := context.WithCancel(context.Background())
+	a, _ := w.Subscribe(ctx, "a")
+	b, _ := w.Subscribe(context.Background(), "b")
+	if n := w.Len(); n != 2 || !w.Active("a") || w.Active("c") {
+		t.Fatalf("Len = %d, Active(a) = %v, Active(c) = %v; want 2, true, false", n, w.Active("a"), w.Active("c"))
+	}
+	ready := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	w.Notify("a")
+	w.Notify("a") // folds into one
+	if !ready(a) || ready(a) || ready(b) {
+		t.Fatal("Notify(a): want a signalled once, b not")
+	}
+	w.NotifyAll()
+	if !ready(a) || !ready(b) {
+		t.Fatal("NotifyAll: want both signalled")
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Len() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Len = %d 5s after a's context ended; want 1", w.Len())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

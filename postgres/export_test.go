@@ -7,15 +7,7 @@ import (
 
 // WatchSubscriptions returns how many Watch subscriptions l holds, for tests
 // that check a watch leaves nothing behind once its context ends.
-func WatchSubscriptions(l *Locker) int {
-	l.watchers.mu.Lock()
-	defer l.watchers.mu.Unlock()
-	n := 0
-	for _, set := range l.watchers.m {
-		n += len(set)
-	}
-	return n
-}
+func WatchSubscriptions(l *Locker) int { return l.watchers.Len() }
 
 // WithoutGrantNotify makes l grant as it did before Watch: the same statement
 // with its pg_notify replaced by a no-op (the parameter must still be used), so

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -10,68 +9,6 @@ import (
 // connection before its first look; without it, it still wakes by polling, and
 // the listener signals everyone once it listens.
 const maxReadyWait = 2 * time.Second
-
-// subscribers is a set of wake-up channels by lock name: a Locker's waiters, and
-// its watchers. It is driver.Watchers plus notifyAll, which the listener needs
-// when it (re)connects, since notifications sent while nobody listened are lost.
-// Each channel has a buffer of one: several signals before a read fold into one.
-type subscribers struct {
-	mu sync.Mutex
-	m  map[string]map[chan struct{}]struct{}
-}
-
-// add registers and returns a new wake-up channel for name.
-func (s *subscribers) add(name string) chan struct{} {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = make(map[string]map[chan struct{}]struct{})
-	}
-	set := s.m[name]
-	if set == nil {
-		set = make(map[chan struct{}]struct{})
-		s.m[name] = set
-	}
-	set[ch] = struct{}{}
-	return ch
-}
-
-// remove unregisters ch, a channel add returned for name.
-func (s *subscribers) remove(name string, ch chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m[name], ch)
-	if len(s.m[name]) == 0 {
-		delete(s.m, name)
-	}
-}
-
-// notify signals every channel of name; notifyAll every channel. Neither blocks.
-func (s *subscribers) notify(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.m[name] {
-		signal(ch)
-	}
-}
-
-func (s *subscribers) notifyAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, set := range s.m {
-		for ch := range set {
-			signal(ch)
-		}
-	}
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default: // already signalled
-	}
-}
 
 // subscribe is Watch's driver.SubscribeFunc: it registers a watcher of name
 // until ctx is done and makes sure the listener runs, waiting (bounded by ctx and
@@ -82,8 +19,10 @@ func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, e
 	if err := l.usable(); err != nil {
 		return nil, err
 	}
-	ch := l.watchers.add(name)
-	context.AfterFunc(ctx, func() { l.watchers.remove(name, ch) })
+	ch, err := l.watchers.Subscribe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
 	l.startListener(ctx)
 	return ch, nil
 }
@@ -151,16 +90,16 @@ func (l *Locker) listenOnce(ctx context.Context) bool {
 	}
 	l.readyOnce.Do(func() { close(l.ready) })
 	// Locks may have changed while we were not listening: everyone looks again.
-	l.waiters.notifyAll()
-	l.watchers.notifyAll()
+	l.waiters.NotifyAll()
+	l.watchers.NotifyAll()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return true
 		}
 		if n.Channel == l.channel {
-			l.waiters.notify(n.Payload)
+			l.waiters.Notify(n.Payload)
 		}
-		l.watchers.notify(n.Payload)
+		l.watchers.Notify(n.Payload)
 	}
 }

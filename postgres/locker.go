@@ -109,8 +109,8 @@ type Locker struct {
 	readyOnce sync.Once
 	done      chan struct{} // closed when the listener goroutine returned
 
-	waiters  subscribers // Acquire calls waiting for a release
-	watchers subscribers // Watch subscriptions
+	waiters  driver.Watchers // Acquire calls waiting for a release
+	watchers driver.Watchers // Watch subscriptions
 
 	mu   sync.Mutex
 	stop context.CancelFunc // stops the listener goroutine; nil until it starts
@@ -275,19 +275,16 @@ func (l *Locker) CreateSchema(ctx context.Context) error {
 // grant may then have happened: the lease simply expires); and fence.ErrClosed
 // after Close.
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	var wake chan struct{} // this call's NOTIFY wake-up, once it waits
-	defer func() {
-		if wake != nil {
-			l.waiters.remove(name, wake)
-		}
-	}()
+	var wake <-chan struct{} // this call's NOTIFY wake-up, once it waits
+	wctx, stopWake := context.WithCancel(ctx)
+	defer stopWake() // ends the wake-up's subscription
 	return l.engine.Acquire(ctx, name, ttl, opts, func(ctx context.Context, r *driver.Request) (driver.Result, error) {
 		if l.err != nil {
 			return driver.Result{}, l.err
 		}
 		if r.Waiting && wake == nil {
 			// Listen before the first look, so that a release right after it wakes us.
-			wake = l.waiters.add(r.Name)
+			wake, _ = l.waiters.Subscribe(wctx, r.Name) // never fails
 			l.startListener(ctx)
 		}
 		return l.try(ctx, r, wake)
