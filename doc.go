@@ -14,6 +14,28 @@
 // and the network backends. The fencetest package is the conformance suite every
 // implementation passes.
 //
+// # Semaphores and shared locks
+//
+// A name can also be a counting semaphore ([WithLimit]) or a shared lock
+// ([WithShared]); every grant still takes a token from the name's one counter
+// (P8), so the same guards fence them.
+//
+//   - A semaphore of N grants at most N unexpired leases at once. Each has a slot
+//     in [0, N) ([Lease.Slot]); no two unexpired leases share a slot. Fence a
+//     resource per slot (partition 3, connection 3): a holder of slot 3 that paused
+//     past its TTL is refused once the next holder of slot 3 writes or fences. A
+//     resource shared by several slots cannot be fenced per holder.
+//   - Every acquirer of a name agrees on N: an acquire with another limit while
+//     leases are live fails with a [LimitError] (matching [ErrInvalid]).
+//   - A shared lock has any number of shared holders (at most [MaxLimit]) or one
+//     exclusive holder. Exclusive waiters are preferred: while one waits, new shared
+//     acquires find the lock held, so readers cannot starve a writer.
+//   - Release, Renew, expiry, ownership (P5), exclusivity (P6, per slot), the
+//     lost-lease signal (P7), waiting woken by a release and a durable store's
+//     restart hold as they do for locks. Revoke ends every live lease on the name.
+//   - A Locker declares them in [Features]; one that lacks a kind returns
+//     [ErrNotImplemented].
+//
 // # Limits
 //
 //   - Lock names and resource keys: 1 to [MaxNameLen] (255) bytes of valid UTF-8 with no
@@ -27,6 +49,8 @@
 //     hand over within a few milliseconds of the TTL.
 //   - Tokens: 1 to [MaxToken] (2^53-1, so they survive JSON numbers and Lua doubles);
 //     0 is never a valid token.
+//   - Semaphore limits: 1 to [MaxLimit] (1024) permits; at most MaxLimit shared
+//     holders of a lock at once.
 //   - Lease ids: 1 to [MaxLeaseIDLen] (128) bytes of printable ASCII; the ids fence
 //     makes carry 128 random bits.
 package fence

@@ -134,3 +134,20 @@ func (e *HeldError) Error() string {
 
 // Is reports whether target is ErrNotAcquired.
 func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+
+// LimitError is the detail of ErrInvalid when an acquire's limit (WithLimit; 1 for
+// a lock or a shared lock) differs from the limit of the live leases on Name: all
+// acquirers of a semaphore must agree on its number of permits. Nothing was
+// changed.
+type LimitError struct {
+	Name  string
+	Limit int // the limit the acquire asked for
+	Held  int // the limit of the live leases
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("fence: %q is held with limit %d, not %d: every acquirer of a name must use the same limit", e.Name, e.Held, e.Limit)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *LimitError) Is(target error) bool { return target == ErrInvalid }

@@ -31,6 +31,7 @@ type Lease struct {
 	id     string
 	token  Token
 	owner  string
+	slot   int
 
 	opMu sync.Mutex // serialises Renew and Release, so deadlines follow the order the backend saw
 
@@ -53,6 +54,7 @@ func init() {
 	core.ValidateToken = func(t uint64) error { return validateToken(Token(t)) }
 	core.ValidateLeaseID = validateLeaseID
 	core.ValidateOwner = validateOwner
+	core.ValidateLimit = validateLimit
 }
 
 // newLease returns a held lease for a grant, with its expiry timer (and renewal, if
@@ -69,7 +71,7 @@ func newLease(c core.LeaseConfig) *Lease {
 		start = clock.Now()
 	}
 	l := &Lease{
-		locker: c.Holder, clock: clock, name: c.Name, id: c.ID, token: Token(c.Token), owner: c.Owner,
+		locker: c.Holder, clock: clock, name: c.Name, id: c.ID, token: Token(c.Token), owner: c.Owner, slot: c.Slot,
 		ttl: c.TTL, deadline: start.Add(c.TTL), auto: c.AutoRenew,
 		done: make(chan struct{}),
 	}
@@ -87,6 +89,12 @@ func (l *Lease) Name() string { return l.name }
 
 // Owner returns the owner the acquire named (WithOwner), "" if none.
 func (l *Lease) Owner() string { return l.owner }
+
+// Slot returns the permit's slot, in [0, limit), for a lease on a semaphore
+// (WithLimit): no two unexpired leases on the name have the same slot, so a
+// resource per slot is fenced by the name's tokens as a resource is by a lock's. It
+// is 0 for a lock and for a shared lease.
+func (l *Lease) Slot() int { return l.slot }
 
 // Token returns the fencing token of this grant.
 func (l *Lease) Token() Token { return l.token }

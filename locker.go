@@ -99,6 +99,31 @@ type Watcher interface {
 	Watch(ctx context.Context, name string) iter.Seq2[LockInfo, error]
 }
 
+// Features are the kinds of grant beyond an exclusive lock that a Locker makes.
+// An acquire asking for one a Locker lacks returns an error matching
+// ErrNotImplemented and changes nothing.
+type Features struct {
+	Semaphores bool // WithLimit: at most N leases at once, each with a slot
+	Shared     bool // WithShared: any number of shared holders, or one exclusive
+}
+
+// FeatureLocker is implemented by lockers that make more than exclusive locks;
+// Features says which kinds. A Locker that does not implement it makes locks only.
+type FeatureLocker interface {
+	Locker
+	Features() Features
+}
+
+// FeaturesOf returns the Features l declares, or none if l is not a FeatureLocker.
+// For a client of a remote server it says what the client can ask for; the
+// server's store may still answer ErrNotImplemented.
+func FeaturesOf(l Locker) Features {
+	if f, ok := l.(FeatureLocker); ok {
+		return f.Features()
+	}
+	return Features{}
+}
+
 // DefaultListLimit is how many locks Inspector.List returns when its limit is <= 0.
 const DefaultListLimit = 1000
 
@@ -110,6 +135,27 @@ type LockInfo struct {
 	Owner     string        `json:"owner,omitempty"`      // the current holder's owner (WithOwner), if held
 	LastToken Token         `json:"last_token,omitempty"` // the highest token issued for name
 	ExpiresIn time.Duration `json:"-"`                    // time left on the current lease, if held
+
+	// Limit is the semaphore's limit (WithLimit) while it has live leases; 0 for
+	// a lock.
+	Limit int `json:"limit,omitempty"`
+	// Shared says the live leases are shared ones (WithShared).
+	Shared bool `json:"shared,omitempty"`
+	// Holders lists every live lease of a semaphore or of a shared lock, in slot
+	// order for a semaphore and token order for shared holders; it is nil for a
+	// lock held exclusively (Token, Owner and ExpiresIn describe that holder).
+	// With Holders set, Token, Owner and ExpiresIn describe the holder with the
+	// highest token.
+	Holders []Holder `json:"holders,omitempty"`
+}
+
+// Holder is one live lease of a semaphore or shared lock, as LockInfo.Holders
+// reports it. It never contains the lease id.
+type Holder struct {
+	Slot      int           `json:"slot"`
+	Token     Token         `json:"token"`
+	Owner     string        `json:"owner,omitempty"`
+	ExpiresIn time.Duration `json:"-"`
 }
 
 // Index is the lock's change index, for blocking queries (the HTTP API's
@@ -118,7 +164,10 @@ type LockInfo struct {
 // the state: 2*LastToken (or 2*Token, if greater), plus 1 while the lock is free.
 // A backend's bookkeeping may raise it without a change a user can see (on
 // ZooKeeper, LastToken moves when a waiter joins), so a reader compares states,
-// not only indexes, where that matters. It is at least 1.
+// not only indexes, where that matters. It is at least 1. On a semaphore or a
+// shared lock, the end of one of several live leases leaves it unchanged (the
+// name is still held and no token was issued): a watcher sees every grant and the
+// end of the last lease, not each release in between.
 func (i LockInfo) Index() uint64 {
 	n := 2 * uint64(max(i.LastToken, i.Token))
 	switch {
@@ -133,7 +182,8 @@ func (i LockInfo) Index() uint64 {
 // WaitForever, given to WithWait, waits until the context is done.
 const WaitForever time.Duration = 1<<63 - 1
 
-// AcquireOption is a per-call option of Locker.Acquire: WithWait, WithAutoRenew.
+// AcquireOption is a per-call option of Locker.Acquire: WithWait, WithAutoRenew,
+// WithOwner, WithLimit, WithShared.
 type AcquireOption func(*core.AcquireOptions)
 
 // WithWait makes Acquire wait up to d for a held lock to be released or to expire.
@@ -166,6 +216,41 @@ func WithAutoRenew() AcquireOption { return func(o *core.AcquireOptions) { o.Aut
 func WithOwner(owner string) AcquireOption {
 	return func(o *core.AcquireOptions) { o.Owner = owner }
 }
+
+// WithLimit makes the name a counting semaphore of n permits: Acquire grants at
+// most n unexpired leases on it at once, each with a slot in [0, n) (Lease.Slot)
+// and a token from the name's one counter, so tokens of all slots are comparable
+// and a resource per slot is fenced as a resource is by a lock: a holder of slot 3
+// that paused past its TTL is refused once the next holder of slot 3 writes or
+// fences. A resource shared by several slots cannot be fenced per holder: each
+// holder's write raises its highest token and refuses the others'.
+//
+// Every acquirer of a name must agree on n: an acquire with another limit than the
+// name's live leases have (a lock counts as 1) returns a *LimitError, matching
+// ErrInvalid. Once no lease is live, any limit may be used. WithLimit(1) is a
+// lock. n outside [1, MaxLimit] makes Acquire return ErrInvalid, as does
+// combining it with WithShared. A Locker without Features.Semaphores returns
+// ErrNotImplemented.
+func WithLimit(n int) AcquireOption {
+	return func(o *core.AcquireOptions) { o.Limit, o.LimitSet = n, true }
+}
+
+// WithShared asks for a shared lease: any number of shared holders (at most
+// MaxLimit) may hold the name at once, or one exclusive holder (an acquire without
+// WithShared). Every grant's token, shared or exclusive, is above every earlier
+// grant's on the name.
+//
+// Exclusive waiters are preferred: while an exclusive acquire is waiting for
+// shared holders to leave, new shared acquires find the lock held, so a stream of
+// readers cannot starve a writer. An exclusive waiter that gives up stops
+// holding off shared acquires within its TTL at the latest. A Locker without
+// Features.Shared returns ErrNotImplemented.
+//
+// Shared holders write concurrently, so a guard cannot order their writes
+// against each other; what a shared lease's token fences is an exclusive
+// holder's resource against a stale shared holder, once the exclusive holder
+// has written or fenced.
+func WithShared() AcquireOption { return func(o *core.AcquireOptions) { o.Shared = true } }
 
 // TryAcquire is Acquire without waiting: it returns an error matching
 // ErrNotAcquired at once if name is held.

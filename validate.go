@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"fmt"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -20,6 +21,10 @@ const (
 	MaxLeaseIDLen = 128
 	// MaxOwnerLen is the longest owner (WithOwner) accepted, in bytes.
 	MaxOwnerLen = 256
+	// MaxLimit is the most permits a semaphore may have (WithLimit), and the most
+	// shared holders (WithShared) a lock has at once: a shared acquire while
+	// MaxLimit shared leases are live finds the lock held.
+	MaxLimit = 1024
 )
 
 // validateName returns nil if name is usable as a lock name or resource key: 1 to
@@ -79,6 +84,14 @@ func validateLeaseID(id string) error {
 		if id[i] <= ' ' || id[i] > '~' {
 			return invalidf("lease", id, "must be printable ASCII without spaces")
 		}
+	}
+	return nil
+}
+
+// validateLimit returns nil if n is a usable semaphore limit: 1 to MaxLimit.
+func validateLimit(n int) error {
+	if n < 1 || n > MaxLimit {
+		return invalidf("limit", fmt.Sprint(n), "must be 1 to %d", MaxLimit)
 	}
 	return nil
 }

@@ -40,8 +40,12 @@ var SystemClock Clock = core.SystemClock
 
 // AcquireOptions are the per-call options of an acquire, as its AcquireOption
 // values set them: Wait (0 tries once, fence.WaitForever waits until the context
-// ends), AutoRenew and Owner (validated by the Engine; a backend stores it with the
-// grant and reports it in fence.LockInfo.Owner).
+// ends), AutoRenew, Owner (validated by the Engine; a backend stores it with the
+// grant and reports it in fence.LockInfo.Owner), Limit and Shared.
+//
+// In the Request a TryFunc gets, Limit is 0 for a lock (WithLimit(1) included) and
+// 2 to fence.MaxLimit for a semaphore, and Shared is never set with a Limit: the
+// Engine has validated and normalised them (LimitSet is for the Engine only).
 type AcquireOptions = core.AcquireOptions
 
 // ApplyOptions returns the options that opts set; nil options are skipped.
@@ -104,6 +108,10 @@ func ValidateFence(key string, f fence.Fence) error {
 	return nil
 }
 
+// ValidateLimit returns nil if n is 1 to fence.MaxLimit, and a *fence.InvalidError
+// naming "limit" otherwise.
+func ValidateLimit(n int) error { return core.ValidateLimit(n) }
+
 // ListLimit returns limit, or fence.DefaultListLimit if limit <= 0: the number of
 // locks an Inspector's List returns at most.
 func ListLimit(limit int) int {
@@ -140,6 +148,8 @@ type LeaseConfig struct {
 	AutoRenew bool
 	// Owner is the owner the acquire named (fence.WithOwner), "" if none.
 	Owner string
+	// Slot is the semaphore permit's slot (fence.Lease.Slot), 0 for a lock.
+	Slot int
 }
 
 // NewLease returns a held lease for a grant, with its expiry timer (and renewal, if
@@ -148,7 +158,7 @@ type LeaseConfig struct {
 func NewLease(c LeaseConfig) *fence.Lease {
 	return newLease(core.LeaseConfig{
 		Holder: c.Locker, Name: c.Name, Token: uint64(c.Token), ID: c.ID, TTL: c.TTL,
-		Start: c.Start, Clock: c.Clock, AutoRenew: c.AutoRenew, Owner: c.Owner,
+		Start: c.Start, Clock: c.Clock, AutoRenew: c.AutoRenew, Owner: c.Owner, Slot: c.Slot,
 	})
 }
 

@@ -42,6 +42,9 @@ type Result struct {
 	// deadline is Start plus the TTL, so Start must not be later than the moment
 	// the store started counting the TTL.
 	Start time.Time
+	// Slot is the semaphore permit's slot of a grant (Request.Options.Limit > 0):
+	// the lowest slot in [0, Limit) that no unexpired lease on the name has.
+	Slot int
 	// ID, if not empty, is the grant's lease id in place of Request.ID, for a
 	// store that chose it (a fence server makes its own) or whose lease ids carry
 	// what it assigned to the grant (ZooKeeper appends its node's sequence number,
@@ -92,6 +95,9 @@ type Engine struct {
 	// Closed, if not nil, closes when the backend is closed: waiting acquires then
 	// return fence.ErrClosed, and new ones do not try.
 	Closed <-chan struct{}
+	// Features are the kinds of grant the TryFunc makes beyond exclusive locks;
+	// the Engine refuses the others with fence.ErrNotImplemented before any try.
+	Features fence.Features
 }
 
 // DefaultPoll is how long a waiter sleeps when a try that found the lock held gave
@@ -131,7 +137,7 @@ func (e *Engine) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	o := ApplyOptions(opts...)
 	return NewLease(LeaseConfig{
 		Locker: e.Locker, Name: name, Token: g.Token, ID: g.ID, TTL: ttl,
-		Start: g.Start, Clock: e.Clock, AutoRenew: o.AutoRenew, Owner: o.Owner,
+		Start: g.Start, Clock: e.Clock, AutoRenew: o.AutoRenew, Owner: o.Owner, Slot: g.Slot,
 	}), nil
 }
 
@@ -142,6 +148,7 @@ type Grant struct {
 	Token fence.Token
 	ID    string
 	Start time.Time
+	Slot  int // the semaphore permit's slot; 0 for a lock
 }
 
 // Granter is a fence.Locker that can also grant a lease without making a
@@ -165,6 +172,9 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 	}
 	o := ApplyOptions(opts...)
 	if err := ValidateOwner(o.Owner); err != nil {
+		return Grant{}, e.wrap(name, err)
+	}
+	if err := e.kind(&o); err != nil {
 		return Grant{}, e.wrap(name, err)
 	}
 	clock := e.Clock
@@ -231,7 +241,7 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 			if res.ID == "" {
 				res.ID = r.ID
 			}
-			return Grant{Token: res.Token, ID: res.ID, Start: res.Start}, nil
+			return Grant{Token: res.Token, ID: res.ID, Start: res.Start, Slot: res.Slot}, nil
 		}
 		held = &fence.HeldError{Name: name, ExpiresIn: max(res.ExpiresIn, 0)}
 		if !r.Waiting {
@@ -257,6 +267,30 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 			return Grant{}, e.ended(name, clock.Now().Sub(begin), held, err, nil)
 		}
 	}
+}
+
+// kind validates and normalises the semaphore limit and the shared flag of o, and
+// refuses the kinds of grant the backend does not make.
+func (e *Engine) kind(o *AcquireOptions) error {
+	if o.LimitSet {
+		if err := ValidateLimit(o.Limit); err != nil {
+			return err
+		}
+		if o.Shared && o.Limit > 1 {
+			return &fence.InvalidError{Field: "limit", Value: fmt.Sprint(o.Limit), Reason: "a semaphore cannot be shared (WithLimit with WithShared)"}
+		}
+	}
+	o.LimitSet = false
+	if o.Limit == 1 {
+		o.Limit = 0
+	}
+	switch {
+	case o.Limit > 1 && !e.Features.Semaphores:
+		return fmt.Errorf("semaphores (WithLimit): %w", fence.ErrNotImplemented)
+	case o.Shared && !e.Features.Shared:
+		return fmt.Errorf("shared locks (WithShared): %w", fence.ErrNotImplemented)
+	}
+	return nil
 }
 
 // errWaitOver is what sleep returns when the acquire's wait ended.

@@ -35,6 +35,9 @@ type AcquireOptions struct {
 	Wait      time.Duration
 	AutoRenew bool
 	Owner     string
+	Limit     int  // semaphore permits; 0 (or 1) is a lock
+	Shared    bool // a shared lock
+	LimitSet  bool // WithLimit was given (so that a bad 0 is reported)
 }
 
 // Holder is what a lease renews and releases through: its Locker.
@@ -54,6 +57,7 @@ type LeaseConfig struct {
 	Clock     Clock
 	AutoRenew bool
 	Owner     string
+	Slot      int
 }
 
 // Set by package fence in its init.
@@ -67,4 +71,5 @@ var (
 	ValidateToken   func(uint64) error
 	ValidateLeaseID func(string) error
 	ValidateOwner   func(string) error
+	ValidateLimit   func(int) error
 )
