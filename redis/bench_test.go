@@ -424,7 +424,7 @@ func BenchmarkWatch(b *testing.B) {
 			b.Fatalf("acquire.lua has no line %q", publish)
 		}
 		l, _ := newLocker(b, nil)
-		scripts := []*goredis.Script{acquireScript, goredis.NewScript(strings.Replace(acquireSrc, publish, "", 1))}
+		scripts := []*goredis.Script{acquireScript, goredis.NewScript(holdersSrc + strings.Replace(acquireSrc, publish, "", 1))}
 		ctx := context.Background()
 		pair := func(k int) {
 			l.acquire = scripts[k]

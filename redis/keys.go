@@ -11,15 +11,18 @@ import (
 //	fence:{E}:lock    the current lease: "<lease id> <token>", or "<lease id> <owner>
 //	                  <token>" with an owner, with the lease's TTL (PX)
 //	fence:{E}:token   the fencing counter; never expires, never deleted by fence
+//	fence:{E}:holders the live semaphore or shared leases, while the lock key holds
+//	                  " <token>" (see scripts/holders.lua); it expires with it
 //	fence:{E}:wake    the (sharded) pub/sub channel a grant, release, revoke or heal
 //	                  publishes on ("granted", "released", "revoked", "healed")
 //
-// The braces make E the Cluster hash tag, so the three live in one slot and one
-// script can touch both keys.
+// The braces make E the Cluster hash tag, so they all live in one slot and one
+// script can touch every key.
 const (
-	lockSuffix  = ":lock"
-	tokenSuffix = ":token"
-	wakeSuffix  = ":wake"
+	lockSuffix    = ":lock"
+	tokenSuffix   = ":token"
+	holdersSuffix = ":holders"
+	wakeSuffix    = ":wake"
 )
 
 // escapeName makes a lock name usable inside a hash tag: a tag ends at the first '}'
@@ -79,12 +82,12 @@ func unescapeName(s string) (string, error) {
 
 // keys are the Redis keys and channel of one lock name.
 type keys struct {
-	lock, token, wake string
+	lock, token, holders, wake string
 }
 
 func (l *Locker) keysFor(name string) keys {
 	base := l.prefix + "{" + escapeName(name) + "}"
-	return keys{lock: base + lockSuffix, token: base + tokenSuffix, wake: base + wakeSuffix}
+	return keys{lock: base + lockSuffix, token: base + tokenSuffix, holders: base + holdersSuffix, wake: base + wakeSuffix}
 }
 
 // globEscape escapes the characters SCAN MATCH treats specially.

@@ -19,6 +19,8 @@ import (
 )
 
 var (
+	//go:embed scripts/holders.lua
+	holdersSrc string
 	//go:embed scripts/acquire.lua
 	acquireSrc string
 	//go:embed scripts/lease.lua
@@ -30,23 +32,25 @@ var (
 	//go:embed scripts/revoke.lua
 	revokeSrc string
 
-	acquireScript = goredis.NewScript(acquireSrc)
-	leaseScript   = goredis.NewScript(leaseSrc)
+	// The scripts that read semaphore and shared leases run after holders.lua.
+	acquireScript = goredis.NewScript(holdersSrc + acquireSrc)
+	leaseScript   = goredis.NewScript(holdersSrc + leaseSrc)
 	healScript    = goredis.NewScript(healSrc)
-	inspectScript = goredis.NewScript(inspectSrc)
-	revokeScript  = goredis.NewScript(revokeSrc)
+	inspectScript = goredis.NewScript(holdersSrc + inspectSrc)
+	revokeScript  = goredis.NewScript(holdersSrc + revokeSrc)
 )
 
 // maxTokenArg is fence.MaxToken as the acquire script's argument, boxed once.
 var maxTokenArg any = strconv.FormatUint(uint64(fence.MaxToken), 10)
 
 var (
-	_ fence.Locker    = (*Locker)(nil)
-	_ fence.Healer    = (*Locker)(nil)
-	_ fence.Revoker   = (*Locker)(nil)
-	_ fence.Inspector = (*Locker)(nil)
-	_ fence.Watcher   = (*Locker)(nil)
-	_ Client          = goredis.UniversalClient(nil)
+	_ fence.Locker        = (*Locker)(nil)
+	_ fence.FeatureLocker = (*Locker)(nil)
+	_ fence.Healer        = (*Locker)(nil)
+	_ fence.Revoker       = (*Locker)(nil)
+	_ fence.Inspector     = (*Locker)(nil)
+	_ fence.Watcher       = (*Locker)(nil)
+	_ Client              = goredis.UniversalClient(nil)
 )
 
 // Client is the part of go-redis a Locker uses. *goredis.Client (also as returned by
@@ -168,10 +172,17 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 		client: client, opts: o, prefix: o.Prefix, publish: publish, clock: clock,
 		acquire: acquireScript, closed: make(chan struct{}),
 	}
-	l.engine = driver.Engine{Backend: "redis", Locker: l, Clock: clock, Poll: o.PollInterval, Closed: l.closed}
+	l.engine = driver.Engine{Backend: "redis", Locker: l, Clock: clock, Poll: o.PollInterval, Closed: l.closed, Features: features}
 	l.relay.l = l
 	return l, nil
 }
+
+// features are the kinds of grant beyond locks that a Locker makes.
+var features = fence.Features{Semaphores: true, Shared: true}
+
+// Features returns the kinds of grant beyond exclusive locks that Acquire makes:
+// semaphores (fence.WithLimit) and shared locks (fence.WithShared), both.
+func (l *Locker) Features() fence.Features { return features }
 
 // Close makes further calls fail with fence.ErrClosed, ends waiting Acquires and
 // Watches with it, closes the pub/sub connections of Watch, and waits for
@@ -256,10 +267,11 @@ func (a *acquirer) try(ctx context.Context, r *driver.Request) (driver.Result, e
 		}
 	}
 	start := l.clock.Now()
-	tok, pttl, err := l.grant(ctx, a.k, r.ID, r.Options.Owner, r.TTL)
-	if err != nil || tok != 0 {
-		return driver.Result{Token: tok, Start: start}, err
+	g, err := l.grant(ctx, a.k, r)
+	if err != nil || g.token != 0 {
+		return driver.Result{Token: g.token, Slot: g.slot, Start: start}, err
 	}
+	pttl := g.pttl
 	var res driver.Result
 	if pttl > 0 {
 		res.ExpiresIn = time.Duration(pttl) * time.Millisecond
@@ -282,51 +294,91 @@ func (a *acquirer) close() {
 	}
 }
 
-// grant runs the acquire script once for lease id and owner ("" if none). It
-// returns the token of a grant; or 0 and the lock key's PTTL as the script saw it
-// (-1: no expiry); or an error. A grant whose reply was lost or unusable, or that
-// was not acknowledged as Options ask, is released.
-func (l *Locker) grant(ctx context.Context, k keys, id, owner string, ttl time.Duration) (fence.Token, int64, error) {
-	keys := []string{k.lock, k.token}
-	args := []any{id, ttl.Milliseconds(), maxTokenArg, owner, k.wake, l.publish}
+// grant is what one run of the acquire script found: a grant (token, and slot
+// for a semaphore), or the name held, with the time left (ms) until the lease
+// whose end may free it for this acquire is gone, less a millisecond, as PTTL
+// reports it (-1: no expiry).
+type grant struct {
+	token fence.Token
+	slot  int
+	pttl  int64
+}
+
+// Boxed once: the acquire script's arguments of a lock.
+var (
+	zeroArg any = "0"
+	oneArg  any = "1"
+)
+
+// grant runs the acquire script once for r's lease id, owner and kind (lock,
+// semaphore or shared). It returns what the script found, or an error: a
+// *fence.LimitError if the live leases have another limit. A grant whose reply
+// was lost or unusable, or that was not acknowledged as Options ask, is
+// released.
+func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, error) {
+	keys := []string{k.lock, k.token, k.holders}
+	limit, shared, waiter := zeroArg, zeroArg, zeroArg
+	switch o := r.Options; {
+	case o.Limit > 0:
+		limit = strconv.Itoa(o.Limit)
+	case o.Shared:
+		shared = oneArg
+	case r.Waiting:
+		waiter = driver.WaiterFor(r).Milliseconds()
+	}
+	args := []any{r.ID, r.TTL.Milliseconds(), maxTokenArg, r.Options.Owner, k.wake, l.publish, limit, shared, waiter}
 	res, problem, err := runWrite(ctx, l.client, &l.opts, l.acquire, keys, args, true)
 	if err != nil {
 		if ambiguous(err) {
-			l.releaseLater(k, id)
+			l.releaseLater(k, r.ID)
 		}
-		return 0, 0, translate(err)
+		return grant{}, translate(err)
 	}
-	granted, n, err := pair(res)
-	switch {
-	case err != nil:
-		l.releaseLater(k, id)
-		return 0, 0, err
-	case granted == 0:
-		return 0, n, nil
+	a, err := ints(res)
+	if err == nil && (len(a) < 2 || len(a) > 3) {
+		err = fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	}
+	if err != nil {
+		l.releaseLater(k, r.ID)
+		return grant{}, err
+	}
+	g := grant{token: fence.Token(a[1])}
+	if len(a) == 3 {
+		g.slot = int(a[2])
+	}
+	switch n := a[1]; {
+	case a[0] == 0:
+		return grant{pttl: n}, nil
+	case a[0] == 2:
+		return grant{}, &fence.LimitError{Name: r.Name, Limit: max(r.Options.Limit, 1), Held: int(n)}
+	case a[0] != 1 || g.slot < 0 || g.slot >= max(r.Options.Limit, 1):
+		l.releaseLater(k, r.ID)
+		return grant{}, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
 	case problem != "":
-		if err := l.release(ctx, k, id); err != nil && !errors.Is(err, fence.ErrNotHeld) {
-			l.releaseLater(k, id)
+		if err := l.release(ctx, k, r.ID); err != nil && !errors.Is(err, fence.ErrNotHeld) {
+			l.releaseLater(k, r.ID)
 		}
-		return 0, 0, fmt.Errorf("token %d: %s; lock released: %w", n, problem, ErrNotReplicated)
+		return grant{}, fmt.Errorf("token %d: %s; lock released: %w", n, problem, ErrNotReplicated)
 	case driver.ValidateToken(fence.Token(n)) != nil:
-		l.releaseLater(k, id)
-		return 0, 0, fmt.Errorf("%w: script issued token %d", fence.ErrUnavailable, n)
+		l.releaseLater(k, r.ID)
+		return grant{}, fmt.Errorf("%w: script issued token %d", fence.ErrUnavailable, n)
 	}
-	return fence.Token(n), 0, nil
+	return g, nil
 }
 
-// pair decodes the {flag, number} reply of the acquire script.
-func pair(res any) (int64, int64, error) {
+// ints decodes a script reply that is a list of integers.
+func ints(res any) ([]int64, error) {
 	a, ok := res.([]any)
-	if !ok || len(a) != 2 {
-		return 0, 0, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	if !ok {
+		return nil, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
 	}
-	f, ok1 := a[0].(int64)
-	n, ok2 := a[1].(int64)
-	if !ok1 || !ok2 {
-		return 0, 0, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	out := make([]int64, len(a))
+	for i, v := range a {
+		if out[i], ok = v.(int64); !ok {
+			return nil, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+		}
 	}
-	return f, n, nil
+	return out, nil
 }
 
 // releaseLater releases lease id in the background, for grants whose reply was lost
@@ -510,7 +562,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("redis: renew %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	n, err := leaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, "renew", ttl.Milliseconds()).Int64()
+	n, err := leaseScript.Run(ctx, l.client, []string{k.lock, k.holders}, leaseID, "renew", ttl.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: renew %q: %w", name, translate(err))
 	}
@@ -542,7 +594,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
-	n, err := leaseScript.Run(ctx, l.client, []string{k.lock}, leaseID, "release", k.wake, l.publish).Int64()
+	n, err := leaseScript.Run(ctx, l.client, []string{k.lock, k.holders}, leaseID, "release", k.wake, l.publish).Int64()
 	if err != nil {
 		return translate(err)
 	}
@@ -574,7 +626,7 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 		return fmt.Errorf("redis: revoke %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	res, problem, err := runWrite(ctx, l.client, &l.opts, revokeScript, []string{k.lock}, []any{k.wake, l.publish}, true)
+	res, problem, err := runWrite(ctx, l.client, &l.opts, revokeScript, []string{k.lock, k.holders}, []any{k.wake, l.publish}, true)
 	if err != nil {
 		return fmt.Errorf("redis: revoke %q: %w", name, translate(err))
 	}
@@ -630,41 +682,82 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	res, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.token}).Slice()
+	res, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.token, k.holders}).Slice()
 	if err != nil {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, translate(err))
 	}
-	held, tok, pttl, counter, owner, ok := inspectReply(res)
+	r, ok := inspectReply(res)
 	if !ok {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w: unexpected script reply %v", name, fence.ErrUnavailable, res)
 	}
-	if counter < 0 {
+	if r.counter < 0 {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: counter key %s holds a value that is not a token: %w", name, k.token, ErrWrongType)
 	}
-	info := fence.LockInfo{Name: name, Held: held == 1, LastToken: fence.Token(counter)}
+	if r.holders != nil {
+		// Semaphore or shared leases: driver.Info derives the holder fields.
+		return driver.Info(name, r.holders, fence.Token(r.counter), r.now), nil
+	}
+	info := fence.LockInfo{Name: name, Held: r.held, LastToken: fence.Token(r.counter)}
 	if info.Held {
-		info.Token, info.Owner = fence.Token(tok), owner
-		if pttl > 0 {
-			info.ExpiresIn = time.Duration(pttl) * time.Millisecond
+		info.Token, info.Owner = fence.Token(r.tok), r.owner
+		if r.pttl > 0 {
+			info.ExpiresIn = time.Duration(r.pttl) * time.Millisecond
 		}
 	}
 	return info, nil
 }
 
-// inspectReply decodes the {held, token, pttl, counter, owner} reply of the
-// inspect script; ok is false for any other reply.
-func inspectReply(res []any) (held, tok, pttl, counter int64, owner string, ok bool) {
-	if len(res) != 5 {
-		return 0, 0, 0, 0, "", false
+// inspected is the inspect script's reply: a lock's holder (held, tok, pttl,
+// owner), or the live semaphore or shared leases (holders, non-nil, with
+// expiries as of now), and the counter (-1: not a token).
+type inspected struct {
+	held      bool
+	tok, pttl int64
+	owner     string
+	counter   int64
+	holders   []driver.Holding
+	now       time.Time
+}
+
+// inspectReply decodes the {held, token, pttl, counter, owner, limit, shared,
+// holders...} reply of the inspect script; ok is false for any other reply.
+func inspectReply(res []any) (r inspected, ok bool) {
+	if len(res) < 7 || (len(res)-7)%4 != 0 {
+		return r, false
 	}
-	var n [4]int64
+	var n [7]int64
 	for i := range n {
+		if i == 4 {
+			continue
+		}
 		if n[i], ok = res[i].(int64); !ok {
-			return 0, 0, 0, 0, "", false
+			return r, false
 		}
 	}
-	owner, ok = res[4].(string)
-	return n[0], n[1], n[2], n[3], owner, ok
+	if r.owner, ok = res[4].(string); !ok {
+		return r, false
+	}
+	r.held, r.tok, r.pttl, r.counter = n[0] == 1, n[1], n[2], n[3]
+	limit, shared := int(n[5]), n[6] == 1
+	if limit == 0 && !shared {
+		return r, len(res) == 7
+	}
+	r.now = time.Now()
+	r.holders = make([]driver.Holding, 0, (len(res)-7)/4)
+	for i := 7; i < len(res); i += 4 {
+		slot, ok1 := res[i].(int64)
+		tok, ok2 := res[i+1].(int64)
+		ms, ok3 := res[i+2].(int64)
+		owner, ok4 := res[i+3].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return r, false
+		}
+		r.holders = append(r.holders, driver.Holding{
+			Slot: int(slot), Token: fence.Token(tok), Owner: owner, Limit: limit, Shared: shared,
+			Expires: r.now.Add(time.Duration(ms) * time.Millisecond),
+		})
+	}
+	return r, true
 }
 
 // clusterScanner is implemented by *goredis.ClusterClient: a Cluster is scanned

@@ -1,15 +1,44 @@
--- inspect: the lock's state, read only.
--- KEYS[1] lock key, KEYS[2] counter key.
--- Returns {held (0/1), holder token (0 if unknown), pttl, counter, owner}; counter -1
--- if it is not a token, owner '' if none (or not held). The lease id never leaves
--- the script.
+-- inspect: the name's state, read only (run after holders.lua).
+-- KEYS[1] lock key, KEYS[2] counter key, KEYS[3] holders key.
+-- Returns {held (0/1), holder token (0 if unknown), pttl, counter, owner, limit,
+-- shared (0/1), then slot, token, ms left, owner of each live semaphore or shared
+-- lease}; counter -1 if it is not a token, owner '' if none (or not held), limit
+-- 0 and shared 0 for a lock. For semaphore and shared leases, held, token, pttl
+-- and owner are 0 or '': the caller derives them from the leases. The lease ids
+-- never leave the script.
 --
--- The lock value is '<lease id> <token>' (no owner: also every value written
+-- A lock value is '<lease id> <token>' (no owner: also every value written
 -- before owners existed) or '<lease id> <owner> <token>' (see acquire.lua): the
 -- owner is what lies between the first space and the last.
+local n = 0
+local ct = redis.call('TYPE', KEYS[2])['ok']
+if ct == 'string' then
+  local cur = redis.call('GET', KEYS[2])
+  if string.len(cur) <= 16 and string.match(cur, '^%d+$') then n = tonumber(cur) else n = -1 end
+elseif ct ~= 'none' then
+  n = -1
+end
 local held, tok, pttl, owner = 0, 0, 0, ''
 if redis.call('TYPE', KEYS[1])['ok'] == 'string' then
   local v = redis.call('GET', KEYS[1])
+  if string.byte(v) == 32 then
+    local now = clock()
+    local s, e = holders(KEYS[3], now)
+    if not s then
+      return e
+    end
+    local out = {0, 0, 0, n, '', 0, 0}
+    if s.n > 0 then
+      if s.limit > 0 then out[6] = s.limit else out[7] = 1 end
+    end
+    for _, h in ipairs(s.live) do
+      out[#out + 1] = h.slot
+      out[#out + 1] = h.tok
+      out[#out + 1] = h.exp - now
+      out[#out + 1] = h.owner
+    end
+    return out
+  end
   held = 1
   local t = string.match(v, ' (%d+)$')
   if t then
@@ -23,12 +52,4 @@ elseif redis.call('EXISTS', KEYS[1]) == 1 then
   held = 1
   pttl = redis.call('PTTL', KEYS[1])
 end
-local n = 0
-local ct = redis.call('TYPE', KEYS[2])['ok']
-if ct == 'string' then
-  local cur = redis.call('GET', KEYS[2])
-  if string.len(cur) <= 16 and string.match(cur, '^%d+$') then n = tonumber(cur) else n = -1 end
-elseif ct ~= 'none' then
-  n = -1
-end
-return {held, tok, pttl, n, owner}
+return {held, tok, pttl, n, owner, 0, 0}
