@@ -97,7 +97,7 @@ func TestDecide(t *testing.T) {
 		{"expired lock is free", req(0, false, false), []driver.Holding{{ID: "l", Token: 1, Expires: now}}, time.Time{}, driver.Decision{Grant: true}, nil},
 		{"lowest free slot", req(3, false, false), []driver.Holding{permit(0, time.Second), permit(2, time.Second)}, time.Time{}, driver.Decision{Grant: true, Slot: 1}, nil},
 		{"expired slot reused", req(3, false, false), []driver.Holding{permit(0, 0), permit(1, time.Second), permit(2, time.Second)}, time.Time{}, driver.Decision{Grant: true, Slot: 0}, nil},
-		{"all permits held", req(3, false, false), []driver.Holding{permit(0, 3 * time.Second), permit(1, time.Second), permit(2, 2 * time.Second)}, time.Time{}, driver.Decision{ExpiresIn: time.Second}, nil},
+		{"all permits held", req(3, false, false), []driver.Holding{permit(0, 3*time.Second), permit(1, time.Second), permit(2, 2*time.Second)}, time.Time{}, driver.Decision{ExpiresIn: time.Second}, nil},
 		{"other limit", req(5, false, false), []driver.Holding{permit(1, time.Second)}, time.Time{}, driver.Decision{}, &fence.LimitError{Name: "n", Limit: 5, Held: 3}},
 		{"semaphore on a lock", req(3, false, false), []driver.Holding{lock}, time.Time{}, driver.Decision{}, &fence.LimitError{Name: "n", Limit: 3, Held: 1}},
 		{"lock on a semaphore", req(0, false, false), []driver.Holding{permit(0, time.Second)}, time.Time{}, driver.Decision{}, &fence.LimitError{Name: "n", Limit: 1, Held: 3}},
