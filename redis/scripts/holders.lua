@@ -78,12 +78,14 @@ end
 -- mark sets the lock key to the marker of the live leases (highest token top,
 -- latest expiry latest), expiring no earlier than each of them and s's waiter
 -- record. With none live (top 0) it deletes the lock key and the holders hash,
--- unless the waiter record holds the name: the marker then stays as it is, since
--- its expiry is no earlier than the record's.
+-- unless the waiter record holds the name: the marker then keeps its value and
+-- expires with the record.
 local function mark(lockKey, holdersKey, s, now, top, latest)
   if top == 0 then
     if s.waiter <= now then
       redis.call('DEL', lockKey, holdersKey)
+    else
+      extend(lockKey, holdersKey, s.waiter)
     end
     return
   end
