@@ -11,8 +11,10 @@ import (
 //	fence:{E}:lock    the current lease: "<lease id> <token>", or "<lease id> <owner>
 //	                  <token>" with an owner, with the lease's TTL (PX)
 //	fence:{E}:token   the fencing counter; never expires, never deleted by fence
-//	fence:{E}:holders the live semaphore or shared leases, while the lock key holds
-//	                  " <token>" (see scripts/holders.lua); it expires with it
+//	fence:{E}:holders the semaphore or shared leases (a hash), while the lock key
+//	                  holds " <token>" (see scripts/holders.lua), expiring with it
+//	fence:{E}:expiry  their expiries (a sorted set), likewise
+//	fence:{E}:slots   the semaphore slots they take (a bitmap), likewise
 //	fence:{E}:wake    the (sharded) pub/sub channel a grant, release, revoke or heal
 //	                  publishes on ("granted", "released", "revoked", "healed")
 //
@@ -22,6 +24,8 @@ const (
 	lockSuffix    = ":lock"
 	tokenSuffix   = ":token"
 	holdersSuffix = ":holders"
+	expirySuffix  = ":expiry"
+	slotsSuffix   = ":slots"
 	wakeSuffix    = ":wake"
 )
 
@@ -82,13 +86,21 @@ func unescapeName(s string) (string, error) {
 
 // keys are the Redis keys and channel of one lock name.
 type keys struct {
-	lock, token, holders, wake string
+	lock, token, wake      string
+	holders, expiry, slots string // of semaphore and shared leases
 }
 
 func (l *Locker) keysFor(name string) keys {
 	base := l.prefix + "{" + escapeName(name) + "}"
-	return keys{lock: base + lockSuffix, token: base + tokenSuffix, holders: base + holdersSuffix, wake: base + wakeSuffix}
+	return keys{
+		lock: base + lockSuffix, token: base + tokenSuffix, wake: base + wakeSuffix,
+		holders: base + holdersSuffix, expiry: base + expirySuffix, slots: base + slotsSuffix,
+	}
 }
+
+// leaseKeys are the keys of the lease, revoke and inspect scripts' KEYS: the lock
+// key and the keys of semaphore and shared leases.
+func (k keys) leaseKeys() []string { return []string{k.lock, k.holders, k.expiry, k.slots} }
 
 // globEscape escapes the characters SCAN MATCH treats specially.
 func globEscape(s string) string {

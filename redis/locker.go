@@ -316,7 +316,7 @@ var (
 // was lost or unusable, or that was not acknowledged as Options ask, is
 // released.
 func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, error) {
-	keys := []string{k.lock, k.token, k.holders}
+	keys := []string{k.lock, k.token, k.holders, k.expiry, k.slots}
 	limit, shared, waiter := zeroArg, zeroArg, zeroArg
 	switch o := r.Options; {
 	case o.Limit > 0:
@@ -562,7 +562,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("redis: renew %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	n, err := leaseScript.Run(ctx, l.client, []string{k.lock, k.holders}, leaseID, "renew", ttl.Milliseconds()).Int64()
+	n, err := leaseScript.Run(ctx, l.client, k.leaseKeys(), leaseID, "renew", ttl.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("redis: renew %q: %w", name, translate(err))
 	}
@@ -594,7 +594,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
-	n, err := leaseScript.Run(ctx, l.client, []string{k.lock, k.holders}, leaseID, "release", k.wake, l.publish).Int64()
+	n, err := leaseScript.Run(ctx, l.client, k.leaseKeys(), leaseID, "release", k.wake, l.publish).Int64()
 	if err != nil {
 		return translate(err)
 	}
@@ -626,7 +626,7 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 		return fmt.Errorf("redis: revoke %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	res, problem, err := runWrite(ctx, l.client, &l.opts, revokeScript, []string{k.lock, k.holders}, []any{k.wake, l.publish}, true)
+	res, problem, err := runWrite(ctx, l.client, &l.opts, revokeScript, k.leaseKeys(), []any{k.wake, l.publish}, true)
 	if err != nil {
 		return fmt.Errorf("redis: revoke %q: %w", name, translate(err))
 	}
@@ -682,7 +682,7 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	res, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.token, k.holders}).Slice()
+	res, err := inspectScript.Run(ctx, l.client, []string{k.lock, k.token, k.holders, k.expiry}).Slice()
 	if err != nil {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, translate(err))
 	}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -166,6 +167,9 @@ func TestLocker_Semaphore_ExpiredHolderInTheHash(t *testing.T) {
 	if n, err := c.HLen(ctx, k.holders).Result(); err != nil || n != 3 { // two leases and ' limit'
 		t.Fatalf("holders hash has %d fields, %v; want the expired lease still in it", n, err)
 	}
+	if n, err := c.ZCard(ctx, k.expiry).Result(); err != nil || n != 2 {
+		t.Fatalf("expiry set has %d members, %v; want the expired lease still in it", n, err)
+	}
 	if err := l.Renew(ctx, name, short.ID(), time.Minute); !errors.Is(err, fence.ErrNotHeld) {
 		t.Fatalf("Renew of the expired permit = %v; want ErrNotHeld", err)
 	}
@@ -180,8 +184,14 @@ func TestLocker_Semaphore_ExpiredHolderInTheHash(t *testing.T) {
 	if err != nil || len(fields) != 3 || strings.Contains(strings.Join(fields, ","), short.ID()) {
 		t.Fatalf("holders fields = %q, %v; want the expired lease pruned", fields, err)
 	}
+	if ids, err := c.ZRange(ctx, k.expiry, 0, -1).Result(); err != nil || len(ids) != 2 || slices.Contains(ids, short.ID()) {
+		t.Fatalf("expiry set = %q, %v; want the expired lease pruned", ids, err)
+	}
+	if bits, err := c.BitCount(ctx, k.slots, nil).Result(); err != nil || bits != 2 {
+		t.Fatalf("slots taken = %d, %v; want 2", bits, err)
+	}
 	// The lock key and the hash expire no earlier than the last permit.
-	for _, key := range []string{k.lock, k.holders} {
+	for _, key := range k.leaseKeys() {
 		if pttl, err := c.PTTL(ctx, key).Result(); err != nil || pttl < 59*time.Second {
 			t.Errorf("PTTL %s = %v, %v; want about a minute", key, pttl, err)
 		}
@@ -267,6 +277,29 @@ func TestLocker_Shared_MaxLimitHolders(t *testing.T) {
 		release(t, ctx, lease)
 	}
 	release(t, ctx, mustAcquire(t, ctx, l, name, time.Minute))
+}
+
+// A semaphore of fence.MaxLimit permits hands out every slot once, and a freed
+// slot in the middle is the next one taken.
+func TestLocker_Semaphore_MaxLimitSlots(t *testing.T) {
+	l, _ := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	var leases []*fence.Lease
+	for i := 0; i < fence.MaxLimit; i++ {
+		lease := mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(fence.MaxLimit))
+		if lease.Slot() != i {
+			t.Fatalf("permit %d has slot %d", i, lease.Slot())
+		}
+		leases = append(leases, lease)
+	}
+	if lease := tryAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(fence.MaxLimit)); lease != nil {
+		t.Fatalf("permit %d of %d granted", fence.MaxLimit+1, fence.MaxLimit)
+	}
+	release(t, ctx, leases[500])
+	if lease := mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(fence.MaxLimit)); lease.Slot() != 500 {
+		t.Fatalf("after slot 500 was released the next permit got slot %d", lease.Slot())
+	}
 }
 
 // A waiting exclusive acquire holds off new shared acquires, also after the last
@@ -427,7 +460,7 @@ func TestLocker_Semaphore_Revoke_EndsEveryPermit(t *testing.T) {
 	if err := l.Revoke(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Exists(ctx, l.keysFor(name).lock, l.keysFor(name).holders).Result(); err != nil || n != 0 {
+	if n, err := c.Exists(ctx, l.keysFor(name).leaseKeys()...).Result(); err != nil || n != 0 {
 		t.Fatalf("keys left after Revoke: %d, %v", n, err)
 	}
 }

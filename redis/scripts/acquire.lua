@@ -1,7 +1,7 @@
 -- acquire: grant a lease and issue its fencing token in one step (run after
 -- holders.lua, which describes how semaphore and shared leases are kept).
--- KEYS[1] lock key, KEYS[2] counter key, KEYS[3] holders key (same hash tag, so
--- same Cluster slot)
+-- KEYS[1] lock key, KEYS[2] counter key, KEYS[3] holders, KEYS[4] expiry,
+-- KEYS[5] slots (all with the same hash tag, so in the same Cluster slot)
 -- ARGV[1] lease id, ARGV[2] ttl in ms, ARGV[3] largest token that may be issued,
 -- ARGV[4] owner ('' if none), ARGV[5] wake channel (same hash tag), ARGV[6]
 -- 'SPUBLISH' (sharded pub/sub) or 'PUBLISH', ARGV[7] the semaphore limit ('0'
@@ -9,10 +9,11 @@
 -- ARGV[9] for a lock acquire that waits, how long (ms) its waiter record holds
 -- off shared acquires if shared leases hold the name ('0' if it does not wait).
 -- Returns {1, token} (a lock) or {1, token, slot} when granted; {0, ms} when
--- held, where the lease whose end may free the name for this acquire is gone
--- ms+1 ms later (the lock key's PTTL for a lock; -1: no expiry); {2, limit} when
--- the live leases have another limit (a lock and shared leases count as 1); or an
--- error reply prefixed FENCE_WRONGTYPE / FENCE_BADCOUNTER / FENCE_EXHAUSTED.
+-- held, where the lease (or waiter record) whose end may free the name for this
+-- acquire is gone ms+1 ms later (the lock key's PTTL for a lock; -1: no expiry);
+-- {2, limit} when the live leases have another limit (a lock and shared leases
+-- count as 1); or an error reply prefixed FENCE_WRONGTYPE / FENCE_BADCOUNTER /
+-- FENCE_EXHAUSTED.
 --
 -- The lock's fast path is three calls, as it was before semaphores: GET, INCR,
 -- SET. pcall turns a WRONGTYPE or not-an-integer error into a value instead of
@@ -33,11 +34,12 @@ if v and not multi then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 
+local h = {lock = KEYS[1], holders = KEYS[3], expiry = KEYS[4], slots = KEYS[5]}
 local now, s = 0, nil
 if multi then
   local e
   now = clock()
-  s, e = holders(KEYS[3], now)
+  s, e = live(h, now)
   if not s then
     return e
   end
@@ -49,36 +51,37 @@ if multi then
     -- acquires wait behind it, no longer than it waits or its TTL.
     local w = now + tonumber(ARGV[9])
     if w > now and w > s.waiter then
-      redis.call('HSET', KEYS[3], ' waiter', string.format('%d', w))
+      redis.call('HSET', h.holders, ' waiter', string.format('%d', w))
       if w > now + redis.call('PTTL', KEYS[1]) then
-        extend(KEYS[1], KEYS[3], w)
+        extend(h, w)
       end
     end
-    return {0, s.latest - now - 1}
+    return {0, edge(h, false) - now - 1}
   end
 end
 
-local limit, shared = tonumber(ARGV[7]), ARGV[8] == '1'
+local limit = tonumber(ARGV[7])
 local slot = 0
 if not lock then
   if not multi then
     now = clock()
-    s = {live = {}, n = 0, expired = {}, limit = 0, waiter = 0, soonest = 0, latest = 0, top = 0}
-    redis.call('DEL', KEYS[3]) -- left by leases that all expired, or by a revoke
+    s = {n = 0, limit = 0, waiter = 0}
+    redis.call('DEL', h.holders, h.expiry, h.slots) -- left by a revoke of a version before them
   elseif s.n > 0 and s.limit ~= limit then
     return {2, math.max(s.limit, 1)}
   end
   if limit > 0 then
     if s.n >= limit then
-      return {0, s.soonest - now - 1}
+      return {0, edge(h, true) - now - 1}
     end
-    local used = {}
-    for _, h in ipairs(s.live) do used[h.slot] = true end
-    while used[slot] do slot = slot + 1 end
+    slot = redis.call('BITPOS', h.slots, 0)
+    if slot < 0 or slot >= limit then
+      return redis.error_reply('FENCE_WRONGTYPE slots key ' .. h.slots .. ' disagrees with the expiry key')
+    end
   elseif s.waiter > now then
     return {0, s.waiter - now - 1}
   elseif s.n >= 1024 then -- fence.MaxLimit
-    return {0, s.soonest - now - 1}
+    return {0, edge(h, true) - now - 1}
   end
 end
 
@@ -111,7 +114,8 @@ if lock then
   end
   redis.call('SET', KEYS[1], holder .. tok, 'PX', ARGV[2])
   if multi then
-    redis.call('DEL', KEYS[3]) -- expired leases, and the waiter record this grant ends
+    -- Expired leases, and the waiter record this grant ends.
+    redis.call('DEL', h.holders, h.expiry, h.slots)
   end
   -- Tell watchers (waiters skip 'granted': a grant frees nothing). A publish to a
   -- channel nobody listens on is a dictionary lookup, cheaper than asking first.
@@ -119,13 +123,15 @@ if lock then
   return {1, n}
 end
 
-prune(KEYS[3], s)
-local exp = now + tonumber(ARGV[2])
-local entry = string.format('%d %d ', exp, slot) .. tok
+local entry = slot .. ' ' .. tok
 if ARGV[4] ~= '' then
   entry = entry .. ' ' .. ARGV[4]
 end
-redis.call('HSET', KEYS[3], ARGV[1], entry, ' limit', ARGV[7])
-mark(KEYS[1], KEYS[3], s, now, n, math.max(exp, s.latest))
+redis.call('HSET', h.holders, ARGV[1], entry, ' limit', ARGV[7])
+redis.call('ZADD', h.expiry, string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+if limit > 0 then
+  redis.call('SETBIT', h.slots, slot, 1)
+end
+mark(h, now, n, s.waiter)
 redis.call(ARGV[6], ARGV[5], 'granted')
 return {1, n, slot}

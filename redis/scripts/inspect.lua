@@ -1,5 +1,5 @@
 -- inspect: the name's state, read only (run after holders.lua).
--- KEYS[1] lock key, KEYS[2] counter key, KEYS[3] holders key.
+-- KEYS[1] lock key, KEYS[2] counter key, KEYS[3] holders, KEYS[4] expiry.
 -- Returns {held (0/1), holder token (0 if unknown), pttl, counter, owner, limit,
 -- shared (0/1), then slot, token, ms left, owner of each live semaphore or shared
 -- lease}; counter -1 if it is not a token, owner '' if none (or not held), limit
@@ -23,19 +23,28 @@ if redis.call('TYPE', KEYS[1])['ok'] == 'string' then
   local v = redis.call('GET', KEYS[1])
   if string.byte(v) == 32 then
     local now = clock()
-    local s, e = holders(KEYS[3], now)
-    if not s then
-      return e
+    local ids = redis.pcall('ZRANGEBYSCORE', KEYS[4], '(' .. string.format('%d', now), '+inf', 'WITHSCORES')
+    local meta = redis.pcall('HGET', KEYS[3], ' limit')
+    if ids.err or type(meta) == 'table' then
+      return wrongtype(KEYS[3])
     end
     local out = {0, 0, 0, n, '', 0, 0}
-    if s.n > 0 then
-      if s.limit > 0 then out[6] = s.limit else out[7] = 1 end
+    if #ids > 0 then
+      if (tonumber(meta) or 0) > 0 then out[6] = tonumber(meta) else out[7] = 1 end
     end
-    for _, h in ipairs(s.live) do
-      out[#out + 1] = h.slot
-      out[#out + 1] = h.tok
-      out[#out + 1] = h.exp - now
-      out[#out + 1] = h.owner
+    for i = 1, #ids, 200 do
+      local batch = {}
+      for j = i, math.min(i + 199, #ids), 2 do batch[#batch + 1] = ids[j] end
+      local es = redis.call('HMGET', KEYS[3], unpack(batch))
+      for j, e in ipairs(es) do
+        local slot, t, o = string.match(e or '', '^(%d+) (%d+) ?(.*)$')
+        if slot then
+          out[#out + 1] = tonumber(slot)
+          out[#out + 1] = tonumber(t)
+          out[#out + 1] = tonumber(ids[i + 2 * j - 1]) - now
+          out[#out + 1] = o
+        end
+      end
     end
     return out
   end

@@ -1,6 +1,7 @@
 -- lease: renew or release a lease, only if it is held under this lease id (run
 -- after holders.lua).
--- KEYS[1] lock key, KEYS[2] holders key; ARGV[1] lease id; then either
+-- KEYS[1] lock key, KEYS[2] holders, KEYS[3] expiry, KEYS[4] slots; ARGV[1]
+-- lease id; then either
 --   'renew', ttl in ms: extend the lease to ttl from now;
 --   'release', wake channel (same hash tag), 'SPUBLISH' (sharded pub/sub) or 'PUBLISH':
 --   end the lease, then wake waiters.
@@ -24,27 +25,28 @@ end
 if string.byte(v) ~= 32 then
   return 0
 end
--- A semaphore or shared lease, in the holders hash.
-local e = redis.pcall('HGET', KEYS[2], ARGV[1])
-if type(e) ~= 'string' then
-  return 0
-end
+-- A semaphore or shared lease, if live.
+local h = {lock = KEYS[1], holders = KEYS[2], expiry = KEYS[3], slots = KEYS[4]}
+local exp = redis.pcall('ZSCORE', h.expiry, ARGV[1])
 local now = clock()
-local exp, rest = string.match(e, '^(%d+)( .*)$')
-if not exp or tonumber(exp) <= now then
+if type(exp) ~= 'string' or tonumber(exp) <= now then
   return 0
 end
 if ARGV[2] == 'renew' then
   local until_ = now + tonumber(ARGV[3])
-  redis.call('HSET', KEYS[2], ARGV[1], string.format('%d', until_) .. rest)
-  if until_ > now + redis.call('PTTL', KEYS[1]) then
-    extend(KEYS[1], KEYS[2], until_)
+  redis.call('ZADD', h.expiry, string.format('%d', until_), ARGV[1])
+  if until_ > now + redis.call('PTTL', h.lock) then
+    extend(h, until_)
   end
   return 1
 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-local s = holders(KEYS[2], now)
-prune(KEYS[2], s)
-mark(KEYS[1], KEYS[2], s, now, s.top, s.latest)
+local e = redis.call('HGET', h.holders, ARGV[1])
+redis.call('HDEL', h.holders, ARGV[1])
+redis.call('ZREM', h.expiry, ARGV[1])
+local s = live(h, now)
+if s and s.limit > 0 and e then
+  redis.call('SETBIT', h.slots, tonumber(string.match(e, '^(%d+)')), 0)
+end
+mark(h, now, nil, s and s.waiter or 0)
 redis.call(ARGV[4], ARGV[3], 'released')
 return 1
