@@ -454,3 +454,143 @@ func BenchmarkWatch(b *testing.B) {
 		b.ReportMetric(float64(total[0])/float64(total[1]), "with/without")
 	})
 }
+
+// BenchmarkSemaphore compares semaphore and shared leases with locks on one
+// Locker and one name each, all interleaved in a shuffled order per iteration
+// (one run, so load from other processes hits them alike):
+//
+//	go test -run '^$' -bench Semaphore -benchtime 5000x -v ./redis/
+//
+// "acquire-release" reports each pair's mean: lock; lock-v2 (the acquire script
+// of the version before semaphores, for the cost they added to locks); sem (a
+// semaphore of 4, no other permit held); sem-busy (one other permit held, so
+// the pair finds and keeps the leases' keys); shared; and the ratios. "handoff"
+// reports the median and 90th percentile from a Release to a blocked waiter's
+// grant, for a lock and for a permit of a full semaphore of 2, and the ratio of
+// the medians.
+func BenchmarkSemaphore(b *testing.B) {
+	b.Run("acquire-release", func(b *testing.B) {
+		l, c := newLocker(b, nil)
+		old, err := NewLocker(c, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer old.Close()
+		old.acquire = v2Acquire
+		ctx := context.Background()
+		pair := func(l *Locker, name string, opts ...fence.AcquireOption) func() {
+			return func() {
+				lease, err := l.Acquire(ctx, name, 10*time.Second, opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		busy := mustAcquire(b, ctx, l, "bench-sem-busy", time.Hour, fence.WithLimit(4))
+		defer busy.Release(ctx)
+		pairs := []struct {
+			name string
+			f    func()
+		}{
+			{"lock", pair(l, "bench-sem-lock")},
+			{"lock-v2", pair(old, "bench-sem-lock-v2")},
+			{"sem", pair(l, "bench-sem", fence.WithLimit(4))},
+			{"sem-busy", pair(l, "bench-sem-busy", fence.WithLimit(4))},
+			{"shared", pair(l, "bench-sem-shared", fence.WithShared())},
+		}
+		for _, p := range pairs {
+			p.f() // warm up: connections, script cache
+		}
+		total := make([]time.Duration, len(pairs))
+		order := make([]int, len(pairs))
+		for i := range order {
+			order[i] = i
+		}
+		rng := rand.New(rand.NewPCG(5, 6))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			rng.Shuffle(len(order), func(x, y int) { order[x], order[y] = order[y], order[x] })
+			for _, k := range order {
+				start := time.Now()
+				pairs[k].f()
+				total[k] += time.Since(start)
+			}
+		}
+		for k, p := range pairs {
+			b.ReportMetric(float64(total[k].Nanoseconds())/1e3/float64(b.N), p.name+"-us")
+		}
+		b.ReportMetric(float64(total[2])/float64(total[0]), "sem/lock")
+		b.ReportMetric(float64(total[3])/float64(total[0]), "sem-busy/lock")
+		b.ReportMetric(float64(total[4])/float64(total[0]), "shared/lock")
+		b.ReportMetric(float64(total[0])/float64(total[1]), "lock/lock-v2")
+	})
+
+	b.Run("handoff", func(b *testing.B) {
+		l, c := newLocker(b, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		// One handoff: hold takes what makes the name full, the waiter blocks,
+		// the first held lease is released; it returns the time from that
+		// release to the waiter's grant.
+		handoff := func(name string, opts ...fence.AcquireOption) time.Duration {
+			n := 1
+			if len(opts) > 0 {
+				n = 2
+			}
+			held := make([]*fence.Lease, n)
+			for i := range held {
+				held[i] = mustAcquire(b, ctx, l, name, 10*time.Second, opts...)
+			}
+			got := make(chan time.Time, 1)
+			go func() {
+				lease, err := l.Acquire(ctx, name, 10*time.Second, append(opts, fence.WithWait(30*time.Second))...)
+				at := time.Now()
+				if err != nil {
+					b.Error(err)
+					got <- at
+					return
+				}
+				got <- at
+				_ = lease.Release(ctx)
+			}()
+			waitSubscribers(b, c, l, name, 1)
+			if err := held[0].Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			released := time.Now()
+			d := (<-got).Sub(released)
+			for _, lease := range held[1:] {
+				if err := lease.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			waitSubscribers(b, c, l, name, 0) // the waiter is done
+			return d
+		}
+		kinds := []struct {
+			name string
+			opts []fence.AcquireOption
+		}{{"lock", nil}, {"permit", []fence.AcquireOption{fence.WithLimit(2)}}}
+		samples := make([][]time.Duration, len(kinds))
+		rng := rand.New(rand.NewPCG(7, 8))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			first := rng.IntN(2)
+			for _, k := range []int{first, 1 - first} {
+				samples[k] = append(samples[k], handoff("bench-handoff-"+kinds[k].name, kinds[k].opts...))
+			}
+		}
+		b.StopTimer()
+		var p50 [2]float64
+		for k, s := range samples {
+			sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+			p50[k] = float64(s[len(s)/2].Nanoseconds()) / 1e3
+			b.ReportMetric(p50[k], kinds[k].name+"-p50-us")
+			b.ReportMetric(float64(s[len(s)*9/10].Nanoseconds())/1e3, kinds[k].name+"-p90-us")
+		}
+		b.ReportMetric(p50[1]/p50[0], "permit/lock")
+	})
+}

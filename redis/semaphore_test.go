@@ -548,8 +548,8 @@ func TestLocker_OldScripts_SeeNewLeasesAsHeld(t *testing.T) {
 			"v2": v2Inspect.Run(ctx, c, []string{k.lock, k.token}),
 		} {
 			got, err := res.Slice()
-			if err != nil || got[0] != int64(1) || got[1] != int64(b.Token()) {
-				t.Fatalf("%s inspect = %v, %v; want held with token %d", v, got, err, b.Token())
+			if err != nil || got[0] != int64(1) || got[1] != int64(a.Token()) {
+				t.Fatalf("%s inspect = %v, %v; want held with the first lease's token, %d", v, got, err, a.Token())
 			}
 			if v == "v2" && got[4] != "" {
 				t.Fatalf("v2 inspect owner = %q; want none", got[4])

@@ -74,7 +74,10 @@ if not lock then
     if s.n >= limit then
       return {0, edge(h, true) - now - 1}
     end
-    slot = redis.call('BITPOS', h.slots, 0)
+    slot = multi and redis.pcall('BITPOS', h.slots, 0) or 0
+    if type(slot) ~= 'number' then
+      return wrongtype(h.slots)
+    end
     if slot < 0 or slot >= limit then
       return redis.error_reply('FENCE_WRONGTYPE slots key ' .. h.slots .. ' disagrees with the expiry key')
     end
@@ -128,10 +131,11 @@ if ARGV[4] ~= '' then
   entry = entry .. ' ' .. ARGV[4]
 end
 redis.call('HSET', h.holders, ARGV[1], entry, ' limit', ARGV[7])
-redis.call('ZADD', h.expiry, string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+local exp = now + tonumber(ARGV[2])
+redis.call('ZADD', h.expiry, string.format('%d', exp), ARGV[1])
 if limit > 0 then
   redis.call('SETBIT', h.slots, slot, 1)
 end
-mark(h, now, n, s.waiter)
+mark(h, now, n, exp, not multi)
 redis.call(ARGV[6], ARGV[5], 'granted')
 return {1, n, slot}

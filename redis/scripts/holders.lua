@@ -2,9 +2,10 @@
 -- (acquire, lease, inspect, revoke), so that they keep them alike.
 --
 -- While semaphore or shared leases may be live, the lock key holds ' <token>': no
--- lease's value (a lease id has no spaces), with the highest token granted last,
--- and an expiry (PEXPIREAT) no earlier than any live lease's or the waiter
--- record's. So a lock acquire (of any version) that finds the key finds the name
+-- lease's value (a lease id has no spaces), with the token of the first of them
+-- last (for the inspect of earlier versions), and an expiry (PEXPIREAT) no
+-- earlier than any live lease's or the waiter record's (a release does not
+-- bring it forward: it is a bound, not the end of the last lease). So a lock acquire (of any version) that finds the key finds the name
 -- held, and one that does not find it has no live lease to respect. The leases
 -- are kept in three keys of the same hash tag, which expire with the marker and
 -- mean nothing while the lock key is not one:
@@ -44,10 +45,6 @@ local function live(h, now)
   if gone.err then
     return nil, wrongtype(h.expiry)
   end
-  local st = redis.call('TYPE', h.slots)['ok']
-  if st ~= 'none' and st ~= 'string' then
-    return nil, wrongtype(h.slots)
-  end
   local s = {limit = tonumber(meta[1]) or 0, waiter = tonumber(meta[2]) or 0}
   if #gone > 0 then
     for i = 1, #gone, 100 do
@@ -55,7 +52,7 @@ local function live(h, now)
       if s.limit > 0 then
         for _, e in ipairs(redis.call('HMGET', h.holders, unpack(ids))) do
           local slot = e and tonumber(string.match(e, '^(%d+)'))
-          if slot then redis.call('SETBIT', h.slots, slot, 0) end
+          if slot then redis.pcall('SETBIT', h.slots, slot, 0) end
         end
       end
       redis.call('HDEL', h.holders, unpack(ids))
@@ -81,17 +78,14 @@ local function extend(h, until_)
   end
 end
 
--- mark sets the marker after a grant (of token top) or a release (top nil: the
--- value stays): it expires with the last live lease or the waiter record, or,
--- with neither left, it and the leases' keys are deleted.
-local function mark(h, now, top, waiter)
-  local until_ = math.max(edge(h, false), waiter)
-  if until_ <= now then
-    redis.call('DEL', h.lock, h.holders, h.expiry, h.slots)
+-- mark sets the marker after a grant of token top, with that lease's expiry
+-- exp: a first lease (first) sets the marker, a later one extends it if exp is
+-- later than its expiry.
+local function mark(h, now, top, exp, first)
+  if first then
+    redis.call('SET', h.lock, ' ' .. string.format('%d', top))
+  elseif exp <= now + redis.call('PTTL', h.lock) then
     return
   end
-  if top then
-    redis.call('SET', h.lock, ' ' .. string.format('%d', top))
-  end
-  extend(h, until_)
+  extend(h, exp)
 end

@@ -40,13 +40,25 @@ if ARGV[2] == 'renew' then
   end
   return 1
 end
-local e = redis.call('HGET', h.holders, ARGV[1])
+local s = live(h, now)
+if not s then
+  return 0 -- foreign data: not our lease
+end
+if s.n == 1 and s.waiter <= now then
+  -- The last lease, and no waiter record: nothing of the name is left.
+  redis.call('DEL', h.lock, h.holders, h.expiry, h.slots)
+  redis.call(ARGV[4], ARGV[3], 'released')
+  return 1
+end
+if s.limit > 0 then
+  local e = redis.call('HGET', h.holders, ARGV[1])
+  local slot = e and tonumber(string.match(e, '^(%d+)'))
+  if slot then redis.pcall('SETBIT', h.slots, slot, 0) end
+end
 redis.call('HDEL', h.holders, ARGV[1])
 redis.call('ZREM', h.expiry, ARGV[1])
-local s = live(h, now)
-if s and s.limit > 0 and e then
-  redis.call('SETBIT', h.slots, tonumber(string.match(e, '^(%d+)')), 0)
+if s.n == 1 then
+  extend(h, s.waiter) -- only the waiter record holds the name now
 end
-mark(h, now, nil, s and s.waiter or 0)
 redis.call(ARGV[4], ARGV[3], 'released')
 return 1
