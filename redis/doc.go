@@ -1,7 +1,8 @@
 // Package redis is a fence.Locker on Redis (go-redis v9): a plain server, a Sentinel
-// failover client or a Cluster. It also implements fence.Healer, fence.Inspector,
-// fence.Revoker and fence.Watcher, and a fenced KV store (KV) for data kept in the
-// same Redis.
+// failover client or a Cluster, with semaphores (fence.WithLimit) and shared locks
+// (fence.WithShared) as well as locks (see fence.FeatureLocker). It also
+// implements fence.Healer, fence.Inspector, fence.Revoker and fence.Watcher, and a
+// fenced KV store (KV) for data kept in the same Redis.
 //
 //	l, err := redis.NewLocker(goredis.NewClient(&goredis.Options{Addr: addr}), nil)
 //	lease, err := l.Acquire(ctx, "payments", 30*time.Second, fence.WithWait(10*time.Second))
@@ -26,6 +27,23 @@
 // they match the lease id prefix (renew, release) and the trailing token (inspect),
 // and see the lock held; they do not see the owner.
 //
+// Semaphore (fence.WithLimit) and shared (fence.WithShared) leases use three
+// more keys of the same tag, which exist only while such leases may be live and
+// expire with the last of them:
+//
+//	fence:{N}:holders a hash: each lease's slot, token and owner; the limit; the
+//	                  waiter record of an exclusive acquire (writer preference)
+//	fence:{N}:expiry  a sorted set of the leases by expiry (TIME of the server, ms)
+//	fence:{N}:slots   a bitmap of the semaphore slots taken
+//
+// Meanwhile the lock key holds " <token>" (a space first: no lease id), expiring
+// no earlier than any of those leases. A lock acquire that finds no lock key is
+// granted as before, in GET, INCR and SET; one that finds a lease held pays one
+// byte comparison more. Every operation on these leases but Inspect takes
+// O(log n) in the n live leases (ZCARD counts them, BITPOS finds the lowest free
+// slot), plus the leases that expired since the name last changed, which it
+// drops; Redis 7.4's per-field HEXPIRE is not needed.
+//
 // Since a hash tag ends at the first '}', the characters '{', '}' and '%' of a name
 // are percent-encoded in the tag (%7B, %7D, %25); every valid fence name works.
 //
@@ -42,6 +60,19 @@
 // an acquire is lost (timeout, cancelled context, dropped connection), the Locker
 // releases that grant in the background by its fresh lease id.
 //
+// # Rolling upgrade
+//
+// Versions before semaphores see the marker " <token>" as a lock held by
+// another lease: their Acquire waits (until a release's message or the marker's
+// expiry), their Renew and Release cannot match it (no lease id starts with a
+// space), and their Inspect reports it held, with the token of the first lease
+// of the marker and no owner. Their Revoke deletes the lock key only: that ends
+// every semaphore and shared lease too, since the other keys mean nothing
+// without the marker (and are dropped by the next grant). Old binaries never
+// grant a lock while new-kind leases are live. A release of one of several leases
+// does not bring the marker's expiry forward, so an old binary's waiter may
+// wait until the expiry of a lease already released, or its poll.
+//
 // # Waiting
 //
 // A waiting Acquire subscribes to the name's channel (SSUBSCRIBE; SUBSCRIBE with
@@ -55,6 +86,15 @@
 // is retried a millisecond later, a few times, then with a doubling delay, so a
 // holder that never releases is replaced about a millisecond after its TTL, not a
 // PollInterval later. Each waiting call holds one pub/sub connection.
+//
+// Semaphore and shared waiters wait the same way: each release of a permit or
+// a shared lease publishes "released", and a waiter that found the name full
+// retries at the expiry of the lease whose end could let it in (the soonest
+// permit's; for an exclusive acquire held by shared leases, the last of them).
+// An exclusive acquire that waits for shared holders records itself in the
+// holders hash until the try's time plus the smaller of its TTL and its wait
+// left (driver.WaiterFor); new shared acquires are held until then, or until
+// an exclusive grant clears the record.
 //
 // Herd behaviour: a release wakes every waiter on that name; each runs the acquire
 // script once, one wins and the others go back to waiting with the new holder's

@@ -210,14 +210,17 @@ func (l *Locker) isClosed() bool {
 
 // Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX),
 // increments the name's fencing counter and publishes the grant for watchers, in
-// one round trip; the owner of
-// fence.WithOwner is stored in the lock value, so Inspect and List report it. With fence.WithWait it
-// waits for a release (woken by pub/sub), the holder's expiry, or the fallback poll
+// one round trip; the owner of fence.WithOwner is stored with the lease, so
+// Inspect and List report it. With fence.WithLimit (a semaphore: the lowest free
+// slot, Lease.Slot) or fence.WithShared the same script grants the lease by the
+// rules of driver.Decide, in the same round trip. With fence.WithWait it waits
+// for a release (woken by pub/sub), the holder's expiry, or the fallback poll
 // (Options.PollInterval).
 //
 // Its errors are worded as driver.Engine words them. They match fence.ErrNotAcquired
 // (and a *fence.HeldError) if the lock stayed held, also ctx.Err() when ctx ended the
-// wait; fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when the
+// wait; fence.ErrInvalid for a bad name, TTL or limit, and with a *fence.LimitError
+// when the name's live leases have another limit; fence.ErrTokenExhausted when the
 // counter is at fence.MaxToken; ErrWrongType when a key holds foreign data;
 // ErrNotReplicated when the durability wait failed; fence.ErrUnavailable when Redis
 // cannot be reached; fence.ErrClosed after Close.
@@ -545,8 +548,9 @@ func (w *wakeSub) next() <-chan struct{} {
 
 func (w *wakeSub) close() { _ = w.ps.Close() }
 
-// Renew extends the lease name/leaseID to ttl from now, by the Redis server's clock,
-// if and only if the lock still holds that lease id (checked inside a script).
+// Renew extends the lease name/leaseID (a lock, a permit or a shared lease) to
+// ttl from now, by the Redis server's clock, if and only if it is still held under
+// that lease id and unexpired (checked inside a script).
 //
 // It returns an error matching fence.ErrNotHeld if the lease expired, was released
 // or never existed; fence.ErrInvalid for bad arguments; fence.ErrUnavailable when
@@ -572,9 +576,9 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	return nil
 }
 
-// Release ends the lease name/leaseID if the lock still holds that lease id
-// (checked inside a script), and publishes on the name's wake channel so waiters
-// try at once.
+// Release ends the lease name/leaseID (a lock, a permit or a shared lease) if it
+// is still held under that lease id (checked inside a script), and publishes on
+// the name's wake channel so waiters try at once.
 //
 // It returns an error matching fence.ErrNotHeld if that lease is no longer held (a
 // retried release never touches a newer holder); fence.ErrInvalid for bad
@@ -604,7 +608,8 @@ func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
 	return nil
 }
 
-// Revoke ends the current lease on name now, whoever holds it, and publishes on the
+// Revoke ends the current lease on name now (every live permit or shared lease,
+// for a semaphore or a shared lock), whoever holds it, and publishes on the
 // name's wake channel so waiters try at once (see fence.Revoker). One script looks
 // at the lock key and deletes it, so a lease granted after the look is never ended.
 // The revoked holder's Renew and Release then return fence.ErrNotHeld; its token
@@ -669,7 +674,10 @@ func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error 
 
 // Inspect returns the state of lock name: whether it is held, the holder's token,
 // owner (fence.WithOwner; "" for none, and for a lease written by a version without
-// owners) and time left, and the highest token issued. The lease id is never
+// owners) and time left, and the highest token issued. For a semaphore or a shared
+// lock it also reports Limit, Shared and every live lease in Holders, as
+// driver.Info does (the leases' time left is as of the script, by the server's
+// clock); reading them costs O(n) in the n live leases. The lease id is never
 // reported. A lock never acquired is reported with Held false and LastToken 0. It
 // returns fence.ErrInvalid for a bad name, ErrWrongType if the counter holds foreign
 // data, fence.ErrUnavailable when Redis cannot be reached, and fence.ErrClosed after
