@@ -222,6 +222,40 @@ func TestCluster_ThreeMasters(t *testing.T) {
 		}
 	})
 
+	t.Run("SemaphoreAndShared_KeysOnOneSlot", func(t *testing.T) {
+		for _, name := range []string{"cluster-sem", "a{b}c-sem", "}{"} {
+			k := l.keysFor(name)
+			for _, key := range []string{k.holders, k.expiry, k.slots} {
+				if got, want := c.keySlot(t, key), c.keySlot(t, k.lock); got != want {
+					t.Errorf("%q: slot of %s = %d; want the lock key's, %d", name, key, got, want)
+				}
+			}
+			a := mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(2))
+			b := mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(2))
+			if a.Slot() != 0 || b.Slot() != 1 {
+				t.Errorf("%q: slots %d, %d; want 0, 1", name, a.Slot(), b.Slot())
+			}
+			if info, err := l.Inspect(ctx, name); err != nil || len(info.Holders) != 2 {
+				t.Errorf("%q: Inspect = %+v, %v; want 2 holders", name, info, err)
+			}
+			if err := a.Renew(ctx, time.Minute); err != nil {
+				t.Errorf("%q: Renew: %v", name, err)
+			}
+			for _, lease := range []*fence.Lease{a, b} {
+				if err := lease.Release(ctx); err != nil {
+					t.Errorf("%q: Release: %v", name, err)
+				}
+			}
+			r := mustAcquire(t, ctx, l, name, time.Minute, fence.WithShared())
+			if err := l.Revoke(ctx, name); err != nil {
+				t.Errorf("%q: Revoke of a shared lease: %v", name, err)
+			}
+			if err := r.Release(ctx); !errors.Is(err, fence.ErrNotHeld) {
+				t.Errorf("%q: Release after Revoke = %v; want ErrNotHeld", name, err)
+			}
+		}
+	})
+
 	t.Run("WaiterWokenBySharedPubSub", func(t *testing.T) {
 		wakesOnRelease(t, ctx, l, c.client, mustAcquire(t, ctx, l, "cluster-wake", time.Hour))
 	})
