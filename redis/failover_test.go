@@ -50,16 +50,31 @@ func replicated(t *testing.T) (context.Context, *testserv.RedisServer, *testserv
 	return ctx, primary, testserv.RedisReplica(t, primary)
 }
 
+// lockerAt returns a Locker with opts on its own client of s, closed when t ends.
+func lockerAt(t *testing.T, s *testserv.RedisServer, opts *Options) *Locker {
+	t.Helper()
+	l, err := NewLocker(newClient(t, s.Addr), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// detach makes replica a primary of its own, so it misses what follows.
+func detach(t *testing.T, replica *testserv.RedisServer) {
+	t.Helper()
+	if out, err := replica.CLI("REPLICAOF", "NO", "ONE"); err != nil || out != "OK" {
+		t.Fatalf("REPLICAOF NO ONE = %q, %v", out, err)
+	}
+}
+
 // TestFailover_LostIncrements_GuardRejects_HealRecovers makes a replica miss the last
 // INCRs, promotes it, and shows the guard catching the regressed token and Heal
 // repairing the counter (P4).
 func TestFailover_LostIncrements_GuardRejects_HealRecovers(t *testing.T) {
 	ctx, primary, replica := replicated(t)
-	l, err := NewLocker(newClient(t, primary.Addr), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := lockerAt(t, primary, nil)
 	g := inmem.NewGuard()
 	const name = "ledger"
 
@@ -71,9 +86,7 @@ func TestFailover_LostIncrements_GuardRejects_HealRecovers(t *testing.T) {
 	waitCounter(t, replica, l, name, "3") // the replica has tokens up to 3
 
 	// Detach the replica, so it misses the next increments.
-	if out, err := replica.CLI("REPLICAOF", "NO", "ONE"); err != nil || out != "OK" {
-		t.Fatalf("REPLICAOF NO ONE = %q, %v", out, err)
-	}
+	detach(t, replica)
 	var highest fence.Token
 	for i := 0; i < 2; i++ {
 		tok, err := acquirePut(t, ctx, l, g, name, "acknowledged")
@@ -85,11 +98,7 @@ func TestFailover_LostIncrements_GuardRejects_HealRecovers(t *testing.T) {
 
 	// The primary dies; the client is pointed at the promoted replica.
 	primary.Kill()
-	l2, err := NewLocker(newClient(t, replica.Addr), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Close()
+	l2 := lockerAt(t, replica, nil)
 	regressed, err := acquirePut(t, ctx, l2, g, name, "stale")
 	t.Logf("guard accepted up to token %d; after failover the new primary issued %d", highest, regressed)
 	if regressed > highest {
@@ -147,14 +156,8 @@ func TestFailover_WaitReplicas_TokenSurvivesPromotion(t *testing.T) {
 	}
 	// Crash the primary right after the grant returned: nothing more replicates.
 	primary.Kill()
-	if out, err := replica.CLI("REPLICAOF", "NO", "ONE"); err != nil || out != "OK" {
-		t.Fatalf("REPLICAOF NO ONE = %q, %v", out, err)
-	}
-	l2, err := NewLocker(newClient(t, replica.Addr), &Options{PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Close()
+	detach(t, replica)
+	l2 := lockerAt(t, replica, &Options{PollInterval: 50 * time.Millisecond})
 	// The last lease (2s) was replicated too: the promoted replica still honours it.
 	if _, err := l2.Acquire(ctx, name, time.Second); !errors.Is(err, fence.ErrNotAcquired) {
 		t.Fatalf("Acquire on the promoted replica while the replicated lease lives = %v, want ErrNotAcquired", err)

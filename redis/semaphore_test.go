@@ -59,6 +59,29 @@ func release(t *testing.T, ctx context.Context, lease *fence.Lease) {
 	}
 }
 
+// fill acquires n leases on name with opts, for a minute each, and checks that
+// their tokens rise and that a semaphore's take the next slots: those after the
+// name's live leases, which fill took.
+func fill(t *testing.T, ctx context.Context, l *Locker, name string, n int, opts ...fence.AcquireOption) []*fence.Lease {
+	t.Helper()
+	info, err := l.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	semaphore := driver.ApplyOptions(opts...).Limit > 1
+	leases := make([]*fence.Lease, 0, n)
+	last := info.LastToken
+	for i := 0; i < n; i++ {
+		lease := mustAcquire(t, ctx, l, name, time.Minute, opts...)
+		if lease.Token() <= last || (semaphore && lease.Slot() != len(info.Holders)+i) {
+			t.Fatalf("lease %d: token %d slot %d; want a token above %d and slot %d", i, lease.Token(), lease.Slot(), last, len(info.Holders)+i)
+		}
+		last = lease.Token()
+		leases = append(leases, lease)
+	}
+	return leases
+}
+
 // limitError returns the *fence.LimitError in err, failing t if there is none or
 // it does not also match fence.ErrInvalid.
 func limitError(t *testing.T, err error) *fence.LimitError {
@@ -86,11 +109,7 @@ func TestLocker_Semaphore_SlotsLimitAndWake(t *testing.T) {
 	name := uniqueName(t)
 	var leases []*fence.Lease
 	for i := 0; i < 3; i++ {
-		lease := mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(3), fence.WithOwner(fmt.Sprint("w ", i)))
-		if lease.Slot() != i || (i > 0 && lease.Token() <= leases[i-1].Token()) {
-			t.Fatalf("permit %d: slot %d token %d; want slot %d and a rising token", i, lease.Slot(), lease.Token(), i)
-		}
-		leases = append(leases, lease)
+		leases = append(leases, fill(t, ctx, l, name, 1, fence.WithLimit(3), fence.WithOwner(fmt.Sprint("w ", i)))...)
 	}
 	if lease := tryAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(3)); lease != nil {
 		t.Fatalf("fourth permit of 3 granted: slot %d", lease.Slot())
@@ -257,10 +276,7 @@ func TestLocker_Shared_MaxLimitHolders(t *testing.T) {
 	l, _ := newLocker(t, nil)
 	ctx := ctxT(t)
 	name := uniqueName(t)
-	var leases []*fence.Lease
-	for i := 0; i < fence.MaxLimit; i++ {
-		leases = append(leases, mustAcquire(t, ctx, l, name, time.Minute, fence.WithShared()))
-	}
+	leases := fill(t, ctx, l, name, fence.MaxLimit, fence.WithShared())
 	if lease := tryAcquire(t, ctx, l, name, time.Minute, fence.WithShared()); lease != nil {
 		t.Fatalf("shared lease %d granted; want at most %d", fence.MaxLimit+1, fence.MaxLimit)
 	}
@@ -285,14 +301,7 @@ func TestLocker_Semaphore_MaxLimitSlots(t *testing.T) {
 	l, _ := newLocker(t, nil)
 	ctx := ctxT(t)
 	name := uniqueName(t)
-	var leases []*fence.Lease
-	for i := 0; i < fence.MaxLimit; i++ {
-		lease := mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(fence.MaxLimit))
-		if lease.Slot() != i {
-			t.Fatalf("permit %d has slot %d", i, lease.Slot())
-		}
-		leases = append(leases, lease)
-	}
+	leases := fill(t, ctx, l, name, fence.MaxLimit, fence.WithLimit(fence.MaxLimit))
 	if lease := tryAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(fence.MaxLimit)); lease != nil {
 		t.Fatalf("permit %d of %d granted", fence.MaxLimit+1, fence.MaxLimit)
 	}
@@ -470,18 +479,12 @@ func TestLocker_Semaphore_Revoke_EndsEveryPermit(t *testing.T) {
 // regressed token and Heal makes the next permit's token pass.
 func TestFailover_Permits_GuardRejects_HealRecovers(t *testing.T) {
 	ctx, primary, replica := replicated(t)
-	l, err := NewLocker(newClient(t, primary.Addr), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := lockerAt(t, primary, nil)
 	g := inmem.NewGuard()
 	const name = "partitions"
 	a := mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(2))
 	waitCounter(t, replica, l, name, "1")
-	if out, err := replica.CLI("REPLICAOF", "NO", "ONE"); err != nil || out != "OK" {
-		t.Fatalf("REPLICAOF NO ONE = %q, %v", out, err)
-	}
+	detach(t, replica)
 	b := mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(2))
 	resource := "partition-" + strconv.Itoa(b.Slot())
 	if err := g.Put(ctx, resource, []byte("acknowledged"), b.Fence()); err != nil {
@@ -489,18 +492,14 @@ func TestFailover_Permits_GuardRejects_HealRecovers(t *testing.T) {
 	}
 
 	primary.Kill()
-	l2, err := NewLocker(newClient(t, replica.Addr), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l2.Close()
+	l2 := lockerAt(t, replica, nil)
 	// The promoted replica knows permit a only: the next permit takes b's slot
 	// with b's token again.
 	again := mustAcquire(t, ctx, l2, name, time.Minute, fence.WithLimit(2))
 	if again.Slot() != b.Slot() || again.Token() > b.Token() {
 		t.Fatalf("after failover: slot %d token %d; want slot %d with a token at most %d", again.Slot(), again.Token(), b.Slot(), b.Token())
 	}
-	err = g.Put(ctx, resource, []byte("stale"), again.Fence())
+	err := g.Put(ctx, resource, []byte("stale"), again.Fence())
 	var stale *fence.StaleTokenError
 	if !errors.As(err, &stale) || stale.Highest != b.Token() {
 		t.Fatalf("guard on the regressed permit = %v; want a *StaleTokenError with Highest %d", err, b.Token())
