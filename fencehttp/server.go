@@ -72,13 +72,13 @@ type Config struct {
 // Server serves the HTTP API v1 over a Locker and a KV. It keeps no lock state of its
 // own (only counters for metrics), so several servers can share one store.
 type Server struct {
-	cfg       Config
-	log       *slog.Logger
-	tokens    scopes
-	reg       *prometheus.Registry
-	m         *metrics
-	held      *heldSet
-	handler   http.Handler
+	cfg     Config
+	log     *slog.Logger
+	tokens  scopes
+	reg     *prometheus.Registry
+	m       *metrics
+	held    *heldSet
+	handler http.Handler
 
 	drainOnce sync.Once
 	drainCtx  context.Context
