@@ -368,8 +368,13 @@ var brokenCases = map[string]brokenCase{
 	},
 	"sem-no-writer-preference": {
 		run:      semCase("no-writer-preference"),
-		wantFail: []string{"Shared_WriterPreferred_NewSharedHeldWhileExclusiveWaits", "Shared_WriterNotStarvedByStreamOfReaders"},
+		wantFail: []string{"Shared_WriterPreferred_NewSharedHeldWhileExclusiveWaits", "Shared_WriterNotStarvedByStreamOfReaders", "Shared_WriterWithShortTTL_PreferredWhileItWaits"},
 		wantPass: []string{"Shared_ExclusiveWaiter_GrantedWhenLastLeaves", "Shared_ExclusiveWaiterGivesUp_SharedAgainWithinItsTTL", "Semaphore_AtMostNUnder16Goroutines"},
+	},
+	"sem-waiter-record-lapses": {
+		run:      semCase("waiter-record-lapses"),
+		wantFail: []string{"Shared_WriterWithShortTTL_PreferredWhileItWaits"},
+		wantPass: []string{"Shared_WriterPreferred_NewSharedHeldWhileExclusiveWaits", "Shared_WriterNotStarvedByStreamOfReaders", "Shared_ExclusiveWaiterGivesUp_SharedAgainWithinItsTTL"},
 	},
 	"sem-ignores-limit-mismatch": {
 		run:      semCase("ignores-limit-mismatch"),
@@ -398,7 +403,7 @@ var (
 		"Semaphore_BadLimits_Rejected", "Semaphore_Limit1_IsALock"}
 	sharedSubtests = []string{"Shared_ManyHolders_ExclusiveHeld_TokensIncrease", "Shared_ExclusiveWaiter_GrantedWhenLastLeaves",
 		"Shared_HeldWhileExclusive_WokenByRelease", "Shared_WriterPreferred_NewSharedHeldWhileExclusiveWaits",
-		"Shared_WriterNotStarvedByStreamOfReaders", "Shared_ExclusiveWaiterGivesUp_SharedAgainWithinItsTTL",
+		"Shared_WriterNotStarvedByStreamOfReaders", "Shared_WriterWithShortTTL_PreferredWhileItWaits", "Shared_ExclusiveWaiterGivesUp_SharedAgainWithinItsTTL",
 		"Shared_OwnerOnlyAndExpiry", "Shared_Inspector_HoldersInTokenOrder", "Shared_Revoker_EndsEveryLease",
 		"Shared_MixedWithLimit_LimitError"}
 )
@@ -459,7 +464,8 @@ func TestSuite_CatchesBrokenImplementations(t *testing.T) {
 // acquire engine, deciding grants with driver.Decide; bug injects one fault:
 // "grants-n-plus-1" (one permit beyond the limit), "reuses-slot" (a slot by
 // count, not the lowest free one), "no-writer-preference" (a waiting exclusive
-// acquire does not hold new shared ones off) or "ignores-limit-mismatch"
+// acquire does not hold new shared ones off), "waiter-record-lapses" (a waiting
+// exclusive acquire holds them off for its TTL only) or "ignores-limit-mismatch"
 // (a semaphore acquire with another limit is decided by its own). With no bug
 // it is the control for the suites.
 type semLocker struct {
@@ -539,7 +545,9 @@ func (s *semLocker) try(_ context.Context, r *driver.Request) (driver.Result, er
 		if d.MarkWaiter {
 			// Try again before the record ends, so a waiter keeps its preference.
 			st.waiterUntil = now.Add(driver.WaiterFor(r))
-			res.Retry = min(d.ExpiresIn, driver.WaiterFor(r)/2)
+			if s.bug != "waiter-record-lapses" { // Bug: the waiter tries again only when woken.
+				res.Retry = min(d.ExpiresIn, driver.WaiterFor(r)/2)
+			}
 		}
 		return res, nil
 	}

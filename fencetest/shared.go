@@ -24,6 +24,7 @@ func (s *lockerSuite) sharedCases() []suiteCase[fence.Locker] {
 		{"Shared_HeldWhileExclusive_WokenByRelease", s.sharedWhileExclusive},
 		{"Shared_WriterPreferred_NewSharedHeldWhileExclusiveWaits", s.sharedWriterPreferred},
 		{"Shared_WriterNotStarvedByStreamOfReaders", s.sharedNotStarved},
+		{"Shared_WriterWithShortTTL_PreferredWhileItWaits", s.sharedShortTTLWriter},
 		{"Shared_ExclusiveWaiterGivesUp_SharedAgainWithinItsTTL", s.sharedWaiterGivesUp},
 		{"Shared_OwnerOnlyAndExpiry", s.sharedOwnerExpiry},
 		{"Shared_Inspector_HoldersInTokenOrder", s.sharedInspector},
@@ -162,6 +163,32 @@ func (s *lockerSuite) sharedWriterPreferred(t *testing.T, l fence.Locker) {
 	if q := acquireShared(t, l, name, 1); q[0].Token() <= w.Token() {
 		t.Fatalf("shared lease after the writer's has token %d; want above %d", q[0].Token(), w.Token())
 	}
+}
+
+// sharedShortTTLWriter checks that a waiting exclusive acquire whose TTL is
+// shorter than the shared holder's time left holds new shared acquires off for
+// as long as it waits, not only for its TTL: the backend renews its record of
+// the waiter (driver.Decide's rules: each try extends it) while it waits.
+func (s *lockerSuite) sharedShortTTLWriter(t *testing.T, l fence.Locker) {
+	needShared(t, l)
+	ctx := testContext(t)
+	// Not the short TTL itself: the backend's renewal of its record, a timer
+	// within the TTL, must survive scheduling stalls of a loaded machine.
+	ttl := max(2*s.cfg.shortTTL, time.Second)
+	name := uniqueName(t, "")
+	a := acquireShared(t, l, name, 1)[0]
+	start := time.Now()
+	ch := goAcquire(ctx, l, name, ttl, fence.WithWait(longWait))
+	s.settle(t, ch, "exclusive acquire waiting for a shared lease")
+	select { // past the waiter's TTL, by the settle's pause once more
+	case r := <-ch:
+		t.Fatalf("exclusive acquire waiting for a live shared lease returned %v", r.err)
+	case <-time.After(time.Until(start.Add(ttl + 2*s.cfg.shortTTL))):
+	}
+	wantHeld(t, l, name, fmt.Sprintf("a new shared acquire %v after an exclusive acquire of TTL %v started waiting (writer preference lasts while it waits)", time.Since(start).Round(time.Millisecond), ttl), fence.WithShared())
+	released := time.Now()
+	releaseAll(t, a)
+	wantGranted(t, ch, "the shared lease's Release", released, a)
 }
 
 // sharedNotStarved runs readers that each hold a shared lease and take their
