@@ -512,6 +512,29 @@ func goAcquire(ctx context.Context, l fence.Locker, name string, ttl time.Durati
 	return ch
 }
 
+// wantGranted fails t unless the waiting acquire behind ch is granted within
+// promptly of since (when what happened), with a token above every one of
+// earlier; it returns the lease.
+func wantGranted(t *testing.T, ch <-chan acquireResult, what string, since time.Time, earlier ...*fence.Lease) *fence.Lease {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("waiter after %s = %v; want a lease", what, r.err)
+		}
+		releaseAtCleanup(t, r.lease)
+		for _, e := range earlier {
+			if r.lease.Token() <= e.Token() {
+				t.Fatalf("waiter after %s has token %d; want above every earlier grant's (%d)", what, r.lease.Token(), e.Token())
+			}
+		}
+		return r.lease
+	case <-time.After(promptly):
+		t.Fatalf("waiter not granted within %v of %s (leases of %v, wait %v); waiting must be woken by release, not only by expiry", time.Since(since).Round(time.Millisecond), what, longTTL, longWait)
+	}
+	return nil
+}
+
 // settle gives a goroutine time to start waiting: no backend can tell us that it
 // registered a waiter, so a short pause is the only way. It is not a correctness
 // bound: a test passes whether or not the waiter was already waiting.

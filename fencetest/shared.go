@@ -75,27 +75,15 @@ func releaseAll(t *testing.T, leases ...*fence.Lease) {
 	}
 }
 
-// wantGranted fails t unless the waiting acquire behind ch is granted within
-// promptly of since (when what happened), with a token above every one of
-// earlier; it returns the lease.
-func wantGranted(t *testing.T, ch <-chan acquireResult, what string, since time.Time, earlier ...*fence.Lease) *fence.Lease {
+// wantSharedAfter fails unless a shared lease on name is granted at once, with
+// a token above prev's (what says what prev is); it returns it.
+func wantSharedAfter(t *testing.T, l fence.Locker, name string, prev *fence.Lease, what string) *fence.Lease {
 	t.Helper()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("waiter after %s = %v; want a lease", what, r.err)
-		}
-		releaseAtCleanup(t, r.lease)
-		for _, e := range earlier {
-			if r.lease.Token() <= e.Token() {
-				t.Fatalf("waiter after %s has token %d; want above every earlier grant's (%d)", what, r.lease.Token(), e.Token())
-			}
-		}
-		return r.lease
-	case <-time.After(promptly):
-		t.Fatalf("waiter not granted within %v of %s (leases of %v, wait %v); waiting must be woken by release, not only by expiry", time.Since(since).Round(time.Millisecond), what, longTTL, longWait)
+	q := acquireShared(t, l, name, 1)[0]
+	if q.Token() <= prev.Token() {
+		t.Fatalf("shared lease after %s has token %d; want above %d", what, q.Token(), prev.Token())
 	}
-	return nil
+	return q
 }
 
 func (s *lockerSuite) sharedMany(t *testing.T, l fence.Locker) {
@@ -111,9 +99,7 @@ func (s *lockerSuite) sharedMany(t *testing.T, l fence.Locker) {
 	}
 	wantHeld(t, l, name, "a shared acquire while an exclusive lease is live", fence.WithShared())
 	releaseAll(t, x)
-	if q := acquireShared(t, l, name, 1); q[0].Token() <= x.Token() {
-		t.Fatalf("shared lease after an exclusive one has token %d; want above %d", q[0].Token(), x.Token())
-	}
+	wantSharedAfter(t, l, name, x, "an exclusive one")
 }
 
 func (s *lockerSuite) sharedExclusiveWaits(t *testing.T, l fence.Locker) {
@@ -141,10 +127,7 @@ func (s *lockerSuite) sharedWhileExclusive(t *testing.T, l fence.Locker) {
 	released := time.Now()
 	releaseAll(t, x)
 	r := wantGranted(t, ch, "the exclusive lease's Release", released, x)
-	// The shared waiter's lease admits other shared ones.
-	if q := acquireShared(t, l, name, 1); q[0].Token() <= r.Token() {
-		t.Fatalf("second shared lease has token %d; want above %d", q[0].Token(), r.Token())
-	}
+	wantSharedAfter(t, l, name, r, "the shared waiter's, which admits others")
 }
 
 func (s *lockerSuite) sharedWriterPreferred(t *testing.T, l fence.Locker) {
@@ -159,10 +142,7 @@ func (s *lockerSuite) sharedWriterPreferred(t *testing.T, l fence.Locker) {
 	releaseAll(t, a)
 	w := wantGranted(t, ch, "the shared lease's Release", released, a)
 	releaseAll(t, w)
-	// The granted writer no longer holds shared acquires off.
-	if q := acquireShared(t, l, name, 1); q[0].Token() <= w.Token() {
-		t.Fatalf("shared lease after the writer's has token %d; want above %d", q[0].Token(), w.Token())
-	}
+	wantSharedAfter(t, l, name, w, "the writer's, which no longer holds them off")
 }
 
 // sharedShortTTLWriter checks that a waiting exclusive acquire whose TTL is
