@@ -78,6 +78,9 @@ func wantPermitsFull(t *testing.T, l fence.Locker, name string, limit int, why s
 	if !errors.Is(err, fence.ErrNotAcquired) || !errors.As(err, &he) {
 		t.Fatalf("%s: TryAcquire(%q, WithLimit(%d)) = %v; want an error matching ErrNotAcquired with a *fence.HeldError", why, name, limit, err)
 	}
+	if he.Limit != limit {
+		t.Fatalf("%s: TryAcquire(%q, WithLimit(%d)) = %v with HeldError.Limit %d; want %d, the permits all held", why, name, limit, err, he.Limit, limit)
+	}
 }
 
 // wantLimitError fails unless err is a *fence.LimitError (matching ErrInvalid)
