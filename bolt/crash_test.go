@@ -54,6 +54,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(crashChildEnv); path != "" {
 		os.Exit(crashChild(path))
 	}
+	if path := os.Getenv(semChildEnv); path != "" {
+		os.Exit(semChild(path))
+	}
 	os.Exit(m.Run())
 }
 
