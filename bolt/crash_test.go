@@ -556,33 +556,11 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 		before := c.grants
 		killAfterGrant := rng.Intn(5) != 0 // else kill at a random point after open
 		delay := time.Duration(rng.Int63n(int64(120 * time.Millisecond)))
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+path, fmt.Sprintf("%s=%d", crashSeedEnv, rng.Int63()),
+		cmd, lines, in := startChild(t, crashChildEnv+"="+path, fmt.Sprintf("%s=%d", crashSeedEnv, rng.Int63()),
 			crashBrokenEnv+"="+broken,
 			fmt.Sprintf("%s=%d", crashWallEnv, c.offset),
-			crashLeasesEnv+"="+c.carried(time.Now().UnixNano()),
-			"GORACE=halt_on_error=1") // a race in the child fails the run (exit 66, not SIGKILL)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
+			crashLeasesEnv+"="+c.carried(time.Now().UnixNano()))
 		defer in.Close()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
 		var kill <-chan time.Time
 		killDue, killed := false, false
 		doKill := func() {
@@ -628,16 +606,54 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 			}
 		}
 		guard.Stop()
-		err = cmd.Wait()
+		waitKilled(t, run, cmd)
 		c.endRun(time.Now().UnixNano())
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
-			t.Fatalf("run %d: child ended with %v, want killed by SIGKILL", run, err)
-		}
 		if run > 0 {
 			grantsAfterReopen += c.grants - before
 		}
 	}
 	return grantsAfterReopen
+}
+
+// startChild starts this test binary again as a child, with env added to ours
+// and its stderr ours, and returns it with the lines of its stdout (the
+// channel closes at its end) and its stdin.
+func startChild(t *testing.T, env ...string) (*exec.Cmd, <-chan string, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// A race in the child fails the run (exit 66, not SIGKILL).
+	cmd.Env = append(append(os.Environ(), env...), "GORACE=halt_on_error=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return cmd, lines, in
+}
+
+// waitKilled waits for the child of run to end and fails the test unless
+// SIGKILL ended it.
+func waitKilled(t *testing.T, run int, cmd *exec.Cmd) {
+	t.Helper()
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
+		t.Fatalf("run %d: child ended with %v, want killed by SIGKILL", run, err)
+	}
 }
 
 // TestCrash_BrokenStore_CheckerFindsViolations is the crash test's negative

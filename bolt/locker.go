@@ -349,8 +349,8 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 	return nil
 }
 
-// Revoke ends the current lease on name, whoever holds it, and wakes the waiters
-// on name, as Release does; the revoked holder's Renew and Release then return
+// Revoke ends the current lease on name (every live lease of a semaphore or
+// shared lock), whoever holds it, and wakes the waiters on name, as Release does; the revoked holder's Renew and Release then return
 // fence.ErrNotHeld, and the next grant's token is higher. The check and the end
 // are one step under the store's lock, so a lease granted after the check is
 // never ended. The revocation is on disk when Revoke returns. It returns an
@@ -477,8 +477,10 @@ func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 }
 
 // Inspect returns the state of name. A lock never acquired is reported with Held
-// false and LastToken 0. After a crash, a lease restored from the file is
-// reported held with its token and time left. It returns
+// false and LastToken 0. A semaphore or shared lock is reported with its Limit
+// or Shared and every live lease in Holders (driver.Info). After a crash, a
+// lease restored from the file is reported held with its token and time left.
+// It returns
 // fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
 // read, and fence.ErrClosed after Close.
 func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {

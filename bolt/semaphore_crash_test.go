@@ -1,13 +1,11 @@
 package bolt
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -244,25 +242,9 @@ func runSemCrashes(t *testing.T, rng *rand.Rand, kills int, broken string, c *se
 	path := filepath.Join(t.TempDir(), "fence.db")
 	for run := 0; run < kills && (stop == nil || !stop()); run++ {
 		c.run = run
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), semChildEnv+"="+path, fmt.Sprintf("%s=%d", crashSeedEnv, rng.Int63()),
-			crashBrokenEnv+"="+broken, crashLeasesEnv+"="+c.carried(time.Now().UnixNano()), "GORACE=halt_on_error=1")
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
+		cmd, lines, in := startChild(t, semChildEnv+"="+path, fmt.Sprintf("%s=%d", crashSeedEnv, rng.Int63()),
+			crashBrokenEnv+"="+broken, crashLeasesEnv+"="+c.carried(time.Now().UnixNano()))
+		defer in.Close()
 		var kill <-chan time.Time
 		guard := time.NewTimer(20 * time.Second)
 		for lines != nil {
@@ -285,15 +267,12 @@ func runSemCrashes(t *testing.T, rng *rand.Rand, kills int, broken string, c *se
 			}
 		}
 		guard.Stop()
-		err = cmd.Wait()
+		waitKilled(t, run, cmd)
 		killed := time.Now().UnixNano()
 		for _, l := range c.leases {
 			if l.renewTTL != 0 {
 				l.maxUntil, l.renewTTL = max(l.maxUntil, killed+l.renewTTL), 0
 			}
-		}
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
-			t.Fatalf("run %d: child ended with %v, want killed by SIGKILL", run, err)
 		}
 	}
 }
