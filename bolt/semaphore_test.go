@@ -392,3 +392,50 @@ func TestOpen_FilesOfPreviousRelease_WorkUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// A watcher of a semaphore sees each grant, with every holder, and the end of
+// the last lease (the end of one of two changes no Index: see fence.LockInfo).
+func TestSemaphore_Watch_SeesGrantsAndLastRelease(t *testing.T) {
+	s := openStore(t, &Options{NoSync: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	states := make(chan fence.LockInfo, 16)
+	go func() {
+		defer close(states)
+		for info, err := range s.Watch(ctx, "pool") {
+			if err != nil {
+				return
+			}
+			states <- info
+		}
+	}()
+	next := func(holders int) fence.LockInfo {
+		t.Helper()
+		select {
+		case info, ok := <-states:
+			if !ok || len(info.Holders) != holders || info.Held != (holders > 0) {
+				t.Fatalf("watched %+v (open %v); want %d holders", info, ok, holders)
+			}
+			return info
+		case <-ctx.Done():
+			t.Fatalf("no state with %d holders within 10s", holders)
+		}
+		return fence.LockInfo{}
+	}
+	next(0)
+	a := mustAcquire(t, s, "pool", time.Minute, fence.WithLimit(2))
+	next(1)
+	b := mustAcquire(t, s, "pool", time.Minute, fence.WithLimit(2))
+	if info := next(2); info.Token != b.Token() || info.Limit != 2 {
+		t.Fatalf("watched %+v; want the highest token %d, limit 2", info, b.Token())
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info := next(0); info.LastToken != b.Token() {
+		t.Fatalf("watched %+v; want free with last token %d", info, b.Token())
+	}
+}
