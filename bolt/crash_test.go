@@ -569,43 +569,31 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 			}
 			killed = true
 		}
-		guard := time.NewTimer(20 * time.Second)
-		for lines != nil {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					lines = nil
-					break
+		drainChild(t, run, cmd, lines, func() <-chan time.Time { return kill }, func(line string) {
+			c.line(line)
+			if line[0] == 'T' && !killed {
+				// Let it step, and hold the kill until the step is absorbed.
+				c.offset, _ = strconv.ParseInt(strings.TrimPrefix(line, "T "), 10, 64)
+				c.stepping = true
+				c.steps++
+				if _, err := io.WriteString(in, "go\n"); err != nil {
+					t.Fatalf("run %d: answer the step: %v", run, err)
 				}
-				c.line(line)
-				if line[0] == 'T' && !killed {
-					// Let it step, and hold the kill until the step is absorbed.
-					c.offset, _ = strconv.ParseInt(strings.TrimPrefix(line, "T "), 10, 64)
-					c.stepping = true
-					c.steps++
-					if _, err := io.WriteString(in, "go\n"); err != nil {
-						t.Fatalf("run %d: answer the step: %v", run, err)
-					}
-				}
-				if kill == nil && !killDue && !killed && (line[0] == 'O' && !killAfterGrant || line[0] == 'G') {
-					kill = time.After(delay)
-				}
-				if killDue && !killed && !c.stepping {
-					doKill()
-				}
-			case <-kill:
-				kill = nil
-				if c.stepping {
-					killDue = true // after the S line
-				} else if !killed {
-					doKill()
-				}
-			case <-guard.C:
-				_ = cmd.Process.Kill()
-				t.Fatalf("run %d: child printed no grant within 20s", run)
 			}
-		}
-		guard.Stop()
+			if kill == nil && !killDue && !killed && (line[0] == 'O' && !killAfterGrant || line[0] == 'G') {
+				kill = time.After(delay)
+			}
+			if killDue && !killed && !c.stepping {
+				doKill()
+			}
+		}, func() {
+			kill = nil
+			if c.stepping {
+				killDue = true // after the S line
+			} else if !killed {
+				doKill()
+			}
+		})
 		waitKilled(t, run, cmd)
 		c.endRun(time.Now().UnixNano())
 		if run > 0 {
@@ -644,6 +632,31 @@ func startChild(t *testing.T, env ...string) (*exec.Cmd, <-chan string, io.Write
 		close(lines)
 	}()
 	return cmd, lines, in
+}
+
+// drainChild feeds the lines of the child of run to onLine until its stdout
+// closes, and calls onKill each time the channel kill returns (read afresh
+// each time) is ready. It kills the child and fails the test if that takes
+// more than 20s.
+func drainChild(t *testing.T, run int, cmd *exec.Cmd, lines <-chan string, kill func() <-chan time.Time, onLine func(string), onKill func()) {
+	t.Helper()
+	guard := time.NewTimer(20 * time.Second)
+	defer guard.Stop()
+	for lines != nil {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				lines = nil
+				break
+			}
+			onLine(line)
+		case <-kill():
+			onKill()
+		case <-guard.C:
+			_ = cmd.Process.Kill()
+			t.Fatalf("run %d: child printed no grant within 20s", run)
+		}
+	}
 }
 
 // waitKilled waits for the child of run to end and fails the test unless

@@ -246,27 +246,15 @@ func runSemCrashes(t *testing.T, rng *rand.Rand, kills int, broken string, c *se
 			crashBrokenEnv+"="+broken, crashLeasesEnv+"="+c.carried(time.Now().UnixNano()))
 		defer in.Close()
 		var kill <-chan time.Time
-		guard := time.NewTimer(20 * time.Second)
-		for lines != nil {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					lines = nil
-					break
-				}
-				c.line(line)
-				if kill == nil && line[0] == 'G' {
-					kill = time.After(time.Duration(rng.Int63n(int64(150 * time.Millisecond))))
-				}
-			case <-kill:
-				_ = cmd.Process.Kill() // SIGKILL
-				kill = make(chan time.Time)
-			case <-guard.C:
-				_ = cmd.Process.Kill()
-				t.Fatalf("run %d: child printed no grant within 20s", run)
+		drainChild(t, run, cmd, lines, func() <-chan time.Time { return kill }, func(line string) {
+			c.line(line)
+			if kill == nil && line[0] == 'G' {
+				kill = time.After(time.Duration(rng.Int63n(int64(150 * time.Millisecond))))
 			}
-		}
-		guard.Stop()
+		}, func() {
+			_ = cmd.Process.Kill() // SIGKILL
+			kill = make(chan time.Time)
+		})
 		waitKilled(t, run, cmd)
 		killed := time.Now().UnixNano()
 		for _, l := range c.leases {
