@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,13 +40,21 @@ const minPoll = 10 * time.Millisecond
 //   - The trigger refuses to lower a token or delete a row (by hand or by a
 //     bug): either would let tokens repeat.
 const LockerSchema = `CREATE TABLE IF NOT EXISTS fence_locks (
-    name       text COLLATE "C" PRIMARY KEY,
-    token      bigint      NOT NULL CHECK (token > 0),
-    lease      text        NOT NULL,
-    expires_at timestamptz NOT NULL,
-    owner      text        NOT NULL DEFAULT ''
+    name         text COLLATE "C" PRIMARY KEY,
+    token        bigint      NOT NULL CHECK (token > 0),
+    lease        text        NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    owner        text        NOT NULL DEFAULT '',
+    sem_limit    integer     NOT NULL DEFAULT 0,
+    shared       boolean     NOT NULL DEFAULT false,
+    holders      jsonb,
+    waiter_until timestamptz NOT NULL DEFAULT '-infinity'
 );
-ALTER TABLE fence_locks ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT '';
+ALTER TABLE fence_locks ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS sem_limit integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS shared boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS holders jsonb,
+    ADD COLUMN IF NOT EXISTS waiter_until timestamptz NOT NULL DEFAULT '-infinity';
 CREATE OR REPLACE FUNCTION fence_locks_keep_counters() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'fence: % on %: lock rows hold token counters that must never go down or be deleted', TG_OP, TG_TABLE_NAME
@@ -102,6 +111,7 @@ type Locker struct {
 	err     error // a bad option, without the "postgres:" of the method's error
 
 	acquireSQL, heldSQL, renewSQL, releaseSQL, revokeSQL, inspectSQL, listSQL, ddl string
+	multiAcquireSQL, multiRenewSQL, multiReleaseSQL, markWaiterSQL                 string
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close
@@ -121,6 +131,8 @@ var (
 	_ fence.Inspector = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
 	_ fence.Watcher   = (*Locker)(nil)
+
+	_ fence.FeatureLocker = (*Locker)(nil)
 )
 
 // NewLocker returns a Locker on pool. A malformed option is reported, matching
@@ -144,7 +156,10 @@ func NewLocker(pool *pgxpool.Pool, opts *LockerOptions) *Locker {
 		closing: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{}),
 	}
 	// The engine's fallback poll is the longest sleep try asks for.
-	l.engine = driver.Engine{Backend: "postgres", Locker: l, Clock: o.Clock, Poll: max(o.PollInterval, minPoll), Closed: l.closing}
+	l.engine = driver.Engine{
+		Backend: "postgres", Locker: l, Clock: o.Clock, Poll: max(o.PollInterval, minPoll), Closed: l.closing,
+		Features: fence.Features{Semaphores: true, Shared: true},
+	}
 	var err error
 	l.table, err = quoteIdent("table", o.Table, true)
 	if inv := (*fence.InvalidError)(nil); errors.As(err, &inv) {
@@ -194,11 +209,12 @@ func (l *Locker) buildSQL(schema, base string) {
 	// at commit, so only a grant that committed is announced.
 	l.acquireSQL = `WITH granted AS (
     INSERT INTO ` + t + ` AS l (name, token, lease, expires_at, owner) VALUES ($1, 1, $2, ` + expiresAt + `, $5)
-    ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease, expires_at = ` + expiresAt + `, owner = excluded.owner
+    ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease, expires_at = ` + expiresAt + `, owner = excluded.owner,
+        holders = NULL, waiter_until = '-infinity'
     WHERE l.expires_at <= clock_timestamp() AND l.token < $4
     RETURNING token, name)
 SELECT token FROM granted, pg_notify($6, name)`
-	l.heldSQL = `SELECT token, lease IS NULL, ` + remainingMS + ` FROM ` + t + ` WHERE name = $1`
+	l.heldSQL = `SELECT token, lease IS NULL, ` + remainingMS + `, ` + multiCols + ` FROM ` + t + ` WHERE name = $1`
 	l.renewSQL = `UPDATE ` + t + ` SET expires_at = ` + expiresAt + `
 WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()`
 	// Release and Revoke end an unexpired lease and notify waiters (NOTIFY is
@@ -212,34 +228,26 @@ SELECT pg_notify(` + channel + `, name) FROM ended`
 	}
 	l.releaseSQL = end(" AND lease = $2", "$3")
 	l.revokeSQL = end("", "$2")
-	l.inspectSQL = `SELECT token, ` + remainingMS + `, owner FROM ` + t + ` WHERE name = $1`
-	l.listSQL = `SELECT name, token, ` + remainingMS + `, owner FROM ` + t + `
+	l.inspectSQL = `SELECT token, ` + remainingMS + `, owner, ` + multiCols + ` FROM ` + t + ` WHERE name = $1`
+	l.listSQL = `SELECT name, token, ` + remainingMS + `, owner, ` + multiCols + ` FROM ` + t + `
 WHERE name >= $1 AND starts_with(name, $1) ORDER BY name LIMIT $2`
+
+	l.buildMultiSQL()
 
 	fn := pgx.Identifier{base + "_keep_counters"}
 	if schema != "" {
 		fn = pgx.Identifier{schema, base + "_keep_counters"}
 	}
 	trig := func(s string) string { return pgx.Identifier{base + s}.Sanitize() }
-	l.ddl = `CREATE TABLE IF NOT EXISTS ` + t + ` (
-    name       text COLLATE "C" PRIMARY KEY,
-    token      bigint      NOT NULL CHECK (token > 0),
-    lease      text        NOT NULL,
-    expires_at timestamptz NOT NULL,
-    owner      text        NOT NULL DEFAULT ''
-);
-ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT '';
-CREATE OR REPLACE FUNCTION ` + fn.Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'fence: % on %: lock rows hold token counters that must never go down or be deleted', TG_OP, TG_TABLE_NAME
-        USING ERRCODE = 'integrity_constraint_violation';
-END $$;
-CREATE OR REPLACE TRIGGER ` + trig("_no_lower") + ` BEFORE UPDATE ON ` + t + `
-    FOR EACH ROW WHEN (NEW.token < OLD.token) EXECUTE FUNCTION ` + fn.Sanitize() + `();
-CREATE OR REPLACE TRIGGER ` + trig("_no_delete") + ` BEFORE DELETE ON ` + t + `
-    FOR EACH ROW EXECUTE FUNCTION ` + fn.Sanitize() + `();
-CREATE OR REPLACE TRIGGER ` + trig("_no_truncate") + ` BEFORE TRUNCATE ON ` + t + `
-    FOR EACH STATEMENT EXECUTE FUNCTION ` + fn.Sanitize() + `();`
+	// LockerSchema under the configured names; longer names first, so that the
+	// function and the triggers are not taken for the table.
+	l.ddl = strings.NewReplacer(
+		"fence_locks_keep_counters", fn.Sanitize(),
+		"fence_locks_no_lower", trig("_no_lower"),
+		"fence_locks_no_delete", trig("_no_delete"),
+		"fence_locks_no_truncate", trig("_no_truncate"),
+		"fence_locks", t,
+	).Replace(LockerSchema)
 	if len(base)+len("_keep_counters") > maxIdentLen {
 		l.err = &fence.InvalidError{Field: "table", Value: base, Reason: fmt.Sprintf("is too long to name its trigger function (at most %d bytes)", maxIdentLen-len("_keep_counters"))}
 	}
@@ -343,19 +351,41 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 		}
 		return driver.Result{ExpiresIn: left, Wake: wake, Retry: sleep}
 	}
+	multi := r.Options.Limit > 0 || r.Options.Shared
+	id, most := r.ID, r.Options.Limit // the lease id, and the most live leases of a multi grant
+	if multi {
+		id = multiPrefix + r.ID
+	}
+	if r.Options.Shared {
+		most = fence.MaxLimit
+	}
 	start := l.clock.Now()
 	for attempt := 1; ; attempt++ {
-		var tok int64
-		err := l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok) },
-			l.acquireSQL, r.Name, r.ID, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner, l.watchCh)
+		var (
+			tok  int64
+			slot int
+			err  error
+		)
+		if multi {
+			err = l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok, &slot) },
+				l.multiAcquireSQL, r.Name, id, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner, l.watchCh,
+				r.Options.Limit, r.Options.Shared, most)
+		} else {
+			err = l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok) },
+				l.acquireSQL, r.Name, id, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner, l.watchCh)
+		}
 		if err == nil {
 			if tok < 1 || tok > int64(fence.MaxToken) {
 				// Only a hand edit gets here (the CHECK allows up to int64): the
 				// lease is ours but its token is not a valid one. Give it back.
-				_ = l.release(ctx, r.Name, r.ID)
+				_ = l.release(ctx, r.Name, id)
 				return driver.Result{}, fmt.Errorf("%w: token %d is outside [1, %d]", ErrCorrupt, tok, uint64(fence.MaxToken))
 			}
-			return driver.Result{Token: fence.Token(tok), Start: start}, nil
+			res := driver.Result{Token: fence.Token(tok), Start: start, Slot: slot}
+			if multi {
+				res.ID = id
+			}
+			return res, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return driver.Result{}, dbErr(err)
@@ -365,8 +395,9 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 			token     *int64
 			leaseNull bool
 			leftMS    *int64
+			k         rowKind
 		)
-		err = l.pool.QueryRow(ctx, l.heldSQL, r.Name).Scan(&token, &leaseNull, &leftMS)
+		err = l.pool.QueryRow(ctx, l.heldSQL, r.Name).Scan(append([]any{&token, &leaseNull, &leftMS}, k.dest()...)...)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// Deleted since (the triggers were dropped): the insert will win.
@@ -376,10 +407,26 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 			return driver.Result{}, fmt.Errorf("%w: NULL token, lease or expires_at in the lock row; refusing to grant", ErrCorrupt)
 		case *leftMS < 0 || tooFar(*leftMS):
 			return driver.Result{}, fmt.Errorf("%w: the lock row expires more than %v from now; refusing to grant", ErrCorrupt, fence.MaxTTL)
-		case *leftMS > 0:
-			return held(time.Duration(*leftMS) * time.Millisecond), nil
-		case *token >= int64(fence.MaxToken):
-			return driver.Result{}, fmt.Errorf("counter at %d: %w", *token, fence.ErrTokenExhausted)
+		default:
+			live, err := k.live(*token, *leftMS, "")
+			if err != nil {
+				return driver.Result{}, err
+			}
+			d, err := driver.Decide(r, live, k.now(), k.waiterUntil())
+			if err != nil {
+				return driver.Result{}, err
+			}
+			if !d.Grant {
+				if d.MarkWaiter {
+					if err := l.markWaiter(ctx, r); err != nil {
+						return driver.Result{}, err
+					}
+				}
+				return held(d.ExpiresIn), nil
+			}
+			if *token >= int64(fence.MaxToken) {
+				return driver.Result{}, fmt.Errorf("counter at %d: %w", *token, fence.ErrTokenExhausted)
+			}
 		}
 		// Free by now (released or expired between the two statements): again.
 		if attempt == maxFenceAttempts {
@@ -403,7 +450,11 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		err = l.usable()
 	}
 	if err == nil {
-		err = l.change(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds())
+		sql := l.renewSQL
+		if isMulti(leaseID) {
+			sql = l.multiRenewSQL
+		}
+		err = l.change(ctx, sql, name, leaseID, ttl.Milliseconds())
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: renew %q: %w", name, err)
@@ -433,7 +484,11 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 // release runs the release statement: nil, fence.ErrNotHeld or the database's
 // error.
 func (l *Locker) release(ctx context.Context, name, leaseID string) error {
-	return l.change(ctx, l.releaseSQL, name, leaseID, l.channel)
+	sql := l.releaseSQL
+	if isMulti(leaseID) {
+		sql = l.multiReleaseSQL
+	}
+	return l.change(ctx, sql, name, leaseID, l.channel)
 }
 
 // Revoke ends the current unexpired lease on name (by the database's clock),
@@ -493,15 +548,16 @@ func (l *Locker) inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	var (
 		token, leftMS *int64
 		owner         *string
+		k             rowKind
 	)
-	err := l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(&token, &leftMS, &owner)
+	err := l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(append([]any{&token, &leftMS, &owner}, k.dest()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fence.LockInfo{Name: name}, nil
 	}
 	if err != nil {
 		return fence.LockInfo{}, dbErr(err)
 	}
-	return lockInfo(name, token, leftMS, owner)
+	return lockInfo(name, token, leftMS, owner, &k)
 }
 
 // Watch yields the state of name as Inspect reports it, then its state after
@@ -552,11 +608,12 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 			name          string
 			token, leftMS *int64
 			owner         *string
+			k             rowKind
 		)
-		if err := rows.Scan(&name, &token, &leftMS, &owner); err != nil {
+		if err := rows.Scan(append([]any{&name, &token, &leftMS, &owner}, k.dest()...)...); err != nil {
 			return nil, fmt.Errorf("postgres: list %q: %w", prefix, dbErr(err))
 		}
-		info, err := lockInfo(name, token, leftMS, owner)
+		info, err := lockInfo(name, token, leftMS, owner, &k)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: list %q: lock %q: %w", prefix, name, err)
 		}
@@ -569,16 +626,17 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 }
 
 // lockInfo returns the state a lock row's columns describe (the owner only while
-// held), or ErrCorrupt for values the Locker never writes.
-func lockInfo(name string, token, leftMS *int64, owner *string) (fence.LockInfo, error) {
+// held; the holders of a semaphore or shared lock as driver.Info shapes them),
+// or ErrCorrupt for values the Locker never writes.
+func lockInfo(name string, token, leftMS *int64, owner *string, k *rowKind) (fence.LockInfo, error) {
 	if token == nil || leftMS == nil || owner == nil || *token < 1 || *token > int64(fence.MaxToken) || *leftMS < 0 || tooFar(*leftMS) {
 		return fence.LockInfo{}, fmt.Errorf("%w: NULL or out-of-range token or expiry, or NULL owner, in the lock row", ErrCorrupt)
 	}
-	info := fence.LockInfo{Name: name, LastToken: fence.Token(*token)}
-	if *leftMS > 0 {
-		info.Held, info.Token, info.Owner, info.ExpiresIn = true, fence.Token(*token), *owner, time.Duration(*leftMS)*time.Millisecond
+	live, err := k.live(*token, *leftMS, *owner)
+	if err != nil {
+		return fence.LockInfo{}, err
 	}
-	return info, nil
+	return driver.Info(name, live, fence.Token(*token), k.now()), nil
 }
 
 // tooFar reports whether a lease's time left (in ms) exceeds what any grant
