@@ -21,3 +21,16 @@ func WithoutGrantNotify(l *Locker) error {
 	l.acquireSQL = strings.Replace(l.acquireSQL, notify, "(SELECT $6::text) AS unused", 1)
 	return nil
 }
+
+// WithoutMultiReset makes l grant locks with the acquire statement of the
+// version before semaphores and shared locks: without resetting the holders and
+// the waiter's record, so that a benchmark can price that reset alone. It fails
+// if the statement has no such reset.
+func WithoutMultiReset(l *Locker) error {
+	const reset = ",\n        holders = NULL, waiter_until = '-infinity'"
+	if !strings.Contains(l.acquireSQL, reset) {
+		return fmt.Errorf("the acquire statement has no %q:\n%s", reset, l.acquireSQL)
+	}
+	l.acquireSQL = strings.Replace(l.acquireSQL, reset, "", 1)
+	return nil
+}
