@@ -37,6 +37,13 @@ const minPoll = 10 * time.Millisecond
 //   - owner is the current lease's owner (fence.WithOwner), empty for none; a
 //     release or revoke clears it. The ALTER TABLE adds it to a table made by
 //     an earlier version's DDL, which had none: its rows get an empty owner.
+//   - A row whose lease is empty holds semaphore permits (fence.WithLimit, of
+//     limit sem_limit) or shared leases (shared): holders is the jsonb array
+//     of their leases, and expires_at the last of their expiries, so that a
+//     lock's acquire is held while any of them is live. waiter_until is the end
+//     of the record of an exclusive acquire waiting for shared holders, which
+//     holds off new shared acquires. The ALTER TABLE adds these columns to a
+//     table made by an earlier version's DDL (instantly: constant defaults).
 //   - The trigger refuses to lower a token or delete a row (by hand or by a
 //     bug): either would let tokens repeat.
 const LockerSchema = `CREATE TABLE IF NOT EXISTS fence_locks (
@@ -96,8 +103,13 @@ type LockerOptions struct {
 // holder's lease would expire, and poll at least every PollInterval. Grants
 // notify watchers too, on a channel of their own.
 //
-// Locker implements fence.Locker, fence.Inspector, fence.Revoker and
-// fence.Watcher. It is safe for concurrent use. Close it to stop its listener;
+// Semaphores (fence.WithLimit) and shared locks (fence.WithShared) live in the
+// same row, with the same counter: every grant of any kind is one statement on
+// that row, so PostgreSQL's row lock orders concurrent grants, which never
+// exceed the limit or share a slot.
+//
+// Locker implements fence.Locker, fence.Inspector, fence.Revoker,
+// fence.Watcher and fence.FeatureLocker. It is safe for concurrent use. Close it to stop its listener;
 // it does not close the pool.
 type Locker struct {
 	pool    *pgxpool.Pool
@@ -256,7 +268,8 @@ WHERE name >= $1 AND starts_with(name, $1) ORDER BY name LIMIT $2`
 // CreateSchema creates the lock table, its trigger function and its triggers if
 // they do not exist (the DDL of LockerSchema under the configured name), in one
 // transaction. On a lock table made by an earlier version it adds the owner
-// column, keeping every row (tokens and held leases). It returns fence.ErrUnavailable if the database cannot be reached.
+// column and those of semaphores and shared locks, keeping every row (tokens
+// and held leases). It returns fence.ErrUnavailable if the database cannot be reached.
 func (l *Locker) CreateSchema(ctx context.Context) error {
 	if l.err != nil {
 		return fmt.Errorf("postgres: create lock table: %w", l.err)
@@ -274,9 +287,16 @@ func (l *Locker) CreateSchema(ctx context.Context) error {
 // tries once; fence.WithWait makes it wait for a release (woken by NOTIFY), for
 // the holder's lease to expire, or at most PollInterval (and at most ttl).
 //
+// With fence.WithLimit(n) it grants a permit of a semaphore of n, in the
+// lowest slot no live permit has; with fence.WithShared a shared lease, unless
+// an exclusive acquire is waiting for shared holders to leave (it records
+// itself in the row, for the smaller of its TTL and its wait left).
+//
 // It returns a *fence.HeldError (fence.ErrNotAcquired) with the holder's time
 // left if the lock stayed held, also matching ctx.Err() if ctx ended the wait;
-// fence.ErrInvalid for a bad name, TTL or option; fence.ErrTokenExhausted when
+// a *fence.LimitError (fence.ErrInvalid) if the live leases have another limit
+// (a lock or a shared lease counts as 1); fence.ErrInvalid for a bad name, TTL
+// or option; fence.ErrTokenExhausted when
 // name's counter reached fence.MaxToken; ErrCorrupt if name's row was edited into
 // something the Locker never writes (it then grants nothing); ErrSchema if the
 // table is missing; fence.ErrUnavailable if the database cannot be reached (the
@@ -436,7 +456,8 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 	}
 }
 
-// Renew extends the lease name/leaseID to ttl from now by the database's clock.
+// Renew extends the lease name/leaseID (a lock, a permit or a shared lease) to
+// ttl from now by the database's clock; the name's other leases are untouched.
 // It returns fence.ErrNotHeld if that lease expired, was released or never
 // existed (a newer holder's lease is never touched), fence.ErrInvalid for bad
 // arguments, fence.ErrUnavailable if the database cannot be reached, and
@@ -462,7 +483,8 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	return nil
 }
 
-// Release ends the lease name/leaseID and notifies waiters, in one statement.
+// Release ends the lease name/leaseID (a lock, a permit or a shared lease; the
+// name's other leases stay) and notifies waiters, in one statement.
 // It returns fence.ErrNotHeld if that lease is no longer held (so a retried
 // release is harmless), fence.ErrInvalid for bad arguments,
 // fence.ErrUnavailable if the database cannot be reached, and fence.ErrClosed
@@ -492,8 +514,9 @@ func (l *Locker) release(ctx context.Context, name, leaseID string) error {
 }
 
 // Revoke ends the current unexpired lease on name (by the database's clock),
-// whoever holds it, and notifies waiters, in one durable statement: the lease it
-// ends is the one the row holds when the statement locks it, so a lease granted
+// whoever holds it, or every live permit or shared lease, and notifies
+// waiters, in one durable statement: the leases it ends are those the row holds
+// when the statement locks it, so a lease granted
 // after a look at the lock is never ended by a revoke decided on that look. The
 // revoked holder's Renew and Release then return fence.ErrNotHeld, and the next
 // grant's token is higher. It returns fence.ErrNotHeld if no unexpired lease is
@@ -524,7 +547,10 @@ func (l *Locker) change(ctx context.Context, sql string, args ...any) error {
 }
 
 // Inspect returns the state of lock name by the database's clock; a lock never
-// acquired is reported with Held false and LastToken 0. It returns
+// acquired is reported with Held false and LastToken 0. Live permits and shared
+// leases are reported as driver.Info shapes them: Limit, Shared and Holders
+// (slot, token, owner, time left), with Token, Owner and ExpiresIn of the
+// highest token. It returns
 // fence.ErrInvalid for a bad name, ErrCorrupt for a row edited by hand,
 // fence.ErrUnavailable if the database cannot be reached and fence.ErrClosed
 // after Close.
