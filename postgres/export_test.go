@@ -14,12 +14,7 @@ func WatchSubscriptions(l *Locker) int { return l.watchers.Len() }
 // that a benchmark can price the NOTIFY alone. It fails if the statement has no
 // such call.
 func WithoutGrantNotify(l *Locker) error {
-	const notify = "pg_notify($6, name)"
-	if !strings.Contains(l.acquireSQL, notify) {
-		return fmt.Errorf("the acquire statement has no %s:\n%s", notify, l.acquireSQL)
-	}
-	l.acquireSQL = strings.Replace(l.acquireSQL, notify, "(SELECT $6::text) AS unused", 1)
-	return nil
+	return replaceInAcquire(l, "pg_notify($6, name)", "(SELECT $6::text) AS unused")
 }
 
 // WithoutMultiReset makes l grant locks with the acquire statement of the
@@ -27,10 +22,15 @@ func WithoutGrantNotify(l *Locker) error {
 // the waiter's record, so that a benchmark can price that reset alone. It fails
 // if the statement has no such reset.
 func WithoutMultiReset(l *Locker) error {
-	const reset = ",\n        holders = NULL, waiter_until = '-infinity'"
-	if !strings.Contains(l.acquireSQL, reset) {
-		return fmt.Errorf("the acquire statement has no %q:\n%s", reset, l.acquireSQL)
+	return replaceInAcquire(l, ",\n        holders = NULL, waiter_until = '-infinity'", "")
+}
+
+// replaceInAcquire replaces old by new in l's acquire statement, or fails if
+// the statement has no old.
+func replaceInAcquire(l *Locker, old, new string) error {
+	if !strings.Contains(l.acquireSQL, old) {
+		return fmt.Errorf("the acquire statement has no %q:\n%s", old, l.acquireSQL)
 	}
-	l.acquireSQL = strings.Replace(l.acquireSQL, reset, "", 1)
+	l.acquireSQL = strings.Replace(l.acquireSQL, old, new, 1)
 	return nil
 }

@@ -134,12 +134,7 @@ func TestLocker_LockAndSemaphoreAndShared_ExcludeEachOther(t *testing.T) {
 func TestLocker_Revoke_EndsEveryPermitWakesWaiterNextTokenHigher(t *testing.T) {
 	ctx, l, name := lockTest(t, &postgres.LockerOptions{PollInterval: time.Hour})
 	ps := permits(t, ctx, l, name, 2, 2, time.Minute)
-	got := make(chan acquired, 1)
-	go func() {
-		lease, err := l.Acquire(ctx, name, time.Minute, fence.WithLimit(2), fence.WithWait(30*time.Second))
-		got <- acquired{lease, err}
-	}()
-	waitForListenerOn(t, ctx, sharedPool, "fence_locks")
+	got := acquireLater(t, ctx, sharedPool, l, name, 30*time.Second, fence.WithLimit(2))
 	wantOK(t, "Revoke", openLocker(t, sharedPool, nil).Revoke(ctx, name))
 	for _, p := range ps {
 		wantIs(t, "Renew of a revoked permit", p.Renew(ctx, time.Minute), fence.ErrNotHeld)
@@ -158,12 +153,7 @@ func TestLocker_Revoke_EndsEveryPermitWakesWaiterNextTokenHigher(t *testing.T) {
 func TestLocker_Semaphore_WaiterWokenByReleaseNotByPolling(t *testing.T) {
 	ctx, l, name := lockTest(t, &postgres.LockerOptions{PollInterval: time.Hour})
 	ps := permits(t, ctx, l, name, 2, 2, time.Minute)
-	got := make(chan acquired, 1)
-	go func() {
-		lease, err := l.Acquire(ctx, name, time.Minute, fence.WithLimit(2), fence.WithWait(30*time.Second))
-		got <- acquired{lease, err}
-	}()
-	waitForListenerOn(t, ctx, sharedPool, "fence_locks")
+	got := acquireLater(t, ctx, sharedPool, l, name, 30*time.Second, fence.WithLimit(2))
 	wantOK(t, "Release of slot 1", ps[1].Release(ctx))
 	select {
 	case w := <-got:
