@@ -284,6 +284,11 @@ func (a *acquirer) try(ctx context.Context, r *driver.Request) (driver.Result, e
 		return res, nil
 	}
 	res.Retry, a.quick = retryAfter(pttl, a.quick, l.opts.PollInterval)
+	if g.marked {
+		// Try again before the waiter record lapses, so that a writer whose TTL
+		// is shorter than the readers' time left stays preferred while it waits.
+		res.Retry = min(res.Retry, max(driver.WaiterFor(r)/2, time.Millisecond))
+	}
 	if a.sub == nil {
 		res.Retry = min(res.Retry, a.resub)
 	}
@@ -302,9 +307,10 @@ func (a *acquirer) close() {
 // whose end may free it for this acquire is gone, less a millisecond, as PTTL
 // reports it (-1: no expiry).
 type grant struct {
-	token fence.Token
-	slot  int
-	pttl  int64
+	token  fence.Token
+	slot   int
+	pttl   int64
+	marked bool // the acquire recorded itself as an exclusive waiter
 }
 
 // Boxed once: the acquire script's arguments of a lock.
@@ -351,7 +357,7 @@ func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, e
 	}
 	switch n := a[1]; {
 	case a[0] == 0:
-		return grant{pttl: n}, nil
+		return grant{pttl: n, marked: len(a) == 3}, nil
 	case a[0] == 2:
 		return grant{}, &fence.LimitError{Name: r.Name, Limit: max(r.Options.Limit, 1), Held: int(n)}
 	case a[0] != 1 || g.slot < 0 || g.slot >= max(r.Options.Limit, 1):

@@ -352,6 +352,39 @@ func TestLocker_Shared_WriterPreferred(t *testing.T) {
 	release(t, ctx, mustAcquire(t, ctx, l, name, time.Minute, fence.WithShared()))
 }
 
+// A waiting writer whose TTL is far shorter than the reader's time left (and
+// whose poll is an hour) tries again within its record's life, so readers stay
+// held off for as long as it waits, not only for its TTL.
+func TestLocker_Shared_ShortTTLWriter_RenewsItsRecord(t *testing.T) {
+	l, c := newLocker(t, &Options{PollInterval: time.Hour})
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	r := mustAcquire(t, ctx, l, name, time.Minute, fence.WithShared())
+	const ttl = 300 * time.Millisecond
+	w := make(chan *fence.Lease, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, name, ttl, fence.WithWait(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		w <- lease
+	}()
+	waitSubscribers(t, c, l, name, 1)
+	time.Sleep(4 * ttl)
+	if lease := tryAcquire(t, ctx, l, name, time.Minute, fence.WithShared()); lease != nil {
+		t.Fatalf("a reader got in %v after a writer of TTL %v started waiting", 4*ttl, ttl)
+	}
+	release(t, ctx, r)
+	select {
+	case lease := <-w:
+		if lease == nil || lease.Token() <= r.Token() {
+			t.Fatalf("writer got %v; want a token above %d", lease, r.Token())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer was not woken when the reader left")
+	}
+}
+
 // The record of a writer that gave up (its context ended) holds readers off for
 // the rest of its TTL, also once no shared lease is live, and then ends.
 func TestLocker_Shared_WaiterThatGaveUp_RecordEnds(t *testing.T) {

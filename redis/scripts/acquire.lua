@@ -10,7 +10,8 @@
 -- off shared acquires if shared leases hold the name ('0' if it does not wait).
 -- Returns {1, token} (a lock) or {1, token, slot} when granted; {0, ms} when
 -- held, where the lease (or waiter record) whose end may free the name for this
--- acquire is gone ms+1 ms later (the lock key's PTTL for a lock; -1: no expiry);
+-- acquire is gone ms+1 ms later (the lock key's PTTL for a lock; -1: no expiry),
+-- or {0, ms, 1} when this lock acquire recorded itself as a waiting writer;
 -- {2, limit} when the live leases have another limit (a lock and shared leases
 -- count as 1); or an error reply prefixed FENCE_WRONGTYPE / FENCE_BADCOUNTER /
 -- FENCE_EXHAUSTED.
@@ -55,6 +56,9 @@ if multi then
       if w > now + redis.call('PTTL', KEYS[1]) then
         extend(h, w)
       end
+    end
+    if w > now then
+      return {0, edge(h, false) - now - 1, 1}
     end
     return {0, edge(h, false) - now - 1}
   end
