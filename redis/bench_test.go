@@ -465,9 +465,9 @@ func BenchmarkWatch(b *testing.B) {
 // of the version before semaphores, for the cost they added to locks); sem (a
 // semaphore of 4, no other permit held); sem-busy (one other permit held, so
 // the pair finds and keeps the leases' keys); shared; and the ratios. "handoff"
-// reports the median and 90th percentile from a Release to a blocked waiter's
-// grant, for a lock and for a permit of a full semaphore of 2, and the ratio of
-// the medians.
+// is fencetest.BenchmarkHandoffInterleaved of a lock and of a permit of a
+// semaphore of 2 (the other permit held), the waiter on its own Locker woken by
+// pub/sub only: read permit/lock.
 func BenchmarkSemaphore(b *testing.B) {
 	b.Run("acquire-release", func(b *testing.B) {
 		l, c := newLocker(b, nil)
@@ -529,68 +529,42 @@ func BenchmarkSemaphore(b *testing.B) {
 	})
 
 	b.Run("handoff", func(b *testing.B) {
-		l, c := newLocker(b, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		// One handoff: hold takes what makes the name full, the waiter blocks,
-		// the first held lease is released; it returns the time from that
-		// release to the waiter's grant.
-		handoff := func(name string, opts ...fence.AcquireOption) time.Duration {
-			n := 1
-			if len(opts) > 0 {
-				n = 2
-			}
-			held := make([]*fence.Lease, n)
-			for i := range held {
-				held[i] = mustAcquire(b, ctx, l, name, 10*time.Second, opts...)
-			}
-			got := make(chan time.Time, 1)
-			go func() {
-				lease, err := l.Acquire(ctx, name, 10*time.Second, append(opts, fence.WithWait(30*time.Second))...)
-				at := time.Now()
-				if err != nil {
-					b.Error(err)
-					got <- at
-					return
-				}
-				got <- at
-				_ = lease.Release(ctx)
-			}()
-			waitSubscribers(b, c, l, name, 1)
-			if err := held[0].Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-			released := time.Now()
-			d := (<-got).Sub(released)
-			for _, lease := range held[1:] {
-				if err := lease.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			waitSubscribers(b, c, l, name, 0) // the waiter is done
-			return d
-		}
-		kinds := []struct {
-			name string
-			opts []fence.AcquireOption
-		}{{"lock", nil}, {"permit", []fence.AcquireOption{fence.WithLimit(2)}}}
-		samples := make([][]time.Duration, len(kinds))
-		rng := rand.New(rand.NewPCG(7, 8))
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			first := rng.IntN(2)
-			for _, k := range []int{first, 1 - first} {
-				samples[k] = append(samples[k], handoff("bench-handoff-"+kinds[k].name, kinds[k].opts...))
-			}
-		}
-		b.StopTimer()
-		var p50 [2]float64
-		for k, s := range samples {
-			sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-			p50[k] = float64(s[len(s)/2].Nanoseconds()) / 1e3
-			b.ReportMetric(p50[k], kinds[k].name+"-p50-us")
-			b.ReportMetric(float64(s[len(s)*9/10].Nanoseconds())/1e3, kinds[k].name+"-p90-us")
-		}
-		b.ReportMetric(p50[1]/p50[0], "permit/lock")
+		holder, _ := newLocker(b, nil)
+		waiter, _ := newLocker(b, &Options{PollInterval: time.Hour}) // woken by pub/sub only
+		const lock, sem = "bench-handoff-lock", "bench-handoff-sem"
+		other := mustAcquire(b, context.Background(), holder, sem, time.Hour, fence.WithLimit(2))
+		defer other.Release(context.Background())
+		fencetest.BenchmarkHandoffInterleaved(b,
+			fencetest.HandoffSubject{Name: "lock", Holder: fencetest.LockerMutex(holder, lock), Waiter: fencetest.LockerMutex(waiter, lock)},
+			fencetest.HandoffSubject{Name: "permit", Holder: &permitMutex{l: holder, name: sem}, Waiter: &permitMutex{l: waiter, name: sem}})
 	})
+}
+
+// permitMutex is a permit of a semaphore of 2 as a fencetest.Mutex: Lock waits
+// (at most 30s) and keeps the lease for Unlock.
+type permitMutex struct {
+	l     fence.Locker
+	name  string
+	lease *fence.Lease
+}
+
+func (m *permitMutex) Lock(ctx context.Context) (err error) {
+	m.lease, err = m.l.Acquire(ctx, m.name, 10*time.Second, fence.WithLimit(2), fence.WithWait(30*time.Second))
+	return err
+}
+
+func (m *permitMutex) Unlock(ctx context.Context) error { return m.lease.Release(ctx) }
+
+// BenchmarkKinds runs the shared benchmarks of fencetest on each kind of grant,
+// one sub-benchmark each (not interleaved: BenchmarkSemaphore compares them):
+//
+//	go test -run '^$' -bench Kinds -benchtime 2000x ./redis/
+func BenchmarkKinds(b *testing.B) {
+	l, _ := newLocker(b, nil)
+	waiter, _ := newLocker(b, &Options{PollInterval: time.Hour})
+	b.Run("AcquireRelease/lock", func(b *testing.B) { fencetest.BenchmarkAcquireRelease(b, l) })
+	b.Run("AcquireRelease/permit", func(b *testing.B) { fencetest.BenchmarkAcquireRelease(b, l, fence.WithLimit(4)) })
+	b.Run("AcquireRelease/shared", func(b *testing.B) { fencetest.BenchmarkAcquireRelease(b, l, fence.WithShared()) })
+	b.Run("Handoff/lock", func(b *testing.B) { fencetest.BenchmarkHandoff(b, l, waiter) })
+	b.Run("Handoff/permit", func(b *testing.B) { fencetest.BenchmarkPermitHandoff(b, l, waiter, 2) })
 }
