@@ -93,8 +93,9 @@
 // permit's; for an exclusive acquire held by shared leases, the last of them).
 // An exclusive acquire that waits for shared holders records itself in the
 // holders hash until the try's time plus the smaller of its TTL and its wait
-// left (driver.WaiterFor); new shared acquires are held until then, or until
-// an exclusive grant clears the record.
+// left (driver.WaiterFor), and tries again within half that, so the record
+// lasts as long as it waits; new shared acquires are held until the record
+// ends, or until an exclusive grant clears it.
 //
 // Herd behaviour: a release wakes every waiter on that name; each runs the acquire
 // script once, one wins and the others go back to waiting with the new holder's
