@@ -73,6 +73,23 @@ type acquisition struct {
 	// the look starts over.
 	judged []member
 	wake   chan struct{} // closes when the watch fires
+	// alive is, per holder's node, a local time before which a judgment found it
+	// surely live: a permit's claim need not judge it again before then.
+	alive map[string]time.Time
+}
+
+// judge is Locker.judge, remembering until when the live members surely are.
+func (a *acquisition) judge(ms []member) ([]verdict, error) {
+	vs, err := a.l.judge(a.dir, ms)
+	for i, v := range vs {
+		if !v.until.IsZero() {
+			if a.alive == nil {
+				a.alive = map[string]time.Time{}
+			}
+			a.alive[ms[i].path] = v.until
+		}
+	}
+	return vs, err
 }
 
 // nodeStat is the answer to Exists on our node.
@@ -142,7 +159,7 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 	if ms := a.judged; len(ms) > 0 && !isClosed(a.wake) {
 		// Woken for a holder's expiry, not by the watch.
 		a.judged = nil
-		vs, err := l.judge(a.dir, ms)
+		vs, err := a.judge(ms)
 		if err != nil {
 			return driver.Result{}, err
 		}
@@ -189,7 +206,7 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 			if err != nil {
 				return driver.Result{}, err
 			}
-			vs, err := l.judge(a.dir, ms)
+			vs, err := a.judge(ms)
 			if err != nil {
 				return driver.Result{}, err
 			}
@@ -227,7 +244,7 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 				continue
 			}
 			a.watch(ch)
-			vs, err := l.judge(a.dir, ms)
+			vs, err := a.judge(ms)
 			if err != nil {
 				return driver.Result{}, err
 			}
@@ -382,19 +399,21 @@ func (a *acquisition) claim(r *driver.Request, holders []node, kids []string) (d
 // holding group (holders, listed as kids): it creates the slot's node and writes
 // our node's permit data, with its version, in one transaction. A slot whose node
 // exists is taken, unless its holder has expired: so before taking a slot above a
-// taken one, it judges the other holders and deletes those that expired (and
-// returns errRelist if it did). Another acquire that takes the same slot first
+// taken one, it judges the other holders (those it has not judged surely live
+// since) and deletes those that expired (and returns errRelist if it did). Another acquire that takes the same slot first
 // makes it try the next.
 func (a *acquisition) takeSlot(r *driver.Request, holders []node, kids []string) (int, error) {
 	l := a.l
 	used := parseSlots(kids, a.kind.limit)
-	if k := slices.Index(used, false); k > 0 {
-		others := slices.DeleteFunc(slices.Clone(holders), func(n node) bool { return n.name == a.me.name })
+	others := slices.DeleteFunc(slices.Clone(holders), func(n node) bool {
+		return n.name == a.me.name || time.Now().Before(a.alive[a.dir+"/"+n.name])
+	})
+	if k := slices.Index(used, false); k > 0 && len(others) > 0 {
 		ms, _, gone, err := l.readMembers(a.dir, others, -1)
 		if err != nil {
 			return 0, err
 		}
-		vs, err := l.judge(a.dir, ms)
+		vs, err := a.judge(ms)
 		if err != nil {
 			return 0, err
 		}

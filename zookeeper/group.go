@@ -108,6 +108,10 @@ type verdict struct {
 	live bool
 	left time.Duration
 	gone bool
+	// until is, for a live member with a TTL, a local time before which it is
+	// surely live: the leader's clock was read after it, and renewals only
+	// extend it.
+	until time.Time
 }
 
 // judge judges the members by the ZooKeeper leader's clock (read once, if any
@@ -120,7 +124,7 @@ type verdict struct {
 // leader's clock is past mtime+TTL (as Renew judges it, and as Redis expires keys).
 func (l *Locker) judge(dir string, ms []member) ([]verdict, error) {
 	vs := make([]verdict, len(ms))
-	var now time.Time
+	var now, sent time.Time
 	for i, m := range ms {
 		exp, ok := m.expires()
 		if !ok {
@@ -129,12 +133,13 @@ func (l *Locker) judge(dir string, ms []member) ([]verdict, error) {
 		}
 		if now.IsZero() {
 			var err error
+			sent = time.Now()
 			if now, err = l.serverNow(dir); err != nil {
 				return nil, err
 			}
 		}
 		if left := exp.Sub(now); left >= 0 {
-			vs[i] = verdict{live: true, left: left + time.Millisecond}
+			vs[i] = verdict{live: true, left: left + time.Millisecond, until: sent.Add(left)}
 			continue
 		}
 		switch err := l.removeNode(dir, m.path, m.st.Version, m.d.slotOf()); {
