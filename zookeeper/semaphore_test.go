@@ -26,15 +26,29 @@ func acquireKind(t *testing.T, ctx context.Context, l fence.Locker, name string,
 	return lease
 }
 
-// later runs acquire in the background; the returned channel yields its lease or
-// error once.
-func later(acquire func() (*fence.Lease, error)) <-chan result {
-	c := make(chan result, 1)
-	go func() {
-		lease, err := acquire()
-		c <- result{lease, err}
-	}()
+// later runs acquire n times (default once) in the background; the returned
+// channel yields each lease or error as it comes.
+func later(acquire func() (*fence.Lease, error), n ...int) <-chan result {
+	times := 1
+	if len(n) > 0 {
+		times = n[0]
+	}
+	c := make(chan result, times)
+	for range times {
+		go func() {
+			lease, err := acquire()
+			c <- result{lease, err}
+		}()
+	}
 	return c
+}
+
+// rooted returns a Locker on a lock root of its own (named after what), a raw
+// connection to read its nodes, and the test's context.
+func rooted(t *testing.T, what string) (*zookeeper.Locker, *zk.Conn, string, context.Context) {
+	t.Helper()
+	root := freshRoot(what)
+	return open(t, &zookeeper.Options{Root: root}), rawConn(t), root, testCtx(t)
 }
 
 type result struct {
@@ -94,10 +108,7 @@ func TestLocker_Features_SemaphoresAndShared(t *testing.T) {
 // tokens, refuses a fourth, gives a released slot to the next acquire, and Inspect
 // lists the holders in slot order; each permit's slot is a node of its own.
 func TestSemaphore_LimitGrants_LowestFreeSlot(t *testing.T) {
-	root := freshRoot("sem-slots")
-	l := open(t, &zookeeper.Options{Root: root})
-	c := rawConn(t)
-	ctx := testCtx(t)
+	l, c, root, ctx := rooted(t, "sem-slots")
 	name := "sem"
 	var leases []*fence.Lease
 	for i := range 3 {
@@ -152,10 +163,7 @@ func TestSemaphore_LimitGrants_LowestFreeSlot(t *testing.T) {
 // or a shared lease gets a *fence.LimitError naming both, matching ErrInvalid, and
 // leaves no node; once nothing is live any limit goes.
 func TestSemaphore_LimitMismatch_LimitError(t *testing.T) {
-	root := freshRoot("sem-mismatch")
-	l := open(t, &zookeeper.Options{Root: root})
-	c := rawConn(t)
-	ctx := testCtx(t)
+	l, c, root, ctx := rooted(t, "sem-mismatch")
 	name := "sem"
 	lease := acquireKind(t, ctx, l, name, time.Minute, fence.WithLimit(3))
 	for _, tc := range []struct {
@@ -194,56 +202,26 @@ func TestSemaphore_Waiter_WokenByRelease_TakesFreedSlot(t *testing.T) {
 	name := "sem-wait-" + driver.NewLeaseID()[:8]
 	a := acquireKind(t, ctx, l, name, time.Minute, fence.WithLimit(2))
 	b := acquireKind(t, ctx, l, name, time.Minute, fence.WithLimit(2))
-	waiters := make([]<-chan result, 2)
-	for i := range waiters {
-		waiters[i] = later(func() (*fence.Lease, error) {
-			return w.Acquire(ctx, name, time.Minute, fence.WithLimit(2), fence.WithWait(30*time.Second))
-		})
-	}
-	wantNothingYet(t, waiters[0], "waiter on a full semaphore")
+	waiters := later(func() (*fence.Lease, error) {
+		return w.Acquire(ctx, name, time.Minute, fence.WithLimit(2), fence.WithWait(30*time.Second))
+	}, 2)
+	wantNothingYet(t, waiters, "waiter on a full semaphore")
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var got []*fence.Lease
-	select {
-	case r := <-waiters[0]:
-		got = append(got, r.lease)
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-	case r := <-waiters[1]:
-		got = append(got, r.lease)
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no waiter granted within 10s of a release (1m TTLs)")
+	first := wantGranted(t, waiters, "a waiter after a release (1m TTLs)")
+	if first.Slot() != 0 || first.Token() <= b.Token() {
+		t.Fatalf("waiter's permit: slot %d token %d; want slot 0, token > %d", first.Slot(), first.Token(), b.Token())
 	}
-	if got[0].Slot() != 0 || got[0].Token() <= b.Token() {
-		t.Fatalf("waiter's permit: slot %d token %d; want slot 0, token > %d", got[0].Slot(), got[0].Token(), b.Token())
-	}
+	wantNothingYet(t, waiters, "second waiter on a full semaphore")
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var last *fence.Lease
-	select {
-	case r := <-waiters[0]:
-		last = r.lease
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-	case r := <-waiters[1]:
-		last = r.lease
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("second waiter not granted within 10s of a release")
+	last := wantGranted(t, waiters, "the second waiter after a release")
+	if last.Slot() != 1 || last.Token() <= first.Token() {
+		t.Fatalf("second waiter's permit: slot %d token %d; want slot 1, token > %d", last.Slot(), last.Token(), first.Token())
 	}
-	if last.Slot() != 1 || last.Token() <= got[0].Token() {
-		t.Fatalf("second waiter's permit: slot %d token %d; want slot 1, token > %d", last.Slot(), last.Token(), got[0].Token())
-	}
-	got[0].Release(ctx)
+	first.Release(ctx)
 	last.Release(ctx)
 }
 
@@ -271,10 +249,7 @@ func waitHolders(t *testing.T, l *zookeeper.Locker, name string, want int) {
 // session lives on and no waiter took it over: the next acquire takes it (the
 // lowest slot that no live lease has), deleting the expired node and its slot.
 func TestSemaphore_ExpiredPermit_SlotReused(t *testing.T) {
-	root := freshRoot("sem-expired")
-	l := open(t, &zookeeper.Options{Root: root})
-	c := rawConn(t)
-	ctx := testCtx(t)
+	l, c, root, ctx := rooted(t, "sem-expired")
 	name := "sem"
 	short := acquireKind(t, ctx, l, name, 200*time.Millisecond, fence.WithLimit(3))
 	long := acquireKind(t, ctx, l, name, time.Minute, fence.WithLimit(3))
