@@ -113,7 +113,7 @@ func (a *acquisition) try(ctx context.Context, r *driver.Request) (driver.Result
 		a.dir, a.kind = a.l.dir(r.Name), kind{limit: r.Options.Limit, shared: r.Options.Shared}
 	}
 	for {
-		res, err := a.look(r)
+		res, err := a.look(ctx, r)
 		if !errors.Is(err, errRestart) {
 			if err != nil {
 				a.drop()
@@ -148,7 +148,7 @@ func (a *acquisition) drop() {
 // expiry, and otherwise lists the queue, grants if our node is in the holding
 // group, fails with a *fence.LimitError if the group's limit is not ours and a
 // holder is live, or watches what it waits for.
-func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
+func (a *acquisition) look(ctx context.Context, r *driver.Request) (driver.Result, error) {
 	l := a.l
 	if a.path == "" {
 		if err := a.create(r); err != nil {
@@ -194,6 +194,12 @@ func (a *acquisition) look(r *driver.Request) (driver.Result, error) {
 		}
 		holders := nodes[:min(g, len(nodes))] // none after lowest: a lock or shared lease needs none
 		if idx < g {
+			if n := countSlots(kids, a.kind.limit); a.kind.limit > 0 && n < idx {
+				if err := a.awaitClaims(ctx, nodes[n:idx]); err != nil {
+					return driver.Result{}, err
+				}
+				continue
+			}
 			res, err := a.claim(r, holders, kids)
 			if errors.Is(err, errRelist) {
 				continue
@@ -393,6 +399,45 @@ func (a *acquisition) claim(r *driver.Request, holders []node, kids []string) (d
 		a.leaseID += "-s" + strconv.Itoa(slot)
 	}
 	return driver.Result{Token: fence.Token(ns.st.Czxid), Start: a.start, ID: a.leaseID, Slot: slot}, nil
+}
+
+// awaitClaims waits until the permits before ours in the holding group, pending,
+// have claimed their slots (or one of them is gone), judging by the leader's
+// clock those that have a TTL. Permits claim in queue order, so that a slot's
+// holders have rising tokens: an older node that took a slot a newer one had held
+// would be refused by that slot's guard. The claimed permits are the first of the
+// group (each claim waited for those before it), so pending are the rest before
+// ours: a watch on the last of them, which claims last, fires once all have. It
+// returns ctx's error if it ends the wait, and nil to look again.
+func (a *acquisition) awaitClaims(ctx context.Context, pending []node) error {
+	ms, ch, gone, err := a.l.readMembers(a.dir, pending, len(pending)-1)
+	if err != nil || gone || slices.ContainsFunc(ms, func(m member) bool { return m.d.permit }) {
+		return err
+	}
+	vs, err := a.judge(ms)
+	if err != nil {
+		return err
+	}
+	wait := a.l.timeout // in case the watch was lost
+	for _, v := range vs {
+		if !v.live {
+			return nil
+		}
+		if v.left > 0 {
+			wait = min(wait, v.left)
+		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-a.l.stop:
+		return fence.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // takeSlot takes the lowest slot that no live lease has, for our node in the

@@ -200,6 +200,17 @@ func parseNode(name string) (node, bool) {
 // slotNode returns the name of slot k's node.
 func slotNode(k int) string { return "s-" + strconv.Itoa(k) }
 
+// countSlots returns how many slots below limit kids take.
+func countSlots(kids []string, limit int) int {
+	n := 0
+	for _, taken := range parseSlots(kids, limit) {
+		if taken {
+			n++
+		}
+	}
+	return n
+}
+
 // parseSlots returns the slots among kids that are taken (their "s-<k>" node
 // exists), as a set of at most limit; other names are ignored.
 func parseSlots(kids []string, limit int) []bool {

@@ -3,8 +3,10 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -313,4 +315,55 @@ func TestSemaphore_SessionClosed_SlotFreedAtOnce(t *testing.T) {
 	}
 	got.Release(ctx)
 	second.Release(ctx)
+}
+
+// Under contention from two sessions, at most limit permits are held at once, no
+// two in one slot, and each slot's tokens rise from holder to holder.
+func TestSemaphore_Contention_SlotsExclusive(t *testing.T) {
+	ls := []*zookeeper.Locker{open(t, nil), open(t, nil)}
+	ctx := testCtx(t)
+	name := "sem-contention-" + driver.NewLeaseID()[:8]
+	const limit, workers, rounds = 3, 8, 6
+	var (
+		mu      sync.Mutex
+		holding = map[int]bool{}
+		last    = map[int]fence.Token{}
+		errs    = make(chan error, workers)
+	)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				lease, err := ls[i%2].Acquire(ctx, name, time.Minute, fence.WithLimit(limit), fence.WithWait(30*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				k := lease.Slot()
+				if holding[k] || len(holding) == limit || lease.Token() <= last[k] {
+					mu.Unlock()
+					errs <- fmt.Errorf("permit in slot %d token %d while holding %v, last tokens %v: want a free slot and a rising token", k, lease.Token(), holding, last)
+					return
+				}
+				holding[k], last[k] = true, lease.Token()
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+				mu.Lock()
+				delete(holding, k)
+				mu.Unlock()
+				if err := lease.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 }
