@@ -42,7 +42,12 @@
 // exists. The permit's lease id ends in "-s<k>", so Release needs no read. A
 // permit takes the lowest slot that no live lease has: before it takes one above
 // a taken slot it judges the other holders by the leader's clock and takes over
-// those whose TTL passed (two round trips more, only then). This is Curator's
+// those whose TTL passed (two round trips more, only then, and not if it judged
+// them live moments before while waiting). Permits claim in queue order: one whose
+// predecessors in the group have not all taken their slots (the slot nodes are
+// fewer) waits for the last of them to, by a watch on its data, so each slot's
+// holders have rising tokens and a slot's guard never refuses its current holder.
+// This is Curator's
 // InterProcessSemaphoreV2 without its internal mutex: acquirers queue in the one
 // directory instead, and the slot nodes are what keeps permits apart.
 //
