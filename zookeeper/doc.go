@@ -47,9 +47,8 @@
 // predecessors in the group have not all taken their slots (the slot nodes are
 // fewer) waits for the last of them to, by a watch on its data, so each slot's
 // holders have rising tokens and a slot's guard never refuses its current holder.
-// This is Curator's
-// InterProcessSemaphoreV2 without its internal mutex: acquirers queue in the one
-// directory instead, and the slot nodes are what keeps permits apart.
+// This is Curator's InterProcessSemaphoreV2 without its internal mutex: acquirers
+// queue in the one directory instead, and the slot nodes keep permits apart.
 //
 // An acquire whose limit (1 for a lock or a shared lease) is not the holding
 // group's fails with a *fence.LimitError while a member is live; expired members
