@@ -317,44 +317,44 @@ func TestSemaphore_SessionClosed_SlotFreedAtOnce(t *testing.T) {
 	second.Release(ctx)
 }
 
-// Under contention from two sessions, at most limit permits are held at once, no
-// two in one slot, and each slot's tokens rise from holder to holder.
-func TestSemaphore_Contention_SlotsExclusive(t *testing.T) {
+// contend runs workers goroutines of rounds each on name, from two sessions of
+// their own: each acquires with the options opts(i) gives worker i (waiting),
+// calls enter with the lease (an error fails t, and that lease is released),
+// holds it 2ms, calls leave and releases. opts, enter and leave run under one
+// mutex.
+func contend(t *testing.T, name string, workers, rounds int, opts func(i int) []fence.AcquireOption, enter func(i int, lease *fence.Lease) error, leave func(i int, lease *fence.Lease)) {
+	t.Helper()
 	ls := []*zookeeper.Locker{open(t, nil), open(t, nil)}
 	ctx := testCtx(t)
-	name := "sem-contention-" + driver.NewLeaseID()[:8]
-	const limit, workers, rounds = 3, 8, 6
-	var (
-		mu      sync.Mutex
-		holding = map[int]bool{}
-		last    = map[int]fence.Token{}
-		errs    = make(chan error, workers)
-	)
+	var mu sync.Mutex
+	errs := make(chan error, workers)
 	var wg sync.WaitGroup
 	for i := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				lease, err := ls[i%2].Acquire(ctx, name, time.Minute, fence.WithLimit(limit), fence.WithWait(30*time.Second))
+				mu.Lock()
+				o := opts(i)
+				mu.Unlock()
+				lease, err := ls[i%2].Acquire(ctx, name, time.Minute, append(o, fence.WithWait(30*time.Second))...)
 				if err != nil {
 					errs <- err
 					return
 				}
 				mu.Lock()
-				k := lease.Slot()
-				if holding[k] || len(holding) == limit || lease.Token() <= last[k] {
+				err = enter(i, lease)
+				mu.Unlock()
+				if err == nil {
+					time.Sleep(2 * time.Millisecond)
+					mu.Lock()
+					leave(i, lease)
 					mu.Unlock()
-					errs <- fmt.Errorf("permit in slot %d token %d while holding %v, last tokens %v: want a free slot and a rising token", k, lease.Token(), holding, last)
-					return
 				}
-				holding[k], last[k] = true, lease.Token()
-				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
-				mu.Lock()
-				delete(holding, k)
-				mu.Unlock()
-				if err := lease.Release(ctx); err != nil {
+				if rerr := lease.Release(ctx); err == nil {
+					err = rerr
+				}
+				if err != nil {
 					errs <- err
 					return
 				}
@@ -366,4 +366,22 @@ func TestSemaphore_Contention_SlotsExclusive(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
+
+// Under contention from two sessions, at most limit permits are held at once, no
+// two in one slot, and each slot's tokens rise from holder to holder.
+func TestSemaphore_Contention_SlotsExclusive(t *testing.T) {
+	const limit = 3
+	holding, last := map[int]bool{}, map[int]fence.Token{}
+	contend(t, "sem-contention-"+driver.NewLeaseID()[:8], 8, 6,
+		func(int) []fence.AcquireOption { return []fence.AcquireOption{fence.WithLimit(limit)} },
+		func(_ int, lease *fence.Lease) error {
+			k := lease.Slot()
+			if holding[k] || len(holding) == limit || lease.Token() <= last[k] {
+				return fmt.Errorf("permit in slot %d token %d while holding %v, last tokens %v: want a free slot and a rising token", k, lease.Token(), holding, last)
+			}
+			holding[k], last[k] = true, lease.Token()
+			return nil
+		},
+		func(_ int, lease *fence.Lease) { delete(holding, lease.Slot()) })
 }

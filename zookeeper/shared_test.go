@@ -3,7 +3,6 @@ package zookeeper_test
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -122,66 +121,38 @@ func TestShared_ExpiredSharedLease_ExclusiveWaiterTakesOver(t *testing.T) {
 // and every grant's token is above the tokens of the grants that ended before its
 // acquire began (shared grants made together may return in any order).
 func TestShared_Contention_WriterAlone(t *testing.T) {
-	ls := []*zookeeper.Locker{open(t, nil), open(t, nil)}
-	ctx := testCtx(t)
-	name := "shared-contention-" + driver.NewLeaseID()[:8]
-	const workers, rounds = 6, 6
+	const workers = 6
 	var (
-		mu               sync.Mutex
 		readers, writers int
 		ended            fence.Token // the highest token of a lease that ended
-		errs             = make(chan error, workers)
+		before           [workers]fence.Token
 	)
-	var wg sync.WaitGroup
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			shared := i%3 != 0
-			for range rounds {
-				var opts []fence.AcquireOption
-				if shared {
-					opts = append(opts, fence.WithShared())
-				}
-				mu.Lock()
-				before := ended
-				mu.Unlock()
-				lease, err := ls[i%2].Acquire(ctx, name, time.Minute, append(opts, fence.WithWait(30*time.Second))...)
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				bad := writers > 0 || (!shared && readers > 0) || lease.Token() <= before
-				if shared {
-					readers++
-				} else {
-					writers++
-				}
-				mu.Unlock()
-				if bad {
-					errs <- fmt.Errorf("grant (shared %v, token %d) with %d readers, %d writers, token %d ended before its acquire: want a writer alone and a rising token", shared, lease.Token(), readers, writers, before)
-					return
-				}
-				time.Sleep(2 * time.Millisecond)
-				mu.Lock()
-				if shared {
-					readers--
-				} else {
-					writers--
-				}
-				ended = max(ended, lease.Token())
-				mu.Unlock()
-				if err := lease.Release(ctx); err != nil {
-					errs <- err
-					return
-				}
+	shared := func(i int) bool { return i%3 != 0 }
+	contend(t, "shared-contention-"+driver.NewLeaseID()[:8], workers, 6,
+		func(i int) []fence.AcquireOption {
+			before[i] = ended // as the acquire begins
+			if shared(i) {
+				return []fence.AcquireOption{fence.WithShared()}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			return nil
+		},
+		func(i int, lease *fence.Lease) error {
+			if writers > 0 || (!shared(i) && readers > 0) || lease.Token() <= before[i] {
+				return fmt.Errorf("grant (shared %v, token %d) with %d readers, %d writers, token %d ended before its acquire: want a writer alone and a rising token", shared(i), lease.Token(), readers, writers, before[i])
+			}
+			if shared(i) {
+				readers++
+			} else {
+				writers++
+			}
+			return nil
+		},
+		func(i int, lease *fence.Lease) {
+			if shared(i) {
+				readers--
+			} else {
+				writers--
+			}
+			ended = max(ended, lease.Token())
+		})
 }
