@@ -437,12 +437,14 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 				return driver.Result{}, err
 			}
 			if !d.Grant {
+				res := held(d.ExpiresIn)
 				if d.MarkWaiter {
 					if err := l.markWaiter(ctx, r); err != nil {
 						return driver.Result{}, err
 					}
+					res.Retry = min(res.Retry, d.Retry) // renew the record before it lapses
 				}
-				return held(d.ExpiresIn), nil
+				return res, nil
 			}
 			if *token >= int64(fence.MaxToken) {
 				return driver.Result{}, fmt.Errorf("counter at %d: %w", *token, fence.ErrTokenExhausted)
