@@ -532,28 +532,25 @@ func BenchmarkSemaphore(b *testing.B) {
 		holder, _ := newLocker(b, nil)
 		waiter, _ := newLocker(b, &Options{PollInterval: time.Hour}) // woken by pub/sub only
 		const lock, sem = "bench-handoff-lock", "bench-handoff-sem"
+		permit := func(l *Locker) fence.Locker { return withOptions{l, []fence.AcquireOption{fence.WithLimit(2)}} }
 		other := mustAcquire(b, context.Background(), holder, sem, time.Hour, fence.WithLimit(2))
 		defer other.Release(context.Background())
 		fencetest.BenchmarkHandoffInterleaved(b,
 			fencetest.HandoffSubject{Name: "lock", Holder: fencetest.LockerMutex(holder, lock), Waiter: fencetest.LockerMutex(waiter, lock)},
-			fencetest.HandoffSubject{Name: "permit", Holder: &permitMutex{l: holder, name: sem}, Waiter: &permitMutex{l: waiter, name: sem}})
+			fencetest.HandoffSubject{Name: "permit", Holder: fencetest.LockerMutex(permit(holder), sem), Waiter: fencetest.LockerMutex(permit(waiter), sem)})
 	})
 }
 
-// permitMutex is a permit of a semaphore of 2 as a fencetest.Mutex: Lock waits
-// (at most 30s) and keeps the lease for Unlock.
-type permitMutex struct {
-	l     fence.Locker
-	name  string
-	lease *fence.Lease
+// withOptions is a Locker whose Acquire adds opts: fencetest.LockerMutex of a
+// semaphore's permit.
+type withOptions struct {
+	fence.Locker
+	opts []fence.AcquireOption
 }
 
-func (m *permitMutex) Lock(ctx context.Context) (err error) {
-	m.lease, err = m.l.Acquire(ctx, m.name, 10*time.Second, fence.WithLimit(2), fence.WithWait(30*time.Second))
-	return err
+func (w withOptions) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	return w.Locker.Acquire(ctx, name, ttl, append(opts, w.opts...)...)
 }
-
-func (m *permitMutex) Unlock(ctx context.Context) error { return m.lease.Release(ctx) }
 
 // BenchmarkKinds runs the shared benchmarks of fencetest on each kind of grant,
 // one sub-benchmark each (not interleaved: BenchmarkSemaphore compares them):
