@@ -40,15 +40,16 @@ if ARGV[2] == 'renew' then
   end
   return 1
 end
-local s = live(h, now)
-if not s then
-  return 0 -- foreign data: not our lease
-end
-if s.n == 1 and s.waiter <= now then
-  -- The last lease, and no waiter record: nothing of the name is left.
+if redis.call('ZCARD', h.expiry) == 1 and (tonumber(redis.call('HGET', h.holders, ' waiter')) or 0) <= now then
+  -- The last lease (the one member is ours, live), and no waiter record:
+  -- nothing of the name is left.
   redis.call('DEL', h.lock, h.holders, h.expiry, h.slots)
   redis.call(ARGV[4], ARGV[3], 'released')
   return 1
+end
+local s = live(h, now)
+if not s then
+  return 0 -- foreign data: not our lease
 end
 if s.limit > 0 then
   local e = redis.call('HGET', h.holders, ARGV[1])
