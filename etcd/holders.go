@@ -103,6 +103,18 @@ func (k keys) leaseKey(name, leaseID string) (string, bool) {
 	return k.holder(name, kind, slot), true
 }
 
+// slotOf returns the slot of key if it is a holder key of name's semaphore of
+// kind, and -1 otherwise.
+func (k keys) slotOf(name, kind, key string) int {
+	from, _ := k.kinds(name, kind)
+	rest, ok := strings.CutPrefix(key, from)
+	slot, err := strconv.Atoi(rest)
+	if kind == "" || kind == sharedKind || !ok || err != nil {
+		return -1
+	}
+	return slot
+}
+
 // holderValue is what a holder key holds: the lease id and the owner.
 func holderValue(leaseID, owner string) string { return leaseID + "\x00" + owner }
 
@@ -164,6 +176,27 @@ type nameState struct {
 	waiters []*mvccpb.KeyValue
 }
 
+// freeSharedSlot returns a random slot that no shared holder key of st has (there
+// is one: driver.Decide granted, so fewer than fence.MaxLimit are live).
+func (st nameState) freeSharedSlot() int {
+	used := make([]bool, fence.MaxLimit)
+	for _, h := range st.holders {
+		if h.shared {
+			used[h.slot] = true
+		}
+	}
+	var free []int
+	for i, u := range used {
+		if !u {
+			free = append(free, i)
+		}
+	}
+	if len(free) == 0 {
+		return 0
+	}
+	return free[rand.IntN(len(free))]
+}
+
 // holdings returns st's live leases as driver.Decide and driver.Info take them,
 // and the end of the latest waiter record (zero if none), each with the expiry
 // that expires gives its key (false: the key's lease is gone, so is the key).
@@ -205,10 +238,12 @@ const ttlConcurrency = 8
 // second counts as live, which it is at etcd), as holdings takes it: a key without
 // a lease is live until deleted. A lease gone meanwhile is left out.
 func (l *Locker) expiries(ctx context.Context, now time.Time, kvs []*mvccpb.KeyValue) (func(*mvccpb.KeyValue) (time.Time, bool), error) {
-	ttls := map[int64]int64{}
+	ttls := map[int64]int64{} // TTL by lease; -1: gone (also if not in the map)
+	var ids []int64
 	for _, kv := range kvs {
-		if kv.Lease != 0 {
+		if _, ok := ttls[kv.Lease]; kv.Lease != 0 && !ok {
 			ttls[kv.Lease] = -1
+			ids = append(ids, kv.Lease)
 		}
 	}
 	var (
@@ -217,7 +252,7 @@ func (l *Locker) expiries(ctx context.Context, now time.Time, kvs []*mvccpb.KeyV
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, ttlConcurrency)
 	)
-	for id := range ttls {
+	for _, id := range ids {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -241,7 +276,10 @@ func (l *Locker) expiries(ctx context.Context, now time.Time, kvs []*mvccpb.KeyV
 		if kv.Lease == 0 {
 			return now.Add(time.Nanosecond), true
 		}
-		ttl := ttls[kv.Lease]
+		ttl, ok := ttls[kv.Lease]
+		if !ok {
+			ttl = -1
+		}
 		return now.Add(time.Duration(ttl)*time.Second + time.Nanosecond), ttl >= 0
 	}, nil
 }
@@ -309,6 +347,9 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 		if d.Grant {
 			if attempt < maxAttempts {
 				slot = d.Slot
+				if kind == sharedKind {
+					slot = st.freeSharedSlot()
+				}
 				continue
 			}
 			// Others keep taking what this try saw free: look again at once.

@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -16,20 +17,31 @@ import (
 	"github.com/fencelock/fence/internal/testserv/etcdserv"
 )
 
-// acquireErr is the outcome of an Acquire run in a goroutine.
-type acquireErr struct {
+// pending is an Acquire running in a goroutine: its lease and error arrive once.
+type pending struct {
 	lease *fence.Lease
 	err   error
+	done  chan struct{}
 }
 
-// acquireAsync starts Acquire in a goroutine and returns where its outcome arrives.
-func acquireAsync(ctx context.Context, l fence.Locker, name string, ttl time.Duration, opts ...fence.AcquireOption) <-chan acquireErr {
-	got := make(chan acquireErr, 1)
+// acquireAsync starts Acquire in a goroutine.
+func acquireAsync(ctx context.Context, l fence.Locker, name string, ttl time.Duration, opts ...fence.AcquireOption) *pending {
+	p := &pending{done: make(chan struct{})}
 	go func() {
-		a, err := l.Acquire(ctx, name, ttl, opts...)
-		got <- acquireErr{a, err}
+		defer close(p.done)
+		p.lease, p.err = l.Acquire(ctx, name, ttl, opts...)
 	}()
-	return got
+	return p
+}
+
+// within reports whether the Acquire returned within d.
+func (p *pending) within(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // wantNotAcquired fails t unless a try of name with opts finds it held.
@@ -123,40 +135,34 @@ func TestLocker_Semaphore_LimitMismatch_LimitError(t *testing.T) {
 	mustAcquire(t, ctx, l, name, time.Minute, fence.WithLimit(5)).Release(ctx)
 }
 
-// Many Lockers on their own clients race for a semaphore of 3: at no point are
-// more than 3 permits live, no slot has two live leases, and every token is new.
-func TestLocker_Semaphore_Race_NeverNPlus1NeverTwoInASlot(t *testing.T) {
-	ctx, _, name := setup(t, "race")
-	const limit, workers, rounds = 3, 8, 15
+// race runs workers Lockers on clients of their own, each acquiring name rounds
+// times (waiting) with the options opts gives; under one mutex, hold checks each
+// grant and records it, and the function it returns records its end, just before
+// the release. It returns the number of grants.
+func race(t *testing.T, ctx context.Context, name string, workers, rounds int, opts func(w, i int) []fence.AcquireOption, hold func(w, i int, a *fence.Lease) (leave func())) int {
 	var (
 		mu     sync.Mutex
-		live   = map[int]fence.Token{} // slot -> token
-		tokens = map[fence.Token]bool{}
 		grants int
+		wg     sync.WaitGroup
 	)
-	var wg sync.WaitGroup
 	for w := range workers {
 		l := etcd.NewLocker(client(t), nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range rounds {
-				a, err := l.Acquire(ctx, name, time.Minute, fence.WithLimit(limit), fence.WithWait(30*time.Second))
+			for i := range rounds {
+				a, err := l.Acquire(ctx, name, time.Minute, append(opts(w, i), fence.WithWait(30*time.Second))...)
 				if err != nil {
 					t.Errorf("worker %d: Acquire = %v", w, err)
 					return
 				}
 				mu.Lock()
-				if tok, ok := live[a.Slot()]; ok || len(live) >= limit || tokens[a.Token()] {
-					t.Errorf("grant of slot %d token %d while %d live (slot held by %d: %v), token seen: %v", a.Slot(), a.Token(), len(live), tok, ok, tokens[a.Token()])
-				}
-				live[a.Slot()] = a.Token()
-				tokens[a.Token()] = true
+				leave := hold(w, i, a)
 				grants++
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
 				mu.Lock()
-				delete(live, a.Slot()) // before the release: the next grant may follow it at once
+				leave() // before the release: the next grant may follow it at once
 				mu.Unlock()
 				if err := a.Release(ctx); err != nil {
 					t.Errorf("worker %d: Release = %v", w, err)
@@ -169,6 +175,25 @@ func TestLocker_Semaphore_Race_NeverNPlus1NeverTwoInASlot(t *testing.T) {
 	if grants != workers*rounds {
 		t.Fatalf("%d grants; want %d", grants, workers*rounds)
 	}
+	return grants
+}
+
+// Many Lockers on their own clients race for a semaphore of 3: at no point are
+// more than 3 permits live, no slot has two live leases, and every token is new.
+func TestLocker_Semaphore_Race_NeverNPlus1NeverTwoInASlot(t *testing.T) {
+	ctx, _, name := setup(t, "race")
+	const limit = 3
+	live := map[int]fence.Token{} // slot -> token
+	tokens := map[fence.Token]bool{}
+	race(t, ctx, name, 8, 15, func(int, int) []fence.AcquireOption { return []fence.AcquireOption{fence.WithLimit(limit)} },
+		func(_, _ int, a *fence.Lease) func() {
+			if tok, ok := live[a.Slot()]; ok || len(live) >= limit || tokens[a.Token()] {
+				t.Errorf("grant of slot %d token %d while %d live (slot held by %d: %v), token seen: %v", a.Slot(), a.Token(), len(live), tok, ok, tokens[a.Token()])
+			}
+			live[a.Slot()] = a.Token()
+			tokens[a.Token()] = true
+			return func() { delete(live, a.Slot()) }
+		})
 }
 
 // Shared leases and exclusive ones race on one name: never an exclusive lease
@@ -176,71 +201,36 @@ func TestLocker_Semaphore_Race_NeverNPlus1NeverTwoInASlot(t *testing.T) {
 // that of every grant that ended before it.
 func TestLocker_Shared_Race_ExclusiveAlone(t *testing.T) {
 	ctx, _, name := setup(t, "rwrace")
-	const workers, rounds = 6, 12
 	var (
-		mu              sync.Mutex
-		shared, exclus  int
-		maxShared       int
-		last, lastExcl  fence.Token // highest token granted; highest exclusive one
-		tokens          = map[fence.Token]bool{}
-		grants, nShared int
+		shared, exclus, maxShared, nShared int
+		last, lastExcl                     fence.Token // highest token granted; highest exclusive one
+		tokens                             = map[fence.Token]bool{}
 	)
-	var wg sync.WaitGroup
-	for w := range workers {
-		l := etcd.NewLocker(client(t), nil)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range rounds {
-				var opts []fence.AcquireOption
-				isShared := (w+i)%3 != 0
-				if isShared {
-					opts = append(opts, fence.WithShared())
-				}
-				a, err := l.Acquire(ctx, name, time.Minute, append(opts, fence.WithWait(30*time.Second))...)
-				if err != nil {
-					t.Errorf("worker %d: Acquire(shared %v) = %v", w, isShared, err)
-					return
-				}
-				mu.Lock()
-				// Every earlier grant has been recorded: an exclusive grant follows
-				// their end, a shared one the end of every exclusive one.
-				if exclus > 0 || (!isShared && (shared > 0 || a.Token() <= last)) || a.Token() <= lastExcl || tokens[a.Token()] {
-					t.Errorf("grant (shared %v, token %d) while %d exclusive, %d shared live, last token %d, last exclusive %d", isShared, a.Token(), exclus, shared, last, lastExcl)
-				}
-				tokens[a.Token()] = true
-				last = max(last, a.Token())
-				if !isShared {
-					lastExcl = a.Token()
-				}
-				grants++
-				if isShared {
-					shared++
-					nShared++
-					maxShared = max(maxShared, shared)
-				} else {
-					exclus++
-				}
-				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
-				mu.Lock()
-				if isShared {
-					shared--
-				} else {
-					exclus--
-				}
-				mu.Unlock()
-				if err := a.Release(ctx); err != nil {
-					t.Errorf("worker %d: Release = %v", w, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if grants != workers*rounds {
-		t.Fatalf("%d grants; want %d", grants, workers*rounds)
-	}
+	isShared := func(w, i int) bool { return (w+i)%3 != 0 }
+	grants := race(t, ctx, name, 6, 12, func(w, i int) []fence.AcquireOption {
+		if isShared(w, i) {
+			return []fence.AcquireOption{fence.WithShared()}
+		}
+		return nil
+	}, func(w, i int, a *fence.Lease) func() {
+		sh := isShared(w, i)
+		// Every earlier grant has been recorded: an exclusive grant follows
+		// their end, a shared one the end of every exclusive one.
+		if exclus > 0 || (!sh && (shared > 0 || a.Token() <= last)) || a.Token() <= lastExcl || tokens[a.Token()] {
+			t.Errorf("grant (shared %v, token %d) while %d exclusive, %d shared live, last token %d, last exclusive %d", sh, a.Token(), exclus, shared, last, lastExcl)
+		}
+		tokens[a.Token()] = true
+		last = max(last, a.Token())
+		if !sh {
+			lastExcl = a.Token()
+			exclus++
+			return func() { exclus-- }
+		}
+		shared++
+		nShared++
+		maxShared = max(maxShared, shared)
+		return func() { shared-- }
+	})
 	t.Logf("%d grants, %d shared, at most %d shared at once", grants, nShared, maxShared)
 }
 
@@ -269,12 +259,10 @@ func TestLocker_Shared_WriterPreferredRecordCleared(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var x acquireErr
-	select {
-	case x = <-w:
-	case <-time.After(2 * time.Second): // the fallback poll is 5s
+	if !w.within(2 * time.Second) { // the fallback poll is 5s
 		t.Fatal("exclusive waiter not granted 2s after the last shared holder left")
 	}
+	x := w
 	if x.err != nil || x.lease.Token() <= r3.Token() {
 		t.Fatalf("exclusive waiter = %v, %v; want a lease above %d", x.lease, x.err, r3.Token())
 	}
@@ -286,15 +274,13 @@ func TestLocker_Shared_WriterPreferredRecordCleared(t *testing.T) {
 	if err := x.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-s:
-		if got.err != nil || got.lease.Token() <= x.lease.Token() {
-			t.Fatalf("shared after the exclusive release = %v, %v; want a lease above %d", got.lease, got.err, x.lease.Token())
-		}
-		got.lease.Release(ctx)
-	case <-time.After(2 * time.Second):
+	if !s.within(2 * time.Second) {
 		t.Fatal("shared waiter not granted 2s after the exclusive release")
 	}
+	if s.err != nil || s.lease.Token() <= x.lease.Token() {
+		t.Fatalf("shared after the exclusive release = %v, %v; want a lease above %d", s.lease, s.err, x.lease.Token())
+	}
+	s.lease.Release(ctx)
 }
 
 // An exclusive waiter that gives up (its wait ends, or its context) deletes its
@@ -311,8 +297,11 @@ func TestLocker_Shared_WaiterGivesUp_RecordDeleted(t *testing.T) {
 	w := acquireAsync(cctx, l, name, time.Minute, fence.WithWait(time.Minute))
 	time.Sleep(300 * time.Millisecond)
 	cancel()
-	if got := <-w; !errors.Is(got.err, context.Canceled) {
-		t.Fatalf("cancelled exclusive waiter = %v, %v; want context.Canceled", got.lease, got.err)
+	if !w.within(10 * time.Second) {
+		t.Fatal("cancelled exclusive waiter still waiting 10s later")
+	}
+	if !errors.Is(w.err, context.Canceled) {
+		t.Fatalf("cancelled exclusive waiter = %v, %v; want context.Canceled", w.lease, w.err)
 	}
 	if resp, err := cli.Get(ctx, etcd.DefaultPrefix+"lock/"+name+"\x00w", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
 		t.Fatalf("waiter records after the waiters gave up: %v, %v; want none", resp, err)
@@ -337,15 +326,13 @@ func TestLocker_Semaphore_Waiter_WokenByWatchTakesFreedSlot(t *testing.T) {
 		if err := ls[slot].Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case g := <-got:
-			if g.err != nil || g.lease.Slot() != slot {
-				t.Fatalf("handoff %d: waiter = %v, %v; want slot %d", i, g.lease, g.err, slot)
-			}
-			ls[slot] = g.lease
-		case <-time.After(2 * time.Second): // the fallback poll is 5s
+		if !got.within(2 * time.Second) { // the fallback poll is 5s
 			t.Fatalf("handoff %d: waiter not granted %v after the release", i, time.Since(released).Round(time.Millisecond))
 		}
+		if got.err != nil || got.lease.Slot() != slot {
+			t.Fatalf("handoff %d: waiter = %v, %v; want slot %d", i, got.lease, got.err, slot)
+		}
+		ls[slot] = got.lease
 	}
 }
 
@@ -561,4 +548,57 @@ func TestCluster_Restart_PermitsAndSharedLeasesSurvive(t *testing.T) {
 		t.Fatalf("Release of the shared lease after the restart = %v", err)
 	}
 	mustAcquire(t, ctx, l, rw, 30*time.Second).Release(ctx)
+}
+
+// Shared leases take random slots: 60 of them collide on some slot now and then,
+// and the try takes a free one from its failed transaction's reads; all are
+// granted, each token above the last, and Inspect lists them all in token order.
+func TestLocker_Shared_ManyHolders_SlotCollisionsResolved(t *testing.T) {
+	ctx, cli, name := setup(t, "many")
+	l := etcd.NewLocker(cli, nil)
+	var last fence.Token
+	for i := range 60 {
+		a := mustAcquire(t, ctx, l, name, time.Minute, fence.WithShared())
+		if a.Token() <= last {
+			t.Fatalf("shared lease %d: token %d; want above %d", i, a.Token(), last)
+		}
+		last = a.Token()
+	}
+	info, err := l.Inspect(ctx, name)
+	if err != nil || len(info.Holders) != 60 || !info.Shared || info.Token != last {
+		t.Fatalf("Inspect = %d holders, shared %v, token %d, %v; want 60 shared holders, token %d", len(info.Holders), info.Shared, info.Token, err, last)
+	}
+	if !slices.IsSortedFunc(info.Holders, func(a, b fence.Holder) int { return int(a.Token) - int(b.Token) }) {
+		t.Fatalf("Holders not in token order: %+v", info.Holders)
+	}
+}
+
+// With fence.MaxLimit shared leases live (written here as the keys a grant
+// writes), a shared acquire finds the lock held.
+func TestLocker_Shared_MaxLimitLive_Held(t *testing.T) {
+	ctx, cli, name := setup(t, "maxshared")
+	l := etcd.NewLocker(cli, nil)
+	g, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Revoke(ctx, g.ID)
+	for from := 0; from < fence.MaxLimit; from += 100 {
+		var ops []clientv3.Op
+		for s := from; s < min(from+100, fence.MaxLimit); s++ {
+			id := fmt.Sprintf("%032x.r.%d", s, s)
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%slock/%s\x00hsh\x00%04d", etcd.DefaultPrefix, name, s), id+"\x00", clientv3.WithLease(g.ID)))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantNotAcquired(t, ctx, l, name, "shared with MaxLimit shared leases live", fence.WithShared())
+	if _, err := cli.Delete(ctx, fmt.Sprintf("%slock/%s\x00hsh\x00%04d", etcd.DefaultPrefix, name, 700)); err != nil {
+		t.Fatal(err)
+	}
+	a := mustAcquire(t, ctx, l, name, time.Minute, fence.WithShared())
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -127,20 +125,14 @@ func (w *watch) next() (<-chan struct{}, bool) {
 	return w.wake, !w.broken
 }
 
-// freed returns the slot of the last delete's key, if it is a holder key of
-// name's semaphore of kind (the permit that was released or expired): the slot
-// the next try guesses first. It returns -1 otherwise, and forgets the delete.
-func (w *watch) freed(k keys, name, kind string) int {
+// freed returns the key of the last delete (a released or expired lease's, for
+// the next try's guess of a free slot), or "" if none, and forgets it.
+func (w *watch) freed() string {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	key := w.last
 	w.last = ""
-	w.mu.Unlock()
-	from, _ := k.kinds(name, kind)
-	slot, err := strconv.Atoi(strings.TrimPrefix(key, from))
-	if kind == "" || kind == sharedKind || !strings.HasPrefix(key, from) || err != nil {
-		return -1
-	}
-	return slot
+	return key
 }
 
 // watchTimeout bounds each request a Watch makes to etcd (creating its etcd watch,
