@@ -149,7 +149,7 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 		if d.MarkWaiter {
 			st.waiterUntil = now.Add(driver.WaiterFor(r))
 		}
-		return driver.Result{ExpiresIn: d.ExpiresIn, Wake: st.released}, nil
+		return driver.Result{ExpiresIn: d.ExpiresIn, Retry: d.Retry, Wake: st.released}, nil
 	}
 	if st.counter >= fence.MaxToken {
 		return driver.Result{}, fmt.Errorf("counter at %d: %w", st.counter, fence.ErrTokenExhausted)
