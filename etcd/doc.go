@@ -45,7 +45,7 @@
 // keys for one slot: the compare on the slot key refuses the second. Shared leases
 // take slots of [0, fence.MaxLimit) too, at random (Lease.Slot and Holders report
 // 0), so at most MaxLimit are live. A try first guesses its slot (0; a waiter the
-// slot whose release woke it; a shared acquire a random one); when the guess was
+// lowest slot whose release woke it; a shared acquire a random one); when the guess was
 // taken, the failed transaction's reads show the lowest free slot, and the try
 // sends one more transaction for it, so "the lowest free slot" is the lowest as
 // etcd had it at that read: a permit that ends between the read and the grant
@@ -57,7 +57,8 @@
 // with a waiter record of its own under its etcd lease (the lease that it will
 // hold the lock with); shared grants compare that no record exists. The record
 // lives while the waiter's tries refresh its etcd lease (a waiter behind shared
-// holders tries at least every half of its lease's seconds); the exclusive grant
+// holders tries again within half the smaller of its TTL and its wait left, as
+// driver.Decide says); the exclusive grant
 // deletes it in its transaction, and a waiter that gives up (its wait, its context,
 // Close) deletes it as it returns. A waiter that crashes holds off shared acquires
 // until its etcd lease expires: its ceil(TTL) seconds, or etcd's minimum, plus up

@@ -103,16 +103,19 @@ func (k keys) leaseKey(name, leaseID string) (string, bool) {
 	return k.holder(name, kind, slot), true
 }
 
-// slotOf returns the slot of key if it is a holder key of name's semaphore of
-// kind, and -1 otherwise.
-func (k keys) slotOf(name, kind, key string) int {
+// lowestSlot returns the lowest slot of the holder keys of name's semaphore of
+// kind among deleted, and -1 if there is none.
+func (k keys) lowestSlot(name, kind string, deleted []string) int {
+	low := -1
 	from, _ := k.kinds(name, kind)
-	rest, ok := strings.CutPrefix(key, from)
-	slot, err := strconv.Atoi(rest)
-	if kind == "" || kind == sharedKind || !ok || err != nil {
-		return -1
+	for _, key := range deleted {
+		rest, ok := strings.CutPrefix(key, from)
+		slot, err := strconv.Atoi(rest)
+		if kind != "" && kind != sharedKind && ok && err == nil && (low < 0 || slot < low) {
+			low = slot
+		}
 	}
-	return slot
+	return low
 }
 
 // holderValue is what a holder key holds: the lease id and the owner.
@@ -356,9 +359,10 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 			return driver.Result{Again: true}, nil
 		}
 		res := driver.Result{Retry: fallbackPoll}
-		if c.marked {
-			// The record lives while el does: refresh el well within its TTL.
-			res.Retry = min(fallbackPoll, time.Duration(leaseSeconds(r.TTL))*time.Second/2)
+		if d.MarkWaiter {
+			// The record lives while el does, which each try refreshes: try
+			// again before it lapses (el lasts at least WaiterFor(r)).
+			res.Retry = min(fallbackPoll, d.Retry)
 		}
 		if last {
 			res.ExpiresIn = l.heldFor(ctx, r, st)

@@ -112,7 +112,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		watching := false
 		if w != nil {
 			wake, watching = w.next()
-			c.hint = l.keys.slotOf(name, kindOf(r.Options), w.freed())
+			c.hint = l.keys.lowestSlot(name, kindOf(r.Options), w.freed())
 		}
 		last := !r.Waiting || r.WaitLeft != fence.WaitForever && r.WaitLeft <= fallbackPoll
 		var err error

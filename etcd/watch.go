@@ -32,7 +32,7 @@ type watch struct {
 	mu     sync.Mutex
 	wake   chan struct{} // closed at the next delete, or at the end of the watch
 	broken bool          // the watch ended; wake is closed
-	last   string        // the key of the last delete, for freed
+	freedK []string      // the keys deleted since the last freed, for freed
 }
 
 // watch registers a watch on the keys of name for deletes from the current
@@ -87,27 +87,32 @@ func (w *watch) run(ch clientv3.WatchChan) {
 		if wr.Err() != nil || wr.Canceled {
 			break
 		}
-		for i := len(wr.Events) - 1; i >= 0; i-- {
-			if ev := wr.Events[i]; ev.Type == mvccpb.DELETE {
-				w.fire(false, string(ev.Kv.Key))
-				break
+		var deleted []string
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				deleted = append(deleted, string(ev.Kv.Key))
 			}
 		}
+		if len(deleted) > 0 {
+			w.fire(false, deleted)
+		}
 	}
-	w.fire(true, "")
+	w.fire(true, nil)
 }
 
-// fire closes the current wake channel, noting the deleted key; unless the watch
-// ended, a new channel serves the next delete.
-func (w *watch) fire(ended bool, key string) {
+// maxFreed bounds the deleted keys a watch keeps between two tries: a Revoke of a
+// full semaphore deletes at most fence.MaxLimit of them.
+const maxFreed = fence.MaxLimit + 1
+
+// fire closes the current wake channel, noting the deleted keys; unless the
+// watch ended, a new channel serves the next delete.
+func (w *watch) fire(ended bool, deleted []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.broken {
 		return
 	}
-	if key != "" {
-		w.last = key
-	}
+	w.freedK = append(w.freedK, deleted[:min(len(deleted), maxFreed-len(w.freedK))]...)
 	close(w.wake)
 	if ended {
 		w.broken = true
@@ -125,14 +130,14 @@ func (w *watch) next() (<-chan struct{}, bool) {
 	return w.wake, !w.broken
 }
 
-// freed returns the key of the last delete (a released or expired lease's, for
-// the next try's guess of a free slot), or "" if none, and forgets it.
-func (w *watch) freed() string {
+// freed returns the keys deleted since it was last called (released or expired
+// leases', for the next try's guess of a free slot) and forgets them.
+func (w *watch) freed() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	key := w.last
-	w.last = ""
-	return key
+	keys := w.freedK
+	w.freedK = nil
+	return keys
 }
 
 // watchTimeout bounds each request a Watch makes to etcd (creating its etcd watch,
