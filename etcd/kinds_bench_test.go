@@ -8,8 +8,7 @@ import (
 	"github.com/fencelock/fence/fencetest"
 )
 
-// Semaphores and shared locks against locks, in one run on the same embedded etcd
-// (-count interleaves the kinds):
+// Semaphores and shared locks against locks, in one run on the same embedded etcd:
 //
 //	go test -run '^$' -bench 'Kinds' -benchtime 100x -count 3 ./etcd/
 //
