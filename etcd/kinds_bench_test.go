@@ -19,14 +19,12 @@ import (
 // (fencetest.BenchmarkPermitHandoff), and of a shared lease to a waiting writer.
 
 func BenchmarkKinds_AcquireRelease(b *testing.B) {
-	for _, k := range []struct {
-		name string
-		opts []fence.AcquireOption
-	}{{"lock", nil}, {"semaphore-3", []fence.AcquireOption{fence.WithLimit(3)}}, {"shared", []fence.AcquireOption{fence.WithShared()}}} {
-		b.Run(k.name, func(b *testing.B) {
-			fencetest.BenchmarkAcquireRelease(b, etcd.NewLocker(client(b), nil), k.opts...)
-		})
+	pairs := func(opts ...fence.AcquireOption) func(*testing.B) {
+		return func(b *testing.B) { fencetest.BenchmarkAcquireRelease(b, etcd.NewLocker(client(b), nil), opts...) }
 	}
+	b.Run("lock", pairs())
+	b.Run("semaphore-3", pairs(fence.WithLimit(3)))
+	b.Run("shared", pairs(fence.WithShared()))
 }
 
 func BenchmarkKinds_Handoff(b *testing.B) {
