@@ -131,7 +131,7 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 				}
 				e.x.waiterUntil = now + int64(driver.WaiterFor(r))
 			}
-			res := driver.Result{ExpiresIn: d.ExpiresIn}
+			res := driver.Result{ExpiresIn: d.ExpiresIn, Retry: d.Retry}
 			if r.Waiting {
 				if e.wake == nil {
 					e.wake = make(chan struct{})

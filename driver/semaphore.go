@@ -64,10 +64,11 @@ type Decision struct {
 }
 
 // WaiterFor is how long after a try an exclusive waiter's record holds off
-// shared acquires: the smaller of the request's TTL and the wait left.
+// shared acquires: the smaller of the request's TTL and the wait left (for a
+// try at the very end of a wait, nothing).
 func WaiterFor(r *Request) time.Duration {
-	if r.WaitLeft > 0 && r.WaitLeft < r.TTL {
-		return r.WaitLeft
+	if r.Waiting {
+		return max(min(r.TTL, r.WaitLeft), 0)
 	}
 	return r.TTL
 }

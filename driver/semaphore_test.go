@@ -138,13 +138,17 @@ func TestDecide_SharedAtMaxLimitIsHeld(t *testing.T) {
 }
 
 func TestWaiterFor(t *testing.T) {
-	r := &driver.Request{TTL: 10 * time.Second, WaitLeft: fence.WaitForever}
+	r := &driver.Request{TTL: 10 * time.Second, Waiting: true, WaitLeft: fence.WaitForever}
 	if got := driver.WaiterFor(r); got != 10*time.Second {
 		t.Fatalf("WaiterFor(forever) = %v; want the TTL", got)
 	}
 	r.WaitLeft = 2 * time.Second
 	if got := driver.WaiterFor(r); got != 2*time.Second {
 		t.Fatalf("WaiterFor(2s left) = %v; want 2s", got)
+	}
+	r.WaitLeft = 0 // the last try of a wait that is over
+	if got := driver.WaiterFor(r); got != 0 {
+		t.Fatalf("WaiterFor(nothing left) = %v; want 0, not the TTL", got)
 	}
 }
 
