@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -538,7 +539,7 @@ func TestStore_InspectList_ReportHeldAndLastTokens(t *testing.T) {
 		for i := range want {
 			g := got[i]
 			g.ExpiresIn = 0
-			if g != want[i] {
+			if !reflect.DeepEqual(g, want[i]) {
 				t.Fatalf("%s: List[%d] = %+v, want %+v", stage, i, g, want[i])
 			}
 		}

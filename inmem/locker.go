@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,10 +33,14 @@ type Options struct {
 // Locker is the in-process reference fence.Locker. For each lock name it keeps a
 // token counter that never goes down, not even when the lock expires or is
 // released (only Restore, emulating a failover, can lower it), and at most one
-// lease, which expires by the Locker's clock.
+// lease (or the leases of a semaphore or shared lock), which expire by the
+// Locker's clock.
 //
 // Expired leases are cleared lazily, when the name is next touched; a waiter sets a
 // clock timer for the holder's expiry and is also woken at once by Release.
+// Semaphores (fence.WithLimit) and shared locks (fence.WithShared) follow the
+// rules of driver.Decide; the record of a waiting exclusive acquire lives in
+// memory with the rest.
 // Waiters are not served in FIFO order: after a release they race, and one wins.
 // The state of every name ever used is kept for the life of the Locker (about a
 // hundred bytes each), because a counter must never restart.
@@ -59,18 +64,28 @@ var (
 
 type lockState struct {
 	counter fence.Token // highest token issued for the name (or healed to)
-	leaseID string      // current lease, "" if none
-	token   fence.Token // current lease's token
-	owner   string      // current lease's owner (fence.WithOwner)
-	expires time.Time   // current lease's expiry by the Locker's clock
-	// released is closed (and replaced) when the lease ends by Release or when the
-	// state is replaced by Restore, to wake waiters at once.
+	// leases are the name's leases: one for a lock, up to the limit for a
+	// semaphore, up to fence.MaxLimit shared ones. Expired ones are dropped when
+	// the name is next touched.
+	leases []driver.Holding
+	// waiterUntil is when the record of an exclusive acquire waiting for shared
+	// holders ends (writer preference; see driver.Decide).
+	waiterUntil time.Time
+	// released is closed (and replaced) when a lease ends by Release or Revoke, or
+	// when the state is replaced by Restore, to wake waiters at once.
 	released chan struct{}
 }
 
-// heldAt reports whether the lease in st is unexpired at now.
-func (st *lockState) heldAt(now time.Time) bool {
-	return st.leaseID != "" && now.Before(st.expires)
+// live drops the expired leases of st and returns the live ones. l.mu must
+// be held.
+func (st *lockState) live(now time.Time) []driver.Holding {
+	st.leases = slices.DeleteFunc(st.leases, func(h driver.Holding) bool { return !now.Before(h.Expires) })
+	return st.leases
+}
+
+// find returns the index of the live lease leaseID in st, or -1.
+func (st *lockState) find(leaseID string, now time.Time) int {
+	return slices.IndexFunc(st.live(now), func(h driver.Holding) bool { return h.ID == leaseID })
 }
 
 // NewLocker returns an empty Locker.
@@ -80,9 +95,12 @@ func NewLocker(opts Options) *Locker {
 		c = driver.SystemClock
 	}
 	l := &Locker{clock: c, locks: make(map[string]*lockState)}
-	l.engine = driver.Engine{Backend: "inmem", Locker: l, Clock: c}
+	l.engine = driver.Engine{Backend: "inmem", Locker: l, Clock: c, Features: l.Features()}
 	return l
 }
+
+// Features reports that the Locker makes semaphores and shared locks.
+func (l *Locker) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
 
 // Clock returns the clock the Locker judges expiry by.
 func (l *Locker) Clock() driver.Clock { return l.clock }
@@ -116,26 +134,36 @@ func (l *Locker) Grant(ctx context.Context, name string, ttl time.Duration, opts
 	return l.engine.Grant(ctx, name, ttl, opts, l.try)
 }
 
-// try grants a lease if the name is free, or reports how it is held and hands the
-// waiter the channel that its Release closes.
+// try grants a lease if the name is free for it (driver.Decide), or reports how
+// it is held and hands the waiter the channel that a Release closes.
 func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.stateLocked(r.Name)
 	now := l.clock.Now()
-	if st.heldAt(now) {
-		return driver.Result{ExpiresIn: st.expires.Sub(now), Wake: st.released}, nil
+	d, err := driver.Decide(r, st.live(now), now, st.waiterUntil)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	if !d.Grant {
+		if d.MarkWaiter {
+			st.waiterUntil = now.Add(driver.WaiterFor(r))
+		}
+		return driver.Result{ExpiresIn: d.ExpiresIn, Wake: st.released}, nil
 	}
 	if st.counter >= fence.MaxToken {
 		return driver.Result{}, fmt.Errorf("counter at %d: %w", st.counter, fence.ErrTokenExhausted)
 	}
 	st.counter++
-	st.leaseID = r.ID
-	st.owner = r.Options.Owner
-	st.token = st.counter
-	st.expires = now.Add(r.TTL)
+	st.leases = append(st.leases, driver.Holding{
+		ID: r.ID, Token: st.counter, Owner: r.Options.Owner, Slot: d.Slot,
+		Limit: r.Options.Limit, Shared: r.Options.Shared, Expires: now.Add(r.TTL),
+	})
+	if !r.Options.Shared && r.Options.Limit == 0 {
+		st.waiterUntil = time.Time{}
+	}
 	l.watchers.Notify(r.Name)
-	return driver.Result{Token: st.token}, nil
+	return driver.Result{Token: st.counter, Slot: d.Slot}, nil
 }
 
 // Renew extends the lease identified by name and leaseID to ttl from now, by the
@@ -150,10 +178,14 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	defer l.mu.Unlock()
 	st := l.locks[name]
 	now := l.clock.Now()
-	if st == nil || st.leaseID != leaseID || !st.heldAt(now) {
+	i := -1
+	if st != nil {
+		i = st.find(leaseID, now)
+	}
+	if i < 0 {
 		return fmt.Errorf("inmem: renew %q: %w", name, fence.ErrNotHeld)
 	}
-	st.expires = now.Add(ttl)
+	st.leases[i].Expires = now.Add(ttl)
 	return nil
 }
 
@@ -168,10 +200,16 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.locks[name]
-	if st == nil || st.leaseID != leaseID {
+	if st == nil {
 		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrNotHeld)
 	}
-	held := st.heldAt(l.clock.Now())
+	now := l.clock.Now()
+	i := slices.IndexFunc(st.leases, func(h driver.Holding) bool { return h.ID == leaseID })
+	if i < 0 {
+		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrNotHeld)
+	}
+	held := now.Before(st.leases[i].Expires)
+	st.leases = slices.Delete(st.leases, i, i+1)
 	l.endLocked(name, st)
 	if !held {
 		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrExpired)
@@ -179,8 +217,9 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	return nil
 }
 
-// Revoke ends the current lease on name now, whoever holds it, and wakes the
-// waiters on name (see fence.Revoker). It returns an error matching
+// Revoke ends the current lease on name now (every live lease of a semaphore or
+// shared lock), whoever holds it, and wakes the waiters on name (see
+// fence.Revoker). It returns an error matching
 // fence.ErrNotHeld if no unexpired lease is held, and fence.ErrInvalid for a bad
 // name.
 func (l *Locker) Revoke(ctx context.Context, name string) error {
@@ -190,17 +229,17 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.locks[name]
-	if st == nil || !st.heldAt(l.clock.Now()) {
+	if st == nil || len(st.live(l.clock.Now())) == 0 {
 		return fmt.Errorf("inmem: revoke %q: %w", name, fence.ErrNotHeld)
 	}
+	st.leases = st.leases[:0]
 	l.endLocked(name, st)
 	return nil
 }
 
-// endLocked clears the lease in name's state st and wakes the waiters and
-// watchers. l.mu must be held.
+// endLocked wakes the waiters and watchers of name, whose state st has just lost
+// a lease. l.mu must be held.
 func (l *Locker) endLocked(name string, st *lockState) {
-	st.leaseID, st.token, st.owner, st.expires = "", 0, "", time.Time{}
 	close(st.released)
 	st.released = make(chan struct{})
 	l.watchers.Notify(name)
@@ -239,11 +278,7 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	info := fence.LockInfo{Name: name}
-	if st := l.locks[name]; st != nil {
-		l.fillLocked(&info, st, l.clock.Now())
-	}
-	return info, nil
+	return l.infoLocked(name, l.clock.Now()), nil
 }
 
 // precheck returns the first failed check of a call on name, in the order every
@@ -262,14 +297,13 @@ func precheck(ctx context.Context, op, name string, nameErr error, argErrs ...er
 	return nil
 }
 
-func (l *Locker) fillLocked(info *fence.LockInfo, st *lockState, now time.Time) {
-	info.LastToken = st.counter
-	if st.heldAt(now) {
-		info.Held = true
-		info.Token = st.token
-		info.Owner = st.owner
-		info.ExpiresIn = st.expires.Sub(now)
+// infoLocked returns the state of name at now. l.mu must be held.
+func (l *Locker) infoLocked(name string, now time.Time) fence.LockInfo {
+	st := l.locks[name]
+	if st == nil {
+		return fence.LockInfo{Name: name}
 	}
+	return driver.Info(name, st.leases, st.counter, now)
 }
 
 // List returns the locks whose names start with prefix, held or not, in name
@@ -297,8 +331,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	now := l.clock.Now()
 	out := make([]fence.LockInfo, len(names))
 	for i, name := range names {
-		out[i].Name = name
-		l.fillLocked(&out[i], l.locks[name], now)
+		out[i] = l.infoLocked(name, now)
 	}
 	return out, nil
 }
@@ -319,6 +352,7 @@ func (l *Locker) Snapshot() Snapshot {
 	s := Snapshot{locks: make(map[string]lockState, len(l.locks))}
 	for name, st := range l.locks {
 		c := *st
+		c.leases = slices.Clone(st.leases)
 		c.released = nil
 		s.locks[name] = c
 	}
@@ -341,6 +375,7 @@ func (l *Locker) Restore(s Snapshot) {
 	l.locks = make(map[string]*lockState, len(s.locks))
 	for name, st := range s.locks {
 		c := st
+		c.leases = slices.Clone(st.leases)
 		c.released = make(chan struct{})
 		l.locks[name] = &c
 	}

@@ -3,6 +3,7 @@ package inmem_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -218,7 +219,7 @@ func TestLocker_InspectList(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := fence.LockInfo{Name: "a/2", Held: true, Token: 1, LastToken: 1, ExpiresIn: 500 * time.Millisecond}
-	if info != want {
+	if !reflect.DeepEqual(info, want) {
 		t.Fatalf("Inspect(a/2) = %+v, want %+v", info, want)
 	}
 	list, err := l.List(ctx, "", 0)
@@ -237,7 +238,7 @@ func TestLocker_InspectList(t *testing.T) {
 		t.Fatalf("List(a/, 1) = %+v, want only a/1", list)
 	}
 	info, err = l.Inspect(ctx, "never")
-	if err != nil || info != (fence.LockInfo{Name: "never"}) {
+	if err != nil || !reflect.DeepEqual(info, fence.LockInfo{Name: "never"}) {
 		t.Fatalf("Inspect(never) = %+v, %v; want zero info and nil", info, err)
 	}
 }
