@@ -119,17 +119,30 @@ func invalidf(field, value, format string, args ...any) error {
 
 // HeldError is the detail of ErrNotAcquired when the backend knows about the
 // current holder: the lock Name is held, and by its clock the lease has ExpiresIn
-// left (zero if unknown). Backends never disclose the holder's lease id.
+// left (zero if unknown). For a semaphore (WithLimit), Limit is its number of
+// permits, all of them held, and ExpiresIn is the time left on the first to
+// expire. Backends never disclose the holder's lease id.
 type HeldError struct {
 	Name      string
 	ExpiresIn time.Duration
+	Limit     int // the semaphore's permits, all held; 0 for a lock
 }
 
 func (e *HeldError) Error() string {
-	if e.ExpiresIn > 0 {
-		return fmt.Sprintf("fence: lock %q not acquired: held, expires in %v", e.Name, e.ExpiresIn.Round(time.Millisecond))
+	return fmt.Sprintf("fence: lock %q not acquired: %s", e.Name, e.Held())
+}
+
+// Held says how the lock is held, as the end of Error words it: "held, expires
+// in 1.5s", or for a semaphore "all 3 permits held, the first expires in 1.5s".
+func (e *HeldError) Held() string {
+	h, left := "held", ", expires in "
+	if e.Limit > 1 {
+		h, left = fmt.Sprintf("all %d permits held", e.Limit), ", the first expires in "
 	}
-	return fmt.Sprintf("fence: lock %q not acquired: held", e.Name)
+	if e.ExpiresIn > 0 {
+		h += left + e.ExpiresIn.Round(time.Millisecond).String()
+	}
+	return h
 }
 
 // Is reports whether target is ErrNotAcquired.

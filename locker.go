@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/fencelock/fence/internal/core"
@@ -147,6 +148,14 @@ type LockInfo struct {
 	// With Holders set, Token, Owner and ExpiresIn describe the holder with the
 	// highest token.
 	Holders []Holder `json:"holders,omitempty"`
+}
+
+// Equal reports whether i and j describe the same state, Holders included
+// (LockInfo holds a slice, so it cannot be compared with ==).
+func (i LockInfo) Equal(j LockInfo) bool {
+	return i.Name == j.Name && i.Held == j.Held && i.Token == j.Token && i.Owner == j.Owner &&
+		i.LastToken == j.LastToken && i.ExpiresIn == j.ExpiresIn && i.Limit == j.Limit &&
+		i.Shared == j.Shared && slices.Equal(i.Holders, j.Holders)
 }
 
 // Holder is one live lease of a semaphore or shared lock, as LockInfo.Holders

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -242,6 +243,17 @@ func TestErrors_IsAndAs(t *testing.T) {
 			},
 			inMsg: []string{`"job"`, "expires in 1.5s"},
 		},
+		"HeldError of a semaphore": {
+			err: wrap(&fence.HeldError{Name: "pool", ExpiresIn: time.Second, Limit: 3}), is: fence.ErrNotAcquired,
+			asCheck: func(e error) bool { var x *fence.HeldError; return errors.As(e, &x) && x.Limit == 3 },
+			inMsg:   []string{`"pool"`, "all 3 permits held, the first expires in 1s"},
+		},
+		"LimitError": {
+			err: wrap(&fence.LimitError{Name: "pool", Limit: 5, Held: 3}), is: fence.ErrInvalid,
+			isNot:   []error{fence.ErrNotAcquired},
+			asCheck: func(e error) bool { var x *fence.LimitError; return errors.As(e, &x) && x.Limit == 5 && x.Held == 3 },
+			inMsg:   []string{`"pool" is held with limit 3, not 5`},
+		},
 		"ErrReleased": {err: wrap(fence.ErrReleased), is: fence.ErrNotHeld, isNot: []error{fence.ErrExpired}, inMsg: []string{"released"}},
 		"ErrExpired":  {err: wrap(fence.ErrExpired), is: fence.ErrNotHeld, isNot: []error{fence.ErrReleased}, inMsg: []string{"expired"}},
 	}
@@ -278,6 +290,22 @@ func TestInvalidError_TruncatesLongValues(t *testing.T) {
 func TestHeldError_UnknownExpiry(t *testing.T) {
 	if got, want := (&fence.HeldError{Name: "job"}).Error(), `fence: lock "job" not acquired: held`; got != want {
 		t.Fatalf("Error() = %q; want %q", got, want)
+	}
+}
+
+func TestLockInfo_Equal_ComparesHolders(t *testing.T) {
+	a := fence.LockInfo{Name: "s", Held: true, Token: 2, Limit: 2, Holders: []fence.Holder{{Slot: 0, Token: 1}, {Slot: 1, Token: 2}}}
+	b := a
+	b.Holders = slices.Clone(a.Holders)
+	if !a.Equal(b) {
+		t.Fatalf("%+v.Equal(a copy) = false", a)
+	}
+	b.Holders[1].Owner = "x"
+	if a.Equal(b) {
+		t.Fatalf("Equal ignored a holder's owner")
+	}
+	if a.Equal(fence.LockInfo{Name: "s", Held: true, Token: 2, Limit: 2}) {
+		t.Fatalf("Equal ignored the holders")
 	}
 }
 

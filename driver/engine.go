@@ -243,7 +243,7 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 			}
 			return Grant{Token: res.Token, ID: res.ID, Start: res.Start, Slot: res.Slot}, nil
 		}
-		held = &fence.HeldError{Name: name, ExpiresIn: max(res.ExpiresIn, 0)}
+		held = &fence.HeldError{Name: name, ExpiresIn: max(res.ExpiresIn, 0), Limit: o.Limit}
 		if !r.Waiting {
 			return Grant{}, e.notAcquired(name, 0, held, nil, nil)
 		}
@@ -379,11 +379,7 @@ func (e *Engine) notAcquired(name string, waited time.Duration, held *fence.Held
 		errs = append(errs, lastErr)
 	}
 	if held != nil {
-		h := "held"
-		if held.ExpiresIn > 0 {
-			h += ", expires in " + held.ExpiresIn.Round(time.Millisecond).String()
-		}
-		parts = append(parts, h)
+		parts = append(parts, held.Held())
 		errs = append(errs, held)
 	} else {
 		errs = append(errs, fence.ErrNotAcquired)
