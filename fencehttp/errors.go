@@ -126,7 +126,7 @@ func errorBody(op, name string, err error) (int, errorResponse) {
 	case errors.As(err, &ns):
 		body.Key, body.Lock, body.Got = ns.Resource, ns.Want, ns.Got
 	case errors.As(err, &held):
-		body.Name, body.ExpiresInMs = held.Name, held.ExpiresIn.Milliseconds()
+		body.Name, body.ExpiresInMs, body.Limit = held.Name, held.ExpiresIn.Milliseconds(), held.Limit
 		if body.Name == "" {
 			body.Name = name
 		}
@@ -174,6 +174,9 @@ func userMessage(op, name string, err error) string {
 		if errors.As(err, &held) {
 			if name == "" {
 				name = held.Name
+			}
+			if held.Limit > 1 {
+				return permitsHeld(name, held)
 			}
 			if held.ExpiresIn > 0 {
 				return fmt.Sprintf("lock %q is held (expires in %v)", name, roundLeft(held.ExpiresIn))
@@ -223,6 +226,16 @@ func userMessage(op, name string, err error) string {
 		return op + ": " + fact
 	}
 	return fmt.Sprintf("%s %q: %s", op, name, fact)
+}
+
+// permitsHeld is the message of a semaphore whose permits are all held:
+// `all 3 permits of "pool" are held (the first expires in 1.2s)`.
+func permitsHeld(name string, held *fence.HeldError) string {
+	msg := fmt.Sprintf("all %d permits of %q are held", held.Limit, name)
+	if held.ExpiresIn > 0 {
+		msg += fmt.Sprintf(" (the first expires in %v)", roundLeft(held.ExpiresIn))
+	}
+	return msg
 }
 
 // invalidFact is the fact of an InvalidError: the field, its value (never a lease
@@ -335,7 +348,7 @@ func decodeError(status int, body errorResponse) error {
 	e := &ServerError{Status: status, Code: body.Code, Message: body.Error}
 	switch body.Code {
 	case "held":
-		e.detail = &fence.HeldError{Name: body.Name, ExpiresIn: time.Duration(body.ExpiresInMs) * time.Millisecond}
+		e.detail = &fence.HeldError{Name: body.Name, ExpiresIn: time.Duration(body.ExpiresInMs) * time.Millisecond, Limit: body.Limit}
 	case "stale_token":
 		e.detail = &fence.StaleTokenError{Resource: body.Key, Token: body.Token, Highest: body.Highest, SameToken: body.SameToken}
 	case "wrong_lock":

@@ -559,17 +559,33 @@ func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStar
 		info, ierr := in.Inspect(ictx, name)
 		cancel()
 		if ierr == nil {
-			if !info.Held {
-				info.ExpiresIn = 0 // freed since: the time left is no longer known
-			}
-			return &fence.HeldError{Name: name, ExpiresIn: info.ExpiresIn}
+			return &fence.HeldError{Name: name, ExpiresIn: heldFor(info, held.Limit), Limit: held.Limit}
 		}
 	}
 	left := held.ExpiresIn - time.Since(waitStart)
 	if held.ExpiresIn <= 0 || left <= 0 {
 		left = 0 // unknown: the holder renewed, or the lock is about to be free
 	}
-	return &fence.HeldError{Name: name, ExpiresIn: left}
+	return &fence.HeldError{Name: name, ExpiresIn: left, Limit: held.Limit}
+}
+
+// heldFor is how long info says an acquire of a semaphore of limit (0 for a
+// lock) stays held at most: until the first permit expires, for a semaphore;
+// until the last lease expires, for an exclusive acquire of a shared lock; the
+// holder's time left, for a lock; 0 (unknown) if freed since.
+func heldFor(info fence.LockInfo, limit int) time.Duration {
+	if !info.Held {
+		return 0
+	}
+	left := info.ExpiresIn
+	for _, h := range info.Holders {
+		if limit > 1 {
+			left = min(left, h.ExpiresIn)
+		} else {
+			left = max(left, h.ExpiresIn)
+		}
+	}
+	return left
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {

@@ -203,7 +203,8 @@ type errorResponse struct {
 	SameToken bool        `json:"same_token,omitempty"`
 	Lock      string      `json:"lock,omitempty"` // wrong_lock: the lock that fences Key
 	Got       string      `json:"got,omitempty"`  // wrong_lock: the lock presented
-	// limit_mismatch: the limit asked for and the limit of the live leases
+	// limit_mismatch: the limit asked for and the limit of the live leases;
+	// held: the semaphore's limit, all its permits held
 	Limit     int `json:"limit,omitempty"`
 	HeldLimit int `json:"held_limit,omitempty"`
 	// invalid

@@ -143,7 +143,13 @@ func notAcquired(subject string, wait time.Duration, err error) error {
 	}
 	msg := subject + " is held"
 	var held *fence.HeldError
-	if errors.As(err, &held) && held.ExpiresIn > 0 {
+	switch {
+	case errors.As(err, &held) && held.Limit > 1:
+		msg = fmt.Sprintf("all %d permits of %s are held", held.Limit, subject)
+		if held.ExpiresIn > 0 {
+			msg += fmt.Sprintf(" (the first expires in %v)", roundDuration(held.ExpiresIn))
+		}
+	case held != nil && held.ExpiresIn > 0:
 		msg += fmt.Sprintf(" (expires in %v)", roundDuration(held.ExpiresIn))
 	}
 	if wait > 0 && wait != fence.WaitForever {
