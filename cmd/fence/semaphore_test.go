@@ -144,6 +144,29 @@ i=0; while [ ! -e "$d/release.$id" ] && [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1
 touch "$d/ended.$id"`, "sh", rc.dir, id}
 }
 
+// lockAll starts a `fence lock NAME FLAGS... -- script(id)` for each of ids, at
+// once, and returns them in the order of ids.
+func (rc records) lockAll(t *testing.T, srv, name string, ids []string, flags ...string) []*fenceProc {
+	t.Helper()
+	var procs []*fenceProc
+	for _, id := range ids {
+		args := append(append([]string{"lock", name, "--ttl", "20s"}, flags...), "--")
+		procs = append(procs, startFence(t, srv, nil, append(args, rc.script(id)...)...))
+	}
+	return procs
+}
+
+// startRecorded starts a `fence lock NAME FLAGS...` of a recorded command for
+// each of ids, in a records directory of its own, and waits for all of them to
+// have started their command.
+func startRecorded(t *testing.T, srv, name string, ids []string, flags ...string) (records, []*fenceProc) {
+	t.Helper()
+	rc := records{t.TempDir()}
+	procs := rc.lockAll(t, srv, name, ids, flags...)
+	rc.waitStarted(t, fmt.Sprintf("fence lock %s %v", name, flags), ids, procs)
+	return rc, procs
+}
+
 // started returns what command id recorded at its start, and whether it started.
 func (rc records) started(id string) (slot string, endedBefore int, ok bool) {
 	b, err := os.ReadFile(filepath.Join(rc.dir, "started."+id))
@@ -200,15 +223,8 @@ func TestCLI_Lock_Semaphore_NRunOneWaits(t *testing.T) {
 	const n = 3
 	for store, srv := range kindServers(t) {
 		t.Run(store, func(t *testing.T) {
-			rc := records{t.TempDir()}
-			name := semName("workers")
-			var procs []*fenceProc
-			ids := make([]string, n)
-			for i := range n {
-				ids[i] = strconv.Itoa(i)
-				procs = append(procs, startFence(t, srv, nil, append([]string{"lock", name, "-n", strconv.Itoa(n), "--ttl", "20s", "--"}, rc.script(ids[i])...)...))
-			}
-			rc.waitStarted(t, "the first N", ids, procs)
+			name, ids := semName("workers"), []string{"0", "1", "2"}
+			rc, procs := startRecorded(t, srv, name, ids, "-n", strconv.Itoa(n))
 			slots := map[string]string{}
 			for _, id := range ids {
 				slot, ended, _ := rc.started(id)
@@ -223,7 +239,7 @@ func TestCLI_Lock_Semaphore_NRunOneWaits(t *testing.T) {
 				}
 				slots[slot] = id
 			}
-			last := startFence(t, srv, nil, append([]string{"lock", name, "-n", strconv.Itoa(n), "--ttl", "20s", "--"}, rc.script("last")...)...)
+			last := rc.lockAll(t, srv, name, []string{"last"}, "-n", strconv.Itoa(n))[0]
 			time.Sleep(waitingFor)
 			if _, _, ok := rc.started("last"); ok {
 				t.Fatalf("command N+1 started while the %d permits were held", n)
@@ -260,21 +276,14 @@ func TestCLI_Lock_Shared_SeveralRunExclusiveWaits(t *testing.T) {
 	const n = 3
 	for store, srv := range kindServers(t) {
 		t.Run(store, func(t *testing.T) {
-			rc := records{t.TempDir()}
-			name := semName("docs")
-			var procs []*fenceProc
-			ids := make([]string, n)
-			for i := range n {
-				ids[i] = "shared" + strconv.Itoa(i)
-				procs = append(procs, startFence(t, srv, nil, append([]string{"lock", name, "--shared", "--ttl", "20s", "--"}, rc.script(ids[i])...)...))
-			}
-			rc.waitStarted(t, "the shared holders", ids, procs)
+			name, ids := semName("docs"), []string{"shared0", "shared1", "shared2"}
+			rc, procs := startRecorded(t, srv, name, ids, "--shared")
 			for _, id := range ids {
 				if slot, ended, _ := rc.started(id); ended != 0 || slot != "-" {
 					t.Fatalf("shared command %s: recorded slot %q with %d ended before; want all running at once, without FENCE_SLOT", id, slot, ended)
 				}
 			}
-			excl := startFence(t, srv, nil, append([]string{"lock", name, "--ttl", "20s", "--"}, rc.script("exclusive")...)...)
+			excl := rc.lockAll(t, srv, name, []string{"exclusive"})[0]
 			for i, id := range ids {
 				time.Sleep(waitingFor / n)
 				if _, _, ok := rc.started("exclusive"); ok {
