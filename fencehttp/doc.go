@@ -186,9 +186,15 @@
 //
 // # Security
 //
-// With Config.AuthTokens set, every request but /healthz and the dashboard's static
-// files (/ui, which hold no secrets; the page asks for the token and sends it on its
-// API calls) needs Authorization: Bearer TOKEN, compared in constant time. Lease ids
+// With Config.AuthTokens or Config.Tokens set, every request but /healthz and the
+// dashboard's static files (/ui, which hold no secrets; the page asks for the token
+// and sends it on its API calls) needs Authorization: Bearer TOKEN, compared in
+// constant time; a missing or unknown token is 401. A scoped token (AuthToken,
+// ParseAuthTokens) has rights on lock names and keys: read (GET of locks, lists and
+// values), lock (acquire, renew, release), write (PUT /v1/kv, POST /v1/fences) and
+// admin (revoke, heal, /metrics, and everything); a request it does not cover is
+// 403 "forbidden", naming what was refused and what the token has. A listing's
+// prefix must lie within one of the token's prefix patterns. Lease ids
 // (128 random bits from the backend) are credentials: the server never logs them,
 // and GET /v1/kv never returns them.
 package fencehttp

@@ -66,6 +66,7 @@ var statusTable = []struct {
 	{errLimitMismatch, http.StatusConflict, "limit_mismatch"},
 	{fence.ErrInvalid, http.StatusBadRequest, "invalid"},
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized"},
+	{ErrForbidden, http.StatusForbidden, "forbidden"},
 	{errNoRoute, http.StatusNotFound, "not_found"},
 	{errNothingToRevoke, http.StatusNotFound, "not_held"},
 	{fence.ErrNotFound, http.StatusNotFound, "not_found"},
@@ -315,6 +316,8 @@ func (e *ServerError) Unwrap() error {
 		return fence.ErrInvalid
 	case "unauthorized":
 		return ErrUnauthorized
+	case "forbidden":
+		return ErrForbidden
 	case "not_found":
 		return fence.ErrNotFound
 	case "held":
@@ -337,6 +340,8 @@ func (e *ServerError) Unwrap() error {
 		return fence.ErrUnavailable
 	case e.Status == http.StatusUnauthorized:
 		return ErrUnauthorized
+	case e.Status == http.StatusForbidden:
+		return ErrForbidden
 	}
 	return nil
 }

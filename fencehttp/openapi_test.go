@@ -410,13 +410,16 @@ var probeMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OP
 // without a body); a 405 must list the path's documented methods in Allow.
 // unserved drives the request of x (its method, path, header and body) into the
 // answers every operation has besides its own, op naming them: 401 from the server
-// with auth tokens (x sent without one), 501 from the server whose store lacks the
+// with auth tokens (x sent without one), 403 from it (x sent with a token whose
+// scope covers none of the names the exchanges use), 501 from the server whose store lacks the
 // interface missing (none if missing is ""), and 503 from the server whose store
 // is closed.
 func (c *checker) unserved(s *servers, op, missing string, x exchange) {
-	noToken, bare, closed := x, x, x
+	noToken, scoped, bare, closed := x, x, x, x
 	noToken.what, noToken.on, noToken.req, noToken.status, noToken.code = op+", no token", s.auth, reqViolates, http.StatusUnauthorized, "unauthorized"
 	c.do(noToken)
+	scoped.what, scoped.on, scoped.status, scoped.code = op+", token out of scope", s.scoped, http.StatusForbidden, "forbidden"
+	c.do(scoped)
 	if missing != "" {
 		bare.what, bare.on, bare.status, bare.code = op+", no "+missing, s.bare, http.StatusNotImplemented, "not_implemented"
 		c.do(bare)
@@ -549,6 +552,7 @@ type servers struct {
 	draining  *target
 	drainSrv  *fencehttp.Server
 	broken    *target // a store that panics
+	scoped    *target // the auth server with a token that may only read the lock "nonesuch"
 }
 
 func startServers(t *testing.T) *servers {
@@ -557,8 +561,9 @@ func startServers(t *testing.T) *servers {
 	srv, hs, _ := newBoltServer(t, fencehttp.Config{MaxBodyBytes: 256, MaxValueBytes: 16})
 	s.main, s.mainSrv = &target{url: hs.URL}, srv
 	_, s.auth = startTarget(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard(),
-		AuthTokens: [][]byte{[]byte("s3cret")}})
+		AuthTokens: [][]byte{[]byte("s3cret")}, Tokens: []fencehttp.AuthToken{{Secret: []byte("scoped"), Rights: fencehttp.RightRead, Names: []string{"nonesuch"}}}})
 	s.authOK = &target{url: s.auth.url, auth: true, token: "s3cret"}
+	s.scoped = &target{url: s.auth.url, auth: true, token: "scoped"}
 	_, s.bare = startTarget(t, fencehttp.Config{Locker: lockerOnly{inmem.NewLocker(inmem.Options{})}})
 	l := inmem.NewLocker(inmem.Options{})
 	_, s.noWatch = startTarget(t, fencehttp.Config{Locker: noWatch{l, l}})
@@ -755,6 +760,7 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "metrics", on: m, method: "GET", path: "/metrics", status: 200})
 	c.do(exchange{what: "metrics, with the token", on: s.authOK, method: "GET", path: "/metrics", status: 200})
 	c.do(exchange{what: "metrics, no token", on: s.auth, method: "GET", path: "/metrics", req: reqViolates, status: 401, code: "unauthorized"})
+	c.do(exchange{what: "metrics, a token without admin", on: s.scoped, method: "GET", path: "/metrics", status: 403, code: "forbidden"})
 	d := c.do(exchange{what: "openapi", on: m, method: "GET", path: "/v1/openapi.json", status: 200})
 	if !bytes.Equal(d.body, fencehttp.OpenAPI()) {
 		c.failf("GET /v1/openapi.json: want the embedded document (%d bytes), got %d bytes", len(fencehttp.OpenAPI()), len(d.body))

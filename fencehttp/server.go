@@ -3,8 +3,6 @@ package fencehttp
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,9 +46,14 @@ type Config struct {
 	// Logger receives structured logs; nil discards them. Lease ids are never logged.
 	Logger *slog.Logger
 	// AuthTokens, if not empty, are the bearer tokens accepted on every route but
-	// /healthz and the dashboard's static files under /ui; any other request is
-	// answered 401.
+	// /healthz and the dashboard's static files under /ui, with every right; any
+	// other request is answered 401.
 	AuthTokens [][]byte
+	// Tokens are scoped bearer tokens, accepted as AuthTokens are but only for
+	// their rights on their names (see AuthToken and ParseAuthTokens); a request
+	// one does not cover is answered 403 "forbidden" saying what was refused.
+	// With neither AuthTokens nor Tokens the API needs no token.
+	Tokens []AuthToken
 	// MaxBodyBytes bounds JSON request bodies (413 beyond); 0 means 64 KiB.
 	MaxBodyBytes int64
 	// MaxValueBytes bounds KV values (413 beyond); 0 means 1 MiB.
@@ -69,13 +72,13 @@ type Config struct {
 // Server serves the HTTP API v1 over a Locker and a KV. It keeps no lock state of its
 // own (only counters for metrics), so several servers can share one store.
 type Server struct {
-	cfg       Config
-	log       *slog.Logger
-	tokenSums [][sha256.Size]byte
-	reg       *prometheus.Registry
-	m         *metrics
-	held      *heldSet
-	handler   http.Handler
+	cfg     Config
+	log     *slog.Logger
+	tokens  scopes
+	reg     *prometheus.Registry
+	m       *metrics
+	held    *heldSet
+	handler http.Handler
 
 	drainOnce sync.Once
 	drainCtx  context.Context
@@ -110,11 +113,15 @@ func NewServer(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	for i, t := range cfg.AuthTokens {
-		if len(t) == 0 {
-			return nil, fmt.Errorf("fencehttp: new server: %w: auth token %d is empty", fence.ErrInvalid, i+1)
+	for _, t := range cfg.AuthTokens {
+		if err := s.tokens.add(AuthToken{Secret: t, Rights: RightsAll}); err != nil {
+			return nil, fmt.Errorf("fencehttp: new server: %w", err)
 		}
-		s.tokenSums = append(s.tokenSums, sha256.Sum256(t))
+	}
+	for _, t := range cfg.Tokens {
+		if err := s.tokens.add(t); err != nil {
+			return nil, fmt.Errorf("fencehttp: new server: %w", err)
+		}
 	}
 	if s.reg == nil {
 		s.reg = newRegistry()
@@ -233,35 +240,27 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate requires a bearer token when AuthTokens are configured.
+// authenticate requires a bearer token when tokens are configured, and one whose
+// scope covers the request.
 func (s *Server) authenticate(next http.Handler) http.Handler {
-	if len(s.tokenSums) == 0 {
+	if len(s.tokens.toks) == 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(r.Header.Get("Authorization")) {
+		tok := s.tokens.find(r.Header.Get("Authorization"))
+		if tok == nil {
 			s.log.Warn("unauthorized request", "method", r.Method, "route", routeOf(r), "remote", r.RemoteAddr)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fence"`)
 			s.fail(w, r, "", "", because(ErrUnauthorized, "unauthorized: missing or wrong bearer token"))
 			return
 		}
+		if err := permit(tok, r); err != nil {
+			s.log.Warn("forbidden request", "method", r.Method, "route", routeOf(r), "remote", r.RemoteAddr, "rights", tok.Rights.String())
+			s.fail(w, r, "", "", err)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// authorized compares SHA-256 sums in constant time, against every configured
-// token, so neither the length nor the position of a match leaks through timing.
-func (s *Server) authorized(header string) bool {
-	scheme, tok, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	match := 0
-	for i := range s.tokenSums {
-		match |= subtle.ConstantTimeCompare(sum[:], s.tokenSums[i][:])
-	}
-	return match == 1
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -12,14 +12,16 @@ import (
 	"github.com/fencelock/fence/election"
 )
 
-// BenchmarkAcquireRelease measures an uncontended Acquire (10s TTL, no wait) and
-// Release of one lock on l, the same way on every backend: ns/op is one pair.
-func BenchmarkAcquireRelease(b *testing.B, l fence.Locker) {
+// BenchmarkAcquireRelease measures an uncontended Acquire (10s TTL, no wait, with
+// opts) and Release of one lock on l, the same way on every backend: ns/op is one
+// pair. With fence.WithLimit or fence.WithShared in opts it measures a permit or a
+// shared lease, so a backend compares the kinds on one server in one run.
+func BenchmarkAcquireRelease(b *testing.B, l fence.Locker, opts ...fence.AcquireOption) {
 	b.Helper()
 	ctx := context.Background()
 	name := uniqueName(b, "")
 	for b.Loop() {
-		lease, err := l.Acquire(ctx, name, 10*time.Second)
+		lease, err := l.Acquire(ctx, name, 10*time.Second, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,13 +71,46 @@ const waiterBlockDelay = 30 * time.Millisecond
 // handoff-p90-ms) and the median of the Release call alone (release-median-ms). ns/op
 // includes each round's delay and is not the figure to read. holder and waiter may
 // be the same Locker; two (two connections, two sessions) are closer to real use.
-func BenchmarkHandoff(b *testing.B, holder, waiter fence.Locker) {
+// The holder acquires with opts, the waiter asks for the lock: with
+// fence.WithShared it measures the handoff from the last shared holder to a
+// waiting exclusive acquire (a writer waiting for a reader). A permit's handoff
+// to another permit is BenchmarkPermitHandoff's.
+func BenchmarkHandoff(b *testing.B, holder, waiter fence.Locker, opts ...fence.AcquireOption) {
 	b.Helper()
 	name := uniqueName(b, "")
-	h, w := &lockerMutex{l: holder, name: name}, &lockerMutex{l: waiter, name: name}
+	h, w := &lockerMutex{l: holder, name: name, opts: opts}, &lockerMutex{l: waiter, name: name}
 	benchmarkHandoff(b, h, w, func() {
 		if w.lease.Token() <= h.lease.Token() {
 			b.Fatalf("waiter's token %d; want > holder's %d", w.lease.Token(), h.lease.Token())
+		}
+	})
+}
+
+// BenchmarkPermitHandoff is BenchmarkHandoff for a semaphore of n permits
+// (fence.WithLimit(n)): n-1 permits are taken on holder for the whole benchmark,
+// and in each round holder takes the last one, a waiter on waiter asks for a
+// permit with fence.WithWait and is given waiterBlockDelay (30ms) to start
+// waiting, and holder releases its permit. The waiter must get the released
+// slot, with a token above the holder's. It reports the figures BenchmarkHandoff
+// does (handoff-median-ms, handoff-p90-ms, release-median-ms), so a permit's
+// handoff compares directly with a lock's on one backend.
+func BenchmarkPermitHandoff(b *testing.B, holder, waiter fence.Locker, n int) {
+	b.Helper()
+	ctx := context.Background()
+	name := uniqueName(b, "")
+	limit := fence.WithLimit(n)
+	for range n - 1 {
+		lease, err := holder.Acquire(ctx, name, longTTL, limit, fence.WithAutoRenew())
+		if err != nil {
+			b.Fatalf("taking the other permits: %v", err)
+		}
+		defer func() { _ = lease.Release(ctx) }()
+	}
+	h := &lockerMutex{l: holder, name: name, opts: []fence.AcquireOption{limit}}
+	w := &lockerMutex{l: waiter, name: name, opts: []fence.AcquireOption{limit}}
+	benchmarkHandoff(b, h, w, func() {
+		if w.lease.Token() <= h.lease.Token() || w.lease.Slot() != h.lease.Slot() {
+			b.Fatalf("waiter got slot %d, token %d; want the released slot %d and a token above %d", w.lease.Slot(), w.lease.Token(), h.lease.Slot(), h.lease.Token())
 		}
 	})
 }
@@ -166,15 +201,16 @@ func LockerMutex(l fence.Locker, name string) Mutex { return &lockerMutex{l: l, 
 func ElectionMutex(l fence.Locker, name string) Mutex { return newTermMutex(l, name) }
 
 // lockerMutex is a Locker's lock on one name as a Mutex: Lock waits (at most 30s)
-// and keeps the lease for Unlock.
+// and keeps the lease for Unlock. Its acquires add opts.
 type lockerMutex struct {
 	l     fence.Locker
 	name  string
+	opts  []fence.AcquireOption
 	lease *fence.Lease
 }
 
 func (m *lockerMutex) Lock(ctx context.Context) (err error) {
-	m.lease, err = m.l.Acquire(ctx, m.name, 10*time.Second, fence.WithWait(longWait))
+	m.lease, err = m.l.Acquire(ctx, m.name, 10*time.Second, slices.Concat(m.opts, []fence.AcquireOption{fence.WithWait(longWait)})...)
 	return err
 }
 
@@ -240,7 +276,11 @@ func handoffRound(ctx context.Context, holder, waiter Mutex, check func()) (hand
 	}
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
-	time.Sleep(waiterBlockDelay)
+	select {
+	case err := <-got: // the round would measure nothing
+		return 0, 0, fmt.Errorf("waiter did not wait for the holder (%v)", err)
+	case <-time.After(waiterBlockDelay):
+	}
 	start := time.Now()
 	if err := holder.Unlock(ctx); err != nil {
 		return 0, 0, fmt.Errorf("holder's release: %w", err)

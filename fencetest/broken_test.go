@@ -7,6 +7,7 @@ import (
 	"iter"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -349,6 +350,37 @@ var brokenCases = map[string]brokenCase{
 		wantFail: []string{"Election_ObserversSeeEveryChangeInOrder", "Watcher_YieldsEveryChangeInOrder"},
 		wantPass: []string{"Watcher_BadNameAndCancelEnd", "Election_ResignHandsOffAtOnce", "Election_OneLeaderPerEpoch_EpochsIncrease"},
 	},
+	// The control for the semaphore and shared-lock subtests: a correct
+	// Engine-based locker that declares both.
+	"reference-sem-locker": {
+		run:      semCase(""),
+		wantPass: append(semaphoreSubtests, sharedSubtests...),
+	},
+	"sem-grants-n-plus-1": {
+		run:      semCase("grants-n-plus-1"),
+		wantFail: []string{"Semaphore_AtMostNUnder16Goroutines", "Semaphore_NPlus1thHeld_LowestFreeSlotReused", "Semaphore_OwnerOnly_RenewReleaseTouchOnePermit", "Semaphore_Expiry_FreesOnePermitDoneCloses"},
+		wantPass: []string{"Semaphore_LimitMismatch_LimitErrorWhileLive", "Semaphore_Inspector_HoldersInSlotOrder", "Shared_WriterNotStarvedByStreamOfReaders"},
+	},
+	"sem-reuses-slot": {
+		run:      semCase("reuses-slot"),
+		wantFail: []string{"Semaphore_NPlus1thHeld_LowestFreeSlotReused", "Semaphore_OwnerOnly_RenewReleaseTouchOnePermit", "Semaphore_AtMostNUnder16Goroutines"},
+		wantPass: []string{"Semaphore_TokensIncreaseAcrossSlotsAndLocks", "Semaphore_LimitMismatch_LimitErrorWhileLive", "Shared_ManyHolders_ExclusiveHeld_TokensIncrease"},
+	},
+	"sem-no-writer-preference": {
+		run:      semCase("no-writer-preference"),
+		wantFail: []string{"Shared_WriterPreferred_NewSharedHeldWhileExclusiveWaits", "Shared_WriterNotStarvedByStreamOfReaders", "Shared_WriterWithShortTTL_PreferredWhileItWaits"},
+		wantPass: []string{"Shared_ExclusiveWaiter_GrantedWhenLastLeaves", "Shared_ExclusiveWaiterGivesUp_SharedAgainWithinItsTTL", "Semaphore_AtMostNUnder16Goroutines"},
+	},
+	"sem-waiter-record-lapses": {
+		run:      semCase("waiter-record-lapses"),
+		wantFail: []string{"Shared_WriterWithShortTTL_PreferredWhileItWaits"},
+		wantPass: []string{"Shared_WriterPreferred_NewSharedHeldWhileExclusiveWaits", "Shared_WriterNotStarvedByStreamOfReaders", "Shared_ExclusiveWaiterGivesUp_SharedAgainWithinItsTTL"},
+	},
+	"sem-ignores-limit-mismatch": {
+		run:      semCase("ignores-limit-mismatch"),
+		wantFail: []string{"Semaphore_LimitMismatch_LimitErrorWhileLive"},
+		wantPass: []string{"Semaphore_AtMostNUnder16Goroutines", "Semaphore_NPlus1thHeld_LowestFreeSlotReused", "Shared_MixedWithLimit_LimitError"},
+	},
 	"guard-admits-equal-token-from-other-lease": {
 		run:      guardCase(admitsEqualFromOtherLease),
 		wantFail: []string{"Put_EqualTokenOtherLease_Rejected", "Fence_LowerOrOtherLease_Rejected"},
@@ -360,6 +392,21 @@ var brokenCases = map[string]brokenCase{
 		wantPass: []string{"Put_SeveralWritesUnderOneLease_Accepted", "Put_OtherNamespace_Rejected"},
 	},
 }
+
+// The subtests of semaphores and shared locks, which the control must pass.
+var (
+	semaphoreSubtests = []string{"Semaphore_AtMostNUnder16Goroutines", "Semaphore_NPlus1thHeld_LowestFreeSlotReused",
+		"Semaphore_TokensIncreaseAcrossSlotsAndLocks", "Semaphore_LimitMismatch_LimitErrorWhileLive",
+		"Semaphore_OwnerOnly_RenewReleaseTouchOnePermit", "Semaphore_Expiry_FreesOnePermitDoneCloses",
+		"Semaphore_Wait_WokenByOneRelease", "Semaphore_Wait_ContextCancelReturnsPromptly",
+		"Semaphore_Inspector_HoldersInSlotOrder", "Semaphore_Revoker_EndsEveryLease",
+		"Semaphore_BadLimits_Rejected", "Semaphore_Limit1_IsALock"}
+	sharedSubtests = []string{"Shared_ManyHolders_ExclusiveHeld_TokensIncrease", "Shared_ExclusiveWaiter_GrantedWhenLastLeaves",
+		"Shared_HeldWhileExclusive_WokenByRelease", "Shared_WriterPreferred_NewSharedHeldWhileExclusiveWaits",
+		"Shared_WriterNotStarvedByStreamOfReaders", "Shared_WriterWithShortTTL_PreferredWhileItWaits", "Shared_ExclusiveWaiterGivesUp_SharedAgainWithinItsTTL",
+		"Shared_OwnerOnlyAndExpiry", "Shared_Inspector_HoldersInTokenOrder", "Shared_Revoker_EndsEveryLease",
+		"Shared_MixedWithLimit_LimitError"}
+)
 
 // TestBrokenSubject is the child side: it runs the suite on the implementation
 // named by $FENCETEST_BROKEN. Outside a child it skips.
@@ -410,5 +457,192 @@ func TestSuite_CatchesBrokenImplementations(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// semLocker is a small Locker of locks, semaphores and shared locks on the one
+// acquire engine, deciding grants with driver.Decide; bug injects one fault:
+// "grants-n-plus-1" (one permit beyond the limit), "reuses-slot" (a slot by
+// count, not the lowest free one), "no-writer-preference" (a waiting exclusive
+// acquire does not hold new shared ones off), "waiter-record-lapses" (a waiting
+// exclusive acquire holds them off for its TTL only) or "ignores-limit-mismatch"
+// (a semaphore acquire with another limit is decided by its own). With no bug
+// it is the control for the suites.
+type semLocker struct {
+	bug    string
+	engine driver.Engine
+
+	mu    sync.Mutex
+	names map[string]*semState
+}
+
+type semState struct {
+	counter     fence.Token
+	live        []driver.Holding
+	waiterUntil time.Time     // an exclusive acquire waits for shared holders until then
+	ended       chan struct{} // closed (and replaced) when a lease is released or revoked
+}
+
+var (
+	_ fence.FeatureLocker = (*semLocker)(nil)
+	_ fence.Inspector     = (*semLocker)(nil)
+	_ fence.Revoker       = (*semLocker)(nil)
+)
+
+func newSemLocker(bug string) *semLocker {
+	s := &semLocker{bug: bug, names: map[string]*semState{}}
+	s.engine = driver.Engine{Backend: "sem", Locker: s, Features: s.Features()}
+	return s
+}
+
+func (s *semLocker) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
+
+// stateLocked returns name's state with its expired leases dropped. s.mu is held.
+func (s *semLocker) stateLocked(name string, now time.Time) *semState {
+	st := s.names[name]
+	if st == nil {
+		st = &semState{ended: make(chan struct{})}
+		s.names[name] = st
+	}
+	st.live = slices.DeleteFunc(st.live, func(h driver.Holding) bool { return !now.Before(h.Expires) })
+	return st
+}
+
+func (s *semLocker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	return s.engine.Acquire(ctx, name, ttl, opts, s.try)
+}
+
+func (s *semLocker) try(_ context.Context, r *driver.Request) (driver.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	st := s.stateLocked(r.Name, now)
+	live, waiterUntil := st.live, st.waiterUntil
+	switch s.bug {
+	case "no-writer-preference":
+		waiterUntil = time.Time{} // Bug: the waiting writer is not recorded.
+	case "ignores-limit-mismatch":
+		live = slices.Clone(live)
+		for i := range live {
+			if live[i].Limit > 0 && r.Options.Limit > 0 {
+				live[i].Limit = r.Options.Limit // Bug: each acquirer's limit is taken as the name's.
+			}
+		}
+	}
+	d, err := driver.Decide(r, live, now, waiterUntil)
+	if err != nil {
+		return driver.Result{}, err
+	}
+	limit := r.Options.Limit
+	switch {
+	case s.bug == "grants-n-plus-1" && !d.Grant && limit > 0 && len(live) == limit:
+		d = driver.Decision{Grant: true, Slot: limit} // Bug: off by one.
+	case s.bug == "reuses-slot" && d.Grant && limit > 0:
+		d.Slot = len(live) % limit // Bug: the next slot by count, live or not.
+	}
+	if !d.Grant {
+		res := driver.Result{ExpiresIn: d.ExpiresIn, Wake: st.ended}
+		if d.MarkWaiter {
+			// Try again before the record ends, so a waiter keeps its preference.
+			st.waiterUntil = now.Add(driver.WaiterFor(r))
+			if s.bug != "waiter-record-lapses" { // Bug: the waiter tries again only when woken.
+				res.Retry = min(d.ExpiresIn, driver.WaiterFor(r)/2)
+			}
+		}
+		return res, nil
+	}
+	if st.counter >= fence.MaxToken {
+		return driver.Result{}, fence.ErrTokenExhausted
+	}
+	st.counter++
+	if limit == 0 && !r.Options.Shared {
+		st.waiterUntil = time.Time{}
+	}
+	st.live = append(st.live, driver.Holding{
+		ID: r.ID, Token: st.counter, Owner: r.Options.Owner, Slot: d.Slot, Limit: limit,
+		Shared: r.Options.Shared, Expires: now.Add(r.TTL),
+	})
+	return driver.Result{Token: st.counter, Slot: d.Slot}, nil
+}
+
+// find returns name's state and the index of leaseID's live lease in it, or
+// ErrNotHeld. s.mu is held.
+func (s *semLocker) findLocked(op, name, leaseID string) (*semState, int, error) {
+	if err := driver.ValidateLease(name, leaseID); err != nil {
+		return nil, 0, fmt.Errorf("sem: %s: %w", op, err)
+	}
+	st := s.stateLocked(name, time.Now())
+	i := slices.IndexFunc(st.live, func(h driver.Holding) bool { return h.ID == leaseID })
+	if i < 0 {
+		return nil, 0, fmt.Errorf("sem: %s %q: %w", op, name, fence.ErrNotHeld)
+	}
+	return st, i, nil
+}
+
+func (s *semLocker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, i, err := s.findLocked("renew", name, leaseID)
+	if err != nil {
+		return err
+	}
+	if err := driver.ValidateTTL(ttl); err != nil {
+		return fmt.Errorf("sem: renew %q: %w", name, err)
+	}
+	st.live[i].Expires = time.Now().Add(ttl)
+	return nil
+}
+
+func (s *semLocker) Release(ctx context.Context, name, leaseID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, i, err := s.findLocked("release", name, leaseID)
+	if err != nil {
+		return err
+	}
+	st.live = slices.Delete(st.live, i, i+1)
+	st.endLocked()
+	return nil
+}
+
+func (s *semLocker) Revoke(ctx context.Context, name string) error {
+	if err := driver.ValidateName(name); err != nil {
+		return fmt.Errorf("sem: revoke: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stateLocked(name, time.Now())
+	if len(st.live) == 0 {
+		return fmt.Errorf("sem: revoke %q: %w", name, fence.ErrNotHeld)
+	}
+	st.live = nil
+	st.endLocked()
+	return nil
+}
+
+// endLocked wakes the waiters after a lease ended.
+func (st *semState) endLocked() {
+	close(st.ended)
+	st.ended = make(chan struct{})
+}
+
+func (s *semLocker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
+	if err := driver.ValidateName(name); err != nil {
+		return fence.LockInfo{}, fmt.Errorf("sem: inspect: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	st := s.stateLocked(name, now)
+	return driver.Info(name, st.live, st.counter, now), nil
+}
+
+func (s *semLocker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+	return nil, fmt.Errorf("sem: list: %w", fence.ErrNotImplemented)
+}
+
+func semCase(bug string) func(t *testing.T) {
+	return func(t *testing.T) {
+		fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newSemLocker(bug) })
 	}
 }

@@ -16,6 +16,16 @@
 // Optional capabilities are probed, not required: a Locker that also implements
 // fence.Inspector or fence.Healer gets those checked too.
 //
+// Semaphores and shared locks are suites of their own within TestLocker, run by
+// what fence.FeaturesOf(locker) declares: the Semaphore_* subtests (fence.WithLimit:
+// at most N permits, one per slot, the lowest free slot, one counter for every
+// slot, *fence.LimitError for a disagreeing limit) and the Shared_* subtests
+// (fence.WithShared: many readers or one writer, writer preference without
+// starvation). A kind a Locker does not declare must give fence.ErrNotImplemented.
+// BenchmarkAcquireRelease and BenchmarkHandoff take acquire options, and
+// BenchmarkPermitHandoff measures a permit's handoff, so a backend compares a
+// lock, a permit and a shared lease on one server in one run.
+//
 // Timing assertions use generous bounds ("returns within 5s" where the failure
 // would wait 30s or a minute) so the suite does not flake on a loaded machine; the
 // expiry tests use a short TTL (WithShortTTL, default 150ms), and timing-sensitive

@@ -28,10 +28,22 @@ import (
 // at most one leader per epoch, epochs increasing and fencing off resigned
 // leaders, Resign handing over at once, cancelled campaigns leaving nothing
 // behind, and (on a Watcher) observers seeing every change of leader in order.
+//
+// If fence.FeaturesOf(locker) declares Semaphores, the Semaphore_* subtests check
+// fence.WithLimit: at most N live permits under 16 goroutines, each in its own
+// slot, the lowest free slot taken, one counter for every slot and for locks,
+// a *fence.LimitError for a disagreeing limit while permits are live, ownership,
+// renewal, expiry, waiting and Done per permit, Inspect's Holders and Revoke of
+// every permit. If it declares Shared, the Shared_* subtests check
+// fence.WithShared: many shared holders or one exclusive, waits woken by
+// release, writer preference (a stream of readers cannot starve a writer, and a
+// writer that gives up stops holding readers off within its TTL), expiry,
+// ownership, Inspect and Revoke. A kind a locker does not declare must be
+// refused with fence.ErrNotImplemented; WithLimit(1) is a lock everywhere.
 func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ...Option) {
 	t.Helper()
 	s := &lockerSuite{cfg: newConfig(opts), newLocker: newLocker}
-	runCases(t, "Locker", newLocker, []suiteCase[fence.Locker]{
+	cases := []suiteCase[fence.Locker]{
 		{"Acquire_ReturnsWellFormedLease", s.acquireWellFormed},
 		{"LeaseIDs_DistinctAndAtLeast128Bits", s.leaseIDsDistinct},
 		{"Acquire_HeldLock_ErrNotAcquired", s.acquireHeld},
@@ -68,7 +80,9 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"Election_ObserversSeeEveryChangeInOrder", s.electionObservers},
 		{"Election_ResignHandsOffAtOnce", s.electionResignHandoff},
 		{"Election_CancelledCampaignLeavesNothing", s.electionCancelledCampaign},
-	})
+	}
+	cases = append(cases, s.semaphoreCases()...)
+	runCases(t, "Locker", newLocker, append(cases, s.sharedCases()...))
 }
 
 type lockerSuite struct {
@@ -99,10 +113,11 @@ func releaseAtCleanup(t *testing.T, lease *fence.Lease) {
 	})
 }
 
-// wantHeld fails unless a try-once Acquire of name reports the lock held.
-func wantHeld(t *testing.T, l fence.Locker, name, why string) {
+// wantHeld fails unless a try-once Acquire of name (with opts) reports the lock
+// held.
+func wantHeld(t *testing.T, l fence.Locker, name, why string, opts ...fence.AcquireOption) {
 	t.Helper()
-	lease, err := fence.TryAcquire(testContext(t), l, name, longTTL)
+	lease, err := fence.TryAcquire(testContext(t), l, name, longTTL, opts...)
 	if err == nil {
 		releaseAtCleanup(t, lease)
 		t.Fatalf("%s: TryAcquire(%q) granted token %d; want ErrNotAcquired, the lock should be held", why, name, lease.Token())
@@ -495,6 +510,29 @@ func goAcquire(ctx context.Context, l fence.Locker, name string, ttl time.Durati
 		ch <- acquireResult{lease, err}
 	}()
 	return ch
+}
+
+// wantGranted fails t unless the waiting acquire behind ch is granted within
+// promptly of since (when what happened), with a token above every one of
+// earlier; it returns the lease.
+func wantGranted(t *testing.T, ch <-chan acquireResult, what string, since time.Time, earlier ...*fence.Lease) *fence.Lease {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("waiter after %s = %v; want a lease", what, r.err)
+		}
+		releaseAtCleanup(t, r.lease)
+		for _, e := range earlier {
+			if r.lease.Token() <= e.Token() {
+				t.Fatalf("waiter after %s has token %d; want above every earlier grant's (%d)", what, r.lease.Token(), e.Token())
+			}
+		}
+		return r.lease
+	case <-time.After(promptly):
+		t.Fatalf("waiter not granted within %v of %s (leases of %v, wait %v); waiting must be woken by release, not only by expiry", time.Since(since).Round(time.Millisecond), what, longTTL, longWait)
+	}
+	return nil
 }
 
 // settle gives a goroutine time to start waiting: no backend can tell us that it

@@ -337,7 +337,7 @@ is higher, so once the next holder writes or fences, every guard refuses the
 revoked holder's writes. Until then a paused revoked holder can still write with
 its token.
 
-With auth on, any token the server accepts may revoke (admin-only revoke comes with
+With auth on, revoke needs a token with the admin right (see fence serve --help on
 scoped tokens).
 
 Exit status: 0 when revoked; 1 when no lease holds NAME (it is free, or its lease

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -105,25 +104,18 @@ func redactURL(s string) string {
 	return u.Redacted()
 }
 
-// readAuthTokens reads bearer tokens, one a line; blank lines and lines starting
-// with # are skipped.
-func readAuthTokens(path string) ([][]byte, error) {
+// readAuthTokens reads the token file of --auth-token-file (see
+// fencehttp.ParseAuthTokens): one token a line, with its rights and names if
+// scoped; blank lines and lines starting with # are skipped.
+func readAuthTokens(path string) ([]fencehttp.AuthToken, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, usagef("--auth-token-file: %v", err)
 	}
 	defer f.Close()
-	var toks [][]byte
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		toks = append(toks, []byte(line))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, usagef("--auth-token-file %s: %v", path, err)
+	toks, err := fencehttp.ParseAuthTokens(f)
+	if err != nil {
+		return nil, usagef("--auth-token-file %s: %s", path, strings.TrimPrefix(err.Error(), "fencehttp: token file "))
 	}
 	if len(toks) == 0 {
 		return nil, usagef("--auth-token-file %s: no token in it (one a line)", path)
@@ -154,7 +146,10 @@ locks and the KV live in that store, so several servers can share it:
   --store zk://h1:2181,h2:2181[/root]    ZooKeeper ensemble
 
 --auth-token-file makes every request but /healthz need Authorization: Bearer TOKEN
-(one token a line in the file; clients read $FENCE_AUTH_TOKEN). --tls-cert and
+(clients read $FENCE_AUTH_TOKEN). The file has one token a line, alone (every
+right) or scoped: "TOKEN RIGHTS [NAME...]", RIGHTS from read, lock, write, admin
+(revoke, heal, /metrics) or all, each NAME a lock name or key, or a prefix ending
+in '*' ("jobs/*"); a token is refused (403) what its scope does not cover. --tls-cert and
 --tls-key serve HTTPS. Logs go to stderr (JSON with -o json).
 
 SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls and blocking
@@ -172,7 +167,7 @@ closed cleanly.`,
 			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 {
 				return usagef("--max-value, --max-wait and --shutdown-timeout must be positive")
 			}
-			var toks [][]byte
+			var toks []fencehttp.AuthToken
 			if authFile != "" {
 				var err error
 				if toks, err = readAuthTokens(authFile); err != nil {
@@ -205,7 +200,7 @@ closed cleanly.`,
 	f.StringVar(&store, "store", "", "store URL instead of the embedded one: bolt:PATH, redis://, etcd://h1,h2/, postgres://, zk://h1,h2")
 	f.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS")
 	f.StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
-	f.StringVar(&authFile, "auth-token-file", "", "file of accepted bearer tokens, one a line")
+	f.StringVar(&authFile, "auth-token-file", "", "file of accepted bearer tokens, one a line: TOKEN [RIGHTS [NAME|PREFIX* ...]]")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
 	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
@@ -216,7 +211,7 @@ closed cleanly.`,
 type serveConfig struct {
 	listen, data, store string
 	tls                 *tls.Config
-	tokens              [][]byte
+	tokens              []fencehttp.AuthToken
 	maxValue            int64
 	maxWait             time.Duration
 	shutdownTimeout     time.Duration
@@ -235,7 +230,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		}
 	}
 	srv, err := fencehttp.NewServer(fencehttp.Config{
-		Locker: st.locker, KV: st.kv, Logger: log, AuthTokens: c.tokens,
+		Locker: st.locker, KV: st.kv, Logger: log, Tokens: c.tokens,
 		MaxValueBytes: c.maxValue, MaxWait: c.maxWait,
 	})
 	if err != nil {

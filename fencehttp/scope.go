@@ -1,0 +1,325 @@
+package fencehttp
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
+)
+
+// Rights are what a scoped bearer token may do, as a set of bits.
+type Rights uint8
+
+// The rights of a scoped token. Each route needs one of them on the lock name or
+// key it names; RightAdmin includes the others.
+const (
+	// RightRead: GET of a lock's state (and its blocking queries), of the list of
+	// locks, and of a key's value.
+	RightRead Rights = 1 << iota
+	// RightLock: acquire, renew and release.
+	RightLock
+	// RightWrite: PUT /v1/kv/{key} and POST /v1/fences/{key}.
+	RightWrite
+	// RightAdmin: revoke and heal, /metrics, and all of the above.
+	RightAdmin
+
+	// RightsAll is every right: what a token in Config.AuthTokens has.
+	RightsAll = RightRead | RightLock | RightWrite | RightAdmin
+)
+
+var rightNames = []struct {
+	r    Rights
+	name string
+}{{RightRead, "read"}, {RightLock, "lock"}, {RightWrite, "write"}, {RightAdmin, "admin"}}
+
+// String returns the rights as a token file writes them: "read,lock", "all".
+func (r Rights) String() string {
+	if r&RightAdmin != 0 {
+		return "all"
+	}
+	var names []string
+	for _, n := range rightNames {
+		if r&n.r != 0 {
+			names = append(names, n.name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ",")
+}
+
+// AuthToken is a bearer token with what it may do: Rights on the lock names and
+// keys that match one of Names. A name pattern ending in '*' matches every name
+// that starts with what comes before it ("jobs/*" matches "jobs/a", not "jobsx";
+// "a*" matches "a" and "ab"); any other pattern matches that one name exactly
+// ("a" matches "a", not "ab"); "*" matches all. Nil Names match all.
+type AuthToken struct {
+	Secret []byte
+	Rights Rights
+	Names  []string
+}
+
+// allows reports whether t may use right on name.
+func (t *AuthToken) allows(right Rights, name string) bool {
+	if t.Rights&(right|RightAdmin) == 0 {
+		return false
+	}
+	return t.Names == nil || matchAny(t.Names, name)
+}
+
+// allowsPrefix reports whether t may use right on every name that starts with
+// prefix: a listing's prefix must lie within one of its prefix patterns.
+func (t *AuthToken) allowsPrefix(right Rights, prefix string) bool {
+	if t.Rights&(right|RightAdmin) == 0 {
+		return false
+	}
+	if t.Names == nil {
+		return true
+	}
+	for _, p := range t.Names {
+		if base, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(prefix, base) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchAny(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if base, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(name, base) {
+				return true
+			}
+		} else if p == name {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseAuthTokens reads a token file, as `fence serve --auth-token-file` does: one
+// token a line, blank lines and lines starting with # skipped. A line is
+//
+//	SECRET [RIGHTS [PATTERN ...]]
+//
+// with RIGHTS a comma-separated list of read, lock, write and admin (or all), and
+// each PATTERN a lock name or key, or a prefix ending in '*' (see AuthToken). A
+// line with the secret alone has every right on every name, as tokens had before
+// scopes; one with rights and no pattern has them on every name. The secret may
+// not contain white space. It returns an error matching fence.ErrInvalid that
+// names the line for a malformed line, a bad pattern or a secret given twice.
+func ParseAuthTokens(r io.Reader) ([]AuthToken, error) {
+	var toks []AuthToken
+	seen := map[string]int{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		t := AuthToken{Secret: []byte(fields[0]), Rights: RightsAll}
+		if prev, ok := seen[fields[0]]; ok {
+			return nil, tokenLineErr(n, "the secret of line %d again", prev)
+		}
+		seen[fields[0]] = n
+		if len(fields) > 1 {
+			rights, err := parseRights(fields[1])
+			if err != nil {
+				return nil, tokenLineErr(n, "%v", err)
+			}
+			t.Rights = rights
+		}
+		for _, p := range fields[min(len(fields), 2):] {
+			if err := validPattern(p); err != nil {
+				return nil, tokenLineErr(n, "%v", err)
+			}
+			t.Names = append(t.Names, p)
+		}
+		toks = append(toks, t)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("fencehttp: token file: %w", err)
+	}
+	return toks, nil
+}
+
+func tokenLineErr(n int, format string, args ...any) error {
+	return fmt.Errorf("fencehttp: token file line %d: %w", n, &fence.InvalidError{Field: "token line", Value: fmt.Sprint(n), Reason: fmt.Sprintf(format, args...)})
+}
+
+func parseRights(s string) (Rights, error) {
+	var r Rights
+	for _, name := range strings.Split(s, ",") {
+		if name == "all" {
+			r |= RightsAll
+			continue
+		}
+		found := false
+		for _, n := range rightNames {
+			if n.name == name {
+				r |= n.r
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("unknown right %q (want read, lock, write, admin or all, separated by commas)", name)
+		}
+	}
+	return r, nil
+}
+
+// validPattern checks a name pattern: a name or key as fence accepts it, or one
+// followed by '*', or "*" alone.
+func validPattern(p string) error {
+	base, prefix := strings.CutSuffix(p, "*")
+	if prefix && base == "" {
+		return nil
+	}
+	if strings.Contains(base, "*") {
+		return fmt.Errorf("pattern %q: '*' may only end a pattern", p)
+	}
+	if err := driver.ValidateName(base); err != nil {
+		return fmt.Errorf("pattern %q: %v", p, err)
+	}
+	return nil
+}
+
+// ErrForbidden means the server accepted the request's bearer token, but the
+// token lacks the right the request needs on its lock or key (403).
+var ErrForbidden = errors.New("fencehttp: forbidden")
+
+// scopes holds the server's tokens by the SHA-256 of their secret.
+type scopes struct {
+	sums [][sha256.Size]byte
+	toks []AuthToken
+}
+
+// add registers t; an empty secret is an error.
+func (s *scopes) add(t AuthToken) error {
+	if len(t.Secret) == 0 {
+		return fmt.Errorf("%w: auth token %d is empty", fence.ErrInvalid, len(s.toks)+1)
+	}
+	if t.Rights == 0 {
+		return fmt.Errorf("%w: auth token %d has no rights", fence.ErrInvalid, len(s.toks)+1)
+	}
+	s.sums = append(s.sums, sha256.Sum256(t.Secret))
+	s.toks = append(s.toks, t)
+	return nil
+}
+
+// find returns the token of an Authorization header, or nil. It compares SHA-256
+// sums in constant time against every token, so neither the length nor the
+// position of a match leaks through timing.
+func (s *scopes) find(header string) *AuthToken {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	found := -1
+	for i := range s.sums {
+		if subtle.ConstantTimeCompare(sum[:], s.sums[i][:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return nil
+	}
+	return &s.toks[found]
+}
+
+// permit returns nil if t may make request r, or the *causeError of ErrForbidden
+// that says what was refused. A path that names no route or a malformed name is
+// let through: the handler answers it as it would without scopes.
+func permit(t *AuthToken, r *http.Request) error {
+	if t.Rights&RightAdmin != 0 && t.Names == nil {
+		return nil
+	}
+	p := r.URL.EscapedPath()
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
+	var (
+		right Rights
+		what  string // "lock" or "key"
+		esc   string
+	)
+	switch {
+	case p == "/v1/openapi.json":
+		return nil
+	case p == "/metrics":
+		if t.Rights&RightAdmin != 0 {
+			return nil
+		}
+		return because(ErrForbidden, "this token may not read /metrics: that needs admin")
+	case p == "/v1/locks" || p == "/v1/locks/":
+		prefix := r.URL.Query().Get("prefix")
+		if t.allowsPrefix(RightRead, prefix) {
+			return nil
+		}
+		return because(ErrForbidden, "this token may not list locks with prefix %q (it has %s %s)", prefix, t.Rights, scopeOf(t))
+	case strings.HasPrefix(p, "/v1/locks/"):
+		what, esc = "lock", strings.TrimPrefix(p, "/v1/locks/")
+		right = RightRead
+		if r.Method == http.MethodPost {
+			i := strings.LastIndexByte(esc, '/')
+			if i < 0 {
+				return nil
+			}
+			switch esc[i+1:] {
+			case "acquire", "renew", "release":
+				right = RightLock
+			default: // revoke, heal, and unknown actions the handler refuses
+				right = RightAdmin
+			}
+			esc = esc[:i]
+		}
+	case strings.HasPrefix(p, "/v1/kv/"):
+		what, esc, right = "key", strings.TrimPrefix(p, "/v1/kv/"), RightWrite
+		if get {
+			right = RightRead
+		}
+	case strings.HasPrefix(p, "/v1/fences/"):
+		what, esc, right = "key", strings.TrimPrefix(p, "/v1/fences/"), RightWrite
+	default:
+		return nil
+	}
+	name, err := url.PathUnescape(esc)
+	if err != nil || name == "" {
+		return nil
+	}
+	if t.allows(right, name) {
+		return nil
+	}
+	return because(ErrForbidden, "this token may not %s %s %q (it has %s %s)", verbOf(right), what, name, t.Rights, scopeOf(t))
+}
+
+// verbOf words what a right lets a token do, for a 403's message.
+func verbOf(r Rights) string {
+	switch r {
+	case RightRead:
+		return "read"
+	case RightLock:
+		return "hold"
+	case RightWrite:
+		return "write"
+	}
+	return "revoke or heal"
+}
+
+// scopeOf words the names a token covers, for a 403's message.
+func scopeOf(t *AuthToken) string {
+	if t.Names == nil {
+		return "on every name"
+	}
+	return "on " + strings.Join(t.Names, " ")
+}
