@@ -45,34 +45,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		for _, goroutines := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", impl.name, goroutines), func(b *testing.B) {
 				l := impl.open(b)
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.ResetTimer()
-				var wg sync.WaitGroup
-				for g := 0; g < goroutines; g++ {
-					n := b.N / goroutines
-					if g < b.N%goroutines {
-						n++
-					}
-					name := fmt.Sprintf("bench-%d", g)
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := 0; i < n; i++ {
-							lease, err := l.Acquire(ctx, name, 30*time.Second)
-							if err != nil {
-								b.Error(err)
-								return
-							}
-							if err := lease.Release(ctx); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+				runPairs(b, l, goroutines)
 				if s, ok := l.(*Store); ok {
 					s.mu.Lock()
 					if s.statCommits > 0 {
@@ -83,6 +56,37 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			})
 		}
 	}
+}
+
+// runPairs runs b.N acquire+release pairs with opts on l, spread over
+// goroutines, each on its own name, and reports pairs/s.
+func runPairs(b *testing.B, l fence.Locker, goroutines int, opts ...fence.AcquireOption) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		n := b.N / goroutines
+		if g < b.N%goroutines {
+			n++
+		}
+		name := fmt.Sprintf("bench-%d", g)
+		wg.Go(func() {
+			for range n {
+				lease, err := l.Acquire(ctx, name, 30*time.Second, opts...)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 }
 
 // BenchmarkHeldLeases holds FENCE_BOLT_HELD_LEASES (default 1,000,000) leases at

@@ -54,6 +54,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(crashChildEnv); path != "" {
 		os.Exit(crashChild(path))
 	}
+	if path := os.Getenv(semChildEnv); path != "" {
+		os.Exit(semChild(path))
+	}
 	os.Exit(m.Run())
 }
 
@@ -553,33 +556,11 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 		before := c.grants
 		killAfterGrant := rng.Intn(5) != 0 // else kill at a random point after open
 		delay := time.Duration(rng.Int63n(int64(120 * time.Millisecond)))
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+path, fmt.Sprintf("%s=%d", crashSeedEnv, rng.Int63()),
+		cmd, lines, in := startChild(t, crashChildEnv+"="+path, fmt.Sprintf("%s=%d", crashSeedEnv, rng.Int63()),
 			crashBrokenEnv+"="+broken,
 			fmt.Sprintf("%s=%d", crashWallEnv, c.offset),
-			crashLeasesEnv+"="+c.carried(time.Now().UnixNano()),
-			"GORACE=halt_on_error=1") // a race in the child fails the run (exit 66, not SIGKILL)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
+			crashLeasesEnv+"="+c.carried(time.Now().UnixNano()))
 		defer in.Close()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
 		var kill <-chan time.Time
 		killDue, killed := false, false
 		doKill := func() {
@@ -588,53 +569,104 @@ func runCrashes(t *testing.T, rng *rand.Rand, path string, kills int, broken str
 			}
 			killed = true
 		}
-		guard := time.NewTimer(20 * time.Second)
-		for lines != nil {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					lines = nil
-					break
+		drainChild(t, run, cmd, lines, func() <-chan time.Time { return kill }, func(line string) {
+			c.line(line)
+			if line[0] == 'T' && !killed {
+				// Let it step, and hold the kill until the step is absorbed.
+				c.offset, _ = strconv.ParseInt(strings.TrimPrefix(line, "T "), 10, 64)
+				c.stepping = true
+				c.steps++
+				if _, err := io.WriteString(in, "go\n"); err != nil {
+					t.Fatalf("run %d: answer the step: %v", run, err)
 				}
-				c.line(line)
-				if line[0] == 'T' && !killed {
-					// Let it step, and hold the kill until the step is absorbed.
-					c.offset, _ = strconv.ParseInt(strings.TrimPrefix(line, "T "), 10, 64)
-					c.stepping = true
-					c.steps++
-					if _, err := io.WriteString(in, "go\n"); err != nil {
-						t.Fatalf("run %d: answer the step: %v", run, err)
-					}
-				}
-				if kill == nil && !killDue && !killed && (line[0] == 'O' && !killAfterGrant || line[0] == 'G') {
-					kill = time.After(delay)
-				}
-				if killDue && !killed && !c.stepping {
-					doKill()
-				}
-			case <-kill:
-				kill = nil
-				if c.stepping {
-					killDue = true // after the S line
-				} else if !killed {
-					doKill()
-				}
-			case <-guard.C:
-				_ = cmd.Process.Kill()
-				t.Fatalf("run %d: child printed no grant within 20s", run)
 			}
-		}
-		guard.Stop()
-		err = cmd.Wait()
+			if kill == nil && !killDue && !killed && (line[0] == 'O' && !killAfterGrant || line[0] == 'G') {
+				kill = time.After(delay)
+			}
+			if killDue && !killed && !c.stepping {
+				doKill()
+			}
+		}, func() {
+			kill = nil
+			if c.stepping {
+				killDue = true // after the S line
+			} else if !killed {
+				doKill()
+			}
+		})
+		waitKilled(t, run, cmd)
 		c.endRun(time.Now().UnixNano())
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
-			t.Fatalf("run %d: child ended with %v, want killed by SIGKILL", run, err)
-		}
 		if run > 0 {
 			grantsAfterReopen += c.grants - before
 		}
 	}
 	return grantsAfterReopen
+}
+
+// startChild starts this test binary again as a child, with env added to ours
+// and its stderr ours, and returns it with the lines of its stdout (the
+// channel closes at its end) and its stdin.
+func startChild(t *testing.T, env ...string) (*exec.Cmd, <-chan string, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// A race in the child fails the run (exit 66, not SIGKILL).
+	cmd.Env = append(append(os.Environ(), env...), "GORACE=halt_on_error=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return cmd, lines, in
+}
+
+// drainChild feeds the lines of the child of run to onLine until its stdout
+// closes, and calls onKill each time the channel kill returns (read afresh
+// each time) is ready. It kills the child and fails the test if that takes
+// more than 20s.
+func drainChild(t *testing.T, run int, cmd *exec.Cmd, lines <-chan string, kill func() <-chan time.Time, onLine func(string), onKill func()) {
+	t.Helper()
+	guard := time.NewTimer(20 * time.Second)
+	defer guard.Stop()
+	for lines != nil {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				lines = nil
+				break
+			}
+			onLine(line)
+		case <-kill():
+			onKill()
+		case <-guard.C:
+			_ = cmd.Process.Kill()
+			t.Fatalf("run %d: child printed no grant within 20s", run)
+		}
+	}
+}
+
+// waitKilled waits for the child of run to end and fails the test unless
+// SIGKILL ended it.
+func waitKilled(t *testing.T, run int, cmd *exec.Cmd) {
+	t.Helper()
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
+		t.Fatalf("run %d: child ended with %v, want killed by SIGKILL", run, err)
+	}
 }
 
 // TestCrash_BrokenStore_CheckerFindsViolations is the crash test's negative

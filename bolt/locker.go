@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -23,15 +24,26 @@ import (
 // until ctx is done. The grant is on disk when Acquire returns (group commit), so
 // a restart, after a crash too, honours it until its expiry.
 //
+// With fence.WithLimit(n) it grants one of n permits, with the lowest free
+// slot; with fence.WithShared a shared lease (see Features). driver.Decide
+// decides every grant, exclusive ones too, over the name's live leases; a
+// waiting exclusive acquire holds off new shared ones (writer preference).
+//
 // It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the
 // lock stayed held, also matching ctx.Err() when ctx ended the wait;
-// fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted when the
+// fence.ErrInvalid for a bad name, TTL or limit, and a *fence.LimitError (also
+// fence.ErrInvalid) for a limit other than the live leases'; fence.ErrTokenExhausted when the
 // counter reached fence.MaxToken; fence.ErrUnavailable when the file could not be
 // written; fence.ErrClosed after Close. The errors are worded as driver.Engine
 // words them.
 func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	return s.engine.Acquire(ctx, name, ttl, opts, s.try)
 }
+
+// Features returns the kinds of grant the store makes beyond locks: semaphores
+// (fence.WithLimit) and shared locks (fence.WithShared), both native, durable
+// and decided by driver.Decide as locks are (see the package doc).
+func (s *Store) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
 
 // Grant is Acquire without the *fence.Lease (see driver.Granter): the token, lease
 // id and start of the grant, with Acquire's errors. `fence serve` grants through it,
@@ -66,8 +78,8 @@ func (s *Store) try(_ context.Context, r *driver.Request) (driver.Result, error)
 			return driver.Result{}, fmt.Errorf("reserve tokens: %w", err)
 		case err != nil:
 			s.mu.Lock()
-			if e := s.locks[r.Name]; e != nil && e.hidx >= 0 && e.id == id {
-				s.endLeaseLocked(e)
+			if h := s.locks[r.Name].find(id); h != nil {
+				s.endLeaseLocked(h)
 			}
 			s.mu.Unlock()
 			return driver.Result{}, fmt.Errorf("write lease: %w", err)
@@ -82,7 +94,8 @@ func (s *Store) try(_ context.Context, r *driver.Request) (driver.Result, error)
 // grantLocked does one attempt at lease time now, granting under id. It returns
 // the grant (Token set) with the flush to wait for before handing it out; no
 // grant with a flush to wait for before trying again (the token ceiling is being
-// raised); or how the lock is held, without a flush.
+// raised); or how the lock is held, without a flush. driver.Decide decides over
+// the name's live leases, after the expired ones are ended.
 func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.Result, *flushGen, error) {
 	if s.isClose {
 		return driver.Result{}, nil, fence.ErrClosed
@@ -91,9 +104,34 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 		return driver.Result{ExpiresIn: time.Duration(s.graceUntil - now), Wake: s.graceDone}, nil, nil
 	}
 	e := s.locks[r.Name]
-	if e != nil && e.hidx >= 0 {
-		if e.expires > now {
-			res := driver.Result{ExpiresIn: time.Duration(e.expires - now)}
+	var d driver.Decision
+	if e != nil {
+		var hbuf [8]*hold
+		var buf [8]driver.Holding
+		live := buf[:0]
+		for _, h := range e.leases(hbuf[:0]) {
+			if h.expires <= now {
+				s.endLeaseLocked(h)
+				continue
+			}
+			live = append(live, s.holding(e, h))
+		}
+		var waiter time.Time
+		if e.x != nil && e.x.waiterUntil != 0 {
+			waiter = s.at(e.x.waiterUntil)
+		}
+		var err error
+		if d, err = driver.Decide(r, live, s.at(now), waiter); err != nil {
+			return driver.Result{}, nil, err
+		}
+		if !d.Grant {
+			if d.MarkWaiter {
+				if e.x == nil {
+					e.x = &extra{}
+				}
+				e.x.waiterUntil = now + int64(driver.WaiterFor(r))
+			}
+			res := driver.Result{ExpiresIn: d.ExpiresIn, Retry: d.Retry}
 			if r.Waiting {
 				if e.wake == nil {
 					e.wake = make(chan struct{})
@@ -102,7 +140,6 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 			}
 			return res, nil, nil
 		}
-		s.endLeaseLocked(e)
 	}
 	t := s.next
 	if t > uint64(fence.MaxToken) {
@@ -113,12 +150,24 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 	}
 	s.next++
 	if e == nil {
-		e = &entry{name: r.Name, hidx: -1}
+		e = newEntry(r.Name, 0)
 		s.locks[r.Name] = e
 	}
-	e.id, e.token, e.last, e.expires = id, fence.Token(t), fence.Token(t), now+int64(r.TTL)
-	e.owner = r.Options.Owner
-	s.heapPush(e)
+	h := &e.h
+	if h.hidx >= 0 {
+		h = &hold{e: e}
+		if e.x == nil {
+			e.x = &extra{}
+		}
+		e.x.holds = append(e.x.holds, h)
+	}
+	h.id, h.token, h.expires = id, fence.Token(t), now+int64(r.TTL)
+	h.owner, h.slot = r.Options.Owner, int32(d.Slot)
+	e.last, e.limit, e.shared = h.token, int16(r.Options.Limit), r.Options.Shared
+	if e.x != nil && r.Options.Limit == 0 && !r.Options.Shared {
+		e.x.waiterUntil = 0 // the exclusive waiter is served
+	}
+	s.heapPush(h)
 	s.armLocked(now)
 	s.watchers.Notify(r.Name)
 	// The lease is held in memory at once (others see it held), and handed out
@@ -127,7 +176,18 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 	s.markDirtyLocked(e)
 	g := s.syncLocked()
 	g.grants++
-	return driver.Result{Token: e.token}, g, nil
+	return driver.Result{Token: h.token, Slot: d.Slot}, g, nil
+}
+
+// at returns the store's clock reading of lease time t.
+func (s *Store) at(t int64) time.Time { return s.base.Add(time.Duration(t)) }
+
+// holding returns h, a lease of e, as driver.Decide and driver.Info take it.
+func (s *Store) holding(e *entry, h *hold) driver.Holding {
+	return driver.Holding{
+		Token: h.token, Owner: h.owner, Slot: int(h.slot), Limit: int(e.limit), Shared: e.shared,
+		Expires: s.at(h.expires),
+	}
 }
 
 func (s *Store) markDirtyLocked(e *entry) {
@@ -137,11 +197,20 @@ func (s *Store) markDirtyLocked(e *entry) {
 	}
 }
 
-// endLeaseLocked ends e's lease (release, revoke, expiry, or a grant taken back
-// because its write failed) and wakes its waiters and watchers.
-func (s *Store) endLeaseLocked(e *entry) {
-	s.heapRemove(e)
-	e.id, e.token, e.owner, e.expires = [16]byte{}, 0, "", 0
+// endLeaseLocked ends lease h (release, revoke, expiry, or a grant taken back
+// because its write failed) and wakes the waiters and watchers of its name.
+func (s *Store) endLeaseLocked(h *hold) {
+	e := h.e
+	s.heapRemove(h)
+	if h != &e.h {
+		hs := e.x.holds
+		if i := slices.Index(hs, h); i >= 0 {
+			hs[i] = hs[len(hs)-1]
+			hs[len(hs)-1] = nil
+			e.x.holds = hs[:len(hs)-1]
+		}
+	}
+	h.id, h.token, h.owner, h.expires, h.slot = [16]byte{}, 0, "", 0, 0
 	s.markDirtyLocked(e) // lets the flusher reclaim e once its last token is on disk
 	if e.wake != nil {
 		close(e.wake)
@@ -215,27 +284,28 @@ func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Durati
 	}
 	e := s.locks[name]
 	now := s.readLocked(s.clock.Now())
-	if !ok || e == nil || e.hidx < 0 || e.id != id {
+	h := e.find(id)
+	if !ok || h == nil {
 		s.mu.Unlock()
 		return opError("renew", name, fence.ErrNotHeld)
 	}
-	if e.expires <= now {
-		s.endLeaseLocked(e)
+	if h.expires <= now {
+		s.endLeaseLocked(h)
 		s.mu.Unlock()
 		return opError("renew", name, fence.ErrExpired)
 	}
-	oldExp := e.expires
-	e.expires = now + int64(ttl)
-	s.heapFix(e)
+	oldExp := h.expires
+	h.expires = now + int64(ttl)
+	s.heapFix(h)
 	s.armLocked(now)
 	s.markDirtyLocked(e)
 	g := s.syncLocked()
 	s.mu.Unlock()
 	if err := g.wait(); err != nil {
 		s.mu.Lock()
-		if e.hidx >= 0 && e.id == id && s.locks[name] == e {
-			e.expires = oldExp
-			s.heapFix(e)
+		if s.locks[name] == e && e.find(id) == h {
+			h.expires = oldExp
+			s.heapFix(h)
 			s.armLocked(s.now())
 			s.markDirtyLocked(e)
 		}
@@ -261,13 +331,13 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 	if !s.lockOpen() {
 		return opError("release", name, fence.ErrClosed)
 	}
-	e := s.locks[name]
-	if !ok || e == nil || e.hidx < 0 || e.id != id {
+	h := s.locks[name].find(id)
+	if !ok || h == nil {
 		s.mu.Unlock()
 		return opError("release", name, fence.ErrNotHeld)
 	}
-	expired := e.expires <= now
-	s.endLeaseLocked(e)
+	expired := h.expires <= now
+	s.endLeaseLocked(h)
 	g := s.syncLocked()
 	s.mu.Unlock()
 	if err := g.wait(); err != nil {
@@ -279,8 +349,8 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 	return nil
 }
 
-// Revoke ends the current lease on name, whoever holds it, and wakes the waiters
-// on name, as Release does; the revoked holder's Renew and Release then return
+// Revoke ends the current lease on name (every live lease of a semaphore or
+// shared lock), whoever holds it, and wakes the waiters on name, as Release does; the revoked holder's Renew and Release then return
 // fence.ErrNotHeld, and the next grant's token is higher. The check and the end
 // are one step under the store's lock, so a lease granted after the check is
 // never ended. The revocation is on disk when Revoke returns. It returns an
@@ -296,12 +366,18 @@ func (s *Store) Revoke(ctx context.Context, name string) error {
 	if !s.lockOpen() {
 		return opError("revoke", name, fence.ErrClosed)
 	}
-	e := s.locks[name]
-	if e == nil || e.hidx < 0 || e.expires <= s.now() {
+	var hs []*hold
+	if e := s.locks[name]; e != nil {
+		hs = e.leases(nil)
+	}
+	now := s.now()
+	if !slices.ContainsFunc(hs, func(h *hold) bool { return h.expires > now }) {
 		s.mu.Unlock()
 		return opError("revoke", name, fence.ErrNotHeld)
 	}
-	s.endLeaseLocked(e)
+	for _, h := range hs {
+		s.endLeaseLocked(h)
+	}
 	g := s.syncLocked()
 	s.mu.Unlock()
 	if err := g.wait(); err != nil {
@@ -336,7 +412,7 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 			return opError("heal", name, err)
 		}
 		if e = s.locks[name]; e == nil {
-			e = &entry{name: name, hidx: -1, last: last}
+			e = newEntry(name, last)
 			s.locks[name] = e
 		}
 	}
@@ -381,25 +457,30 @@ func (s *Store) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo
 	return s.engine.Watch(ctx, name, s.watchers.Subscribe, s.Inspect)
 }
 
-// fillLocked describes e at now. During the grace period after a crash of an
-// earlier release of this store (see load) every lock is reported held, by an
-// unknown lease, until the grace ends.
+// fillLocked describes e at now with driver.Info: a lock's holder, or every
+// holder of a semaphore or shared lock. During the grace period after a crash
+// of an earlier release of this store (see load) every lock is reported held,
+// by an unknown lease, until the grace ends.
 func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 	if e != nil {
-		info.LastToken = e.last
-		if e.hidx >= 0 && e.expires > now {
-			info.Held, info.Token, info.Owner, info.ExpiresIn = true, e.token, e.owner, time.Duration(e.expires-now)
-			return
+		var hbuf [8]*hold
+		var buf [8]driver.Holding
+		live := buf[:0]
+		for _, h := range e.leases(hbuf[:0]) {
+			live = append(live, s.holding(e, h))
 		}
+		*info = driver.Info(info.Name, live, e.last, s.at(now))
 	}
-	if now < s.graceUntil {
+	if !info.Held && now < s.graceUntil {
 		info.Held, info.ExpiresIn = true, time.Duration(s.graceUntil-now)
 	}
 }
 
 // Inspect returns the state of name. A lock never acquired is reported with Held
-// false and LastToken 0. After a crash, a lease restored from the file is
-// reported held with its token and time left. It returns
+// false and LastToken 0. A semaphore or shared lock is reported with its Limit
+// or Shared and every live lease in Holders (driver.Info). After a crash, a
+// lease restored from the file is reported held with its token and time left.
+// It returns
 // fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
 // read, and fence.ErrClosed after Close.
 func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
@@ -547,16 +628,16 @@ func (s *Store) view(f func(*bbolt.Tx) error) error {
 	return nil
 }
 
-// The expiry heap: entries of held leases ordered by expiry, each knowing its index.
+// The expiry heap: the held leases ordered by expiry, each knowing its index.
 
-func (s *Store) heapPush(e *entry) {
-	e.hidx = int32(len(s.heap))
-	s.heap = append(s.heap, e)
-	s.heapUp(int(e.hidx))
+func (s *Store) heapPush(h *hold) {
+	h.hidx = int32(len(s.heap))
+	s.heap = append(s.heap, h)
+	s.heapUp(int(h.hidx))
 }
 
-func (s *Store) heapRemove(e *entry) {
-	i, n := int(e.hidx), len(s.heap)-1
+func (s *Store) heapRemove(h *hold) {
+	i, n := int(h.hidx), len(s.heap)-1
 	if i < 0 {
 		return
 	}
@@ -565,13 +646,13 @@ func (s *Store) heapRemove(e *entry) {
 	}
 	s.heap[n] = nil
 	s.heap = s.heap[:n]
-	e.hidx = -1
+	h.hidx = -1
 	if i != n {
 		s.heapFixAt(i)
 	}
 }
 
-func (s *Store) heapFix(e *entry) { s.heapFixAt(int(e.hidx)) }
+func (s *Store) heapFix(h *hold) { s.heapFixAt(int(h.hidx)) }
 
 func (s *Store) heapFixAt(i int) {
 	if !s.heapDown(i) {

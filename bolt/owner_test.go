@@ -49,22 +49,25 @@ func wantOwner(t *testing.T, s *Store, name string, tok fence.Token, owner strin
 func TestLockRecord_WithoutOwner_IsTheEarlierLayout(t *testing.T) {
 	s := openStore(t, &Options{NoSync: true})
 	id := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	e := &entry{name: "n", id: id, token: 7, last: 7, expires: int64(time.Hour), hidx: 0}
+	e := newEntry("n", 7)
+	e.h.id, e.h.token, e.h.expires, e.h.hidx = id, 7, int64(time.Hour), 0
 	s.mu.Lock()
 	plain := s.encodeLock(e)
-	wallExp := s.wallAt(e.expires)
-	e.owner = "host:42 job ü"
+	wallExp := s.wallAt(e.h.expires)
+	e.h.owner = "host:42 job ü"
 	owned := s.encodeLock(e)
 	s.mu.Unlock()
 	if want := earlierLeaseRecord(7, 7, wallExp, id); !bytes.Equal(plain, want) {
 		t.Fatalf("record of a lease without owner = %x; want the earlier layout %x", plain, want)
 	}
 	r, err := decodeLock(plain)
-	if err != nil || !r.hasLease || r.owner != "" || r.token != 7 || r.last != 7 || r.id != id || r.wallExp != wallExp {
+	want := holdFields{token: 7, wallExp: wallExp, id: id}
+	if err != nil || len(r.holds) != 1 || r.holds[0] != want || r.last != 7 || r.limit != 0 || r.shared {
 		t.Fatalf("decode of the earlier layout = %+v, %v; want the lease of token 7 without owner", r, err)
 	}
-	if r, err = decodeLock(owned); err != nil || r.owner != e.owner || r.token != 7 || r.id != id || r.wallExp != wallExp {
-		t.Fatalf("decode of a record with an owner = %+v, %v; want owner %q", r, err, e.owner)
+	want.owner = e.h.owner
+	if r, err = decodeLock(owned); err != nil || len(r.holds) != 1 || r.holds[0] != want {
+		t.Fatalf("decode of a record with an owner = %+v, %v; want owner %q", r, err, e.h.owner)
 	}
 	for name, v := range map[string][]byte{
 		"length past the end":  owned[:len(owned)-1],

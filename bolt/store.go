@@ -108,7 +108,7 @@ type Store struct {
 	locks    map[string]*entry
 	watchers driver.Watchers // Watch subscriptions, notified under mu
 	peak     int             // largest len(locks) since the map was last rebuilt
-	heap     []*entry
+	heap     []*hold
 	timer    driver.Timer
 	timerAt  int64 // when timer fires (0: none armed)
 
@@ -136,7 +136,7 @@ type Store struct {
 
 // The interfaces of packages fence and driver that a Store implements.
 var _ interface {
-	fence.Locker
+	fence.FeatureLocker
 	driver.Granter
 	fence.Healer
 	fence.Revoker
@@ -148,16 +148,81 @@ var _ interface {
 
 // entry is one lock name in memory: held, or with a last token not yet on disk,
 // or with waiters. Kept small: at a million held leases it is most of the memory.
+// Its live leases are of one kind (a lock, a semaphore's permits, or shared
+// leases: driver.Decide grants no other), which limit and shared say.
 type entry struct {
-	name    string
-	id      [16]byte    // lease id of the holder
-	token   fence.Token // holder's token
-	owner   string      // holder's owner (fence.WithOwner), "" if none
-	last    fence.Token // last token issued for name (or healed to)
-	expires int64       // holder's expiry, lease time
-	hidx    int32       // index in the expiry heap; -1: not held
-	dirty   bool        // last/lease not yet written
-	wake    chan struct{}
+	name   string
+	last   fence.Token // last token issued for name (or healed to)
+	wake   chan struct{}
+	x      *extra // the leases beyond h, and the exclusive waiter; nil for a lock
+	h      hold   // the first lease (h.hidx -1: none); a lock has only this one
+	limit  int16  // the semaphore limit of the live leases; 0 for a lock or shared
+	shared bool   // the live leases are shared ones
+	dirty  bool   // last/leases not yet written
+}
+
+// hold is one lease on a name, in the expiry heap while live.
+type hold struct {
+	e       *entry
+	id      [16]byte    // lease id
+	token   fence.Token // its token
+	owner   string      // its owner (fence.WithOwner), "" if none
+	expires int64       // its expiry, lease time
+	hidx    int32       // index in the expiry heap; -1: ended
+	slot    int32       // its semaphore slot; 0 for a lock or shared lease
+}
+
+// extra is what a semaphore or a shared lock has beyond a lock.
+type extra struct {
+	holds []*hold // live leases other than entry.h
+	// waiterUntil is when the record of an exclusive acquire waiting for shared
+	// holders ends (lease time; 0: none). It lives in memory only: a waiter is a
+	// call in this process (or a fence serve request), which a crash ends with
+	// the store, and a waiter that outlives the store (a remote client that asks
+	// again) records itself again at its first try on the reopened store, before
+	// it waits. A crash can therefore let shared acquires in ahead of a remote
+	// exclusive waiter once, never grant anything the rules refuse.
+	waiterUntil int64
+}
+
+// held reports whether e has a lease in the heap (live, or expired and not yet
+// ended by the expiry timer).
+func (e *entry) held() bool { return e.h.hidx >= 0 || e.x != nil && len(e.x.holds) > 0 }
+
+// leases appends e's leases in the heap to buf.
+func (e *entry) leases(buf []*hold) []*hold {
+	if e.h.hidx >= 0 {
+		buf = append(buf, &e.h)
+	}
+	if e.x != nil {
+		buf = append(buf, e.x.holds...)
+	}
+	return buf
+}
+
+// find returns e's lease with id in the heap, or nil.
+func (e *entry) find(id [16]byte) *hold {
+	if e == nil {
+		return nil
+	}
+	if e.h.hidx >= 0 && e.h.id == id {
+		return &e.h
+	}
+	if e.x != nil {
+		for _, h := range e.x.holds {
+			if h.id == id {
+				return h
+			}
+		}
+	}
+	return nil
+}
+
+// newEntry returns an entry for name without leases.
+func newEntry(name string, last fence.Token) *entry {
+	e := &entry{name: name, last: last}
+	e.h = hold{e: e, hidx: -1}
+	return e
 }
 
 // flushGen is one run of the flusher; its done closes after its commit.
@@ -241,7 +306,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
-	s.engine = driver.Engine{Backend: "bolt", Locker: s, Clock: s.clock, Closed: s.closing}
+	s.engine = driver.Engine{Backend: "bolt", Locker: s, Clock: s.clock, Closed: s.closing, Features: s.Features()}
 	// The frame's wall reading is taken after base and the one that restores
 	// leases before it, so that rounding errs toward longer leases both ways.
 	wallBefore := s.wallNow(s.clock.Now())
@@ -386,14 +451,8 @@ func (s *Store) load(nowWall int64) error {
 				if err != nil {
 					return fmt.Errorf("bolt: open %s: lock %q: %w", s.path, k, err)
 				}
-				if brokenForTest == "owners" {
-					r.owner = ""
-				}
-				if r.hasLease && r.wallExp > nowWall {
-					restored = append(restored, &entry{
-						name: string(k), id: r.id, token: r.token, owner: r.owner, last: r.last,
-						expires: r.wallExp - nowWall, hidx: -1,
-					})
+				if e := restore(string(k), r, nowWall); e != nil {
+					restored = append(restored, e)
 				}
 				return nil
 			})
@@ -424,7 +483,12 @@ func (s *Store) load(nowWall int64) error {
 	now := s.now()
 	for _, e := range restored {
 		s.locks[e.name] = e
-		s.heapPush(e)
+		s.heapPush(&e.h)
+		if e.x != nil {
+			for _, h := range e.x.holds {
+				s.heapPush(h)
+			}
+		}
 	}
 	s.peak = len(s.locks)
 	s.armLocked(now)
@@ -440,6 +504,36 @@ func (s *Store) load(nowWall int64) error {
 		s.clock.AfterFunc(time.Duration(left), func() { close(done) })
 	}
 	return nil
+}
+
+// restore returns the entry of name's record r with the leases whose written
+// expiry is ahead of nowWall, held by the same lease ids, tokens, owners and
+// slots until then (their hidx still -1: not yet in the heap), or nil if none is.
+func restore(name string, r lockFields, nowWall int64) *entry {
+	e := newEntry(name, r.last)
+	e.limit, e.shared = int16(r.limit), r.shared
+	for _, f := range r.holds {
+		if f.wallExp <= nowWall {
+			continue
+		}
+		if brokenForTest == "owners" {
+			f.owner = ""
+		}
+		h := &e.h
+		if e.h.token != 0 {
+			h = &hold{e: e}
+			if e.x == nil {
+				e.x = &extra{}
+			}
+			e.x.holds = append(e.x.holds, h)
+		}
+		h.id, h.token, h.owner, h.slot = f.id, f.token, f.owner, int32(f.slot)
+		h.expires, h.hidx = f.wallExp-nowWall, -1
+	}
+	if e.h.token == 0 {
+		return nil
+	}
+	return e
 }
 
 // createLog creates the lease log at Open if it is missing, which is fine for a
@@ -549,8 +643,8 @@ func (s *Store) readLocked(n time.Time) int64 {
 	}
 	s.wall0 += skew
 	s.steps++
-	for _, e := range s.heap {
-		s.markDirtyLocked(e)
+	for _, h := range s.heap {
+		s.markDirtyLocked(h.e)
 	}
 	return t
 }
@@ -744,7 +838,7 @@ func (s *Store) flushOnce() error {
 				e.dirty = true
 				s.dirty = append(s.dirty, e)
 			}
-		case !e.dirty && e.hidx < 0 && e.wake == nil && s.locks[e.name] == e:
+		case !e.dirty && !e.held() && e.wake == nil && s.locks[e.name] == e:
 			delete(s.locks, e.name) // its last token is on disk now
 		}
 	}
@@ -791,7 +885,7 @@ func (s *Store) shrinkLocked() {
 		s.locks, s.peak = m, n
 	}
 	if c := cap(s.heap); c > 4096 && len(s.heap) < c/4 {
-		s.heap = append(make([]*entry, 0, 2*len(s.heap)), s.heap...)
+		s.heap = append(make([]*hold, 0, 2*len(s.heap)), s.heap...)
 	}
 }
 
@@ -801,81 +895,188 @@ func u64(v uint64) []byte {
 	return b[:]
 }
 
-// Lock record: flags(1) last(8) [token(8) wallExpiry(8) id(16) [ownerLen(2)
-// owner]]. flagOwner is set only on a lease with an owner, so a record without
-// one is byte for byte what earlier releases wrote and read.
+// Lock record of a lock: flags(1) last(8) [token(8) wallExpiry(8) id(16)
+// [ownerLen(2) owner]]. flagOwner is set only on a lease with an owner, so a
+// record without one is byte for byte what earlier releases wrote and read.
+//
+// Lock record of a semaphore or a shared lock with live leases (flagMulti, and
+// flagShared for shared ones): flags(1) last(8) limit(2) count(2), then count
+// leases of token(8) wallExpiry(8) id(16) slot(2) ownerLen(2) owner. Earlier
+// releases refuse it as malformed (ErrCorrupt) without writing anything. A
+// name whose leases all ended is written as a lock record without lease.
 const (
-	flagLease = 1
-	flagOwner = 2
+	flagLease  = 1
+	flagOwner  = 2
+	flagMulti  = 4
+	flagShared = 8
 )
 
 // Lengths of the lock records: without a lease, with one, and the owner's
-// length prefix after a lease.
+// length prefix after a lease; the head of a multi-lease record and each of
+// its leases before the owner.
 const (
 	lockRecFree  = 9
 	lockRecLease = 41
 	lockRecOwner = 2
+	lockRecMulti = 13
+	lockRecHold  = 36
 )
 
+// holdFields is one lease of a lock record.
+type holdFields struct {
+	token   fence.Token
+	wallExp int64
+	id      [16]byte
+	owner   string
+	slot    int
+}
+
+// lockFields is a decoded lock record: the last token and the leases (none,
+// one of a lock, or those of a semaphore of limit or of a shared lock).
 type lockFields struct {
-	last, token fence.Token
-	wallExp     int64
-	id          [16]byte
-	owner       string
-	hasLease    bool
+	last   fence.Token
+	limit  int
+	shared bool
+	holds  []holdFields
 }
 
 func (s *Store) encodeLock(e *entry) []byte {
-	if e.hidx < 0 {
+	if !e.held() {
 		b := make([]byte, lockRecFree)
 		binary.BigEndian.PutUint64(b[1:], uint64(e.last))
 		return b
 	}
-	n := lockRecLease
-	if e.owner != "" {
-		n += lockRecOwner + len(e.owner)
+	if e.limit == 0 && !e.shared {
+		h := &e.h
+		n := lockRecLease
+		if h.owner != "" {
+			n += lockRecOwner + len(h.owner)
+		}
+		b := make([]byte, lockRecLease, n)
+		b[0] = flagLease
+		binary.BigEndian.PutUint64(b[1:], uint64(e.last))
+		binary.BigEndian.PutUint64(b[9:], uint64(h.token))
+		binary.BigEndian.PutUint64(b[17:], uint64(s.wallAt(h.expires)))
+		copy(b[25:], h.id[:])
+		if h.owner != "" {
+			b[0] |= flagOwner
+			b = binary.BigEndian.AppendUint16(b, uint16(len(h.owner)))
+			b = append(b, h.owner...)
+		}
+		return b
 	}
-	b := make([]byte, lockRecLease, n)
-	b[0] = flagLease
-	binary.BigEndian.PutUint64(b[1:], uint64(e.last))
-	binary.BigEndian.PutUint64(b[9:], uint64(e.token))
-	binary.BigEndian.PutUint64(b[17:], uint64(s.wallAt(e.expires)))
-	copy(b[25:], e.id[:])
-	if e.owner != "" {
-		b[0] |= flagOwner
-		b = binary.BigEndian.AppendUint16(b, uint16(len(e.owner)))
-		b = append(b, e.owner...)
+	var buf [8]*hold
+	hs := e.leases(buf[:0])
+	n := lockRecMulti
+	for _, h := range hs {
+		n += lockRecHold + len(h.owner)
+	}
+	b := make([]byte, 1, n)
+	b[0] = flagMulti
+	if e.shared {
+		b[0] |= flagShared
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(e.last))
+	b = binary.BigEndian.AppendUint16(b, uint16(e.limit))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(hs)))
+	for _, h := range hs {
+		b = binary.BigEndian.AppendUint64(b, uint64(h.token))
+		b = binary.BigEndian.AppendUint64(b, uint64(s.wallAt(h.expires)))
+		b = append(b, h.id[:]...)
+		b = binary.BigEndian.AppendUint16(b, uint16(h.slot))
+		b = binary.BigEndian.AppendUint16(b, uint16(len(h.owner)))
+		b = append(b, h.owner...)
 	}
 	return b
 }
 
 // decodeLock decodes a lock record (of the bucket or of the lease log); a lease
 // record without flagOwner, as earlier releases wrote, has owner "". It returns
-// an error matching ErrCorrupt for a malformed record.
+// an error matching ErrCorrupt, saying what is wrong, for a malformed record.
 func decodeLock(v []byte) (lockFields, error) {
 	var r lockFields
-	bad := func() (lockFields, error) {
-		return lockFields{}, fmt.Errorf("lock record of %d bytes is malformed: %w", len(v), ErrCorrupt)
+	bad := func(why string) (lockFields, error) {
+		return lockFields{}, fmt.Errorf("lock record of %d bytes is malformed: %s: %w", len(v), why, ErrCorrupt)
 	}
+	if len(v) == 0 {
+		return bad("empty")
+	}
+	if v[0]&flagMulti != 0 {
+		return decodeMulti(v, bad)
+	}
+	var h holdFields
 	switch {
 	case len(v) == lockRecFree && v[0] == 0:
 	case len(v) == lockRecLease && v[0] == flagLease:
-		r.hasLease = true
 	case len(v) >= lockRecLease+lockRecOwner && v[0] == flagLease|flagOwner:
 		n := int(binary.BigEndian.Uint16(v[lockRecLease:]))
-		r.owner = string(v[lockRecLease+lockRecOwner:])
-		if n == 0 || len(r.owner) != n || driver.ValidateOwner(r.owner) != nil {
-			return bad()
+		h.owner = string(v[lockRecLease+lockRecOwner:])
+		if n == 0 || len(h.owner) != n || driver.ValidateOwner(h.owner) != nil {
+			return bad("bad owner")
 		}
-		r.hasLease = true
 	default:
-		return bad()
+		return bad(fmt.Sprintf("flags %#x", v[0]))
 	}
 	r.last = fence.Token(binary.BigEndian.Uint64(v[1:]))
-	if r.hasLease {
-		r.token = fence.Token(binary.BigEndian.Uint64(v[9:]))
-		r.wallExp = int64(binary.BigEndian.Uint64(v[17:]))
-		copy(r.id[:], v[25:])
+	if v[0]&flagLease != 0 {
+		h.token = fence.Token(binary.BigEndian.Uint64(v[9:]))
+		h.wallExp = int64(binary.BigEndian.Uint64(v[17:]))
+		copy(h.id[:], v[25:])
+		r.holds = []holdFields{h}
+	}
+	return r, nil
+}
+
+// decodeMulti decodes a lock record with flagMulti; bad makes its error.
+func decodeMulti(v []byte, bad func(string) (lockFields, error)) (lockFields, error) {
+	if len(v) < lockRecMulti || v[0]&^(flagMulti|flagShared) != 0 {
+		return bad(fmt.Sprintf("flags %#x", v[0]))
+	}
+	r := lockFields{
+		last:   fence.Token(binary.BigEndian.Uint64(v[1:])),
+		limit:  int(binary.BigEndian.Uint16(v[9:])),
+		shared: v[0]&flagShared != 0,
+	}
+	count := int(binary.BigEndian.Uint16(v[11:]))
+	switch {
+	case r.shared && r.limit != 0:
+		return bad(fmt.Sprintf("shared with limit %d", r.limit))
+	case !r.shared && (r.limit < 2 || r.limit > fence.MaxLimit):
+		return bad(fmt.Sprintf("limit %d", r.limit))
+	case count == 0 || count > fence.MaxLimit || !r.shared && count > r.limit:
+		return bad(fmt.Sprintf("%d leases", count))
+	}
+	used := make(map[int]bool, count)
+	p := v[lockRecMulti:]
+	for i := range count {
+		if len(p) < lockRecHold {
+			return bad(fmt.Sprintf("lease %d cut short", i))
+		}
+		h := holdFields{
+			token:   fence.Token(binary.BigEndian.Uint64(p)),
+			wallExp: int64(binary.BigEndian.Uint64(p[8:])),
+			slot:    int(binary.BigEndian.Uint16(p[32:])),
+		}
+		copy(h.id[:], p[16:32])
+		n := int(binary.BigEndian.Uint16(p[34:]))
+		if len(p) < lockRecHold+n {
+			return bad(fmt.Sprintf("owner of lease %d cut short", i))
+		}
+		h.owner = string(p[lockRecHold : lockRecHold+n])
+		p = p[lockRecHold+n:]
+		switch {
+		case h.token == 0 || h.token > r.last:
+			return bad(fmt.Sprintf("lease %d has token %d, last token %d", i, h.token, r.last))
+		case r.shared && h.slot != 0, !r.shared && (h.slot >= r.limit || used[h.slot]):
+			return bad(fmt.Sprintf("lease %d has slot %d", i, h.slot))
+		case n > 0 && driver.ValidateOwner(h.owner) != nil:
+			return bad(fmt.Sprintf("lease %d has a bad owner", i))
+		}
+		used[h.slot] = true
+		r.holds = append(r.holds, h)
+	}
+	if len(p) != 0 {
+		return bad(fmt.Sprintf("%d bytes after the last lease", len(p)))
 	}
 	return r, nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -539,7 +538,7 @@ func TestStore_InspectList_ReportHeldAndLastTokens(t *testing.T) {
 		for i := range want {
 			g := got[i]
 			g.ExpiresIn = 0
-			if !reflect.DeepEqual(g, want[i]) {
+			if !g.Equal(want[i]) {
 				t.Fatalf("%s: List[%d] = %+v, want %+v", stage, i, g, want[i])
 			}
 		}

@@ -25,8 +25,9 @@ import (
 //     it and the acquire waits, the backend records that an exclusive acquire is
 //     waiting, until the try's time plus the smaller of Request.TTL and
 //     Request.WaitLeft (each try extends it; Decision.MarkWaiter says when), and
-//     clears the record when it grants an exclusive lease. A waiter that gives up
-//     so holds off shared acquires for at most its TTL.
+//     clears the record when it grants an exclusive lease. The waiter tries again
+//     before its record lapses (Decision.Retry). A waiter that gives up so holds
+//     off shared acquires for at most its TTL.
 //   - A shared acquire is held while an exclusive lease is live, while an
 //     exclusive acquire is recorded waiting (writer preference), and while
 //     fence.MaxLimit shared leases are live.
@@ -55,13 +56,19 @@ type Decision struct {
 	// MarkWaiter says the try is an exclusive acquire that waits for shared
 	// holders: record the waiter until now plus WaiterFor(r).
 	MarkWaiter bool
+	// Retry, with MarkWaiter, is how soon the waiter must try again to renew its
+	// record before it lapses (half its life, or ExpiresIn if sooner): the
+	// Result's Retry. A waiter whose TTL is shorter than the shared holders'
+	// time left so stays preferred for as long as it waits.
+	Retry time.Duration
 }
 
 // WaiterFor is how long after a try an exclusive waiter's record holds off
-// shared acquires: the smaller of the request's TTL and the wait left.
+// shared acquires: the smaller of the request's TTL and the wait left (for a
+// try at the very end of a wait, nothing).
 func WaiterFor(r *Request) time.Duration {
-	if r.WaitLeft > 0 && r.WaitLeft < r.TTL {
-		return r.WaitLeft
+	if r.Waiting {
+		return max(min(r.TTL, r.WaitLeft), 0)
 	}
 	return r.TTL
 }
@@ -126,7 +133,11 @@ func Decide(r *Request, live []Holding, now, waiterUntil time.Time) (Decision, e
 		if n == 0 {
 			return Decision{Grant: true}, nil
 		}
-		return Decision{ExpiresIn: latest.Sub(now), MarkWaiter: shared && r.Waiting}, nil
+		d := Decision{ExpiresIn: latest.Sub(now)}
+		if shared && r.Waiting {
+			d.MarkWaiter, d.Retry = true, min(d.ExpiresIn, WaiterFor(r)/2)
+		}
+		return d, nil
 	}
 }
 

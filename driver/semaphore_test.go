@@ -105,7 +105,8 @@ func TestDecide(t *testing.T) {
 		{"shared waits for exclusive", req(0, true, true), []driver.Holding{lock}, time.Time{}, driver.Decision{ExpiresIn: time.Second}, nil},
 		{"shared held off by a waiting writer", req(0, true, false), []driver.Holding{shared(time.Second)}, in(4 * time.Second), driver.Decision{ExpiresIn: 4 * time.Second}, nil},
 		{"writer record over", req(0, true, false), []driver.Holding{shared(time.Second)}, now, driver.Decision{Grant: true}, nil},
-		{"exclusive waits for the last reader and marks", req(0, false, true), []driver.Holding{shared(time.Second), shared(3 * time.Second)}, time.Time{}, driver.Decision{ExpiresIn: 3 * time.Second, MarkWaiter: true}, nil},
+		{"exclusive waits for the last reader and marks", req(0, false, true), []driver.Holding{shared(time.Second), shared(3 * time.Second)}, time.Time{}, driver.Decision{ExpiresIn: 3 * time.Second, MarkWaiter: true, Retry: 3 * time.Second}, nil},
+		{"a short-lived waiter retries within its record", &driver.Request{Name: "n", TTL: 2 * time.Second, Waiting: true, WaitLeft: fence.WaitForever}, []driver.Holding{shared(time.Minute)}, time.Time{}, driver.Decision{ExpiresIn: time.Minute, MarkWaiter: true, Retry: time.Second}, nil},
 		{"exclusive try does not mark", req(0, false, false), []driver.Holding{shared(time.Second)}, time.Time{}, driver.Decision{ExpiresIn: time.Second}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,13 +138,17 @@ func TestDecide_SharedAtMaxLimitIsHeld(t *testing.T) {
 }
 
 func TestWaiterFor(t *testing.T) {
-	r := &driver.Request{TTL: 10 * time.Second, WaitLeft: fence.WaitForever}
+	r := &driver.Request{TTL: 10 * time.Second, Waiting: true, WaitLeft: fence.WaitForever}
 	if got := driver.WaiterFor(r); got != 10*time.Second {
 		t.Fatalf("WaiterFor(forever) = %v; want the TTL", got)
 	}
 	r.WaitLeft = 2 * time.Second
 	if got := driver.WaiterFor(r); got != 2*time.Second {
 		t.Fatalf("WaiterFor(2s left) = %v; want 2s", got)
+	}
+	r.WaitLeft = 0 // the last try of a wait that is over
+	if got := driver.WaiterFor(r); got != 0 {
+		t.Fatalf("WaiterFor(nothing left) = %v; want 0, not the TTL", got)
 	}
 }
 

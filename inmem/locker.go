@@ -146,14 +146,10 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 		return driver.Result{}, err
 	}
 	if !d.Grant {
-		res := driver.Result{ExpiresIn: d.ExpiresIn, Wake: st.released}
 		if d.MarkWaiter {
 			st.waiterUntil = now.Add(driver.WaiterFor(r))
-			// Try again within the record's life, so a waiter whose TTL is
-			// shorter than the shared holders' time left stays preferred.
-			res.Retry = min(d.ExpiresIn, driver.WaiterFor(r)/2)
 		}
-		return res, nil
+		return driver.Result{ExpiresIn: d.ExpiresIn, Retry: d.Retry, Wake: st.released}, nil
 	}
 	if st.counter >= fence.MaxToken {
 		return driver.Result{}, fmt.Errorf("counter at %d: %w", st.counter, fence.ErrTokenExhausted)

@@ -201,10 +201,10 @@ func BenchmarkLocker_AcquireRelease_GrantNotifyVsNot(b *testing.B) {
 	pairedAs(b, "pair", "nonotify", "notify", pairOn(ctx, without, uniq(b, "without")), pairOn(ctx, with, uniq(b, "with")))
 }
 
-// pairOn returns a function that acquires name on l and releases it.
-func pairOn(ctx context.Context, l fence.Locker, name string) func() error {
+// pairOn returns a function that acquires name on l (with opts) and releases it.
+func pairOn(ctx context.Context, l fence.Locker, name string, opts ...fence.AcquireOption) func() error {
 	return func() error {
-		lease, err := l.Acquire(ctx, name, 10*time.Second)
+		lease, err := l.Acquire(ctx, name, 10*time.Second, opts...)
 		if err != nil {
 			return err
 		}
@@ -307,3 +307,78 @@ func BenchmarkLocker_WatchLatency(b *testing.B) {
 	b.ReportMetric(float64(median(grant).Nanoseconds()), "grant-p50-ns")
 	b.ReportMetric(float64(quantile(grant, 0.9).Nanoseconds()), "grant-p90-ns")
 }
+
+// BenchmarkLocker_AcquireRelease_LockBeforeVsAfterSemaphores prices what
+// semaphores and shared locks added to a lock's uncontended Acquire+Release:
+// the acquire statement resets the row's holders and waiter record ("after")
+// where the version before did not ("before"); Release is unchanged.
+// Alternately on one server; read after/before.
+//
+//	go test -run '^$' -bench LockBeforeVsAfter -benchtime 2000x -count 5 ./postgres/
+func BenchmarkLocker_AcquireRelease_LockBeforeVsAfterSemaphores(b *testing.B) {
+	ctx := context.Background()
+	after, before := openLocker(b, sharedPool, nil), openLocker(b, sharedPool, nil)
+	if err := postgres.WithoutMultiReset(before); err != nil {
+		b.Fatal(err)
+	}
+	pairedAs(b, "pair", "before", "after", pairOn(ctx, before, uniq(b, "before")), pairOn(ctx, after, uniq(b, "after")))
+}
+
+// BenchmarkLocker_AcquireRelease_SemaphoreVsLock compares an uncontended
+// Acquire+Release pair of a semaphore permit (limit 3, two other permits held,
+// so the grant rewrites a row of three holders) with a lock's, alternately on
+// one server. Read permit/lock; shared/lock is the same for a shared lease
+// (two other shared leases held).
+//
+//	go test -run '^$' -bench SemaphoreVsLock -benchtime 2000x -count 5 ./postgres/
+func BenchmarkLocker_AcquireRelease_SemaphoreVsLock(b *testing.B) {
+	ctx := context.Background()
+	l := openLocker(b, sharedPool, nil)
+	for _, kind := range []struct {
+		name string
+		opt  fence.AcquireOption
+	}{{"permit", fence.WithLimit(3)}, {"shared", fence.WithShared()}} {
+		b.Run(kind.name, func(b *testing.B) {
+			name := uniq(b, kind.name)
+			for i := 0; i < 2; i++ {
+				if _, err := l.Acquire(ctx, name, time.Hour, kind.opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pairedAs(b, "pair", "lock", kind.name, pairOn(ctx, l, uniq(b, "lock")), pairOn(ctx, l, name, kind.opt))
+		})
+	}
+}
+
+// BenchmarkLocker_Handoff_PermitVsLock compares the handoff of a permit (limit
+// 2, the other permit held throughout) to a waiter on another Locker with a
+// lock's handoff, one round of each in turn (fencetest.BenchmarkHandoffInterleaved):
+// a release's NOTIFY and one acquire statement either way. Read permit/lock.
+//
+//	go test -run '^$' -bench PermitVsLock -benchtime 200x ./postgres/
+func BenchmarkLocker_Handoff_PermitVsLock(b *testing.B) {
+	holder := openLocker(b, sharedPool, nil)
+	waiter := openLocker(b, sharedPool, &postgres.LockerOptions{PollInterval: time.Hour})
+	lock, sem := uniq(b, "lock"), uniq(b, "sem")
+	if _, err := holder.Acquire(context.Background(), sem, time.Hour, fence.WithLimit(2)); err != nil {
+		b.Fatal(err)
+	}
+	fencetest.BenchmarkHandoffInterleaved(b,
+		fencetest.HandoffSubject{Name: "lock", Holder: fencetest.LockerMutex(holder, lock), Waiter: fencetest.LockerMutex(waiter, lock)},
+		fencetest.HandoffSubject{Name: "permit", Holder: &permitMutex{l: holder, name: sem}, Waiter: &permitMutex{l: waiter, name: sem}})
+}
+
+// permitMutex is a permit of a semaphore of 2 as a fencetest.Mutex: Lock waits
+// (at most 30s) and keeps the lease for Unlock.
+type permitMutex struct {
+	l     fence.Locker
+	name  string
+	lease *fence.Lease
+}
+
+func (m *permitMutex) Lock(ctx context.Context) (err error) {
+	m.lease, err = m.l.Acquire(ctx, m.name, 10*time.Second, fence.WithLimit(2), fence.WithWait(30*time.Second))
+	return err
+}
+
+func (m *permitMutex) Unlock(ctx context.Context) error { return m.lease.Release(ctx) }

@@ -17,7 +17,8 @@
 //     implements fence.KV and fence.Guard.
 //   - [Locker], a fence.Locker whose lock rows keep the token counter and whose
 //     expiry is judged by the database's clock; waiters and watchers are woken
-//     by LISTEN/NOTIFY.
+//     by LISTEN/NOTIFY. It also makes semaphores and shared locks, fenced by
+//     the same counter (see Semaphores and shared locks).
 //
 // Every guard applies fence.Admit's rule in SQL: a fence is accepted if its
 // token is above the stored one, or equal under the same non-empty lease id, and
@@ -32,9 +33,11 @@
 //
 // [Schema], [KVSchema] and [LockerSchema] are the DDL, and CreateSchema runs it
 // under the configured table name. Locker.CreateSchema also upgrades a lock
-// table made by an earlier version: it adds the owner column (ADD COLUMN IF NOT
-// EXISTS, empty by default), keeping every row; until it has run, the new
-// version's Acquire and Inspect return [ErrSchema]. The only index any
+// table made by an earlier version: it adds the owner column and the columns of
+// semaphores and shared locks (sem_limit, shared, holders, waiter_until; ADD
+// COLUMN IF NOT EXISTS with constant defaults, so without rewriting the table),
+// keeping every row and held lease; until it has run, the new version's Acquire
+// and Inspect return [ErrSchema]. The only index any
 // statement needs is the primary key (or, for a Row, a unique index on its key column): every
 // statement looks a row up by it, and ON CONFLICT arbitrates on it. A Row's
 // fence columns should be NOT NULL with defaults meaning "never fenced" (see
@@ -116,6 +119,52 @@
 // channel): it ends whatever unexpired lease the row holds when the UPDATE locks
 // it, never one granted after a look at the lock, and wakes waiters as a release
 // does.
+//
+// # Semaphores and shared locks
+//
+// A permit (fence.WithLimit) or shared lease (fence.WithShared) lives in the
+// name's one row, next to its counter, so a grant of any kind is still one
+// statement on one row: concurrent grants queue on its row lock, and one that
+// waited re-checks its condition on the row as the grant before it left it, so
+// the limit is never exceeded and no slot is granted twice. Such a row has an
+// empty lease (never a lease id), sem_limit the limit (0 for shared), shared,
+// and holders, a jsonb array of {"l": lease id, "t": token, "s": slot, "e": expiry in µs
+// since the epoch, "o": owner}; its expires_at is the last of their expiries. A
+// lock's acquire, this version's or an older one's, is thus held while any
+// permit is live, and a revoke (expires_at = -infinity) ends them all. The grant,
+// with $7 the limit (0 for shared), $8 shared, $9 the most live leases (the
+// limit, or fence.MaxLimit), the other parameters as for a lock:
+//
+//	WITH granted AS (
+//	    INSERT INTO "fence_locks" AS l (name, token, lease, expires_at, owner, sem_limit, shared, holders)
+//	    SELECT $1, 1, '', <n.e as timestamptz>, '', $7, $8, <[the new holder, token 1, slot 0]>
+//	    FROM (SELECT <now + $3 ms, in µs> AS e) n
+//	    ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = '', owner = '', sem_limit = $7, shared = $8,
+//	        (holders, expires_at) = (<the live holders and the new one, token l.token + 1,
+//	            in the lowest slot in [0, $7) no live holder has; the last expiry>)
+//	    WHERE l.token < $4 AND (NOT $8 OR l.waiter_until <= clock_timestamp())
+//	        AND (l.expires_at <= clock_timestamp() OR (l.lease = '' AND l.sem_limit = $7 AND l.shared = $8
+//	            AND <the number of live holders> < $9))
+//	    RETURNING token, name, holders)
+//	SELECT token, (holders->-1->>'s')::int FROM granted, pg_notify($6, name)
+//
+// (the elided parts are spelt out in the package's source, multi.go). A lock's acquire also resets
+// holders and waiter_until. A permit's or shared lease's id starts with "m.", so
+// Renew and Release pick the statement that updates its holder (and the row's
+// expiry, the last of what is left) without a look at the row, and a lock's
+// Renew and Release are the statements above, unchanged. A refused grant reads
+// the row and applies driver.Decide to it: the *fence.HeldError's time left, a
+// *fence.LimitError for another limit, and, for an exclusive acquire that waits
+// for shared holders, a record in waiter_until (the later of the one there and
+// now plus the smaller of its TTL and its wait left) that holds off new shared
+// acquires until it ends or an exclusive grant clears it: writer preference. A
+// release of one of several leases notifies waiters as a release of a lock
+// does.
+//
+// An older binary on the upgraded table keeps working during a rolling upgrade:
+// its acquire finds the name held while permits are live, its renew and release
+// never match a permit (their lease is empty), and its revoke ends them all; the new
+// binary takes the older one's grants for locks.
 //
 // # Clocks
 //

@@ -96,14 +96,14 @@ type acquired struct {
 	err   error
 }
 
-// acquireLater runs a waiting Acquire of name on l in its own goroutine and
-// returns once a Locker listens on pool's database (a waiter subscribes before it
-// starts listening); the outcome comes on the channel.
-func acquireLater(t testing.TB, ctx context.Context, pool *pgxpool.Pool, l fence.Locker, name string, wait time.Duration) <-chan acquired {
+// acquireLater runs a waiting Acquire of name (with opts) on l in its own
+// goroutine and returns once a Locker listens on pool's database (a waiter
+// subscribes before it starts listening); the outcome comes on the channel.
+func acquireLater(t testing.TB, ctx context.Context, pool *pgxpool.Pool, l fence.Locker, name string, wait time.Duration, opts ...fence.AcquireOption) <-chan acquired {
 	t.Helper()
 	got := make(chan acquired, 1)
 	go func() {
-		lease, err := l.Acquire(ctx, name, time.Minute, fence.WithWait(wait))
+		lease, err := l.Acquire(ctx, name, time.Minute, append(opts, fence.WithWait(wait))...)
 		got <- acquired{lease, err}
 	}()
 	waitForListenerOn(t, ctx, pool, "fence_locks")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,16 +37,31 @@ const minPoll = 10 * time.Millisecond
 //   - owner is the current lease's owner (fence.WithOwner), empty for none; a
 //     release or revoke clears it. The ALTER TABLE adds it to a table made by
 //     an earlier version's DDL, which had none: its rows get an empty owner.
+//   - A row whose lease is empty holds semaphore permits (fence.WithLimit, of
+//     limit sem_limit) or shared leases (shared): holders is the jsonb array
+//     of their leases, and expires_at the last of their expiries, so that a
+//     lock's acquire is held while any of them is live. waiter_until is the end
+//     of the record of an exclusive acquire waiting for shared holders, which
+//     holds off new shared acquires. The ALTER TABLE adds these columns to a
+//     table made by an earlier version's DDL (instantly: constant defaults).
 //   - The trigger refuses to lower a token or delete a row (by hand or by a
 //     bug): either would let tokens repeat.
 const LockerSchema = `CREATE TABLE IF NOT EXISTS fence_locks (
-    name       text COLLATE "C" PRIMARY KEY,
-    token      bigint      NOT NULL CHECK (token > 0),
-    lease      text        NOT NULL,
-    expires_at timestamptz NOT NULL,
-    owner      text        NOT NULL DEFAULT ''
+    name         text COLLATE "C" PRIMARY KEY,
+    token        bigint      NOT NULL CHECK (token > 0),
+    lease        text        NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    owner        text        NOT NULL DEFAULT '',
+    sem_limit    integer     NOT NULL DEFAULT 0,
+    shared       boolean     NOT NULL DEFAULT false,
+    holders      jsonb,
+    waiter_until timestamptz NOT NULL DEFAULT '-infinity'
 );
-ALTER TABLE fence_locks ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT '';
+ALTER TABLE fence_locks ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS sem_limit integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS shared boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS holders jsonb,
+    ADD COLUMN IF NOT EXISTS waiter_until timestamptz NOT NULL DEFAULT '-infinity';
 CREATE OR REPLACE FUNCTION fence_locks_keep_counters() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'fence: % on %: lock rows hold token counters that must never go down or be deleted', TG_OP, TG_TABLE_NAME
@@ -87,8 +103,13 @@ type LockerOptions struct {
 // holder's lease would expire, and poll at least every PollInterval. Grants
 // notify watchers too, on a channel of their own.
 //
-// Locker implements fence.Locker, fence.Inspector, fence.Revoker and
-// fence.Watcher. It is safe for concurrent use. Close it to stop its listener;
+// Semaphores (fence.WithLimit) and shared locks (fence.WithShared) live in the
+// same row, with the same counter: every grant of any kind is one statement on
+// that row, so PostgreSQL's row lock orders concurrent grants, which never
+// exceed the limit or share a slot.
+//
+// Locker implements fence.Locker, fence.Inspector, fence.Revoker,
+// fence.Watcher and fence.FeatureLocker. It is safe for concurrent use. Close it to stop its listener;
 // it does not close the pool.
 type Locker struct {
 	pool    *pgxpool.Pool
@@ -102,6 +123,7 @@ type Locker struct {
 	err     error // a bad option, without the "postgres:" of the method's error
 
 	acquireSQL, heldSQL, renewSQL, releaseSQL, revokeSQL, inspectSQL, listSQL, ddl string
+	multiAcquireSQL, multiRenewSQL, multiReleaseSQL, markWaiterSQL                 string
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed by Close
@@ -121,6 +143,8 @@ var (
 	_ fence.Inspector = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
 	_ fence.Watcher   = (*Locker)(nil)
+
+	_ fence.FeatureLocker = (*Locker)(nil)
 )
 
 // NewLocker returns a Locker on pool. A malformed option is reported, matching
@@ -144,7 +168,10 @@ func NewLocker(pool *pgxpool.Pool, opts *LockerOptions) *Locker {
 		closing: make(chan struct{}), ready: make(chan struct{}), done: make(chan struct{}),
 	}
 	// The engine's fallback poll is the longest sleep try asks for.
-	l.engine = driver.Engine{Backend: "postgres", Locker: l, Clock: o.Clock, Poll: max(o.PollInterval, minPoll), Closed: l.closing}
+	l.engine = driver.Engine{
+		Backend: "postgres", Locker: l, Clock: o.Clock, Poll: max(o.PollInterval, minPoll), Closed: l.closing,
+		Features: fence.Features{Semaphores: true, Shared: true},
+	}
 	var err error
 	l.table, err = quoteIdent("table", o.Table, true)
 	if inv := (*fence.InvalidError)(nil); errors.As(err, &inv) {
@@ -194,11 +221,12 @@ func (l *Locker) buildSQL(schema, base string) {
 	// at commit, so only a grant that committed is announced.
 	l.acquireSQL = `WITH granted AS (
     INSERT INTO ` + t + ` AS l (name, token, lease, expires_at, owner) VALUES ($1, 1, $2, ` + expiresAt + `, $5)
-    ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease, expires_at = ` + expiresAt + `, owner = excluded.owner
+    ON CONFLICT (name) DO UPDATE SET token = l.token + 1, lease = excluded.lease, expires_at = ` + expiresAt + `, owner = excluded.owner,
+        holders = NULL, waiter_until = '-infinity'
     WHERE l.expires_at <= clock_timestamp() AND l.token < $4
     RETURNING token, name)
 SELECT token FROM granted, pg_notify($6, name)`
-	l.heldSQL = `SELECT token, lease IS NULL, ` + remainingMS + ` FROM ` + t + ` WHERE name = $1`
+	l.heldSQL = `SELECT token, lease IS NULL, ` + remainingMS + `, ` + multiCols + ` FROM ` + t + ` WHERE name = $1`
 	l.renewSQL = `UPDATE ` + t + ` SET expires_at = ` + expiresAt + `
 WHERE name = $1 AND lease = $2 AND expires_at > clock_timestamp()`
 	// Release and Revoke end an unexpired lease and notify waiters (NOTIFY is
@@ -212,34 +240,26 @@ SELECT pg_notify(` + channel + `, name) FROM ended`
 	}
 	l.releaseSQL = end(" AND lease = $2", "$3")
 	l.revokeSQL = end("", "$2")
-	l.inspectSQL = `SELECT token, ` + remainingMS + `, owner FROM ` + t + ` WHERE name = $1`
-	l.listSQL = `SELECT name, token, ` + remainingMS + `, owner FROM ` + t + `
+	l.inspectSQL = `SELECT token, ` + remainingMS + `, owner, ` + multiCols + ` FROM ` + t + ` WHERE name = $1`
+	l.listSQL = `SELECT name, token, ` + remainingMS + `, owner, ` + multiCols + ` FROM ` + t + `
 WHERE name >= $1 AND starts_with(name, $1) ORDER BY name LIMIT $2`
+
+	l.buildMultiSQL()
 
 	fn := pgx.Identifier{base + "_keep_counters"}
 	if schema != "" {
 		fn = pgx.Identifier{schema, base + "_keep_counters"}
 	}
 	trig := func(s string) string { return pgx.Identifier{base + s}.Sanitize() }
-	l.ddl = `CREATE TABLE IF NOT EXISTS ` + t + ` (
-    name       text COLLATE "C" PRIMARY KEY,
-    token      bigint      NOT NULL CHECK (token > 0),
-    lease      text        NOT NULL,
-    expires_at timestamptz NOT NULL,
-    owner      text        NOT NULL DEFAULT ''
-);
-ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS owner text NOT NULL DEFAULT '';
-CREATE OR REPLACE FUNCTION ` + fn.Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'fence: % on %: lock rows hold token counters that must never go down or be deleted', TG_OP, TG_TABLE_NAME
-        USING ERRCODE = 'integrity_constraint_violation';
-END $$;
-CREATE OR REPLACE TRIGGER ` + trig("_no_lower") + ` BEFORE UPDATE ON ` + t + `
-    FOR EACH ROW WHEN (NEW.token < OLD.token) EXECUTE FUNCTION ` + fn.Sanitize() + `();
-CREATE OR REPLACE TRIGGER ` + trig("_no_delete") + ` BEFORE DELETE ON ` + t + `
-    FOR EACH ROW EXECUTE FUNCTION ` + fn.Sanitize() + `();
-CREATE OR REPLACE TRIGGER ` + trig("_no_truncate") + ` BEFORE TRUNCATE ON ` + t + `
-    FOR EACH STATEMENT EXECUTE FUNCTION ` + fn.Sanitize() + `();`
+	// LockerSchema under the configured names; longer names first, so that the
+	// function and the triggers are not taken for the table.
+	l.ddl = strings.NewReplacer(
+		"fence_locks_keep_counters", fn.Sanitize(),
+		"fence_locks_no_lower", trig("_no_lower"),
+		"fence_locks_no_delete", trig("_no_delete"),
+		"fence_locks_no_truncate", trig("_no_truncate"),
+		"fence_locks", t,
+	).Replace(LockerSchema)
 	if len(base)+len("_keep_counters") > maxIdentLen {
 		l.err = &fence.InvalidError{Field: "table", Value: base, Reason: fmt.Sprintf("is too long to name its trigger function (at most %d bytes)", maxIdentLen-len("_keep_counters"))}
 	}
@@ -248,7 +268,8 @@ CREATE OR REPLACE TRIGGER ` + trig("_no_truncate") + ` BEFORE TRUNCATE ON ` + t 
 // CreateSchema creates the lock table, its trigger function and its triggers if
 // they do not exist (the DDL of LockerSchema under the configured name), in one
 // transaction. On a lock table made by an earlier version it adds the owner
-// column, keeping every row (tokens and held leases). It returns fence.ErrUnavailable if the database cannot be reached.
+// column and those of semaphores and shared locks, keeping every row (tokens
+// and held leases). It returns fence.ErrUnavailable if the database cannot be reached.
 func (l *Locker) CreateSchema(ctx context.Context) error {
 	if l.err != nil {
 		return fmt.Errorf("postgres: create lock table: %w", l.err)
@@ -266,9 +287,16 @@ func (l *Locker) CreateSchema(ctx context.Context) error {
 // tries once; fence.WithWait makes it wait for a release (woken by NOTIFY), for
 // the holder's lease to expire, or at most PollInterval (and at most ttl).
 //
+// With fence.WithLimit(n) it grants a permit of a semaphore of n, in the
+// lowest slot no live permit has; with fence.WithShared a shared lease, unless
+// an exclusive acquire is waiting for shared holders to leave (it records
+// itself in the row, for the smaller of its TTL and its wait left).
+//
 // It returns a *fence.HeldError (fence.ErrNotAcquired) with the holder's time
 // left if the lock stayed held, also matching ctx.Err() if ctx ended the wait;
-// fence.ErrInvalid for a bad name, TTL or option; fence.ErrTokenExhausted when
+// a *fence.LimitError (fence.ErrInvalid) if the live leases have another limit
+// (a lock or a shared lease counts as 1); fence.ErrInvalid for a bad name, TTL
+// or option; fence.ErrTokenExhausted when
 // name's counter reached fence.MaxToken; ErrCorrupt if name's row was edited into
 // something the Locker never writes (it then grants nothing); ErrSchema if the
 // table is missing; fence.ErrUnavailable if the database cannot be reached (the
@@ -343,19 +371,41 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 		}
 		return driver.Result{ExpiresIn: left, Wake: wake, Retry: sleep}
 	}
+	multi := r.Options.Limit > 0 || r.Options.Shared
+	id, most := r.ID, r.Options.Limit // the lease id, and the most live leases of a multi grant
+	if multi {
+		id = multiPrefix + r.ID
+	}
+	if r.Options.Shared {
+		most = fence.MaxLimit
+	}
 	start := l.clock.Now()
 	for attempt := 1; ; attempt++ {
-		var tok int64
-		err := l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok) },
-			l.acquireSQL, r.Name, r.ID, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner, l.watchCh)
+		var (
+			tok  int64
+			slot int
+			err  error
+		)
+		if multi {
+			err = l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok, &slot) },
+				l.multiAcquireSQL, r.Name, id, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner, l.watchCh,
+				r.Options.Limit, r.Options.Shared, most)
+		} else {
+			err = l.durable(ctx, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&tok) },
+				l.acquireSQL, r.Name, id, r.TTL.Milliseconds(), int64(fence.MaxToken), r.Options.Owner, l.watchCh)
+		}
 		if err == nil {
 			if tok < 1 || tok > int64(fence.MaxToken) {
 				// Only a hand edit gets here (the CHECK allows up to int64): the
 				// lease is ours but its token is not a valid one. Give it back.
-				_ = l.release(ctx, r.Name, r.ID)
+				_ = l.release(ctx, r.Name, id)
 				return driver.Result{}, fmt.Errorf("%w: token %d is outside [1, %d]", ErrCorrupt, tok, uint64(fence.MaxToken))
 			}
-			return driver.Result{Token: fence.Token(tok), Start: start}, nil
+			res := driver.Result{Token: fence.Token(tok), Start: start, Slot: slot}
+			if multi {
+				res.ID = id
+			}
+			return res, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return driver.Result{}, dbErr(err)
@@ -365,8 +415,9 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 			token     *int64
 			leaseNull bool
 			leftMS    *int64
+			k         rowKind
 		)
-		err = l.pool.QueryRow(ctx, l.heldSQL, r.Name).Scan(&token, &leaseNull, &leftMS)
+		err = l.pool.QueryRow(ctx, l.heldSQL, r.Name).Scan(append([]any{&token, &leaseNull, &leftMS}, k.dest()...)...)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// Deleted since (the triggers were dropped): the insert will win.
@@ -376,10 +427,28 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 			return driver.Result{}, fmt.Errorf("%w: NULL token, lease or expires_at in the lock row; refusing to grant", ErrCorrupt)
 		case *leftMS < 0 || tooFar(*leftMS):
 			return driver.Result{}, fmt.Errorf("%w: the lock row expires more than %v from now; refusing to grant", ErrCorrupt, fence.MaxTTL)
-		case *leftMS > 0:
-			return held(time.Duration(*leftMS) * time.Millisecond), nil
-		case *token >= int64(fence.MaxToken):
-			return driver.Result{}, fmt.Errorf("counter at %d: %w", *token, fence.ErrTokenExhausted)
+		default:
+			live, err := k.live(*token, *leftMS, "")
+			if err != nil {
+				return driver.Result{}, err
+			}
+			d, err := driver.Decide(r, live, k.now(), k.waiterUntil())
+			if err != nil {
+				return driver.Result{}, err
+			}
+			if !d.Grant {
+				res := held(d.ExpiresIn)
+				if d.MarkWaiter {
+					if err := l.markWaiter(ctx, r); err != nil {
+						return driver.Result{}, err
+					}
+					res.Retry = min(res.Retry, d.Retry) // renew the record before it lapses
+				}
+				return res, nil
+			}
+			if *token >= int64(fence.MaxToken) {
+				return driver.Result{}, fmt.Errorf("counter at %d: %w", *token, fence.ErrTokenExhausted)
+			}
 		}
 		// Free by now (released or expired between the two statements): again.
 		if attempt == maxFenceAttempts {
@@ -389,7 +458,8 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, wake <-chan struct{
 	}
 }
 
-// Renew extends the lease name/leaseID to ttl from now by the database's clock.
+// Renew extends the lease name/leaseID (a lock, a permit or a shared lease) to
+// ttl from now by the database's clock; the name's other leases are untouched.
 // It returns fence.ErrNotHeld if that lease expired, was released or never
 // existed (a newer holder's lease is never touched), fence.ErrInvalid for bad
 // arguments, fence.ErrUnavailable if the database cannot be reached, and
@@ -403,7 +473,11 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		err = l.usable()
 	}
 	if err == nil {
-		err = l.change(ctx, l.renewSQL, name, leaseID, ttl.Milliseconds())
+		sql := l.renewSQL
+		if isMulti(leaseID) {
+			sql = l.multiRenewSQL
+		}
+		err = l.change(ctx, sql, name, leaseID, ttl.Milliseconds())
 	}
 	if err != nil {
 		return fmt.Errorf("postgres: renew %q: %w", name, err)
@@ -411,7 +485,8 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	return nil
 }
 
-// Release ends the lease name/leaseID and notifies waiters, in one statement.
+// Release ends the lease name/leaseID (a lock, a permit or a shared lease; the
+// name's other leases stay) and notifies waiters, in one statement.
 // It returns fence.ErrNotHeld if that lease is no longer held (so a retried
 // release is harmless), fence.ErrInvalid for bad arguments,
 // fence.ErrUnavailable if the database cannot be reached, and fence.ErrClosed
@@ -433,12 +508,17 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 // release runs the release statement: nil, fence.ErrNotHeld or the database's
 // error.
 func (l *Locker) release(ctx context.Context, name, leaseID string) error {
-	return l.change(ctx, l.releaseSQL, name, leaseID, l.channel)
+	sql := l.releaseSQL
+	if isMulti(leaseID) {
+		sql = l.multiReleaseSQL
+	}
+	return l.change(ctx, sql, name, leaseID, l.channel)
 }
 
 // Revoke ends the current unexpired lease on name (by the database's clock),
-// whoever holds it, and notifies waiters, in one durable statement: the lease it
-// ends is the one the row holds when the statement locks it, so a lease granted
+// whoever holds it, or every live permit or shared lease, and notifies
+// waiters, in one durable statement: the leases it ends are those the row holds
+// when the statement locks it, so a lease granted
 // after a look at the lock is never ended by a revoke decided on that look. The
 // revoked holder's Renew and Release then return fence.ErrNotHeld, and the next
 // grant's token is higher. It returns fence.ErrNotHeld if no unexpired lease is
@@ -469,7 +549,10 @@ func (l *Locker) change(ctx context.Context, sql string, args ...any) error {
 }
 
 // Inspect returns the state of lock name by the database's clock; a lock never
-// acquired is reported with Held false and LastToken 0. It returns
+// acquired is reported with Held false and LastToken 0. Live permits and shared
+// leases are reported as driver.Info shapes them: Limit, Shared and Holders
+// (slot, token, owner, time left), with Token, Owner and ExpiresIn of the
+// highest token. It returns
 // fence.ErrInvalid for a bad name, ErrCorrupt for a row edited by hand,
 // fence.ErrUnavailable if the database cannot be reached and fence.ErrClosed
 // after Close.
@@ -493,15 +576,16 @@ func (l *Locker) inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	var (
 		token, leftMS *int64
 		owner         *string
+		k             rowKind
 	)
-	err := l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(&token, &leftMS, &owner)
+	err := l.pool.QueryRow(ctx, l.inspectSQL, name).Scan(append([]any{&token, &leftMS, &owner}, k.dest()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fence.LockInfo{Name: name}, nil
 	}
 	if err != nil {
 		return fence.LockInfo{}, dbErr(err)
 	}
-	return lockInfo(name, token, leftMS, owner)
+	return lockInfo(name, token, leftMS, owner, &k)
 }
 
 // Watch yields the state of name as Inspect reports it, then its state after
@@ -552,11 +636,12 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 			name          string
 			token, leftMS *int64
 			owner         *string
+			k             rowKind
 		)
-		if err := rows.Scan(&name, &token, &leftMS, &owner); err != nil {
+		if err := rows.Scan(append([]any{&name, &token, &leftMS, &owner}, k.dest()...)...); err != nil {
 			return nil, fmt.Errorf("postgres: list %q: %w", prefix, dbErr(err))
 		}
-		info, err := lockInfo(name, token, leftMS, owner)
+		info, err := lockInfo(name, token, leftMS, owner, &k)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: list %q: lock %q: %w", prefix, name, err)
 		}
@@ -569,16 +654,17 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 }
 
 // lockInfo returns the state a lock row's columns describe (the owner only while
-// held), or ErrCorrupt for values the Locker never writes.
-func lockInfo(name string, token, leftMS *int64, owner *string) (fence.LockInfo, error) {
+// held; the holders of a semaphore or shared lock as driver.Info shapes them),
+// or ErrCorrupt for values the Locker never writes.
+func lockInfo(name string, token, leftMS *int64, owner *string, k *rowKind) (fence.LockInfo, error) {
 	if token == nil || leftMS == nil || owner == nil || *token < 1 || *token > int64(fence.MaxToken) || *leftMS < 0 || tooFar(*leftMS) {
 		return fence.LockInfo{}, fmt.Errorf("%w: NULL or out-of-range token or expiry, or NULL owner, in the lock row", ErrCorrupt)
 	}
-	info := fence.LockInfo{Name: name, LastToken: fence.Token(*token)}
-	if *leftMS > 0 {
-		info.Held, info.Token, info.Owner, info.ExpiresIn = true, fence.Token(*token), *owner, time.Duration(*leftMS)*time.Millisecond
+	live, err := k.live(*token, *leftMS, *owner)
+	if err != nil {
+		return fence.LockInfo{}, err
 	}
-	return info, nil
+	return driver.Info(name, live, fence.Token(*token), k.now()), nil
 }
 
 // tooFar reports whether a lease's time left (in ms) exceeds what any grant

@@ -111,6 +111,9 @@ FROM information_schema.columns WHERE table_name = 'fence_locks' AND column_name
 	if err == nil {
 		t.Fatal("lowering a token by hand after the upgrade succeeded; want the triggers kept")
 	}
+	if p := mustAcquire(t, ctx, l, "semaphore", time.Minute, fence.WithLimit(2)); p.Slot() != 0 {
+		t.Fatalf("a permit on the upgraded table has slot %d, want 0", p.Slot())
+	}
 }
 
 // TestLocker_PreviousVersionOnTheNewTable_GrantsWithoutOwner is what an older

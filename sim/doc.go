@@ -18,5 +18,9 @@
 // random scenario checks: per resource, accepted writes carry strictly increasing
 // tokens, equal only within one lease.
 //
+// Scenario semaphore-pause does the same for a semaphore (fence.WithLimit): a
+// permit holder pauses past its TTL, and with fencing on each slot's resource has
+// its own guard, as fence.WithLimit says a semaphore's resources are fenced.
+//
 // Virtual time is counted in ticks of one second (Tick) from T0.
 package sim

@@ -48,6 +48,8 @@ type jsonEvent struct {
 	Lease    string      `json:"lease,omitempty"`
 	Value    string      `json:"value,omitempty"`
 	Error    string      `json:"error,omitempty"`
+	Limit    int         `json:"limit,omitempty"` // a semaphore's permits
+	Slot     *int        `json:"slot,omitempty"`  // a semaphore lease's slot (0 is a slot)
 	Text     string      `json:"text"`
 }
 
@@ -58,6 +60,8 @@ type jsonSpan struct {
 	Label   string      `json:"label"`
 	Lease   string      `json:"lease,omitempty"`
 	Token   fence.Token `json:"token,omitempty"`
+	Limit   int         `json:"limit,omitempty"`
+	Slot    *int        `json:"slot,omitempty"`
 	Ended   string      `json:"ended,omitempty"`
 }
 
@@ -97,7 +101,7 @@ type jsonCell struct {
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // WriteJSON writes r as one indented JSON object: the scenario, seed, tick, each
-// run's events, lease and pause intervals, accepted writes, violations and
+// run's events, lease and pause intervals (a semaphore's with its limit and slot), accepted writes, violations and
 // outcome, and the payments table. It returns the first write error.
 func WriteJSON(w io.Writer, r *Report) error {
 	out := jsonReport{Scenario: r.Scenario, Seed: r.Seed, TickMS: ms(Tick), Runs: make([]jsonRun, 0, len(r.Runs))}
@@ -111,7 +115,8 @@ func WriteJSON(w io.Writer, r *Report) error {
 		}
 		for _, e := range run.Events {
 			jr.Events = append(jr.Events, jsonEvent{AtMS: ms(e.At), T: stamp(e.At), Worker: e.Worker, Kind: e.Kind, Lock: e.Lock,
-				Resource: e.Resource, Token: e.Token, Lease: e.Lease, Value: e.Value, Error: e.Err, Text: e.Text})
+				Resource: e.Resource, Token: e.Token, Lease: e.Lease, Value: e.Value, Error: e.Err,
+				Limit: e.Limit, Slot: slotJSON(e.Limit, e.Slot), Text: e.Text})
 		}
 		for _, wr := range run.Writes {
 			jr.Writes = append(jr.Writes, writeJSON(wr))
@@ -148,7 +153,17 @@ func writeJSON(w Write) jsonWrite {
 func spansJSON(spans []Span) []jsonSpan {
 	out := make([]jsonSpan, 0, len(spans))
 	for _, s := range spans {
-		out = append(out, jsonSpan{Worker: s.Worker, StartMS: ms(s.Start), EndMS: ms(s.End), Label: s.Label, Lease: s.Lease, Token: s.Token, Ended: s.Reason})
+		out = append(out, jsonSpan{Worker: s.Worker, StartMS: ms(s.Start), EndMS: ms(s.End), Label: s.Label, Lease: s.Lease, Token: s.Token,
+			Limit: s.Limit, Slot: slotJSON(s.Limit, s.Slot), Ended: s.Reason})
 	}
 	return out
+}
+
+// slotJSON is the "slot" of a semaphore's event or lease (limit > 0), and none
+// for a lock's, which has no slot.
+func slotJSON(limit, slot int) *int {
+	if limit == 0 {
+		return nil
+	}
+	return &slot
 }

@@ -18,7 +18,8 @@ type Options struct {
 	// Seed seeds the random source (math/rand/v2 PCG). The scripted scenarios
 	// ignore it; random draws every pause and delay from it.
 	Seed uint64
-	// Workers is the number of workers of the random scenario, 1 to 26; 0 means 4.
+	// Workers is the number of workers of the random scenario, 1 to 26 (0 means
+	// 4), and the number of permits of semaphore-pause, 2 to 25 (0 means 3).
 	Workers int
 	// Horizon is how long the random scenario runs, in virtual time; 0 means 400
 	// ticks. At most 100000 ticks.
@@ -45,6 +46,7 @@ var scenarios = []Scenario{
 	{"pause-past-ttl", "the seed's race: A pauses past its TTL, B acquires and writes, A wakes and writes", pausePastTTL},
 	{"check-then-write", "A checks that it still holds the lock, then pauses between the check and the write", checkThenWrite},
 	{"failover", "the lock service fails over and its counter goes backwards; the resource's highest token still rejects; healing restores progress", failover},
+	{"semaphore-pause", "a semaphore of N: a permit holder pauses past its TTL, the next holder of its slot writes the slot's partition, the paused one wakes and writes it too", semaphorePause},
 	{"payments", "the payments incident: five ways two instances process the same batch, and which protection stops each", payments},
 	{"random", "N workers with random pauses and network delays from the seed; checks the fencing invariant", random},
 }

@@ -66,6 +66,8 @@ type Event struct {
 	Value    string      // value written or read, if any
 	Op       string      // for writes: what was written ("write", "claim", "payout ch_1")
 	Err      string      // error text of a failed operation
+	Limit    int         // the semaphore's permits (fence.WithLimit), 0 for a lock
+	Slot     int         // the permit's slot of a semaphore lease (Limit > 0)
 	Text     string      // the whole line, for the text timeline
 
 	// For sequence diagrams: the participant the worker talks to ("lock service",
@@ -86,6 +88,8 @@ type Span struct {
 	Label  string      // "lease A1 token 1", "paused (GC)", ...
 	Lease  string      // lease label, for lease spans
 	Token  fence.Token // token, for lease spans
+	Limit  int         // for a semaphore lease: its permits (0 for a lock)
+	Slot   int         // for a semaphore lease: its slot (Limit > 0)
 	Reason string      // how it ended: "expired", "released", "lost in failover", "still held"
 }
 
@@ -155,6 +159,7 @@ type openLease struct {
 	lease  *fence.Lease
 	label  string
 	span   int // index in run.Leases
+	limit  int // the semaphore's permits, 0 for a lock
 }
 
 type worker struct {
@@ -347,7 +352,7 @@ func (s *sim) observe() {
 	keep := s.open[:0]
 	for _, ol := range s.open {
 		info, err := s.locker.Inspect(s.ctx, ol.lease.Name())
-		if err == nil && info.Held && info.Token == ol.lease.Token() && !s.replaced(ol) {
+		if err == nil && holds(info, ol.lease.Token()) && !s.replaced(ol) {
 			keep = append(keep, ol)
 			continue
 		}
@@ -362,16 +367,35 @@ func (s *sim) observe() {
 		sp := &s.run.Leases[ol.span]
 		sp.End, sp.Reason = s.now, reason
 		s.emit(Event{Worker: ol.worker.name, Kind: KindExpire, Lock: ol.lease.Name(), Token: ol.lease.Token(),
-			Lease: ol.label, Text: text, Peer: lockService, Request: fmt.Sprintf("lease %s (token %d) %s", ol.label, ol.lease.Token(), reason)})
+			Lease: ol.label, Limit: ol.limit, Slot: ol.lease.Slot(), Text: text, Peer: lockService, Request: fmt.Sprintf("lease %s (token %d) %s", ol.label, ol.lease.Token(), reason)})
 	}
 	s.open = keep
 }
 
-// replaced reports whether another open lease, granted later, holds ol's lock:
-// after a failover the same token can be granted again to another lease.
+// holds reports whether the lock service's state info shows a live lease with
+// token t: the exclusive holder's, or one of a semaphore's holders.
+func holds(info fence.LockInfo, t fence.Token) bool {
+	if !info.Held {
+		return false
+	}
+	if info.Token == t {
+		return true
+	}
+	for _, h := range info.Holders {
+		if h.Token == t {
+			return true
+		}
+	}
+	return false
+}
+
+// replaced reports whether another open lease with ol's token, granted later,
+// holds ol's lock: after a failover the same token can be granted again to
+// another lease. (Several open leases on one name with different tokens are a
+// semaphore's permits, none replacing another.)
 func (s *sim) replaced(ol *openLease) bool {
 	for _, o := range s.open {
-		if o != ol && o.lease.Name() == ol.lease.Name() && o.span > ol.span {
+		if o != ol && o.lease.Name() == ol.lease.Name() && o.lease.Token() == ol.lease.Token() && o.span > ol.span {
 			return true
 		}
 	}
@@ -382,10 +406,22 @@ func (s *sim) replaced(ol *openLease) bool {
 
 // acquire tries once to take lock for ttl.
 func (s *sim) acquire(w *worker, lock string, ttl time.Duration) (*fence.Lease, error) {
-	lease, err := fence.TryAcquire(s.ctx, s.locker, lock, ttl)
+	return s.acquirePermit(w, lock, ttl, 0)
+}
+
+// acquirePermit tries once to take a permit of lock, a semaphore of limit
+// permits (fence.WithLimit), for ttl; limit 0 takes it as a lock.
+func (s *sim) acquirePermit(w *worker, lock string, ttl time.Duration, limit int) (*fence.Lease, error) {
+	var opts []fence.AcquireOption
+	what := fmt.Sprintf("%q", lock)
+	if limit > 0 {
+		opts = append(opts, fence.WithLimit(limit))
+		what = fmt.Sprintf("%q (%d permits)", lock, limit)
+	}
+	lease, err := fence.TryAcquire(s.ctx, s.locker, lock, ttl, opts...)
 	if err != nil {
-		s.emit(Event{Worker: w.name, Kind: KindAcquireFailed, Lock: lock, Err: err.Error(),
-			Text: fmt.Sprintf("acquire %q: not granted: %s", lock, rootMessage(err)),
+		s.emit(Event{Worker: w.name, Kind: KindAcquireFailed, Lock: lock, Limit: limit, Err: err.Error(),
+			Text: fmt.Sprintf("acquire %s: not granted: %s", what, rootMessage(err)),
 			Peer: lockService, Request: "acquire " + lock, Reply: "not granted: " + shortReason(err)})
 		return nil, err
 	}
@@ -393,12 +429,17 @@ func (s *sim) acquire(w *worker, lock string, ttl time.Duration) (*fence.Lease, 
 	label := fmt.Sprintf("%s%d", w.name, w.grants)
 	s.labels[lease.ID()] = label
 	w.lease, w.label = lease, label
+	granted, slot := fmt.Sprintf("token %d", lease.Token()), ""
+	if limit > 0 {
+		slot = fmt.Sprintf(" slot %d", lease.Slot())
+		granted += "," + slot
+	}
 	s.run.Leases = append(s.run.Leases, Span{Worker: w.name, Start: s.now, End: -1, Lease: label, Token: lease.Token(),
-		Label: fmt.Sprintf("lease %s token %d", label, lease.Token())})
-	s.open = append(s.open, &openLease{worker: w, lease: lease, label: label, span: len(s.run.Leases) - 1})
-	s.emit(Event{Worker: w.name, Kind: KindAcquire, Lock: lock, Token: lease.Token(), Lease: label,
-		Text: fmt.Sprintf("acquire %q: granted token %d (lease %s, ttl %v)", lock, lease.Token(), label, ttl),
-		Peer: lockService, Request: "acquire " + lock, Reply: fmt.Sprintf("token %d (lease %s)", lease.Token(), label), OK: true})
+		Limit: limit, Slot: lease.Slot(), Label: fmt.Sprintf("lease %s token %d%s", label, lease.Token(), slot)})
+	s.open = append(s.open, &openLease{worker: w, lease: lease, label: label, span: len(s.run.Leases) - 1, limit: limit})
+	s.emit(Event{Worker: w.name, Kind: KindAcquire, Lock: lock, Token: lease.Token(), Lease: label, Limit: limit, Slot: lease.Slot(),
+		Text: fmt.Sprintf("acquire %s: granted %s (lease %s, ttl %v)", what, granted, label, ttl),
+		Peer: lockService, Request: "acquire " + lock, Reply: fmt.Sprintf("%s (lease %s)", granted, label), OK: true})
 	s.watchExpiry(ttl)
 	return lease, nil
 }

@@ -73,6 +73,10 @@ func svgPictures(t *testing.T) []svgPicture {
 		rep, err := SimulateBoth("random", o)
 		add(fmt.Sprintf("random seed %d workers %d", o.Seed, o.Workers), rep, err)
 	}
+	for _, o := range []Options{{Seed: 4, Workers: 2}, {Seed: 6, Workers: 25}} {
+		rep, err := SimulateBoth("semaphore-pause", o)
+		add(fmt.Sprintf("semaphore-pause seed %d permits %d", o.Seed, o.Workers), rep, err)
+	}
 	return out
 }
 

@@ -298,3 +298,84 @@ func BenchmarkAcquireReleaseWatched(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// kindMutex is a Locker's grant of some kind on one name as a fencetest.Mutex:
+// Lock waits (at most 30s) with opts and keeps the lease for Unlock.
+type kindMutex struct {
+	l     fence.Locker
+	name  string
+	opts  []fence.AcquireOption
+	lease *fence.Lease
+}
+
+func (m *kindMutex) Lock(ctx context.Context) (err error) {
+	m.lease, err = m.l.Acquire(ctx, m.name, 10*time.Second, append(m.opts, fence.WithWait(30*time.Second))...)
+	return err
+}
+
+func (m *kindMutex) Unlock(ctx context.Context) error { return m.lease.Release(ctx) }
+
+// kindSets are the kinds of grant the semaphore benchmarks compare on one name:
+// filler is how many permits another session holds throughout (so that the
+// measured permit is not in slot 0, or the semaphore is full for a handoff).
+var kindSets = []struct {
+	name   string
+	opts   []fence.AcquireOption
+	filler int
+}{
+	{"lock", nil, 0},
+	{"semaphore", []fence.AcquireOption{fence.WithLimit(2)}, 0},
+	{"semaphore-slot1", []fence.AcquireOption{fence.WithLimit(2)}, 1},
+	{"shared", []fence.AcquireOption{fence.WithShared()}, 0},
+}
+
+// fill holds n grants with opts on name from a session of its own, released at
+// cleanup.
+func fill(b *testing.B, name string, n int, opts []fence.AcquireOption) {
+	b.Helper()
+	l := open(b, nil)
+	for range n {
+		lease, err := l.Acquire(context.Background(), name, time.Minute, append(opts, fence.WithAutoRenew())...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { lease.Release(context.Background()) })
+	}
+}
+
+// BenchmarkKinds compares the kinds of grant on this package's Locker, in one run:
+//
+//	go test -run '^$' -bench Kinds -benchtime 200x ./zookeeper/
+//
+// AcquireRelease is one uncontended acquire+release pair (ns/op) of a lock, a
+// permit of a semaphore of 2 alone (slot 0), a permit while another session holds
+// slot 0 (the acquire then judges that holder's TTL, two round trips more), and a
+// shared lease. Handoff (see fencetest.BenchmarkHandoff for the figures) hands a
+// lock, or the last permit of a semaphore of 2 whose other permit another session
+// holds, from a holder to a waiter in another session.
+func BenchmarkKinds(b *testing.B) {
+	warmUp(b)
+	b.Run("AcquireRelease", func(b *testing.B) {
+		for _, k := range kindSets {
+			b.Run(k.name, func(b *testing.B) {
+				name := benchName()
+				fill(b, name, k.filler, k.opts)
+				fencetest.BenchmarkMutexLockUnlock(b, &kindMutex{l: open(b, nil), name: name, opts: k.opts})
+			})
+		}
+	})
+	b.Run("Handoff", func(b *testing.B) {
+		for _, k := range kindSets[:3] {
+			if k.name == "semaphore" {
+				continue // a permit of a semaphore that is not full is not handed off
+			}
+			b.Run(k.name, func(b *testing.B) {
+				name := benchName()
+				fill(b, name, k.filler, k.opts)
+				fencetest.BenchmarkMutexHandoff(b,
+					&kindMutex{l: open(b, nil), name: name, opts: k.opts},
+					&kindMutex{l: open(b, nil), name: name, opts: k.opts})
+			})
+		}
+	})
+}

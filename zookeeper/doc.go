@@ -18,6 +18,73 @@
 // and Release cost no search. The tag also lets Acquire find its own node again when
 // the connection drops in the middle of the create, so no orphan blocks the lock.
 //
+// # Semaphores and shared locks
+//
+// The Locker declares fence.Features{Semaphores: true, Shared: true}. Every kind
+// queues in the same directory, so the kinds of a name are ordered by one
+// sequence and share the czxid as token. A node's name says its kind between the
+// tag and the sequence: "n-<tag>-<seq>" a lock, "n-<tag>-r-<seq>" a shared lease,
+// "n-<tag>-l<N>-<seq>" a permit of a semaphore of N (a version before these
+// kinds reads all three as lock nodes, and waits for them). One listing of the
+// directory tells who holds: the holding group is the lowest node alone if it is a
+// lock, or else the run of nodes of its kind that follows it, up to N for a
+// semaphore and fence.MaxLimit for shared leases. A node holds while it is in the
+// group. Nodes join only at the end, so a member stays one until it is deleted,
+// at most N permits are ever held, and every grant's czxid is above every earlier
+// grant's, whatever their kinds: a member was created before every node behind it.
+//
+// A permit's slot is the ephemeral node "s-<k>" in the directory (data: its
+// holder's node name), created in one transaction (multi) with its holder's data
+// "H <ms> <k> [owner]": of two acquires that try slot k, one fails and takes the
+// next. Release, Revoke, a takeover after expiry and Renew's end of an expired
+// permit delete the holder's node and its slot node in one transaction, and a
+// session's end deletes both, so a slot is taken exactly while its holder's node
+// exists. The permit's lease id ends in "-s<k>", so Release needs no read. A
+// permit takes the lowest slot that no live lease has: before it takes one above
+// a taken slot it judges the other holders by the leader's clock and takes over
+// those whose TTL passed (two round trips more, only then, and not if it judged
+// them live moments before while waiting). Permits claim in queue order: one whose
+// predecessors in the group have not all taken their slots (the slot nodes are
+// fewer) waits for the last of them to, by a watch on its data, so each slot's
+// holders have rising tokens and a slot's guard never refuses its current holder.
+// This is Curator's InterProcessSemaphoreV2 without its internal mutex: acquirers
+// queue in the one directory instead, and the slot nodes keep permits apart.
+//
+// An acquire whose limit (1 for a lock or a shared lease) is not the holding
+// group's fails with a *fence.LimitError while a member is live; expired members
+// are taken over first, and the acquire's node is deleted. So kinds meet only as
+// the rules of the driver package allow: locks and shared leases, or permits of
+// one limit.
+//
+// Waking: the node right behind the group (first in line) judges every member's
+// TTL by the leader's clock and sleeps until the expiry that could let it in (the
+// last for a lock, the first for a permit or a shared lease). A lock, and any
+// waiter behind a group of one, watches its predecessor; a permit or a shared
+// lease behind a larger group sets one child watch on the directory, since any
+// member's end lets it in. Further back, a waiter watches its predecessor (whose
+// deletion or claim may put it first in line), except that a shared waiter
+// watches the nearest node before it that is not shared: when that exclusive node
+// goes, every shared waiter behind it up to the next exclusive one is woken and
+// granted together, as Curator's InterProcessReadWriteLock grants readers.
+//
+// Writer preference, and how it maps onto the rules of driver.Decide: a shared
+// node behind an exclusive node is not in the holding group, so a shared acquire
+// made while an exclusive acquire waits queues behind it and finds the name held;
+// a stream of readers cannot starve a writer. Where driver.Decide keeps a record
+// of the exclusive waiter until its try plus min(TTL, wait left), here the record
+// is the waiter's node: it lasts exactly as long as the waiting call, and ends at
+// once when the call gives up (its node is deleted), or when its session ends if
+// its process died (within the session timeout, not the TTL). The queue also
+// orders what driver.Decide leaves free: an exclusive waiter holds off the shared
+// acquires behind it whatever holds the name (Decide records it only while shared
+// leases hold), so when an exclusive holder leaves, the shared waiters before the
+// next exclusive waiter are granted, and those behind it wait for it. And an
+// exclusive acquire that only tries once (no wait) has a node for the round trip
+// of its try, so a shared try at that instant may find the name held. None of this
+// loosens a rule: at most one exclusive holder or up to fence.MaxLimit shared
+// ones, no shared grant while an exclusive acquire waits, tokens rising in grant
+// order.
+//
 // # Fencing token: the czxid
 //
 // The token is the lock node's czxid, the zxid of the transaction that created it.
@@ -64,10 +131,10 @@
 // Release works. No safety is lost, only the takeover at expiry. Upgrade every client
 // before acquires name owners.
 //
-// Revoke (fence.Revoker) deletes the lowest node, judged as Inspect does, with the
-// data version it read: a renewal in between makes it judge again, and a later grant,
-// always another node, is never deleted. The waiter behind it is woken by its watch,
-// as by a Release. A promoted waiter that has not claimed yet counts as held (as
+// Revoke (fence.Revoker) deletes every node of the holding group (for a lock, the
+// lowest), judged as Inspect does, each with the data version it read: a renewal
+// in between makes it judge again, and a later grant, always another node, is
+// never deleted. The waiters behind are woken by their watches, as by a Release. A promoted waiter that has not claimed yet counts as held (as
 // Inspect reports it): revoking it makes its Acquire start over with a new node.
 //
 // A holder whose TTL passed but that no waiter took over is still the lowest node:

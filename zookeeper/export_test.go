@@ -7,8 +7,11 @@ type HeldNode = heldNode
 // in between: ReadHeld returns the node of the lease held on name (Path "" if none),
 // and EndHeld deletes it unless it changed, reporting again true if it did.
 func (l *Locker) ReadHeld(name string) (HeldNode, error) {
-	_, h, err := l.inspect(name)
-	return h, err
+	_, hs, err := l.inspect(name)
+	if len(hs) == 0 {
+		return HeldNode{}, err
+	}
+	return hs[0], err
 }
 
 // EndHeld is Revoke's versioned delete of h (see ReadHeld).

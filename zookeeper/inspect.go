@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,12 +16,17 @@ import (
 	"github.com/fencelock/fence/driver"
 )
 
-// Inspect reports the state of name: Held, Token (the holder's czxid) and Owner from
-// the lowest node, ExpiresIn by the leader's clock, and LastToken as the directory's
+// Inspect reports the state of name: Held, Token (the holder's czxid), Owner and
+// ExpiresIn (by the leader's clock) of the holder, and LastToken as the directory's
 // pzxid (the zxid of its last child creation or deletion), which is at least every
-// token issued for name and below every later one. A lock never acquired has LastToken
-// 0. It returns fence.ErrInvalid for a bad name, fence.ErrUnavailable if ZooKeeper
-// cannot be reached and fence.ErrClosed after Close.
+// token issued for name and below every later one. For a semaphore or shared
+// leases it also reports Limit, Shared and every live lease in Holders, as
+// driver.Info shapes them; a node of the holding group that has not claimed yet
+// (a promoted waiter, or a permit that is taking its slot) is not among the
+// Holders, but makes the name held if no lease is (Token and Owner its own,
+// ExpiresIn 0). A lock never acquired has LastToken 0. It returns fence.ErrInvalid
+// for a bad name, fence.ErrUnavailable if ZooKeeper cannot be reached and
+// fence.ErrClosed after Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
 	if err := l.checkName("inspect", name); err != nil {
 		return fence.LockInfo{}, err
@@ -31,14 +38,15 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	return info, nil
 }
 
-// Revoke ends the current lease on name now, whoever holds it (see fence.Revoker): it
-// deletes the holder's node with the version it read, so a renewal in between makes it
-// judge the node again, and a later grant (always another node) is never touched. The
-// waiter behind the holder is woken by its watch, as by a Release; the revoked
-// holder's Renew and Release then return fence.ErrNotHeld. It returns
-// fence.ErrNotHeld if no unexpired lease is held (or the lease ended meanwhile),
-// fence.ErrInvalid for a bad name, fence.ErrUnavailable if ZooKeeper cannot be reached
-// or ctx ends, and fence.ErrClosed after Close.
+// Revoke ends every live lease on name now, whoever holds them (see fence.Revoker):
+// it deletes each holder's node (a permit's with its slot node) with the version it
+// read, so a renewal in between makes it judge that node again, and a later grant
+// (always another node) is never touched. The waiters behind are woken by their
+// watches, as by a Release; the revoked holders' Renew and Release then return
+// fence.ErrNotHeld. It returns fence.ErrNotHeld if no unexpired lease is held (or
+// the leases ended meanwhile), fence.ErrInvalid for a bad name,
+// fence.ErrUnavailable if ZooKeeper cannot be reached or ctx ends, and
+// fence.ErrClosed after Close.
 func (l *Locker) Revoke(ctx context.Context, name string) error {
 	if err := l.checkName("revoke", name); err != nil {
 		return err
@@ -50,33 +58,55 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 }
 
 func (l *Locker) revoke(ctx context.Context, name string) error {
-	first := ""
+	var targets map[string]bool // the leases seen first: later grants are never ended
+	ended := false
 	for attempt := 0; attempt < 3; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%w: %w", fence.ErrUnavailable, err)
 		}
-		_, h, err := l.inspect(name)
+		_, hs, err := l.inspect(name)
 		if err != nil {
 			return err
 		}
-		if h.path == "" || (first != "" && h.path != first) {
-			return fence.ErrNotHeld // free, expired, or the lease we saw ended
+		if targets == nil {
+			targets = map[string]bool{}
+			for _, h := range hs {
+				targets[h.path] = true
+			}
 		}
-		first = h.path
-		if again, err := l.endHeld(h); !again {
-			return err
+		again := false
+		for _, h := range hs {
+			if !targets[h.path] {
+				continue
+			}
+			changed, err := l.endHeld(h)
+			switch {
+			case errors.Is(err, fence.ErrNotHeld):
+			case err != nil:
+				return err
+			case changed:
+				again = true
+			default:
+				ended = true
+			}
+		}
+		if !again {
+			if !ended {
+				return fence.ErrNotHeld // free, expired, or the leases we saw ended
+			}
+			return nil
 		}
 	}
-	return fmt.Errorf("%w: the holder's node kept changing", fence.ErrUnavailable)
+	return fmt.Errorf("%w: the holders' nodes kept changing", fence.ErrUnavailable)
 }
 
-// endHeld deletes the holder's node h if its data is still at the version it was
-// judged at. It returns fence.ErrNotHeld if the node is gone (released, taken over,
-// its session ended: a later grant is another node, never deleted here), and again
-// true if the node changed (renewed, or a promoted waiter claimed): the same lease,
-// to judge again.
+// endHeld deletes the holder's node h (and its slot node) if its data is still at
+// the version it was judged at. It returns fence.ErrNotHeld if the node is gone
+// (released, taken over, its session ended: a later grant is another node, never
+// deleted here), and again true if the node changed (renewed, or a promoted waiter
+// claimed): the same lease, to judge again.
 func (l *Locker) endHeld(h heldNode) (again bool, err error) {
-	switch err := l.conn.Delete(h.path, h.version); {
+	switch err := l.removeNode(path.Dir(h.path), h.path, h.version, h.slot); {
 	case err == nil:
 		return false, nil
 	case errors.Is(err, zk.ErrNoNode):
@@ -99,57 +129,76 @@ func (l *Locker) checkName(op, name string) error {
 	return nil
 }
 
-// heldNode is the node of the lease Inspect reports as held: its path ("" if none is
-// held) and the data version it was judged at.
+// heldNode is the node of a lease Inspect reports as held: its path, the data
+// version it was judged at, and its slot (-1 if it holds none).
 type heldNode struct {
 	path    string
 	version int32
+	slot    int
 }
 
-// inspect reads the state of name and, if it is held, the holder's node.
-func (l *Locker) inspect(name string) (fence.LockInfo, heldNode, error) {
+// inspect reads the state of name and the nodes of its live leases, in queue order.
+func (l *Locker) inspect(name string) (fence.LockInfo, []heldNode, error) {
 	info := fence.LockInfo{Name: name}
 	dir := l.dir(name)
 	for attempt := 0; attempt < 3; attempt++ {
 		kids, st, err := l.conn.Children(dir)
 		if errors.Is(err, zk.ErrNoNode) {
-			return info, heldNode{}, nil
+			return info, nil, nil
 		}
 		if err != nil {
-			return info, heldNode{}, zkErr(err)
+			return info, nil, zkErr(err)
 		}
 		info.LastToken = fence.Token(st.Pzxid)
 		nodes := parseNodes(kids)
 		if len(nodes) == 0 {
-			return info, heldNode{}, nil
+			return info, nil, nil
 		}
-		path := dir + "/" + nodes[0].name
-		data, nst, err := l.conn.Get(path)
-		if errors.Is(err, zk.ErrNoNode) {
+		ms, _, gone, err := l.readMembers(dir, nodes[:group(nodes)], -1)
+		if err != nil {
+			return info, nil, err
+		}
+		if gone {
 			continue
 		}
-		if err != nil {
-			return info, heldNode{}, zkErr(err)
+		var now time.Time
+		if slices.ContainsFunc(ms, func(m member) bool { return m.d.held }) {
+			if now, err = l.serverNow(dir); err != nil {
+				return info, nil, err
+			}
 		}
-		d := parseData(data)
-		held := heldNode{path: path, version: nst.Version}
-		if !d.held {
+		var (
+			live      []driver.Holding
+			held      []heldNode
+			unclaimed *member
+		)
+		for _, m := range ms {
+			k := nodes[0].kind
+			exp, ok := m.expires()
+			if ok && !now.Before(exp) {
+				continue // expired, not taken over yet
+			}
+			held = append(held, heldNode{path: m.path, version: m.st.Version, slot: m.d.slotOf()})
+			if !ok || (k.limit > 0 && !m.d.permit) {
+				if unclaimed == nil {
+					unclaimed = &m
+				}
+				continue
+			}
+			live = append(live, driver.Holding{
+				Token: fence.Token(m.st.Czxid), Owner: m.d.owner, Slot: max(m.d.slotOf(), 0),
+				Limit: k.limit, Shared: k.shared, Expires: exp,
+			})
+		}
+		info = driver.Info(name, live, info.LastToken, now)
+		if !info.Held && unclaimed != nil {
 			// A promoted waiter that has not claimed yet: held, expiry unknown.
-			info.Held, info.Token, info.Owner = true, fence.Token(nst.Czxid), d.owner
-			return info, held, nil
+			info.Held, info.Token, info.Owner = true, fence.Token(unclaimed.st.Czxid), unclaimed.d.owner
+			info.LastToken = max(info.LastToken, info.Token)
 		}
-		now, err := l.serverNow(dir)
-		if err != nil {
-			return info, heldNode{}, err
-		}
-		left := time.UnixMilli(nst.Mtime).Add(d.ttl).Sub(now)
-		if left <= 0 {
-			return info, heldNode{}, nil // expired, not taken over yet
-		}
-		info.Held, info.Token, info.Owner, info.ExpiresIn = true, fence.Token(nst.Czxid), d.owner, left
 		return info, held, nil
 	}
-	return info, heldNode{}, fmt.Errorf("%w: lock nodes kept changing", fence.ErrUnavailable)
+	return info, nil, fmt.Errorf("%w: lock nodes kept changing", fence.ErrUnavailable)
 }
 
 // List returns the locks whose names start with prefix, held or not, in name order, at

@@ -19,6 +19,8 @@ var (
 	_ fence.Inspector = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
 	_ fence.Watcher   = (*Locker)(nil)
+
+	_ fence.FeatureLocker = (*Locker)(nil)
 )
 
 // DefaultRoot is the znode under which lock directories live unless Options.Root says
@@ -86,7 +88,10 @@ func newLocker(conn *zk.Conn, events <-chan zk.Event, opts *Options, owned bool)
 		grants: map[string]*grant{}, lost: map[int64]bool{}, stop: make(chan struct{}),
 		relays: map[string]*relay{},
 	}
-	l.engine = driver.Engine{Backend: "zookeeper", Locker: l, Clock: o.Clock, Closed: l.stop}
+	l.engine = driver.Engine{
+		Backend: "zookeeper", Locker: l, Clock: o.Clock, Closed: l.stop,
+		Features: fence.Features{Semaphores: true, Shared: true},
+	}
 	if events != nil {
 		go l.watchSession(events)
 	}
@@ -200,10 +205,16 @@ func (l *Locker) checkOpen() error {
 	return nil
 }
 
-// deleteQuietly removes our node, in the background if the first try fails (a waiter
-// node left behind would block the lock until the session ends).
-func (l *Locker) deleteQuietly(path string) {
-	err := l.conn.Delete(path, -1)
+// Features reports the kinds of grant beyond locks that the Locker makes:
+// semaphores (fence.WithLimit) and shared locks (fence.WithShared), both on the
+// queue of sequential nodes that locks use (see the package documentation).
+func (l *Locker) Features() fence.Features { return l.engine.Features }
+
+// deleteQuietly removes our node (of dir), with its slot's node if slot >= 0, in the
+// background if the first try fails (a waiter node left behind would block the lock
+// until the session ends).
+func (l *Locker) deleteQuietly(dir, path string, slot int) {
+	err := l.removeNode(dir, path, -1, slot)
 	if err == nil || errors.Is(err, zk.ErrNoNode) {
 		return
 	}
@@ -214,7 +225,7 @@ func (l *Locker) deleteQuietly(path string) {
 				return
 			case <-time.After(time.Duration(i+1) * 100 * time.Millisecond):
 			}
-			err := l.conn.Delete(path, -1)
+			err := l.removeNode(dir, path, -1, slot)
 			if err == nil || errors.Is(err, zk.ErrNoNode) {
 				return
 			}
@@ -233,7 +244,8 @@ func (l *Locker) checkLease(op, name, leaseID string) error {
 }
 
 // Renew extends the lease to ttl from now by the ZooKeeper leader's clock (it rewrites
-// the node's data with the new TTL and the same owner, which moves its mtime). It returns fence.ErrNotHeld if the node is
+// the node's data with the new TTL and the same owner and slot, which moves its
+// mtime). It returns fence.ErrNotHeld if the node is
 // gone (released, taken over after expiry, session ended), if its TTL had already
 // passed by the leader's clock, or if the session it was granted in is known here to be
 // lost; fence.ErrInvalid for bad arguments; fence.ErrUnavailable if ZooKeeper cannot be
@@ -246,7 +258,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("zookeeper: renew %q: %w", name, err)
 	}
 	notHeld := fmt.Errorf("zookeeper: renew %q: %w", name, fence.ErrNotHeld)
-	path, ok := l.nodePath(name, leaseID)
+	path, slot, ok := l.nodePath(name, leaseID)
 	if !ok {
 		return notHeld
 	}
@@ -266,10 +278,10 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("zookeeper: renew %q: %w", name, zkErr(err))
 	}
 	old := parseData(data)
-	if !old.held {
-		return notHeld // a waiting node: not a grant
+	if !old.held || old.slotOf() != slot {
+		return notHeld // a waiting node, or a permit without that slot: not this grant
 	}
-	st2, err := l.conn.Set(path, holdData(ttl, old.owner), st.Version)
+	st2, err := l.conn.Set(path, old.withTTL(ttl), st.Version)
 	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 		l.forget(leaseID)
 		return notHeld
@@ -280,14 +292,15 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if time.UnixMilli(st2.Mtime).After(time.UnixMilli(st.Mtime).Add(old.ttl)) {
 		// The TTL had passed by the leader's clock before this renewal: the lease is
 		// over even though no waiter took it over yet.
-		l.deleteQuietly(path)
+		l.deleteQuietly(l.dir(name), path, slot)
 		l.forget(leaseID)
 		return fmt.Errorf("zookeeper: renew %q: %w: its TTL passed before the renewal", name, fence.ErrNotHeld)
 	}
 	return nil
 }
 
-// Release deletes the lease's node, which wakes the next waiter (it watches it). It
+// Release deletes the lease's node (and a permit's slot node with it, in one
+// transaction), which wakes the next waiter (it watches it). It
 // returns fence.ErrNotHeld if the node is gone (released before, taken over after
 // expiry, session ended); fence.ErrInvalid for bad arguments; fence.ErrUnavailable if
 // ZooKeeper cannot be reached.
@@ -296,14 +309,14 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 		return err
 	}
 	notHeld := fmt.Errorf("zookeeper: release %q: %w", name, fence.ErrNotHeld)
-	path, ok := l.nodePath(name, leaseID)
+	path, slot, ok := l.nodePath(name, leaseID)
 	if !ok {
 		return notHeld
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("zookeeper: release %q: %w: %w", name, fence.ErrUnavailable, err)
 	}
-	err := l.conn.Delete(path, -1)
+	err := l.removeNode(l.dir(name), path, -1, slot)
 	if errors.Is(err, zk.ErrNoNode) {
 		l.forget(leaseID)
 		return notHeld

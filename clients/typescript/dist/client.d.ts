@@ -33,6 +33,22 @@ export interface AcquireOptions {
      * people, not a credential. Sent only when set; "" or none: no owner.
      */
     owner?: string;
+    /**
+     * Takes a permit of a semaphore of `limit` permits, an integer 1 to 1024: at most
+     * `limit` leases on the name at once, each with a {@link Lease.slot} in [0, limit)
+     * and a token from the name's one counter, so a resource per slot is fenced as a
+     * lock's resource is. Every acquirer of a name must use the same limit while leases
+     * are live ({@link LimitMismatchError} otherwise). 1 (or none) is a lock. Sent only
+     * when above 1.
+     */
+    limit?: number;
+    /**
+     * Takes a shared lease: any number of shared holders (at most 1024), or one
+     * exclusive holder (an acquire without `shared`). While an exclusive acquire waits,
+     * new shared acquires find the lock held, so readers cannot starve a writer. Not with
+     * a limit above 1. Sent only when true.
+     */
+    shared?: boolean;
 }
 /** Options of {@link FenceClient.withLock}: those of acquire, but waitMs defaults to Infinity. */
 export interface WithLockOptions extends AcquireOptions {
@@ -57,7 +73,11 @@ export interface KVItem {
     /** Returns the value decoded as UTF-8. */
     text(): string;
 }
-/** The state of a lock, as {@link FenceClient.inspect} returns it. */
+/**
+ * The state of a lock, as {@link FenceClient.inspect} returns it. For a semaphore or
+ * a shared lock with live leases, token, owner and expiresInMs describe the holder
+ * with the highest token, and holders lists them all.
+ */
 export interface LockInfo {
     name: string;
     held: boolean;
@@ -68,6 +88,26 @@ export interface LockInfo {
     /** The last token granted (0 if never). */
     lastToken: number;
     /** What the holder's lease has left, in ms (0 when not held). */
+    expiresInMs: number;
+    /** The semaphore's limit while it has live permits; 0 for a lock (or a free name). */
+    limit: number;
+    /** True while shared leases hold the lock. */
+    shared: boolean;
+    /**
+     * Every live lease of a semaphore (in slot order) or of a shared lock (in token
+     * order); empty for a lock held exclusively, or not held.
+     */
+    holders: Holder[];
+}
+/** One live lease of a semaphore or a shared lock, as {@link LockInfo.holders} lists it (never its lease id). */
+export interface Holder {
+    /** The permit's slot, in [0, limit); 0 for a shared lease. */
+    slot: number;
+    /** The lease's fencing token. */
+    token: number;
+    /** Its owner ({@link AcquireOptions.owner}); "" if it named none. */
+    owner: string;
+    /** What the lease has left, in ms. */
     expiresInMs: number;
 }
 /**
@@ -153,9 +193,15 @@ export declare class FenceClient {
      * request was sent plus the server's waited_ms, so it is never later than the
      * server's expiry.
      *
+     * With limit, it takes a permit of a semaphore (the lease's {@link Lease.slot} says
+     * which); with shared, a shared lease.
+     *
      * Rejects with a {@link HeldError} if the lock stayed held (expiresInMs: what the
-     * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs,
-     * waitMs or owner; an {@link UnavailableError} if the server cannot be reached (it may
+     * holder had left as the wait ended; for a semaphore, all its permits); a
+     * {@link LimitMismatchError} if the name's live leases have another limit; an
+     * {@link InvalidError} for a bad name, ttlMs, waitMs, owner or limit, or shared with
+     * a limit above 1; a {@link NotImplementedError} if the server's store has no
+     * semaphores or shared locks (as asked); an {@link UnavailableError} if the server cannot be reached (it may
      * have granted a lease nobody learns of; it expires after its TTL); the signal's
      * reason if the signal aborted the wait.
      */

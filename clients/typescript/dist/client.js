@@ -1,6 +1,6 @@
 import { FenceError, HeldError, InvalidError, LeaseReleasedError, NotHeldError, NotImplementedError, UnavailableError, errorFromBody } from "./errors.js";
 import { Lease } from "./lease.js";
-import { checkLeaseId, checkName, checkOwner, checkQueryWait, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
+import { checkLeaseId, checkLimit, checkName, checkOwner, checkQueryWait, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
 /** The server a client talks to when neither the options nor FENCE_SERVER name one. */
 export const DEFAULT_SERVER = "http://127.0.0.1:7420";
 const MIN_BACKOFF_MS = 50;
@@ -56,9 +56,15 @@ export class FenceClient {
      * request was sent plus the server's waited_ms, so it is never later than the
      * server's expiry.
      *
+     * With limit, it takes a permit of a semaphore (the lease's {@link Lease.slot} says
+     * which); with shared, a shared lease.
+     *
      * Rejects with a {@link HeldError} if the lock stayed held (expiresInMs: what the
-     * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs,
-     * waitMs or owner; an {@link UnavailableError} if the server cannot be reached (it may
+     * holder had left as the wait ended; for a semaphore, all its permits); a
+     * {@link LimitMismatchError} if the name's live leases have another limit; an
+     * {@link InvalidError} for a bad name, ttlMs, waitMs, owner or limit, or shared with
+     * a limit above 1; a {@link NotImplementedError} if the server's store has no
+     * semaphores or shared locks (as asked); an {@link UnavailableError} if the server cannot be reached (it may
      * have granted a lease nobody learns of; it expires after its TTL); the signal's
      * reason if the signal aborted the wait.
      */
@@ -68,6 +74,16 @@ export class FenceClient {
         const ttlMs = checkTTL(op, name, opts.ttlMs ?? 30_000);
         const waitMs = checkWait(op, name, opts.waitMs ?? 0);
         const owner = checkOwner(op, name, opts.owner ?? "");
+        const limit = opts.limit === undefined ? 1 : checkLimit(op, name, opts.limit);
+        if (opts.shared !== undefined && typeof opts.shared !== "boolean") {
+            throw invalid(op, name, "shared", String(opts.shared), "must be a boolean");
+        }
+        const shared = opts.shared === true;
+        if (shared && limit > 1) {
+            throw invalid(op, name, "shared", "true", `cannot be combined with limit ${limit}: a semaphore's permits are not shared`);
+        }
+        // A lock is sent as before (no limit, no shared), so older servers take it.
+        const kind = { ...(limit > 1 && { limit }), ...(shared && { shared }) };
         const signal = opts.signal;
         const path = `/v1/locks/${escapeSegment(name)}/acquire`;
         const waitEnd = now() + waitMs; // Infinity for ever
@@ -79,8 +95,8 @@ export class FenceClient {
             const start = now();
             let err;
             try {
-                const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll, ...(owner !== "" && { owner }) }, signal, extraMs: poll });
-                return this.#lease(op, name, resp, start, opts.autoRenew ?? true);
+                const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll, ...(owner !== "" && { owner }), ...kind }, signal, extraMs: poll });
+                return this.#lease(op, name, resp, start, opts.autoRenew ?? true, limit);
             }
             catch (e) {
                 err = e;
@@ -101,19 +117,22 @@ export class FenceClient {
             throw err;
         }
     }
-    #lease(op, name, r, start, autoRenew) {
+    #lease(op, name, r, start, autoRenew, limit) {
         const { token, lease, ttl_ms: ttl, waited_ms: waited } = r;
+        // A permit's answer carries its slot in [0, limit); a lock's has none.
+        const slot = limit > 1 ? r.slot : (r.slot ?? 0);
         if (r.name !== name ||
             typeof token !== "number" || !Number.isSafeInteger(token) || token < 1 ||
             typeof lease !== "string" || lease === "" ||
             typeof ttl !== "number" || ttl <= 0 ||
-            typeof waited !== "number" || waited < 0) {
+            typeof waited !== "number" || waited < 0 ||
+            typeof slot !== "number" || !Number.isInteger(slot) || slot < 0 || slot >= limit) {
             throw this.#malformed(op, name);
         }
         // The server's store started the TTL waited_ms after the server got the request,
         // which left here no later than start. Never date it after now.
         const began = Math.min(start + waited, now());
-        return new Lease({ ops: this.#ops, name, token, id: lease, ttlMs: ttl, start: began, autoRenew });
+        return new Lease({ ops: this.#ops, name, token, id: lease, slot, ttlMs: ttl, start: began, autoRenew });
     }
     /**
      * Extends the lease `leaseId` of `name` to ttlMs (default 30000) from now. Most
@@ -489,8 +508,20 @@ export class KV {
 /** lockInfoOf returns the LockInfo of the server's JSON state of the lock name. */
 function lockInfoOf(r, name) {
     const n = (v) => (typeof v === "number" ? v : 0);
-    const owner = typeof r.owner === "string" ? r.owner : "";
-    return { name: String(r.name ?? name), held: r.held === true, token: n(r.token), owner, lastToken: n(r.last_token), expiresInMs: n(r.expires_in_ms) };
+    const s = (v) => (typeof v === "string" ? v : "");
+    const holders = [];
+    if (Array.isArray(r.holders)) {
+        for (const h of r.holders) {
+            if (h === null || typeof h !== "object")
+                continue;
+            const o = h;
+            holders.push({ slot: n(o.slot), token: n(o.token), owner: s(o.owner), expiresInMs: n(o.expires_in_ms) });
+        }
+    }
+    return {
+        name: String(r.name ?? name), held: r.held === true, token: n(r.token), owner: s(r.owner), lastToken: n(r.last_token),
+        expiresInMs: n(r.expires_in_ms), limit: n(r.limit), shared: r.shared === true, holders,
+    };
 }
 /** leaderOf returns the leader that the state of an election's lock shows. */
 function leaderOf(s) {

@@ -10,7 +10,7 @@
  * @module
  */
 /** The `code` of an error answer of the server, or one the client makes itself. */
-export type FenceErrorCode = "invalid" | "unauthorized" | "not_found" | "method_not_allowed" | "held" | "stale_token" | "wrong_lock" | "token_exhausted" | "not_held" | "too_large" | "not_implemented" | "unavailable" | "internal" | "unexpected";
+export type FenceErrorCode = "invalid" | "unauthorized" | "not_found" | "method_not_allowed" | "held" | "limit_mismatch" | "stale_token" | "wrong_lock" | "token_exhausted" | "not_held" | "too_large" | "not_implemented" | "unavailable" | "internal" | "unexpected";
 /** The JSON body of an error answer: `{"error","code", ...detail}`. */
 export interface ErrorBody {
     error?: unknown;
@@ -65,6 +65,22 @@ export declare class HeldError extends FenceError {
     readonly expiresInMs: number;
     /** Returns a HeldError; see {@link FenceError}. */
     constructor(status: number | undefined, message: string, lockName: string, expiresInMs: number);
+}
+/**
+ * LimitMismatchError: the lock's live leases were granted with another limit than
+ * the acquire asked for (409 `limit_mismatch`): every acquirer of a semaphore must
+ * use the same limit (a lock and a shared lock count as 1). Nothing changed; the
+ * same acquire succeeds once the live leases end.
+ */
+export declare class LimitMismatchError extends FenceError {
+    /** The lock's name. */
+    readonly lockName: string;
+    /** The limit the acquire asked for (1 for a lock). */
+    readonly limit: number;
+    /** The limit of the live leases (1 for a lock). */
+    readonly heldLimit: number;
+    /** Returns a LimitMismatchError; see {@link FenceError}. */
+    constructor(status: number | undefined, message: string, lockName: string, limit: number, heldLimit: number);
 }
 /**
  * StaleTokenError: the key has accepted a higher token (409 `stale_token`). The write
@@ -122,7 +138,10 @@ export declare class LeaseExpiredError extends NotHeldError {
 /** TooLargeError: the request body (a value) is over the server's limit (413). */
 export declare class TooLargeError extends FenceError {
 }
-/** NotImplementedError: the server's store lacks the feature (501): no KV, heal or inspect. */
+/**
+ * NotImplementedError: the server's store lacks the feature (501): no KV, heal or
+ * inspect, or no semaphores (`limit`) or shared locks (`shared`).
+ */
 export declare class NotImplementedError extends FenceError {
 }
 /**

@@ -70,6 +70,27 @@ export class HeldError extends FenceError {
     }
 }
 /**
+ * LimitMismatchError: the lock's live leases were granted with another limit than
+ * the acquire asked for (409 `limit_mismatch`): every acquirer of a semaphore must
+ * use the same limit (a lock and a shared lock count as 1). Nothing changed; the
+ * same acquire succeeds once the live leases end.
+ */
+export class LimitMismatchError extends FenceError {
+    /** The lock's name. */
+    lockName;
+    /** The limit the acquire asked for (1 for a lock). */
+    limit;
+    /** The limit of the live leases (1 for a lock). */
+    heldLimit;
+    /** Returns a LimitMismatchError; see {@link FenceError}. */
+    constructor(status, message, lockName, limit, heldLimit) {
+        super("limit_mismatch", status, message);
+        this.lockName = lockName;
+        this.limit = limit;
+        this.heldLimit = heldLimit;
+    }
+}
+/**
  * StaleTokenError: the key has accepted a higher token (409 `stale_token`). The write
  * changed nothing. `highest` is the key's token, `token` the one presented.
  */
@@ -137,7 +158,10 @@ export class LeaseExpiredError extends NotHeldError {
 /** TooLargeError: the request body (a value) is over the server's limit (413). */
 export class TooLargeError extends FenceError {
 }
-/** NotImplementedError: the server's store lacks the feature (501): no KV, heal or inspect. */
+/**
+ * NotImplementedError: the server's store lacks the feature (501): no KV, heal or
+ * inspect, or no semaphores (`limit`) or shared locks (`shared`).
+ */
 export class NotImplementedError extends FenceError {
 }
 /**
@@ -166,6 +190,8 @@ export function errorFromBody(status, body) {
             return new NotFoundError("not_found", status, msg);
         case "held":
             return new HeldError(status, msg, str(body.name), num(body.expires_in_ms));
+        case "limit_mismatch":
+            return new LimitMismatchError(status, msg, str(body.name), num(body.limit), num(body.held_limit));
         case "stale_token":
             return new StaleTokenError(status, msg, str(body.key), num(body.highest), num(body.token), body.same_token === true);
         case "wrong_lock":

@@ -10,6 +10,16 @@
  * });
  * ```
  *
+ * A semaphore of 3 permits: at most three holders at once, each with a slot in
+ * [0, 3) whose resource the lease fences (`shared: true` asks for a shared lease
+ * instead):
+ *
+ * ```js
+ * await fence.withLock("exports", async (lease) => {
+ *   await fence.kv.put(`export-${lease.slot}`, "batch 7", lease);
+ * }, { limit: 3 });
+ * ```
+ *
  * Follow a lock, or an election's leader, as it changes (blocking queries):
  *
  * ```js
@@ -20,6 +30,6 @@
  *
  * @module
  */
-export { FenceClient, KV, DEFAULT_SERVER, type FenceClientOptions, type AcquireOptions, type WithLockOptions, type FenceSpec, type KVItem, type LockInfo, type WatchedLockInfo, type WatchOptions, type Leader, type Value, } from "./client.js";
+export { FenceClient, KV, DEFAULT_SERVER, type FenceClientOptions, type AcquireOptions, type WithLockOptions, type FenceSpec, type KVItem, type LockInfo, type Holder, type WatchedLockInfo, type WatchOptions, type Leader, type Value, } from "./client.js";
 export { Lease, type FenceHeaders, type LeaseInit, type LeaseOps } from "./lease.js";
-export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, StaleTokenError, WrongLockError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, type FenceErrorCode, } from "./errors.js";
+export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, LimitMismatchError, StaleTokenError, WrongLockError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, type FenceErrorCode, } from "./errors.js";

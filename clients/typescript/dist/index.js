@@ -10,6 +10,16 @@
  * });
  * ```
  *
+ * A semaphore of 3 permits: at most three holders at once, each with a slot in
+ * [0, 3) whose resource the lease fences (`shared: true` asks for a shared lease
+ * instead):
+ *
+ * ```js
+ * await fence.withLock("exports", async (lease) => {
+ *   await fence.kv.put(`export-${lease.slot}`, "batch 7", lease);
+ * }, { limit: 3 });
+ * ```
+ *
  * Follow a lock, or an election's leader, as it changes (blocking queries):
  *
  * ```js
@@ -22,4 +32,4 @@
  */
 export { FenceClient, KV, DEFAULT_SERVER, } from "./client.js";
 export { Lease } from "./lease.js";
-export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, StaleTokenError, WrongLockError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, } from "./errors.js";
+export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, LimitMismatchError, StaleTokenError, WrongLockError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, } from "./errors.js";

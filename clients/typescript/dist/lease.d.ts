@@ -21,6 +21,8 @@ export interface LeaseInit {
     name: string;
     token: number;
     id: string;
+    /** The permit's slot of a semaphore lease; 0 (the default) for a lock or shared lease. */
+    slot?: number;
     ttlMs: number;
     /** When the grant started, by performance.now(): never later than the server's start. */
     start: number;
@@ -50,6 +52,13 @@ export declare class Lease {
     readonly token: number;
     /** The lease id, the credential that renews and releases the lease. */
     readonly id: string;
+    /**
+     * The permit's slot, in [0, limit), of a lease on a semaphore
+     * (the `limit` of {@link FenceClient.acquire}): no two unexpired leases on the name share a slot, so
+     * a resource per slot (partition 3) is fenced by the name's tokens as a lock's
+     * resource is. 0 for a lock and for a shared lease.
+     */
+    readonly slot: number;
     /** Returns a lease as granted; FenceClient.acquire makes them. */
     constructor(init: LeaseInit);
     /** The TTL of the last grant or renewal, in ms. */

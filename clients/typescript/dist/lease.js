@@ -26,6 +26,13 @@ export class Lease {
     token;
     /** The lease id, the credential that renews and releases the lease. */
     id;
+    /**
+     * The permit's slot, in [0, limit), of a lease on a semaphore
+     * (the `limit` of {@link FenceClient.acquire}): no two unexpired leases on the name share a slot, so
+     * a resource per slot (partition 3) is fenced by the name's tokens as a lock's
+     * resource is. 0 for a lock and for a shared lease.
+     */
+    slot;
     #ops;
     #ttlMs;
     #deadline; // performance.now() time
@@ -40,6 +47,7 @@ export class Lease {
         this.name = init.name;
         this.token = init.token;
         this.id = init.id;
+        this.slot = init.slot ?? 0;
         this.#ops = init.ops;
         this.#ttlMs = init.ttlMs;
         this.#deadline = init.start + init.ttlMs;

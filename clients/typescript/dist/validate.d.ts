@@ -7,6 +7,8 @@ export declare const MAX_TTL_MS = 86400000;
 export declare const MAX_TOKEN: number;
 /** The longest owner of a lease, in UTF-8 bytes. */
 export declare const MAX_OWNER_BYTES = 256;
+/** The most permits of a semaphore, and the most shared holders of a lock at once. */
+export declare const MAX_LIMIT = 1024;
 /** quote renders a value as Go's %q does for the cases that matter here. */
 export declare function quote(s: string): string;
 /** opName is `op "name"`, or `op` alone without a name. */
@@ -27,6 +29,8 @@ export declare function checkName(op: string, field: "name" | "key", v: unknown)
 export declare function checkOwner(op: string, name: string, v: unknown): string;
 /** checkTTL throws the InvalidError of a ttlMs that is not an integer in [1, 86400000]. */
 export declare function checkTTL(op: string, name: string, v: unknown): number;
+/** checkLimit throws the InvalidError of a limit that is not an integer in [1, 1024]. */
+export declare function checkLimit(op: string, name: string, v: unknown): number;
 /** checkWait throws the InvalidError of a waitMs that is not a number >= 0 (Infinity: wait until acquired). */
 export declare function checkWait(op: string, name: string, v: unknown): number;
 /**

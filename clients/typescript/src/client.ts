@@ -1,6 +1,6 @@
 import { type ErrorBody, FenceError, HeldError, InvalidError, LeaseReleasedError, NotHeldError, NotImplementedError, UnavailableError, errorFromBody } from "./errors.js";
 import { Lease, type LeaseOps } from "./lease.js";
-import { checkLeaseId, checkName, checkOwner, checkQueryWait, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
+import { checkLeaseId, checkLimit, checkName, checkOwner, checkQueryWait, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
 
 /** The server a client talks to when neither the options nor FENCE_SERVER name one. */
 export const DEFAULT_SERVER = "http://127.0.0.1:7420";
@@ -37,6 +37,22 @@ export interface AcquireOptions {
    * people, not a credential. Sent only when set; "" or none: no owner.
    */
   owner?: string;
+  /**
+   * Takes a permit of a semaphore of `limit` permits, an integer 1 to 1024: at most
+   * `limit` leases on the name at once, each with a {@link Lease.slot} in [0, limit)
+   * and a token from the name's one counter, so a resource per slot is fenced as a
+   * lock's resource is. Every acquirer of a name must use the same limit while leases
+   * are live ({@link LimitMismatchError} otherwise). 1 (or none) is a lock. Sent only
+   * when above 1.
+   */
+  limit?: number;
+  /**
+   * Takes a shared lease: any number of shared holders (at most 1024), or one
+   * exclusive holder (an acquire without `shared`). While an exclusive acquire waits,
+   * new shared acquires find the lock held, so readers cannot starve a writer. Not with
+   * a limit above 1. Sent only when true.
+   */
+  shared?: boolean;
 }
 
 /** Options of {@link FenceClient.withLock}: those of acquire, but waitMs defaults to Infinity. */
@@ -64,7 +80,11 @@ export interface KVItem {
   text(): string;
 }
 
-/** The state of a lock, as {@link FenceClient.inspect} returns it. */
+/**
+ * The state of a lock, as {@link FenceClient.inspect} returns it. For a semaphore or
+ * a shared lock with live leases, token, owner and expiresInMs describe the holder
+ * with the highest token, and holders lists them all.
+ */
 export interface LockInfo {
   name: string;
   held: boolean;
@@ -75,6 +95,27 @@ export interface LockInfo {
   /** The last token granted (0 if never). */
   lastToken: number;
   /** What the holder's lease has left, in ms (0 when not held). */
+  expiresInMs: number;
+  /** The semaphore's limit while it has live permits; 0 for a lock (or a free name). */
+  limit: number;
+  /** True while shared leases hold the lock. */
+  shared: boolean;
+  /**
+   * Every live lease of a semaphore (in slot order) or of a shared lock (in token
+   * order); empty for a lock held exclusively, or not held.
+   */
+  holders: Holder[];
+}
+
+/** One live lease of a semaphore or a shared lock, as {@link LockInfo.holders} lists it (never its lease id). */
+export interface Holder {
+  /** The permit's slot, in [0, limit); 0 for a shared lease. */
+  slot: number;
+  /** The lease's fencing token. */
+  token: number;
+  /** Its owner ({@link AcquireOptions.owner}); "" if it named none. */
+  owner: string;
+  /** What the lease has left, in ms. */
   expiresInMs: number;
 }
 
@@ -202,9 +243,15 @@ export class FenceClient {
    * request was sent plus the server's waited_ms, so it is never later than the
    * server's expiry.
    *
+   * With limit, it takes a permit of a semaphore (the lease's {@link Lease.slot} says
+   * which); with shared, a shared lease.
+   *
    * Rejects with a {@link HeldError} if the lock stayed held (expiresInMs: what the
-   * holder had left as the wait ended); an {@link InvalidError} for a bad name, ttlMs,
-   * waitMs or owner; an {@link UnavailableError} if the server cannot be reached (it may
+   * holder had left as the wait ended; for a semaphore, all its permits); a
+   * {@link LimitMismatchError} if the name's live leases have another limit; an
+   * {@link InvalidError} for a bad name, ttlMs, waitMs, owner or limit, or shared with
+   * a limit above 1; a {@link NotImplementedError} if the server's store has no
+   * semaphores or shared locks (as asked); an {@link UnavailableError} if the server cannot be reached (it may
    * have granted a lease nobody learns of; it expires after its TTL); the signal's
    * reason if the signal aborted the wait.
    */
@@ -214,6 +261,16 @@ export class FenceClient {
     const ttlMs = checkTTL(op, name, opts.ttlMs ?? 30_000);
     const waitMs = checkWait(op, name, opts.waitMs ?? 0);
     const owner = checkOwner(op, name, opts.owner ?? "");
+    const limit = opts.limit === undefined ? 1 : checkLimit(op, name, opts.limit);
+    if (opts.shared !== undefined && typeof opts.shared !== "boolean") {
+      throw invalid(op, name, "shared", String(opts.shared), "must be a boolean");
+    }
+    const shared = opts.shared === true;
+    if (shared && limit > 1) {
+      throw invalid(op, name, "shared", "true", `cannot be combined with limit ${limit}: a semaphore's permits are not shared`);
+    }
+    // A lock is sent as before (no limit, no shared), so older servers take it.
+    const kind = { ...(limit > 1 && { limit }), ...(shared && { shared }) };
     const signal = opts.signal;
     const path = `/v1/locks/${escapeSegment(name)}/acquire`;
     const waitEnd = now() + waitMs; // Infinity for ever
@@ -225,8 +282,8 @@ export class FenceClient {
       const start = now();
       let err: unknown;
       try {
-        const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll, ...(owner !== "" && { owner }) }, signal, extraMs: poll });
-        return this.#lease(op, name, resp, start, opts.autoRenew ?? true);
+        const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll, ...(owner !== "" && { owner }), ...kind }, signal, extraMs: poll });
+        return this.#lease(op, name, resp, start, opts.autoRenew ?? true, limit);
       } catch (e) {
         err = e;
       }
@@ -246,21 +303,24 @@ export class FenceClient {
     }
   }
 
-  #lease(op: string, name: string, r: Record<string, unknown>, start: number, autoRenew: boolean): Lease {
+  #lease(op: string, name: string, r: Record<string, unknown>, start: number, autoRenew: boolean, limit: number): Lease {
     const { token, lease, ttl_ms: ttl, waited_ms: waited } = r;
+    // A permit's answer carries its slot in [0, limit); a lock's has none.
+    const slot = limit > 1 ? r.slot : (r.slot ?? 0);
     if (
       r.name !== name ||
       typeof token !== "number" || !Number.isSafeInteger(token) || token < 1 ||
       typeof lease !== "string" || lease === "" ||
       typeof ttl !== "number" || ttl <= 0 ||
-      typeof waited !== "number" || waited < 0
+      typeof waited !== "number" || waited < 0 ||
+      typeof slot !== "number" || !Number.isInteger(slot) || slot < 0 || slot >= limit
     ) {
       throw this.#malformed(op, name);
     }
     // The server's store started the TTL waited_ms after the server got the request,
     // which left here no later than start. Never date it after now.
     const began = Math.min(start + waited, now());
-    return new Lease({ ops: this.#ops, name, token, id: lease, ttlMs: ttl, start: began, autoRenew });
+    return new Lease({ ops: this.#ops, name, token, id: lease, slot, ttlMs: ttl, start: began, autoRenew });
   }
 
   /**
@@ -639,8 +699,19 @@ interface WatchArgs {
 /** lockInfoOf returns the LockInfo of the server's JSON state of the lock name. */
 function lockInfoOf(r: Record<string, unknown>, name: string): LockInfo {
   const n = (v: unknown): number => (typeof v === "number" ? v : 0);
-  const owner = typeof r.owner === "string" ? r.owner : "";
-  return { name: String(r.name ?? name), held: r.held === true, token: n(r.token), owner, lastToken: n(r.last_token), expiresInMs: n(r.expires_in_ms) };
+  const s = (v: unknown): string => (typeof v === "string" ? v : "");
+  const holders: Holder[] = [];
+  if (Array.isArray(r.holders)) {
+    for (const h of r.holders as unknown[]) {
+      if (h === null || typeof h !== "object") continue;
+      const o = h as Record<string, unknown>;
+      holders.push({ slot: n(o.slot), token: n(o.token), owner: s(o.owner), expiresInMs: n(o.expires_in_ms) });
+    }
+  }
+  return {
+    name: String(r.name ?? name), held: r.held === true, token: n(r.token), owner: s(r.owner), lastToken: n(r.last_token),
+    expiresInMs: n(r.expires_in_ms), limit: n(r.limit), shared: r.shared === true, holders,
+  };
 }
 
 /** leaderOf returns the leader that the state of an election's lock shows. */

@@ -17,6 +17,7 @@ export type FenceErrorCode =
   | "not_found"
   | "method_not_allowed"
   | "held"
+  | "limit_mismatch"
   | "stale_token"
   | "wrong_lock"
   | "token_exhausted"
@@ -101,6 +102,29 @@ export class HeldError extends FenceError {
 }
 
 /**
+ * LimitMismatchError: the lock's live leases were granted with another limit than
+ * the acquire asked for (409 `limit_mismatch`): every acquirer of a semaphore must
+ * use the same limit (a lock and a shared lock count as 1). Nothing changed; the
+ * same acquire succeeds once the live leases end.
+ */
+export class LimitMismatchError extends FenceError {
+  /** The lock's name. */
+  readonly lockName: string;
+  /** The limit the acquire asked for (1 for a lock). */
+  readonly limit: number;
+  /** The limit of the live leases (1 for a lock). */
+  readonly heldLimit: number;
+
+  /** Returns a LimitMismatchError; see {@link FenceError}. */
+  constructor(status: number | undefined, message: string, lockName: string, limit: number, heldLimit: number) {
+    super("limit_mismatch", status, message);
+    this.lockName = lockName;
+    this.limit = limit;
+    this.heldLimit = heldLimit;
+  }
+}
+
+/**
  * StaleTokenError: the key has accepted a higher token (409 `stale_token`). The write
  * changed nothing. `highest` is the key's token, `token` the one presented.
  */
@@ -174,7 +198,10 @@ export class LeaseExpiredError extends NotHeldError {}
 /** TooLargeError: the request body (a value) is over the server's limit (413). */
 export class TooLargeError extends FenceError {}
 
-/** NotImplementedError: the server's store lacks the feature (501): no KV, heal or inspect. */
+/**
+ * NotImplementedError: the server's store lacks the feature (501): no KV, heal or
+ * inspect, or no semaphores (`limit`) or shared locks (`shared`).
+ */
 export class NotImplementedError extends FenceError {}
 
 /**
@@ -204,6 +231,8 @@ export function errorFromBody(status: number, body: ErrorBody): FenceError {
       return new NotFoundError("not_found", status, msg);
     case "held":
       return new HeldError(status, msg, str(body.name), num(body.expires_in_ms));
+    case "limit_mismatch":
+      return new LimitMismatchError(status, msg, str(body.name), num(body.limit), num(body.held_limit));
     case "stale_token":
       return new StaleTokenError(status, msg, str(body.key), num(body.highest), num(body.token), body.same_token === true);
     case "wrong_lock":

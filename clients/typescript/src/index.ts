@@ -10,6 +10,16 @@
  * });
  * ```
  *
+ * A semaphore of 3 permits: at most three holders at once, each with a slot in
+ * [0, 3) whose resource the lease fences (`shared: true` asks for a shared lease
+ * instead):
+ *
+ * ```js
+ * await fence.withLock("exports", async (lease) => {
+ *   await fence.kv.put(`export-${lease.slot}`, "batch 7", lease);
+ * }, { limit: 3 });
+ * ```
+ *
  * Follow a lock, or an election's leader, as it changes (blocking queries):
  *
  * ```js
@@ -30,6 +40,7 @@ export {
   type FenceSpec,
   type KVItem,
   type LockInfo,
+  type Holder,
   type WatchedLockInfo,
   type WatchOptions,
   type Leader,
@@ -42,6 +53,7 @@ export {
   UnauthorizedError,
   NotFoundError,
   HeldError,
+  LimitMismatchError,
   StaleTokenError,
   WrongLockError,
   TokenExhaustedError,

@@ -23,6 +23,8 @@ export interface LeaseInit {
   name: string;
   token: number;
   id: string;
+  /** The permit's slot of a semaphore lease; 0 (the default) for a lock or shared lease. */
+  slot?: number;
   ttlMs: number;
   /** When the grant started, by performance.now(): never later than the server's start. */
   start: number;
@@ -57,6 +59,13 @@ export class Lease {
   readonly token: number;
   /** The lease id, the credential that renews and releases the lease. */
   readonly id: string;
+  /**
+   * The permit's slot, in [0, limit), of a lease on a semaphore
+   * (the `limit` of {@link FenceClient.acquire}): no two unexpired leases on the name share a slot, so
+   * a resource per slot (partition 3) is fenced by the name's tokens as a lock's
+   * resource is. 0 for a lock and for a shared lease.
+   */
+  readonly slot: number;
 
   #ops: LeaseOps;
   #ttlMs: number;
@@ -73,6 +82,7 @@ export class Lease {
     this.name = init.name;
     this.token = init.token;
     this.id = init.id;
+    this.slot = init.slot ?? 0;
     this.#ops = init.ops;
     this.#ttlMs = init.ttlMs;
     this.#deadline = init.start + init.ttlMs;

@@ -12,6 +12,8 @@ export const MAX_TTL_MS = 86_400_000;
 export const MAX_TOKEN = Number.MAX_SAFE_INTEGER;
 /** The longest owner of a lease, in UTF-8 bytes. */
 export const MAX_OWNER_BYTES = 256;
+/** The most permits of a semaphore, and the most shared holders of a lock at once. */
+export const MAX_LIMIT = 1024;
 const MAX_LEASE_ID_LEN = 128;
 const utf8 = new TextEncoder();
 
@@ -76,6 +78,14 @@ export function checkOwner(op: string, name: string, v: unknown): string {
 export function checkTTL(op: string, name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > MAX_TTL_MS) {
     throw invalid(op, name, "ttlMs", String(v), `must be an integer between 1 and ${MAX_TTL_MS}`);
+  }
+  return v;
+}
+
+/** checkLimit throws the InvalidError of a limit that is not an integer in [1, 1024]. */
+export function checkLimit(op: string, name: string, v: unknown): number {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > MAX_LIMIT) {
+    throw invalid(op, name, "limit", String(v), `must be an integer between 1 and ${MAX_LIMIT}`);
   }
   return v;
 }

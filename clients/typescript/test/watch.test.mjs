@@ -87,7 +87,7 @@ describe("watch", () => {
 
     const first = await w.next();
     assert.ok(first.ms < 1000, `first state after ${first.ms}ms, want at once`);
-    assert.deepEqual({ ...first.value, index: undefined }, { name, held: false, token: 0, owner: "", lastToken: 0, expiresInMs: 0, index: undefined });
+    assert.deepEqual({ ...first.value, index: undefined }, { name, held: false, token: 0, owner: "", lastToken: 0, expiresInMs: 0, limit: 0, shared: false, holders: [], index: undefined });
     assert.ok(Number.isSafeInteger(first.value.index) && first.value.index >= 1, `index ${first.value.index}`);
 
     // Each change is asked for before it happens: the query is waiting when it comes.

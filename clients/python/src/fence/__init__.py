@@ -13,6 +13,9 @@ key-value store is such a resource::
     with fence.lock("nightly", ttl=30) as lease:   # the same, on a default client
         ...
 
+    with client.lock("exports", limit=3) as permit:   # one of 3 permits, each a slot
+        client.put("export-%d" % permit.slot, b"batch 7", lease=permit)
+
     for state in client.watch("nightly"):        # its state now, then at each change
         print(state["held"], state["index"])
 
@@ -42,6 +45,7 @@ from ._errors import (
     HeldError,
     InternalError,
     InvalidError,
+    LimitMismatchError,
     MethodNotAllowedError,
     NotFoundError,
     NotHeldError,
@@ -71,6 +75,7 @@ __all__ = [
     "HeldError",
     "InternalError",
     "InvalidError",
+    "LimitMismatchError",
     "MethodNotAllowedError",
     "NotFoundError",
     "NotHeldError",

@@ -44,6 +44,7 @@ MAX_TOKEN = (1 << 53) - 1
 MAX_NAME_BYTES = 255
 MAX_LEASE_ID_BYTES = 128
 MAX_OWNER_BYTES = 256
+MAX_LIMIT = 1024
 MIN_TTL = 0.001
 MAX_TTL = 86400.0
 
@@ -190,6 +191,28 @@ def _check_owner(op: str, name: str, owner: Any) -> str:
     if n > MAX_OWNER_BYTES:
         raise _invalid(op, name, "owner", owner, "is %d bytes, longer than %d" % (n, MAX_OWNER_BYTES))
     return owner
+
+
+def _check_kind(op: str, name: str, limit: Any, shared: Any) -> Dict[str, Any]:
+    """Returns the acquire body's fields of the kind of grant: {"limit": N} for a
+    semaphore of N > 1, {"shared": True} for a shared lease, {} for a lock (sent as
+    before, so older servers take it). Raises InvalidError for a limit that is not
+    an integer 1 to 1024, a shared that is not a bool, or both."""
+    if limit is None:
+        limit = 1
+    if not _is_int(limit) or not 1 <= limit <= MAX_LIMIT:
+        raise _invalid(op, name, "limit", str(limit), "must be an integer between 1 and %d" % MAX_LIMIT)
+    if not isinstance(shared, bool):
+        raise _invalid(op, name, "shared", str(shared), "must be a bool")
+    if shared and limit > 1:
+        raise _invalid(
+            op, name, "shared", "true", "cannot be combined with limit %d: a semaphore's permits are not shared" % limit
+        )
+    if limit > 1:
+        return {"limit": limit}
+    if shared:
+        return {"shared": True}
+    return {}
 
 
 def escape_name(name: str) -> str:
@@ -602,6 +625,8 @@ class Client:
         *,
         auto_renew: bool = False,
         owner: Optional[str] = None,
+        limit: Optional[int] = None,
+        shared: bool = False,
     ) -> Lease:
         """Acquires the lock ``name`` for ``ttl`` seconds and returns its Lease.
 
@@ -621,16 +646,31 @@ class Client:
         a label for people, not a credential, and is sent only when set (None or ""
         names none).
 
+        ``limit`` (2 to 1024) takes a permit of a semaphore of ``limit`` permits: at
+        most that many leases on the name at once, each with a ``slot`` in [0, limit)
+        and a token from the name's one counter, so a resource per slot (partition
+        3) is fenced as a lock's resource is. Every acquirer of a name must use the
+        same limit while leases are live. None or 1 is a lock. ``shared`` takes a
+        shared lease: any number of shared holders, or one exclusive holder (an
+        acquire without it); while an exclusive acquire waits, new shared acquires
+        find the lock held, so readers cannot starve a writer. Each is sent only when
+        set.
+
         Raises HeldError (with expires_in_ms) if the lock is still held when the wait
-        is over, InvalidError for a bad name, ttl, wait or owner, UnavailableError if the
-        server cannot be reached (it may then have granted a lease nobody learns of;
-        it expires after ttl), UnauthorizedError, TokenExhaustedError.
+        is over (for a semaphore: all its permits), LimitMismatchError (an
+        InvalidError) if the name's live leases have another limit, InvalidError for a
+        bad name, ttl, wait, owner or limit or for shared with a limit above 1,
+        NotSupportedError if the server's store has no semaphores or shared locks,
+        UnavailableError if the server cannot be reached (it may then have granted a
+        lease nobody learns of; it expires after ttl), UnauthorizedError,
+        TokenExhaustedError.
         """
         op = "acquire"
         name = _check_name(op, name)
         ttl_ms = _check_ttl(op, name, ttl)
         wait_s = _check_wait(op, name, wait)
         owner = _check_owner(op, name, owner)
+        kind = _check_kind(op, name, limit, shared)
         path = "/v1/locks/%s/acquire" % escape_name(name)
         forever = math.isinf(wait_s)
         wait_end = time.monotonic() + (0.0 if forever else wait_s)
@@ -650,6 +690,7 @@ class Client:
             payload: Dict[str, Any] = {"ttl_ms": ttl_ms, "wait_ms": poll_ms}
             if owner:
                 payload["owner"] = owner
+            payload.update(kind)
             try:
                 out = self._post_json(op, name, path, payload, timeout=self.timeout + poll)
             except HeldError:
@@ -664,10 +705,14 @@ class Client:
                 time.sleep(min(backoff, left))
                 backoff = min(2 * backoff, _MAX_BACKOFF)
                 continue
-            return self._lease_from(op, name, out, sent, auto_renew)
+            return self._lease_from(op, name, out, sent, auto_renew, kind.get("limit", 1))
 
-    def _lease_from(self, op: str, name: str, out: Dict[str, Any], sent: float, auto_renew: bool) -> Lease:
+    def _lease_from(
+        self, op: str, name: str, out: Dict[str, Any], sent: float, auto_renew: bool, limit: int
+    ) -> Lease:
         token: Any = out.get("token")
+        # A permit's answer carries its slot in [0, limit); a lock's has none.
+        slot: Any = out.get("slot") if limit > 1 else out.get("slot", 0)
         lease_id: Any = out.get("lease")
         ttl_ms: Any = out.get("ttl_ms")
         waited_ms: Any = out.get("waited_ms", 0)
@@ -681,15 +726,24 @@ class Client:
             or ttl_ms <= 0
             or not _is_int(waited_ms)
             or waited_ms < 0
+            or not _is_int(slot)
+            or not 0 <= slot < limit
         ):
             raise self._malformed(op, name)
         # The store started the TTL waited_ms (rounded down) after the server got the
         # request, which left here at `sent`; never date the lease after now.
         start = min(sent + waited_ms / 1000.0, time.monotonic())
-        return Lease(self, name, token, lease_id, ttl_ms / 1000.0, start, auto_renew)
+        return Lease(self, name, token, lease_id, ttl_ms / 1000.0, start, auto_renew, slot=slot)
 
     def lock(
-        self, name: str, ttl: float = 30, wait: Optional[float] = FOREVER, *, owner: Optional[str] = None
+        self,
+        name: str,
+        ttl: float = 30,
+        wait: Optional[float] = FOREVER,
+        *,
+        owner: Optional[str] = None,
+        limit: Optional[int] = None,
+        shared: bool = False,
     ) -> LockContext:
         """Returns a context manager that acquires the lock ``name`` on entry (waiting
         up to ``wait`` seconds; FOREVER by default, None or 0 tries once), renews it
@@ -701,10 +755,10 @@ class Client:
                 client.put("ledger", b"...", lease=lease)
 
         The lease's ``lost`` event is set if the lease is lost meanwhile (a renewal
-        refused, or the deadline passed without a successful renewal). ``owner`` is
-        acquire's. Entry raises what acquire raises.
+        refused, or the deadline passed without a successful renewal). ``owner``,
+        ``limit`` and ``shared`` are acquire's. Entry raises what acquire raises.
         """
-        return LockContext(self, name, ttl, wait, owner)
+        return LockContext(self, name, ttl, wait, owner, limit=limit, shared=shared)
 
     def heal(self, name: str, seen: int) -> None:
         """Tells the server that a guard saw token ``seen`` for lock ``name``, so that
@@ -723,7 +777,11 @@ class Client:
     def status(self, name: str) -> Dict[str, Any]:
         """Returns the state of the lock ``name`` as the server reports it: a dict with
         "name", "held" and, when known, "token", "owner" (while held, if the holder
-        named one), "last_token" and "expires_in_ms".
+        named one), "last_token" and "expires_in_ms". A semaphore with live permits
+        adds "limit" and a shared lock with live shared leases "shared": True, and
+        both "holders": every live lease as a dict with "slot", "token", "owner" (if
+        it named one) and "expires_in_ms", in slot order (semaphore) or token order
+        (shared); "token", "owner" and "expires_in_ms" are then the highest token's.
 
         Raises InvalidError for a bad name, NotSupportedError if the server's store
         cannot report state, UnavailableError if the server cannot be reached.
@@ -1029,13 +1087,27 @@ class Lease:
     """
 
     def __init__(
-        self, client: Client, name: str, token: int, lease_id: str, ttl: float, start: float, auto_renew: bool
+        self,
+        client: Client,
+        name: str,
+        token: int,
+        lease_id: str,
+        ttl: float,
+        start: float,
+        auto_renew: bool,
+        *,
+        slot: int = 0,
     ) -> None:
         self._client = client
         self.name: str = name
         """The lock name."""
         self.token: int = token
         """The fencing token of this grant."""
+        self.slot: int = slot
+        """The permit's slot, in [0, limit), of a lease on a semaphore (acquire's
+        ``limit``): no two unexpired leases on the name share a slot, so a resource per
+        slot is fenced by the name's tokens as a lock's resource is. 0 for a lock and
+        for a shared lease."""
         self.id: str = lease_id
         """The lease id. It is a credential: whoever has it can renew or release the lease."""
         self.lost: threading.Event = threading.Event()
@@ -1256,13 +1328,23 @@ class LockContext:
     Client.lock)."""
 
     def __init__(
-        self, client: Client, name: str, ttl: float, wait: Optional[float], owner: Optional[str] = None
+        self,
+        client: Client,
+        name: str,
+        ttl: float,
+        wait: Optional[float],
+        owner: Optional[str] = None,
+        *,
+        limit: Optional[int] = None,
+        shared: bool = False,
     ) -> None:
         self._client = client
         self._name = name
         self._ttl = ttl
         self._wait = wait
         self._owner = owner
+        self._limit = limit
+        self._shared = shared
         self.lease: Optional[Lease] = None
         """The lease, once entered."""
 
@@ -1272,7 +1354,9 @@ class LockContext:
                 "lock %s: this lock() context is already in use; call lock() again" % quote(self._name),
                 field="lock",
             )
-        self.lease = self._client.acquire(self._name, self._ttl, self._wait, auto_renew=True, owner=self._owner)
+        self.lease = self._client.acquire(
+            self._name, self._ttl, self._wait, auto_renew=True, owner=self._owner, limit=self._limit, shared=self._shared
+        )
         return self.lease
 
     def __exit__(
@@ -1299,10 +1383,18 @@ def default_client() -> Client:
         return _default
 
 
-def lock(name: str, ttl: float = 30, wait: Optional[float] = FOREVER, *, owner: Optional[str] = None) -> LockContext:
+def lock(
+    name: str,
+    ttl: float = 30,
+    wait: Optional[float] = FOREVER,
+    *,
+    owner: Optional[str] = None,
+    limit: Optional[int] = None,
+    shared: bool = False,
+) -> LockContext:
     """Client.lock on the default client (see default_client)::
 
     with fence.lock("nightly", ttl=30) as lease:
         ...
     """
-    return default_client().lock(name, ttl, wait, owner=owner)
+    return default_client().lock(name, ttl, wait, owner=owner, limit=limit, shared=shared)

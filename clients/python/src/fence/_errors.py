@@ -9,6 +9,7 @@ __all__ = [
     "FenceError",
     "InvalidError",
     "TooLargeError",
+    "LimitMismatchError",
     "UnauthorizedError",
     "NotFoundError",
     "MethodNotAllowedError",
@@ -93,6 +94,22 @@ class TooLargeError(InvalidError):
     code = "too_large"
 
 
+class LimitMismatchError(InvalidError):
+    """LimitMismatchError (409 "limit_mismatch"): the lock's live leases were granted
+    with another limit than the acquire asked for; every acquirer of a semaphore must
+    use the same limit (a lock and a shared lock count as 1). Nothing changed; the
+    same acquire succeeds once the live leases end. ``limit`` is the limit asked for,
+    ``held_limit`` the live leases', ``name`` the lock."""
+
+    code = "limit_mismatch"
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.limit: Optional[int] = _int(self.body.get("limit"))
+        self.held_limit: Optional[int] = _int(self.body.get("held_limit"))
+        self.name: Optional[str] = _str(self.body.get("name"))
+
+
 class UnauthorizedError(FenceError):
     """UnauthorizedError (401 "unauthorized"): the server refused the bearer token
     (missing or wrong; see FENCE_AUTH_TOKEN)."""
@@ -175,7 +192,7 @@ class NotHeldError(FenceError):
 
 class NotSupportedError(FenceError):
     """NotSupportedError (501 "not_implemented"): the server's store lacks the
-    feature (no KV store, no healing, ...)."""
+    feature (no KV store, no healing, no semaphores or shared locks, ...)."""
 
     code = "not_implemented"
 
@@ -198,6 +215,7 @@ class InternalError(FenceError):
 _CLASSES: Tuple[Type[FenceError], ...] = (
     InvalidError,
     TooLargeError,
+    LimitMismatchError,
     UnauthorizedError,
     NotFoundError,
     MethodNotAllowedError,
