@@ -108,16 +108,10 @@ func ExampleClient_Acquire() {
 // counter, so a resource per slot is fenced as a lock's resource is; a paused
 // holder of slot 1 is refused once the next holder of slot 1 has written.
 func ExampleClient_Acquire_semaphore() {
-	srv, err := fencehttp.NewServer(fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
-	if err != nil {
-		log.Fatal(err)
-	}
+	srv, _ := fencehttp.NewServer(fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
-	c, err := fencehttp.NewClient(hs.URL, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
+	c, _ := fencehttp.NewClient(hs.URL, nil)
 	ctx := context.Background()
 
 	var permits []*fence.Lease
@@ -129,7 +123,7 @@ func ExampleClient_Acquire_semaphore() {
 		fmt.Printf("slot %d, token %d\n", p.Slot(), p.Token())
 		permits = append(permits, p)
 	}
-	_, err = fence.TryAcquire(ctx, c, "uploaders", time.Minute, fence.WithLimit(2))
+	_, err := fence.TryAcquire(ctx, c, "uploaders", time.Minute, fence.WithLimit(2))
 	fmt.Println(errors.Is(err, fence.ErrNotAcquired))
 
 	stale := permits[1]
