@@ -20,6 +20,70 @@
 // and the token is the transaction's revision. The token record's mod revision is
 // therefore the last token of name, kept after release for Inspect and List.
 //
+// # Semaphores and shared locks
+//
+// A Locker makes semaphore permits (fence.WithLimit) and shared leases
+// (fence.WithShared) natively (fence.Features). Each such lease is one holder key
+// next to the lock key, under the grant's own etcd lease, as a lock key is:
+//
+//	Prefix+"lock/"+name+"\x00h"+KIND+"\x00"+SLOT   value: lease id, "\x00", owner
+//
+// with KIND the limit in four digits ("0003") or "sh" for a shared lease, and SLOT
+// four digits. No name contains a control character, so these keys, and the
+// exclusive-waiter records (Prefix+"lock/"+name+"\x00w"+id), belong to name alone,
+// and [lock key, lock key+"\x01") is all of a name's lease state: one watch wakes
+// its waiters and watchers. A grant is still one transaction, whose compares make
+// concurrent grants safe by etcd's serialisation, not by a lock:
+//
+//	semaphore of N, slot s:  no lock key; no holder key of another KIND; no key for slot s
+//	shared, slot s:          no lock key; no semaphore holder key; no waiter record; no key for slot s
+//	exclusive:               no lock key; no holder key
+//
+// Then it writes the lease's key and the token key (the token is, as for a lock,
+// the transaction's revision: one counter for every kind of grant). Slots lie in
+// [0, N), so more than N permits, or two live leases in one slot, would need two
+// keys for one slot: the compare on the slot key refuses the second. Shared leases
+// take slots of [0, fence.MaxLimit) too, at random (Lease.Slot and Holders report
+// 0), so at most MaxLimit are live. A try first guesses its slot (0; a waiter the
+// lowest slot whose release woke it; a shared acquire a random one); when the guess was
+// taken, the failed transaction's reads show the lowest free slot, and the try
+// sends one more transaction for it, so "the lowest free slot" is the lowest as
+// etcd had it at that read: a permit that ends between the read and the grant
+// leaves a lower slot free. The same reads, passed to driver.Decide, tell a limit
+// mismatch (a *fence.LimitError) from a name that is held.
+//
+// Writer preference: an exclusive acquire that waits while only shared leases
+// hold the name records itself waiting, in the transaction that found it held,
+// with a waiter record of its own under its etcd lease (the lease that it will
+// hold the lock with); shared grants compare that no record exists. The record
+// lives while the waiter's tries refresh its etcd lease (a waiter behind shared
+// holders tries again within half the smaller of its TTL and its wait left, as
+// driver.Decide says); the exclusive grant
+// deletes it in its transaction, and a waiter that gives up (its wait, its context,
+// Close) deletes it as it returns. A waiter that crashes holds off shared acquires
+// until its etcd lease expires: its ceil(TTL) seconds, or etcd's minimum, plus up
+// to 500 ms, not the smaller of its TTL and its wait left. Several exclusive
+// waiters each keep their own record.
+//
+// Renew, Release and Revoke find a permit's key from its lease id, which ends in
+// ".LIMIT.SLOT" (".r.SLOT" for a shared lease) after the 128 random bits that make
+// it a credential, and compare the key's value with the id, as for a lock. Revoke
+// deletes the lock key and every holder key in one transaction. Inspect and List
+// report the holders (fence.LockInfo.Holders, as driver.Info shapes them) with the
+// time left of each one's etcd lease: one TimeToLive request per holder, at most 8
+// at a time. Grants survive a restart of etcd as locks do: the keys and their etcd
+// leases are in etcd's Raft log.
+//
+// Measured on one member on a 2-CPU machine, quiet (BenchmarkKinds_*): an
+// uncontended acquire+release pair takes 1.5 ms for a lock, 1.5 ms for a permit
+// and 1.7 ms for a shared lease; the median handoff is 3.8 ms for a lock, 4.2 ms
+// from a permit of a full semaphore to a waiting one, and 4.3 ms from a shared
+// lease to a waiting writer.
+//
+// Versions of this package before semaphores compare only the lock key: while
+// any of them acquires on the same prefix, do not use semaphores or shared locks
+// there, as such a version would grant a lock beside them.
+//
 // # Owners
 //
 // The owner of a grant (fence.WithOwner) is the owner key, written by the grant's
@@ -115,8 +179,8 @@
 // # Watching
 //
 // Watch (fence.Watcher; the loop is driver.Engine's) follows one lock through an
-// etcd watch on its lock key: every change writes that key in the transaction that
-// makes it (a grant creates it, a release or revoke deletes it, etcd deletes it when
+// etcd watch on its keys (the lock key, its holder keys and waiter records): every
+// change writes one of them in the transaction that makes it (a grant creates it, a release or revoke deletes it, etcd deletes it when
 // it revokes an expired holder's lease), older versions' grants and releases too, so
 // a rolling upgrade loses no signal and nothing extra is written for watchers. There
 // is no heal on etcd. An expiry is seen when etcd deletes the key, up to the minimum

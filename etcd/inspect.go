@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -17,11 +18,14 @@ import (
 // revision) and Owner (the grant's owner key, "" if none) while the lock key and its
 // etcd lease exist, LastToken (the revision of the last grant) and ExpiresIn (the
 // etcd lease's remaining TTL, in whole seconds, truncated: 0 in its last second).
-// This is etcd's view, which for a TTL below etcd's minimum lease TTL lasts longer
-// than the holder's deadline (see the package documentation). A lock never acquired
-// is reported not held with LastToken 0. It returns fence.ErrInvalid for a bad name,
-// ErrCorrupt for an owner key that holds no valid owner, fence.ErrUnavailable if
-// etcd cannot be reached and fence.ErrClosed after Close.
+// A semaphore's or shared lock's live leases are its Holders (each with the slot,
+// token, owner and time left of its holder key), and Limit and Shared say which, as
+// driver.Info shapes them. This is etcd's view, which for a TTL below etcd's
+// minimum lease TTL lasts longer than the holder's deadline (see the package
+// documentation). A lock never acquired is reported not held with LastToken 0. It
+// returns fence.ErrInvalid for a bad name, ErrCorrupt for an owner or holder key
+// this package did not write, fence.ErrUnavailable if etcd cannot be reached and
+// fence.ErrClosed after Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
 	if err := l.check(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("etcd: inspect %q: %w", name, err)
@@ -33,11 +37,13 @@ func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	return info, nil
 }
 
-// inspect reads the lock, token and owner keys of name in one transaction, then the
-// holder's etcd lease.
+// inspect reads the lock, token, owner and holder keys of name in one
+// transaction, then the holders' etcd leases.
 func (l *Locker) inspect(ctx context.Context, name string) (fence.LockInfo, error) {
+	hFrom, hTo := l.keys.holders(name)
 	resp, err := l.cli.Txn(ctx).
-		Then(clientv3.OpGet(l.keys.lock(name)), clientv3.OpGet(l.keys.token(name)), clientv3.OpGet(l.keys.owner(name))).
+		Then(clientv3.OpGet(l.keys.lock(name)), clientv3.OpGet(l.keys.token(name)), clientv3.OpGet(l.keys.owner(name)),
+			clientv3.OpGet(hFrom, clientv3.WithRange(hTo))).
 		Commit()
 	if err != nil {
 		return fence.LockInfo{}, storeErr(err)
@@ -46,13 +52,56 @@ func (l *Locker) inspect(ctx context.Context, name string) (fence.LockInfo, erro
 	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
 		info.LastToken = fence.Token(kvs[0].ModRevision)
 	}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
-		owner := grantOwner(kvs[0], only(resp.Responses[2].GetResponseRange().GetKvs()))
-		if err := l.fillHeld(ctx, &info, kvs[0], owner); err != nil {
-			return fence.LockInfo{}, err
-		}
+	lock := only(resp.Responses[0].GetResponseRange().GetKvs())
+	owner := only(resp.Responses[2].GetResponseRange().GetKvs())
+	if err := l.fill(ctx, &info, lock, owner, resp.Responses[3].GetResponseRange().GetKvs()); err != nil {
+		return fence.LockInfo{}, err
 	}
 	return info, nil
+}
+
+// fill sets the held fields of info from the name's lock key (nil: none) with its
+// owner key (nil: none) and its holder keys.
+func (l *Locker) fill(ctx context.Context, info *fence.LockInfo, lock, owner *mvccpb.KeyValue, holders []*mvccpb.KeyValue) error {
+	if lock != nil {
+		if err := l.fillHeld(ctx, info, lock, grantOwner(lock, owner)); err != nil {
+			return err
+		}
+	}
+	if len(holders) == 0 {
+		return nil
+	}
+	var st nameState
+	for _, kv := range holders {
+		h, err := l.keys.parseHolder(info.Name, kv)
+		if err != nil {
+			return err
+		}
+		if _, who, ok := strings.Cut(string(kv.Value), "\x00"); !ok || driver.ValidateOwner(who) != nil {
+			return fmt.Errorf("holder key %q: %w", kv.Key, ErrCorrupt)
+		}
+		st.holders = append(st.holders, h)
+	}
+	now := l.clock.Now()
+	exp, err := l.expiries(ctx, now, holders)
+	if err != nil {
+		return err
+	}
+	hs, _ := st.holdings(exp)
+	hi := driver.Info(info.Name, hs, info.LastToken, now)
+	if !hi.Held {
+		return nil // their etcd leases ended between the reads
+	}
+	// etcd's TTLs are whole seconds: expiries added a nanosecond.
+	for i := range hi.Holders {
+		hi.Holders[i].ExpiresIn = hi.Holders[i].ExpiresIn.Truncate(time.Second)
+	}
+	if !info.Held || hi.Token > info.Token {
+		info.Token, info.Owner, info.ExpiresIn = hi.Token, hi.Owner, hi.ExpiresIn.Truncate(time.Second)
+	}
+	info.Held, info.Limit, info.Shared, info.Holders = true, hi.Limit, hi.Shared, hi.Holders
+	info.LastToken = max(info.LastToken, hi.LastToken)
+	return nil
 }
 
 // grantOwner returns owner, the owner key of lock's name (nil: none), if the grant
@@ -144,11 +193,12 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	for _, kv := range resp.Kvs {
 		out = append(out, fence.LockInfo{Name: string(kv.Key[len(tokPrefix):]), LastToken: fence.Token(kv.ModRevision)})
 	}
-	// The held ones among them and their owners, at the same revision.
+	// The held ones among them, their owners and holders, at the same revision.
 	first, last := out[0].Name, out[len(out)-1].Name
 	at := clientv3.WithRev(resp.Header.Revision)
+	_, lockEnd := l.keys.name(last)
 	held, err := l.cli.Txn(ctx).Then(
-		clientv3.OpGet(l.keys.lock(first), clientv3.WithRange(l.keys.lock(last)+"\x00"), at),
+		clientv3.OpGet(l.keys.lock(first), clientv3.WithRange(lockEnd), at),
 		clientv3.OpGet(l.keys.owner(first), clientv3.WithRange(l.keys.owner(last)+"\x00"), at),
 	).Commit()
 	if err != nil {
@@ -159,10 +209,27 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	for _, kv := range held.Responses[1].GetResponseRange().GetKvs() {
 		owners[string(kv.Key[len(ownerPrefix):])] = kv
 	}
+	// The lock key of a name, then its holder keys and waiter records, sort
+	// together: "\x00" follows the name.
 	lockPrefix := l.keys.lock("")
+	kvs := held.Responses[0].GetResponseRange().GetKvs()
 	i := 0
-	for _, kv := range held.Responses[0].GetResponseRange().GetKvs() {
-		name := string(kv.Key[len(lockPrefix):])
+	for len(kvs) > 0 {
+		name, _, _ := strings.Cut(string(kvs[0].Key[len(lockPrefix):]), "\x00")
+		var lock *mvccpb.KeyValue
+		var holders []*mvccpb.KeyValue
+		hFrom, _ := l.keys.holders(name)
+		for len(kvs) > 0 && strings.HasPrefix(string(kvs[0].Key), l.keys.lock(name)) {
+			key := string(kvs[0].Key)
+			if key == l.keys.lock(name) {
+				lock = kvs[0]
+			} else if strings.HasPrefix(key, hFrom) {
+				holders = append(holders, kvs[0])
+			} else if !strings.HasPrefix(key, l.keys.base(name)) {
+				break // another name that starts with this one: "a" before "a/b"
+			}
+			kvs = kvs[1:]
+		}
 		for i < len(out) && out[i].Name < name {
 			i++
 		}
@@ -170,7 +237,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 			break
 		}
 		if out[i].Name == name {
-			if err := l.fillHeld(ctx, &out[i], kv, grantOwner(kv, owners[name])); err != nil {
+			if err := l.fill(ctx, &out[i], lock, owners[name], holders); err != nil {
 				return nil, fmt.Errorf("etcd: list %q: %w", prefix, err)
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fence"
@@ -42,6 +41,8 @@ var (
 	_ fence.Inspector = (*Locker)(nil)
 	_ fence.Revoker   = (*Locker)(nil)
 	_ fence.Watcher   = (*Locker)(nil)
+
+	_ fence.FeatureLocker = (*Locker)(nil)
 )
 
 // NewLocker returns a Locker that keeps its locks in etcd through cli, under
@@ -49,7 +50,7 @@ var (
 func NewLocker(cli *clientv3.Client, opts *Options) *Locker {
 	l := &Locker{cli: cli, keys: keys{opts.prefix()}, clock: opts.clock(), done: make(chan struct{})}
 	l.wctx, l.wcancel = context.WithCancel(context.Background())
-	l.engine = driver.Engine{Backend: "etcd", Locker: l, Clock: l.clock, Poll: fallbackPoll, Closed: l.done}
+	l.engine = driver.Engine{Backend: "etcd", Locker: l, Clock: l.clock, Poll: fallbackPoll, Closed: l.done, Features: l.Features()}
 	return l
 }
 
@@ -75,27 +76,34 @@ func (l *Locker) closeOnce() bool {
 	return false
 }
 
-// Acquire grants a lease on name for ttl (see fence.Locker). The etcd lease behind it
+// Acquire grants a lease on name for ttl (see fence.Locker), or a semaphore permit
+// (fence.WithLimit) or a shared lease (fence.WithShared). The etcd lease behind it
 // has ceil(ttl) whole seconds, or etcd's minimum lease TTL if that is longer; the
 // returned lease's deadline is the requested ttl from when the request was sent.
-// A waiting call sleeps until its watch reports a delete of the lock key, and tries
-// again at least every 5 s without one; it rides out fence.ErrUnavailable, backing
-// off, until its wait ends.
+// A waiting call sleeps until its watch reports a delete of one of the name's
+// keys, and tries again at least every 5 s without one; it rides out
+// fence.ErrUnavailable, backing off, until its wait ends.
 //
 // It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the lock
 // stayed held, also matching ctx.Err() when ctx ended the wait or a request;
-// fence.ErrInvalid for a bad name or TTL; fence.ErrTokenExhausted if etcd's revision
-// passed fence.MaxToken; fence.ErrUnavailable if etcd cannot be reached;
-// fence.ErrClosed after Close. The wording is driver.Engine's.
+// fence.ErrInvalid for a bad name or TTL, and a *fence.LimitError (matching it) for
+// a limit other than the live leases'; fence.ErrTokenExhausted if etcd's revision
+// passed fence.MaxToken; fence.ErrUnavailable if etcd cannot be reached; ErrCorrupt
+// for a key of the name this package did not write; fence.ErrClosed after Close.
+// The wording is driver.Engine's.
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	var (
 		el    clientv3.LeaseID // the etcd lease for the grant, kept across tries
 		start time.Time        // when el's countdown last started
 		w     *watch           // a waiting call's watch, registered after its first held try
+		c     = acquireCall{waiter: l.keys.waiter(name, driver.NewLeaseID()), hint: -1}
 	)
 	defer func() {
 		if w != nil {
 			w.cancel()
+		}
+		if el != 0 && c.marked { // no grant: the waiter record goes before el is pooled
+			l.unmark(c.waiter)
 		}
 		l.putLease(el, leaseSeconds(ttl), start) // 0 after a grant: its key holds it
 	}()
@@ -104,13 +112,13 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		watching := false
 		if w != nil {
 			wake, watching = w.next()
+			c.hint = l.keys.lowestSlot(name, kindOf(r.Options), w.freed())
 		}
 		last := !r.Waiting || r.WaitLeft != fence.WaitForever && r.WaitLeft <= fallbackPoll
 		var err error
-		var tok fence.Token
-		var holder *mvccpb.KeyValue
+		var res driver.Result
 		if start, err = l.prepareLease(ctx, &el, r.TTL); err == nil {
-			if tok, holder, err = l.try(ctx, r, el, last); err != nil {
+			if res, err = l.try(ctx, r, el, &c, last); err != nil {
 				l.revoke(el) // a key the try may have created goes with it
 				el = 0
 			}
@@ -124,15 +132,17 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			}
 			return driver.Result{}, transient(err)
 		}
-		if tok != 0 {
+		if res.Token != 0 {
 			l.track(el, leaseSeconds(r.TTL), start)
 			el = 0
-			return driver.Result{Token: tok, Start: start}, nil
+			res.Start = start
+			return res, nil
 		}
-		held := driver.Result{Retry: fallbackPoll}
-		if watching {
-			held.Wake = wake
-		} else if r.Waiting {
+		if res.Again || watching {
+			res.Wake = wake
+			return res, nil
+		}
+		if r.Waiting {
 			// Watch first, then look again: a release before the watch is registered
 			// is seen by the next try, one after it by the watch.
 			if w != nil {
@@ -146,65 +156,13 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			}
 			// The call is over (ctx, its wait, Close): the Engine says how.
 		}
-		if last {
-			held.ExpiresIn = l.timeLeft(ctx, holder)
-		}
-		return held, nil
+		return res, nil
 	})
 }
 
-// try makes one try: create the lock key under etcd lease el if it does not exist,
-// with the owner key (if the request names an owner) under el in the same write.
-// It returns the token of the grant, or 0 and (if withHolder) the holder's lock key
-// if the lock is held.
-func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID, withHolder bool) (fence.Token, *mvccpb.KeyValue, error) {
-	lk := l.keys.lock(r.Name)
-	grant := []clientv3.Op{clientv3.OpPut(lk, r.ID, clientv3.WithLease(el)), clientv3.OpPut(l.keys.token(r.Name), "")}
-	if r.Options.Owner != "" {
-		grant = append(grant, clientv3.OpPut(l.keys.owner(r.Name), r.Options.Owner, clientv3.WithLease(el)))
-	}
-	txn := l.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)).
-		Then(grant...)
-	if withHolder {
-		txn = txn.Else(clientv3.OpGet(lk))
-	}
-	resp, err := txn.Commit()
-	if err != nil {
-		// The key may or may not have been created; if it was, it is under el and
-		// the caller's revocation of el deletes it: no lock is left that nobody holds.
-		return 0, nil, storeErr(err)
-	}
-	if !resp.Succeeded {
-		var holder *mvccpb.KeyValue
-		if withHolder {
-			if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
-				holder = kvs[0]
-			}
-		}
-		return 0, holder, nil
-	}
-	// The transaction's revision is the create revision of the lock key.
-	tok := fence.Token(resp.Header.Revision)
-	if resp.Header.Revision <= 0 || tok > fence.MaxToken {
-		return 0, nil, fmt.Errorf("revision %d: %w", resp.Header.Revision, fence.ErrTokenExhausted)
-	}
-	return tok, nil, nil
-}
-
-// timeLeft returns the time left of the etcd lease of holder's lock key, in whole
-// seconds, or 0 if it is not known (no holder, no lease, an error): best effort, for
-// the *fence.HeldError of the call's last try.
-func (l *Locker) timeLeft(ctx context.Context, holder *mvccpb.KeyValue) time.Duration {
-	if holder == nil {
-		return 0
-	}
-	var info fence.LockInfo
-	if err := l.fillHeld(ctx, &info, holder, nil); err != nil {
-		return 0
-	}
-	return info.ExpiresIn
-}
+// Features reports that a Locker makes semaphores and shared locks (see
+// fence.FeatureLocker).
+func (l *Locker) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
 
 // check returns ErrClosed after Close and ErrInvalid for a bad name.
 func (l *Locker) check(name string) error {
@@ -222,10 +180,11 @@ func (l *Locker) checkLease(name, leaseID string) error {
 	return driver.ValidateLeaseID(leaseID)
 }
 
-// Renew extends the lease (name, leaseID) to ttl from now (see fence.Locker). etcd
-// renews a lease to the TTL it was granted with, so when ttl is longer than that, or
-// less than half of it, Renew moves the lock key to a new etcd lease of ttl (the key
-// keeps its create revision, so the token is unchanged) and revokes the old one.
+// Renew extends the lease (name, leaseID) to ttl from now (see fence.Locker), a
+// lock's, a semaphore permit's or a shared lease's alike. etcd renews a lease to
+// the TTL it was granted with, so when ttl is longer than that, or less than half
+// of it, Renew moves the lease's key to a new etcd lease of ttl (the key keeps its
+// create revision, so the token is unchanged) and revokes the old one.
 //
 // It returns fence.ErrNotHeld if that lease expired, was released or never existed,
 // fence.ErrInvalid for bad arguments, fence.ErrUnavailable if etcd cannot be reached
@@ -237,10 +196,11 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := driver.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, err)
 	}
-	lk := l.keys.lock(name)
+	key, holder := l.keys.leaseKey(name, leaseID)
+	held := heldBy(key, leaseID, holder)
 	resp, err := l.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(lk), "=", leaseID)).
-		Then(clientv3.OpGet(lk), clientv3.OpGet(l.keys.owner(name))).
+		If(held...).
+		Then(clientv3.OpGet(key), clientv3.OpGet(l.keys.owner(name))).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, storeErr(err))
@@ -250,7 +210,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
 	if len(kvs) != 1 || kvs[0].Lease == 0 {
-		return fmt.Errorf("etcd: renew %q: lock key has no etcd lease: %w", name, ErrCorrupt)
+		return fmt.Errorf("etcd: renew %q: lease key has no etcd lease: %w", name, ErrCorrupt)
 	}
 	old := clientv3.LeaseID(kvs[0].Lease)
 	kaStart := l.clock.Now()
@@ -263,18 +223,18 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		l.renewed(old, kaStart)
 		return nil
 	}
-	// Move the keys to a lease of the new TTL, if the lock is still ours on the old lease.
+	// Move the keys to a lease of the new TTL, if the lease is still ours on the old one.
 	g, err := l.cli.Grant(ctx, want)
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: grant: %w", name, storeErr(err))
 	}
-	// The owner key goes along, so that it lives as long as the lock key.
-	move := []clientv3.Op{clientv3.OpPut(lk, leaseID, clientv3.WithLease(g.ID))}
-	if owner := grantOwner(kvs[0], only(resp.Responses[1].GetResponseRange().GetKvs())); owner != nil {
+	// A lock's owner key goes along, so that it lives as long as the lock key.
+	move := []clientv3.Op{clientv3.OpPut(key, string(kvs[0].Value), clientv3.WithLease(g.ID))}
+	if owner := grantOwner(kvs[0], only(resp.Responses[1].GetResponseRange().GetKvs())); owner != nil && !holder {
 		move = append(move, clientv3.OpPut(string(owner.Key), string(owner.Value), clientv3.WithLease(g.ID)))
 	}
 	resp, err = l.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(lk), "=", leaseID), clientv3.Compare(clientv3.LeaseValue(lk), "=", old)).
+		If(append(held, clientv3.Compare(clientv3.LeaseValue(key), "=", old))...).
 		Then(move...).
 		Commit()
 	if err != nil {
@@ -290,67 +250,87 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	return nil
 }
 
-// Release ends the lease (name, leaseID): it deletes the lock key (and its owner
-// key) if the lock key's value is still leaseID, which wakes the waiters' watches,
-// then pools or revokes the etcd lease. It
-// returns fence.ErrNotHeld if the lease is no longer held (never touching a newer
-// holder's key), fence.ErrInvalid for bad arguments, fence.ErrUnavailable if etcd
-// cannot be reached and fence.ErrClosed after Close.
+// Release ends the lease (name, leaseID): it deletes the lease's key (the lock key
+// and its owner key, or the permit's or shared lease's holder key) if it is still
+// held by leaseID, which wakes the waiters' watches, then pools or revokes the
+// etcd lease. It returns fence.ErrNotHeld if the lease is no longer held (never
+// touching a newer holder's key), fence.ErrInvalid for bad arguments,
+// fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after Close.
 func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	if err := l.checkLease(name, leaseID); err != nil {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
 	}
-	if err := l.end(ctx, name, clientv3.Compare(clientv3.Value(l.keys.lock(name)), "=", leaseID), true); err != nil {
+	key, holder := l.keys.leaseKey(name, leaseID)
+	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV())}
+	if !holder {
+		del = append(del, clientv3.OpDelete(l.keys.owner(name)))
+	}
+	if err := l.end(ctx, heldBy(key, leaseID, holder), del, true); err != nil {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
 	}
 	return nil
 }
 
-// Revoke ends the current lease on name now, whoever holds it (see fence.Revoker):
-// one transaction deletes the lock key and its owner key if the lock key exists, so
-// it ends exactly the grant that holds the lock as it is applied, never a later
-// one. The delete wakes the waiters' watches, as a release does. Then the holder's
-// etcd lease, now without keys, is revoked (never pooled: a Renew of the revoked
-// holder that is in flight may still send it a keep-alive). The revoked holder's
-// Renew and Release then return fence.ErrNotHeld: they compare the lock key's value
-// with their lease id.
+// Revoke ends every live lease on name now, whoever holds them (see
+// fence.Revoker): one transaction deletes the lock key and its owner key and every
+// holder key (semaphore permits, shared leases), so it ends exactly the grants
+// that hold the name as it is applied, never a later one. The delete wakes the
+// waiters' watches, as a release does. Then the holders' etcd leases, now without
+// keys, are revoked (never pooled: a Renew of a revoked holder that is in flight
+// may still send one a keep-alive). The revoked holders' Renew and Release then
+// return fence.ErrNotHeld: they compare their key's value with their lease id.
+// Exclusive-waiter records stay: their acquires are still waiting.
 //
-// It returns fence.ErrNotHeld if the lock is not held (also if etcd has just
-// expired the holder's lease), fence.ErrInvalid for a bad name,
-// fence.ErrUnavailable if etcd cannot be reached (the lease may or may not have
+// It returns fence.ErrNotHeld if the name is not held (also if etcd has just
+// expired the holders' leases), fence.ErrInvalid for a bad name,
+// fence.ErrUnavailable if etcd cannot be reached (the leases may or may not have
 // ended) and fence.ErrClosed after Close.
 func (l *Locker) Revoke(ctx context.Context, name string) error {
 	if err := l.check(name); err != nil {
 		return fmt.Errorf("etcd: revoke %q: %w", name, err)
 	}
-	if err := l.end(ctx, name, clientv3.Compare(clientv3.CreateRevision(l.keys.lock(name)), ">", 0), false); err != nil {
+	hFrom, hTo := l.keys.holders(name)
+	del := []clientv3.Op{
+		clientv3.OpDelete(l.keys.lock(name), clientv3.WithPrevKV()),
+		clientv3.OpDelete(hFrom, clientv3.WithRange(hTo), clientv3.WithPrevKV()),
+		clientv3.OpDelete(l.keys.owner(name)),
+	}
+	if err := l.end(ctx, nil, del, false); err != nil {
 		return fmt.Errorf("etcd: revoke %q: %w", name, err)
 	}
 	return nil
 }
 
-// end deletes the lock key of name and its owner key in one transaction if cmp
-// holds, and then disposes of the etcd lease the lock key had: it has no key now,
-// so if pool is set and this Locker granted it, it is kept for the next grant; else
-// it is revoked. It returns fence.ErrNotHeld if cmp does not hold.
-func (l *Locker) end(ctx context.Context, name string, cmp clientv3.Cmp, pool bool) error {
-	resp, err := l.cli.Txn(ctx).
-		If(cmp).
-		Then(clientv3.OpDelete(l.keys.lock(name), clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.owner(name))).
-		Commit()
+// end runs the deletes del in one transaction if cmps hold, and then disposes of
+// the etcd leases the deleted keys had (those of del with WithPrevKV): they have no
+// key now, so if pool is set and this Locker granted one, it is kept for the next
+// grant; else it is revoked. It returns fence.ErrNotHeld if cmps do not hold or
+// nothing was deleted.
+func (l *Locker) end(ctx context.Context, cmps []clientv3.Cmp, del []clientv3.Op, pool bool) error {
+	resp, err := l.cli.Txn(ctx).If(cmps...).Then(del...).Commit()
 	if err != nil {
 		return storeErr(err)
 	}
 	if !resp.Succeeded {
 		return fence.ErrNotHeld
 	}
-	if prev := resp.Responses[0].GetResponseDeleteRange().GetPrevKvs(); len(prev) == 1 && prev[0].Lease != 0 {
-		id := clientv3.LeaseID(prev[0].Lease)
-		if h, ok := l.untrack(id); ok && pool {
-			l.putLease(id, h.secs, h.renewed)
-		} else {
-			l.revoke(id)
+	ended := false
+	for _, r := range resp.Responses {
+		for _, prev := range r.GetResponseDeleteRange().GetPrevKvs() {
+			ended = true
+			if prev.Lease == 0 {
+				continue
+			}
+			id := clientv3.LeaseID(prev.Lease)
+			if h, ok := l.untrack(id); ok && pool {
+				l.putLease(id, h.secs, h.renewed)
+			} else {
+				l.revoke(id)
+			}
 		}
+	}
+	if !ended {
+		return fence.ErrNotHeld
 	}
 	return nil
 }

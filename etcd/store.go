@@ -75,6 +75,8 @@ var (
 	_ fence.Watcher   = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
+
+	_ fence.FeatureLocker = (*Store)(nil)
 )
 
 // Open connects to the etcd cluster at endpoints (host:port or http://host:port) and

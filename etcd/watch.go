@@ -20,10 +20,11 @@ import (
 // partition, must not strand it).
 const fallbackPoll = 5 * time.Second
 
-// watch is a waiting acquire's watch on one lock key, registered at the server. A
-// goroutine turns its events into the wake-ups of the Engine: the channel next
-// returns closes at the lock key's next delete (a release, or the expiry of the
-// holder's etcd lease), or when the watch ends (no leader: watches require one;
+// watch is a waiting acquire's watch on the keys of one name (the lock key, its
+// holder keys and waiter records), registered at the server. A goroutine turns its
+// events into the wake-ups of the Engine: the channel next returns closes at the
+// next delete of one (a release, or the expiry of a holder's etcd lease), or when
+// the watch ends (no leader: watches require one;
 // compaction; cancel), after which the watch is broken and a new one is needed.
 type watch struct {
 	cancel context.CancelFunc // ends the watch and its goroutine
@@ -31,9 +32,10 @@ type watch struct {
 	mu     sync.Mutex
 	wake   chan struct{} // closed at the next delete, or at the end of the watch
 	broken bool          // the watch ended; wake is closed
+	freedK []string      // the keys deleted since the last freed, for freed
 }
 
-// watch registers a watch on the lock key of name for deletes from the current
+// watch registers a watch on the keys of name for deletes from the current
 // revision on, and returns once etcd confirmed it. It returns nil and no error if
 // ctx, the wait (waitLeft; fence.WaitForever: none) or Close ended the
 // registration: the acquire is over. Its errors (the watch: fence.ErrUnavailable)
@@ -53,7 +55,8 @@ func (l *Locker) watch(ctx context.Context, name string, waitLeft time.Duration)
 		waitEnd = t.C
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	ch := l.cli.Watch(wctx, l.keys.lock(name), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	from, to := l.keys.name(name)
+	ch := l.cli.Watch(wctx, from, clientv3.WithRange(to), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	select {
 	case wr, ok := <-ch:
 		if ok && wr.Err() == nil && wr.Created {
@@ -84,24 +87,32 @@ func (w *watch) run(ch clientv3.WatchChan) {
 		if wr.Err() != nil || wr.Canceled {
 			break
 		}
+		var deleted []string
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				w.fire(false)
-				break
+				deleted = append(deleted, string(ev.Kv.Key))
 			}
 		}
+		if len(deleted) > 0 {
+			w.fire(false, deleted)
+		}
 	}
-	w.fire(true)
+	w.fire(true, nil)
 }
 
-// fire closes the current wake channel; unless the watch ended, a new one serves the
-// next delete.
-func (w *watch) fire(ended bool) {
+// maxFreed bounds the deleted keys a watch keeps between two tries: a Revoke of a
+// full semaphore deletes at most fence.MaxLimit of them.
+const maxFreed = fence.MaxLimit + 1
+
+// fire closes the current wake channel, noting the deleted keys; unless the
+// watch ended, a new channel serves the next delete.
+func (w *watch) fire(ended bool, deleted []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.broken {
 		return
 	}
+	w.freedK = append(w.freedK, deleted[:min(len(deleted), maxFreed-len(w.freedK))]...)
 	close(w.wake)
 	if ended {
 		w.broken = true
@@ -119,6 +130,16 @@ func (w *watch) next() (<-chan struct{}, bool) {
 	return w.wake, !w.broken
 }
 
+// freed returns the keys deleted since it was last called (released or expired
+// leases', for the next try's guess of a free slot) and forgets them.
+func (w *watch) freed() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	keys := w.freedK
+	w.freedK = nil
+	return keys
+}
+
 // watchTimeout bounds each request a Watch makes to etcd (creating its etcd watch,
 // reading the lock): while etcd cannot be reached the client would wait for it
 // indefinitely, and the watcher is to learn of that as fence.ErrUnavailable.
@@ -127,10 +148,11 @@ const watchTimeout = 5 * time.Second
 // Watch yields the state of name as Inspect reports it, then its state after each
 // change, in order, until ctx is done (see fence.Watcher). The loop is
 // driver.Engine's; this package supplies how changes are learned: an etcd watch on
-// the lock key. Every change of a lock on etcd writes that key in the transaction
-// that makes it: a grant creates it (with the token and owner keys), a release or a
-// revoke deletes it, and etcd deletes it when it revokes an expired holder's etcd
-// lease; so a change is seen as etcd applies it, and an expiry, too, comes as a
+// the name's keys (its lock key, holder keys and waiter records). Every change of
+// a lock on etcd writes one of them in the transaction that makes it: a grant
+// creates the lock key or a holder key (with the token key), a release or a revoke
+// deletes it, and etcd deletes it when it revokes an expired holder's etcd lease;
+// so a change is seen as etcd applies it, and an expiry, too, comes as a
 // delete (when etcd revokes the lease, not at the holder's deadline). Grants and
 // releases of older versions of this package write the same key and are seen at
 // once as well. A renewal writes nothing, or moves the key to another etcd lease,
@@ -188,7 +210,7 @@ func (l *Locker) watchInspect() driver.InspectFunc {
 	}
 }
 
-// lockWatch is the etcd watch of one lock key that all of a Locker's watchers of
+// lockWatch is the etcd watch of one name's keys that all of a Locker's watchers of
 // that name share. It ends when its last subscriber leaves or etcd ends it; an
 // ended lockWatch is out of Locker.watches, and its subscribers' channels are
 // closed so that they subscribe again.
@@ -282,7 +304,7 @@ func (l *Locker) runReads(name string, st *nameReads) {
 }
 
 // subscribe is Watch's driver.SubscribeFunc: it joins the shared etcd watch of
-// name's lock key, starting it if there is none, and returns once etcd confirmed
+// name's keys, starting it if there is none, and returns once etcd confirmed
 // it. The channel receives a value after each event and closes when the etcd watch
 // ends. It returns fence.ErrClosed after Close, and fence.ErrUnavailable if the
 // watch was not confirmed within watchTimeout or etcd refused it.
@@ -328,7 +350,7 @@ func (l *Locker) subscribe(ctx context.Context, name string) (<-chan struct{}, e
 	return nil, err
 }
 
-// startWatch starts the shared etcd watch of name's lock key and registers it in
+// startWatch starts the shared etcd watch of name's keys and registers it in
 // l.watches; l.wmu is held. The watch requires a leader, so that a member cut off
 // from its cluster ends it instead of leaving it silent, and runs on the Locker's
 // context, which Close ends: it outlives the subscriber that started it. All such
@@ -348,7 +370,8 @@ func (l *Locker) startWatch(name string) *lockWatch {
 // w when the watch ends.
 func (l *Locker) runWatch(ctx context.Context, name string, w *lockWatch) {
 	defer w.cancel()
-	ch := l.cli.Watch(ctx, l.keys.lock(name), clientv3.WithCreatedNotify())
+	from, to := l.keys.name(name)
+	ch := l.cli.Watch(ctx, from, clientv3.WithRange(to), clientv3.WithCreatedNotify())
 	wr, ok := <-ch
 	if !ok || !wr.Created || wr.Err() != nil || wr.Canceled {
 		var err error

@@ -75,13 +75,14 @@ type Client struct {
 }
 
 var (
-	_ fence.Locker    = (*Client)(nil)
-	_ fence.Healer    = (*Client)(nil)
-	_ fence.Revoker   = (*Client)(nil)
-	_ fence.Inspector = (*Client)(nil)
-	_ fence.Watcher   = (*Client)(nil)
-	_ fence.Guard     = (*Client)(nil)
-	_ fence.KV        = (*Client)(nil)
+	_ fence.Locker        = (*Client)(nil)
+	_ fence.FeatureLocker = (*Client)(nil)
+	_ fence.Healer        = (*Client)(nil)
+	_ fence.Revoker       = (*Client)(nil)
+	_ fence.Inspector     = (*Client)(nil)
+	_ fence.Watcher       = (*Client)(nil)
+	_ fence.Guard         = (*Client)(nil)
+	_ fence.KV            = (*Client)(nil)
 )
 
 // NewClient returns a client of the server at baseURL (e.g. http://127.0.0.1:7420).
@@ -131,7 +132,7 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 	if c.maxPoll == 0 {
 		c.maxPoll = DefaultMaxPoll
 	}
-	c.engine = driver.Engine{Backend: "fencehttp", Locker: c, Clock: c.clock}
+	c.engine = driver.Engine{Backend: "fencehttp", Locker: c, Clock: c.clock, Features: c.Features()}
 	return c, nil
 }
 
@@ -303,6 +304,12 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 // is never later than the store's expiry, and a grant at the end of a long poll still
 // gets its whole TTL.
 //
+// fence.WithLimit and fence.WithShared are sent as "limit" and "shared" (Features
+// declares both: what the server's store makes is known only by asking it); the
+// lease of a permit has the slot the server answered. A store without the kind
+// answers 501, returned as an error matching fence.ErrNotImplemented, and a limit
+// other than the live leases' one a *fence.LimitError (fence.ErrInvalid).
+//
 // The wait, the held lock and the context are worded as every backend's are (see
 // driver.Engine): it returns an error matching fence.ErrNotAcquired and a
 // *fence.HeldError if the lock stayed held (`fencehttp: lock "job1" not acquired:
@@ -349,8 +356,11 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 	ttlMs := ms(r.TTL)
 	var resp leaseResponse
 	start := c.clock.Now()
-	err := c.doJSON(ctx, op, r.Name, http.MethodPost, "/v1/locks/"+EscapeName(r.Name)+"/acquire",
-		acquireRequest{TTLms: &ttlMs, WaitMs: ms(poll), Owner: r.Options.Owner}, &resp, poll)
+	req := acquireRequest{TTLms: &ttlMs, WaitMs: ms(poll), Owner: r.Options.Owner, Shared: r.Options.Shared}
+	if limit := r.Options.Limit; limit > 1 {
+		req.Limit = &limit
+	}
+	err := c.doJSON(ctx, op, r.Name, http.MethodPost, "/v1/locks/"+EscapeName(r.Name)+"/acquire", req, &resp, poll)
 	switch {
 	case errors.Is(err, fence.ErrNotAcquired):
 		res := driver.Result{}
@@ -367,7 +377,8 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 	case err != nil:
 		return driver.Result{}, err
 	}
-	if resp.Name != r.Name || driver.ValidateToken(resp.Token) != nil || driver.ValidateLeaseID(resp.ID) != nil || resp.TTLms != ttlMs || resp.WaitedMs < 0 {
+	if resp.Name != r.Name || driver.ValidateToken(resp.Token) != nil || driver.ValidateLeaseID(resp.ID) != nil || resp.TTLms != ttlMs || resp.WaitedMs < 0 ||
+		!slotFits(resp.Slot, r.Options.Limit) {
 		return driver.Result{}, c.malformed(op, r.Name)
 	}
 	// The store started counting the TTL when the server's granting request to it
@@ -380,8 +391,26 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 			start = now
 		}
 	}
-	return driver.Result{Token: resp.Token, Start: start, ID: resp.ID}, nil
+	res := driver.Result{Token: resp.Token, Start: start, ID: resp.ID}
+	if resp.Slot != nil {
+		res.Slot = *resp.Slot
+	}
+	return res, nil
 }
+
+// slotFits reports whether an acquire's answer has the slot its limit calls for:
+// one in [0, limit) for a permit (limit > 1), none otherwise.
+func slotFits(slot *int, limit int) bool {
+	if limit > 1 {
+		return slot != nil && *slot >= 0 && *slot < limit
+	}
+	return slot == nil
+}
+
+// Features returns both kinds of grant beyond locks: the Client sends what the
+// caller asks for, and the server answers 501 (fence.ErrNotImplemented) when its
+// store lacks the kind.
+func (c *Client) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
 
 // Renew extends the lease to ttl from now by the server's store (see fence.Locker).
 // It returns fence.ErrNotHeld if the lease is gone (or not yours), fence.ErrInvalid
@@ -453,7 +482,8 @@ func validateLeaseArgs(op, name, leaseID string) error {
 }
 
 // Inspect returns the state of one lock (see fence.Inspector), with the holder's
-// owner (never the lease id). It returns
+// owner (never the lease id), and a semaphore's or shared lock's limit, kind and
+// holders. It returns
 // fence.ErrInvalid for a bad name, ErrNotImplemented if the server's store cannot
 // report state, fence.ErrUnavailable when the server cannot be reached.
 func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {

@@ -9,14 +9,16 @@
 //
 // # API v1
 //
-//	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N,"owner":S}  -> 200 {"name","token","lease","ttl_ms","waited_ms"}
-//	                                                            409 held (after the wait; expires_in_ms as of its end)
+//	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N,"owner":S,"limit":N,"shared":B}
+//	                      -> 200 {"name","token","lease","ttl_ms","waited_ms"[,"slot"]}
+//	                         | 409 held (after the wait; expires_in_ms as of its end) | 409 limit_mismatch | 501
 //	POST /v1/locks/{name}/renew    {"lease":ID,"ttl_ms":N}  -> 200 | 410 lease expired or lost
 //	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
 //	POST /v1/locks/{name}/revoke   {}                       -> 200 {"name","revoked":true} | 404 not_held | 501
 //	POST /v1/locks/{name}/heal     {"seen":N}               -> 200 | 501 (fence.Healer, P4)
 //	GET  /v1/locks/{name}[?index=N&wait_ms=W]
-//	                      -> 200 {"name","held","token","owner","last_token","expires_in_ms"},
+//	                      -> 200 {"name","held","token","owner","last_token","expires_in_ms"
+//	                         [,"limit"|"shared","holders":[{"slot","token","owner","expires_in_ms"}]]},
 //	                         header Fence-Index; with index, a blocking query (see Watching)
 //	GET  /v1/locks?prefix=P&limit=N -> 200 {"locks":[...]}
 //	PUT  /v1/kv/{key}     headers Fence-Token: N, Fence-Lock: NAME [, Fence-Lease: ID]
@@ -65,6 +67,23 @@
 // guard refuses the revoked holder's writes (P1, P3); until then a paused revoked
 // holder can still write with its token. With auth tokens, any token the server
 // accepts may revoke: admin-only revoke comes with scoped tokens, in a later issue.
+//
+// # Semaphores and shared locks
+//
+// "limit":N (fence.WithLimit, 1 to fence.MaxLimit; 1 is a lock) makes the name a
+// semaphore of N permits: the answer's "slot" is the permit's, in [0, N), which no
+// other live permit has. "shared":true (fence.WithShared) asks for a shared lease;
+// it cannot be combined with a limit above 1 (400). Every grant takes the name's
+// next token, so the same guards fence them. The state of a semaphore or shared
+// lock has "limit" or "shared" and "holders", every live lease (slot, token, owner,
+// time left; never the lease id), with token, owner and expires_in_ms those of the
+// holder with the highest token. A semaphore whose permits are all held answers 409
+// "held" with "limit". An acquire whose limit differs from the live leases' (a lock
+// and a shared lease count as 1) is 409 "limit_mismatch" with "limit" and
+// "held_limit", a *fence.LimitError for the Client (matching fence.ErrInvalid): 409
+// rather than 400, because the request is well formed and the same one succeeds once
+// the live leases end. A store without the kind (fence.FeaturesOf) answers 501. The
+// Client declares both kinds (fence.FeatureLocker) and sends what it is asked for.
 //
 // # Waiting
 //
@@ -148,11 +167,12 @@
 //	409 stale_token      {"highest":N,"token":N}: the key accepted a higher token
 //	409 wrong_lock       {"lock":NAME}: the key is fenced by another lock
 //	409 token_exhausted  the lock's counter is at fence.MaxToken
+//	409 limit_mismatch   {"limit":N,"held_limit":M}: the live leases have another limit
 //	410 not_held         the lease expired, was released, or is not yours
 //	413 too_large        request body over the limit
 //	404 not_held         revoke: no unexpired lease holds the lock
 //	501 not_implemented  the store has no KV, Guard, Inspector, Healer, Revoker or
-//	                     Watcher (a blocking query)
+//	                     Watcher (a blocking query), or no semaphores or shared locks
 //	503 unavailable      the store could not be reached, or the server is shutting down
 //
 // The Client's errors for an answer read exactly as "error" (a *ServerError) and

@@ -52,11 +52,18 @@ func because(kind error, format string, args ...any) error {
 // statusTable maps causes to statuses and codes: the one place the server decides a
 // status. The first entry that errors.Is matches wins, so order matters where an
 // error matches several (ErrNotAcquired joined with a context error is "held").
+//
+// A *fence.LimitError matches ErrInvalid, but it is 409 "limit_mismatch", not 400:
+// the request is well formed and refused only because of the live leases of other
+// acquirers (all must agree on a semaphore's limit); the same request succeeds once
+// those leases end, which is what 409 Conflict says and 400 (fix the request) does
+// not.
 var statusTable = []struct {
 	err    error
 	status int
 	code   string
 }{
+	{errLimitMismatch, http.StatusConflict, "limit_mismatch"},
 	{fence.ErrInvalid, http.StatusBadRequest, "invalid"},
 	{ErrUnauthorized, http.StatusUnauthorized, "unauthorized"},
 	{ErrForbidden, http.StatusForbidden, "forbidden"},
@@ -77,11 +84,16 @@ var statusTable = []struct {
 	{context.Canceled, http.StatusServiceUnavailable, "unavailable"},
 }
 
+// errLimitMismatch stands in statusTable for every *fence.LimitError, which no
+// sentinel of its own matches (see statusOf).
+var errLimitMismatch = errors.New("fencehttp: limit mismatch")
+
 // statusOf returns the status and code of err from statusTable: 500 "internal" for
 // an error it does not know.
 func statusOf(err error) (int, string) {
+	var lim *fence.LimitError
 	for _, e := range statusTable {
-		if errors.Is(err, e.err) {
+		if errors.Is(err, e.err) || e.err == errLimitMismatch && errors.As(err, &lim) {
 			return e.status, e.code
 		}
 	}
@@ -101,15 +113,21 @@ func errorBody(op, name string, err error) (int, errorResponse) {
 		stale *fence.StaleTokenError
 		ns    *fence.NamespaceError
 		inv   *fence.InvalidError
+		lim   *fence.LimitError
 	)
 	switch {
 	case status == http.StatusInternalServerError:
+	case errors.As(err, &lim):
+		body.Name, body.Limit, body.HeldLimit = lim.Name, lim.Limit, lim.Held
+		if body.Name == "" {
+			body.Name = name
+		}
 	case errors.As(err, &stale):
 		body.Key, body.Token, body.Highest, body.SameToken = stale.Resource, stale.Token, stale.Highest, stale.SameToken
 	case errors.As(err, &ns):
 		body.Key, body.Lock, body.Got = ns.Resource, ns.Want, ns.Got
 	case errors.As(err, &held):
-		body.Name, body.ExpiresInMs = held.Name, held.ExpiresIn.Milliseconds()
+		body.Name, body.ExpiresInMs, body.Limit = held.Name, held.ExpiresIn.Milliseconds(), held.Limit
 		if body.Name == "" {
 			body.Name = name
 		}
@@ -144,16 +162,22 @@ func userMessage(op, name string, err error) string {
 		ns    *fence.NamespaceError
 		inv   *fence.InvalidError
 		cause *causeError
+		lim   *fence.LimitError
 	)
 	status, code := statusOf(err)
 	var fact string
 	switch {
 	case status == http.StatusInternalServerError:
 		fact = "internal error"
+	case errors.As(err, &lim):
+		fact = fmt.Sprintf("held with %s, not %s: every acquirer of a name must use the same limit", limitText(lim.Held), limitText(lim.Limit))
 	case code == "held":
 		if errors.As(err, &held) {
 			if name == "" {
 				name = held.Name
+			}
+			if held.Limit > 1 {
+				return permitsHeld(name, held)
 			}
 			if held.ExpiresIn > 0 {
 				return fmt.Sprintf("lock %q is held (expires in %v)", name, roundLeft(held.ExpiresIn))
@@ -205,6 +229,16 @@ func userMessage(op, name string, err error) string {
 	return fmt.Sprintf("%s %q: %s", op, name, fact)
 }
 
+// permitsHeld is the message of a semaphore whose permits are all held:
+// `all 3 permits of "pool" are held (the first expires in 1.2s)`.
+func permitsHeld(name string, held *fence.HeldError) string {
+	msg := fmt.Sprintf("all %d permits of %q are held", held.Limit, name)
+	if held.ExpiresIn > 0 {
+		msg += fmt.Sprintf(" (the first expires in %v)", roundLeft(held.ExpiresIn))
+	}
+	return msg
+}
+
 // invalidFact is the fact of an InvalidError: the field, its value (never a lease
 // id's) and the reason.
 func invalidFact(inv *fence.InvalidError) string {
@@ -216,6 +250,15 @@ func invalidFact(inv *fence.InvalidError) string {
 		v = v[:64] + "..."
 	}
 	return fmt.Sprintf("invalid %s %q: %s", inv.Field, v, inv.Reason)
+}
+
+// limitText names a limit for a message: "limit 3", or "limit 1 (a lock)", which
+// is also what a shared lock counts as.
+func limitText(n int) string {
+	if n == 1 {
+		return "limit 1 (a lock)"
+	}
+	return fmt.Sprintf("limit %d", n)
 }
 
 // secretField reports whether an invalid field's value is a credential.
@@ -242,10 +285,10 @@ func roundLeft(d time.Duration) time.Duration {
 // ServerError is an error answer of the server. Its Error is the server's message
 // verbatim (the "error" of the JSON body: it names the operation and the lock or key
 // already). It matches (errors.Is) the fence sentinel of its code: ErrNotAcquired for
-// "held", ErrNotHeld for 410, ErrUnavailable for 503, ErrInvalid for 400 and 413, and
-// so on; where the body carries detail it unwraps to the typed error, so errors.As
-// finds a *fence.HeldError, *fence.StaleTokenError, *fence.NamespaceError or
-// *fence.InvalidError.
+// "held", ErrNotHeld for 410, ErrUnavailable for 503, ErrInvalid for 400, 413 and
+// "limit_mismatch", and so on; where the body carries detail it unwraps to the typed
+// error, so errors.As finds a *fence.HeldError, *fence.StaleTokenError,
+// *fence.NamespaceError, *fence.InvalidError or *fence.LimitError.
 type ServerError struct {
 	Status  int    // HTTP status
 	Code    string // the "code" of the JSON body ("" if the answer was not fence's JSON)
@@ -269,7 +312,7 @@ func (e *ServerError) Unwrap() error {
 		return e.detail
 	}
 	switch e.Code {
-	case "invalid", "too_large":
+	case "invalid", "too_large", "limit_mismatch":
 		return fence.ErrInvalid
 	case "unauthorized":
 		return ErrUnauthorized
@@ -310,11 +353,15 @@ func decodeError(status int, body errorResponse) error {
 	e := &ServerError{Status: status, Code: body.Code, Message: body.Error}
 	switch body.Code {
 	case "held":
-		e.detail = &fence.HeldError{Name: body.Name, ExpiresIn: time.Duration(body.ExpiresInMs) * time.Millisecond}
+		e.detail = &fence.HeldError{Name: body.Name, ExpiresIn: time.Duration(body.ExpiresInMs) * time.Millisecond, Limit: body.Limit}
 	case "stale_token":
 		e.detail = &fence.StaleTokenError{Resource: body.Key, Token: body.Token, Highest: body.Highest, SameToken: body.SameToken}
 	case "wrong_lock":
 		e.detail = &fence.NamespaceError{Resource: body.Key, Want: body.Lock, Got: body.Got}
+	case "limit_mismatch":
+		if body.Limit > 0 && body.HeldLimit > 0 {
+			e.detail = &fence.LimitError{Name: body.Name, Limit: body.Limit, Held: body.HeldLimit}
+		}
 	case "invalid":
 		if body.Field != "" {
 			e.detail = &fence.InvalidError{Field: body.Field, Value: body.Value, Reason: body.Reason}

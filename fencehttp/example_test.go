@@ -103,3 +103,44 @@ func ExampleClient_Acquire() {
 	// jobs/nightly token 1
 	// held
 }
+
+// A semaphore over HTTP: each permit has a slot and a token of the name's one
+// counter, so a resource per slot is fenced as a lock's resource is; a paused
+// holder of slot 1 is refused once the next holder of slot 1 has written.
+func ExampleClient_Acquire_semaphore() {
+	srv, _ := fencehttp.NewServer(fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	c, _ := fencehttp.NewClient(hs.URL, nil)
+	ctx := context.Background()
+
+	var permits []*fence.Lease
+	for range 2 {
+		p, err := c.Acquire(ctx, "uploaders", time.Minute, fence.WithLimit(2))
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("slot %d, token %d\n", p.Slot(), p.Token())
+		permits = append(permits, p)
+	}
+	_, err := fence.TryAcquire(ctx, c, "uploaders", time.Minute, fence.WithLimit(2))
+	fmt.Println(errors.Is(err, fence.ErrNotAcquired))
+
+	stale := permits[1]
+	_ = stale.Release(ctx) // as if it paused past its TTL
+	next, err := c.Acquire(ctx, "uploaders", time.Minute, fence.WithLimit(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("slot %d, token %d\n", next.Slot(), next.Token())
+	key := fmt.Sprintf("partition-%d", next.Slot())
+	fmt.Println("next writes:", c.Put(ctx, key, []byte("b"), next.Fence()))
+	fmt.Println("stale writes:", c.Put(ctx, key, []byte("a"), stale.Fence()))
+	// Output:
+	// slot 0, token 1
+	// slot 1, token 2
+	// true
+	// slot 1, token 3
+	// next writes: <nil>
+	// stale writes: put "partition-1": stale token 2, highest seen 3
+}

@@ -1,6 +1,7 @@
 package fencehttp
 
 import (
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -77,32 +78,67 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// heldSet tracks the locks granted through this server and when they expire, for
-// the fence_held_locks gauge. It never holds lease ids.
+// heldSet tracks the leases granted through this server and when they expire, by
+// lock name, for the fence_held_locks gauge: a name counts while any of its leases
+// (a lock's one, a semaphore's permits, a shared lock's holders) is unexpired. It
+// never holds lease ids, only their hashes under a seed of its own.
 type heldSet struct {
 	mu        sync.Mutex
-	expiry    map[string]time.Time
+	seed      maphash.Seed
+	expiry    map[string]map[uint64]time.Time // name -> lease hash -> expiry
+	leases    int
 	nextPrune int
 }
 
-func newHeldSet() *heldSet { return &heldSet{expiry: make(map[string]time.Time), nextPrune: 1024} }
+func newHeldSet() *heldSet {
+	return &heldSet{seed: maphash.MakeSeed(), expiry: make(map[string]map[uint64]time.Time), nextPrune: 1024}
+}
 
-func (h *heldSet) set(name string, until time.Time) {
+// set records that lease id on name expires at until.
+func (h *heldSet) set(name, id string, until time.Time) {
+	key := maphash.String(h.seed, id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.expiry[name] = until
-	if len(h.expiry) >= h.nextPrune { // bound memory when nobody scrapes
+	m := h.expiry[name]
+	if m == nil {
+		m = make(map[uint64]time.Time, 1)
+		h.expiry[name] = m
+	}
+	if _, ok := m[key]; !ok {
+		h.leases++
+	}
+	m[key] = until
+	if h.leases >= h.nextPrune { // bound memory when nobody scrapes
 		h.pruneLocked(time.Now())
-		h.nextPrune = 2*len(h.expiry) + 1024
+		h.nextPrune = 2*h.leases + 1024
 	}
 }
 
-func (h *heldSet) remove(name string) {
+// remove forgets lease id on name (released).
+func (h *heldSet) remove(name, id string) {
+	key := maphash.String(h.seed, id)
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m := h.expiry[name]; m != nil {
+		if _, ok := m[key]; ok {
+			h.leases--
+			delete(m, key)
+		}
+		if len(m) == 0 {
+			delete(h.expiry, name)
+		}
+	}
+}
+
+// removeAll forgets every lease on name (revoked).
+func (h *heldSet) removeAll(name string) {
+	h.mu.Lock()
+	h.leases -= len(h.expiry[name])
 	delete(h.expiry, name)
 	h.mu.Unlock()
 }
 
+// count returns the number of names with an unexpired lease at now.
 func (h *heldSet) count(now time.Time) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -111,8 +147,14 @@ func (h *heldSet) count(now time.Time) int {
 }
 
 func (h *heldSet) pruneLocked(now time.Time) {
-	for name, t := range h.expiry {
-		if !t.After(now) {
+	for name, m := range h.expiry {
+		for key, t := range m {
+			if !t.After(now) {
+				delete(m, key)
+				h.leases--
+			}
+		}
+		if len(m) == 0 {
 			delete(h.expiry, name)
 		}
 	}

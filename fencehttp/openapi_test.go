@@ -733,6 +733,27 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "revoke, body too large", on: h, method: "POST", path: "/v1/locks/owned/revoke", body: big, req: reqUnchecked, status: 413, code: "too_large"})
 	c.unserved(s, "revoke", "Revoker", exchange{method: "POST", path: "/v1/locks/x/revoke", body: `{}`})
 
+	// semaphores and shared locks, on the reference store
+	sem := s.authOK
+	p0 := c.do(exchange{what: "acquire a permit", on: sem, method: "POST", path: "/v1/locks/pool/acquire", body: `{"ttl_ms":60000,"limit":3,"owner":"w1"}`, status: 200})
+	c.do(exchange{what: "acquire a second permit", on: sem, method: "POST", path: "/v1/locks/pool/acquire", body: `{"ttl_ms":60000,"limit":3}`, status: 200})
+	if p0.json["slot"] != float64(0) {
+		c.failf("acquire a permit of a free semaphore: want slot 0, got %s", p0.body)
+	}
+	if st := c.do(exchange{what: "state of a semaphore", on: sem, method: "GET", path: "/v1/locks/pool", status: 200}); st.json["limit"] != float64(3) {
+		c.failf("state of a semaphore of 3: want limit 3 and its holders, got %s", st.body)
+	}
+	c.do(exchange{what: "acquire, another limit", on: sem, method: "POST", path: "/v1/locks/pool/acquire", body: `{"limit":5}`, status: 409, code: "limit_mismatch"})
+	c.do(exchange{what: "acquire shared", on: sem, method: "POST", path: "/v1/locks/docs/acquire", body: `{"ttl_ms":60000,"shared":true}`, status: 200})
+	c.do(exchange{what: "state of a shared lock", on: sem, method: "GET", path: "/v1/locks/docs", status: 200})
+	c.do(exchange{what: "list with holders", on: sem, method: "GET", path: "/v1/locks", status: 200})
+	c.do(exchange{what: "acquire, limit 0", on: sem, method: "POST", path: "/v1/locks/x/acquire", body: `{"limit":0}`, req: reqViolates, status: 400, code: "invalid"})
+	c.do(exchange{what: "acquire, limit over 1024", on: sem, method: "POST", path: "/v1/locks/x/acquire", body: `{"limit":1025}`, req: reqViolates, status: 400, code: "invalid"})
+	// A schema could say it only with if/then: left to the server.
+	c.do(exchange{what: "acquire, shared semaphore", on: sem, method: "POST", path: "/v1/locks/x/acquire", body: `{"limit":2,"shared":true}`, req: reqUnchecked, status: 400, code: "invalid"})
+	c.do(exchange{what: "acquire a permit, no semaphores", on: s.bare, method: "POST", path: "/v1/locks/x/acquire", body: `{"limit":2}`, status: 501, code: "not_implemented"})
+	c.do(exchange{what: "acquire shared, no shared locks", on: s.bare, method: "POST", path: "/v1/locks/x/acquire", body: `{"shared":true}`, status: 501, code: "not_implemented"})
+
 	// the server's own routes
 	c.do(exchange{what: "healthz", on: m, method: "GET", path: "/healthz", status: 200})
 	c.do(exchange{what: "healthz without a token on a server with auth", on: s.auth, method: "GET", path: "/healthz", status: 200})

@@ -388,7 +388,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		}
 		// Checked here as well as by the engine: a Locker that is no driver.Engine
 		// must not store an owner the API promises to refuse.
-		return driver.ValidateOwner(req.Owner)
+		if err := driver.ValidateOwner(req.Owner); err != nil {
+			return err
+		}
+		return s.checkKind(req)
 	}) {
 		return
 	}
@@ -398,8 +401,15 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	ctx := r.Context()
 	start := time.Now()
-	owner := fence.WithOwner(req.Owner)
-	g, err := s.grant(ctx, name, ttl, owner)
+	opts := []fence.AcquireOption{fence.WithOwner(req.Owner)}
+	permit := req.Limit != nil && *req.Limit > 1
+	switch {
+	case permit:
+		opts = append(opts, fence.WithLimit(*req.Limit))
+	case req.Shared:
+		opts = append(opts, fence.WithShared())
+	}
+	g, err := s.grant(ctx, name, ttl, opts...)
 	if errors.Is(err, fence.ErrNotAcquired) && wait > 0 && ctx.Err() == nil {
 		// The long poll: the backend's wait is woken by the release. It also ends when
 		// the client goes away or the server drains.
@@ -407,7 +417,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		wctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(s.drainCtx, cancel)
 		waitStart := time.Now()
-		g, err = s.grant(wctx, name, ttl, owner, fence.WithWait(wait-time.Since(start)))
+		g, err = s.grant(wctx, name, ttl, append(opts, fence.WithWait(wait-time.Since(start)))...)
 		stop()
 		cancel()
 		s.m.waitSeconds.Observe(time.Since(start).Seconds())
@@ -425,7 +435,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 			result = "held"
 		}
 		s.m.acquireSeconds.WithLabelValues(result).Observe(elapsed)
-		s.fail(w, r, op, name, err)
+		s.fail(w, r, op, name, s.kindCause(req, err))
 		return
 	}
 	if ctx.Err() != nil {
@@ -442,10 +452,62 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	granted := grantedAt(g, start)
 	s.m.grants.Inc()
 	s.m.acquireSeconds.WithLabelValues("granted").Observe(elapsed)
-	s.held.set(name, granted.Add(ttl))
-	s.log.Debug("granted", "lock", name, "token", uint64(g.Token), "ttl", ttl)
-	s.ok(w, r, leaseResponse{Lease: Lease{Name: name, Token: g.Token, ID: g.ID, TTLms: ttl.Milliseconds()},
-		WaitedMs: granted.Sub(start).Milliseconds()})
+	s.held.set(name, g.ID, granted.Add(ttl))
+	s.log.Debug("granted", "lock", name, "token", uint64(g.Token), "ttl", ttl, "slot", g.Slot)
+	resp := leaseResponse{Lease: Lease{Name: name, Token: g.Token, ID: g.ID, TTLms: ttl.Milliseconds()},
+		WaitedMs: granted.Sub(start).Milliseconds()}
+	if permit {
+		resp.Slot = &g.Slot
+	}
+	s.ok(w, r, resp)
+}
+
+// checkKind validates the kind of grant an acquire asks for: "limit" 1 to
+// fence.MaxLimit, "shared" not with a limit above 1 (400), and a kind the store
+// declares (fence.FeaturesOf; 501 otherwise).
+func (s *Server) checkKind(req acquireRequest) error {
+	limit := 0
+	if req.Limit != nil {
+		limit = *req.Limit
+		if err := driver.ValidateLimit(limit); err != nil {
+			return err
+		}
+	}
+	if req.Shared && limit > 1 {
+		return &fence.InvalidError{Field: "shared", Value: "true", Reason: fmt.Sprintf("cannot be combined with limit %d: a semaphore's permits are not shared", limit)}
+	}
+	if kind, declared := s.kindOf(req); kind != "" && !declared {
+		return kindUnsupported(kind)
+	}
+	return nil
+}
+
+// kindOf names what req asks for beyond a lock ("" for a lock) and says whether
+// the store declares it.
+func (s *Server) kindOf(req acquireRequest) (kind string, declared bool) {
+	f := fence.FeaturesOf(s.cfg.Locker)
+	switch {
+	case req.Limit != nil && *req.Limit > 1:
+		return `semaphores ("limit")`, f.Semaphores
+	case req.Shared:
+		return `shared locks ("shared")`, f.Shared
+	}
+	return "", true
+}
+
+func kindUnsupported(kind string) error {
+	return because(ErrNotImplemented, "%s are not supported by this server's store", kind)
+}
+
+// kindCause returns an acquire's error, with the store's refusal of the kind of
+// grant as kindUnsupported's cause: a store (a wrapper of one, say) may declare a
+// kind and refuse it all the same.
+func (s *Server) kindCause(req acquireRequest, err error) error {
+	var cause *causeError
+	if kind, _ := s.kindOf(req); kind != "" && errors.Is(err, fence.ErrNotImplemented) && !errors.As(err, &cause) {
+		return kindUnsupported(kind)
+	}
+	return err
 }
 
 // grant acquires name for a remote holder. A driver.Granter grants without a
@@ -459,7 +521,7 @@ func (s *Server) grant(ctx context.Context, name string, ttl time.Duration, opts
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	return driver.Grant{Token: lease.Token(), ID: lease.ID(), Start: lease.Deadline().Add(-ttl)}, nil
+	return driver.Grant{Token: lease.Token(), ID: lease.ID(), Start: lease.Deadline().Add(-ttl), Slot: lease.Slot()}, nil
 }
 
 // grantedAt returns when the backend request that made g was sent, which is when
@@ -496,17 +558,33 @@ func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStar
 		info, ierr := in.Inspect(ictx, name)
 		cancel()
 		if ierr == nil {
-			if !info.Held {
-				info.ExpiresIn = 0 // freed since: the time left is no longer known
-			}
-			return &fence.HeldError{Name: name, ExpiresIn: info.ExpiresIn}
+			return &fence.HeldError{Name: name, ExpiresIn: heldFor(info, held.Limit), Limit: held.Limit}
 		}
 	}
 	left := held.ExpiresIn - time.Since(waitStart)
 	if held.ExpiresIn <= 0 || left <= 0 {
 		left = 0 // unknown: the holder renewed, or the lock is about to be free
 	}
-	return &fence.HeldError{Name: name, ExpiresIn: left}
+	return &fence.HeldError{Name: name, ExpiresIn: left, Limit: held.Limit}
+}
+
+// heldFor is how long info says an acquire of a semaphore of limit (0 for a
+// lock) stays held at most: until the first permit expires, for a semaphore;
+// until the last lease expires, for an exclusive acquire of a shared lock; the
+// holder's time left, for a lock; 0 (unknown) if freed since.
+func heldFor(info fence.LockInfo, limit int) time.Duration {
+	if !info.Held {
+		return 0
+	}
+	left := info.ExpiresIn
+	for _, h := range info.Holders {
+		if limit > 1 {
+			left = min(left, h.ExpiresIn)
+		} else {
+			left = max(left, h.ExpiresIn)
+		}
+	}
+	return left
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
@@ -529,7 +607,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 		s.fail(w, r, "renew", name, err)
 		return
 	}
-	s.held.set(name, start.Add(ttl))
+	s.held.set(name, req.Lease, start.Add(ttl))
 	s.ok(w, r, Renewed{Name: name, TTLms: ttl.Milliseconds()})
 }
 
@@ -542,7 +620,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 		s.fail(w, r, "release", name, err)
 		return
 	}
-	s.held.remove(name)
+	s.held.remove(name, req.Lease)
 	s.ok(w, r, Released{Name: name, Released: true})
 }
 
@@ -568,7 +646,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, name string) {
 		s.fail(w, r, op, name, err)
 		return
 	}
-	s.held.remove(name)
+	s.held.removeAll(name)
 	s.m.revokes.Inc()
 	s.log.Info("revoked", "lock", name)
 	s.ok(w, r, Revoked{Name: name, Revoked: true})

@@ -28,6 +28,12 @@ type acquireRequest struct {
 	TTLms  *int64 `json:"ttl_ms"`
 	WaitMs int64  `json:"wait_ms"`
 	Owner  string `json:"owner,omitempty"` // fence.WithOwner; omitted when "", so older servers take the request
+	// Limit makes the name a semaphore of Limit permits (fence.WithLimit); absent
+	// or 1 is a lock. The Client omits it for a lock, so older servers take the
+	// request.
+	Limit *int `json:"limit,omitempty"`
+	// Shared asks for a shared lease (fence.WithShared); omitted when false.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // renewRequest is the body of POST /v1/locks/{name}/renew.
@@ -50,19 +56,32 @@ type healRequest struct {
 	Seen fence.Token `json:"seen"`
 }
 
-// Lease is a lease as the API shows it, {"name","token","lease","ttl_ms"}: the body
-// of a 200 answer to acquire (which adds waited_ms), and what `fence acquire -o json`
-// prints. ID is the lease id, a credential.
+// Lease is a lease as the API shows it, {"name","token","lease","ttl_ms"[,"slot"]}:
+// the body of a 200 answer to acquire (which adds waited_ms), and what `fence
+// acquire -o json` prints. ID is the lease id, a credential. Slot is set for a
+// semaphore permit only (fence.Lease.Slot; 0 is a slot), and absent for a lock or
+// a shared lease.
 type Lease struct {
 	Name  string      `json:"name"`
 	Token fence.Token `json:"token"`
 	ID    string      `json:"lease"`
 	TTLms int64       `json:"ttl_ms"`
+	Slot  *int        `json:"slot,omitempty"`
 }
 
-// LeaseOf returns l as the API shows it, with the TTL of its last grant or renewal.
+// LeaseOf returns l as the API shows a lock or shared lease, with the TTL of its
+// last grant or renewal, and no slot.
 func LeaseOf(l *fence.Lease) Lease {
 	return Lease{Name: l.Name(), Token: l.Token(), ID: l.ID(), TTLms: l.TTL().Milliseconds()}
+}
+
+// PermitOf returns l, a semaphore permit (fence.WithLimit), as the API shows it:
+// LeaseOf with its slot.
+func PermitOf(l *fence.Lease) Lease {
+	p := LeaseOf(l)
+	slot := l.Slot()
+	p.Slot = &slot
+	return p
 }
 
 // leaseResponse is the body of a 200 answer to acquire.
@@ -101,7 +120,10 @@ type Revoked struct {
 // LockInfo is fence.LockInfo as the API shows it: the body of a 200 answer to
 // GET /v1/locks/{name}, and what `fence status NAME -o json` prints. Token, Owner
 // and ExpiresInMs are absent when the lock is not held (Owner also when the holder
-// named none), LastToken when none was granted. The lease id is never in it.
+// named none), LastToken when none was granted. A semaphore's live permits add
+// Limit and Holders, a shared lock's live shared leases Shared and Holders; Token,
+// Owner and ExpiresInMs then describe the holder with the highest token, as in
+// fence.LockInfo. The lease id is never in it.
 type LockInfo struct {
 	Name        string      `json:"name"`
 	Held        bool        `json:"held"`
@@ -109,19 +131,41 @@ type LockInfo struct {
 	Owner       string      `json:"owner,omitempty"`
 	LastToken   fence.Token `json:"last_token,omitempty"`
 	ExpiresInMs int64       `json:"expires_in_ms,omitempty"`
+	Limit       int         `json:"limit,omitempty"`
+	Shared      bool        `json:"shared,omitempty"`
+	Holders     []Holder    `json:"holders,omitempty"`
+}
+
+// Holder is fence.Holder as the API shows it: one live lease of a semaphore
+// (its slot) or of a shared lock (slot 0), never its lease id.
+type Holder struct {
+	Slot        int         `json:"slot"`
+	Token       fence.Token `json:"token"`
+	Owner       string      `json:"owner,omitempty"`
+	ExpiresInMs int64       `json:"expires_in_ms"`
 }
 
 // LockInfoOf returns i as the API shows it.
 func LockInfoOf(i fence.LockInfo) LockInfo {
-	return LockInfo{Name: i.Name, Held: i.Held, Token: i.Token, Owner: i.Owner, LastToken: i.LastToken,
-		ExpiresInMs: i.ExpiresIn.Milliseconds()}
+	li := LockInfo{Name: i.Name, Held: i.Held, Token: i.Token, Owner: i.Owner, LastToken: i.LastToken,
+		ExpiresInMs: i.ExpiresIn.Milliseconds(), Limit: i.Limit, Shared: i.Shared}
+	for _, h := range i.Holders {
+		li.Holders = append(li.Holders, Holder{Slot: h.Slot, Token: h.Token, Owner: h.Owner, ExpiresInMs: h.ExpiresIn.Milliseconds()})
+	}
+	return li
 }
 
 // toFence returns li as a fence.LockInfo.
 func (li LockInfo) toFence() fence.LockInfo {
-	return fence.LockInfo{Name: li.Name, Held: li.Held, Token: li.Token, Owner: li.Owner, LastToken: li.LastToken,
-		ExpiresIn: time.Duration(li.ExpiresInMs) * time.Millisecond}
+	i := fence.LockInfo{Name: li.Name, Held: li.Held, Token: li.Token, Owner: li.Owner, LastToken: li.LastToken,
+		ExpiresIn: msDuration(li.ExpiresInMs), Limit: li.Limit, Shared: li.Shared}
+	for _, h := range li.Holders {
+		i.Holders = append(i.Holders, fence.Holder{Slot: h.Slot, Token: h.Token, Owner: h.Owner, ExpiresIn: msDuration(h.ExpiresInMs)})
+	}
+	return i
 }
+
+func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // LockList is the body of a 200 answer to GET /v1/locks, {"locks":[...]}, and what
 // `fence status -o json` prints.
@@ -159,6 +203,10 @@ type errorResponse struct {
 	SameToken bool        `json:"same_token,omitempty"`
 	Lock      string      `json:"lock,omitempty"` // wrong_lock: the lock that fences Key
 	Got       string      `json:"got,omitempty"`  // wrong_lock: the lock presented
+	// limit_mismatch: the limit asked for and the limit of the live leases;
+	// held: the semaphore's limit, all its permits held
+	Limit     int `json:"limit,omitempty"`
+	HeldLimit int `json:"held_limit,omitempty"`
 	// invalid
 	Field  string `json:"field,omitempty"`
 	Value  string `json:"value,omitempty"`

@@ -21,8 +21,9 @@ func newAcquireCmd() *cobra.Command {
 	var ttl, wait time.Duration
 	var owner string
 	var flags *clientFlags
+	var kind *kindFlags
 	cmd := &cobra.Command{
-		Use:   "acquire NAME [--ttl 30s] [--wait DURATION] [--owner S]",
+		Use:   "acquire NAME [--ttl 30s] [--wait DURATION] [--owner S] [-n N | --shared]",
 		Short: "Acquire a lock on the server and print the lease (name, token, lease, ttl)",
 		Long: `acquire takes the lock NAME on the fence server ($FENCE_SERVER) and prints the lease:
 its name, fencing token, lease id and TTL (-o json: {"name","token","lease","ttl_ms"}).
@@ -32,6 +33,10 @@ release it with 'fence release'. To run a command under a lock, use 'fence lock'
 By default it tries once. With --wait it waits up to that long for a held lock (a
 long poll, woken by the release). --owner names the holder for 'fence status'
 (none by default).
+
+-n N takes one of N permits of the semaphore NAME and prints its slot too
+(-o json: "slot"); --shared takes a shared lease (see 'fence lock --help'). They
+cannot be combined.
 
 Exit status: 0 with the lease printed; 75 when the lock stayed held; 130 or 143 when
 SIGINT or SIGTERM ended the wait; 1 for other errors (an unreachable server); 2 for
@@ -45,15 +50,20 @@ usage errors.`,
 			if wait < 0 {
 				return usagef("--wait %v: must not be negative", wait)
 			}
-			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner)
+			opts, err := kind.options()
+			if err != nil {
+				return err
+			}
+			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, opts...)
 			if err != nil {
 				return err
 			}
 			defer w.stop()
-			return printLease(cmd.OutOrStdout(), lease)
+			return printLease(cmd.OutOrStdout(), kind.shown(lease))
 		},
 	}
 	flags = addClientFlags(cmd)
+	kind = addKindFlags(cmd)
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for a held lock (default 0: try once)")
 	cmd.Flags().StringVar(&owner, "owner", "", "who holds the lease, shown by 'fence status' (at most 256 bytes of printable UTF-8)")
@@ -133,7 +143,13 @@ func notAcquired(subject string, wait time.Duration, err error) error {
 	}
 	msg := subject + " is held"
 	var held *fence.HeldError
-	if errors.As(err, &held) && held.ExpiresIn > 0 {
+	switch {
+	case errors.As(err, &held) && held.Limit > 1:
+		msg = fmt.Sprintf("all %d permits of %s are held", held.Limit, subject)
+		if held.ExpiresIn > 0 {
+			msg += fmt.Sprintf(" (the first expires in %v)", roundDuration(held.ExpiresIn))
+		}
+	case held != nil && held.ExpiresIn > 0:
 		msg += fmt.Sprintf(" (expires in %v)", roundDuration(held.ExpiresIn))
 	}
 	if wait > 0 && wait != fence.WaitForever {
@@ -358,7 +374,12 @@ func newStatusCmd() *cobra.Command {
 for it, the time left on the lease and its holder's owner ("-" if it named none;
 'fence lock' names "HOST:PID COMMAND"). Without NAME it lists the locks whose names
 start with --prefix (all locks without it), at most --limit of them. Lease ids are
-never shown.`,
+never shown.
+
+A semaphore ('fence lock -n N') shows HELD as K/N, K of its N permits held, and a
+shared lock ('fence lock --shared') as "K shared"; a row per holder follows, with
+its slot (or "shared"), token, time left and owner. -o json has them as "limit",
+"shared" and "holders" [{"slot","token","owner","expires_in_ms"}].`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 && prefix != "" {
@@ -403,19 +424,42 @@ never shown.`,
 	return cmd
 }
 
+// printInfos prints the locks as a table. A semaphore or shared lock with live
+// leases has HELD "K/N" (K of N permits) or "K shared", then a row per holder:
+// its slot ("slot 2") or "shared", token, time left and owner.
 func printInfos(w interface{ Write([]byte) (int, error) }, infos []fence.LockInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	// OWNER is last: it may hold spaces.
 	fmt.Fprintln(tw, "NAME\tHELD\tTOKEN\tLAST TOKEN\tEXPIRES IN\tOWNER")
 	for _, i := range infos {
-		tok, exp, owner := "-", "-", "-"
-		if i.Held {
-			tok, exp = i.Token.String(), i.ExpiresIn.Round(time.Millisecond).String()
-			if i.Owner != "" {
-				owner = i.Owner
-			}
+		held, tok, exp, owner := fmt.Sprint(i.Held), "-", "-", "-"
+		switch {
+		case len(i.Holders) > 0 && i.Shared:
+			held = fmt.Sprintf("%d shared", len(i.Holders))
+		case len(i.Holders) > 0:
+			held = fmt.Sprintf("%d/%d", len(i.Holders), i.Limit)
+		case i.Held:
+			tok, exp, owner = i.Token.String(), roundLeft(i.ExpiresIn), ownerText(i.Owner)
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%s\t%s\n", i.Name, i.Held, tok, i.LastToken, exp, owner)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", i.Name, held, tok, i.LastToken, exp, owner)
+		for _, h := range i.Holders {
+			what := fmt.Sprintf("  slot %d", h.Slot)
+			if i.Shared {
+				what = "  shared"
+			}
+			fmt.Fprintf(tw, "%s\t\t%s\t\t%s\t%s\n", what, h.Token, roundLeft(h.ExpiresIn), ownerText(h.Owner))
+		}
 	}
 	return tw.Flush()
+}
+
+// roundLeft is a lease's time left as status shows it.
+func roundLeft(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// ownerText is an owner as status shows it: "-" for none.
+func ownerText(owner string) string {
+	if owner == "" {
+		return "-"
+	}
+	return owner
 }

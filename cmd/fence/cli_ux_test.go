@@ -341,7 +341,7 @@ func TestCLI_NoArguments_UsageOnStderrExit2(t *testing.T) {
 
 // Item 7: cobra's default messages become one actionable line, exit 2.
 func TestCLI_UsageErrors_OneActionableLine(t *testing.T) {
-	const lockUsage = "usage: fence lock NAME [--ttl 30s] [--wait DURATION] [--owner S] [-- CMD [ARGS...]]"
+	const lockUsage = "usage: fence lock NAME [--ttl 30s] [--wait DURATION] [--owner S] [-n N | --shared] [-- CMD [ARGS...]]"
 	const electUsage = "usage: fence elect NAME [--ttl 30s] [--owner S] [--rejoin] -- CMD [ARGS...]"
 	for _, tc := range []struct {
 		args []string

@@ -235,10 +235,13 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printLease(w io.Writer, l *fence.Lease) error {
+func printLease(w io.Writer, l fencehttp.Lease) error {
 	if output == "json" {
-		return printJSON(w, fencehttp.LeaseOf(l))
+		return printJSON(w, l)
 	}
-	_, err := fmt.Fprintf(w, "name   %s\ntoken  %d\nlease  %s\nttl    %v\n", l.Name(), l.Token(), l.ID(), l.TTL())
+	_, err := fmt.Fprintf(w, "name   %s\ntoken  %d\nlease  %s\nttl    %v\n", l.Name, l.Token, l.ID, time.Duration(l.TTLms)*time.Millisecond)
+	if err == nil && l.Slot != nil {
+		_, err = fmt.Fprintf(w, "slot   %d\n", *l.Slot)
+	}
 	return err
 }

@@ -31,6 +31,7 @@ var (
 	holdersTour  = docTour{"../../fencehttp/README.md", "## Who holds a lock, and revoking it"}
 	electionTour = docTour{"../../README.md", "### Leader election: `fence elect` and `fence leader`"}
 	watchTour    = docTour{"../../fencehttp/README.md", "## Watching a lock"}
+	kindsTour    = docTour{"../../fencehttp/README.md", "## Semaphores and shared locks"}
 )
 
 // name is the tour's file relative to the repository's root.
@@ -217,7 +218,7 @@ func TestDocs_Tours_RunAsWritten(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("the tours use curl: install it (apt-get install curl)")
 	}
-	for _, tour := range []docTour{readmeTour, httpTour, holdersTour, watchTour} {
+	for _, tour := range []docTour{readmeTour, httpTour, holdersTour, watchTour, kindsTour} {
 		t.Run(tour.name()+" "+tour.heading, func(t *testing.T) {
 			t.Parallel()
 			dir, url := startTourServe(t)
@@ -239,6 +240,7 @@ func TestDocs_Tours_OneAfterTheOther(t *testing.T) {
 	runTour(t, httpTour, url, dir, true)
 	runTour(t, holdersTour, url, dir, true)
 	runTour(t, watchTour, url, dir, true)
+	runTour(t, kindsTour, url, dir, true)
 }
 
 // TestDocs_ElectionTour_RunsAsWritten runs the README's leader election section

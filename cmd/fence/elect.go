@@ -137,7 +137,7 @@ func (er *electRun) run(ctx context.Context, argv []string) error {
 			return err
 		}
 		er.epochs = append(er.epochs, lease.Token())
-		r := &lockRun{name: er.e.Name(), kind: "election", held: "term", lease: lease, grace: er.grace, env: er.env, sigs: w.sigs}
+		r := &lockRun{name: er.e.Name(), kind: "election", held: "term", lease: lease, shown: fencehttp.LeaseOf(lease), grace: er.grace, env: er.env, sigs: w.sigs}
 		code, err := r.run(argv)
 		er.lost = r.lost
 		if !r.lost || !er.rejoin {

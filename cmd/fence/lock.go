@@ -15,15 +15,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencehttp"
 )
 
 // lockUse is the synopsis of `fence lock`, also shown by its usage errors.
-const lockUse = "lock NAME [--ttl 30s] [--wait DURATION] [--owner S] [-- CMD [ARGS...]]"
+const lockUse = "lock NAME [--ttl 30s] [--wait DURATION] [--owner S] [-n N | --shared] [-- CMD [ARGS...]]"
 
 func newLockCmd() *cobra.Command {
 	var ttl, wait, grace time.Duration
 	var owner string
 	var flags *clientFlags
+	var kind *kindFlags
 	cmd := &cobra.Command{
 		Use:   lockUse,
 		Short: "Run a command holding a lock (or hold it until interrupted), renewing it",
@@ -39,6 +41,18 @@ when CMD exits. --wait D gives up after D (exit 75); --wait 0 tries once. CMD ge
 
 so that 'fence kv put KEY VALUE' inside CMD is fenced without flags (and
 FENCE_CA_CERT and FENCE_AUTH_TOKEN when --ca-cert or --auth-token-file gave them).
+
+-n N makes NAME a counting semaphore of N permits (as consul lock -n): up to N
+commands hold it at once, and lock waits while N do. Each permit has a slot in
+[0, N), no two live permits the same, which CMD gets as FENCE_SLOT: fence a
+resource per slot (partition $FENCE_SLOT) with the token, and a paused holder of
+slot 3 is refused once the next holder of slot 3 writes. Every holder of NAME must
+use the same N: another N while permits are live is an error (exit 1).
+
+--shared takes a shared lease (as flock -s): any number of 'fence lock --shared'
+hold NAME at once, and a 'fence lock' without it waits until they have all
+released it; while it waits, new shared ones wait too, so readers cannot starve
+a writer. -n and --shared cannot be combined (exit 2).
 
 The lease names its holder for 'fence status': --owner, by default "HOST:PID
 COMMAND" (this host, the pid of 'fence lock', and CMD as given, cut to 256 bytes;
@@ -77,12 +91,17 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			if !cmd.Flags().Changed("owner") {
 				owner = defaultOwner(argv)
 			}
-			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, fence.WithAutoRenew())
+			opts, err := kind.options()
+			if err != nil {
+				return err
+			}
+			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, append(opts, fence.WithAutoRenew())...)
 			if err != nil {
 				return err
 			}
 			defer w.stop()
-			r := &lockRun{name: name, kind: "lock", held: "lease", lease: lease, grace: grace, env: flags.childEnv(), sigs: w.sigs}
+			r := &lockRun{name: name, kind: "lock", held: "lease", lease: lease, shown: kind.shown(lease), grace: grace,
+				env: append(flags.childEnv(), kind.childEnv(lease)...), sigs: w.sigs}
 			var code int
 			if len(argv) == 0 {
 				code, err = r.hold(cmd.OutOrStdout())
@@ -90,12 +109,17 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 				code, err = r.run(argv)
 			}
 			if output == "json" {
-				_ = printJSON(os.Stderr, map[string]any{"name": name, "token": lease.Token(), "exit_code": code, "lease_lost": r.lost})
+				summary := map[string]any{"name": name, "token": lease.Token(), "exit_code": code, "lease_lost": r.lost}
+				if kind.permit() {
+					summary["slot"] = lease.Slot()
+				}
+				_ = printJSON(os.Stderr, summary)
 			}
 			return statusError(code, err)
 		},
 	}
 	flags = addClientFlags(cmd)
+	kind = addKindFlags(cmd)
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL; the lease is renewed at a third of it")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "give up when the lock is still held after this long (default: wait until acquired; 0: try once)")
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, how long before SIGKILL")
@@ -167,6 +191,7 @@ type lockRun struct {
 	kind      string // what the messages call name: "lock" or "election"
 	held      string // ... and the lease: "lease" or "term"
 	lease     *fence.Lease
+	shown     fencehttp.Lease // the lease as hold prints it
 	grace     time.Duration
 	env       []string       // FENCE_SERVER and what else the child needs to reach the server
 	sigs      chan os.Signal // SIGINT, SIGTERM and SIGHUP sent to us
@@ -185,7 +210,7 @@ func (r *lockRun) releaseFailed(err error) error {
 // hold prints the lease and holds it until a signal (then releases it: exit 0) or
 // until it is lost (exit 76).
 func (r *lockRun) hold(out io.Writer) (int, error) {
-	if err := printLease(out, r.lease); err != nil {
+	if err := printLease(out, r.shown); err != nil {
 		_ = r.release()
 		return exitError, err
 	}

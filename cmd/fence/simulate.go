@@ -84,7 +84,7 @@ Example: fence simulate --format svg > pause-past-ttl.svg`,
 	cmd.Flags().StringVar(&fencing, "fencing", "", "on or off; omitted: run both, off then on")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random source (the random scenario draws pauses and delays from it)")
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json, mermaid or svg")
-	cmd.Flags().IntVar(&workers, "workers", 0, "workers of the random scenario, 1 to 26 (0: 4)")
+	cmd.Flags().IntVar(&workers, "workers", 0, "workers of the random scenario, 1 to 26 (0: 4); permits of semaphore-pause, 2 to 25 (0: 3)")
 	return cmd
 }
 
