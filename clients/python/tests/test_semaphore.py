@@ -4,7 +4,6 @@ slots, holders, the limit every acquirer shares, and fencing per slot."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import unittest
@@ -17,23 +16,11 @@ import fence  # noqa: E402
 from fenceserver import FenceServer, cleanup_bin, unique  # noqa: E402
 
 server: Optional[FenceServer] = None
-# Why the server cannot run the tests that need semaphores, or None: see setUpModule.
-unsupported: Optional[str] = None
-
-
 def setUpModule() -> None:
-    global server, unsupported
+    # This tree's own fence serve, with semaphores and shared locks on its
+    # embedded store: a test that cannot use them fails.
+    global server
     server = FenceServer("--max-wait", "300ms")
-    # A server built before semaphores refuses the field; one whose store lacks them
-    # answers 501. Either way those tests wait for the server, and say so.
-    try:
-        fence.Client(server.url).acquire(unique("probe"), ttl=1, limit=2).release()
-    except fence.InvalidError as e:
-        if not re.search(r'unknown field "limit"', str(e)):
-            raise
-        unsupported = "this fence serve predates semaphores: %s" % e
-    except fence.NotSupportedError as e:
-        unsupported = "this fence serve's store has no semaphores: %s" % e
 
 
 def tearDownModule() -> None:
@@ -47,11 +34,6 @@ class Base(unittest.TestCase):
         assert server is not None
         self.client = fence.Client(server.url)
 
-    def served(self) -> None:
-        """Skips the test when the server cannot take semaphores, saying why."""
-        if unsupported is not None:
-            self.skipTest(unsupported)
-
     def release_all(self, leases: List[fence.Lease]) -> None:
         for lease in leases:
             lease.release()
@@ -59,7 +41,6 @@ class Base(unittest.TestCase):
 
 class TestSemaphore(Base):
     def test_two_permits_get_distinct_slots_a_third_is_held_and_status_lists_the_holders(self) -> None:
-        self.served()
         c, name = self.client, unique("sem")
         a = c.acquire(name, ttl=10, limit=2, owner="a")
         b = c.acquire(name, ttl=10, limit=2, owner="b")
@@ -88,7 +69,6 @@ class TestSemaphore(Base):
         self.assertGreater(again.token, b.token)
 
     def test_a_waiter_is_woken_by_a_release_and_gets_the_freed_slot(self) -> None:
-        self.served()
         c, name = self.client, unique("semwait")
         held = [c.acquire(name, ttl=30, limit=2), c.acquire(name, ttl=30, limit=2)]
         self.addCleanup(held[0].release)
@@ -112,7 +92,6 @@ class TestSemaphore(Base):
         self.assertGreater(got[0].token, held[1].token)
 
     def test_lock_context_takes_a_permit(self) -> None:
-        self.served()
         name = unique("semlock")
         with self.client.lock(name, ttl=5, limit=3) as permit:
             self.assertEqual(permit.slot, 0)
@@ -120,7 +99,6 @@ class TestSemaphore(Base):
         self.assertFalse(self.client.status(name)["held"])
 
     def test_another_limit_while_permits_are_live_raises_limit_mismatch_naming_both(self) -> None:
-        self.served()
         c, name = self.client, unique("semlimit")
         a = c.acquire(name, ttl=10, limit=3)
         for limit, want in ((2, 2), (None, 1)):
@@ -136,7 +114,6 @@ class TestSemaphore(Base):
         other.release()
 
     def test_a_stale_permits_write_to_its_slots_key_is_refused_once_the_next_holder_wrote(self) -> None:
-        self.served()
         c, name = self.client, unique("semfence")
         # a holds slot 0 for a short TTL and does not renew (a paused holder); k keeps slot 1.
         a = c.acquire(name, ttl=0.3, limit=2)
@@ -162,7 +139,6 @@ class TestSemaphore(Base):
 
 class TestShared(Base):
     def test_shared_leases_hold_together_and_an_exclusive_acquire_waits_for_them(self) -> None:
-        self.served()
         c, name = self.client, unique("rw")
         r1 = c.acquire(name, ttl=10, shared=True, owner="r1")
         r2 = c.acquire(name, ttl=10, shared=True, owner="r2")

@@ -5,43 +5,27 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 
-import { FenceClient, HeldError, InvalidError, LimitMismatchError, NotImplementedError, StaleTokenError } from "../dist/index.js";
+import { FenceClient, HeldError, InvalidError, LimitMismatchError, StaleTokenError } from "../dist/index.js";
 import { startServer, uniqueName } from "./helpers/serve.mjs";
 
 let server;
 let fence;
-/** Why the server cannot run these tests, or undefined: see before. */
-let unsupported;
 
+// The server is this tree's own fence serve, which has semaphores and shared
+// locks on its embedded store: a test that cannot use them fails.
 before(async () => {
   server = await startServer();
   fence = new FenceClient({ server: server.url });
-  // A server built before semaphores refuses the field; one whose store lacks them
-  // answers 501. Either way these tests wait for the server, and say so.
-  try {
-    await (await fence.acquire(uniqueName("probe"), { limit: 2, ttlMs: 1000, autoRenew: false })).release();
-  } catch (err) {
-    if (err instanceof InvalidError && /unknown field "limit"/.test(err.message)) unsupported = `this fence serve predates semaphores: ${err.message}`;
-    else if (err instanceof NotImplementedError) unsupported = `this fence serve's store has no semaphores: ${err.message}`;
-    else throw err;
-  }
 });
 after(async () => {
   await server?.stop();
 });
-
-/** served skips t when the server cannot take semaphores, and says why. */
-function served(t) {
-  if (unsupported) t.skip(unsupported);
-  return !unsupported;
-}
 
 /** rejection resolves with the error p rejects with, and fails if it resolves. */
 const rejection = (p, what) => p.then((l) => assert.fail(`${what}: granted token ${l.token}`), (e) => e);
 
 describe("semaphores", () => {
   test("a semaphore of 2 grants two slots, refuses a third, and inspect lists the holders", async (t) => {
-    if (!served(t)) return;
     const name = uniqueName("sem");
     const a = await fence.acquire(name, { limit: 2, ttlMs: 10_000, owner: "a" });
     const b = await fence.acquire(name, { limit: 2, ttlMs: 10_000, owner: "b" });
@@ -68,7 +52,6 @@ describe("semaphores", () => {
   });
 
   test("a waiter for a permit is woken by a release and gets the freed slot", async (t) => {
-    if (!served(t)) return;
     const name = uniqueName("sem-wait");
     const held = [await fence.acquire(name, { limit: 2, ttlMs: 30_000 }), await fence.acquire(name, { limit: 2, ttlMs: 30_000 })];
     const waiter = fence.acquire(name, { limit: 2, ttlMs: 10_000, waitMs: 20_000 });
@@ -81,7 +64,6 @@ describe("semaphores", () => {
   });
 
   test("withLock takes a permit and gives fn its slot", async (t) => {
-    if (!served(t)) return;
     const name = uniqueName("sem-with");
     const slot = await fence.withLock(name, (lease) => lease.slot, { limit: 3, ttlMs: 5000 });
     assert.equal(slot, 0);
@@ -89,7 +71,6 @@ describe("semaphores", () => {
   });
 
   test("another limit while permits are live rejects with LimitMismatchError naming both", async (t) => {
-    if (!served(t)) return;
     const name = uniqueName("sem-limit");
     const a = await fence.acquire(name, { limit: 3, ttlMs: 10_000 });
     try {
@@ -109,7 +90,6 @@ describe("semaphores", () => {
   });
 
   test("a stale permit's write to its slot's key is refused once the slot's next holder wrote", async (t) => {
-    if (!served(t)) return;
     const name = uniqueName("sem-fence");
     // a holds slot 0 for a short TTL and stops renewing (a paused holder); c keeps slot 1.
     const a = await fence.acquire(name, { limit: 2, ttlMs: 300, autoRenew: false });
@@ -132,7 +112,6 @@ describe("semaphores", () => {
 
 describe("shared locks", () => {
   test("shared leases hold together; an exclusive acquire is held until they end", async (t) => {
-    if (!served(t)) return;
     const name = uniqueName("rw");
     const r1 = await fence.acquire(name, { shared: true, ttlMs: 10_000, owner: "r1" });
     const r2 = await fence.acquire(name, { shared: true, ttlMs: 10_000, owner: "r2" });
