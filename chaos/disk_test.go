@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +30,31 @@ func TestRun_FencingOn_DiskFull_NoViolation(t *testing.T) {
 	if r.Writes < 10 {
 		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", r.Writes)
 	}
+	if n := diskFullRefusals(t, sum.Dir); n < 1 {
+		t.Errorf("operations refused with \"disk full\" = %d, want at least 1 (the fault never reached fence serve?)", n)
+	} else {
+		t.Logf("operations refused with \"disk full\": %d", n)
+	}
+}
+
+// diskFullRefusals counts the workers' operations in dir refused because the disk
+// was full.
+func diskFullRefusals(t *testing.T, dir string) int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "worker-*.jsonl"))
+	n := 0
+	for _, f := range files {
+		ops, err := ReadHistoryFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range ops {
+			if o.Result == ResultFailed && strings.Contains(o.Err, "disk full (no space left on device)") {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // The disk nemesis alone, fencing off. A full disk makes fence serve refuse, never
