@@ -116,7 +116,7 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 		return b.Put(k, encodeKV(f, cur.Value, hasValue))
 	})
 	if err != nil {
-		return fmt.Errorf("bolt: %s %q: %v: %w", op, key, err, fence.ErrUnavailable)
+		return fmt.Errorf("bolt: %s %q: %w", op, key, writeError(s.path, err))
 	}
 	if refused != nil {
 		return opError(op, key, refused)

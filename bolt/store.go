@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"runtime"
 	"strings"
@@ -459,7 +460,12 @@ func (s *Store) load(nowWall int64) error {
 		})
 	})
 	if err != nil {
-		if !strings.HasPrefix(err.Error(), "bolt: ") {
+		var pe *fs.PathError
+		switch {
+		case strings.HasPrefix(err.Error(), "bolt: "):
+		case errors.As(err, &pe): // the commit's write or sync: a full disk, say
+			err = fmt.Errorf("bolt: open: %w", writeError(s.path, err))
+		default:
 			err = fmt.Errorf("bolt: open %s: %w", s.path, err)
 		}
 		return err
@@ -467,7 +473,7 @@ func (s *Store) load(nowWall int64) error {
 	// The log's records are in the bbolt file now, under a new generation:
 	// start the log afresh with it.
 	if err := s.wal.reset(s.wal.gen); err != nil {
-		return fmt.Errorf("bolt: open %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
+		return fmt.Errorf("bolt: open: %w", writeError(s.wal.path, err))
 	}
 	clear(s.wal.names)
 	s.mu.Lock() // the expiry timer armed below may fire at once
@@ -817,7 +823,7 @@ func (s *Store) flushOnce() error {
 	}
 	if err != nil {
 		// No "bolt:": the operations that waited for this flush add it.
-		err = fmt.Errorf("write %s: %v: %w", s.wal.path, err, fence.ErrUnavailable)
+		err = writeError(s.wal.path, err)
 	}
 
 	s.mu.Lock()
@@ -861,10 +867,11 @@ func (s *Store) checkpointLocked(clean bool) error {
 	}
 	gen := w.gen + 1
 	if err := w.fold(s.db, w.names, w.ceil, gen, clean); err != nil {
-		return fmt.Errorf("bolt: checkpoint %s: %v: %w", s.path, err, fence.ErrUnavailable)
+		return fmt.Errorf("bolt: checkpoint: %w", writeError(s.path, err))
 	}
 	if err := w.reset(gen); err != nil {
-		return fmt.Errorf("bolt: checkpoint %s: %v: %w", w.path, err, fence.ErrUnavailable)
+		w.resetTo = gen // the next append retries it first
+		return fmt.Errorf("bolt: checkpoint: %w", writeError(w.path, err))
 	}
 	s.mu.Lock()
 	w.names = make(map[string][]byte)

@@ -69,6 +69,15 @@ type wal struct {
 	off    int64  // where the next record goes
 	size   int64  // file size (grown ahead in walGrow steps)
 	buf    []byte
+	// scrap is the end of what a failed append may have left past off (0: none):
+	// whole records of a write that was never acknowledged. The next append
+	// covers them with zeros, so that replay, which stops at the first zero
+	// record, never reads them after that append's records.
+	scrap int64
+	// resetTo is the generation a checkpoint folded into the bbolt file but could
+	// not start the log with (0: none). Records of the old generation would be
+	// ignored at the next Open, so no append is made until the reset succeeds.
+	resetTo uint64
 
 	// What the log holds beyond the bbolt file: the latest value of each name
 	// logged since the last checkpoint (guarded by Store.mu: Inspect and List read
@@ -273,7 +282,7 @@ func (w *wal) reset(gen uint64) error {
 	if err := w.sync(); err != nil {
 		return err
 	}
-	w.gen, w.off, w.ceil = gen, walHeaderLen, 0
+	w.gen, w.off, w.ceil, w.scrap, w.resetTo = gen, walHeaderLen, 0, 0, 0
 	return nil
 }
 
@@ -326,17 +335,35 @@ func (w *wal) append(recs []lockRec, ceil uint64) (int64, error) {
 	if ceil != 0 {
 		rec(func(b []byte) []byte { return append(append(b, walKindCeiling), u64(ceil)...) })
 	}
+	n := int64(len(b))
+	if end := w.off + n; w.scrap > end {
+		b = append(b, make([]byte, w.scrap-end)...)
+	}
 	w.buf = b
+	if w.resetTo != 0 {
+		if err := w.reset(w.resetTo); err != nil {
+			return w.off, err
+		}
+	}
 	if err := w.ensure(w.off + int64(len(b))); err != nil {
 		return w.off, err
 	}
-	if _, err := w.f.WriteAt(b, w.off); err != nil {
+	if m, err := w.f.WriteAt(b, w.off); err != nil {
+		// A full disk cuts a write short. Zero what it wrote (pages that are
+		// allocated now, so this needs no space), lest a restart replay records
+		// that were never acknowledged; whatever is left, the next append covers.
+		w.scrap = max(w.scrap, w.off+int64(m))
+		if m > 0 {
+			_, _ = w.f.WriteAt(make([]byte, m), w.off)
+		}
 		return w.off, err
 	}
 	if err := w.sync(); err != nil {
+		w.scrap = max(w.scrap, w.off+int64(len(b)))
 		return w.off, err
 	}
-	w.off += int64(len(b))
+	w.off += n // the zeros after the records are not part of the log
+	w.scrap = 0
 	if ceil != 0 {
 		w.ceil = max(w.ceil, ceil)
 	}

@@ -20,7 +20,7 @@ const (
 )
 
 // Nemeses lists the implemented nemeses.
-var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember}
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk}
 
 // Config configures a chaos run.
 type Config struct {

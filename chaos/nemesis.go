@@ -50,6 +50,8 @@ func newNemesis(name string) nemesis {
 		return &failoverNemesis{}
 	case NemesisMember:
 		return &memberNemesis{}
+	case NemesisDisk:
+		return &diskNemesis{}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/fencelock/fence"
@@ -215,6 +216,10 @@ func userMessage(op, name string, err error) string {
 		fact = "store unavailable (timed out)"
 	case errors.Is(err, context.Canceled):
 		fact = "cancelled"
+	case code == "unavailable" && errors.Is(err, syscall.ENOSPC):
+		// The store's disk is full: its operator frees space, and the store
+		// (the embedded one does) writes again without a restart.
+		fact = "store unavailable: disk full (no space left on device)"
 	case code == "unavailable":
 		fact = "store unavailable"
 	default:
