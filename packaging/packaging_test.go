@@ -64,7 +64,11 @@ func staticFence(t *testing.T) string {
 			return
 		}
 		buildBin = filepath.Join(buildDir, "fence")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		// A bound for a hung build, not a speed check: CGO_ENABLED=0 shares no
+		// build cache with the race-built tests, so this compiles every package
+		// (the etcd server among them) again, which took over 5 minutes on a
+		// loaded 2-core machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, goTool(), "build", "-trimpath", "-buildvcs=false", "-o", buildBin, "./cmd/fence")
 		cmd.Dir = ".."

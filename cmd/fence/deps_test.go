@@ -27,6 +27,8 @@ func TestBinary_LinksNoTestMachinery(t *testing.T) {
 		"github.com/fencelock/fence/internal/testserv",
 		"github.com/fencelock/fence/internal/sqlguardtest",
 		"github.com/fencelock/fence/internal/fencedtest",
+		"github.com/fencelock/fence/internal/diskfulltest",
+		"github.com/fencelock/fence/internal/watchtest",
 		"github.com/fencelock/fence/fencetest",
 	}
 	for _, dep := range strings.Fields(string(out)) {
