@@ -98,7 +98,8 @@ func measureHeldLeaseMemory(b *testing.B, n int) (rssPerLease, heapPerLease floa
 		b.Fatalf("fence_held_locks: want at least %d, got %v", n, got)
 	}
 	rss1, heap1 := settledMemory(b, hc, srv.url, pid)
-	b.Logf("%d leases: VmRSS %d -> %d kB, Go heap in use %.1f -> %.1f MB", n, rss0/1024, rss1/1024, heap0/1e6, heap1/1e6)
+	b.Logf("%d leases: VmRSS %d -> %d kB (now %s), Go heap in use %.1f -> %.1f MB",
+		n, rss0/1024, rss1/1024, rssParts(b, pid), heap0/1e6, heap1/1e6)
 	return float64(rss1-rss0) / float64(n), (heap1 - heap0) / float64(n)
 }
 
@@ -141,7 +142,16 @@ func settledMemory(b *testing.B, hc *http.Client, base string, pid int) (rss int
 }
 
 // vmRSS returns the VmRSS of pid in bytes.
-func vmRSS(b *testing.B, pid int) int64 {
+func vmRSS(b *testing.B, pid int) int64 { return procStatus(b, pid, "VmRSS") }
+
+// rssParts says how the RSS of pid divides into anonymous memory (the heap) and
+// mapped files (the store's bbolt file).
+func rssParts(b *testing.B, pid int) string {
+	return fmt.Sprintf("RssAnon %d kB, RssFile %d kB", procStatus(b, pid, "RssAnon")/1024, procStatus(b, pid, "RssFile")/1024)
+}
+
+// procStatus returns the field (in kB there) of /proc/PID/status, in bytes.
+func procStatus(b *testing.B, pid int, field string) int64 {
 	b.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -149,7 +159,7 @@ func vmRSS(b *testing.B, pid int) int64 {
 	}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "VmRSS:" && f[2] == "kB" {
+		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == field+":" && f[2] == "kB" {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
 				b.Fatal(err)
@@ -157,7 +167,7 @@ func vmRSS(b *testing.B, pid int) int64 {
 			return kb * 1024
 		}
 	}
-	b.Fatalf("no VmRSS in /proc/%d/status", pid)
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
 
