@@ -151,7 +151,7 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 	s.next++
 	if e == nil {
 		e = newEntry(r.Name, 0)
-		s.locks[r.Name] = e
+		s.locks[e.name] = e
 	}
 	h := &e.h
 	if h.hidx >= 0 {
@@ -413,7 +413,7 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 		}
 		if e = s.locks[name]; e == nil {
 			e = newEntry(name, last)
-			s.locks[name] = e
+			s.locks[e.name] = e
 		}
 	}
 	if uint64(seen) >= s.next {

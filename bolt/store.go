@@ -219,9 +219,12 @@ func (e *entry) find(id [16]byte) *hold {
 	return nil
 }
 
-// newEntry returns an entry for name without leases.
+// newEntry returns an entry for name without leases. It keeps a copy of name,
+// which is what s.locks is keyed by too: a caller's string may be cut from a
+// larger one (`fence serve` cuts names from the request line) that would
+// otherwise stay in memory as long as the lease.
 func newEntry(name string, last fence.Token) *entry {
-	e := &entry{name: name, last: last}
+	e := &entry{name: strings.Clone(name), last: last}
 	e.h = hold{e: e, hidx: -1}
 	return e
 }

@@ -81,33 +81,57 @@ func newRegistry() *prometheus.Registry {
 // heldSet tracks the leases granted through this server and when they expire, by
 // lock name, for the fence_held_locks gauge: a name counts while any of its leases
 // (a lock's one, a semaphore's permits, a shared lock's holders) is unexpired. It
-// never holds lease ids, only their hashes under a seed of its own.
+// never holds lease ids, nor names: only their hashes under a seed of its own, so
+// a held lease costs it one map slot of 32 bytes (a lock name's first lease is
+// kept in the slot; only further leases of a semaphore or shared lock take a map
+// of their own). Two names whose 64-bit hashes collide would count as one: at a
+// million names that is about one chance in 10^7, and it only skews a gauge.
 type heldSet struct {
 	mu        sync.Mutex
 	seed      maphash.Seed
-	expiry    map[string]map[uint64]time.Time // name -> lease hash -> expiry
+	base      time.Time           // expiries are nanoseconds since base (monotonic)
+	names     map[uint64]heldName // name hash -> its leases
 	leases    int
 	nextPrune int
 }
 
-func newHeldSet() *heldSet {
-	return &heldSet{seed: maphash.MakeSeed(), expiry: make(map[string]map[uint64]time.Time), nextPrune: 1024}
+// heldName is the leases of one name: the first in lease and until, the others in
+// more (nil for a lock).
+type heldName struct {
+	lease uint64           // hash of the first lease's id
+	until int64            // its expiry (since heldSet.base); 0: none
+	more  map[uint64]int64 // lease hash -> expiry, of the other leases
 }
+
+func newHeldSet() *heldSet {
+	return &heldSet{seed: maphash.MakeSeed(), base: time.Now(), names: make(map[uint64]heldName), nextPrune: 1024}
+}
+
+// at returns t as an expiry of h: at least 1, since 0 means none.
+func (h *heldSet) at(t time.Time) int64 { return max(int64(t.Sub(h.base)), 1) }
 
 // set records that lease id on name expires at until.
 func (h *heldSet) set(name, id string, until time.Time) {
-	key := maphash.String(h.seed, id)
+	nk, lk, u := maphash.String(h.seed, name), maphash.String(h.seed, id), h.at(until)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.expiry[name]
-	if m == nil {
-		m = make(map[uint64]time.Time, 1)
-		h.expiry[name] = m
-	}
-	if _, ok := m[key]; !ok {
+	n := h.names[nk]
+	switch _, more := n.more[lk]; {
+	case n.until != 0 && n.lease == lk:
+		n.until = u
+	case more:
+		n.more[lk] = u
+	case n.until == 0:
+		n.lease, n.until = lk, u
+		h.leases++
+	default:
+		if n.more == nil {
+			n.more = make(map[uint64]int64, 1)
+		}
+		n.more[lk] = u
 		h.leases++
 	}
-	m[key] = until
+	h.names[nk] = n
 	if h.leases >= h.nextPrune { // bound memory when nobody scrapes
 		h.pruneLocked(time.Now())
 		h.nextPrune = 2*h.leases + 1024
@@ -116,26 +140,52 @@ func (h *heldSet) set(name, id string, until time.Time) {
 
 // remove forgets lease id on name (released).
 func (h *heldSet) remove(name, id string) {
-	key := maphash.String(h.seed, id)
+	nk, lk := maphash.String(h.seed, name), maphash.String(h.seed, id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if m := h.expiry[name]; m != nil {
-		if _, ok := m[key]; ok {
-			h.leases--
-			delete(m, key)
-		}
-		if len(m) == 0 {
-			delete(h.expiry, name)
+	n, ok := h.names[nk]
+	if !ok {
+		return
+	}
+	if _, more := n.more[lk]; more {
+		delete(n.more, lk)
+		h.leases--
+	} else if n.until != 0 && n.lease == lk {
+		n.until = 0
+		h.leases--
+	}
+	h.putLocked(nk, n)
+}
+
+// putLocked stores n as the leases of name hash nk: with a lease of more moved
+// up to the first if that one is gone, and nothing if n has no lease left.
+func (h *heldSet) putLocked(nk uint64, n heldName) {
+	if n.until == 0 {
+		for lk, u := range n.more {
+			n.lease, n.until = lk, u
+			delete(n.more, lk)
+			break
 		}
 	}
+	if len(n.more) == 0 {
+		n.more = nil
+	}
+	if n.until == 0 {
+		delete(h.names, nk)
+		return
+	}
+	h.names[nk] = n
 }
 
 // removeAll forgets every lease on name (revoked).
 func (h *heldSet) removeAll(name string) {
+	nk := maphash.String(h.seed, name)
 	h.mu.Lock()
-	h.leases -= len(h.expiry[name])
-	delete(h.expiry, name)
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	if n, ok := h.names[nk]; ok {
+		h.leases -= 1 + len(n.more)
+		delete(h.names, nk)
+	}
 }
 
 // count returns the number of names with an unexpired lease at now.
@@ -143,19 +193,25 @@ func (h *heldSet) count(now time.Time) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pruneLocked(now)
-	return len(h.expiry)
+	return len(h.names)
 }
 
 func (h *heldSet) pruneLocked(now time.Time) {
-	for name, m := range h.expiry {
-		for key, t := range m {
-			if !t.After(now) {
-				delete(m, key)
+	t := int64(now.Sub(h.base))
+	for nk, n := range h.names {
+		if n.until > t && len(n.more) == 0 {
+			continue
+		}
+		for lk, u := range n.more {
+			if u <= t {
+				delete(n.more, lk)
 				h.leases--
 			}
 		}
-		if len(m) == 0 {
-			delete(h.expiry, name)
+		if n.until <= t {
+			n.until = 0
+			h.leases--
 		}
+		h.putLocked(nk, n)
 	}
 }
