@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -127,7 +128,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		listen, data, store, tlsCert, tlsKey, authFile, logLevel string
 		maxValue                                                 int64
-		maxWait, shutdownTimeout                                 time.Duration
+		maxWait, shutdownTimeout, headerTimeout, bodyTimeout     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--listen 127.0.0.1:7420] [--data ./fence-data] [--store URL]",
@@ -152,6 +153,13 @@ right) or scoped: "TOKEN RIGHTS [NAME...]", RIGHTS from read, lock, write, admin
 in '*' ("jobs/*"); a token is refused (403) what its scope does not cover. --tls-cert and
 --tls-key serve HTTPS. Logs go to stderr (JSON with -o json).
 
+Slow or hostile clients are cut off: a request's headers must arrive within
+--header-timeout (else the connection is closed) and its body within --body-timeout
+(else 400 and close); headers beyond 64 KiB get 431. Neither bound limits a long poll,
+which waits up to --max-wait once its request is read. Each open connection costs
+the server one file descriptor: raise its open-files limit (ulimit -n) above the
+number of clients and waiters you expect, plus a few dozen.
+
 SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls and blocking
 queries end, requests in flight finish (up to --shutdown-timeout), then the store is
 closed cleanly.`,
@@ -164,8 +172,8 @@ closed cleanly.`,
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
 			}
-			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 {
-				return usagef("--max-value, --max-wait and --shutdown-timeout must be positive")
+			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 || headerTimeout <= 0 || bodyTimeout <= 0 {
+				return usagef("--max-value, --max-wait, --header-timeout, --body-timeout and --shutdown-timeout must be positive")
 			}
 			var toks []fencehttp.AuthToken
 			if authFile != "" {
@@ -191,6 +199,7 @@ closed cleanly.`,
 			return serve(cmd.Context(), log, serveConfig{
 				listen: listen, data: data, store: store, tls: tlsConf, tokens: toks,
 				maxValue: maxValue, maxWait: maxWait, shutdownTimeout: shutdownTimeout,
+				headerTimeout: headerTimeout, bodyTimeout: bodyTimeout,
 			})
 		},
 	}
@@ -204,6 +213,8 @@ closed cleanly.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
 	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
+	f.DurationVar(&headerTimeout, "header-timeout", 10*time.Second, "longest time a client may take to send a request's headers (then the connection is closed)")
+	f.DurationVar(&bodyTimeout, "body-timeout", 30*time.Second, "longest time a client may take to send a request's body, after its headers (then 400)")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
 	return cmd
 }
@@ -215,6 +226,8 @@ type serveConfig struct {
 	maxValue            int64
 	maxWait             time.Duration
 	shutdownTimeout     time.Duration
+	headerTimeout       time.Duration // http.Server.ReadHeaderTimeout
+	bodyTimeout         time.Duration // see bodyDeadline
 }
 
 func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
@@ -248,12 +261,14 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		ln = tls.NewListener(ln, c.tls)
 	}
 	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:           bodyDeadline(srv.Handler(), c.bodyTimeout),
+		ReadHeaderTimeout: c.headerTimeout,
+		// No ReadTimeout: it would stay armed while a long poll waits, and when it
+		// fired the connection's background read would cancel the request's context,
+		// ending every long poll longer than it. bodyDeadline bounds the body instead.
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// No WriteTimeout: long polls and blocking queries legitimately stay open up
 		// to --max-wait.
 	}
@@ -291,4 +306,48 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// maxHeaderBytes bounds a request's headers; beyond it the server answers 431.
+const maxHeaderBytes = 64 << 10
+
+// bodyDeadline bounds the time a client takes to send a request's body to d after
+// its headers (a body dribbled or never finished then fails to read: 400, and the
+// connection closes), and lifts the bound as soon as the body has been read, so a
+// long poll that then waits is not cut by it.
+func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
+			next.ServeHTTP(w, r) // a writer without deadlines: nothing to bound
+			return
+		}
+		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody clears the connection's read deadline once its body has been read
+// to the end or failed, before the handler goes on (and perhaps waits).
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.done {
+		b.done = true
+		if errors.Is(err, io.EOF) {
+			// Read whole: lift the bound. After a failure the deadline stays, so the
+			// server does not wait on the rest of a body nobody reads.
+			_ = b.rc.SetReadDeadline(time.Time{})
+		}
+	}
+	return n, err
 }
