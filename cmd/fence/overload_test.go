@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -479,3 +481,199 @@ func BenchmarkServe_GoodClientUnderAttack(b *testing.B) {
 	}
 }
 
+// raiseNoFile raises the test process's soft RLIMIT_NOFILE to its hard limit (the
+// servers it starts inherit it) and skips unless need descriptors fit: the test
+// holds one a waiter, and so does the server, in its own process.
+func raiseNoFile(tb testing.TB, need uint64) {
+	tb.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if lim.Cur < need {
+		tb.Skipf("the waiters need about %d file descriptors in each process; RLIMIT_NOFILE's hard limit is %d", need, lim.Max)
+	}
+}
+
+// parkedWaiters are long polls held open on one lock: half waiting acquires, half
+// blocking queries, each on its own connection (Connection: close, so that an
+// answered waiter's connection ends).
+type parkedWaiters struct {
+	acquires, queries chan int // status of each answer, or 0 for a broken connection
+}
+
+func parkWaiters(tb testing.TB, host, name, index string, n int) *parkedWaiters {
+	tb.Helper()
+	pw := &parkedWaiters{acquires: make(chan int, n), queries: make(chan int, n)}
+	body := `{"ttl_ms":60000,"wait_ms":60000}`
+	acquire := fmt.Sprintf("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: fence\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", name, len(body), body)
+	query := fmt.Sprintf("GET /v1/locks/%s?index=%s&wait_ms=60000 HTTP/1.1\r\nHost: fence\r\nConnection: close\r\n\r\n", name, index)
+	dialing := make(chan struct{}, 32) // within the listen backlog
+	for i := range n {
+		req, answers := acquire, pw.acquires
+		if i%2 == 1 {
+			req, answers = query, pw.queries
+		}
+		dialing <- struct{}{}
+		go func() {
+			c, err := net.DialTimeout("tcp", host, 10*time.Second)
+			if err == nil {
+				_, err = io.WriteString(c, req)
+			}
+			<-dialing
+			if err != nil {
+				answers <- 0
+				return
+			}
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+			resp, err := http.ReadResponse(bufio.NewReaderSize(c, 1024), nil)
+			if err != nil {
+				answers <- 0
+				return
+			}
+			resp.Body.Close()
+			answers <- resp.StatusCode
+		}()
+	}
+	return pw
+}
+
+// collect takes n answers from ch within d and counts them by status.
+func collect(ch chan int, n int, d time.Duration) (map[int]int, time.Duration, bool) {
+	got := map[int]int{}
+	start := time.Now()
+	timeout := time.After(d)
+	for range n {
+		select {
+		case code := <-ch:
+			got[code]++
+		case <-timeout:
+			return got, time.Since(start), false
+		}
+	}
+	return got, time.Since(start), true
+}
+
+// waiterFigures are what parking n waiters costs the server, and how long their
+// release took.
+type waiterFigures struct {
+	n                          int
+	rssPerWaiter, gPerWaiter   float64
+	releasedIn, drainedIn      time.Duration
+	queryAnswers, acquireEnds  map[int]int
+	goroutinesBase, goroutines float64
+}
+
+// parkAndRelease parks n waiters on a held lock of a fresh `fence serve`, measures
+// it, releases the lock (every blocking query answers, one acquire is granted), then
+// shuts the server down (the other acquires end with 503).
+func parkAndRelease(tb testing.TB, n int) waiterFigures {
+	tb.Helper()
+	raiseNoFile(tb, uint64(n+200))
+	p, err := startServe(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer p.stop()
+	good := newGoodClient(tb, p.url)
+	code, body, err := good.post("/v1/locks/"+good.name+"/acquire", `{"ttl_ms":60000}`)
+	if err != nil || code != http.StatusOK {
+		tb.Fatalf("acquire: status %d, %s, %v", code, body, err)
+	}
+	var held struct{ Lease string }
+	if err := json.Unmarshal(body, &held); err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := good.hc.Get(p.url + "/v1/locks/" + good.name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp.Body.Close()
+	index := resp.Header.Get("Fence-Index")
+	good.hc.Transport.(*http.Transport).CloseIdleConnections()
+
+	f := waiterFigures{n: n, goroutinesBase: metric(tb, p.url, "go_goroutines")}
+	rss0 := serverRSS(tb, p)
+	pw := parkWaiters(tb, hostOf(tb, p.url), good.name, index, n)
+	// Parked: each waiter's connection has its goroutine in the server.
+	deadline := time.Now().Add(60 * time.Second)
+	for f.goroutines = metric(tb, p.url, "go_goroutines"); f.goroutines < f.goroutinesBase+float64(n); f.goroutines = metric(tb, p.url, "go_goroutines") {
+		if time.Now().After(deadline) {
+			tb.Fatalf("after 60s only %v of %d waiters are parked", f.goroutines-f.goroutinesBase, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the last ones finish parsing their requests
+	f.goroutines = metric(tb, p.url, "go_goroutines")
+	f.rssPerWaiter = (serverRSS(tb, p) - rss0) / float64(n)
+	f.gPerWaiter = (f.goroutines - f.goroutinesBase) / float64(n)
+
+	code, body, err = good.post("/v1/locks/"+good.name+"/release", `{"lease":"`+held.Lease+`"}`)
+	if err != nil || code != http.StatusOK {
+		tb.Fatalf("release: status %d, %s, %v", code, body, err)
+	}
+	good.hc.Transport.(*http.Transport).CloseIdleConnections()
+	var ok bool
+	if f.queryAnswers, f.releasedIn, ok = collect(pw.queries, n/2, 30*time.Second); !ok {
+		tb.Fatalf("30s after the release only %v of %d blocking queries answered", f.queryAnswers, n/2)
+	}
+	granted, _, ok := collect(pw.acquires, 1, 30*time.Second)
+	if !ok || granted[http.StatusOK] != 1 {
+		tb.Fatalf("after the release: want one waiting acquire granted, got %v", granted)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.stop() }()
+	if f.acquireEnds, f.drainedIn, ok = collect(pw.acquires, n-n/2-1, 30*time.Second); !ok {
+		tb.Fatalf("30s after SIGTERM only %v of %d waiting acquires ended", f.acquireEnds, n-n/2-1)
+	}
+	if err := <-stopped; err != nil {
+		tb.Fatalf("fence serve with parked waiters did not stop cleanly: %v\n%s", err, p.log())
+	}
+	return f
+}
+
+func (f waiterFigures) String() string {
+	return fmt.Sprintf("%d parked waiters: %.0f bytes RSS and %.2f goroutines each (server goroutines %v -> %v); blocking queries answered %v within %v of the release; waiting acquires ended %v within %v of SIGTERM",
+		f.n, f.rssPerWaiter, f.gPerWaiter, f.goroutinesBase, f.goroutines, f.queryAnswers, f.releasedIn, f.acquireEnds, f.drainedIn)
+}
+
+// TestServe_ParkedWaiters_ReleasedByReleaseAndDrain parks 1,000 long polls (the race
+// detector allows 8,128 goroutines; BenchmarkServe_ParkedWaiters parks 10,000).
+func TestServe_ParkedWaiters_ReleasedByReleaseAndDrain(t *testing.T) {
+	n := 1000
+	f := parkAndRelease(t, n)
+	t.Log(f)
+	if f.queryAnswers[http.StatusOK] != n/2 {
+		t.Errorf("blocking queries after the release: want %d answered 200, got %v", n/2, f.queryAnswers)
+	}
+	if f.acquireEnds[http.StatusServiceUnavailable] != n-n/2-1 {
+		t.Errorf("waiting acquires at SIGTERM: want %d ended 503, got %v", n-n/2-1, f.acquireEnds)
+	}
+	if f.gPerWaiter > 3 {
+		t.Errorf("want at most 3 server goroutines per parked waiter, got %.2f", f.gPerWaiter)
+	}
+}
+
+var benchWaiters = flag.Int("waiters", 10000, "parked waiters of BenchmarkServe_ParkedWaiters")
+
+// BenchmarkServe_ParkedWaiters reports the server's RSS and goroutines per parked
+// long poll (-waiters of them, half waiting acquires, half blocking queries) and how
+// long their release took.
+func BenchmarkServe_ParkedWaiters(b *testing.B) {
+	var f waiterFigures
+	for b.Loop() {
+		f = parkAndRelease(b, *benchWaiters)
+	}
+	b.Log(f)
+	b.ReportMetric(f.rssPerWaiter, "rss-bytes/waiter")
+	b.ReportMetric(f.gPerWaiter, "goroutines/waiter")
+	b.ReportMetric(float64(f.releasedIn.Milliseconds()), "release-ms")
+	b.ReportMetric(float64(f.drainedIn.Milliseconds()), "drain-ms")
+}
