@@ -677,3 +677,32 @@ func BenchmarkServe_ParkedWaiters(b *testing.B) {
 	b.ReportMetric(float64(f.releasedIn.Milliseconds()), "release-ms")
 	b.ReportMetric(float64(f.drainedIn.Milliseconds()), "drain-ms")
 }
+
+func TestServe_OverloadFlags_UsageErrors_Exit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"--max-waiters", "-1"},
+		{"--header-timeout", "0s"},
+		{"--body-timeout", "-1s"},
+	} {
+		r := runFence(t, "", nil, "", append([]string{"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir()}, args...)...)
+		wantCode(t, strings.Join(args, " "), r, 2)
+	}
+}
+
+func TestServe_MaxWaiters_OneMoreIs503(t *testing.T) {
+	p := startAttackServe(t, "--max-waiters", "1")
+	good := newGoodClient(t, p.url)
+	if code, body, err := good.post("/v1/locks/"+good.name+"/acquire", `{"ttl_ms":30000}`); err != nil || code != http.StatusOK {
+		t.Fatalf("acquire: status %d, %s, %v", code, body, err)
+	}
+	pw := parkWaiters(t, hostOf(t, p.url), good.name, "0", 1) // one waiting acquire
+	waitFor(t, "the waiting acquire", func() bool { return metric(t, p.url, "fence_waits_total") == 1 })
+	code, body, err := good.post("/v1/locks/"+good.name+"/acquire", `{"ttl_ms":1000,"wait_ms":20000}`)
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(string(body), "limit is 1") {
+		t.Fatalf("a second waiter with --max-waiters 1: want 503 naming the limit, got %d %s %v", code, body, err)
+	}
+	_ = p.stop()
+	if got, _, ok := collect(pw.acquires, 1, 30*time.Second); !ok || got[http.StatusServiceUnavailable] != 1 {
+		t.Fatalf("the waiting acquire at SIGTERM: want 503, got %v", got)
+	}
+}

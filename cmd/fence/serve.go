@@ -128,6 +128,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		listen, data, store, tlsCert, tlsKey, authFile, logLevel string
 		maxValue                                                 int64
+		maxWaiters                                               int
 		maxWait, shutdownTimeout, headerTimeout, bodyTimeout     time.Duration
 	)
 	cmd := &cobra.Command{
@@ -157,8 +158,10 @@ Slow or hostile clients are cut off: a request's headers must arrive within
 --header-timeout (else the connection is closed) and its body within --body-timeout
 (else 400 and close); headers beyond 64 KiB get 431. Neither bound limits a long poll,
 which waits up to --max-wait once its request is read. Each open connection costs
-the server one file descriptor: raise its open-files limit (ulimit -n) above the
-number of clients and waiters you expect, plus a few dozen.
+the server one file descriptor (the server raises its soft open-files limit to the
+hard one; make the hard limit, ulimit -Hn, exceed the clients and waiters you
+expect, plus a few dozen), and each waiting request about 23 KB of memory:
+--max-waiters caps them (one more is answered 503 with Retry-After).
 
 SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls and blocking
 queries end, requests in flight finish (up to --shutdown-timeout), then the store is
@@ -171,6 +174,9 @@ closed cleanly.`,
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			if maxWaiters < 0 {
+				return usagef("--max-waiters must not be negative (0: no cap)")
 			}
 			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 || headerTimeout <= 0 || bodyTimeout <= 0 {
 				return usagef("--max-value, --max-wait, --header-timeout, --body-timeout and --shutdown-timeout must be positive")
@@ -199,7 +205,7 @@ closed cleanly.`,
 			return serve(cmd.Context(), log, serveConfig{
 				listen: listen, data: data, store: store, tls: tlsConf, tokens: toks,
 				maxValue: maxValue, maxWait: maxWait, shutdownTimeout: shutdownTimeout,
-				headerTimeout: headerTimeout, bodyTimeout: bodyTimeout,
+				headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, maxWaiters: maxWaiters,
 			})
 		},
 	}
@@ -213,6 +219,7 @@ closed cleanly.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
 	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
+	f.IntVar(&maxWaiters, "max-waiters", 0, "most waiting acquires and blocking queries at once, each about 23 KB of memory and a file descriptor (one more: 503); 0: no cap")
 	f.DurationVar(&headerTimeout, "header-timeout", 10*time.Second, "longest time a client may take to send a request's headers (then the connection is closed)")
 	f.DurationVar(&bodyTimeout, "body-timeout", 30*time.Second, "longest time a client may take to send a request's body, after its headers (then 400)")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
@@ -228,6 +235,7 @@ type serveConfig struct {
 	shutdownTimeout     time.Duration
 	headerTimeout       time.Duration // http.Server.ReadHeaderTimeout
 	bodyTimeout         time.Duration // see bodyDeadline
+	maxWaiters          int
 }
 
 func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
@@ -244,7 +252,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	}
 	srv, err := fencehttp.NewServer(fencehttp.Config{
 		Locker: st.locker, KV: st.kv, Logger: log, Tokens: c.tokens,
-		MaxValueBytes: c.maxValue, MaxWait: c.maxWait,
+		MaxValueBytes: c.maxValue, MaxWait: c.maxWait, MaxWaiters: c.maxWaiters,
 	})
 	if err != nil {
 		closeStore()
