@@ -75,6 +75,26 @@ func (c *goodClient) post(path, body string) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
+// hold acquires the client's lock for a minute and returns the lease id and the
+// lock's Fence-Index then.
+func (c *goodClient) hold(tb testing.TB) (lease, index string) {
+	tb.Helper()
+	code, body, err := c.post("/v1/locks/"+c.name+"/acquire", `{"ttl_ms":60000}`)
+	var l struct{ Lease string }
+	if err == nil {
+		err = json.Unmarshal(body, &l)
+	}
+	if err != nil || code != http.StatusOK {
+		tb.Fatalf("acquire: status %d, %s, %v", code, body, err)
+	}
+	resp, err := c.hc.Get(c.server + "/v1/locks/" + c.name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp.Body.Close()
+	return l.Lease, resp.Header.Get("Fence-Index")
+}
+
 // pairs runs n acquire+release pairs and returns each pair's latency.
 func (c *goodClient) pairs(n int) ([]time.Duration, error) {
 	lat := make([]time.Duration, 0, n)
@@ -374,17 +394,7 @@ func TestServe_SlowBody_CutOff_GoodClientsServed(t *testing.T) {
 func TestServe_LongPollsOutliveHeaderAndBodyTimeouts(t *testing.T) {
 	p := startAttackServe(t, "--max-wait", "10s")
 	good := newGoodClient(t, p.url)
-	code, body, err := good.post("/v1/locks/"+good.name+"/acquire", `{"ttl_ms":30000}`)
-	if err != nil || code != http.StatusOK {
-		t.Fatalf("acquire: status %d, %s, %v", code, body, err)
-	}
-	var info struct{ Index string }
-	resp, err := good.hc.Get(p.url + "/v1/locks/" + good.name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	info.Index = resp.Header.Get("Fence-Index")
+	_, index := good.hold(t)
 	wait := 3 * max(attackHeaderTimeout, attackBodyTimeout)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -396,7 +406,7 @@ func TestServe_LongPollsOutliveHeaderAndBodyTimeouts(t *testing.T) {
 	})
 	wg.Go(func() {
 		start := time.Now()
-		resp, err := good.hc.Get(fmt.Sprintf("%s/v1/locks/%s?index=%s&wait_ms=%d", p.url, good.name, info.Index, wait.Milliseconds()))
+		resp, err := good.hc.Get(fmt.Sprintf("%s/v1/locks/%s?index=%s&wait_ms=%d", p.url, good.name, index, wait.Milliseconds()))
 		if err != nil {
 			t.Errorf("blocking query: %v", err)
 			return
@@ -583,20 +593,7 @@ func parkAndRelease(tb testing.TB, n int) waiterFigures {
 	}
 	defer p.stop()
 	good := newGoodClient(tb, p.url)
-	code, body, err := good.post("/v1/locks/"+good.name+"/acquire", `{"ttl_ms":60000}`)
-	if err != nil || code != http.StatusOK {
-		tb.Fatalf("acquire: status %d, %s, %v", code, body, err)
-	}
-	var held struct{ Lease string }
-	if err := json.Unmarshal(body, &held); err != nil {
-		tb.Fatal(err)
-	}
-	resp, err := good.hc.Get(p.url + "/v1/locks/" + good.name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp.Body.Close()
-	index := resp.Header.Get("Fence-Index")
+	lease, index := good.hold(tb)
 	good.hc.Transport.(*http.Transport).CloseIdleConnections()
 
 	f := waiterFigures{n: n, goroutinesBase: metric(tb, p.url, "go_goroutines")}
@@ -615,7 +612,7 @@ func parkAndRelease(tb testing.TB, n int) waiterFigures {
 	f.rssPerWaiter = (serverRSS(tb, p) - rss0) / float64(n)
 	f.gPerWaiter = (f.goroutines - f.goroutinesBase) / float64(n)
 
-	code, body, err = good.post("/v1/locks/"+good.name+"/release", `{"lease":"`+held.Lease+`"}`)
+	code, body, err := good.post("/v1/locks/"+good.name+"/release", `{"lease":"`+lease+`"}`)
 	if err != nil || code != http.StatusOK {
 		tb.Fatalf("release: status %d, %s, %v", code, body, err)
 	}
@@ -692,9 +689,7 @@ func TestServe_OverloadFlags_UsageErrors_Exit2(t *testing.T) {
 func TestServe_MaxWaiters_OneMoreIs503(t *testing.T) {
 	p := startAttackServe(t, "--max-waiters", "1")
 	good := newGoodClient(t, p.url)
-	if code, body, err := good.post("/v1/locks/"+good.name+"/acquire", `{"ttl_ms":30000}`); err != nil || code != http.StatusOK {
-		t.Fatalf("acquire: status %d, %s, %v", code, body, err)
-	}
+	good.hold(t)
 	pw := parkWaiters(t, hostOf(t, p.url), good.name, "0", 1) // one waiting acquire
 	waitFor(t, "the waiting acquire", func() bool { return metric(t, p.url, "fence_waits_total") == 1 })
 	code, body, err := good.post("/v1/locks/"+good.name+"/acquire", `{"ttl_ms":1000,"wait_ms":20000}`)
