@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -129,7 +128,7 @@ func newServeCmd() *cobra.Command {
 		listen, data, store, tlsCert, tlsKey, authFile, logLevel string
 		maxValue                                                 int64
 		maxWaiters                                               int
-		maxWait, shutdownTimeout, headerTimeout, bodyTimeout     time.Duration
+		maxWait, shutdownTimeout, headerTimeout, readTimeout     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--listen 127.0.0.1:7420] [--data ./fence-data] [--store URL]",
@@ -155,13 +154,14 @@ in '*' ("jobs/*"); a token is refused (403) what its scope does not cover. --tls
 --tls-key serve HTTPS. Logs go to stderr (JSON with -o json).
 
 Slow or hostile clients are cut off: a request's headers must arrive within
---header-timeout (else the connection is closed) and its body within --body-timeout
-(else 400 and close); headers beyond 64 KiB get 431. Neither bound limits a long poll,
-which waits up to --max-wait once its request is read. Each open connection costs
-the server one file descriptor (the server raises its soft open-files limit to the
-hard one; make the hard limit, ulimit -Hn, exceed the clients and waiters you
-expect, plus a few dozen), and each waiting request about 23 KB of memory:
---max-waiters caps them (one more is answered 503 with Retry-After).
+--header-timeout (else the connection is closed), and the whole request, headers and
+body, within --read-timeout (else 503 and close); headers beyond 64 KiB get 431.
+Neither bound limits a long poll, which waits up to --max-wait once its request is
+read. Each open connection costs the server one file descriptor (the server raises
+its soft open-files limit to the hard one: make the hard limit, ulimit -Hn, exceed
+the clients and waiters you expect, plus a few dozen), and each waiting request
+about 23 KB of memory: --max-waiters caps them (one more is answered 503 with
+Retry-After).
 
 SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls and blocking
 queries end, requests in flight finish (up to --shutdown-timeout), then the store is
@@ -178,8 +178,8 @@ closed cleanly.`,
 			if maxWaiters < 0 {
 				return usagef("--max-waiters must not be negative (0: no cap)")
 			}
-			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 || headerTimeout <= 0 || bodyTimeout <= 0 {
-				return usagef("--max-value, --max-wait, --header-timeout, --body-timeout and --shutdown-timeout must be positive")
+			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 || headerTimeout <= 0 || readTimeout <= 0 {
+				return usagef("--max-value, --max-wait, --header-timeout, --read-timeout and --shutdown-timeout must be positive")
 			}
 			var toks []fencehttp.AuthToken
 			if authFile != "" {
@@ -205,7 +205,7 @@ closed cleanly.`,
 			return serve(cmd.Context(), log, serveConfig{
 				listen: listen, data: data, store: store, tls: tlsConf, tokens: toks,
 				maxValue: maxValue, maxWait: maxWait, shutdownTimeout: shutdownTimeout,
-				headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, maxWaiters: maxWaiters,
+				headerTimeout: headerTimeout, readTimeout: readTimeout, maxWaiters: maxWaiters,
 			})
 		},
 	}
@@ -221,7 +221,7 @@ closed cleanly.`,
 	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
 	f.IntVar(&maxWaiters, "max-waiters", 0, "most waiting acquires and blocking queries at once, each about 23 KB of memory and a file descriptor (one more: 503); 0: no cap")
 	f.DurationVar(&headerTimeout, "header-timeout", 10*time.Second, "longest time a client may take to send a request's headers (then the connection is closed)")
-	f.DurationVar(&bodyTimeout, "body-timeout", 30*time.Second, "longest time a client may take to send a request's body, after its headers (then 400)")
+	f.DurationVar(&readTimeout, "read-timeout", time.Minute, "longest time a client may take to send a whole request, headers and body (then 503); a long poll's wait is not counted")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
 	return cmd
 }
@@ -234,7 +234,7 @@ type serveConfig struct {
 	maxWait             time.Duration
 	shutdownTimeout     time.Duration
 	headerTimeout       time.Duration // http.Server.ReadHeaderTimeout
-	bodyTimeout         time.Duration // see bodyDeadline
+	readTimeout         time.Duration // http.Server.ReadTimeout
 	maxWaiters          int
 }
 
@@ -269,11 +269,12 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		ln = tls.NewListener(ln, c.tls)
 	}
 	hs := &http.Server{
-		Handler:           bodyDeadline(srv.Handler(), c.bodyTimeout),
+		Handler:           srv.Handler(),
 		ReadHeaderTimeout: c.headerTimeout,
-		// No ReadTimeout: it would stay armed while a long poll waits, and when it
-		// fired the connection's background read would cancel the request's context,
-		// ending every long poll longer than it. bodyDeadline bounds the body instead.
+		// ReadTimeout bounds a slow body too. It does not cut a long poll: net/http
+		// lifts the read deadline once the body is read (TestServe_LongPollsOutliveHeaderAndReadTimeouts shows
+		// it), before the handler waits.
+		ReadTimeout:    c.readTimeout,
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -318,44 +319,3 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 
 // maxHeaderBytes bounds a request's headers; beyond it the server answers 431.
 const maxHeaderBytes = 64 << 10
-
-// bodyDeadline bounds the time a client takes to send a request's body to d after
-// its headers (a body dribbled or never finished then fails to read: 400, and the
-// connection closes), and lifts the bound as soon as the body has been read, so a
-// long poll that then waits is not cut by it.
-func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody {
-			next.ServeHTTP(w, r)
-			return
-		}
-		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(time.Now().Add(d)); err != nil {
-			next.ServeHTTP(w, r) // a writer without deadlines: nothing to bound
-			return
-		}
-		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// deadlineBody clears the connection's read deadline once its body has been read
-// to the end or failed, before the handler goes on (and perhaps waits).
-type deadlineBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && !b.done {
-		b.done = true
-		if errors.Is(err, io.EOF) {
-			// Read whole: lift the bound. After a failure the deadline stays, so the
-			// server does not wait on the rest of a body nobody reads.
-			_ = b.rc.SetReadDeadline(time.Time{})
-		}
-	}
-	return n, err
-}
