@@ -27,14 +27,14 @@ import (
 // Bounds of the hostile-client server: short, so that a test sees the cut-off.
 const (
 	attackHeaderTimeout = time.Second
-	attackBodyTimeout   = time.Second
+	attackReadTimeout   = 2 * time.Second
 )
 
 // startAttackServe runs a fence serve with short header and body timeouts, stopped
 // at the end of the test.
 func startAttackServe(tb testing.TB, extra ...string) *serveProc {
 	tb.Helper()
-	args := append([]string{"--header-timeout", attackHeaderTimeout.String(), "--body-timeout", attackBodyTimeout.String()}, extra...)
+	args := append([]string{"--header-timeout", attackHeaderTimeout.String(), "--read-timeout", attackReadTimeout.String()}, extra...)
 	p, err := startServe(tb.TempDir(), args...)
 	if err != nil {
 		tb.Fatal(err)
@@ -177,41 +177,35 @@ func dribbleOnce(ctx context.Context, host, head, tail string, st *attackStats) 
 		time.Sleep(50 * time.Millisecond)
 		return
 	}
-	defer c.Close()
 	start := time.Now()
-	closed := make(chan struct{})
+	closed := make(chan time.Duration, 1) // how long it lived, once the server closed it
 	go func() {
-		defer close(closed)
 		// Whatever the server answers before it closes: a status line, or nothing.
 		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
 			st.status(resp.StatusCode)
 			_, _ = io.Copy(io.Discard, resp.Body)
 		}
 		_, _ = io.Copy(io.Discard, c)
-		st.conn(time.Since(start))
+		closed <- time.Since(start)
 	}()
 	if _, err := io.WriteString(c, head); err == nil {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-	dribbling:
-		for i := 0; ; i++ {
+		for i := 0; ctx.Err() == nil; i++ {
 			select {
 			case <-ctx.Done():
-				break dribbling
-			case <-closed:
+			case lived := <-closed:
+				st.conn(lived)
+				c.Close()
 				return
 			case <-tick.C:
-				if _, err := io.WriteString(c, tail[i%len(tail):i%len(tail)+1]); err != nil {
-					break dribbling
-				}
+				_, _ = io.WriteString(c, tail[i%len(tail):i%len(tail)+1])
 			}
 		}
 	}
-	select {
-	case <-closed:
-	case <-ctx.Done():
-		// Still open when the attack ended: not a cut, not counted.
-	}
+	// Still open when the attack ended (or never written to): not a cut.
+	c.Close()
+	<-closed
 }
 
 // slowHeaders is slowloris: the header section never ends.
@@ -371,13 +365,13 @@ func TestServe_Slowloris_HeadersCutOff_GoodClientsServed(t *testing.T) {
 func TestServe_SlowBody_CutOff_GoodClientsServed(t *testing.T) {
 	p := startAttackServe(t)
 	base := metric(t, p.url, "go_goroutines")
-	u := measureUnderAttack(t, p, slowBody(100), 100, 2*attackBodyTimeout)
+	u := measureUnderAttack(t, p, slowBody(100), 100, 2*attackReadTimeout)
 	t.Logf("%v; server cut %d slow bodies, the longest after %v, answers %v", u, u.stats.cut, u.stats.longest, u.stats.statuses)
 	if u.stats.cut == 0 {
 		t.Fatal("the server cut no connection dribbling its body")
 	}
-	if bound := attackBodyTimeout + 3*time.Second; u.stats.longest > bound {
-		t.Fatalf("a connection dribbling its body lived %v, want at most %v (--body-timeout %v)", u.stats.longest, bound, attackBodyTimeout)
+	if bound := attackReadTimeout + 3*time.Second; u.stats.longest > bound {
+		t.Fatalf("a connection dribbling its body lived %v, want at most %v (--read-timeout %v)", u.stats.longest, bound, attackReadTimeout)
 	}
 	for code := range u.stats.statuses {
 		if code < 400 {
@@ -389,13 +383,13 @@ func TestServe_SlowBody_CutOff_GoodClientsServed(t *testing.T) {
 	}
 }
 
-// The header and body bounds must not cut a long poll: once its request is read, a
+// The header and read bounds must not cut a long poll: once its request is read, a
 // waiting acquire and a blocking query wait their whole wait_ms.
-func TestServe_LongPollsOutliveHeaderAndBodyTimeouts(t *testing.T) {
+func TestServe_LongPollsOutliveHeaderAndReadTimeouts(t *testing.T) {
 	p := startAttackServe(t, "--max-wait", "10s")
 	good := newGoodClient(t, p.url)
 	_, index := good.hold(t)
-	wait := 3 * max(attackHeaderTimeout, attackBodyTimeout)
+	wait := 2 * max(attackHeaderTimeout, attackReadTimeout)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		start := time.Now()
@@ -555,10 +549,10 @@ func parkWaiters(tb testing.TB, host, name, index string, n int) *parkedWaiters 
 	return pw
 }
 
-// collect takes n answers from ch within d and counts them by status.
-func collect(ch chan int, n int, d time.Duration) (map[int]int, time.Duration, bool) {
+// collect takes n answers from ch within d and counts them by status; it returns
+// too how long after start the last came.
+func collect(ch chan int, n int, start time.Time, d time.Duration) (map[int]int, time.Duration, bool) {
 	got := map[int]int{}
-	start := time.Now()
 	timeout := time.After(d)
 	for range n {
 		select {
@@ -612,22 +606,24 @@ func parkAndRelease(tb testing.TB, n int) waiterFigures {
 	f.rssPerWaiter = (serverRSS(tb, p) - rss0) / float64(n)
 	f.gPerWaiter = (f.goroutines - f.goroutinesBase) / float64(n)
 
+	released := time.Now()
 	code, body, err := good.post("/v1/locks/"+good.name+"/release", `{"lease":"`+lease+`"}`)
 	if err != nil || code != http.StatusOK {
 		tb.Fatalf("release: status %d, %s, %v", code, body, err)
 	}
 	good.hc.Transport.(*http.Transport).CloseIdleConnections()
 	var ok bool
-	if f.queryAnswers, f.releasedIn, ok = collect(pw.queries, n/2, 30*time.Second); !ok {
+	if f.queryAnswers, f.releasedIn, ok = collect(pw.queries, n/2, released, 30*time.Second); !ok {
 		tb.Fatalf("30s after the release only %v of %d blocking queries answered", f.queryAnswers, n/2)
 	}
-	granted, _, ok := collect(pw.acquires, 1, 30*time.Second)
+	granted, _, ok := collect(pw.acquires, 1, released, 30*time.Second)
 	if !ok || granted[http.StatusOK] != 1 {
 		tb.Fatalf("after the release: want one waiting acquire granted, got %v", granted)
 	}
 	stopped := make(chan error, 1)
+	sigterm := time.Now()
 	go func() { stopped <- p.stop() }()
-	if f.acquireEnds, f.drainedIn, ok = collect(pw.acquires, n-n/2-1, 30*time.Second); !ok {
+	if f.acquireEnds, f.drainedIn, ok = collect(pw.acquires, n-n/2-1, sigterm, 30*time.Second); !ok {
 		tb.Fatalf("30s after SIGTERM only %v of %d waiting acquires ended", f.acquireEnds, n-n/2-1)
 	}
 	if err := <-stopped; err != nil {
@@ -679,7 +675,7 @@ func TestServe_OverloadFlags_UsageErrors_Exit2(t *testing.T) {
 	for _, args := range [][]string{
 		{"--max-waiters", "-1"},
 		{"--header-timeout", "0s"},
-		{"--body-timeout", "-1s"},
+		{"--read-timeout", "-1s"},
 	} {
 		r := runFence(t, "", nil, "", append([]string{"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir()}, args...)...)
 		wantCode(t, strings.Join(args, " "), r, 2)
@@ -697,7 +693,7 @@ func TestServe_MaxWaiters_OneMoreIs503(t *testing.T) {
 		t.Fatalf("a second waiter with --max-waiters 1: want 503 naming the limit, got %d %s %v", code, body, err)
 	}
 	_ = p.stop()
-	if got, _, ok := collect(pw.acquires, 1, 30*time.Second); !ok || got[http.StatusServiceUnavailable] != 1 {
+	if got, _, ok := collect(pw.acquires, 1, time.Now(), 30*time.Second); !ok || got[http.StatusServiceUnavailable] != 1 {
 		t.Fatalf("the waiting acquire at SIGTERM: want 503, got %v", got)
 	}
 }
