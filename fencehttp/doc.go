@@ -115,8 +115,10 @@
 // is; it is refused without index. A bad index or wait_ms is 400 naming it; a store
 // that is not a fence.Watcher answers blocking queries 501; while the server drains,
 // a blocking query that would wait ends with 503. fence_blocking_queries_in_flight
-// counts the queries waiting. Like long polls, blocking queries are not bounded in
-// number: each holds a connection and a goroutine at the server while it waits.
+// counts the queries waiting. Each waiting request, long poll or blocking query,
+// holds a connection and two goroutines at the server (about 23 KB of memory
+// measured in `fence serve`); Config.MaxWaiters (`fence serve --max-waiters`) caps
+// how many wait at once, and one more is answered 503 at once, with Retry-After.
 //
 // The server follows the lock with its store's Watch, one watch per query. On the
 // embedded store (and inmem) that is a subscription in memory, woken by the change
@@ -173,7 +175,8 @@
 //	404 not_held         revoke: no unexpired lease holds the lock
 //	501 not_implemented  the store has no KV, Guard, Inspector, Healer, Revoker or
 //	                     Watcher (a blocking query), or no semaphores or shared locks
-//	503 unavailable      the store could not be reached, or the server is shutting down
+//	503 unavailable      the store could not be reached, the server is shutting down,
+//	                     or Config.MaxWaiters requests are waiting already
 //
 // The Client's errors for an answer read exactly as "error" (a *ServerError) and
 // match the code's fence sentinel with errors.Is and, where the body has detail, the

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fence"
@@ -62,6 +63,12 @@ type Config struct {
 	// /v1/locks/{name}?index=N); a longer wait_ms is cut to it (the Client polls
 	// again). 0 means 60s.
 	MaxWait time.Duration
+	// MaxWaiters caps the requests that wait at once: waiting acquires (long
+	// polls) and blocking queries. One more is answered 503 "unavailable" at once,
+	// with Retry-After, instead of waiting. An acquire granted at once is not
+	// counted; every blocking query is, even one whose index has already moved.
+	// 0 means no cap beyond the connections the process can open.
+	MaxWaiters int
 	// DefaultTTL is the TTL of an acquire or renew without ttl_ms; 0 means 30s.
 	DefaultTTL time.Duration
 	// Registry receives the server's metrics and is served on /metrics; nil means a
@@ -80,6 +87,8 @@ type Server struct {
 	held    *heldSet
 	handler http.Handler
 
+	waiting atomic.Int64 // requests waiting now, against MaxWaiters
+
 	drainOnce sync.Once
 	drainCtx  context.Context
 	drain     context.CancelFunc
@@ -91,7 +100,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Locker == nil {
 		return nil, fmt.Errorf("fencehttp: new server: %w: Config.Locker is nil", fence.ErrInvalid)
 	}
-	if cfg.MaxBodyBytes < 0 || cfg.MaxValueBytes < 0 || cfg.MaxWait < 0 || cfg.DefaultTTL < 0 {
+	if cfg.MaxBodyBytes < 0 || cfg.MaxValueBytes < 0 || cfg.MaxWait < 0 || cfg.DefaultTTL < 0 || cfg.MaxWaiters < 0 {
 		return nil, fmt.Errorf("fencehttp: new server: %w: negative limit", fence.ErrInvalid)
 	}
 	if cfg.MaxBodyBytes == 0 {
@@ -413,19 +422,24 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	if errors.Is(err, fence.ErrNotAcquired) && wait > 0 && ctx.Err() == nil {
 		// The long poll: the backend's wait is woken by the release. It also ends when
 		// the client goes away or the server drains.
-		s.m.waits.Inc()
-		wctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(s.drainCtx, cancel)
-		waitStart := time.Now()
-		g, err = s.grant(wctx, name, ttl, append(opts, fence.WithWait(wait-time.Since(start)))...)
-		stop()
-		cancel()
-		s.m.waitSeconds.Observe(time.Since(start).Seconds())
-		switch {
-		case err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil:
-			err = errShuttingDown
-		case errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil:
-			err = s.heldAtEnd(ctx, name, err, waitStart)
+		if unpark, perr := s.park(w); perr != nil {
+			err = perr
+		} else {
+			s.m.waits.Inc()
+			wctx, cancel := context.WithCancel(ctx)
+			stop := context.AfterFunc(s.drainCtx, cancel)
+			waitStart := time.Now()
+			g, err = s.grant(wctx, name, ttl, append(opts, fence.WithWait(wait-time.Since(start)))...)
+			stop()
+			cancel()
+			unpark()
+			s.m.waitSeconds.Observe(time.Since(start).Seconds())
+			switch {
+			case err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil:
+				err = errShuttingDown
+			case errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil:
+				err = s.heldAtEnd(ctx, name, err, waitStart)
+			}
 		}
 	}
 	elapsed := time.Since(start).Seconds()
@@ -700,7 +714,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	var info fence.LockInfo
 	if q.blocking {
+		var unpark func()
+		if unpark, err = s.park(w); err != nil {
+			s.fail(w, r, op, name, err)
+			return
+		}
 		info, err = s.blockingQuery(r.Context(), in, name, q)
+		unpark()
 	} else {
 		info, err = in.Inspect(r.Context(), name)
 	}
@@ -710,6 +730,19 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	w.Header().Set(HeaderIndex, strconv.FormatUint(info.Index(), 10))
 	s.ok(w, r, LockInfoOf(info))
+}
+
+// park counts a request about to wait and returns the function that ends its wait,
+// or an error matching fence.ErrUnavailable (503, with Retry-After) when
+// Config.MaxWaiters requests are waiting already.
+func (s *Server) park(w http.ResponseWriter) (unpark func(), err error) {
+	n := s.waiting.Add(1)
+	if limit := s.cfg.MaxWaiters; limit > 0 && n > int64(limit) {
+		s.waiting.Add(-1)
+		w.Header().Set("Retry-After", "1")
+		return nil, because(fence.ErrUnavailable, "too many requests waiting: the server's limit is %d waiting acquires and blocking queries at once; retry later", limit)
+	}
+	return func() { s.waiting.Add(-1) }, nil
 }
 
 // blockingQueryArgs are the query parameters of GET /v1/locks/{name}.

@@ -127,7 +127,8 @@ func newServeCmd() *cobra.Command {
 	var (
 		listen, data, store, tlsCert, tlsKey, authFile, logLevel string
 		maxValue                                                 int64
-		maxWait, shutdownTimeout                                 time.Duration
+		maxWaiters                                               int
+		maxWait, shutdownTimeout, headerTimeout, readTimeout     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--listen 127.0.0.1:7420] [--data ./fence-data] [--store URL]",
@@ -152,6 +153,16 @@ right) or scoped: "TOKEN RIGHTS [NAME...]", RIGHTS from read, lock, write, admin
 in '*' ("jobs/*"); a token is refused (403) what its scope does not cover. --tls-cert and
 --tls-key serve HTTPS. Logs go to stderr (JSON with -o json).
 
+Slow or hostile clients are cut off: a request's headers must arrive within
+--header-timeout (else the connection is closed), and the whole request, headers and
+body, within --read-timeout (else 503 and close); headers beyond 64 KiB get 431.
+Neither bound limits a long poll, which waits up to --max-wait once its request is
+read. Each open connection costs the server one file descriptor (the server raises
+its soft open-files limit to the hard one: make the hard limit, ulimit -Hn, exceed
+the clients and waiters you expect, plus a few dozen), and each waiting request
+about 23 KB of memory: --max-waiters caps them (one more is answered 503 with
+Retry-After).
+
 SIGTERM or SIGINT shuts down gracefully: /healthz turns 503, long polls and blocking
 queries end, requests in flight finish (up to --shutdown-timeout), then the store is
 closed cleanly.`,
@@ -164,8 +175,11 @@ closed cleanly.`,
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return usagef("--log-level %q: want debug, info, warn or error", logLevel)
 			}
-			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 {
-				return usagef("--max-value, --max-wait and --shutdown-timeout must be positive")
+			if maxWaiters < 0 {
+				return usagef("--max-waiters must not be negative (0: no cap)")
+			}
+			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 || headerTimeout <= 0 || readTimeout <= 0 {
+				return usagef("--max-value, --max-wait, --header-timeout, --read-timeout and --shutdown-timeout must be positive")
 			}
 			var toks []fencehttp.AuthToken
 			if authFile != "" {
@@ -191,6 +205,7 @@ closed cleanly.`,
 			return serve(cmd.Context(), log, serveConfig{
 				listen: listen, data: data, store: store, tls: tlsConf, tokens: toks,
 				maxValue: maxValue, maxWait: maxWait, shutdownTimeout: shutdownTimeout,
+				headerTimeout: headerTimeout, readTimeout: readTimeout, maxWaiters: maxWaiters,
 			})
 		},
 	}
@@ -204,6 +219,9 @@ closed cleanly.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
 	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
+	f.IntVar(&maxWaiters, "max-waiters", 0, "most waiting acquires and blocking queries at once, each about 23 KB of memory and a file descriptor (one more: 503); 0: no cap")
+	f.DurationVar(&headerTimeout, "header-timeout", 10*time.Second, "longest time a client may take to send a request's headers (then the connection is closed)")
+	f.DurationVar(&readTimeout, "read-timeout", time.Minute, "longest time a client may take to send a whole request, headers and body (then 503); a long poll's wait is not counted")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
 	return cmd
 }
@@ -215,6 +233,9 @@ type serveConfig struct {
 	maxValue            int64
 	maxWait             time.Duration
 	shutdownTimeout     time.Duration
+	headerTimeout       time.Duration // http.Server.ReadHeaderTimeout
+	readTimeout         time.Duration // http.Server.ReadTimeout
+	maxWaiters          int
 }
 
 func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
@@ -231,7 +252,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	}
 	srv, err := fencehttp.NewServer(fencehttp.Config{
 		Locker: st.locker, KV: st.kv, Logger: log, Tokens: c.tokens,
-		MaxValueBytes: c.maxValue, MaxWait: c.maxWait,
+		MaxValueBytes: c.maxValue, MaxWait: c.maxWait, MaxWaiters: c.maxWaiters,
 	})
 	if err != nil {
 		closeStore()
@@ -249,11 +270,14 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	}
 	hs := &http.Server{
 		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: c.headerTimeout,
+		// ReadTimeout bounds a slow body too. It does not cut a long poll: net/http
+		// lifts the read deadline once the body is read (TestServe_LongPollsOutliveHeaderAndReadTimeouts shows
+		// it), before the handler waits.
+		ReadTimeout:    c.readTimeout,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: maxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// No WriteTimeout: long polls and blocking queries legitimately stay open up
 		// to --max-wait.
 	}
@@ -292,3 +316,6 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	log.Info("stopped")
 	return nil
 }
+
+// maxHeaderBytes bounds a request's headers; beyond it the server answers 431.
+const maxHeaderBytes = 64 << 10
