@@ -50,6 +50,8 @@ func decodeKV(v []byte) (it fence.Item, hasValue bool, err error) {
 	it.Fence.LeaseID = string(v[:m])
 	if hasValue {
 		it.Value = append([]byte{}, v[m:]...)
+	} else if len(v) > m { // a value whose flag was lost
+		return fence.Item{}, false, bad
 	}
 	return it, hasValue, nil
 }

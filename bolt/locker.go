@@ -559,7 +559,7 @@ func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.Loc
 		c := tx.Bucket(bucketLocks).Cursor()
 		p := []byte(prefix)
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p) && len(names) < limit; k, v = c.Next() {
-			rec, err := decodeLock(v)
+			rec, err := decodeNamed(k, v)
 			if err != nil {
 				return fmt.Errorf("lock %q: %w", k, err)
 			}

@@ -337,6 +337,9 @@ func check(path string, timeout time.Duration) error {
 	defer db.Close()
 	return guarded(path, func() error {
 		return db.View(func(tx *bbolt.Tx) error {
+			if err := checkPages(path, db.Info().PageSize, uint64(tx.ID()), uint64(tx.Cursor().Bucket().RootPage()), tx.Size()); err != nil {
+				return err
+			}
 			if err := checkSchema(path, tx); err != nil {
 				return err
 			}
@@ -451,7 +454,7 @@ func (s *Store) load(nowWall int64) error {
 				return err
 			}
 			return tx.Bucket(bucketLocks).ForEach(func(k, v []byte) error {
-				r, err := decodeLock(v)
+				r, err := decodeNamed(k, v)
 				if err != nil {
 					return fmt.Errorf("bolt: open %s: lock %q: %w", s.path, k, err)
 				}
@@ -1035,6 +1038,15 @@ func decodeLock(v []byte) (lockFields, error) {
 		r.holds = []holdFields{h}
 	}
 	return r, nil
+}
+
+// decodeNamed decodes the lock record v of the locks bucket's key k: an error
+// matching ErrCorrupt if v is malformed or k is not a lock name (a damaged key).
+func decodeNamed(k, v []byte) (lockFields, error) {
+	if err := driver.ValidateName(string(k)); err != nil {
+		return lockFields{}, fmt.Errorf("the key is not a lock name: %v: %w", err, ErrCorrupt)
+	}
+	return decodeLock(v)
 }
 
 // decodeMulti decodes a lock record with flagMulti; bad makes its error.

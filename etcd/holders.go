@@ -155,14 +155,15 @@ func (k keys) parseHolder(name string, kv *mvccpb.KeyValue) (parsedHolder, error
 	kindTok, slotTok, ok2 := strings.Cut(rest, "\x00")
 	h := parsedHolder{kv: kv}
 	slot, err := strconv.Atoi(slotTok)
-	bad := !ok || !ok2 || err != nil || len(slotTok) != 4 || slot < 0
+	// Four digits each, as holder writes them (Atoi alone takes "+001").
+	bad := !ok || !ok2 || err != nil || fmt.Sprintf("%04d", slot) != slotTok
 	switch {
 	case bad:
 	case kindTok == sharedKind:
 		h.shared, bad = true, slot >= fence.MaxLimit
 	default:
 		h.limit, err = strconv.Atoi(kindTok)
-		bad = err != nil || len(kindTok) != 4 || h.limit < 2 || h.limit > fence.MaxLimit || slot >= h.limit
+		bad = err != nil || fmt.Sprintf("%04d", h.limit) != kindTok || h.limit < 2 || h.limit > fence.MaxLimit || slot >= h.limit
 	}
 	if bad {
 		return parsedHolder{}, fmt.Errorf("holder key %q: %w", kv.Key, ErrCorrupt)

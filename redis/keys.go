@@ -57,6 +57,9 @@ func escapeName(name string) string {
 // unescapeName reverses escapeName. It returns an error for a string escapeName
 // cannot have produced.
 func unescapeName(s string) (string, error) {
+	if strings.ContainsAny(s, "{}") {
+		return "", fmt.Errorf("redis: unescaped brace in key tag %q", s)
+	}
 	if !strings.Contains(s, "%") {
 		return s, nil
 	}

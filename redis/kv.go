@@ -204,11 +204,24 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if err != nil {
 		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, kvTranslate(err))
 	}
+	it, err := kvGetReply(res, rk)
+	if err != nil {
+		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, err)
+	}
+	return it, nil
+}
+
+// kvGetReply decodes the reply of the kv_get script for the record key rk: {0} for
+// no record, else {1, name, token, lease, has value, value}. It returns
+// fence.ErrNotFound for {0}, an error matching fence.ErrUnavailable for a reply
+// of another shape, and one matching ErrWrongType for a fence this package did
+// not write.
+func kvGetReply(res []any, rk string) (fence.Item, error) {
 	if len(res) == 1 && res[0] == int64(0) {
-		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, fence.ErrNotFound)
+		return fence.Item{}, fence.ErrNotFound
 	}
 	if len(res) != 6 {
-		return fence.Item{}, fmt.Errorf("redis: get %q: %w: unexpected script reply of %d elements", key, fence.ErrUnavailable, len(res))
+		return fence.Item{}, fmt.Errorf("%w: unexpected script reply of %d elements", fence.ErrUnavailable, len(res))
 	}
 	name, ok1 := res[1].(string)
 	tokText, ok2 := res[2].(string)
@@ -216,7 +229,7 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	hasValue, ok4 := res[4].(int64)
 	value, ok5 := res[5].(string)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
-		return fence.Item{}, fmt.Errorf("redis: get %q: %w: unexpected script reply", key, fence.ErrUnavailable)
+		return fence.Item{}, fmt.Errorf("%w: unexpected script reply", fence.ErrUnavailable)
 	}
 	tok, err := fence.ParseToken(tokText)
 	f := fence.Fence{Name: name, Token: tok, LeaseID: lease}
@@ -224,7 +237,7 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 		err = f.Validate()
 	}
 	if err != nil {
-		return fence.Item{}, fmt.Errorf("redis: get %q: record key %s holds a fence this package did not write (%v): %w", key, rk, err, ErrWrongType)
+		return fence.Item{}, fmt.Errorf("record key %s holds a fence this package did not write (%v): %w", rk, err, ErrWrongType)
 	}
 	it := fence.Item{Fence: f}
 	if hasValue == 1 {

@@ -45,5 +45,9 @@ func decodeName(s string) (string, bool) {
 		b.WriteByte(byte(hi<<4 | lo))
 		i += 2
 	}
-	return b.String(), true
+	// Only the names encodeName makes: not "a.b" or "%41" (it writes "a%2Eb", "A").
+	if name := b.String(); encodeName(name) == s {
+		return name, true
+	}
+	return "", false
 }

@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,7 +44,7 @@ func (l *Locker) nodePath(name, leaseID string) (path string, slot int, ok bool)
 	slot = -1
 	if i := strings.LastIndex(rest, "-s"); i >= 0 {
 		k, err := strconv.Atoi(rest[i+2:])
-		if err != nil || k < 0 {
+		if err != nil || k < 0 || strconv.Itoa(k) != rest[i+2:] {
 			return "", -1, false
 		}
 		rest, slot = rest[:i], k
@@ -91,7 +92,7 @@ func parseKind(s string) kind {
 	if s == "r" {
 		return kind{shared: true}
 	}
-	if n, err := strconv.Atoi(strings.TrimPrefix(s, "l")); err == nil && strings.HasPrefix(s, "l") && n >= 2 && n <= fence.MaxLimit {
+	if n, err := strconv.Atoi(strings.TrimPrefix(s, "l")); err == nil && s == "l"+strconv.Itoa(n) && n >= 2 && n <= fence.MaxLimit {
 		return kind{limit: n}
 	}
 	return kind{unknown: true}
@@ -143,6 +144,11 @@ func (d nodeData) slotOf() int {
 	return -1
 }
 
+// maxTTLms is the largest TTL in milliseconds that a time.Duration holds: data
+// with a larger one (which no version writes) would overflow to a negative TTL,
+// a holder that expired at once.
+const maxTTLms = math.MaxInt64 / int64(time.Millisecond)
+
 // parseData decodes a lock node's data. Data that is neither a holder's nor a
 // waiter's (written by something else) decodes as a waiter without owner: no TTL to
 // judge, so only its deletion ends it, as for a waiter.
@@ -150,7 +156,7 @@ func parseData(data []byte) nodeData {
 	s := string(data)
 	if rest, ok := strings.CutPrefix(s, "h "); ok {
 		msText, owner, _ := strings.Cut(rest, " ")
-		if ms, err := strconv.ParseInt(msText, 10, 64); err == nil && ms > 0 {
+		if ms, err := strconv.ParseInt(msText, 10, 64); err == nil && ms > 0 && ms <= maxTTLms {
 			return nodeData{held: true, ttl: time.Duration(ms) * time.Millisecond, owner: owner}
 		}
 		return nodeData{}
@@ -160,7 +166,7 @@ func parseData(data []byte) nodeData {
 		slotText, owner, _ := strings.Cut(rest, " ")
 		ms, err := strconv.ParseInt(msText, 10, 64)
 		slot, serr := strconv.Atoi(slotText)
-		if err == nil && serr == nil && ms > 0 && slot >= 0 && slot < fence.MaxLimit {
+		if err == nil && serr == nil && ms > 0 && ms <= maxTTLms && slot >= 0 && slot < fence.MaxLimit {
 			return nodeData{held: true, ttl: time.Duration(ms) * time.Millisecond, owner: owner, permit: true, slot: slot}
 		}
 		return nodeData{}

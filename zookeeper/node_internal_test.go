@@ -119,3 +119,34 @@ func TestGroup_HoldingRun(t *testing.T) {
 		}
 	}
 }
+
+// Found by the fuzz targets: data or names this package never writes are not read
+// as if it had. A TTL too large for a time.Duration is no holder (it overflowed
+// to a negative TTL: a holder expired at once); "l03" is not the kind "l3"; a
+// slot "+1" is not slot 1; "a.b" is no lock directory's name (that is "a%2Eb").
+func TestParse_RefusesWhatThePackageNeverWrites(t *testing.T) {
+	for _, data := range []string{"h 9223372036854775", "H 92233720368548 1"} {
+		if d := parseData([]byte(data)); d.held {
+			t.Errorf("parseData(%q) = %+v; want a waiter (no TTL to judge)", data, d)
+		}
+	}
+	if d := parseData([]byte("h 86400000")); !d.held || d.ttl != 24*time.Hour {
+		t.Errorf("parseData of a 24h holder = %+v", d)
+	}
+	if n, ok := parseNode("n-x-l03-0000000001"); !ok || !n.kind.unknown {
+		t.Errorf("parseNode with kind l03 = %+v, %v; want an unknown kind", n, ok)
+	}
+	l := &Locker{root: "/fence/locks"}
+	secret := "0123456789abcdef0123456789abcdef"
+	if _, _, ok := l.nodePath("a", secret+"-l3-0000000042-s+1"); ok {
+		t.Errorf("nodePath with slot +1: ok, want refused")
+	}
+	if p, slot, ok := l.nodePath("a", secret+"-l3-0000000042-s1"); !ok || slot != 1 || p == "" {
+		t.Errorf("nodePath with slot 1 = %q, %d, %v", p, slot, ok)
+	}
+	for _, s := range []string{"a.b", "%41", "a/b"} {
+		if name, ok := decodeName(s); ok {
+			t.Errorf("decodeName(%q) = %q, ok; want refused", s, name)
+		}
+	}
+}
