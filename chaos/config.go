@@ -27,12 +27,16 @@ type Config struct {
 	Binary   string        // the fence binary (its serve and chaos worker modes)
 	Workers  int           // worker processes; default 4
 	Duration time.Duration // how long the workers run; default 30s
-	// TTL is the lease TTL; default 400ms. With the member nemesis it is at least 1s,
-	// etcd's minimum lease TTL there, so that pauses (3 TTLs) outlast the etcd lease
-	// that really holds the lock.
+	// TTL is the lease TTL; default 400ms. On the etcd store it is at least 1s, etcd's
+	// minimum lease TTL there, so that pauses (3 TTLs) outlast the etcd lease that
+	// really holds the lock.
 	TTL     time.Duration
 	Hold    time.Duration // time between a worker's read and write; default 20ms
 	Nemeses []string      // subset of Nemeses; empty means none
+	// Store is what grants the workers' locks, one of Stores. Empty means the store the
+	// nemeses need (redis for failover, etcd for member), bolt otherwise. Every
+	// nemesis must apply to it (Applies).
+	Store string
 	// Interval is the mean time between two faults of one nemesis; default 3s.
 	Interval time.Duration
 	// MaxFaults bounds the faults each nemesis injects; 0 means no bound but Duration.
@@ -57,6 +61,7 @@ type Config struct {
 
 // Summary is the outcome of a run.
 type Summary struct {
+	Store   string         // Config.Store as resolved: "bolt", "redis", "etcd"
 	Backend string         // what served the locks and the KV, e.g. "fence serve (bolt)"
 	Nemeses string         // the faults, e.g. "pause,kill"
 	Fencing bool           // whether writes carried the lease's fence
@@ -114,7 +119,10 @@ func (c *Config) defaults() error {
 		}
 		seen[n] = true
 	}
-	if seen[NemesisMember] && c.TTL < etcdMinTTL {
+	if err := c.resolveStore(); err != nil {
+		return err
+	}
+	if c.Store == StoreEtcd && c.TTL < etcdMinTTL {
 		c.TTL = etcdMinTTL
 	}
 	if err := validResource(c.Resource); err != nil {

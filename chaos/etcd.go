@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fencelock/fence/internal/etcdmember"
@@ -38,8 +35,7 @@ func RunEtcdMember(ctx context.Context, m EtcdMemberConfig) error {
 	return nil
 }
 
-// memberNemesis runs `fence serve` on a 3-member etcd cluster whose members are
-// processes of the fence binary (`fence chaos etcd-member`). It SIGKILLs the etcd
+// memberNemesis acts on the etcd store's 3-member cluster. It SIGKILLs the etcd
 // leader (found through Status), keeps it down for about 2 TTLs (at least etcd's
 // minimum lease TTL), so the others elect a new leader and leases outlive their
 // holders' deadlines, then restarts it on the same data directory (initial cluster
@@ -51,29 +47,11 @@ type memberNemesis struct {
 
 func (*memberNemesis) name() string { return NemesisMember }
 
-func (n *memberNemesis) setup(ctx context.Context, r *run) error {
-	dir := filepath.Join(r.dir, "etcd")
-	command := func(m etcdmember.Config) *exec.Cmd {
-		state := "new"
-		if m.Existing {
-			state = "existing"
-		}
-		return exec.Command(r.cfg.Binary, "chaos", "etcd-member", "--name", m.Name, "--dir", m.Dir,
-			"--client-url", m.ClientURL, "--peer-url", m.PeerURL, "--initial-cluster", m.InitialCluster,
-			"--cluster-token", m.ClusterToken, "--state", state)
+func (n *memberNemesis) setup(_ context.Context, r *run) error {
+	if r.etcd == nil {
+		return fmt.Errorf("chaos: member: the run has no etcd store")
 	}
-	c, err := etcdmember.StartCluster(ctx, dir, "chaos-"+filepath.Base(dir), 3, command)
-	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
-	}
-	r.onClose(c.Close)
-	var hosts []string
-	for _, m := range c.Members {
-		hosts = append(hosts, strings.TrimPrefix(m.ClientURL, "http://"))
-	}
-	r.srv.store = "etcd://" + strings.Join(hosts, ",") + "/chaos/"
-	r.storeName = "etcd x3"
-	n.c, n.down = c, max(2*r.cfg.TTL, etcdMinTTL)
+	n.c, n.down = r.etcd, max(2*r.cfg.TTL, etcdMinTTL)
 	return nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
 )
 
@@ -30,13 +30,15 @@ type run struct {
 	cfg        Config
 	dir        string // the run's folder
 	srv        *server
-	storeName  string          // fence serve's store in the backend label: "bolt", "etcd x3"
-	locks      string          // who grants the workers' locks: "" for fence serve, "redis"
-	workerURL  string          // where the workers reach fence serve
-	workerArgs []string        // extra flags of every worker
-	inspector  fence.Inspector // tells which token holds the lock; nil until the run starts means fence serve
-	workers    []*worker       // set once they started
-	closers    []func()        // run in reverse order by close
+	storeName  string              // fence serve's store in the backend label: "bolt", "etcd x3"
+	locks      string              // who grants the workers' locks: "" for fence serve, "redis"
+	workerURL  string              // where the workers reach fence serve
+	workerArgs []string            // extra flags of every worker
+	inspector  fence.Inspector     // tells which token holds the lock; nil until the run starts means fence serve
+	redis      *redisPair          // the redis store's servers; nil on other stores
+	etcd       *etcdmember.Cluster // the etcd store's members; nil on other stores
+	workers    []*worker           // set once they started
+	closers    []func()            // run in reverse order by close
 }
 
 // onClose registers f to run when the run ends, before what was registered earlier.
@@ -83,9 +85,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{cfg: cfg, dir: dir, storeName: "bolt", srv: newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))}
+	st := newStore(cfg.Store)
+	r := &run{cfg: cfg, dir: dir, storeName: st.label(), srv: newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))}
 	r.workerURL = r.srv.url()
 	defer r.close()
+	if err := st.setup(ctx, r); err != nil {
+		return nil, err
+	}
 	nemeses := make([]nemesis, len(cfg.Nemeses))
 	for i, name := range cfg.Nemeses {
 		nemeses[i] = newNemesis(name)
@@ -139,7 +145,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if names == "" {
 		names = "none"
 	}
-	sum := &Summary{Backend: r.backend(), Nemeses: names, Fencing: cfg.Fencing, Faults: faults, Report: rep, Dir: dir}
+	sum := &Summary{Store: cfg.Store, Backend: r.backend(), Nemeses: names, Fencing: cfg.Fencing, Faults: faults, Report: rep, Dir: dir}
 	if rep.Found() || !rep.OK() {
 		sum.Saved, err = SaveFailure(filepath.Join(dir, "failure"), ops, rep)
 		if err != nil {
@@ -167,7 +173,7 @@ func (r *run) startWorkers(start int64) error {
 	r.workers = make([]*worker, r.cfg.Workers)
 	for i := range r.workers {
 		w := &worker{id: i, logPath: filepath.Join(r.dir, fmt.Sprintf("worker-%d.jsonl", i))}
-		cmd := exec.Command(r.cfg.Binary, "chaos", "worker",
+		cmd := r.command(fmt.Sprintf("worker-%d", i), r.cfg.Binary, "chaos", "worker",
 			"--server", r.workerURL, "--lock", runLock, "--key", runKey, "--id", strconv.Itoa(i),
 			"--ttl", r.cfg.TTL.String(), "--hold", r.cfg.Hold.String(), "--wait", (4 * r.cfg.TTL).String(),
 			"--fencing", fencing, "--start", strconv.FormatInt(start, 10), "--log", w.logPath)

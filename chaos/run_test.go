@@ -194,6 +194,29 @@ func TestRun_FencingOff_ControlFindsViolations(t *testing.T) {
 	}
 }
 
+// A nemesis picks its store when none is given; every store lists what applies to it.
+func TestConfig_ResolveStore(t *testing.T) {
+	for nemeses, want := range map[string]string{"": StoreBolt, "pause,kill": StoreBolt, "failover": StoreRedis, "pause,member": StoreEtcd, "disk": StoreBolt} {
+		c := Config{}
+		if nemeses != "" {
+			c.Nemeses = strings.Split(nemeses, ",")
+		}
+		if err := c.resolveStore(); err != nil || c.Store != want {
+			t.Errorf("nemeses %q: store %q, err %v; want %q", nemeses, c.Store, err, want)
+		}
+	}
+	for _, s := range Stores {
+		if newStore(s) == nil || len(storeNemeses[s]) == 0 {
+			t.Errorf("store %q: no implementation or no nemesis applies", s)
+		}
+		for _, n := range storeNemeses[s] {
+			if newNemesis(n) == nil {
+				t.Errorf("store %q lists unknown nemesis %q", s, n)
+			}
+		}
+	}
+}
+
 func TestRun_BadConfig_Invalid(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"no binary":       {},
@@ -204,6 +227,9 @@ func TestRun_BadConfig_Invalid(t *testing.T) {
 		"bad resource":    {Binary: "fence", Resource: "mysql"},
 		"postgres no dsn": {Binary: "fence", Resource: ResourcePostgres},
 		"dsn no postgres": {Binary: "fence", Postgres: "postgres://x@127.0.0.1:1/db"},
+		"unknown store":   {Binary: "fence", Store: "mongo"},
+		"not on store":    {Binary: "fence", Store: StoreBolt, Nemeses: []string{NemesisFailover}},
+		"two stores":      {Binary: "fence", Nemeses: []string{NemesisFailover, NemesisMember}},
 	} {
 		_, err := Run(context.Background(), cfg)
 		if !errors.Is(err, fence.ErrInvalid) {

@@ -137,6 +137,7 @@ visualisation) are saved under --results.`,
 	f.DurationVar(&cfg.Interval, "interval", 3*time.Second, "mean time between two faults of one nemesis")
 	f.IntVar(&cfg.MaxFaults, "max-faults", 0, "most faults per nemesis (0: bounded by --duration only)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the nemeses' choices (0: from the clock)")
+	f.StringVar(&cfg.Store, "store", "", "what grants the locks: "+strings.Join(chaos.Stores, ", ")+" (default: what the nemeses need, else bolt)")
 	f.StringVar(&cfg.Resource, "resource", "serve", "where the counter lives: serve (fence serve's KV) or postgres (a table written through postgres.Guard; needs --postgres)")
 	f.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of --resource postgres (postgres://user@host:port/db)")
 	cmd.AddCommand(newChaosWorkerCmd(), newChaosEtcdMemberCmd())
