@@ -47,6 +47,9 @@ type WorkerConfig struct {
 	Wait     time.Duration // how long one acquire waits for the lock
 	Fencing  bool          // false: control run, writes ignore the lease's token
 	Start    int64         // MonoNow of the run's start; times are recorded relative to it
+	// Clock measures the local deadlines of the worker's leases and the waits of its
+	// acquisitions; nil means driver.SystemClock. The clock nemesis steps it.
+	Clock driver.Clock
 }
 
 // Validate returns an error matching fence.ErrInvalid for a config RunWorker cannot run.
@@ -131,7 +134,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	c, err := fencehttp.NewClient(cfg.Server, &fencehttp.ClientOptions{RequestTimeout: 2*time.Second + cfg.Wait})
+	c, err := fencehttp.NewClient(cfg.Server, &fencehttp.ClientOptions{RequestTimeout: 2*time.Second + cfg.Wait, Clock: cfg.Clock})
 	if err != nil {
 		return fmt.Errorf("chaos: worker: %w", err)
 	}
@@ -140,7 +143,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		rc := goredis.NewClient(&goredis.Options{Addr: cfg.Redis, MaxRetries: -1, DialTimeout: time.Second,
 			ReadTimeout: time.Second, WriteTimeout: time.Second})
 		defer rc.Close()
-		rl, err := fenceredis.NewLocker(rc, &fenceredis.Options{PollInterval: cfg.TTL})
+		rl, err := fenceredis.NewLocker(rc, &fenceredis.Options{PollInterval: cfg.TTL, Clock: cfg.Clock})
 		if err != nil {
 			return fmt.Errorf("chaos: worker: %w", err)
 		}

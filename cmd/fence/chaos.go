@@ -187,6 +187,11 @@ func newChaosWorkerCmd() *cobra.Command {
 			if err := wc.Validate(); err != nil {
 				return usageError{err}
 			}
+			clock, err := processClock()
+			if err != nil {
+				return fmt.Errorf("chaos worker: %w", err)
+			}
+			wc.Clock = clock
 			f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 			if err != nil {
 				return fmt.Errorf("chaos worker: %w", err)

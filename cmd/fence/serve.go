@@ -64,7 +64,11 @@ func openBoltStore(_ context.Context, u *url.URL, dataDir string) (*servedStore,
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("serve: data directory: %w", err)
 	}
-	s, err := bolt.Open(path, nil)
+	clock, err := processClock()
+	if err != nil {
+		return nil, err
+	}
+	s, err := bolt.Open(path, &bolt.Options{Clock: clock})
 	if err != nil {
 		return nil, err
 	}
