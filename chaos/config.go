@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ const (
 )
 
 // Nemeses lists the implemented nemeses.
-var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk}
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk, NemesisClock}
 
 // Config configures a chaos run.
 type Config struct {
@@ -121,6 +122,11 @@ func (c *Config) defaults() error {
 	}
 	if err := c.resolveStore(); err != nil {
 		return err
+	}
+	if slices.Contains(c.Nemeses, NemesisClock) {
+		if err := checkFaultClock(c.Binary); err != nil {
+			return err
+		}
 	}
 	if c.Store == StoreEtcd && c.TTL < etcdMinTTL {
 		c.TTL = etcdMinTTL

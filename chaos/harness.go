@@ -34,6 +34,7 @@ type run struct {
 	locks      string              // who grants the workers' locks: "" for fence serve, "redis"
 	workerURL  string              // where the workers reach fence serve
 	workerArgs []string            // extra flags of every worker
+	hostEnv    map[string][]string // extra environment of a host's processes, by host (r.command)
 	inspector  fence.Inspector     // tells which token holds the lock; nil until the run starts means fence serve
 	redis      *redisPair          // the redis store's servers; nil on other stores
 	etcd       *etcdmember.Cluster // the etcd store's members; nil on other stores

@@ -52,6 +52,8 @@ func newNemesis(name string) nemesis {
 		return &memberNemesis{}
 	case NemesisDisk:
 		return &diskNemesis{}
+	case NemesisClock:
+		return &clockNemesis{}
 	}
 	return nil
 }
@@ -109,21 +111,7 @@ func (*pauseNemesis) name() string { return NemesisPause }
 func (n *pauseNemesis) setup(_ context.Context, r *run) error { n.r = r; return nil }
 
 func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, error) {
-	workers := n.r.workers
-	target := workers[rng.IntN(len(workers))]
-	ictx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	info, err := n.r.inspector.Inspect(ictx, runLock)
-	cancel()
-	if err == nil && info.Held {
-		for _, w := range workers {
-			w.tail()
-			w.mu.Lock()
-			if w.token == info.Token {
-				target = w
-			}
-			w.mu.Unlock()
-		}
-	}
+	target := n.r.holder(ctx, rng)
 	if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("chaos: pause worker %d: %w", target.id, err)
 	}
@@ -133,6 +121,26 @@ func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, erro
 		}
 		return nil
 	}}, nil
+}
+
+// holder returns the worker whose latest acquisition has the token the lock's
+// inspector reports as held, or a random worker (drawn from rng) if none does.
+func (r *run) holder(ctx context.Context, rng *rand.Rand) *worker {
+	target := r.workers[rng.IntN(len(r.workers))]
+	ictx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	info, err := r.inspector.Inspect(ictx, runLock)
+	cancel()
+	if err == nil && info.Held {
+		for _, w := range r.workers {
+			w.tail()
+			w.mu.Lock()
+			if w.token == info.Token {
+				target = w
+			}
+			w.mu.Unlock()
+		}
+	}
+	return target
 }
 
 // killNemesis SIGKILLs `fence serve`, leaves it down for a moment, and restarts it

@@ -20,7 +20,8 @@ import (
 // server is the `fence serve` child process, restartable on the same port and data.
 type server struct {
 	bin, addr, data, logPath string
-	store                    string // --store URL; "" means the embedded bolt store in data
+	store                    string   // --store URL; "" means the embedded bolt store in data
+	env                      []string // extra environment of the process ("K=V"), e.g. its fault clock
 	life                     servers.Lifecycle
 }
 
@@ -40,6 +41,9 @@ func (s *server) launch() (*servers.Process, error) {
 	cmd := exec.Command(s.bin, "serve", "--listen", s.addr, "--data", s.data, "--log-level", "warn", "--shutdown-timeout", "2s")
 	if s.store != "" {
 		cmd.Args = append(cmd.Args, "--store", s.store)
+	}
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
 	}
 	p, err := servers.StartCommand("fence serve", cmd, s.logPath)
 	if err != nil {

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -36,11 +37,12 @@ var Stores = []string{StoreBolt, StoreRedis, StoreEtcd}
 
 // storeNemeses lists, per store, the nemeses that apply to it: the ones that act on
 // what that store runs. pause, kill and link act on the workers and fence serve,
-// which every store has.
+// which every store has; clock steps the workers' clocks on every store, and fence
+// serve's only where it judges expiry itself (bolt).
 var storeNemeses = map[string][]string{
-	StoreBolt:  {NemesisPause, NemesisKill, NemesisLink, NemesisDisk},
-	StoreRedis: {NemesisPause, NemesisKill, NemesisLink, NemesisFailover},
-	StoreEtcd:  {NemesisPause, NemesisKill, NemesisLink, NemesisMember},
+	StoreBolt:  {NemesisPause, NemesisKill, NemesisLink, NemesisDisk, NemesisClock},
+	StoreRedis: {NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisClock},
+	StoreEtcd:  {NemesisPause, NemesisKill, NemesisLink, NemesisMember, NemesisClock},
 }
 
 // Applies reports whether the nemesis acts on something the store runs, so that a run
@@ -112,10 +114,14 @@ func storesOf(nemesis string) []string {
 // named host ("serve", "worker-0", "etcd-1", "redis-primary", ...). Every process the
 // harness starts goes through it, so that a nemesis that puts hosts in network
 // namespaces of their own has one place to do it; today every host is this machine's
-// loopback and command is exec.Command.
+// loopback and command is exec.Command, with the host's extra environment
+// (r.hostEnv) if it has one.
 func (r *run) command(host, bin string, args ...string) *exec.Cmd {
-	_ = host
-	return exec.Command(bin, args...)
+	cmd := exec.Command(bin, args...)
+	if env := r.hostEnv[host]; len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	return cmd
 }
 
 // boltStore is fence serve's embedded store: nothing to start.

@@ -14,6 +14,8 @@ func TestChaos_UsageErrors_Exit2(t *testing.T) {
 	}{
 		{[]string{"chaos", "--fencing", "maybe"}, `--fencing must be on or off, got "maybe"`},
 		{[]string{"chaos", "--nemesis", "flood"}, ""},
+		// The test binary is the default build: no fault clock to step.
+		{[]string{"chaos", "--nemesis", "clock", "--duration", "1s"}, "go build -tags faultclock ./cmd/fence"},
 		{[]string{"chaos", "--workers", "1", "--duration", "1s"}, ""},
 		{[]string{"chaos", "--ttl", "1ms", "--duration", "1s"}, ""},
 		{[]string{"chaos", "worker", "--server", "http://127.0.0.1:1"}, ""},
