@@ -12,6 +12,9 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/internal/faultclock"
+	"github.com/fencelock/fence/internal/faultclock/offset"
 )
 
 // checkClean fails t unless the fenced run sum shows no violation, a linearizable
@@ -139,5 +142,106 @@ func TestCheckFaultClock(t *testing.T) {
 		if !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), "go build -tags faultclock ./cmd/fence") {
 			t.Errorf("Run with clock on %s = %v, want fence.ErrInvalid saying how to build", bin, err)
 		}
+	}
+}
+
+// What the clock nemesis does to a lock, step by step on a real fence serve (bolt):
+// a forward step of fence serve's clock, and a backward step of the holder's, each
+// make the holder A believe it still holds the lock, by its own clock, while B has
+// been granted it; A's write with its lease's fence is then refused. Without the
+// step, A's lease ends by its clock before B could get the lock. The chaos worker
+// writes without looking at its lease's deadline, so this belief is shown here.
+func TestClock_StepMakesStaleHolder_FenceRefusesIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fence serve; skipped under -short")
+	}
+	dir := t.TempDir()
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveClock := filepath.Join(dir, "serve.offset")
+	if err := offset.Write(serveClock, 0); err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(fenceBin, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))
+	srv.env = []string{offset.Env + "=" + serveClock}
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	// stepServe steps fence serve's clock to off and waits until fence serve logged
+	// that it followed (it polls every 5ms).
+	followed := 0
+	stepServe := func(off time.Duration) {
+		if err := offset.Write(serveClock, off); err != nil {
+			t.Fatal(err)
+		}
+		followed++
+		for range 200 {
+			if n, _ := steps(t, dir); n >= followed {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("fence serve did not follow step %d to %v within 2s", followed, off)
+	}
+	ctx := t.Context()
+	const ttl = time.Second
+	late := ttl + 300*time.Millisecond // how long A is held up before it writes
+	for _, tc := range []struct {
+		name string
+		step func(a *faultclock.Clock) // steps a clock, returns once A's lease ended at the server
+		heal func()
+	}{
+		{"none", func(*faultclock.Clock) { time.Sleep(late) }, func() {}},
+		{"serve-forward", func(*faultclock.Clock) { stepServe(4 * ttl) }, func() { stepServe(0) }},
+		{"holder-backward", func(a *faultclock.Clock) { a.Step(-4 * ttl); time.Sleep(late) }, func() {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lock, key := "clock-"+tc.name, "clock/"+tc.name
+			aClock := faultclock.New()
+			a, err := fencehttp.NewClient(srv.url(), &fencehttp.ClientOptions{Clock: aClock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := fencehttp.NewClient(srv.url(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			la, err := a.Acquire(ctx, lock, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.step(aClock)
+			defer tc.heal()
+			if tc.name == "none" {
+				select { // its expiry timer may run a little late on a busy machine
+				case <-la.Done():
+				case <-time.After(2 * time.Second):
+					t.Fatalf("without a step A believes it holds %v after a %v grant", late+2*time.Second, ttl)
+				}
+				return
+			}
+			believes := la.Err() == nil
+			if !believes {
+				t.Fatalf("A's lease ended by its own clock (%v); want the step to make it believe it holds", la.Err())
+			}
+			lb, err := b.Acquire(ctx, lock, ttl, fence.WithWait(100*time.Millisecond))
+			if err != nil {
+				t.Fatalf("B's acquire while A's lease is over at the server: %v, want granted", err)
+			}
+			defer lb.Release(ctx)
+			if err := b.Put(ctx, key, []byte("b"), lb.Fence()); err != nil {
+				t.Fatalf("B's write: %v", err)
+			}
+			err = a.Put(ctx, key, []byte("a"), la.Fence())
+			if !errors.Is(err, fence.ErrStaleToken) {
+				t.Errorf("A's write with its lease's fence after B's: %v, want fence.ErrStaleToken", err)
+			}
+			if item, err := b.Get(ctx, key); err != nil || string(item.Value) != "b" {
+				t.Errorf("key after A's refused write = %v, %v; want B's value", item, err)
+			}
+		})
 	}
 }
