@@ -180,7 +180,7 @@ func TestClock_StepMakesStaleHolder_FenceRefusesIt(t *testing.T) {
 	}
 	defer srv.stop()
 	// stepServe steps fence serve's clock to off and waits until fence serve logged
-	// that it followed (it polls every 5ms).
+	// that it followed (it looks every faultclock.PollInterval).
 	followed := 0
 	stepServe := func(off time.Duration) {
 		if err := offset.Write(serveClock, off); err != nil {

@@ -13,6 +13,7 @@
 package faultclock
 
 import (
+	"os"
 	"sync"
 	"time"
 
@@ -20,8 +21,11 @@ import (
 	"github.com/fencelock/fence/internal/faultclock/offset"
 )
 
-// PollInterval is how often a Clock of Open reads its offset file.
-const PollInterval = 5 * time.Millisecond
+// PollInterval is how often a Clock of Open looks at its offset file (one stat; a
+// read when the file was replaced): a step takes effect within it. An idle fence
+// serve spent about 2.5% of a core more with a read every 5ms, about 0.9% with a
+// stat every 20ms (a busy 2-core machine, 10 s of CPU time from /proc).
+const PollInterval = 20 * time.Millisecond
 
 // Clock is the real clock plus an offset. The zero value is not usable; use [New]
 // or [Open]. It is safe for concurrent use.
@@ -42,6 +46,7 @@ func New() *Clock { return &Clock{timers: map[*timer]struct{}{}} }
 // PollInterval until Close; each change of the offset is a step (Set), reported to
 // onStep if it is not nil. It returns the error of offset.Read.
 func Open(path string, onStep func(from, to time.Duration)) (*Clock, error) {
+	seen, _ := os.Stat(path) // before the read: a file replaced after it is read again
 	off, err := offset.Read(path)
 	if err != nil {
 		return nil, err
@@ -49,13 +54,14 @@ func Open(path string, onStep func(from, to time.Duration)) (*Clock, error) {
 	c := New()
 	c.off = off
 	c.stop = make(chan struct{})
-	go c.poll(path, onStep)
+	go c.poll(path, seen, onStep)
 	return c, nil
 }
 
 // poll reads the offset file every PollInterval until Close. A file that is briefly
 // missing or unreadable (being replaced) keeps the offset as it is.
-func (c *Clock) poll(path string, onStep func(from, to time.Duration)) {
+// seen is the file as it was when last read.
+func (c *Clock) poll(path string, seen os.FileInfo, onStep func(from, to time.Duration)) {
 	t := time.NewTicker(PollInterval)
 	defer t.Stop()
 	for {
@@ -64,10 +70,15 @@ func (c *Clock) poll(path string, onStep func(from, to time.Duration)) {
 			return
 		case <-t.C:
 		}
+		fi, err := os.Stat(path)
+		if err != nil || seen != nil && os.SameFile(fi, seen) && fi.ModTime().Equal(seen.ModTime()) && fi.Size() == seen.Size() {
+			continue // unchanged: offset.Write replaces the file, a new inode
+		}
 		off, err := offset.Read(path)
 		if err != nil {
 			continue
 		}
+		seen = fi
 		if from := c.Offset(); off != from {
 			c.Set(off)
 			if onStep != nil {
