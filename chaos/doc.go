@@ -31,6 +31,11 @@
 //     current leader (found through the members' Status) is killed with SIGKILL,
 //     kept down for about 2 TTLs (at least etcd's 1 s minimum lease TTL) and
 //     restarted on the same data directory.
+//   - clock: the clock of one process steps forward or backward by several seconds
+//     (a multiple of the TTL) and back: fence serve's on the bolt store (while it
+//     runs, or while it is down before a restart on its data) or the lock holder's,
+//     through the fault clock of a fence binary built with -tags faultclock (see
+//     NemesisClock).
 //
 // The counter lives in the fenced KV of `fence serve`, or with Config.Resource
 // ResourcePostgres in a PostgreSQL table whose row is written through
