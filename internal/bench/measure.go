@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -77,9 +78,16 @@ const lockTTL = 30 * time.Second
 // waitTimeout bounds a waiter's wait in a handoff.
 const waitTimeout = 30 * time.Second
 
-// BlockDelay is how long a handoff gives the waiter, after it started asking, to
-// be waiting before the holder releases (what fencetest's handoff benchmarks give).
-const BlockDelay = 30 * time.Millisecond
+// BlockDelay is how long, at least, a handoff gives the waiter, after it started
+// asking, to be waiting before the holder releases (what fencetest's handoff
+// benchmarks give). A random BlockJitter more is added to it in each round, so the
+// release never falls at a fixed phase of a polling waiter's retries (redislock
+// polls every 10ms from its first try: a fixed 30ms delay would release just
+// before its fourth try in every round and show a handoff of one round trip).
+const (
+	BlockDelay  = 30 * time.Millisecond
+	BlockJitter = 20 * time.Millisecond
+)
 
 // Pair measures uncontended acquire+release pairs of l (a lock no other client
 // takes) within bud, after one pair of warm-up (connections, script caches). It
@@ -114,7 +122,7 @@ func pair(ctx context.Context, l Lock) error {
 
 // Handoff measures handoffs between holder and waiter, handles of two clients on
 // one lock name, within bud. In each round the holder acquires, the waiter starts
-// waiting and is given BlockDelay, the holder releases; the sample is the time from
+// waiting and is given BlockDelay and up to BlockJitter, the holder releases; the sample is the time from
 // the holder's release call until the waiter holds the lock, which it then
 // releases. It returns the median handoff and the number of rounds, or an error
 // if a call fails or the waiter got the lock while the holder held it.
@@ -140,7 +148,7 @@ func handoff(ctx context.Context, holder, waiter Lock) (time.Duration, error) {
 	defer cancel()
 	got := make(chan error, 1)
 	go func() { got <- waiter.Acquire(wctx, true) }()
-	timer := time.NewTimer(BlockDelay)
+	timer := time.NewTimer(BlockDelay + rand.N(BlockJitter))
 	defer timer.Stop()
 	select {
 	case err := <-got:
