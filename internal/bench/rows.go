@@ -158,39 +158,9 @@ func Start(ctx context.Context, rows []string) (_ *Env, err error) {
 
 // startEtcd starts the single-member embedded etcd of internal/etcdmember (fast
 // raft timing, durable: every write is fsynced) on free ports.
-func (e *Env) startEtcd() error {
-	m := etcdmember.Config{Name: "bench", Dir: filepath.Join(e.dir, "etcd"), ClusterToken: "fence-bench"}
-	return servers.StartOnFreePort(func(port int) { m.ClientURL = fmt.Sprintf("http://127.0.0.1:%d", port) }, func() error {
-		pport, err := servers.FreePort()
-		if err != nil {
-			return err
-		}
-		m.PeerURL = fmt.Sprintf("http://127.0.0.1:%d", pport)
-		m.InitialCluster = m.Name + "=" + m.PeerURL
-		os.RemoveAll(m.Dir) // what a start that failed on a port clash left
-		cfg, err := m.Embed()
-		if err != nil {
-			return err
-		}
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		ee, err := embed.StartEtcd(cfg)
-		if err != nil {
-			return err
-		}
-		timer := time.NewTimer(servers.StartTimeout)
-		defer timer.Stop()
-		select {
-		case <-ee.Server.ReadyNotify():
-			e.etcd, e.etcdURL = ee, m.ClientURL
-			return nil
-		case err := <-ee.Err():
-			ee.Close()
-			return err
-		case <-timer.C:
-			ee.Close()
-			return fmt.Errorf("not ready after %v", servers.StartTimeout)
-		}
-	}, nil)
+func (e *Env) startEtcd() (err error) {
+	e.etcd, e.etcdURL, err = etcdmember.StartSingle(e.dir, "bench", "fence-bench", nil)
+	return err
 }
 
 // startServe serves fence serve's handler (fencehttp.Server on a bolt store, as
