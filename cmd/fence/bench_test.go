@@ -123,9 +123,8 @@ func TestBench_Rows(t *testing.T) {
 func TestBench_NoRedisServer_SaysWhatToInstall(t *testing.T) {
 	r := runFence(t, cli.serve.url, []string{"PATH=" + t.TempDir()}, "", "bench", "--rows", "fence-redis", "--rounds", "1", "--duration", "50ms")
 	wantCode(t, "fence bench without redis-server", r, exitError)
-	line := strings.TrimSpace(r.stderr)
-	if strings.Contains(line, "\n") || !strings.Contains(line, "redis-server not found: apt-get install redis-server") {
-		t.Fatalf("stderr %q; want one line naming apt-get install redis-server", r.stderr)
+	if line := oneLineStderr(t, "fence bench without redis-server", r); !strings.Contains(line, "redis-server not found: apt-get install redis-server") {
+		t.Fatalf("stderr %q; want it to name apt-get install redis-server", line)
 	}
 }
 
@@ -142,13 +141,11 @@ func TestBench_UsageErrors_Exit2(t *testing.T) {
 		{[]string{"bench", "extra"}, `unexpected argument "extra"`},
 		{[]string{"-o", "yaml", "bench"}, "-o must be text or json"},
 	} {
+		what := fmt.Sprintf("fence %q", tc.args)
 		r := runFence(t, cli.serve.url, nil, "", tc.args...)
-		wantCode(t, fmt.Sprintf("fence %q", tc.args), r, exitUsage)
-		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; r.stderr == "" || lines != 1 {
-			t.Fatalf("fence %q: want one line on stderr, got %q", tc.args, r.stderr)
-		}
-		if !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("fence %q: want an error saying %s, got %q", tc.args, tc.want, r.stderr)
+		wantCode(t, what, r, exitUsage)
+		if line := oneLineStderr(t, what, r); !strings.Contains(line, tc.want) {
+			t.Errorf("%s: want an error saying %s, got %q", what, tc.want, line)
 		}
 		if r.stdout != "" {
 			t.Errorf("fence %q: stdout %q, want nothing", tc.args, r.stdout)

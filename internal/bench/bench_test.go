@@ -67,21 +67,9 @@ func benchClients(b *testing.B, env *Env, row string, n int) []Client {
 // BenchmarkPair reports each row's median uncontended acquire+release pair
 // (median-us) over b.N pairs.
 func BenchmarkPair(b *testing.B) {
-	env := sharedEnv(b)
-	for _, row := range Rows {
-		b.Run("row="+row, func(b *testing.B) {
-			l := benchClients(b, env, row, 1)[0].Lock(fmt.Sprintf("bench-pair-%d", b.N))
-			b.ResetTimer()
-			d, n, err := Pair(context.Background(), l, Budget{N: b.N})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n != b.N {
-				b.Fatalf("measured %d pairs, want b.N = %d", n, b.N)
-			}
-			b.ReportMetric(us(d), "median-us")
-		})
-	}
+	benchMedians(b, 1, func(b *testing.B, cs []Client) (time.Duration, int, error) {
+		return Pair(context.Background(), cs[0].Lock(fmt.Sprintf("bench-pair-%d", b.N)), Budget{N: b.N})
+	})
 }
 
 // BenchmarkHandoff reports each row's median handoff (median-us) over b.N
@@ -89,18 +77,27 @@ func BenchmarkPair(b *testing.B) {
 //
 //	go test -run '^$' -bench Handoff -benchtime 20x ./internal/bench/
 func BenchmarkHandoff(b *testing.B) {
+	benchMedians(b, 2, func(b *testing.B, cs []Client) (time.Duration, int, error) {
+		name := fmt.Sprintf("bench-handoff-%d", b.N)
+		return Handoff(context.Background(), cs[0].Lock(name), cs[1].Lock(name), Budget{N: b.N})
+	})
+}
+
+// benchMedians runs measure, on n new clients of each row, in a sub-benchmark
+// per row, and reports the median it returns (median-us); measure must take b.N
+// samples.
+func benchMedians(b *testing.B, n int, measure func(b *testing.B, cs []Client) (time.Duration, int, error)) {
 	env := sharedEnv(b)
 	for _, row := range Rows {
 		b.Run("row="+row, func(b *testing.B) {
-			cs := benchClients(b, env, row, 2)
-			name := fmt.Sprintf("bench-handoff-%d", b.N)
+			cs := benchClients(b, env, row, n)
 			b.ResetTimer()
-			d, n, err := Handoff(context.Background(), cs[0].Lock(name), cs[1].Lock(name), Budget{N: b.N})
+			d, got, err := measure(b, cs)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if n != b.N {
-				b.Fatalf("measured %d handoffs, want b.N = %d", n, b.N)
+			if got != b.N {
+				b.Fatalf("measured %d samples, want b.N = %d", got, b.N)
 			}
 			b.ReportMetric(us(d), "median-us")
 		})
