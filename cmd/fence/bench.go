@@ -38,7 +38,8 @@ measurement, each measurement taking --duration; the table shows the medians ove
 waiting with LinearBackoff 10 ms), redsync (v4 defaults), etcd-mutex (etcd's
 concurrency.Mutex), fence-redis, fence-etcd, fence-serve (over HTTP with the Go
 client fencehttp), fence-bolt. A progress line goes to stderr, rewritten in place
-on a terminal.
+on a terminal. SIGINT or SIGTERM stops the run (exit 128+N, no table) and its
+servers.
 
 Only the servers of the chosen rows are started; the Redis rows need redis-server
 installed (apt-get install redis-server).`,
@@ -63,10 +64,13 @@ installed (apt-get install redis-server).`,
 				progress.show(fmt.Sprintf("bench: round %d/%d, %s of %s (%d/%d)",
 					p.Round, p.Rounds, p.Measure, bench.Label(p.Row), p.Step, p.Steps))
 			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			results, err := bench.Run(ctx, cfg)
+			w := watchSignals(cmd.Context())
+			defer w.stop()
+			results, err := bench.Run(w.ctx, cfg)
 			progress.end()
+			if sig := w.end(); sig != 0 {
+				return interrupted("bench", "measuring (no table)", sig)
+			}
 			if errors.Is(err, fence.ErrInvalid) {
 				return usageError{err}
 			}

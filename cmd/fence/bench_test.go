@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fence/internal/bench"
 )
@@ -150,5 +156,45 @@ func TestBench_UsageErrors_Exit2(t *testing.T) {
 		if r.stdout != "" {
 			t.Errorf("fence %q: stdout %q, want nothing", tc.args, r.stdout)
 		}
+	}
+}
+
+// SIGINT stops a run: exit 130, one line, no table.
+func TestBench_Interrupted_Exit130(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cli.bin, "bench", "--rows", "fence-bolt", "--rounds", "100", "--duration", "1s")
+	cmd.Env = cleanEnv()
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "bench: round 1/100, ") {
+		t.Fatalf("first stderr line %q (%v), want the progress", sc.Text(), sc.Err())
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	var rest []string
+	for sc.Scan() {
+		if !strings.HasPrefix(sc.Text(), "bench: round ") {
+			rest = append(rest, sc.Text())
+		}
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("exit status %d, want 130", code)
+	}
+	if len(rest) != 1 || !strings.Contains(rest[0], "fence: bench: interrupted (SIGINT)") {
+		t.Errorf("stderr besides the progress %q, want one line saying it was interrupted", rest)
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout %q, want no table", out.String())
 	}
 }
