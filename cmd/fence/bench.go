@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,6 +65,8 @@ installed (apt-get install redis-server).`,
 				progress.show(fmt.Sprintf("bench: round %d/%d, %s of %s (%d/%d)",
 					p.Round, p.Rounds, p.Measure, bench.Label(p.Row), p.Step, p.Steps))
 			}
+			setup := bench.Setup{Clients: cfg.Clients, Duration: cfg.Duration, Rounds: cfg.Rounds,
+				CPUs: runtime.NumCPU(), LoadFrom: bench.LoadAverage()}
 			w := watchSignals(cmd.Context())
 			defer w.stop()
 			results, err := bench.Run(w.ctx, cfg)
@@ -77,13 +80,14 @@ installed (apt-get install redis-server).`,
 			if err != nil {
 				return err
 			}
+			setup.LoadTo = bench.LoadAverage()
 			out := cmd.OutOrStdout()
 			if output == "json" {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(bench.NewReport(results, cfg.Clients, cfg.Duration, cfg.Rounds))
+				return enc.Encode(bench.NewReport(results, setup))
 			}
-			return bench.FormatTable(out, results, cfg.Clients, cfg.Duration, cfg.Rounds)
+			return bench.FormatTable(out, results, setup)
 		},
 	}
 	f := cmd.Flags()

@@ -79,6 +79,7 @@ func TestBench_TinyRun_JSONOfEveryRow(t *testing.T) {
 		Clients    int   `json:"clients"`
 		DurationMS int64 `json:"duration_ms"`
 		Rounds     int   `json:"rounds"`
+		CPUs       int   `json:"cpus"`
 		Rows       []struct {
 			Row             string    `json:"row"`
 			Label           string    `json:"label"`
@@ -93,8 +94,8 @@ func TestBench_TinyRun_JSONOfEveryRow(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("decode %q: %v", r.stdout, err)
 	}
-	if got.Clients != 2 || got.DurationMS != 150 || got.Rounds != 1 || len(got.Rows) != len(bench.Rows) {
-		t.Fatalf("report %+v; want 2 clients, 150 ms, 1 round and %d rows", got, len(bench.Rows))
+	if got.Clients != 2 || got.DurationMS != 150 || got.Rounds != 1 || got.CPUs < 1 || len(got.Rows) != len(bench.Rows) {
+		t.Fatalf("report %+v; want 2 clients, 150 ms, 1 round, the CPUs and %d rows", got, len(bench.Rows))
 	}
 	for i, row := range got.Rows {
 		if row.Row != bench.Rows[i] || row.Label != bench.Label(bench.Rows[i]) {

@@ -3,15 +3,30 @@ package bench
 import (
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 )
+
+// Setup is how a run was measured, and on what, for its report.
+type Setup struct {
+	Clients  int
+	Duration time.Duration // of each measurement
+	Rounds   int
+	CPUs     int     // runtime.NumCPU
+	LoadFrom float64 // the machine's 1-minute load average at the start (LoadAverage), 0 if unknown
+	LoadTo   float64 // and at the end
+}
 
 // Report is a run's results in the shape of `fence bench -o json`.
 type Report struct {
 	Clients    int         `json:"clients"`
 	DurationMS int64       `json:"duration_ms"` // of each measurement
 	Rounds     int         `json:"rounds"`
+	CPUs       int         `json:"cpus"`
+	LoadFrom   float64     `json:"load_average_start"` // 0 if unknown
+	LoadTo     float64     `json:"load_average_end"`
 	Rows       []ReportRow `json:"rows"`
 }
 
@@ -28,10 +43,10 @@ type ReportRow struct {
 	PairsPerSecs    []float64 `json:"pairs_per_sec_rounds"`
 }
 
-// NewReport returns the Report of results, measured with clients, duration and
-// rounds.
-func NewReport(results []Result, clients int, duration time.Duration, rounds int) Report {
-	r := Report{Clients: clients, DurationMS: duration.Milliseconds(), Rounds: rounds, Rows: []ReportRow{}}
+// NewReport returns the Report of results, measured as setup says.
+func NewReport(results []Result, setup Setup) Report {
+	r := Report{Clients: setup.Clients, DurationMS: setup.Duration.Milliseconds(), Rounds: setup.Rounds,
+		CPUs: setup.CPUs, LoadFrom: setup.LoadFrom, LoadTo: setup.LoadTo, Rows: []ReportRow{}}
 	for _, res := range results {
 		row := ReportRow{
 			Row: res.Row, Label: Label(res.Row),
@@ -49,13 +64,32 @@ func NewReport(results []Result, clients int, duration time.Duration, rounds int
 	return r
 }
 
+// LoadAverage returns the machine's 1-minute load average (/proc/loadavg), or 0
+// where it cannot be read: figures measured on a loaded machine are read with it.
+func LoadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // us returns d in (fractional) microseconds.
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // FormatTable writes results as a Markdown table (a column of medians over
-// rounds for each figure), then a line saying how they were measured. It returns
-// the writer's error.
-func FormatTable(w io.Writer, results []Result, clients int, duration time.Duration, rounds int) error {
+// rounds for each figure), then lines saying how and on what they were measured.
+// It returns the writer's error.
+func FormatTable(w io.Writer, results []Result, setup Setup) error {
+	clients, duration, rounds := setup.Clients, setup.Duration, setup.Rounds
 	var b strings.Builder
 	fmt.Fprintf(&b, "| | pair median | handoff median | pairs/s at %d clients |\n", clients)
 	b.WriteString("|---|---|---|---|\n")
@@ -65,7 +99,14 @@ func FormatTable(w io.Writer, results []Result, clients int, duration time.Durat
 	}
 	fmt.Fprintf(&b, "\nmedians over %d round(s) of %v per measurement, rows interleaved in a shuffled order;\n", rounds, duration)
 	fmt.Fprintf(&b, "pair: acquire+release on one client; handoff: release called until the waiter holds the lock;\n")
-	fmt.Fprintf(&b, "pairs/s: %d clients on distinct names\n", clients)
+	fmt.Fprintf(&b, "pairs/s: %d clients on distinct names", clients)
+	if setup.CPUs > 0 {
+		fmt.Fprintf(&b, "; %d CPUs", setup.CPUs)
+	}
+	if setup.LoadFrom > 0 || setup.LoadTo > 0 {
+		fmt.Fprintf(&b, ", load average %.1f at the start, %.1f at the end", setup.LoadFrom, setup.LoadTo)
+	}
+	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

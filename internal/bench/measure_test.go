@@ -225,10 +225,11 @@ func TestRun_BoltRow(t *testing.T) {
 		t.Errorf("progress %+v; want 6 steps over 2 rounds", steps)
 	}
 	var out strings.Builder
-	if err := FormatTable(&out, results, 2, 30*time.Millisecond, 2); err != nil {
+	if err := FormatTable(&out, results, Setup{Clients: 2, Duration: 30 * time.Millisecond, Rounds: 2, CPUs: 2, LoadFrom: 1.5, LoadTo: 2.25}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "| fence bolt in process | ") || !strings.Contains(out.String(), "pairs/s at 2 clients") {
+	if !strings.Contains(out.String(), "| fence bolt in process | ") || !strings.Contains(out.String(), "pairs/s at 2 clients") ||
+		!strings.Contains(out.String(), "; 2 CPUs, load average 1.5 at the start, 2.2 at the end") {
 		t.Errorf("table:\n%s\nwant the row and the clients' column", out.String())
 	}
 }
