@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
@@ -73,57 +72,19 @@ func start(defaultTiming bool) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := etcdmember.Config{Name: "single", Dir: filepath.Join(dir, "single"), ClusterToken: "etcdserv-single"}
-	var s *Server
-	err = servers.StartOnFreePort(func(port int) { m.ClientURL = fmt.Sprintf("http://127.0.0.1:%d", port) }, func() error {
-		pport, err := servers.FreePort()
-		if err != nil {
-			return err
-		}
-		m.PeerURL = fmt.Sprintf("http://127.0.0.1:%d", pport)
-		m.InitialCluster = m.Name + "=" + m.PeerURL
-		os.RemoveAll(m.Dir) // what a start that failed on a port clash left
-		cfg, err := m.Embed()
-		if err != nil {
-			return err
-		}
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		if defaultTiming {
+	var adjust func(*embed.Config)
+	if defaultTiming {
+		adjust = func(cfg *embed.Config) {
 			def := embed.NewConfig()
 			cfg.TickMs, cfg.ElectionMs = def.TickMs, def.ElectionMs
 		}
-		e, err := startEmbed(cfg)
-		if err != nil {
-			return err
-		}
-		s = &Server{Endpoints: []string{m.ClientURL}, Dir: dir, e: e}
-		return nil
-	}, nil)
+	}
+	e, url, err := etcdmember.StartSingle(dir, "single", "etcdserv-single", adjust)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("etcdserv: %w", err)
 	}
-	return s, nil
-}
-
-// startEmbed starts an embedded member and waits until it is ready.
-func startEmbed(cfg *embed.Config) (*embed.Etcd, error) {
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	timer := time.NewTimer(servers.StartTimeout)
-	defer timer.Stop()
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, err
-	case <-timer.C:
-		e.Close()
-		return nil, fmt.Errorf("not ready after %v", servers.StartTimeout)
-	}
+	return &Server{Endpoints: []string{url}, Dir: dir, e: e}, nil
 }
 
 // Close stops the server and removes its directory. It is idempotent.
