@@ -31,7 +31,13 @@ var clientCounts = []int{1, 16}
 // fenceServer starts fence's HTTP server on the bolt store (as `fence serve` runs it).
 func fenceServer(b *testing.B) (*fencehttp.Server, string) {
 	b.Helper()
-	store, err := bolt.Open(filepath.Join(b.TempDir(), "fence.db"), nil)
+	return fenceServerOn(b, nil)
+}
+
+// fenceServerOn is fenceServer with the bolt store opened with opts.
+func fenceServerOn(b *testing.B, opts *bolt.Options) (*fencehttp.Server, string) {
+	b.Helper()
+	store, err := bolt.Open(filepath.Join(b.TempDir(), "fence.db"), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
