@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,13 +57,25 @@ func BenchmarkVsRedislock(b *testing.B) {
 	for _, store := range []struct {
 		name string
 		opts *bolt.Options
+		h2c  bool
 	}{
-		{"bolt", nil}, // as fence serve runs it: every grant and release on disk before its answer
-		{"bolt-nosync", &bolt.Options{NoSync: true}}, // the HTTP layer's cost, without the disk's
+		{"bolt", nil, false}, // as fence serve runs it: every grant and release on disk before its answer
+		{"bolt-nosync", &bolt.Options{NoSync: true}, false}, // the HTTP layer's cost, without the disk's
+		// HTTP/2 without TLS, every client's requests multiplexed on one connection.
+		{"bolt-nosync/proto=h2c", &bolt.Options{NoSync: true}, true},
 	} {
 		b.Run("store="+store.name, func(b *testing.B) {
-			_, base := fenceServerOn(b, store.opts)
-			fc, err := fencehttp.NewClient(base, nil)
+			var base string
+			var copts *fencehttp.ClientOptions
+			if store.h2c {
+				base = fenceServerH2C(b, store.opts)
+				var p http.Protocols
+				p.SetUnencryptedHTTP2(true)
+				copts = &fencehttp.ClientOptions{HTTPClient: &http.Client{Transport: &http.Transport{Protocols: &p}}}
+			} else {
+				_, base = fenceServerOn(b, store.opts)
+			}
+			fc, err := fencehttp.NewClient(base, copts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -68,6 +83,27 @@ func BenchmarkVsRedislock(b *testing.B) {
 			vsRedislock(b, fc, rl, redisPid(b, rs))
 		})
 	}
+}
+
+// fenceServerH2C is fenceServerOn serving HTTP/1.1 and HTTP/2 without TLS (h2c).
+func fenceServerH2C(b *testing.B, opts *bolt.Options) string {
+	b.Helper()
+	store, err := bolt.Open(filepath.Join(b.TempDir(), "fence.db"), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	s, err := fencehttp.NewServer(fencehttp.Config{Locker: store, KV: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(s.Handler())
+	hs.Config.Protocols = new(http.Protocols)
+	hs.Config.Protocols.SetHTTP1(true)
+	hs.Config.Protocols.SetUnencryptedHTTP2(true)
+	hs.Start()
+	b.Cleanup(hs.Close)
+	return hs.URL
 }
 
 // vsRedislock runs the rounds of BenchmarkVsRedislock with fc and rl, whose
