@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,16 +63,19 @@ func BenchmarkVsRedislock(b *testing.B) {
 		{"bolt-nosync/proto=h2c", &bolt.Options{NoSync: true}, true},
 	} {
 		b.Run("store="+store.name, func(b *testing.B) {
-			var base string
+			var configure func(*http.Server)
 			var copts *fencehttp.ClientOptions
 			if store.h2c {
-				base = fenceServerH2C(b, store.opts)
+				configure = func(hs *http.Server) {
+					hs.Protocols = new(http.Protocols)
+					hs.Protocols.SetHTTP1(true)
+					hs.Protocols.SetUnencryptedHTTP2(true)
+				}
 				var p http.Protocols
 				p.SetUnencryptedHTTP2(true)
 				copts = &fencehttp.ClientOptions{HTTPClient: &http.Client{Transport: &http.Transport{Protocols: &p}}}
-			} else {
-				_, base = fenceServerOn(b, store.opts)
 			}
+			_, base := fenceServerOn(b, store.opts, configure)
 			fc, err := fencehttp.NewClient(base, copts)
 			if err != nil {
 				b.Fatal(err)
@@ -83,27 +84,6 @@ func BenchmarkVsRedislock(b *testing.B) {
 			vsRedislock(b, fc, rl, redisPid(b, rs))
 		})
 	}
-}
-
-// fenceServerH2C is fenceServerOn serving HTTP/1.1 and HTTP/2 without TLS (h2c).
-func fenceServerH2C(b *testing.B, opts *bolt.Options) string {
-	b.Helper()
-	store, err := bolt.Open(filepath.Join(b.TempDir(), "fence.db"), opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { store.Close() })
-	s, err := fencehttp.NewServer(fencehttp.Config{Locker: store, KV: store})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(s.Handler())
-	hs.Config.Protocols = new(http.Protocols)
-	hs.Config.Protocols.SetHTTP1(true)
-	hs.Config.Protocols.SetUnencryptedHTTP2(true)
-	hs.Start()
-	b.Cleanup(hs.Close)
-	return hs.URL
 }
 
 // vsRedislock runs the rounds of BenchmarkVsRedislock with fc and rl, whose
