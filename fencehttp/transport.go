@@ -114,6 +114,14 @@ func (t *directTransport) roundTrip(req *http.Request, deadline time.Time) (*htt
 		return fail(err)
 	}
 	resp, err := http.ReadResponse(dc.br, req)
+	// An informational answer (a proxy's 103 Early Hints) comes before the
+	// answer: skipped, as net/http's Transport skips it.
+	for i := 0; err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; i++ {
+		if i == 5 {
+			return fail(errors.New("fencehttp: too many informational answers"))
+		}
+		resp, err = http.ReadResponse(dc.br, req)
+	}
 	if err != nil {
 		return fail(err)
 	}
