@@ -67,6 +67,7 @@ type ClientOptions struct {
 type Client struct {
 	base    string // scheme://host[/path], without a trailing slash
 	hc      *http.Client
+	rt      *directTransport // the default transport, called without hc's machinery; nil with ClientOptions.HTTPClient
 	auth    string
 	clock   driver.Clock
 	timeout time.Duration
@@ -119,9 +120,11 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 		if opts.TLSConfig != nil {
 			t.TLSClientConfig = opts.TLSConfig.Clone()
 		}
+		c.rt = newDirectTransport(t, t.DialContext, t.MaxIdleConnsPerHost)
 		// Never follow a redirect: the server sends none, and one from elsewhere (a
-		// proxy cleaning a path) could point a request at another lock.
-		c.hc = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		// proxy cleaning a path) could point a request at another lock. (Requests
+		// go to rt itself, which follows none.)
+		c.hc = &http.Client{Transport: c.rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if c.clock == nil {
 		c.clock = driver.SystemClock
@@ -151,8 +154,14 @@ type response struct {
 // reach the fence server at URL: REASON", or, when ctx ended the request,
 // "OP NAME: context canceled" matching ctx.Err() as well.
 func (c *Client) do(ctx context.Context, op, name, method, path string, header http.Header, body []byte, extra time.Duration) (*response, error) {
-	rctx, cancel := context.WithTimeout(ctx, c.timeout+extra)
-	defer cancel()
+	// The request's own bound, c.timeout+extra: a deadline of the direct
+	// transport's connection, or a context for another transport.
+	rctx, deadline := ctx, time.Now().Add(c.timeout+extra)
+	if c.rt == nil {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -167,7 +176,12 @@ func (c *Client) do(ctx context.Context, op, name, method, path string, header h
 	if c.auth != "" {
 		req.Header.Set("Authorization", "Bearer "+c.auth)
 	}
-	resp, err := c.hc.Do(req)
+	var resp *http.Response
+	if c.rt != nil {
+		resp, err = c.rt.roundTrip(req, deadline)
+	} else {
+		resp, err = c.hc.Do(req)
+	}
 	if err != nil {
 		return nil, c.transportError(ctx, op, name, err)
 	}
@@ -246,7 +260,10 @@ func (c *Client) doJSON(ctx context.Context, op, name, method, path string, in, 
 	var h http.Header
 	if in != nil {
 		var err error
-		if body, err = json.Marshal(in); err != nil {
+		var fast bool
+		if body, fast = appendJSON(nil, in); fast {
+			// The hot bodies, as json.Marshal writes them.
+		} else if body, err = json.Marshal(in); err != nil {
 			return &clientError{msg: fmt.Sprintf("%s: cannot encode the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
 		}
 		h = http.Header{"Content-Type": {"application/json"}}
@@ -259,6 +276,9 @@ func (c *Client) doJSON(ctx context.Context, op, name, method, path string, in, 
 		return c.answerError(resp)
 	}
 	if out != nil {
+		if fd, ok := out.(fastDecoder); ok && fd.decodeFast(resp.body) {
+			return nil
+		}
 		if err := json.Unmarshal(resp.body, out); err != nil {
 			return c.malformed(op, name)
 		}

@@ -216,21 +216,24 @@ func requestPath(r *http.Request) string {
 // (GET /v1/locks/ is the listing). Escaped dots are judged where the name is parsed
 // (see unescapeName).
 func checkPath(escaped string) error {
-	segs := strings.Split(strings.TrimPrefix(escaped, "/"), "/")
-	for i, seg := range segs {
+	// Segment by segment without splitting: every request passes here.
+	for rest := strings.TrimPrefix(escaped, "/"); ; {
+		seg, after, more := strings.Cut(rest, "/")
+		rest = after
 		var reason string
 		switch {
-		case seg == "" && i < len(segs)-1:
+		case seg == "" && more:
 			reason = "has an empty segment (//)"
 		case seg == "." || seg == "..":
 			reason = fmt.Sprintf("has a %q segment", seg)
-		default:
+		case more:
 			continue
+		default:
+			return nil
 		}
 		return &fence.InvalidError{Field: "path", Value: escaped,
 			Reason: reason + "; send a name or key as one escaped segment ('/' as %2F, '.' as %2E)"}
 	}
-	return nil
 }
 
 // recoverPanics answers 500 JSON if a handler (or the store under it) panics.
@@ -353,8 +356,8 @@ func unescapeName(field, escaped string) (string, error) {
 	if err != nil {
 		return "", &fence.InvalidError{Field: field, Value: escaped, Reason: "is not a valid escaped path segment"}
 	}
-	if segs := strings.Split(escaped, "/"); len(segs) > 1 {
-		for _, seg := range segs {
+	if strings.IndexByte(escaped, '/') >= 0 {
+		for _, seg := range strings.Split(escaped, "/") {
 			if d, err := url.PathUnescape(seg); err == nil && (d == "." || d == "..") {
 				return "", &fence.InvalidError{Field: field, Value: escaped,
 					Reason: fmt.Sprintf("has a %q segment; send it as one escaped segment ('/' as %%2F, '.' as %%2E)", d)}
@@ -467,7 +470,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	s.m.grants.Inc()
 	s.m.acquireSeconds.WithLabelValues("granted").Observe(elapsed)
 	s.held.set(name, g.ID, granted.Add(ttl))
-	s.log.Debug("granted", "lock", name, "token", uint64(g.Token), "ttl", ttl, "slot", g.Slot)
+	if s.log.Enabled(ctx, slog.LevelDebug) { // the arguments would cost allocations at every level
+		s.log.Debug("granted", "lock", name, "token", uint64(g.Token), "ttl", ttl, "slot", g.Slot)
+	}
 	resp := leaseResponse{Lease: Lease{Name: name, Token: g.Token, ID: g.ID, TTLms: ttl.Milliseconds()},
 		WaitedMs: granted.Sub(start).Milliseconds()}
 	if permit {
@@ -1066,11 +1071,17 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return because(errTooLarge, "body of %d bytes is over the limit of %d", r.ContentLength, s.cfg.MaxBodyBytes)
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	buf := getBuffer()
+	defer putBuffer(buf)
+	data, err := readAllInto((*buf)[:0], http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	*buf = data
 	if err != nil {
 		return bodyError(err, "body", s.cfg.MaxBodyBytes)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if fd, ok := v.(fastDecoder); ok && fd.decodeFast(data) {
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -1136,7 +1147,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, op, name string, e
 	s.m.requests.WithLabelValues(routeOf(r), strconv.Itoa(status)).Inc()
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "route", routeOf(r), "status", status, "err", err)
-	} else {
+	} else if s.log.Enabled(r.Context(), slog.LevelDebug) {
 		s.log.Debug("request refused", "method", r.Method, "route", routeOf(r), "status", status, "code", body.Code)
 	}
 	s.writeJSON(w, status, body)
@@ -1147,15 +1158,62 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) { writeJSON
 // writeJSON answers v as JSON with status: the server's answers and the resource
 // middleware's refusals alike.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	data, err := json.Marshal(v)
-	if err != nil { // only plain structs are marshalled; this is a bug
-		status, data = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	data, ok := appendJSON((*buf)[:0], v)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(v); err != nil { // only plain structs are marshalled; this is a bug
+			status, data = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
+		}
+	}
+	data = append(data, '\n')
+	if ok {
+		*buf = data
 	}
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	// Assigned rather than Set: the keys are canonical, and the values shared
+	// slices of one element (an Add to one reallocates it).
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
-	_, _ = w.Write(append(data, '\n'))
+	_, _ = w.Write(data)
+}
+
+var (
+	jsonContentType = []string{"application/json"}
+	noStore         = []string{"no-store"}
+)
+
+// bufferPool holds the buffers of request and answer bodies, which never
+// outlive their handler (a Write copies, decoding copies strings out).
+var bufferPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func getBuffer() *[]byte { return bufferPool.Get().(*[]byte) }
+
+// putBuffer returns buf to the pool, unless it grew past 64 KiB (a large body
+// is rare; keeping it would pin its memory).
+func putBuffer(buf *[]byte) {
+	if cap(*buf) <= 64<<10 {
+		bufferPool.Put(buf)
+	}
+}
+
+// readAllInto is io.ReadAll appending to dst.
+func readAllInto(dst []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
 }
 
 // routeOf names the route of r for metrics and logs, without names or keys.

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -31,7 +32,14 @@ var clientCounts = []int{1, 16}
 // fenceServer starts fence's HTTP server on the bolt store (as `fence serve` runs it).
 func fenceServer(b *testing.B) (*fencehttp.Server, string) {
 	b.Helper()
-	store, err := bolt.Open(filepath.Join(b.TempDir(), "fence.db"), nil)
+	return fenceServerOn(b, nil, nil)
+}
+
+// fenceServerOn is fenceServer with the bolt store opened with opts, and
+// configure (if not nil) called on the HTTP server before it starts.
+func fenceServerOn(b *testing.B, opts *bolt.Options, configure func(*http.Server)) (*fencehttp.Server, string) {
+	b.Helper()
+	store, err := bolt.Open(filepath.Join(b.TempDir(), "fence.db"), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,7 +48,11 @@ func fenceServer(b *testing.B) (*fencehttp.Server, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewUnstartedServer(s.Handler())
+	if configure != nil {
+		configure(hs.Config)
+	}
+	hs.Start()
 	b.Cleanup(hs.Close)
 	return s, hs.URL
 }

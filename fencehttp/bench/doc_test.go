@@ -8,6 +8,9 @@
 // on distinct names. BenchmarkHandoff reports the median time from the holder's
 // release to the waiter's grant, the waiter long-polling. BenchmarkWatch reports
 // the median time from the holder's release to a Client.Watch of the lock yielding
-// it. It is a separate package so that the fencehttp tests do not link the etcd
+// it. BenchmarkVsRedislock compares fence serve through the Go client with
+// bsm/redislock on a throwaway redis-server, in alternating rounds (issue 19's
+// ratios); testdata/wrk.sh compares a lock request with /healthz under wrk. It is
+// a separate package so that the fencehttp tests do not link the etcd
 // server.
 package bench_test

@@ -1,0 +1,35 @@
+//go:build unix
+
+package fencehttp
+
+import (
+	"net"
+	"syscall"
+)
+
+// canCheckIdle: idleAlive can tell a closed idle connection here, so the Client
+// uses directTransport.
+const canCheckIdle = true
+
+// idleAlive reports whether the idle connection c is still open with nothing to
+// read: a peek that does not wait finds no data (EAGAIN). A connection the server
+// closed reads EOF (or an error), and one with bytes waiting holds something no
+// request asked for (a 408 before a close): neither may carry a request.
+func idleAlive(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := false
+	var buf [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		_, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		alive = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
+		return true // never wait for readability
+	})
+	return err == nil && alive
+}
