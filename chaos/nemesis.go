@@ -52,6 +52,8 @@ func newNemesis(name string) nemesis {
 		return &memberNemesis{}
 	case NemesisDisk:
 		return &diskNemesis{}
+	case NemesisPartition:
+		return &partitionNemesis{}
 	}
 	return nil
 }
@@ -109,10 +111,25 @@ func (*pauseNemesis) name() string { return NemesisPause }
 func (n *pauseNemesis) setup(_ context.Context, r *run) error { n.r = r; return nil }
 
 func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, error) {
-	workers := n.r.workers
+	target := n.r.holder(ctx, rng)
+	if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("chaos: pause worker %d: %w", target.id, err)
+	}
+	return &fault{hold: 3 * n.r.cfg.TTL, heal: func() error {
+		if err := target.proc.Signal(syscall.SIGCONT); err != nil {
+			return fmt.Errorf("chaos: resume worker %d: %w", target.id, err)
+		}
+		return nil
+	}}, nil
+}
+
+// holder returns the lock holder: the worker whose latest acquisition has the token
+// the lock's inspector reports as held, a random worker if none matches.
+func (r *run) holder(ctx context.Context, rng *rand.Rand) *worker {
+	workers := r.workers
 	target := workers[rng.IntN(len(workers))]
 	ictx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	info, err := n.r.inspector.Inspect(ictx, runLock)
+	info, err := r.inspector.Inspect(ictx, runLock)
 	cancel()
 	if err == nil && info.Held {
 		for _, w := range workers {
@@ -124,15 +141,7 @@ func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, erro
 			w.mu.Unlock()
 		}
 	}
-	if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("chaos: pause worker %d: %w", target.id, err)
-	}
-	return &fault{hold: 3 * n.r.cfg.TTL, heal: func() error {
-		if err := target.proc.Signal(syscall.SIGCONT); err != nil {
-			return fmt.Errorf("chaos: resume worker %d: %w", target.id, err)
-		}
-		return nil
-	}}, nil
+	return target
 }
 
 // killNemesis SIGKILLs `fence serve`, leaves it down for a moment, and restarts it
@@ -166,7 +175,7 @@ type linkNemesis struct {
 func (*linkNemesis) name() string { return NemesisLink }
 
 func (n *linkNemesis) setup(_ context.Context, r *run) error {
-	px, err := startLinkProxy(r.srv.addr)
+	px, err := startLinkProxy(r.harnessAddr(), r.srv.addr)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,290 @@
+package chaos
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/fencelock/fence/internal/servers"
+)
+
+// The test binary doubles as the netns test's processes: with netnsHelperEnv set to
+// "listen ADDR" it serves a greeting on ADDR; with "dial ADDR" it connects to ADDR
+// within 1.5 s, reads the greeting and exits 0, or prints the error and exits 1.
+const netnsHelperEnv = "FENCE_CHAOS_NETNS_HELPER"
+
+func init() {
+	mode, addr, ok := strings.Cut(os.Getenv(netnsHelperEnv), " ")
+	if !ok {
+		return
+	}
+	switch mode {
+	case "listen":
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				os.Exit(1)
+			}
+			fmt.Fprintln(c, "hello")
+			c.Close()
+		}
+	case "dial":
+		c, err := net.DialTimeout("tcp", addr, 1500*time.Millisecond)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(1500 * time.Millisecond))
+			var line string
+			line, err = bufio.NewReader(c).ReadString('\n')
+			if err == nil && line != "hello\n" {
+				err = fmt.Errorf("greeting %q", line)
+			}
+		}
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// dialFrom runs the test binary as a dialer of addr in the namespace of host and
+// returns its error and output.
+func dialFrom(n *netLayer, host, addr string) (string, error) {
+	cmd := n.command(host, os.Args[0])
+	cmd.Env = append(os.Environ(), netnsHelperEnv+"=dial "+addr)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// namesOf returns the namespaces and links of the machine's namespace whose names
+// contain s.
+func namesOf(t *testing.T, s string) []string {
+	t.Helper()
+	var found []string
+	for _, args := range [][]string{{"netns", "list"}, {"-o", "link", "show"}} {
+		out, err := exec.Command("ip", args...).Output()
+		if err != nil {
+			t.Fatalf("ip %s: %v", strings.Join(args, " "), err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, s) {
+				found = append(found, strings.TrimSpace(line))
+			}
+		}
+	}
+	return found
+}
+
+// The network layer itself: two hosts in namespaces of their own reach each other
+// (and the harness reaches them); a cut between them makes a connect time out while
+// the harness still reaches both; heal restores the path; close leaves no namespace
+// or link of the layer behind.
+func TestNetLayer_CutTimesOutHealRestores(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates network namespaces; skipped under -short")
+	}
+	n, err := newNetLayer()
+	if err != nil {
+		t.Fatalf("newNetLayer: %v (it needs root and iproute2)", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			n.close()
+		}
+	}()
+	aIP, err := n.host("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bIP, err := n.host("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aIP == bIP || aIP == n.gateway() {
+		t.Fatalf("addresses a %s, b %s, gateway %s; want distinct", aIP, bIP, n.gateway())
+	}
+	bAddr := net.JoinHostPort(bIP, "7070")
+	lis := n.command("b", os.Args[0])
+	lis.Env = append(os.Environ(), netnsHelperEnv+"=listen "+bAddr)
+	p, err := servers.StartCommand("listener", lis, t.TempDir()+"/listener.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	// Wait (at most 5 s) for the listener; from a's namespace, through the bridge.
+	var out string
+	for i := 0; i < 50; i++ {
+		if out, err = dialFrom(n, "a", bAddr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dial b from a before any cut: %v: %s", err, out)
+	}
+	if c, err := net.DialTimeout("tcp", bAddr, time.Second); err != nil {
+		t.Fatalf("dial b from the harness: %v", err)
+	} else {
+		c.Close()
+	}
+
+	if err := n.cut([]string{"a"}, []string{"b"}); err != nil {
+		t.Fatalf("cut: %v", err)
+	}
+	began := time.Now()
+	out, err = dialFrom(n, "a", bAddr)
+	if err == nil || !strings.Contains(out, "timeout") {
+		t.Errorf("dial b from a across the cut = %v: %q; want a timeout", err, out)
+	}
+	if d := time.Since(began); d < time.Second {
+		t.Errorf("dial across the cut failed after %v; want it to time out (1.5 s), not fail at once", d)
+	}
+	if c, err := net.DialTimeout("tcp", bAddr, time.Second); err != nil {
+		t.Errorf("dial b from the harness during the a|b cut: %v; want it to work", err)
+	} else {
+		c.Close()
+	}
+
+	if err := n.heal(); err != nil {
+		t.Fatalf("heal: %v", err)
+	}
+	if out, err = dialFrom(n, "a", bAddr); err != nil {
+		t.Errorf("dial b from a after heal: %v: %s", err, out)
+	}
+
+	p.Kill()
+	n.close()
+	closed = true
+	if left := namesOf(t, n.id); len(left) > 0 {
+		t.Errorf("after close, left of %s: %q", n.id, left)
+	}
+	if left := namesOf(t, n.gwLink); len(left) > 0 {
+		t.Errorf("after close, gateway link left: %q", left)
+	}
+}
+
+// A new layer sweeps what a killed run left behind: namespaces and gateway links of
+// the prefix whose pid no longer runs; and a run with the partition nemesis leaves
+// none of its own.
+func TestNetLayer_SweepsStaleAndRunLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates network namespaces; skipped under -short")
+	}
+	// A pid that ran and is gone.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := dead.Process.Pid
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Skipf("pid %d was reused at once", pid) // cannot be helped, and is rare
+	}
+	pid36 := strconv.FormatInt(int64(pid), 36)
+	staleNS := netnsPrefix + "-" + pid36 + "-0-br"
+	staleLink := netnsPrefix + pid36 + "-0"
+	if err := ipCmd("netns", "add", staleNS); err != nil {
+		t.Fatal(err)
+	}
+	if err := ipCmd("-n", staleNS, "link", "add", "gw", "type", "veth", "peer", "name", staleLink, "netns", strconv.Itoa(os.Getpid())); err != nil {
+		ipCmd("netns", "del", staleNS)
+		t.Fatal(err)
+	}
+	sum := runChaos(t, Config{Workers: 2, Duration: 3 * time.Second, Interval: time.Second, MaxFaults: 1,
+		Nemeses: []string{NemesisPartition}, Fencing: true, Seed: 21})
+	if left := namesOf(t, staleNS); len(left) > 0 {
+		ipCmd("netns", "del", staleNS)
+		t.Errorf("stale namespace not swept: %q", left)
+	}
+	removeLink(staleLink)
+	if sum.Faults[NemesisPartition] < 1 {
+		t.Errorf("faults = %v, want a partition", sum.Faults)
+	}
+	own := netnsPrefix + "-" + strconv.FormatInt(int64(os.Getpid()), 36) + "-"
+	if left := namesOf(t, own); len(left) > 0 {
+		t.Errorf("after the run, namespaces of this process left: %q", left)
+	}
+	if left := namesOf(t, netnsPrefix+strconv.FormatInt(int64(os.Getpid()), 36)+"-"); len(left) > 0 {
+		t.Errorf("after the run, gateway links of this process left: %q", left)
+	}
+}
+
+// checkFenced fails t unless the fenced run sum has no violation, a linearizable
+// history, at least min partitions and progress.
+func checkFenced(t *testing.T, sum *Summary, min int) {
+	t.Helper()
+	r := sum.Report
+	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
+		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
+	}
+	if r.Linearizable != porcupine.Ok {
+		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
+	}
+	if sum.Faults[NemesisPartition] < min {
+		t.Errorf("faults injected = %v, want at least %d partitions", sum.Faults, min)
+	}
+	if r.Writes < 10 {
+		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", r.Writes)
+	}
+}
+
+// Partitions on bolt: fence serve cut off from the workers, or the holder cut off
+// from fence serve, for 3 TTLs at a time, leave no stale write accepted, nothing
+// lost and a linearizable history.
+func TestRun_FencingOn_PartitionBolt_NoViolation(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 4, Duration: 10 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 4,
+		Nemeses: []string{NemesisPartition}, Fencing: true, Seed: 22})
+	checkFenced(t, sum, 2)
+	if sum.Faults["partition/serve"]+sum.Faults["partition/holder"] != sum.Faults[NemesisPartition] {
+		t.Errorf("faults = %v, want every partition a serve or holder one", sum.Faults)
+	}
+}
+
+// Partitions on etcd: the leader cut off from the other members and fence serve (a
+// minority partition), or from the other members alone.
+func TestRun_FencingOn_PartitionEtcd_NoViolation(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 3, Duration: 12 * time.Second, Interval: 2 * time.Second, MaxFaults: 3,
+		Nemeses: []string{NemesisPartition}, Store: StoreEtcd, Fencing: true, Seed: 23})
+	checkFenced(t, sum, 2)
+	if sum.Faults["partition/leader"]+sum.Faults["partition/split"] != sum.Faults[NemesisPartition] {
+		t.Errorf("faults = %v, want every partition a leader or split one", sum.Faults)
+	}
+}
+
+// Partitions on redis: the primary cut off from its replica and the workers.
+func TestRun_FencingOn_PartitionRedis_NoViolation(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 3, Duration: 10 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 3,
+		Nemeses: []string{NemesisPartition}, Store: StoreRedis, Fencing: true, Seed: 24})
+	checkFenced(t, sum, 2)
+	if sum.Faults["partition/primary"] != sum.Faults[NemesisPartition] {
+		t.Errorf("faults = %v, want every partition a primary one", sum.Faults)
+	}
+}
+
+// The partition control run: without fencing, partitions together with pauses must
+// produce violations, or the fenced runs above proved nothing of the namespaced
+// setup.
+func TestRun_FencingOff_PartitionPause_ControlFindsViolations(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 4, Duration: 10 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 5, Hold: 60 * time.Millisecond,
+		Nemeses: []string{NemesisPartition, NemesisPause}, Fencing: false, Seed: 25})
+	r := sum.Report
+	if !r.Found() || r.StaleAccepted+r.Lost == 0 {
+		t.Errorf("control run: Found() = %v, stale accepted %d, lost %d; want violations", r.Found(), r.StaleAccepted, r.Lost)
+	}
+	if sum.Faults[NemesisPartition] < 1 {
+		t.Errorf("faults injected = %v, want at least one partition", sum.Faults)
+	}
+}
