@@ -16,7 +16,8 @@ const NemesisPartition = "partition"
 // partitionNemesis cuts hosts of the run off from each other for 3 TTLs (silently
 // dropped frames, so connects time out and open connections stall), then heals the
 // partition. What it cuts depends on the store, one kind picked at random per fault,
-// counted as "partition/<kind>":
+// counted as "partition/<kind>" (the two kinds of a store alternate, the first one
+// picked at random, so every run of two faults or more has both):
 //
 //   - bolt: "serve", fence serve cut off from every worker; "holder", the lock
 //     holder cut off from fence serve;
@@ -33,6 +34,8 @@ const NemesisPartition = "partition"
 type partitionNemesis struct {
 	r    *run
 	hold time.Duration
+	odd  bool // which of the store's two kinds is next; set at random at the first fault
+	n    int  // faults injected
 }
 
 func (*partitionNemesis) name() string { return NemesisPartition }
@@ -46,6 +49,11 @@ func (n *partitionNemesis) setup(_ context.Context, r *run) error {
 }
 
 func (n *partitionNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, error) {
+	if n.n == 0 {
+		n.odd = rng.IntN(2) == 0
+	}
+	n.n++
+	n.odd = !n.odd
 	var kind string
 	var a, b []string
 	switch n.r.cfg.Store {
@@ -66,7 +74,7 @@ func (n *partitionNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, 
 			}
 		}
 		kind = "split"
-		if rng.IntN(2) == 0 {
+		if n.odd {
 			kind = "leader"
 			b = append(b, "serve")
 		}
@@ -75,7 +83,7 @@ func (n *partitionNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, 
 		a = []string{n.r.net.hostOf(n.r.redis.primary.Host)}
 		b = append(n.r.workerHosts(), n.r.net.hostOf(n.r.redis.replica.Host), hostHarness)
 	default:
-		if rng.IntN(2) == 0 {
+		if n.odd {
 			kind = "serve"
 			a, b = []string{"serve"}, n.r.workerHosts()
 		} else {

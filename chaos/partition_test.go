@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -184,14 +186,19 @@ func TestNetLayer_SweepsStaleAndRunLeavesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates network namespaces; skipped under -short")
 	}
-	// A pid that ran and is gone.
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
+	// A pid that ran and is gone (tried a few times, in case one is reused at once).
+	pid := 0
+	for i := 0; i < 10 && pid == 0; i++ {
+		dead := exec.Command("true")
+		if err := dead.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(dead.Process.Pid, 0); errors.Is(err, syscall.ESRCH) {
+			pid = dead.Process.Pid
+		}
 	}
-	pid := dead.Process.Pid
-	if err := syscall.Kill(pid, 0); err == nil {
-		t.Skipf("pid %d was reused at once", pid) // cannot be helped, and is rare
+	if pid == 0 {
+		t.Fatal("no exited pid stayed free")
 	}
 	pid36 := strconv.FormatInt(int64(pid), 36)
 	staleNS := netnsPrefix + "-" + pid36 + "-0-br"
@@ -223,8 +230,9 @@ func TestNetLayer_SweepsStaleAndRunLeavesNothing(t *testing.T) {
 }
 
 // checkFenced fails t unless the fenced run sum has no violation, a linearizable
-// history, at least min partitions and progress.
-func checkFenced(t *testing.T, sum *Summary, min int) {
+// history, at least min partitions, progress, and operations stalled over ttl (the
+// run's lease TTL) by them.
+func checkFenced(t *testing.T, sum *Summary, min int, ttl time.Duration) {
 	t.Helper()
 	r := sum.Report
 	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
@@ -239,6 +247,11 @@ func checkFenced(t *testing.T, sum *Summary, min int) {
 	if r.Writes < 10 {
 		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", r.Writes)
 	}
+	if n := stalled(t, sum.Dir, ttl); n < 1 {
+		t.Errorf("operations on fence serve that took over a TTL (%v) = 0, want at least 1 (the partitions never reached the workers?)", ttl)
+	} else {
+		t.Logf("operations stalled over a TTL: %d", n)
+	}
 }
 
 // Partitions on bolt: fence serve cut off from the workers, or the holder cut off
@@ -247,9 +260,9 @@ func checkFenced(t *testing.T, sum *Summary, min int) {
 func TestRun_FencingOn_PartitionBolt_NoViolation(t *testing.T) {
 	sum := runChaos(t, Config{Workers: 4, Duration: 10 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 4,
 		Nemeses: []string{NemesisPartition}, Fencing: true, Seed: 22})
-	checkFenced(t, sum, 2)
-	if sum.Faults["partition/serve"]+sum.Faults["partition/holder"] != sum.Faults[NemesisPartition] {
-		t.Errorf("faults = %v, want every partition a serve or holder one", sum.Faults)
+	checkFenced(t, sum, 2, 400*time.Millisecond)
+	if sum.Faults["partition/serve"] < 1 || sum.Faults["partition/holder"] < 1 || sum.Faults["partition/serve"]+sum.Faults["partition/holder"] != sum.Faults[NemesisPartition] {
+		t.Errorf("faults = %v, want serve and holder partitions, and no other", sum.Faults)
 	}
 }
 
@@ -258,9 +271,9 @@ func TestRun_FencingOn_PartitionBolt_NoViolation(t *testing.T) {
 func TestRun_FencingOn_PartitionEtcd_NoViolation(t *testing.T) {
 	sum := runChaos(t, Config{Workers: 3, Duration: 12 * time.Second, Interval: 2 * time.Second, MaxFaults: 3,
 		Nemeses: []string{NemesisPartition}, Store: StoreEtcd, Fencing: true, Seed: 23})
-	checkFenced(t, sum, 2)
-	if sum.Faults["partition/leader"]+sum.Faults["partition/split"] != sum.Faults[NemesisPartition] {
-		t.Errorf("faults = %v, want every partition a leader or split one", sum.Faults)
+	checkFenced(t, sum, 2, etcdMinTTL)
+	if sum.Faults["partition/leader"] < 1 || sum.Faults["partition/split"] < 1 || sum.Faults["partition/leader"]+sum.Faults["partition/split"] != sum.Faults[NemesisPartition] {
+		t.Errorf("faults = %v, want leader and split partitions, and no other", sum.Faults)
 	}
 }
 
@@ -268,23 +281,52 @@ func TestRun_FencingOn_PartitionEtcd_NoViolation(t *testing.T) {
 func TestRun_FencingOn_PartitionRedis_NoViolation(t *testing.T) {
 	sum := runChaos(t, Config{Workers: 3, Duration: 10 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 3,
 		Nemeses: []string{NemesisPartition}, Store: StoreRedis, Fencing: true, Seed: 24})
-	checkFenced(t, sum, 2)
+	checkFenced(t, sum, 2, 400*time.Millisecond)
 	if sum.Faults["partition/primary"] != sum.Faults[NemesisPartition] {
 		t.Errorf("faults = %v, want every partition a primary one", sum.Faults)
 	}
 }
 
-// The partition control run: without fencing, partitions together with pauses must
+// The partition control run: without fencing, partitions alone (no pause) must
 // produce violations, or the fenced runs above proved nothing of the namespaced
-// setup.
-func TestRun_FencingOff_PartitionPause_ControlFindsViolations(t *testing.T) {
-	sum := runChaos(t, Config{Workers: 4, Duration: 10 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 5, Hold: 60 * time.Millisecond,
-		Nemeses: []string{NemesisPartition, NemesisPause}, Fencing: false, Seed: 25})
-	r := sum.Report
-	if !r.Found() || r.StaleAccepted+r.Lost == 0 {
-		t.Errorf("control run: Found() = %v, stale accepted %d, lost %d; want violations", r.Found(), r.StaleAccepted, r.Lost)
+// setup. They do: a request of the holder stalled by a partition of fence serve
+// outlives the lease, and arrives, retransmitted once the partition heals, after
+// the next holder's; with fencing off it is accepted. A run of a few faults may by
+// chance have none of these, so up to three seeded runs are allowed, and the test
+// fails if none of them finds a violation.
+func TestRun_FencingOff_Partition_ControlFindsViolations(t *testing.T) {
+	const attempts = 3
+	for i := 0; i < attempts; i++ {
+		sum := runChaos(t, Config{Workers: 4, Duration: 8 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 4,
+			Nemeses: []string{NemesisPartition}, Fencing: false, Seed: uint64(41 + i)})
+		if sum.Faults[NemesisPartition] < 1 {
+			t.Fatalf("faults injected = %v, want at least one partition", sum.Faults)
+		}
+		if r := sum.Report; r.Found() && r.StaleAccepted+r.Lost > 0 {
+			return
+		}
+		t.Logf("control run %d of %d (seed %d) found no violation", i+1, attempts, 41+i)
 	}
-	if sum.Faults[NemesisPartition] < 1 {
-		t.Errorf("faults injected = %v, want at least one partition", sum.Faults)
+	t.Errorf("control run: %d runs of partitions without fencing found no violation; the fenced partition runs prove nothing", attempts)
+}
+
+// stalled counts the workers' operations in dir, other than acquisitions (which
+// wait for the lock by design), that took d or longer or never completed: what a
+// partition between a worker and what it talks to does to them.
+func stalled(t *testing.T, dir string, d time.Duration) int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "worker-*.jsonl"))
+	n := 0
+	for _, f := range files {
+		ops, err := ReadHistoryFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range ops {
+			if o.Kind != KindAcquire && (o.Return == Never || o.Return-o.Call >= int64(d)) {
+				n++
+			}
+		}
 	}
+	return n
 }

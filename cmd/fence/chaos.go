@@ -30,9 +30,13 @@ processes (this binary) that loop: acquire a lock, fence a key, read it, write i
 release. Nemeses inject faults while they run: pause (SIGSTOP the lock holder past its
 TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data), link
 (latency, resets and cuts on a TCP proxy between the workers and the server),
-failover (locks from a Redis primary that fails over to a lagging replica) and
+failover (locks from a Redis primary that fails over to a lagging replica),
 member (fence serve on a 3-member etcd cluster whose leader is killed with -9 and
-restarted on its data). With --resource postgres --postgres DSN the counter is a
+restarted on its data), disk (fence serve's data directory filled) and partition
+(every process in a network namespace of its own, needs root; fence serve cut off
+from the workers or the holder from fence serve, the etcd leader cut off from the
+other members, the Redis primary from its replica and the workers; healed after 3
+TTLs). With --resource postgres --postgres DSN the counter is a
 row of a PostgreSQL table written through postgres.Guard instead of fence serve's KV. Then
 every recorded operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.
@@ -129,7 +133,7 @@ visualisation) are saved under --results.`,
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the workers run (e.g. 10m for a soak)")
 	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
-	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: pause, kill, link, failover, member (or none)")
+	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: "+strings.Join(chaos.Nemeses, ", ")+" (or none)")
 	f.StringVar(&fencing, "fencing", "on", "on, or off for the control run that must find violations")
 	f.StringVar(&cfg.Results, "results", "chaos-results", "directory for run folders and failing histories")
 	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL of the workers")
