@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
 )
 
@@ -315,18 +318,86 @@ func TestRun_FencingOff_Partition_ControlFindsViolations(t *testing.T) {
 // partition between a worker and what it talks to does to them.
 func stalled(t *testing.T, dir string, d time.Duration) int {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "worker-*.jsonl"))
 	n := 0
+	for _, o := range workerOps(t, dir) {
+		if o.Kind != KindAcquire && (o.Return == Never || o.Return-o.Call >= int64(d)) {
+			n++
+		}
+	}
+	return n
+}
+
+// workerOps returns the operations of every worker log in the run folder dir.
+func workerOps(t *testing.T, dir string) []Op {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "worker-*.jsonl"))
+	var all []Op
 	for _, f := range files {
 		ops, err := ReadHistoryFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, o := range ops {
-			if o.Kind != KindAcquire && (o.Return == Never || o.Return-o.Call >= int64(d)) {
-				n++
-			}
+		all = append(all, ops...)
+	}
+	return all
+}
+
+// The etcd partitions reach etcd: with the leader cut off from the other members
+// (and fence serve), those two elect a new leader among themselves; once healed, the
+// three agree on a leader again.
+func TestPartition_EtcdLeaderCut_MajorityElectsNewLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd members in network namespaces; skipped under -short")
+	}
+	r := &run{cfg: Config{Binary: fenceBin, Store: StoreEtcd, TTL: etcdMinTTL}, dir: t.TempDir(), srv: &server{}}
+	defer r.close()
+	n, err := newNetLayer()
+	if err != nil {
+		t.Fatalf("newNetLayer: %v", err)
+	}
+	r.net = n
+	r.onClose(n.close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := (&etcdStore{}).setup(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	p := &partitionNemesis{}
+	if err := p.setup(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	old, err := r.etcd.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.n, p.odd = 1, false // the next fault is the leader kind
+	f, err := p.inject(ctx, rand.New(rand.NewPCG(1, 2)))
+	if err != nil || f == nil || f.kind != "leader" {
+		t.Fatalf("inject = %+v, %v; want a leader partition", f, err)
+	}
+	var others []string
+	for _, m := range r.etcd.Members {
+		if m != old {
+			others = append(others, m.ClientURL)
 		}
 	}
-	return n
+	// etcdmember.Leader succeeds only when the members asked agree on a leader that
+	// is one of them: here, a new leader of the majority.
+	for try := 0; try < 100; try++ { // at most about 10 s with the 1 s status timeouts
+		if _, err = etcdmember.Leader(ctx, others); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("the majority elected no leader of its own while %s was cut off: %v", old.Name, err)
+	}
+	if err := f.heal(); err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer lcancel()
+	if _, err := r.etcd.Leader(lctx); err != nil {
+		t.Errorf("after heal the three members agree on no leader: %v", err)
+	}
 }
