@@ -79,9 +79,12 @@ func (n *partitionNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, 
 			b = append(b, "serve")
 		}
 	case StoreRedis:
+		// The primary is where the proxy sends the workers (the failover nemesis
+		// retargets it, and swaps the pair's fields in its own goroutine).
 		kind = "primary"
-		a = []string{n.r.net.hostOf(n.r.redis.primary.Host)}
-		b = append(n.r.workerHosts(), n.r.net.hostOf(n.r.redis.replica.Host), hostHarness)
+		host, _, _ := net.SplitHostPort(n.r.redis.proxy.targetAddr())
+		a = []string{n.r.net.hostOf(host)}
+		b = append(n.r.workerHosts(), hostHarness, "redis-0", "redis-1")
 	default:
 		if n.odd {
 			kind = "serve"
@@ -124,4 +127,11 @@ func (r *run) viaHarness() bool {
 	}
 	host, _, _ := net.SplitHostPort(u.Host)
 	return host == r.harnessAddr()
+}
+
+// targetAddr returns where the proxy forwards to.
+func (p *linkProxy) targetAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
 }

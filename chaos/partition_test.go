@@ -401,3 +401,19 @@ func TestPartition_EtcdLeaderCut_MajorityElectsNewLeader(t *testing.T) {
 		t.Errorf("after heal the three members agree on no leader: %v", err)
 	}
 }
+
+// Partitions compose with the other nemeses of their store: on bolt with pauses,
+// kills and link faults (the workers then reach fence serve through the harness's
+// proxy, which a partition cuts too), and on redis with failovers (a partition cuts
+// whichever server is the primary at the time).
+func TestRun_FencingOn_PartitionWithOthers_NoViolation(t *testing.T) {
+	sum := runChaos(t, Config{Workers: 4, Duration: 12 * time.Second, Interval: 2 * time.Second, MaxFaults: 3,
+		Nemeses: []string{NemesisPartition, NemesisPause, NemesisKill, NemesisLink}, Fencing: true, Seed: 26})
+	checkFenced(t, sum, 2, 400*time.Millisecond)
+	sum = runChaos(t, Config{Workers: 3, Duration: 12 * time.Second, Interval: 2 * time.Second, MaxFaults: 3,
+		Nemeses: []string{NemesisPartition, NemesisFailover}, Fencing: true, Seed: 27})
+	checkFenced(t, sum, 2, 400*time.Millisecond)
+	if sum.Faults[NemesisFailover] < 1 {
+		t.Errorf("faults injected = %v, want at least one failover", sum.Faults)
+	}
+}
