@@ -73,9 +73,15 @@ type netHost struct {
 
 // newNetLayer sweeps the namespaces and links that dead processes left behind, then
 // creates the bridge, its namespace and the gateway of a new layer. It returns an
-// error if a namespace or link cannot be made (the caller must be root) or no free
-// subnet is found; what it made is removed then.
+// error if ip (iproute2) is missing, the caller is not root, a namespace or link
+// cannot be made or no free subnet is found; what it made is removed then.
 func newNetLayer() (*netLayer, error) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("chaos: partition: %w (apt-get install iproute2)", err)
+	}
+	if uid := os.Geteuid(); uid != 0 {
+		return nil, fmt.Errorf("chaos: partition: network namespaces need root; running as uid %d", uid)
+	}
 	netMu.Lock()
 	defer netMu.Unlock()
 	sweepNetns()
