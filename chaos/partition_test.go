@@ -18,6 +18,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
 )
@@ -415,5 +416,24 @@ func TestRun_FencingOn_PartitionWithOthers_NoViolation(t *testing.T) {
 	checkFenced(t, sum, 2, 400*time.Millisecond)
 	if sum.Faults[NemesisFailover] < 1 {
 		t.Errorf("faults injected = %v, want at least one failover", sum.Faults)
+	}
+}
+
+// The partition nemesis applies to the bolt, redis and etcd stores, runs on bolt when no
+// store is given, and refuses the postgres resource, whose server on this machine's
+// loopback the namespaced workers could not reach.
+func TestConfig_Partition(t *testing.T) {
+	c := Config{Nemeses: []string{NemesisPartition}}
+	if err := c.resolveStore(); err != nil || c.Store != StoreBolt {
+		t.Errorf("partition alone: store %q, err %v; want bolt", c.Store, err)
+	}
+	for _, s := range []string{StoreBolt, StoreRedis, StoreEtcd} {
+		if !Applies(s, NemesisPartition) {
+			t.Errorf("Applies(%q, partition) = false, want true", s)
+		}
+	}
+	_, err := Run(context.Background(), Config{Binary: "fence", Nemeses: []string{NemesisPartition}, Resource: ResourcePostgres, Postgres: "postgres://x@127.0.0.1:1/db"})
+	if !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), "partition") {
+		t.Errorf("partition with the postgres resource: Run error = %v, want fence.ErrInvalid naming the partition", err)
 	}
 }
