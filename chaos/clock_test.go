@@ -165,7 +165,7 @@ func TestClock_StepMakesStaleHolder_FenceRefusesIt(t *testing.T) {
 		t.Skip("starts fence serve; skipped under -short")
 	}
 	dir := t.TempDir()
-	addr, err := freeAddr()
+	addr, err := freeAddr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ const (
 )
 
 // Nemeses lists the implemented nemeses.
-var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk, NemesisClock}
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk, NemesisClock, NemesisPartition}
 
 // Config configures a chaos run.
 type Config struct {
@@ -136,6 +136,9 @@ func (c *Config) defaults() error {
 	}
 	if (c.Resource == ResourcePostgres) != (c.Postgres != "") {
 		return fmt.Errorf("chaos: %w: a postgres DSN goes with the postgres resource, and only with it", fence.ErrInvalid)
+	}
+	if slices.Contains(c.Nemeses, NemesisPartition) && c.Resource == ResourcePostgres {
+		return fmt.Errorf("chaos: %w: the partition nemesis puts the workers in network namespaces of their own, from which the postgres resource's server on this machine's loopback is out of reach", fence.ErrInvalid)
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,17 +40,10 @@ func TestRun_FencingOn_DiskFull_NoViolation(t *testing.T) {
 // was full.
 func diskFullRefusals(t *testing.T, dir string) int {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "worker-*.jsonl"))
 	n := 0
-	for _, f := range files {
-		ops, err := ReadHistoryFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range ops {
-			if o.Result == ResultFailed && strings.Contains(o.Err, "disk full (no space left on device)") {
-				n++
-			}
+	for _, o := range workerOps(t, dir) {
+		if o.Result == ResultFailed && strings.Contains(o.Err, "disk full (no space left on device)") {
+			n++
 		}
 	}
 	return n

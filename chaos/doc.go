@@ -30,7 +30,17 @@
 //     etcd-member` mode, an embedded etcd with a 500 ms election timeout); the
 //     current leader (found through the members' Status) is killed with SIGKILL,
 //     kept down for about 2 TTLs (at least etcd's 1 s minimum lease TTL) and
-//     restarted on the same data directory.
+//     restarted on the same data directory;
+//   - disk: fence serve's data directory is a small tmpfs of its own, filled and
+//     freed;
+//   - partition: every host (fence serve, each worker, each etcd member or Redis
+//     server) runs in a network namespace of its own on a bridge (it needs root and
+//     iproute2), and hosts are cut off from each other for 3 TTLs, frames dropped
+//     silently so connects time out: on bolt fence serve from every worker, or the
+//     lock holder from fence serve; on etcd the leader from the other members and
+//     fence serve (a minority partition), or from the other members alone; on redis
+//     the primary from its replica and the workers. The harness reaches every host
+//     through a gateway veth, the one thing it adds to the machine's namespace.
 //   - clock: the clock of one process steps forward or backward by several seconds
 //     (a multiple of the TTL) and back: fence serve's on the bolt store (while it
 //     runs, or while it is down before a restart on its data) or the lock holder's,

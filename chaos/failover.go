@@ -48,7 +48,7 @@ func (n *failoverNemesis) rejoin(old *servers.Redis) error {
 	if err := old.Restart(); err != nil {
 		return fmt.Errorf("chaos: failover: restart old primary: %w", err)
 	}
-	if _, err := old.Do("REPLICAOF", "127.0.0.1", strconv.Itoa(n.primary.Port)); err != nil {
+	if _, err := old.Do("REPLICAOF", n.primary.Host, strconv.Itoa(n.primary.Port)); err != nil {
 		return fmt.Errorf("chaos: failover: old primary as replica: %w", err)
 	}
 	if err := old.WaitReplicaSynced(10 * time.Second); err != nil {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,8 +40,18 @@ type run struct {
 	inspector  fence.Inspector     // tells which token holds the lock; nil until the run starts means fence serve
 	redis      *redisPair          // the redis store's servers; nil on other stores
 	etcd       *etcdmember.Cluster // the etcd store's members; nil on other stores
+	net        *netLayer           // every host in a namespace of its own; nil but with the partition nemesis
 	workers    []*worker           // set once they started
 	closers    []func()            // run in reverse order by close
+}
+
+// harnessAddr returns the address of this process that the hosts reach it at, for
+// the proxies it runs: 127.0.0.1, or the gateway with the partition nemesis.
+func (r *run) harnessAddr() string {
+	if r.net != nil {
+		return r.net.gateway()
+	}
+	return "127.0.0.1"
 }
 
 // onClose registers f to run when the run ends, before what was registered earlier.
@@ -82,14 +94,28 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("chaos: results: %w", err)
 	}
-	addr, err := freeAddr()
+	st := newStore(cfg.Store)
+	r := &run{cfg: cfg, dir: dir, storeName: st.label()}
+	defer r.close()
+	if slices.Contains(cfg.Nemeses, NemesisPartition) {
+		n, err := newNetLayer()
+		if err != nil {
+			return nil, err
+		}
+		r.net = n
+		r.onClose(n.close) // last: after every process of the run is gone
+	}
+	host, err := r.hostAddr("serve")
 	if err != nil {
 		return nil, err
 	}
-	st := newStore(cfg.Store)
-	r := &run{cfg: cfg, dir: dir, storeName: st.label(), srv: newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))}
+	addr, err := freeAddr(host)
+	if err != nil {
+		return nil, err
+	}
+	r.srv = newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))
+	r.srv.command = func(bin string, args ...string) *exec.Cmd { return r.command("serve", bin, args...) }
 	r.workerURL = r.srv.url()
-	defer r.close()
 	if err := st.setup(ctx, r); err != nil {
 		return nil, err
 	}

@@ -25,9 +25,10 @@ type linkProxy struct {
 	closed    bool
 }
 
-// startLinkProxy listens on a free 127.0.0.1 port and forwards to target.
-func startLinkProxy(target string) (*linkProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// startLinkProxy listens on a free port of host (an IPv4 address of this machine) and
+// forwards to target.
+func startLinkProxy(host, target string) (*linkProxy, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("chaos: link proxy: %w", err)
 	}

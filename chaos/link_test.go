@@ -49,7 +49,7 @@ func roundTrip(c net.Conn, timeout time.Duration) (string, error) {
 }
 
 func TestLinkProxy_ForwardsThenResetsThenCutsThenHeals(t *testing.T) {
-	px, err := startLinkProxy(echoServer(t))
+	px, err := startLinkProxy("127.0.0.1", echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

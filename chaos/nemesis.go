@@ -54,6 +54,8 @@ func newNemesis(name string) nemesis {
 		return &diskNemesis{}
 	case NemesisClock:
 		return &clockNemesis{}
+	case NemesisPartition:
+		return &partitionNemesis{}
 	}
 	return nil
 }
@@ -174,7 +176,7 @@ type linkNemesis struct {
 func (*linkNemesis) name() string { return NemesisLink }
 
 func (n *linkNemesis) setup(_ context.Context, r *run) error {
-	px, err := startLinkProxy(r.srv.addr)
+	px, err := startLinkProxy(r.harnessAddr(), r.srv.addr)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -22,7 +23,9 @@ type server struct {
 	bin, addr, data, logPath string
 	store                    string   // --store URL; "" means the embedded bolt store in data
 	env                      []string // extra environment of the process ("K=V"), e.g. its fault clock
-	life                     servers.Lifecycle
+	// command makes its command (the run's, for its host); nil means exec.Command.
+	command func(bin string, args ...string) *exec.Cmd
+	life    servers.Lifecycle
 }
 
 func (s *server) url() string { return "http://" + s.addr }
@@ -38,7 +41,11 @@ func newServer(bin, addr, data, logPath string) *server {
 
 // launch starts fence serve and waits until it is healthy.
 func (s *server) launch() (*servers.Process, error) {
-	cmd := exec.Command(s.bin, "serve", "--listen", s.addr, "--data", s.data, "--log-level", "warn", "--shutdown-timeout", "2s")
+	command := s.command
+	if command == nil {
+		command = exec.Command
+	}
+	cmd := command(s.bin, "serve", "--listen", s.addr, "--data", s.data, "--log-level", "warn", "--shutdown-timeout", "2s")
 	if s.store != "" {
 		cmd.Args = append(cmd.Args, "--store", s.store)
 	}
@@ -83,15 +90,16 @@ func (s *server) stop() { s.life.Stop() }
 // healthClient polls /healthz; a server stopped mid-answer must not hang the poll.
 var healthClient = &http.Client{Timeout: time.Second}
 
-// freeAddr returns 127.0.0.1:PORT with a port free at the time of the call.
-func freeAddr() (string, error) {
+// freeAddr returns host:PORT with a port of 127.0.0.1 free at the time of the call
+// (host is 127.0.0.1, or a host in a fresh namespace, where every port is free).
+func freeAddr(host string) (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("chaos: free port: %w", err)
 	}
-	addr := l.Addr().String()
+	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	return addr, nil
+	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
 // worker is one worker process and what the harness learnt from its log so far.

@@ -255,7 +255,7 @@ func TestWorkerConfig_Validate(t *testing.T) {
 func TestRunWorker_NoServer_RecordsFailuresAndStops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	addr, err := freeAddr()
+	addr, err := freeAddr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,9 +40,9 @@ var Stores = []string{StoreBolt, StoreRedis, StoreEtcd}
 // which every store has; clock steps the workers' clocks on every store, and fence
 // serve's only where it judges expiry itself (bolt).
 var storeNemeses = map[string][]string{
-	StoreBolt:  {NemesisPause, NemesisKill, NemesisLink, NemesisDisk, NemesisClock},
-	StoreRedis: {NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisClock},
-	StoreEtcd:  {NemesisPause, NemesisKill, NemesisLink, NemesisMember, NemesisClock},
+	StoreBolt:  {NemesisPause, NemesisKill, NemesisLink, NemesisDisk, NemesisClock, NemesisPartition},
+	StoreRedis: {NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisClock, NemesisPartition},
+	StoreEtcd:  {NemesisPause, NemesisKill, NemesisLink, NemesisMember, NemesisClock, NemesisPartition},
 }
 
 // Applies reports whether the nemesis acts on something the store runs, so that a run
@@ -113,15 +113,30 @@ func storesOf(nemesis string) []string {
 // command returns the command that runs bin with args as a process of the run's host
 // named host ("serve", "worker-0", "etcd-1", "redis-primary", ...). Every process the
 // harness starts goes through it, so that a nemesis that puts hosts in network
-// namespaces of their own has one place to do it; today every host is this machine's
-// loopback and command is exec.Command, with the host's extra environment
-// (r.hostEnv) if it has one.
+// namespaces of their own has one place to do it: with the partition nemesis the
+// command runs in the host's namespace (netLayer.command), else it is exec.Command;
+// either way with the host's extra environment (r.hostEnv) if it has one.
 func (r *run) command(host, bin string, args ...string) *exec.Cmd {
-	cmd := exec.Command(bin, args...)
+	var cmd *exec.Cmd
+	if r.net != nil {
+		cmd = r.net.command(host, bin, args...)
+	} else {
+		cmd = exec.Command(bin, args...)
+	}
 	if env := r.hostEnv[host]; len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
 	return cmd
+}
+
+// hostAddr returns the IPv4 address the named host listens on and is reached at:
+// 127.0.0.1, or its own address with the partition nemesis (its namespace made at
+// the first call). It returns an error if the namespace cannot be made.
+func (r *run) hostAddr(host string) (string, error) {
+	if r.net != nil {
+		return r.net.host(host)
+	}
+	return "127.0.0.1", nil
 }
 
 // boltStore is fence serve's embedded store: nothing to start.
@@ -145,16 +160,29 @@ func (*redisStore) name() string  { return StoreRedis }
 func (*redisStore) label() string { return "redis" }
 
 func (s *redisStore) setup(_ context.Context, r *run) error {
-	p, err := servers.StartRedis()
+	opts := func(host string) (servers.RedisOptions, error) {
+		ip, err := r.hostAddr(host)
+		command := func(bin string, args ...string) *exec.Cmd { return r.command(host, bin, args...) }
+		return servers.RedisOptions{Host: ip, Command: command}, err
+	}
+	po, err := opts("redis-0")
+	if err != nil {
+		return err
+	}
+	ro, err := opts("redis-1")
+	if err != nil {
+		return err
+	}
+	p, err := servers.StartRedisWith(po)
 	if err != nil {
 		return fmt.Errorf("chaos: redis primary: %w", err)
 	}
-	rep, err := servers.StartRedisReplica(p)
+	rep, err := servers.StartRedisReplicaWith(ro, p)
 	if err != nil {
 		p.Close()
 		return fmt.Errorf("chaos: redis replica: %w", err)
 	}
-	px, err := startLinkProxy(p.Addr)
+	px, err := startLinkProxy(r.harnessAddr(), p.Addr)
 	if err != nil {
 		p.Close()
 		rep.Close()
@@ -196,12 +224,19 @@ func (*etcdStore) setup(ctx context.Context, r *run) error {
 			"--client-url", m.ClientURL, "--peer-url", m.PeerURL, "--initial-cluster", m.InitialCluster,
 			"--cluster-token", m.ClusterToken, "--state", state)
 	}
-	c, err := etcdmember.StartCluster(ctx, dir, "chaos-"+filepath.Base(dir), 3, command)
+	hosts := make([]string, 3)
+	for i := range hosts {
+		var err error
+		if hosts[i], err = r.hostAddr(fmt.Sprintf("etcd-m%d", i)); err != nil {
+			return err
+		}
+	}
+	c, err := etcdmember.StartClusterOn(ctx, dir, "chaos-"+filepath.Base(dir), hosts, command)
 	if err != nil {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	r.onClose(c.Close)
-	var hosts []string
+	hosts = hosts[:0]
 	for _, m := range c.Members {
 		hosts = append(hosts, strings.TrimPrefix(m.ClientURL, "http://"))
 	}

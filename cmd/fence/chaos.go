@@ -30,11 +30,15 @@ processes (this binary) that loop: acquire a lock, fence a key, read it, write i
 release. Nemeses inject faults while they run: pause (SIGSTOP the lock holder past its
 TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data), link
 (latency, resets and cuts on a TCP proxy between the workers and the server),
-failover (locks from a Redis primary that fails over to a lagging replica) and
+failover (locks from a Redis primary that fails over to a lagging replica),
 member (fence serve on a 3-member etcd cluster whose leader is killed with -9 and
-restarted on its data). clock steps the clock of fence serve (bolt store; also across a
-kill and restart) or of the lock holder forward and backward by seconds; it needs a
-binary built with -tags faultclock. With --resource postgres --postgres DSN the counter is a
+restarted on its data), disk (fence serve's data directory filled), partition
+(every process in a network namespace of its own, needs root; fence serve cut off
+from the workers or the holder from fence serve, the etcd leader cut off from the
+other members, the Redis primary from its replica and the workers; healed after 3
+TTLs) and clock (the clock of fence serve on the bolt store, also across a kill and
+restart, or of the lock holder, stepped forward and backward by seconds; it needs a
+binary built with -tags faultclock). With --resource postgres --postgres DSN the counter is a
 row of a PostgreSQL table written through postgres.Guard instead of fence serve's KV. Then
 every recorded operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.

@@ -13,7 +13,7 @@ import (
 	"github.com/fencelock/fence/internal/servers"
 )
 
-// Cluster is an etcd cluster on 127.0.0.1 whose members are separate processes (each
+// Cluster is an etcd cluster (on 127.0.0.1 unless StartClusterOn) whose members are separate processes (each
 // runs Serve on its Config), so that one can be killed with SIGKILL like a crashed
 // machine and restarted on its data. Its methods are safe for concurrent use.
 type Cluster struct {
@@ -44,6 +44,21 @@ func StartCluster(ctx context.Context, dir, token string, n int, command func(Co
 	if n < 1 {
 		return nil, fmt.Errorf("etcdmember: cluster: %d members; want at least 1", n)
 	}
+	hosts := make([]string, n)
+	for i := range hosts {
+		hosts[i] = "127.0.0.1"
+	}
+	return StartClusterOn(ctx, dir, token, hosts, command)
+}
+
+// StartClusterOn is StartCluster with one member per entry of hosts, member i on the
+// IPv4 address hosts[i] (its client and peer URLs), for members that run in network
+// namespaces of their own. It returns the errors of StartCluster.
+func StartClusterOn(ctx context.Context, dir, token string, hosts []string, command func(Config) *exec.Cmd) (*Cluster, error) {
+	n := len(hosts)
+	if n < 1 {
+		return nil, fmt.Errorf("etcdmember: cluster: %d members; want at least 1", n)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("etcdmember: cluster: %w", err)
 	}
@@ -60,7 +75,7 @@ func StartCluster(ctx context.Context, dir, token string, n int, command func(Co
 		}
 		name := fmt.Sprintf("m%d", i)
 		cfg := Config{Name: name, Dir: filepath.Join(dir, name), ClusterToken: token,
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cport), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", pport)}
+			ClientURL: fmt.Sprintf("http://%s:%d", hosts[i], cport), PeerURL: fmt.Sprintf("http://%s:%d", hosts[i], pport)}
 		m := &Member{Name: name, ClientURL: cfg.ClientURL, PeerURL: cfg.PeerURL, LogPath: filepath.Join(dir, name+".log"), cfg: cfg}
 		m.life.Launch = func() (*servers.Process, error) {
 			m.mu.Lock()

@@ -15,17 +15,29 @@ import (
 	"time"
 )
 
-// Redis is a throwaway redis-server on 127.0.0.1. Its fields are fixed for its
-// whole life, across Kill and Restart.
+// Redis is a throwaway redis-server on 127.0.0.1 (or the Host of RedisOptions). Its
+// fields are fixed for its whole life, across Kill and Restart.
 type Redis struct {
-	Addr string // "127.0.0.1:PORT"
+	Addr string // "HOST:PORT"
+	Host string // the address it binds: "127.0.0.1" unless RedisOptions.Host
 	Port int
 	Dir  string // the server's working directory (RDB and AOF files), removed by Close
 
-	bin  string
-	args []string // extra config from the caller
+	bin     string
+	args    []string                                   // extra config from the caller
+	command func(bin string, args ...string) *exec.Cmd // RedisOptions.Command; nil: exec.Command
 
 	life Lifecycle
+}
+
+// RedisOptions places a redis-server somewhere other than this machine's loopback:
+// the chaos harness runs its servers in network namespaces of their own.
+type RedisOptions struct {
+	// Host is the IPv4 address to bind and to reach the server at; "" means 127.0.0.1.
+	Host string
+	// Command, if not nil, makes the server's command (e.g. one that runs bin in a
+	// network namespace); the process attributes, directory and log are set here.
+	Command func(bin string, args ...string) *exec.Cmd
 }
 
 // StartRedis starts a redis-server on a free port of 127.0.0.1 with a fresh temporary
@@ -34,7 +46,15 @@ type Redis struct {
 // "--replicaof", "127.0.0.1", "6380". The caller must Close it. It returns an error
 // matching ErrNotFound if redis-server is not installed, or one with the tail of the
 // server's log if it does not start.
-func StartRedis(args ...string) (*Redis, error) {
+func StartRedis(args ...string) (*Redis, error) { return StartRedisWith(RedisOptions{}, args...) }
+
+// StartRedisWith is StartRedis with the server placed as o says. It returns the
+// errors of StartRedis.
+func StartRedisWith(o RedisOptions, args ...string) (*Redis, error) {
+	host := o.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	bin, err := FindBinary("redis-server", "redis-server")
 	if err != nil {
 		return nil, err
@@ -43,13 +63,13 @@ func StartRedis(args ...string) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Redis{Dir: dir, bin: bin, args: append([]string(nil), args...)}
+	s := &Redis{Host: host, Dir: dir, bin: bin, args: append([]string(nil), args...), command: o.Command}
 	s.life.Dir = dir
 	s.life.Launch = s.launch
 	s.life.StopSig = syscall.SIGTERM // it saves if persistence is on
 	setPort := func(port int) {
 		s.Port = port
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.Addr = net.JoinHostPort(host, strconv.Itoa(port))
 	}
 	if err := StartOnFreePort(setPort, s.life.Start, nil); err != nil {
 		os.RemoveAll(dir)
@@ -62,8 +82,14 @@ func StartRedis(args ...string) (*Redis, error) {
 // StartRedis) and waits until the replication link is up and the initial sync is done.
 // The caller must Close it.
 func StartRedisReplica(primary *Redis, args ...string) (*Redis, error) {
-	all := append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)}, args...)
-	s, err := StartRedis(all...)
+	return StartRedisReplicaWith(RedisOptions{}, primary, args...)
+}
+
+// StartRedisReplicaWith is StartRedisReplica with the replica placed as o says. It
+// returns the errors of StartRedisReplica.
+func StartRedisReplicaWith(o RedisOptions, primary *Redis, args ...string) (*Redis, error) {
+	all := append([]string{"--replicaof", primary.Host, strconv.Itoa(primary.Port)}, args...)
+	s, err := StartRedisWith(o, all...)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +104,7 @@ func StartRedisReplica(primary *Redis, args ...string) (*Redis, error) {
 func (s *Redis) launch() (*Process, error) {
 	args := []string{
 		"--port", strconv.Itoa(s.Port),
-		"--bind", "127.0.0.1",
+		"--bind", s.Host,
 		"--dir", s.Dir,
 		"--save", "",
 		"--appendonly", "no",
@@ -89,7 +115,21 @@ func (s *Redis) launch() (*Process, error) {
 		"--repl-diskless-sync-delay", "0",
 	}
 	args = append(args, s.args...)
-	return Launch("redis-server", s.bin, args, filepath.Join(s.Dir, "redis.log"), nil, s.ping)
+	logPath := filepath.Join(s.Dir, "redis.log")
+	if s.command == nil {
+		return Launch("redis-server", s.bin, args, logPath, nil, s.ping)
+	}
+	cmd := s.command(s.bin, args...)
+	cmd.Dir = s.Dir
+	p, err := StartCommand("redis-server", cmd, logPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.WaitReady(s.ping); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
 }
 
 // ping checks that the server answers PING (a NOAUTH error counts: it is up).
@@ -214,7 +254,7 @@ func (s *Redis) CLI(args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	all := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.Port)}, args...)
+	all := append([]string{"-h", s.Host, "-p", strconv.Itoa(s.Port)}, args...)
 	out, err := exec.Command(bin, all...).CombinedOutput()
 	text := strings.TrimSpace(string(out))
 	if err != nil {
