@@ -20,7 +20,7 @@ const (
 )
 
 // Nemeses lists the implemented nemeses.
-var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk}
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk, NemesisCrash}
 
 // Config configures a chaos run.
 type Config struct {
@@ -54,9 +54,12 @@ type Config struct {
 	Seed            uint64 // seed of the nemeses' choices; 0 means from the clock
 	// Resource is what holds the workers' counter: ResourceServe (the default, the
 	// fenced KV of `fence serve`) or ResourcePostgres (a table of the PostgreSQL at
-	// Postgres, written through postgres.Guard; the run deletes its row first).
+	// Postgres, written through postgres.Guard; the run deletes its row first). On
+	// the postgres store the default is ResourcePostgres on the store's own database.
 	Resource string
-	Postgres string // DSN of the PostgreSQL of ResourcePostgres
+	// Postgres is the DSN of the PostgreSQL of ResourcePostgres; on the postgres store
+	// empty means the store's own database.
+	Postgres string
 }
 
 // Summary is the outcome of a run.
@@ -125,10 +128,14 @@ func (c *Config) defaults() error {
 	if c.Store == StoreEtcd && c.TTL < etcdMinTTL {
 		c.TTL = etcdMinTTL
 	}
+	if c.Store == StorePostgres && c.Resource == "" {
+		c.Resource = ResourcePostgres
+	}
 	if err := validResource(c.Resource); err != nil {
 		return err
 	}
-	if (c.Resource == ResourcePostgres) != (c.Postgres != "") {
+	ownDB := c.Store == StorePostgres && c.Resource == ResourcePostgres && c.Postgres == "" // filled by the store's setup
+	if !ownDB && (c.Resource == ResourcePostgres) != (c.Postgres != "") {
 		return fmt.Errorf("chaos: %w: a postgres DSN goes with the postgres resource, and only with it", fence.ErrInvalid)
 	}
 	if c.Seed == 0 {

@@ -37,6 +37,7 @@ type run struct {
 	inspector  fence.Inspector     // tells which token holds the lock; nil until the run starts means fence serve
 	redis      *redisPair          // the redis store's servers; nil on other stores
 	etcd       *etcdmember.Cluster // the etcd store's members; nil on other stores
+	crash      crashTarget         // what the crash nemesis kills; nil on stores without a database server
 	workers    []*worker           // set once they started
 	closers    []func()            // run in reverse order by close
 }
@@ -111,8 +112,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		r.inspector = client
 	}
 	var res resource = serveResource{client}
-	if cfg.Resource == ResourcePostgres {
-		pr, err := openPostgresResource(ctx, cfg.Postgres)
+	if r.cfg.Resource == ResourcePostgres { // r.cfg: the store's setup may have set the DSN
+		pr, err := openPostgresResource(ctx, r.cfg.Postgres)
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 		res = pr
-		r.workerArgs = append(r.workerArgs, "--postgres", cfg.Postgres)
+		r.workerArgs = append(r.workerArgs, "--postgres", r.cfg.Postgres)
 	}
 	start := MonoNow()
 	r.onClose(r.killWorkers) // never leave a worker behind, stopped or running

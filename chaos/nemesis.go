@@ -52,6 +52,8 @@ func newNemesis(name string) nemesis {
 		return &memberNemesis{}
 	case NemesisDisk:
 		return &diskNemesis{}
+	case NemesisCrash:
+		return &crashNemesis{}
 	}
 	return nil
 }

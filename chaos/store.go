@@ -32,7 +32,7 @@ const (
 )
 
 // Stores lists the implemented stores.
-var Stores = []string{StoreBolt, StoreRedis, StoreEtcd}
+var Stores = []string{StoreBolt, StoreRedis, StoreEtcd, StorePostgres, StoreZooKeeper}
 
 // storeNemeses lists, per store, the nemeses that apply to it: the ones that act on
 // what that store runs. pause, kill and link act on the workers and fence serve,
@@ -41,6 +41,9 @@ var storeNemeses = map[string][]string{
 	StoreBolt:  {NemesisPause, NemesisKill, NemesisLink, NemesisDisk},
 	StoreRedis: {NemesisPause, NemesisKill, NemesisLink, NemesisFailover},
 	StoreEtcd:  {NemesisPause, NemesisKill, NemesisLink, NemesisMember},
+	// crash kills the database server (PostgreSQL, the ZooKeeper leader).
+	StorePostgres:  {NemesisPause, NemesisKill, NemesisLink, NemesisCrash},
+	StoreZooKeeper: {NemesisPause, NemesisKill, NemesisLink, NemesisCrash},
 }
 
 // Applies reports whether the nemesis acts on something the store runs, so that a run
@@ -69,6 +72,10 @@ func newStore(name string) store {
 		return &redisStore{}
 	case StoreEtcd:
 		return &etcdStore{}
+	case StorePostgres:
+		return postgresStore{}
+	case StoreZooKeeper:
+		return zookeeperStore{}
 	}
 	return nil
 }

@@ -32,8 +32,11 @@ TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data), lin
 (latency, resets and cuts on a TCP proxy between the workers and the server),
 failover (locks from a Redis primary that fails over to a lagging replica) and
 member (fence serve on a 3-member etcd cluster whose leader is killed with -9 and
-restarted on its data). With --resource postgres --postgres DSN the counter is a
-row of a PostgreSQL table written through postgres.Guard instead of fence serve's KV. Then
+restarted on its data) and crash (kill -9 of the database under --store postgres, or
+of the ZooKeeper leader under --store zookeeper, restarted on its data after about 2
+TTLs). With --resource postgres --postgres DSN the counter is a row of a PostgreSQL
+table written through postgres.Guard instead of fence serve's KV; --store postgres
+does that on its own database by default. Then
 every recorded operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.
 
@@ -129,7 +132,7 @@ visualisation) are saved under --results.`,
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the workers run (e.g. 10m for a soak)")
 	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
-	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: pause, kill, link, failover, member (or none)")
+	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: "+strings.Join(chaos.Nemeses, ", ")+" (or none)")
 	f.StringVar(&fencing, "fencing", "on", "on, or off for the control run that must find violations")
 	f.StringVar(&cfg.Results, "results", "chaos-results", "directory for run folders and failing histories")
 	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL of the workers")
@@ -138,8 +141,8 @@ visualisation) are saved under --results.`,
 	f.IntVar(&cfg.MaxFaults, "max-faults", 0, "most faults per nemesis (0: bounded by --duration only)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the nemeses' choices (0: from the clock)")
 	f.StringVar(&cfg.Store, "store", "", "what grants the locks: "+strings.Join(chaos.Stores, ", ")+" (default: what the nemeses need, else bolt)")
-	f.StringVar(&cfg.Resource, "resource", "serve", "where the counter lives: serve (fence serve's KV) or postgres (a table written through postgres.Guard; needs --postgres)")
-	f.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of --resource postgres (postgres://user@host:port/db)")
+	f.StringVar(&cfg.Resource, "resource", "", "where the counter lives: serve (fence serve's KV) or postgres (a table written through postgres.Guard; needs --postgres, but for --store postgres); default postgres for --store postgres, else serve")
+	f.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of --resource postgres (postgres://user@host:port/db); default with --store postgres: the store's database")
 	cmd.AddCommand(newChaosWorkerCmd(), newChaosEtcdMemberCmd())
 	return cmd
 }
