@@ -55,45 +55,36 @@ func wantControlFinds(t *testing.T, cfg Config) {
 	t.Errorf("%s control run: %d runs without fencing found no violation; the fenced run proves nothing", cfg.Store, attempts)
 }
 
-// The PostgreSQL store: fence serve --store postgres:// on the run's own server, the
-// counter a row of the same database written through postgres.Guard. kill -9 of
-// PostgreSQL (every backend with it) while the workers write, kept down about 2
-// TTLs and restarted on its data, and pauses of the lock holder leave no stale write
-// accepted, no acknowledged write lost, and a linearizable history.
-func TestRun_PostgresStore_CrashAndPause_NoViolation(t *testing.T) {
-	sum := runChaos(t, Config{Store: StorePostgres, Workers: 3, Duration: 10 * time.Second, Interval: 2 * time.Second, MaxFaults: 3,
-		Nemeses: []string{NemesisCrash, NemesisPause}, Fencing: true, Seed: 11})
-	if want := "fence serve (postgres) + postgres"; sum.Backend != want {
-		t.Errorf("Backend = %q, want %q", sum.Backend, want)
+// The stores with a database server that crash kills: fence serve --store postgres://
+// on the run's own PostgreSQL (the counter a row of the same database written through
+// postgres.Guard), and fence serve --store zk:// on a 3-server ensemble (the counter
+// in fence serve's KV on it). kill -9 of PostgreSQL (every backend with it) while the
+// workers write, or of the ZooKeeper leader (found by its mode), kept down about 2
+// TTLs and restarted on its data, together with pauses of the lock holder, leave no
+// stale write accepted, no acknowledged write lost, and a linearizable history; the
+// control run on each store finds violations, or the fenced run proves nothing.
+func TestRun_CrashStores_FencedPassesControlFails(t *testing.T) {
+	for _, tc := range []struct {
+		store, backend, kind string
+		hold                 time.Duration // long enough that pauses land between a read and its write
+		seed                 uint64
+	}{
+		{StorePostgres, "fence serve (postgres) + postgres", "postgres", 100 * time.Millisecond, 11},
+		{StoreZooKeeper, "fence serve (zookeeper x3)", "zookeeper-leader", 20 * time.Millisecond, 13},
+	} {
+		t.Run(tc.store+"/fenced", func(t *testing.T) {
+			sum := runChaos(t, Config{Store: tc.store, Workers: 3, Duration: 10 * time.Second, Interval: 2 * time.Second, MaxFaults: 3, Hold: tc.hold,
+				Nemeses: []string{NemesisCrash, NemesisPause}, Fencing: true, Seed: tc.seed})
+			if sum.Backend != tc.backend {
+				t.Errorf("Backend = %q, want %q", sum.Backend, tc.backend)
+			}
+			wantFencedPass(t, sum, NemesisCrash, NemesisPause, NemesisCrash+"/"+tc.kind)
+		})
+		t.Run(tc.store+"/control", func(t *testing.T) {
+			wantControlFinds(t, Config{Store: tc.store, Workers: 4, Duration: 8 * time.Second, Interval: 1200 * time.Millisecond, MaxFaults: 5, Hold: 100 * time.Millisecond,
+				Nemeses: []string{NemesisCrash, NemesisPause}, Fencing: false, Seed: tc.seed + 1})
+		})
 	}
-	wantFencedPass(t, sum, NemesisCrash, NemesisPause, NemesisCrash+"/postgres")
-}
-
-// The PostgreSQL store's control run: without fencing, the same faults must produce
-// violations in the table, or the fenced run proves nothing.
-func TestRun_PostgresStore_Control_FindsViolations(t *testing.T) {
-	wantControlFinds(t, Config{Store: StorePostgres, Workers: 4, Duration: 8 * time.Second, Interval: 1200 * time.Millisecond, MaxFaults: 5, Hold: 100 * time.Millisecond,
-		Nemeses: []string{NemesisCrash, NemesisPause}, Fencing: false, Seed: 12})
-}
-
-// The ZooKeeper store: fence serve --store zk:// on a 3-server ensemble, the counter in
-// fence serve's KV on it. kill -9 of the ZooKeeper leader (found by its mode), kept
-// down about 2 TTLs and restarted on its data, and pauses of the lock holder leave no
-// stale write accepted, no acknowledged write lost, and a linearizable history.
-func TestRun_ZooKeeperStore_CrashAndPause_NoViolation(t *testing.T) {
-	sum := runChaos(t, Config{Store: StoreZooKeeper, Workers: 3, Duration: 10 * time.Second, Interval: 2 * time.Second, MaxFaults: 3,
-		Nemeses: []string{NemesisCrash, NemesisPause}, Fencing: true, Seed: 13})
-	if want := "fence serve (zookeeper x3)"; sum.Backend != want {
-		t.Errorf("Backend = %q, want %q", sum.Backend, want)
-	}
-	wantFencedPass(t, sum, NemesisCrash, NemesisPause, NemesisCrash+"/zookeeper-leader")
-}
-
-// The ZooKeeper store's control run: without fencing, the same faults must produce
-// violations, or the fenced run proves nothing.
-func TestRun_ZooKeeperStore_Control_FindsViolations(t *testing.T) {
-	wantControlFinds(t, Config{Store: StoreZooKeeper, Workers: 4, Duration: 8 * time.Second, Interval: 1200 * time.Millisecond, MaxFaults: 5, Hold: 100 * time.Millisecond,
-		Nemeses: []string{NemesisCrash, NemesisPause}, Fencing: false, Seed: 14})
 }
 
 // The postgres store puts the counter on its own database unless told otherwise, and
