@@ -34,8 +34,8 @@ type Config struct {
 	Hold    time.Duration // time between a worker's read and write; default 20ms
 	Nemeses []string      // subset of Nemeses; empty means none
 	// Store is what grants the workers' locks, one of Stores. Empty means the store the
-	// nemeses need (redis for failover, etcd for member), bolt otherwise. Every
-	// nemesis must apply to it (Applies).
+	// nemeses need (redis for failover, etcd for member, postgres for crash), bolt
+	// otherwise. Every nemesis must apply to it (Applies).
 	Store string
 	// Interval is the mean time between two faults of one nemesis; default 3s.
 	Interval time.Duration

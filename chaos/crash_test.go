@@ -102,6 +102,10 @@ func TestConfig_CrashStores(t *testing.T) {
 	if err := c.defaults(); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("zookeeper store, postgres resource without a DSN: err %v, want fence.ErrInvalid", err)
 	}
+	c = Config{Nemeses: []string{NemesisPause, NemesisCrash}}
+	if err := c.resolveStore(); err != nil || c.Store != StorePostgres {
+		t.Errorf("nemeses pause,crash: store %q, err %v; want %q (the cheaper of the two crash applies to)", c.Store, err, StorePostgres)
+	}
 	for _, s := range Stores {
 		want := s == StorePostgres || s == StoreZooKeeper
 		if got := Applies(s, NemesisCrash); got != want {

@@ -32,7 +32,7 @@ const (
 )
 
 // Stores lists the implemented stores.
-var Stores = []string{StoreBolt, StoreRedis, StoreEtcd, StorePostgres, StoreZooKeeper}
+var Stores = []string{StoreBolt, StoreRedis, StoreEtcd, StoreZooKeeper, StorePostgres}
 
 // storeNemeses lists, per store, the nemeses that apply to it: the ones that act on
 // what that store runs. pause, kill and link act on the workers and fence serve,
@@ -81,7 +81,8 @@ func newStore(name string) store {
 }
 
 // resolveStore fills c.Store when it is empty (the store the nemeses need: redis for
-// failover, etcd for member, else bolt) and checks that every nemesis applies to it.
+// failover, etcd for member, postgres for crash (the later of Stores that a nemesis
+// applies to), else bolt) and checks that every nemesis applies to it.
 func (c *Config) resolveStore() error {
 	if c.Store == "" {
 		c.Store = StoreBolt
