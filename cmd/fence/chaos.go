@@ -30,14 +30,13 @@ processes (this binary) that loop: acquire a lock, fence a key, read it, write i
 release. Nemeses inject faults while they run: pause (SIGSTOP the lock holder past its
 TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data), link
 (latency, resets and cuts on a TCP proxy between the workers and the server),
-failover (locks from a Redis primary that fails over to a lagging replica) and
-member (fence serve on a 3-member etcd cluster whose leader is killed with -9 and
-restarted on its data) and crash (kill -9 of the database under --store postgres, or
-of the ZooKeeper leader under --store zookeeper, restarted on its data after about 2
-TTLs). With --resource postgres --postgres DSN the counter is a row of a PostgreSQL
-table written through postgres.Guard instead of fence serve's KV; --store postgres
-does that on its own database by default. Then
-every recorded operation is checked: linearizability of the fenced key (porcupine),
+failover (locks from a Redis primary that fails over to a lagging replica), member
+(fence serve on a 3-member etcd cluster whose leader is killed with -9 and restarted
+on its data) and crash (kill -9 of the database under --store postgres, or of the
+ZooKeeper leader under --store zookeeper, restarted on its data after about 2 TTLs).
+With --resource postgres --postgres DSN the counter is a row of a PostgreSQL table
+written through postgres.Guard instead of fence serve's KV; --store postgres does
+that on its own database by default. Then every recorded operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.
 
 While the workers run it prints a progress line on stdout about once a second (one
