@@ -21,7 +21,7 @@ const (
 )
 
 // Nemeses lists the implemented nemeses.
-var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk, NemesisClock, NemesisPartition}
+var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk, NemesisClock, NemesisPartition, NemesisCrash}
 
 // Config configures a chaos run.
 type Config struct {
@@ -35,8 +35,8 @@ type Config struct {
 	Hold    time.Duration // time between a worker's read and write; default 20ms
 	Nemeses []string      // subset of Nemeses; empty means none
 	// Store is what grants the workers' locks, one of Stores. Empty means the store the
-	// nemeses need (redis for failover, etcd for member), bolt otherwise. Every
-	// nemesis must apply to it (Applies).
+	// nemeses need (redis for failover, etcd for member, postgres for crash), bolt
+	// otherwise. Every nemesis must apply to it (Applies).
 	Store string
 	// Interval is the mean time between two faults of one nemesis; default 3s.
 	Interval time.Duration
@@ -55,9 +55,12 @@ type Config struct {
 	Seed            uint64 // seed of the nemeses' choices; 0 means from the clock
 	// Resource is what holds the workers' counter: ResourceServe (the default, the
 	// fenced KV of `fence serve`) or ResourcePostgres (a table of the PostgreSQL at
-	// Postgres, written through postgres.Guard; the run deletes its row first).
+	// Postgres, written through postgres.Guard; the run deletes its row first). On
+	// the postgres store the default is ResourcePostgres on the store's own database.
 	Resource string
-	Postgres string // DSN of the PostgreSQL of ResourcePostgres
+	// Postgres is the DSN of the PostgreSQL of ResourcePostgres; on the postgres store
+	// empty means the store's own database.
+	Postgres string
 }
 
 // Summary is the outcome of a run.
@@ -131,10 +134,14 @@ func (c *Config) defaults() error {
 	if c.Store == StoreEtcd && c.TTL < etcdMinTTL {
 		c.TTL = etcdMinTTL
 	}
+	if c.Store == StorePostgres && c.Resource == "" {
+		c.Resource = ResourcePostgres
+	}
 	if err := validResource(c.Resource); err != nil {
 		return err
 	}
-	if (c.Resource == ResourcePostgres) != (c.Postgres != "") {
+	ownDB := c.Store == StorePostgres && c.Resource == ResourcePostgres && c.Postgres == "" // filled by the store's setup
+	if !ownDB && (c.Resource == ResourcePostgres) != (c.Postgres != "") {
 		return fmt.Errorf("chaos: %w: a postgres DSN goes with the postgres resource, and only with it", fence.ErrInvalid)
 	}
 	if slices.Contains(c.Nemeses, NemesisPartition) && c.Resource == ResourcePostgres {

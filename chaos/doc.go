@@ -46,6 +46,13 @@
 //     runs, or while it is down before a restart on its data) or the lock holder's,
 //     through the fault clock of a fence binary built with -tags faultclock (see
 //     NemesisClock).
+//   - crash: the database under `fence serve` is killed with SIGKILL, kept down for
+//     about 2 TTLs and restarted on its data: with Config.Store postgres (fence serve
+//     --store postgres:// on the run's own PostgreSQL, the counter a row of the same
+//     database written through postgres.Guard) the postmaster and every backend,
+//     while the workers write; with Config.Store zookeeper (fence serve --store zk://
+//     on a 3-server ensemble, the counter in fence serve's KV on it) the leader, found
+//     by the mode its srvr four-letter command reports.
 //
 // The counter lives in the fenced KV of `fence serve`, or with Config.Resource
 // ResourcePostgres in a PostgreSQL table whose row is written through

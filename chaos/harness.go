@@ -41,6 +41,7 @@ type run struct {
 	redis      *redisPair          // the redis store's servers; nil on other stores
 	etcd       *etcdmember.Cluster // the etcd store's members; nil on other stores
 	net        *netLayer           // every host in a namespace of its own; nil but with the partition nemesis
+	crash      crashTarget         // what the crash nemesis kills; nil on stores without a database server
 	workers    []*worker           // set once they started
 	closers    []func()            // run in reverse order by close
 }
@@ -138,8 +139,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		r.inspector = client
 	}
 	var res resource = serveResource{client}
-	if cfg.Resource == ResourcePostgres {
-		pr, err := openPostgresResource(ctx, cfg.Postgres)
+	if r.cfg.Resource == ResourcePostgres { // r.cfg: the store's setup may have set the DSN
+		pr, err := openPostgresResource(ctx, r.cfg.Postgres)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +149,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 		res = pr
-		r.workerArgs = append(r.workerArgs, "--postgres", cfg.Postgres)
+		r.workerArgs = append(r.workerArgs, "--postgres", r.cfg.Postgres)
 	}
 	start := MonoNow()
 	r.onClose(r.killWorkers) // never leave a worker behind, stopped or running

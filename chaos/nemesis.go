@@ -56,6 +56,8 @@ func newNemesis(name string) nemesis {
 		return &clockNemesis{}
 	case NemesisPartition:
 		return &partitionNemesis{}
+	case NemesisCrash:
+		return &crashNemesis{}
 	}
 	return nil
 }

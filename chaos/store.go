@@ -33,7 +33,7 @@ const (
 )
 
 // Stores lists the implemented stores.
-var Stores = []string{StoreBolt, StoreRedis, StoreEtcd}
+var Stores = []string{StoreBolt, StoreRedis, StoreEtcd, StoreZooKeeper, StorePostgres}
 
 // storeNemeses lists, per store, the nemeses that apply to it: the ones that act on
 // what that store runs. pause, kill and link act on the workers and fence serve,
@@ -43,6 +43,9 @@ var storeNemeses = map[string][]string{
 	StoreBolt:  {NemesisPause, NemesisKill, NemesisLink, NemesisDisk, NemesisClock, NemesisPartition},
 	StoreRedis: {NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisClock, NemesisPartition},
 	StoreEtcd:  {NemesisPause, NemesisKill, NemesisLink, NemesisMember, NemesisClock, NemesisPartition},
+	// crash kills the database server (PostgreSQL, the ZooKeeper leader).
+	StorePostgres:  {NemesisPause, NemesisKill, NemesisLink, NemesisCrash, NemesisClock},
+	StoreZooKeeper: {NemesisPause, NemesisKill, NemesisLink, NemesisCrash, NemesisClock},
 }
 
 // Applies reports whether the nemesis acts on something the store runs, so that a run
@@ -71,12 +74,17 @@ func newStore(name string) store {
 		return &redisStore{}
 	case StoreEtcd:
 		return &etcdStore{}
+	case StorePostgres:
+		return postgresStore{}
+	case StoreZooKeeper:
+		return zookeeperStore{}
 	}
 	return nil
 }
 
 // resolveStore fills c.Store when it is empty (the store the nemeses need: redis for
-// failover, etcd for member, else bolt) and checks that every nemesis applies to it.
+// failover, etcd for member, postgres for crash (the later of Stores that a nemesis
+// applies to), else bolt) and checks that every nemesis applies to it.
 func (c *Config) resolveStore() error {
 	if c.Store == "" {
 		c.Store = StoreBolt

@@ -32,15 +32,18 @@ TTL, then SIGCONT), kill (kill -9 fence serve, restart it on the same data), lin
 (latency, resets and cuts on a TCP proxy between the workers and the server),
 failover (locks from a Redis primary that fails over to a lagging replica),
 member (fence serve on a 3-member etcd cluster whose leader is killed with -9 and
-restarted on its data), disk (fence serve's data directory filled), partition
-(every process in a network namespace of its own, needs root; fence serve cut off
-from the workers or the holder from fence serve, the etcd leader cut off from the
-other members, the Redis primary from its replica and the workers; healed after 3
-TTLs) and clock (the clock of fence serve on the bolt store, also across a kill and
-restart, or of the lock holder, stepped forward and backward by seconds; it needs a
-binary built with -tags faultclock). With --resource postgres --postgres DSN the counter is a
-row of a PostgreSQL table written through postgres.Guard instead of fence serve's KV. Then
-every recorded operation is checked: linearizability of the fenced key (porcupine),
+restarted on its data), crash (kill -9 of the database under --store postgres, or of
+the ZooKeeper leader under --store zookeeper, restarted on its data after about 2
+TTLs), disk (fence serve's data directory filled), partition (every process in a
+network namespace of its own, needs root; fence serve cut off from the workers or the
+holder from fence serve, the etcd leader cut off from the other members, the Redis
+primary from its replica and the workers; healed after 3 TTLs) and clock (the clock
+of fence serve on the bolt store, also across a kill and restart, or of the lock
+holder, stepped forward and backward by seconds; it needs a binary built with -tags
+faultclock). With --resource postgres --postgres DSN the counter is a row of a
+PostgreSQL table written through postgres.Guard instead of fence serve's KV;
+--store postgres does that on its own database by default. Then every recorded
+operation is checked: linearizability of the fenced key (porcupine),
 no stale write accepted, no acknowledged write lost.
 
 While the workers run it prints a progress line on stdout about once a second (one
@@ -144,8 +147,8 @@ visualisation) are saved under --results.`,
 	f.IntVar(&cfg.MaxFaults, "max-faults", 0, "most faults per nemesis (0: bounded by --duration only)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the nemeses' choices (0: from the clock)")
 	f.StringVar(&cfg.Store, "store", "", "what grants the locks: "+strings.Join(chaos.Stores, ", ")+" (default: what the nemeses need, else bolt)")
-	f.StringVar(&cfg.Resource, "resource", "serve", "where the counter lives: serve (fence serve's KV) or postgres (a table written through postgres.Guard; needs --postgres)")
-	f.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of --resource postgres (postgres://user@host:port/db)")
+	f.StringVar(&cfg.Resource, "resource", "", "where the counter lives: serve (fence serve's KV) or postgres (a table written through postgres.Guard; needs --postgres, but for --store postgres); default postgres for --store postgres, else serve")
+	f.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of --resource postgres (postgres://user@host:port/db); default with --store postgres: the store's database")
 	cmd.AddCommand(newChaosWorkerCmd(), newChaosEtcdMemberCmd())
 	return cmd
 }

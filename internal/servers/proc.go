@@ -32,9 +32,35 @@ type Process struct {
 // logPath, with stdout and stderr appended to logPath. cred, if not nil, is the user to
 // run as.
 func StartProcess(name, bin string, args []string, logPath string, cred *syscall.Credential) (*Process, error) {
-	cmd := exec.Command(bin, args...)
+	return startWith(nil, name, name, bin, args, logPath, cred)
+}
+
+// CommandFunc builds the command that runs bin with args as a process of the host
+// named host ("postgres", "zk-1"): a program that runs its servers elsewhere than
+// on this machine's loopback (network namespaces of its own, say) passes one to the
+// starters that take it. A nil CommandFunc is exec.Command. The starters set the
+// command's directory, output and process group, and keep the SysProcAttr it set
+// (adding a process group, the parent-death signal and the server's user).
+type CommandFunc func(host, bin string, args ...string) *exec.Cmd
+
+// startWith starts bin with args like StartProcess, the command built by c for host.
+func startWith(c CommandFunc, host, name, bin string, args []string, logPath string, cred *syscall.Credential) (*Process, error) {
+	var cmd *exec.Cmd
+	if c == nil {
+		cmd = exec.Command(bin, args...)
+	} else {
+		cmd = c(host, bin, args...)
+	}
 	cmd.Dir = filepath.Dir(logPath) // the server's own directory, readable by its user
-	cmd.SysProcAttr = GroupAttr(cred)
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = GroupAttr(cred)
+	} else {
+		cmd.SysProcAttr.Setpgid = true
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		if cred != nil {
+			cmd.SysProcAttr.Credential = cred
+		}
+	}
 	return StartCommand(name, cmd, logPath)
 }
 
@@ -90,7 +116,12 @@ func RunTool(bin string, args []string, dir string, cred *syscall.Credential) ([
 // Launch starts bin like StartProcess and waits until ready returns nil (WaitReady). If
 // the server does not become ready, it is killed and the error carries its log's tail.
 func Launch(name, bin string, args []string, logPath string, cred *syscall.Credential, ready func() error) (*Process, error) {
-	p, err := StartProcess(name, bin, args, logPath, cred)
+	return launchWith(nil, name, name, bin, args, logPath, cred, ready)
+}
+
+// launchWith is Launch with the command built by c for host.
+func launchWith(c CommandFunc, host, name, bin string, args []string, logPath string, cred *syscall.Credential, ready func() error) (*Process, error) {
+	p, err := startWith(c, host, name, bin, args, logPath, cred)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,11 @@
-// Package servers starts throwaway real servers (Redis, and the process machinery any
-// other server needs) for the project's tools and tests: each on a free port of
+// Package servers starts throwaway real servers (Redis, PostgreSQL, ZooKeeper, and the
+// process machinery any other server needs) for the project's tools and tests: each on a free port of
 // 127.0.0.1, with its data in a fresh temporary directory, in its own process group,
 // stopped and its directory removed by Close.
 //
 // It is for programs as well as tests, and must never import testing: the chaos harness
-// (fence chaos) runs its Redis failover pair with it, and a benchmark command (fence
+// (fence chaos) runs its Redis failover pair, its PostgreSQL and its ZooKeeper
+// ensemble with it (killing them with SIGKILL and restarting them on their data), and a benchmark command (fence
 // bench) that needs its own redis-server or etcd belongs here too. internal/testserv is
 // the layer for tests over it: helpers that take a testing.TB, fail the test and register
 // the cleanup.
@@ -24,6 +25,9 @@
 // Besides the servers, the package exports the pieces a new kind of server is built from:
 // FindBinary, FreePort and MakeDir to prepare it, StartProcess or Launch to run it as a
 // Process, and Lifecycle to kill, stop and restart it on the same port and directory.
+// Data directories that cost seconds to make (initdb) are copied from a template cache
+// (TemplateKey, StartFromTemplate). Starters that take a CommandFunc let the caller
+// build the server's command, to run it in a network namespace, say.
 package servers
 
 import (

@@ -9,12 +9,10 @@ import (
 	"strconv"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver; mariadb.go imports "mysql"
-
 	"github.com/fencelock/fence/internal/servers"
 )
 
-// dbServer is what MariaDBServer and PostgresServer share: a port and a directory fixed
+// dbServer is MariaDBServer's server core (PostgreSQL's is servers.Postgres): a port and a directory fixed
 // for the server's life, a data directory made from the template cache, the Lifecycle
 // that crashes, restarts and closes the server on them, and statements run through
 // the database/sql driver of its kind.
@@ -62,7 +60,7 @@ func (s *dbServer) dataDir() string { return filepath.Join(s.Dir, "data") }
 // the cache has none) and starts the server on a free port. On failure it removes the
 // server's directory and returns the error.
 func (s *dbServer) startFresh(key string, build func(string) error) error {
-	if err := startFromTemplate(key, s.dataDir(), build, func(port int) { s.Port = port }, s.life.Start); err != nil {
+	if err := servers.StartFromTemplate(key, s.dataDir(), build, func(port int) { s.Port = port }, s.life.Start); err != nil {
 		os.RemoveAll(s.Dir)
 		return err
 	}

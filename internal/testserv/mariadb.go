@@ -47,7 +47,7 @@ func StartMariaDB() (*MariaDBServer, error) {
 	s.life.Dir = dir
 	s.life.Launch = s.launch
 	s.life.StopSig = syscall.SIGTERM // a clean shutdown
-	key := templateKey("mariadb", []string{install, bin}, strings.Join(installOnlyArgs, " "), strings.Join(s.installArgs(), " "))
+	key := servers.TemplateKey("mariadb", []string{install, bin}, strings.Join(installOnlyArgs, " "), strings.Join(s.installArgs(), " "))
 	build := func(string) error { return s.installDB(install) }
 	if err := s.startFresh(key, build); err != nil {
 		return nil, err
@@ -147,6 +147,7 @@ func (s *MariaDBServer) Exec(query string) error { return s.exec(s.DSN(""), quer
 func (s *MariaDBServer) CreateDatabase(t testing.TB) string {
 	t.Helper()
 	name := servers.UniqueName("test")
-	createDatabase(t, &s.life, s.Exec, "CREATE DATABASE `"+name+"`", "DROP DATABASE IF EXISTS `"+name+"`")
+	createDatabase(t, s.life.Running, func() error { return s.Exec("CREATE DATABASE `" + name + "`") },
+		func() error { return s.Exec("DROP DATABASE IF EXISTS `" + name + "`") })
 	return s.DSN(name)
 }

@@ -1,80 +1,30 @@
 package testserv
 
 import (
-	"fmt"
-	"os"
-	"os/user"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/fencelock/fence/internal/servers"
 )
 
-// PostgresServer is a throwaway PostgreSQL server on 127.0.0.1 with trust
-// authentication for the superuser "postgres". Its fields are fixed for its whole life,
-// across Kill and Restart.
+// PostgresServer is a throwaway PostgreSQL server on 127.0.0.1 (servers.Postgres: Port,
+// Dir, DSN, Exec, Kill, Restart, Close, PauseWALWriter) with trust authentication for
+// the superuser "postgres", plus CreateDatabase for a test. Its fields are fixed for
+// its whole life, across Kill and Restart.
 type PostgresServer struct {
-	dbServer // Port, Dir; Kill, Restart, Close
-
-	bin  string // the postgres executable
-	cred *syscall.Credential
+	*servers.Postgres
 }
 
-// StartPostgres creates a fresh cluster in a temporary directory (initdb) and starts a
-// postgres server for it on a free port of 127.0.0.1, waiting until it accepts
-// connections. Running as root, the server runs as the "postgres" user (or "nobody"),
-// since PostgreSQL refuses to run as root. The caller must Close it. It returns an error
-// matching ErrNotFound if PostgreSQL is not installed, or one with the tail of the log if
-// the server does not start.
+// StartPostgres is servers.StartPostgres: a fresh cluster in a temporary directory and
+// a postgres server for it on a free port of 127.0.0.1, ready for connections. The
+// caller must Close it. It returns an error matching ErrNotFound if PostgreSQL is not
+// installed, or one with the tail of the log if the server does not start.
 func StartPostgres() (*PostgresServer, error) {
-	initdb, err := FindBinary("initdb", "postgresql")
+	s, err := servers.StartPostgres(nil)
 	if err != nil {
 		return nil, err
 	}
-	bin, err := postgresNextTo(initdb)
-	if err != nil {
-		return nil, err
-	}
-	cred, err := serverCredential("postgres")
-	if err != nil {
-		return nil, err
-	}
-	dir, err := servers.MakeDir("pg")
-	if err != nil {
-		return nil, err
-	}
-	s := &PostgresServer{dbServer: dbServer{Dir: dir, kind: "postgres", driver: "pgx"}, bin: bin, cred: cred}
-	s.life.Dir = dir
-	s.life.Launch = s.launch
-	s.life.StopSig = syscall.SIGINT // a fast shutdown
-	s.life.GracefulClose = true
-	if err := chownTo(s.Dir, s.cred); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("testserv: postgres: %w", err)
-	}
-	key := postgresTemplateKey(initdb, bin, cred)
-	build := func(string) error { return s.initdb(initdb) }
-	if err := s.startFresh(key, build); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return &PostgresServer{s}, nil
 }
-
-// postgresTemplateKey returns the template cache key for a cluster made by initdb for
-// the postgres binary bin, owned by cred's user.
-func postgresTemplateKey(initdb, bin string, cred *syscall.Credential) string {
-	uid := "-"
-	if cred != nil {
-		uid = strconv.FormatUint(uint64(cred.Uid), 10)
-	}
-	return templateKey("pg", []string{initdb, bin}, uid, strings.Join(initdbArgs, " "))
-}
-
-// initdbArgs are initdb's arguments after -D DATADIR.
-var initdbArgs = []string{"-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"}
 
 // Postgres starts a server like StartPostgres for the test t, and stops it and removes
 // its directory when t ends. It fails t if the server cannot start.
@@ -83,145 +33,14 @@ func Postgres(t testing.TB) *PostgresServer {
 	return ForTest(t, StartPostgres)
 }
 
-// postgresNextTo returns the postgres executable of the same installation as initdb
-// (initdb is often a symlink into /usr/lib/postgresql/N/bin).
-func postgresNextTo(initdb string) (string, error) {
-	candidates := []string{filepath.Join(filepath.Dir(initdb), "postgres")}
-	if real, err := filepath.EvalSymlinks(initdb); err == nil {
-		candidates = append([]string{filepath.Join(filepath.Dir(real), "postgres")}, candidates...)
-	}
-	for _, c := range candidates {
-		if _, err := os.Stat(c); err == nil {
-			return c, nil
-		}
-	}
-	return FindBinary("postgres", "postgresql")
-}
-
-// serverCredential returns nil when not running as root, else the credential of the
-// named user (or of "nobody" if it does not exist), for servers that refuse root.
-func serverCredential(name string) (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		if u, err = user.Lookup("nobody"); err != nil {
-			return nil, fmt.Errorf("testserv: running as root and neither user %q nor nobody exists to run the server", name)
-		}
-	}
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("testserv: user %q has a non-numeric uid %q or gid %q", u.Username, u.Uid, u.Gid)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
-}
-
-// chownTo gives path to cred's user, if any.
-func chownTo(path string, cred *syscall.Credential) error {
-	if cred == nil {
-		return nil
-	}
-	return os.Chown(path, int(cred.Uid), int(cred.Gid))
-}
-
-func (s *PostgresServer) logPath() string { return filepath.Join(s.Dir, "postgres.log") }
-
-// initdb creates the cluster in s.Dir/data.
-func (s *PostgresServer) initdb(initdb string) error {
-	out, err := servers.RunTool(initdb, append([]string{"-D", s.dataDir()}, initdbArgs...), s.Dir, s.cred)
-	if err != nil {
-		return fmt.Errorf("testserv: postgres: initdb: %w:\n%s", err, out)
-	}
-	return nil
-}
-
-// launch starts postgres on s.Port and waits until it accepts connections.
-func (s *PostgresServer) launch() (*servers.Process, error) {
-	// The log file is opened by us (root) and inherited; create it now so the server user
-	// could reopen it too.
-	if f, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-		f.Close()
-		_ = chownTo(s.logPath(), s.cred)
-	}
-	args := []string{
-		"-D", s.dataDir(),
-		"-p", strconv.Itoa(s.Port),
-		"-k", s.Dir,
-		"-c", "listen_addresses=127.0.0.1",
-		// Tests stop the process, never the OS: fsync is not needed for what they check.
-		"-c", "fsync=off",
-		"-c", "full_page_writes=off",
-		"-c", "max_connections=200",
-		"-c", "shared_buffers=32MB",
-	}
-	return servers.Launch("postgres", s.bin, args, s.logPath(), s.cred, func() error { return s.ping(s.DSN("postgres")) })
-}
-
-// DSN returns a pgx connection URL for database db as the superuser postgres, e.g.
-// postgres://postgres@127.0.0.1:PORT/db?sslmode=disable.
-func (s *PostgresServer) DSN(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.Port, db)
-}
-
-// Exec runs sql (e.g. a CREATE or ALTER statement) on database db as the superuser. It
-// returns an error with the statement if it fails.
-func (s *PostgresServer) Exec(db, sql string) error { return s.exec(s.DSN(db), sql) }
-
 // CreateDatabase creates a database with a unique name for the test t and returns its
 // DSN; it is dropped (WITH (FORCE), closing leftover connections) when t ends. It fails
 // t if the database cannot be created.
 func (s *PostgresServer) CreateDatabase(t testing.TB) string {
 	t.Helper()
 	name := servers.UniqueName("test")
-	create := "CREATE DATABASE " + name
-	if s.majorVersion() >= 15 {
-		// The default WAL_LOG strategy writes the whole template to the WAL; with fsync
-		// off, a file copy is about twice as fast.
-		create += " STRATEGY FILE_COPY"
-	}
-	exec := func(sql string) error { return s.Exec("postgres", sql) }
-	createDatabase(t, &s.life, exec, create, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	return s.DSN(name)
-}
-
-// majorVersion returns the cluster's major version (PG_VERSION), or 0 if unknown.
-func (s *PostgresServer) majorVersion() int {
-	b, err := os.ReadFile(filepath.Join(s.dataDir(), "PG_VERSION"))
-	if err != nil {
-		return 0
-	}
-	v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return v
-}
-
-// PauseWALWriter stops the server's WAL writer process with SIGSTOP, so that the WAL
-// of commits made with synchronous_commit = off stays in shared memory (until a
-// synchronous commit or a full WAL buffer writes it) and a Kill loses those commits
-// for certain, not only when it happens to come within the writer's delay. Call the
-// returned resume (SIGCONT) unless Kill follows; Kill ends the pause either way. It
-// returns an error if the server is not running or has no WAL writer process.
-func (s *PostgresServer) PauseWALWriter() (resume func(), err error) {
-	err = s.life.WithProcess(func(p *servers.Process) error {
-		if p == nil || p.Exited() {
-			return fmt.Errorf("testserv: postgres :%d: pause WAL writer: not running", s.Port)
-		}
-		for _, pid := range servers.Descendants(p.Pid()) {
-			cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-			if err != nil || !strings.Contains(string(cmdline), "walwriter") {
-				continue
-			}
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				return fmt.Errorf("testserv: postgres :%d: pause WAL writer %d: %w", s.Port, pid, err)
-			}
-			resume = func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
-			return nil
-		}
-		return fmt.Errorf("testserv: postgres :%d: no walwriter process among the server's", s.Port)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return resume, nil
+	var dsn string
+	create := func() (err error) { dsn, err = s.Postgres.CreateDatabase(name); return err }
+	createDatabase(t, s.Running, create, func() error { return s.DropDatabase(name) })
+	return dsn
 }

@@ -4,9 +4,9 @@
 // etcd is in internal/testserv/etcdserv, so that only the tests that start etcd link
 // the etcd server.
 //
-// It is the testing layer: the process machinery (and Redis) live in internal/servers,
-// which programs may use too; this package adds the helpers that take a testing.TB, fail
-// the test and register the cleanup. Production code must not import it.
+// It is the testing layer: the process machinery (and Redis, PostgreSQL and ZooKeeper)
+// live in internal/servers, which programs may use too; this package adds the helpers
+// that take a testing.TB, fail the test and register the cleanup. Production code must not import it.
 //
 // Start one server per test package in TestMain with the Start* functions, or one per
 // test with the helpers that take a testing.TB and register their own cleanup:
@@ -88,19 +88,19 @@ func ForTest[S interface{ Close() }](t testing.TB, start func() (S, error)) S {
 	return s
 }
 
-// createDatabase runs the statement create with exec, failing t if it fails, and when t
-// ends runs drop, failing t if that fails, unless the server is no longer running
+// createDatabase calls create, failing t if it fails, and when t ends calls drop,
+// failing t if that fails, unless running reports the server no longer running
 // (killed: nothing to drop now; closed: Close removed it all).
-func createDatabase(t testing.TB, life *servers.Lifecycle, exec func(sql string) error, create, drop string) {
+func createDatabase(t testing.TB, running func() bool, create, drop func() error) {
 	t.Helper()
-	if err := exec(create); err != nil {
+	if err := create(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if !life.Running() {
+		if !running() {
 			return
 		}
-		if err := exec(drop); err != nil {
+		if err := drop(); err != nil {
 			t.Errorf("testserv: drop test database: %v", err)
 		}
 	})

@@ -1,160 +1,37 @@
 package testserv
 
 import (
-	"context"
-	"fmt"
-	"io"
-	"net"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/fencelock/fence/internal/servers"
 )
 
-// ZooKeeper timing of every server started here. The session timeouts a client may
-// ask for are clamped by the server to [ZooKeeperMinSession, ZooKeeperMaxSession].
+// ZooKeeper timing of every server started here (servers'): the session timeouts a
+// client may ask for are clamped by the server to [ZooKeeperMinSession,
+// ZooKeeperMaxSession].
 const (
-	zkTickMs = 100
 	// ZooKeeperMinSession is the shortest session timeout the servers grant.
-	ZooKeeperMinSession = 400 * time.Millisecond
+	ZooKeeperMinSession = servers.ZooKeeperMinSession
 	// ZooKeeperMaxSession is the longest session timeout the servers grant.
-	ZooKeeperMaxSession = 30 * time.Second
+	ZooKeeperMaxSession = servers.ZooKeeperMaxSession
 )
 
-// zkJar is Debian's ZooKeeper jar; its manifest brings the dependencies in.
-const zkJar = "/usr/share/java/zookeeper.jar"
+// ZooKeeperServer is a throwaway standalone ZooKeeper on a free port of 127.0.0.1
+// (servers.ZooKeeper).
+type ZooKeeperServer = servers.ZooKeeper
 
-// zkLogJar, if present, makes the server log through slf4j-simple instead of nowhere.
-const zkLogJar = "/usr/share/java/slf4j-simple.jar"
+// ZooKeeperEnsemble is a throwaway ZooKeeper ensemble on 127.0.0.1
+// (servers.ZooKeeperEnsemble): Members, Servers, Leader, Close.
+type ZooKeeperEnsemble = servers.ZooKeeperEnsemble
 
-// zkMain is the class that runs a standalone server or an ensemble member.
-const zkMain = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+// ZooKeeperMember is one server of a ZooKeeperEnsemble (servers.ZooKeeperMember): ID,
+// Addr, Kill, Restart, Alive.
+type ZooKeeperMember = servers.ZooKeeperMember
 
-// ZooKeeperServer is a throwaway standalone ZooKeeper (Debian's zookeeper package, run
-// on the machine's Java) on a free port of 127.0.0.1, with its data in a fresh
-// temporary directory.
-type ZooKeeperServer struct {
-	Addr string // "127.0.0.1:PORT", for zk.Connect
-	Port int
-	Dir  string // removed by Close
-
-	once sync.Once
-	proc *servers.Process
-}
-
-// zkPrepare returns the java binary, the classpath and a fresh directory named after
-// kind for a server or an ensemble, or an error matching ErrNotFound that says to
-// apt-get install zookeeper.
-func zkPrepare(kind string) (java, classpath, dir string, err error) {
-	java, err = FindBinary("java", "zookeeper")
-	if err != nil {
-		return "", "", "", err
-	}
-	if _, err := os.Stat(zkJar); err != nil {
-		return "", "", "", &servers.NotFoundError{Name: zkJar, Package: "zookeeper"}
-	}
-	classpath = zkJar
-	if _, err := os.Stat(zkLogJar); err == nil {
-		classpath += ":" + zkLogJar
-	}
-	dir, err = servers.MakeDir(kind)
-	if err != nil {
-		return "", "", "", err
-	}
-	return java, classpath, dir, nil
-}
-
-// zkJavaArgs are the JVM flags: a small heap and a quick start (Java start-up is the
-// slow part of these tests).
-func zkJavaArgs(classpath, cfg string) []string {
-	return []string{
-		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
-		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-		"-Dzookeeper.admin.enableServer=false",
-		"-cp", classpath, zkMain, cfg,
-	}
-}
-
-// zkConfig returns the zoo.cfg of a server whose data is in dataDir.
-func zkConfig(dataDir string, clientPort int, members []string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "tickTime=%d\n", zkTickMs)
-	fmt.Fprintf(&b, "dataDir=%s\n", dataDir)
-	fmt.Fprintf(&b, "clientPort=%d\n", clientPort)
-	b.WriteString("clientPortAddress=127.0.0.1\n")
-	fmt.Fprintf(&b, "minSessionTimeout=%d\n", ZooKeeperMinSession.Milliseconds())
-	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", ZooKeeperMaxSession.Milliseconds())
-	b.WriteString("admin.enableServer=false\n")
-	b.WriteString("4lw.commands.whitelist=srvr,stat,ruok,wchp\n")
-	b.WriteString("maxClientCnxns=0\n")
-	b.WriteString("forceSync=no\n") // throwaway data: durability across machine crashes is not tested
-	if len(members) > 0 {
-		b.WriteString("initLimit=50\nsyncLimit=10\n")
-		b.WriteString("reconfigEnabled=false\nstandaloneEnabled=false\n")
-		for _, s := range members {
-			b.WriteString(s + "\n")
-		}
-	}
-	return b.String()
-}
-
-// StartZooKeeper starts a standalone ZooKeeper and waits until it serves clients (its
-// srvr command reports a mode). The caller must Close it. It returns an error matching
-// ErrNotFound (saying apt-get install zookeeper) if java or the ZooKeeper jar is
-// missing, and an error with the log's tail if the server does not start within 30 s.
-func StartZooKeeper() (*ZooKeeperServer, error) {
-	java, cp, dir, err := zkPrepare("zookeeper")
-	if err != nil {
-		return nil, err
-	}
-	var lastErr error
-	for attempt := 0; attempt < servers.StartAttempts; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		data := filepath.Join(dir, "data")
-		os.RemoveAll(data)
-		if err := os.MkdirAll(data, 0o755); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("testserv: zookeeper: %w", err)
-		}
-		cfg := filepath.Join(dir, "zoo.cfg")
-		if err := os.WriteFile(cfg, []byte(zkConfig(data, port, nil)), 0o644); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("testserv: zookeeper: %w", err)
-		}
-		p, err := servers.StartProcess("zookeeper", java, zkJavaArgs(cp, cfg), filepath.Join(dir, "zookeeper.log"), nil)
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		err = p.WaitReady(func() error {
-			mode, err := ZooKeeperMode(addr)
-			if err == nil && mode != "standalone" {
-				err = fmt.Errorf("mode %q", mode)
-			}
-			return err
-		})
-		if err == nil {
-			return &ZooKeeperServer{Addr: addr, Port: port, Dir: dir, proc: p}, nil
-		}
-		p.Kill()
-		lastErr = err
-		if !servers.AddrInUse(err) {
-			break
-		}
-	}
-	os.RemoveAll(dir)
-	return nil, lastErr
-}
+// StartZooKeeper is servers.StartZooKeeper: a standalone ZooKeeper, returned once it
+// serves clients. The caller must Close it. It returns an error matching ErrNotFound
+// if java or the ZooKeeper jar is missing.
+func StartZooKeeper() (*ZooKeeperServer, error) { return servers.StartZooKeeper() }
 
 // ZooKeeper starts a standalone ZooKeeper for one test (see StartZooKeeper) and closes
 // it at the test's cleanup. It fails the test if the server does not start.
@@ -163,126 +40,11 @@ func ZooKeeper(t testing.TB) *ZooKeeperServer {
 	return ForTest(t, StartZooKeeper)
 }
 
-// Close stops the server (SIGTERM, then SIGKILL after 15 s) and removes its directory.
-// It is idempotent.
-func (s *ZooKeeperServer) Close() {
-	s.once.Do(func() {
-		s.proc.Kill() // throwaway data: no need for a graceful stop
-		os.RemoveAll(s.Dir)
-	})
-}
-
-// ZooKeeperCommand sends a four-letter command (srvr, stat, ruok or wchp: the ones the
-// servers started here allow) to the server at addr and returns its whole answer.
-func ZooKeeperCommand(addr, cmd string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, cmd); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(c)
-	return string(b), err
-}
-
-// ZooKeeperMode asks the server at addr with the srvr four-letter command and returns
-// its mode: "standalone", "leader" or "follower". It returns an error if the server
-// cannot be reached or is not serving (no quorum yet).
-func ZooKeeperMode(addr string) (string, error) {
-	answer, err := ZooKeeperCommand(addr, "srvr")
-	if err != nil {
-		return "", err
-	}
-	lines := strings.Split(answer, "\n")
-	for _, line := range lines {
-		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
-			return strings.TrimSpace(m), nil
-		}
-	}
-	return "", fmt.Errorf("zookeeper %s: no mode in srvr answer %q", addr, lines[0])
-}
-
-// ZooKeeperEnsemble is a throwaway ZooKeeper ensemble on 127.0.0.1: each member a
-// separate java process with its own client, quorum and election ports, data directory
-// and myid, so one can be killed with SIGKILL like a crashed machine.
-type ZooKeeperEnsemble struct {
-	Members []*ZooKeeperMember
-	Dir     string // holds the members' directories; removed by Close
-
-	once sync.Once
-}
-
-// ZooKeeperMember is one server of a ZooKeeperEnsemble.
-type ZooKeeperMember struct {
-	ID   int    // its myid, 1-based
-	Addr string // client address "127.0.0.1:PORT"
-
-	life servers.Lifecycle // Dir is empty: the ensemble removes the directories
-}
-
-// StartZooKeeperEnsemble starts an n-server ensemble and waits until every member
-// serves clients as leader or follower. The caller must Close it. It returns an error
-// matching ErrNotFound if java or ZooKeeper is missing, and one with the members' log
-// tails if the ensemble is not ready within 30 s.
+// StartZooKeeperEnsemble is servers.StartZooKeeperEnsemble with the members run
+// directly: an n-server ensemble, returned once every member serves. The caller must
+// Close it.
 func StartZooKeeperEnsemble(n int) (*ZooKeeperEnsemble, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("testserv: zookeeper ensemble: %d members; want at least 1", n)
-	}
-	java, cp, dir, err := zkPrepare("zookeeper-ensemble")
-	if err != nil {
-		return nil, err
-	}
-	e := &ZooKeeperEnsemble{Dir: dir}
-	ports := make([][3]int, n)
-	var members []string
-	for i := range ports {
-		for j := range ports[i] {
-			if ports[i][j], err = FreePort(); err != nil {
-				os.RemoveAll(dir)
-				return nil, err
-			}
-		}
-		members = append(members, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[i][1], ports[i][2]))
-	}
-	for i := range ports {
-		id := i + 1
-		mdir := filepath.Join(dir, fmt.Sprintf("zk%d", id))
-		data := filepath.Join(mdir, "data")
-		if err := os.MkdirAll(data, 0o755); err != nil {
-			e.Close()
-			return nil, fmt.Errorf("testserv: zookeeper ensemble: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(id)+"\n"), 0o644); err != nil {
-			e.Close()
-			return nil, fmt.Errorf("testserv: zookeeper ensemble: %w", err)
-		}
-		cfg := filepath.Join(mdir, "zoo.cfg")
-		if err := os.WriteFile(cfg, []byte(zkConfig(data, ports[i][0], members)), 0o644); err != nil {
-			e.Close()
-			return nil, fmt.Errorf("testserv: zookeeper ensemble: %w", err)
-		}
-		m := &ZooKeeperMember{ID: id, Addr: fmt.Sprintf("127.0.0.1:%d", ports[i][0])}
-		m.life.Launch = func() (*servers.Process, error) {
-			return servers.StartProcess(fmt.Sprintf("zookeeper %d", id), java, zkJavaArgs(cp, cfg), filepath.Join(mdir, "zookeeper.log"), nil)
-		}
-		if err := m.life.Start(); err != nil {
-			e.Close()
-			return nil, err
-		}
-		e.Members = append(e.Members, m)
-	}
-	if err := e.waitReady(); err != nil {
-		var tails []string
-		for _, m := range e.Members {
-			tails = append(tails, fmt.Sprintf("zk%d: %s", m.ID, servers.LogTail(filepath.Join(dir, fmt.Sprintf("zk%d", m.ID), "zookeeper.log"))))
-		}
-		e.Close()
-		return nil, fmt.Errorf("testserv: zookeeper ensemble: %w\n%s", err, strings.Join(tails, "\n"))
-	}
-	return e, nil
+	return servers.StartZooKeeperEnsemble(n, nil)
 }
 
 // NewZooKeeperEnsemble starts an n-server ensemble for one test (see
@@ -293,72 +55,10 @@ func NewZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
 	return ForTest(t, func() (*ZooKeeperEnsemble, error) { return StartZooKeeperEnsemble(n) })
 }
 
-func (e *ZooKeeperEnsemble) waitReady() error {
-	deadline := time.Now().Add(servers.StartTimeout)
-	for _, m := range e.Members {
-		for {
-			mode, err := ZooKeeperMode(m.Addr)
-			if err == nil && (mode == "leader" || mode == "follower") {
-				break
-			}
-			if err == nil {
-				err = fmt.Errorf("mode %q", mode)
-			}
-			if !m.Alive() {
-				return fmt.Errorf("member %d exited", m.ID)
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("member %d not ready after %v: %w", m.ID, servers.StartTimeout, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	return nil
-}
+// ZooKeeperCommand is servers.ZooKeeperCommand: the whole answer of the server at addr
+// to a four-letter command (srvr, stat, ruok, wchp or mntr).
+func ZooKeeperCommand(addr, cmd string) (string, error) { return servers.ZooKeeperCommand(addr, cmd) }
 
-// Servers returns the client addresses of all members, killed or not, for zk.Connect
-// (a client tries them in turn).
-func (e *ZooKeeperEnsemble) Servers() []string {
-	out := make([]string, len(e.Members))
-	for i, m := range e.Members {
-		out[i] = m.Addr
-	}
-	return out
-}
-
-// Leader returns the live member whose srvr command reports "leader", waiting for an
-// election if there is none. It returns an error if ctx ends first.
-func (e *ZooKeeperEnsemble) Leader(ctx context.Context) (*ZooKeeperMember, error) {
-	for {
-		for _, m := range e.Members {
-			if !m.Alive() {
-				continue
-			}
-			if mode, err := ZooKeeperMode(m.Addr); err == nil && mode == "leader" {
-				return m, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("testserv: zookeeper ensemble: leader: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// Close kills every member and removes the ensemble's directory. It is idempotent.
-func (e *ZooKeeperEnsemble) Close() {
-	e.once.Do(func() {
-		for _, m := range e.Members {
-			m.Kill()
-		}
-		os.RemoveAll(e.Dir)
-	})
-}
-
-// Kill kills the member with SIGKILL, like a crashed machine, and waits until it is
-// gone. It is not restarted.
-func (m *ZooKeeperMember) Kill() { m.life.Kill() }
-
-// Alive reports whether the member has not been killed and its process is running.
-func (m *ZooKeeperMember) Alive() bool { return m.life.Alive() }
+// ZooKeeperMode is servers.ZooKeeperMode: the mode the server at addr reports
+// ("standalone", "leader" or "follower"), or an error if it does not serve.
+func ZooKeeperMode(addr string) (string, error) { return servers.ZooKeeperMode(addr) }

@@ -21,7 +21,7 @@ func TestZooKeeper_StandaloneServesAndCloses(t *testing.T) {
 	}
 }
 
-func TestZooKeeperEnsemble_LeaderKilled_NewLeaderElected(t *testing.T) {
+func TestZooKeeperEnsemble_LeaderKilled_NewLeaderElectedOldRejoins(t *testing.T) {
 	testserv.SkipIfShort(t)
 	e := testserv.NewZooKeeperEnsemble(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -40,5 +40,12 @@ func TestZooKeeperEnsemble_LeaderKilled_NewLeaderElected(t *testing.T) {
 	}
 	if nu.ID == old.ID {
 		t.Fatalf("leader after killing member %d is member %d; want another member", old.ID, nu.ID)
+	}
+	// Restarted on its data, the old leader rejoins the new leader's ensemble.
+	if err := old.Restart(); err != nil {
+		t.Fatalf("Restart of member %d: %v", old.ID, err)
+	}
+	if mode, err := testserv.ZooKeeperMode(old.Addr); err != nil || mode != "follower" {
+		t.Fatalf("member %d after Restart: mode %q, %v; want \"follower\" of member %d", old.ID, mode, err, nu.ID)
 	}
 }

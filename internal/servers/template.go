@@ -1,4 +1,4 @@
-package testserv
+package servers
 
 import (
 	"crypto/sha256"
@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/fencelock/fence/internal/servers"
 )
 
 // Creating a data directory (initdb, mariadb-install-db) costs seconds of CPU, more on a
@@ -24,9 +22,10 @@ import (
 // templateCacheEnv disables the template cache when set to a non-empty value.
 const templateCacheEnv = "TESTSERV_NOCACHE"
 
-// templateKey returns the cache entry name for kind, derived from the binaries and the
-// other parts of the setup that shape the data directory.
-func templateKey(kind string, binaries []string, parts ...string) string {
+// TemplateKey returns the template cache entry name for kind, derived from the
+// binaries (path, size, modification time) and the other parts of the setup that
+// shape the data directory; "" (no caching) if a binary cannot be read.
+func TemplateKey(kind string, binaries []string, parts ...string) string {
 	h := sha256.New()
 	for _, b := range binaries {
 		st, err := os.Stat(b)
@@ -76,12 +75,13 @@ func initFromTemplate(key, dataDir string, build func(dataDir string) error) (ca
 	return false, nil
 }
 
-// startFromTemplate makes dataDir from the cached template key (initFromTemplate; build
-// makes it from scratch) and starts the server on a free port (startOnFreePort with
-// setPort and start). If the server fails to start from a cached data directory for
-// another reason than a port clash, the template is rebuilt once (rebuildTemplate) and
-// the start tried again. It returns the error of the set-up or of the last start.
-func startFromTemplate(key, dataDir string, build func(dataDir string) error, setPort func(port int), start func() error) error {
+// StartFromTemplate makes dataDir from the cached template key (a copy; build makes it
+// from scratch when the cache has none, and the result is cached) and starts the
+// server on a free port (StartOnFreePort with setPort and start). If the server fails
+// to start from a cached data directory for another reason than a port clash, the
+// template is rebuilt once and the start tried again. It returns the error of the
+// set-up or of the last start.
+func StartFromTemplate(key, dataDir string, build func(dataDir string) error, setPort func(port int), start func() error) error {
 	cached, err := initFromTemplate(key, dataDir, build)
 	if err != nil {
 		return err
@@ -90,7 +90,7 @@ func startFromTemplate(key, dataDir string, build func(dataDir string) error, se
 	if cached {
 		rebuild = func() error { return rebuildTemplate(key, dataDir, build) }
 	}
-	return servers.StartOnFreePort(setPort, start, rebuild)
+	return StartOnFreePort(setPort, start, rebuild)
 }
 
 // saveTemplate copies dataDir to tmpl/data, atomically: a copy under a temporary name,
@@ -138,7 +138,7 @@ func rebuildTemplate(key, dataDir string, build func(dataDir string) error) erro
 func copyTree(src, dst string) error {
 	out, err := exec.Command("cp", "-a", src, dst).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("testserv: cp -a %s %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("servers: cp -a %s %s: %w: %s", src, dst, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

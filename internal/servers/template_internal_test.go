@@ -1,4 +1,4 @@
-package testserv
+package servers
 
 import (
 	"context"
@@ -72,9 +72,14 @@ func TestInitFromTemplate_NoCacheEnvAlwaysBuilds(t *testing.T) {
 // A broken template (a cluster with no pg_control) makes the server fail to start; the
 // template is then rebuilt and the server starts; the next one uses the new template.
 func TestStartPostgres_BrokenTemplate_Rebuilt(t *testing.T) {
-	SkipIfShort(t)
+	if testing.Short() {
+		t.Skip("starts PostgreSQL; skipped under -short")
+	}
 	root := useTempCache(t)
-	initdb := RequireBinary(t, "initdb", "postgresql")
+	initdb, err := FindBinary("initdb", "postgresql")
+	if err != nil {
+		t.Fatal(err)
+	}
 	bin, err := postgresNextTo(initdb)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +100,11 @@ func TestStartPostgres_BrokenTemplate_Rebuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv := Postgres(t)
+	srv, err := StartPostgres(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
