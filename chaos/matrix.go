@@ -38,9 +38,14 @@ type MatrixConfig struct {
 	Nemeses []string
 	// ControlHold is the workers' hold between read and write in the control cells;
 	// default the larger of Cell.Hold and 100ms. A longer hold widens the window in
-	// which a pause catches the holder between its read and its write, so that even a
-	// short control cell finds the violations it must find.
+	// which a pause catches the holder between its read and its write; a hold near
+	// the pause (3 TTLs) would let the paused holder wake up before its successor
+	// wrote, and find nothing.
 	ControlHold time.Duration
+	// ControlDuration is how long the control cells' workers run; default
+	// Cell.Duration. A short matrix gives its controls more time, so that they make
+	// enough pauses to find violations every time (etcd's pauses last 3 s).
+	ControlDuration time.Duration
 }
 
 // MatrixCell is one run of a matrix: a store under one nemesis, fenced, or the
@@ -153,7 +158,7 @@ func Matrix(ctx context.Context, cfg MatrixConfig) (*MatrixResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		run := cfg.cellConfig(c)
+		run, _ := cfg.cellConfig(c) // checked by cells
 		run.Results = filepath.Join(base.Results, fmt.Sprintf("%02d-%s-%s", i+1, c.Store, cellFolder(c)))
 		cfg.progressf("matrix %d/%d start: %s, seed %d, %s", i+1, len(cells), c.name(), c.Seed, run.Duration)
 		start := time.Now()
@@ -197,14 +202,24 @@ func (cfg *MatrixConfig) progressf(format string, args ...any) {
 	}
 }
 
-// cellConfig returns the Config of cell c's run.
-func (cfg *MatrixConfig) cellConfig(c *MatrixCell) Config {
+// cellConfig returns the Config of cell c's run, its defaults filled, or an error
+// matching fence.ErrInvalid.
+func (cfg *MatrixConfig) cellConfig(c *MatrixCell) (Config, error) {
 	run := cfg.Cell
 	run.Store, run.Nemeses, run.Fencing, run.Seed = c.Store, []string{c.Nemesis}, !c.Control, c.Seed
-	if c.Control {
-		run.Hold = cfg.ControlHold
+	if err := run.defaults(); err != nil {
+		return run, err
 	}
-	return run
+	if c.Control {
+		run.Hold = max(run.Hold, 100*time.Millisecond)
+		if cfg.ControlHold > 0 {
+			run.Hold = cfg.ControlHold
+		}
+		if cfg.ControlDuration > 0 {
+			run.Duration = cfg.ControlDuration
+		}
+	}
+	return run, nil
 }
 
 // cells returns the matrix's cells in the order they run, every Config among them
@@ -227,8 +242,8 @@ func (cfg *MatrixConfig) cells() ([]*MatrixCell, error) {
 	if cfg.Cell.Seed == 0 {
 		cfg.Cell.Seed = uint64(time.Now().UnixNano())
 	}
-	if cfg.ControlHold == 0 {
-		cfg.ControlHold = max(cfg.Cell.Hold, 100*time.Millisecond)
+	if cfg.ControlHold < 0 || cfg.ControlDuration < 0 {
+		return nil, fmt.Errorf("chaos: %w: the control cells' hold and duration must be positive", fence.ErrInvalid)
 	}
 	var cells []*MatrixCell
 	for _, s := range stores {
@@ -252,8 +267,7 @@ func (cfg *MatrixConfig) cells() ([]*MatrixCell, error) {
 	}
 	for i, c := range cells {
 		c.Seed = cfg.Cell.Seed + uint64(i)
-		run := cfg.cellConfig(c)
-		if err := run.defaults(); err != nil {
+		if _, err := cfg.cellConfig(c); err != nil {
 			return nil, err
 		}
 	}

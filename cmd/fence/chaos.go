@@ -56,9 +56,10 @@ find violations. A progress line marks each cell's start and end, then one table
 a row per cell: ops, acquisitions, faults injected, stale rejected, stale accepted,
 lost, linearizable, verdict, and the cell's seed (--store S --nemesis N --seed X runs
 that cell alone). A fenced cell passes with no violation and at least one fault of
-its nemesis injected. Exit status 0 when every fenced cell passed and every control
-found violations; 1 otherwise, or when a cell could not run (a server binary missing:
-the error names what to install); 2 for a bad command line.`,
+its nemesis injected; --control-duration gives the controls more time to pause.
+Exit status 0 when every fenced cell passed and every control found violations; 1
+otherwise, or when a cell could not run (a server binary missing: the error names
+what to install); 2 for a bad command line.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("fencing", fencing, "on", "off"); err != nil {
@@ -145,6 +146,7 @@ the error names what to install); 2 for a bad command line.`,
 	f.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of --resource postgres (postgres://user@host:port/db)")
 	f.BoolVar(&mx.on, "matrix", false, "run every store against every nemesis that applies to it, and a control per store; one table")
 	f.StringVar(&mx.stores, "stores", "", "with --matrix: the stores, comma-separated (default all: "+strings.Join(chaos.Stores, ",")+")")
+	f.DurationVar(&mx.control, "control-duration", 0, "with --matrix: how long each control cell runs (default --duration)")
 	cmd.AddCommand(newChaosWorkerCmd(), newChaosEtcdMemberCmd())
 	return cmd
 }

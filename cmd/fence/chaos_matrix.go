@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,8 +15,9 @@ import (
 
 // matrixFlags are the flags of fence chaos --matrix.
 type matrixFlags struct {
-	on     bool   // --matrix
-	stores string // --stores, comma-separated
+	on      bool          // --matrix
+	stores  string        // --stores, comma-separated
+	control time.Duration // --control-duration
 }
 
 // runMatrix runs fence chaos --matrix: cfg is every cell's configuration from the
@@ -26,7 +28,7 @@ func runMatrix(cmd *cobra.Command, cfg chaos.Config, mx matrixFlags, nemeses str
 			return usagef("--%s does not go with --matrix, which runs every store (pick them with --stores) fenced, and a control per store", name)
 		}
 	}
-	mc := chaos.MatrixConfig{Stores: splitList(mx.stores)}
+	mc := chaos.MatrixConfig{Stores: splitList(mx.stores), ControlDuration: mx.control}
 	if cmd.Flags().Changed("nemesis") {
 		if mc.Nemeses = splitList(nemeses); len(mc.Nemeses) == 0 {
 			return usagef("--nemesis: want at least one of %s with --matrix", strings.Join(chaos.Nemeses, ","))
