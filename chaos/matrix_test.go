@@ -167,9 +167,12 @@ func TestFormatMatrix_RowsAndVerdicts(t *testing.T) {
 // and a linearizable history, with the workers making progress; every store's
 // control (fencing off, pauses) finds violations and saves the failing history.
 //
-// It stands in for the single-store runs it covers: the etcd control run (pauses,
-// fencing off, on the etcd store) and the disk-full run (the disk cell is also
-// checked for refusals that reached fence serve).
+// Its controls stand in for the two single control runs it made redundant (the same
+// assertions: violations found, stale accepted or lost, failing history saved): the
+// etcd control (pauses and member kills, fencing off) and the redis control (pauses
+// and failovers, fencing off); in both, the pauses made the violations. The disk
+// cell is also checked for refusals that reached fence serve, as the disk-full run
+// is; that run stays, for its stronger bounds (two faults, ten writes).
 func TestMatrix_AllStores_FencedCellsPassControlsFindViolations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the matrix starts real processes and servers; skipped under -short")
