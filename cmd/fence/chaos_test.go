@@ -7,6 +7,8 @@ import (
 	"testing"
 )
 
+// fence chaos, its --matrix and its hidden modes refuse a bad command line with exit 2
+// and one line.
 func TestChaos_UsageErrors_Exit2(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -21,6 +23,17 @@ func TestChaos_UsageErrors_Exit2(t *testing.T) {
 		{[]string{"chaos", "worker", "--log", "/dev/null"}, ""},
 		{[]string{"chaos", "etcd-member", "--state", "maybe"}, `--state must be new or existing, got "maybe"`},
 		{[]string{"chaos", "etcd-member", "--name", "m0"}, ""},
+		// fence chaos --matrix: refused before it starts anything.
+		{[]string{"chaos", "--matrix", "--stores", "mongo"}, `unknown store "mongo"`},
+		{[]string{"chaos", "--matrix", "--stores", "bolt,bolt"}, `store "bolt" given twice`},
+		{[]string{"chaos", "--matrix", "--nemesis", "flood"}, `unknown nemesis "flood"`},
+		{[]string{"chaos", "--matrix", "--stores", "bolt", "--nemesis", "failover"}, "none of the nemeses failover applies"},
+		{[]string{"chaos", "--matrix", "--nemesis", "none"}, "--nemesis: want at least one"},
+		{[]string{"chaos", "--matrix", "--store", "bolt"}, "--store does not go with --matrix"},
+		{[]string{"chaos", "--matrix", "--fencing", "off"}, "--fencing does not go with --matrix"},
+		{[]string{"chaos", "--matrix", "--workers", "1"}, "workers 1 not in [2, 64]"},
+		{[]string{"chaos", "--stores", "bolt"}, "--stores goes with --matrix"},
+		{[]string{"chaos", "--matrix", "--control-duration", "-1s"}, "hold and duration must be positive"},
 	} {
 		r := runFence(t, cli.serve.url, nil, "", tc.args...)
 		wantCode(t, fmt.Sprintf("fence %q", tc.args), r, exitUsage)
@@ -66,35 +79,6 @@ func TestChaos_ControlRunWithoutViolation_Exit1(t *testing.T) {
 	wantCode(t, "fence chaos --fencing off --nemesis none", r, exitError)
 	if !strings.Contains(r.stderr, "proved nothing") || !strings.Contains(r.stdout, "backend") {
 		t.Errorf("stderr %q, stdout %q: want the table and 'proved nothing'", r.stderr, r.stdout)
-	}
-}
-
-// fence chaos --matrix refuses a bad command line with exit 2 and one line, before
-// it starts anything.
-func TestChaosMatrix_UsageErrors_Exit2(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string // in the error line
-	}{
-		{[]string{"chaos", "--matrix", "--stores", "mongo"}, `unknown store "mongo"`},
-		{[]string{"chaos", "--matrix", "--stores", "bolt,bolt"}, `store "bolt" given twice`},
-		{[]string{"chaos", "--matrix", "--nemesis", "flood"}, `unknown nemesis "flood"`},
-		{[]string{"chaos", "--matrix", "--stores", "bolt", "--nemesis", "failover"}, "none of the nemeses failover applies"},
-		{[]string{"chaos", "--matrix", "--nemesis", "none"}, "--nemesis: want at least one"},
-		{[]string{"chaos", "--matrix", "--store", "bolt"}, "--store does not go with --matrix"},
-		{[]string{"chaos", "--matrix", "--fencing", "off"}, "--fencing does not go with --matrix"},
-		{[]string{"chaos", "--matrix", "--workers", "1"}, "workers 1 not in [2, 64]"},
-		{[]string{"chaos", "--stores", "bolt"}, "--stores goes with --matrix"},
-		{[]string{"chaos", "--matrix", "--control-duration", "-1s"}, "hold and duration must be positive"},
-	} {
-		r := runFence(t, cli.serve.url, nil, "", tc.args...)
-		wantCode(t, fmt.Sprintf("fence %q", tc.args), r, exitUsage)
-		if lines := strings.Count(strings.TrimSpace(r.stderr), "\n") + 1; r.stderr == "" || lines != 1 {
-			t.Fatalf("fence %q: want one line on stderr, got %q", tc.args, r.stderr)
-		}
-		if !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("fence %q: want an error saying %s, got %q", tc.args, tc.want, r.stderr)
-		}
 	}
 }
 
