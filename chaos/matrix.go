@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -153,7 +152,7 @@ func Matrix(ctx context.Context, cfg MatrixConfig) (*MatrixResult, error) {
 	res := &MatrixResult{Dir: base.Results}
 	began := time.Now()
 	defer func() { res.Elapsed = time.Since(began) }()
-	var errs error
+	var errs cellErrors
 	for i, c := range cells {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -170,11 +169,38 @@ func Matrix(ctx context.Context, cfg MatrixConfig) (*MatrixResult, error) {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			errs = errors.Join(errs, fmt.Errorf("%s: %w", c.name(), c.Err))
+			errs = append(errs, c)
 		}
 		cfg.progressf("matrix %d/%d end: %s in %.1fs: %s", i+1, len(cells), c.name(), c.Elapsed.Seconds(), cellOutcome(c))
 	}
-	return res, errs
+	if len(errs) > 0 {
+		return res, errs
+	}
+	return res, nil
+}
+
+// cellErrors are the cells that could not run, as one error: it names them, then
+// says each distinct reason once (a missing redis-server stops every redis cell).
+// It unwraps to the cells' errors, for errors.Is.
+type cellErrors []*MatrixCell
+
+func (e cellErrors) Error() string {
+	var names, reasons []string
+	for _, c := range e {
+		names = append(names, c.name())
+		if r := c.Err.Error(); !slices.Contains(reasons, r) {
+			reasons = append(reasons, r)
+		}
+	}
+	return fmt.Sprintf("chaos: %d cell(s) could not run (%s): %s", len(e), strings.Join(names, ", "), strings.Join(reasons, "; "))
+}
+
+func (e cellErrors) Unwrap() []error {
+	out := make([]error, len(e))
+	for i, c := range e {
+		out[i] = c.Err
+	}
+	return out
 }
 
 // cellFolder is the last part of a cell's folder name: its nemesis, or "control".

@@ -238,3 +238,20 @@ func TestMatrix_AllStores_FencedCellsPassControlsFindViolations(t *testing.T) {
 		t.Errorf("Passed() = false; failed: %v", cellNames(res.Failed()))
 	}
 }
+
+// The cells that could not run are one error that names them and says each reason
+// once, and unwraps to the cells' errors.
+func TestMatrix_CellErrors_OneLineEachReasonOnce(t *testing.T) {
+	missing := errors.New("servers: redis-server not found: apt-get install redis-server")
+	err := error(cellErrors{
+		{Store: StoreRedis, Nemesis: NemesisKill, Err: missing},
+		{Store: StoreRedis, Nemesis: NemesisPause, Control: true, Err: missing},
+	})
+	msg := err.Error()
+	if strings.Count(msg, "apt-get install redis-server") != 1 || !strings.Contains(msg, "2 cell(s) could not run (redis x kill, redis control") || strings.Contains(msg, "\n") {
+		t.Errorf("error = %q, want one line naming both cells and the package once", msg)
+	}
+	if !errors.Is(err, missing) {
+		t.Errorf("errors.Is(%v, the cells' error) = false, want true", err)
+	}
+}
