@@ -218,8 +218,10 @@ func TestMatrix_AllStores_FencedCellsPassControlsFindViolations(t *testing.T) {
 			if c.Faults() < 1 {
 				t.Errorf("%s: faults injected = %v, want at least one %s", name, c.Summary.Faults, c.Nemesis)
 			}
-			if r.Writes < 5 {
-				t.Errorf("%s: accepted writes = %d, want at least 5 (workers made no progress?)", name, r.Writes)
+			// At least a few: a loaded machine slows the etcd cells most (33 ops, 6
+			// acquisitions were measured for etcd x kill at a load of 20 on 2 cores).
+			if r.Writes < 3 {
+				t.Errorf("%s: accepted writes = %d, want at least 3 (workers made no progress?)", name, r.Writes)
 			}
 			if c.Nemesis == NemesisDisk {
 				if n := diskFullRefusals(t, c.Summary.Dir); n < 1 {

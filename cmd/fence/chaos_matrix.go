@@ -41,7 +41,9 @@ func runMatrix(cmd *cobra.Command, cfg chaos.Config, mx matrixFlags, nemeses str
 	cfg.Binary = bin
 	out := cmd.OutOrStdout()
 	if output == "text" {
-		cfg.Progress = out // a line each, cell starts and ends among them
+		// As for one run; the lines of each cell's start and end stay.
+		cfg.Progress = out
+		cfg.ProgressInPlace = isTerminal(out)
 	}
 	mc.Cell = cfg
 	ctx, stop := signalContext(cmd)
