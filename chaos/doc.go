@@ -11,8 +11,9 @@
 // Nemeses inject faults while the workers run, each bounded in count and time:
 //
 //   - pause: SIGSTOP the current lock holder (found by matching the server's lock
-//     token against the workers' logs; a random worker if none matches) for longer
-//     than the TTL, then SIGCONT;
+//     token against the workers' logs, looked for again for up to a TTL until it is
+//     inside its critical section; a random worker if none matches) for longer than
+//     the TTL, then SIGCONT;
 //   - kill: SIGKILL the `fence serve` process and restart it on the same port and
 //     data directory;
 //   - link: the workers reach the server through an in-process TCP proxy of this
