@@ -11,8 +11,9 @@
 // Nemeses inject faults while the workers run, each bounded in count and time:
 //
 //   - pause: SIGSTOP the current lock holder (found by matching the server's lock
-//     token against the workers' logs; a random worker if none matches) for longer
-//     than the TTL, then SIGCONT;
+//     token against the workers' logs, looked for again for up to a TTL until it is
+//     inside its critical section; a random worker if none matches) for longer than
+//     the TTL, then SIGCONT;
 //   - kill: SIGKILL the `fence serve` process and restart it on the same port and
 //     data directory;
 //   - link: the workers reach the server through an in-process TCP proxy of this
@@ -74,4 +75,17 @@
 // tokens. The history still records each write's real lease fence, so the checker
 // judges it as a fenced write. A control run that finds no violation means the
 // checker proved nothing, and [Run] reports that as a failure.
+//
+// [Matrix] (fence chaos --matrix) runs every store of [Stores] against every nemesis
+// that applies to it ([Applies]), one run (a cell) each with that nemesis alone and
+// fencing on, and per store one control cell (fencing off, pauses: [ControlNemesis],
+// a hold of at least 100ms), one cell after another. It is driven by Stores and the
+// stores' rows of applicable nemeses alone, so a store or nemesis added there joins
+// the matrix with no change to it. A fenced cell passes when it injected at least
+// one fault of its nemesis and the checker found no violation; a control cell when
+// the checker found violations; a cell that could not run (a server binary missing)
+// is an error that names what to install, never a skip. [FormatMatrix] writes the
+// table: a row per cell with ops, acquisitions, faults, stale rejected, stale
+// accepted, lost, linearizable, verdict, and the cell's seed, so that one cell can
+// be run again alone.
 package chaos

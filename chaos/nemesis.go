@@ -105,9 +105,8 @@ func jitter(rng *rand.Rand, d time.Duration) time.Duration {
 	return d/2 + time.Duration(rng.Int64N(int64(d)+1))
 }
 
-// pauseNemesis SIGSTOPs the lock holder (the worker whose latest acquisition has the
-// token the lock's inspector reports as held; a random worker if none matches) for 3
-// TTLs, so its lease expires and another worker takes the lock, then SIGCONTs it.
+// pauseNemesis SIGSTOPs the lock holder (see holder) for 3 TTLs, so its lease expires
+// and another worker takes the lock, then SIGCONTs it.
 type pauseNemesis struct{ r *run }
 
 func (*pauseNemesis) name() string { return NemesisPause }
@@ -127,21 +126,38 @@ func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, erro
 	}}, nil
 }
 
-// holder returns the worker whose latest acquisition has the token the lock's
-// inspector reports as held, or a random worker (drawn from rng) if none does.
+// holder returns the lock holder inside its critical section: the worker whose latest
+// acquisition has the token the lock's inspector reports as held, and whose latest
+// recorded operation is that acquisition, its fence or its read. A holder caught
+// there wakes up to a write its lease no longer covers; one caught in its release
+// (its write done) or waiting for the lock proves nothing, and on a slow store (etcd:
+// grants and releases take longer than the critical section) that is where a single
+// look mostly finds it. So holder looks again every 10ms for up to a TTL (at least
+// 500ms), then takes the holder wherever it is, or a random worker (drawn from rng)
+// if none matches.
 func (r *run) holder(ctx context.Context, rng *rand.Rand) *worker {
 	target := r.workers[rng.IntN(len(r.workers))]
-	ictx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	info, err := r.inspector.Inspect(ictx, runLock)
-	cancel()
-	if err == nil && info.Held {
-		for _, w := range r.workers {
-			w.tail()
-			w.mu.Lock()
-			if w.token == info.Token {
-				target = w
+	deadline := time.Now().Add(max(r.cfg.TTL, 500*time.Millisecond))
+	for try := 0; try < 100 && ctx.Err() == nil; try++ {
+		ictx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		info, err := r.inspector.Inspect(ictx, runLock)
+		cancel()
+		if err == nil && info.Held {
+			for _, w := range r.workers {
+				w.tail()
+				w.mu.Lock()
+				inside := w.token == info.Token && w.critical
+				if w.token == info.Token {
+					target = w
+				}
+				w.mu.Unlock()
+				if inside {
+					return w
+				}
 			}
-			w.mu.Unlock()
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, 10*time.Millisecond) {
+			break
 		}
 	}
 	return target

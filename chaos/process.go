@@ -112,7 +112,10 @@ type worker struct {
 	ops     int
 	acq     int
 	token   fence.Token // token of its latest acquisition
-	paused  bool
+	// critical: its latest recorded operations are a successful acquisition and then
+	// only its fence and its read: it is inside its critical section.
+	critical bool
+	paused   bool
 }
 
 // tail reads the new complete lines of the worker's log and updates its counters.
@@ -142,6 +145,14 @@ func (w *worker) tail() {
 		if o.Kind == KindAcquire && o.Result == ResultOK {
 			w.acq++
 			w.token = o.Token
+		}
+		switch o.Kind {
+		case KindAcquire:
+			w.critical = o.Result == ResultOK
+		case KindFence, KindRead:
+			w.critical = w.critical && o.Result == ResultOK
+		default:
+			w.critical = false
 		}
 	}
 }

@@ -17,19 +17,23 @@ func FormatTable(w io.Writer, runs []*Summary) {
 		if !s.Fencing {
 			fencing = "off"
 		}
-		verdict := "PASS"
-		switch {
-		case s.Fencing && !s.Passed():
-			verdict = "FAIL: violations with fencing on"
-		case !s.Fencing && s.Passed():
-			verdict = "PASS: control run found violations"
-		case !s.Fencing:
-			verdict = "FAIL: control run found no violation, the checker proved nothing"
-		}
 		fmt.Fprintf(w, "%-21s %-24s %-7s %7d %6d %6d %5d %5d %9d %7d %8d %8d %6d %8d %7s %s\n",
 			s.Backend, s.Nemeses, fencing, r.Operations, r.Acquisitions, s.Faults[NemesisPause], s.Faults[NemesisKill], s.Faults[NemesisLink], s.Faults[NemesisFailover], s.Faults[NemesisMember],
-			r.StaleRejected, r.StaleAccepted, r.Lost, r.Overlaps, r.Linearizable, verdict)
+			r.StaleRejected, r.StaleAccepted, r.Lost, r.Overlaps, r.Linearizable, verdict(s))
 	}
+}
+
+// verdict is a run's verdict in a table: PASS, or FAIL and why.
+func verdict(s *Summary) string {
+	switch {
+	case s.Fencing && !s.Passed():
+		return "FAIL: violations with fencing on"
+	case !s.Fencing && s.Passed():
+		return "PASS: control run found violations"
+	case !s.Fencing:
+		return "FAIL: control run found no violation, the checker proved nothing"
+	}
+	return "PASS"
 }
 
 // tableLegend explains FormatTable's columns, overlaps above all: they are expected

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,9 +20,10 @@ func newChaosCmd() *cobra.Command {
 		cfg     chaos.Config
 		nemeses string
 		fencing string
+		mx      matrixFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "chaos [--duration 30s] [--workers 4] [--nemesis pause,kill] [--fencing on|off] [--results DIR]",
+		Use:   "chaos [--duration 30s] [--workers 4] [--nemesis pause,kill] [--fencing on|off] [--results DIR] | chaos --matrix [--stores bolt,redis,...] [--duration PER-CELL]",
 		Short: "Run workers against a real fence serve under faults and check the history",
 		Long: `chaos starts a fence serve process on a fresh data directory and --workers worker
 processes (this binary) that loop: acquire a lock, fence a key, read it, write it +1,
@@ -55,19 +55,33 @@ holder's writes.
 
 Exit status 0 when fencing on shows no violation, or when fencing off (the control
 run) shows violations; 1 otherwise. Failing histories (JSON lines and porcupine's HTML
-visualisation) are saved under --results.`,
+visualisation) are saved under --results.
+
+With --matrix it runs every store (--stores, default all: ` + strings.Join(chaos.Stores, ", ") + `)
+against every nemesis that applies to it (--nemesis, if given, picks among them), one
+cell after another, each cell a fenced run of --duration with that one nemesis; and
+per store one control cell (fencing off, pauses, a hold of at least 100ms) that must
+find violations. A progress line marks each cell's start and end, then one table has
+a row per cell: ops, acquisitions, faults injected, stale rejected, stale accepted,
+lost, linearizable, verdict, and the cell's seed (--store S --nemesis N --seed X runs
+that cell alone). A fenced cell passes with no violation and at least one fault of
+its nemesis injected; --control-duration gives the controls more time to pause.
+Exit status 0 when every fenced cell passed and every control found violations; 1
+otherwise, or when a cell could not run (a server binary missing: the error names
+what to install); 2 for a bad command line.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("fencing", fencing, "on", "off"); err != nil {
 				return err
 			}
-			cfg.Fencing = fencing == "on"
-			cfg.Nemeses = nil
-			for _, n := range strings.Split(nemeses, ",") {
-				if n = strings.TrimSpace(n); n != "" && n != "none" {
-					cfg.Nemeses = append(cfg.Nemeses, n)
-				}
+			if mx.on {
+				return runMatrix(cmd, cfg, mx, nemeses)
 			}
+			if cmd.Flags().Changed("stores") {
+				return usagef("--stores goes with --matrix; one run takes --store")
+			}
+			cfg.Fencing = fencing == "on"
+			cfg.Nemeses = splitList(nemeses)
 			for _, n := range cfg.Nemeses {
 				known := false
 				for _, k := range chaos.Nemeses {
@@ -99,17 +113,7 @@ visualisation) are saved under --results.`,
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				r := sum.Report
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{
-					"backend": sum.Backend, "faults": sum.Nemeses, "fencing": sum.Fencing, "injected": sum.Faults,
-					"operations": r.Operations, "acquisitions": r.Acquisitions, "writes": r.Writes,
-					"stale_rejected": r.StaleRejected, "stale_accepted": r.StaleAccepted, "lost": r.Lost,
-					"rejected_seen": r.RejectedSeen, "overlaps": r.Overlaps, "unknown": r.Unknown,
-					"linearizable": string(r.Linearizable), "violations": r.Violations,
-					"passed": sum.Passed(), "dir": sum.Dir, "saved": sum.Saved,
-				}); err != nil {
+				if err := printJSON(out, summaryJSON(sum)); err != nil {
 					return err
 				}
 			} else {
@@ -149,8 +153,24 @@ visualisation) are saved under --results.`,
 	f.StringVar(&cfg.Store, "store", "", "what grants the locks: "+strings.Join(chaos.Stores, ", ")+" (default: what the nemeses need, else bolt)")
 	f.StringVar(&cfg.Resource, "resource", "", "where the counter lives: serve (fence serve's KV) or postgres (a table written through postgres.Guard; needs --postgres, but for --store postgres); default postgres for --store postgres, else serve")
 	f.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of --resource postgres (postgres://user@host:port/db); default with --store postgres: the store's database")
+	f.BoolVar(&mx.on, "matrix", false, "run every store against every nemesis that applies to it, and a control per store; one table")
+	f.StringVar(&mx.stores, "stores", "", "with --matrix: the stores, comma-separated (default all: "+strings.Join(chaos.Stores, ",")+")")
+	f.DurationVar(&mx.control, "control-duration", 0, "with --matrix: how long each control cell runs (default --duration)")
 	cmd.AddCommand(newChaosWorkerCmd(), newChaosEtcdMemberCmd())
 	return cmd
+}
+
+// summaryJSON is the JSON object of one run's summary.
+func summaryJSON(sum *chaos.Summary) map[string]any {
+	r := sum.Report
+	return map[string]any{
+		"backend": sum.Backend, "faults": sum.Nemeses, "fencing": sum.Fencing, "injected": sum.Faults,
+		"operations": r.Operations, "acquisitions": r.Acquisitions, "writes": r.Writes,
+		"stale_rejected": r.StaleRejected, "stale_accepted": r.StaleAccepted, "lost": r.Lost,
+		"rejected_seen": r.RejectedSeen, "overlaps": r.Overlaps, "unknown": r.Unknown,
+		"linearizable": string(r.Linearizable), "violations": r.Violations,
+		"passed": sum.Passed(), "dir": sum.Dir, "saved": sum.Saved,
+	}
 }
 
 // oneOf returns nil if the string flag --name has one of the values options, and
