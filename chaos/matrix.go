@@ -102,7 +102,7 @@ func (c *MatrixCell) name() string {
 
 // MatrixResult is the outcome of a matrix.
 type MatrixResult struct {
-	Cells   []*MatrixCell // in the order they ran: per store its nemeses, then its control
+	Cells []*MatrixCell // in the order they ran: per store its nemeses, then its control
 	// Skipped says, a line per nemesis, what a matrix of all nemeses left out
 	// because the binary cannot run it (clock without the fault clock), and how to
 	// include it. A nemesis named in MatrixConfig.Nemeses is never skipped: its cells
