@@ -130,6 +130,7 @@ type Locker struct {
 	acquire *goredis.Script // acquireScript; a benchmark swaps in a variant
 	lock    *goredis.Script // lockScript, tried first for a plain lock; nil: acquire only
 	relay   relay           // Watch's shared subscriptions
+	batch   batcher         // acquires and releases of concurrent calls, pipelined together
 
 	closeMu sync.Mutex // orders bg.Add before Close's bg.Wait
 	closed  chan struct{}
@@ -183,6 +184,9 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 	}
 	l.engine = driver.Engine{Backend: "redis", Locker: l, Clock: clock, Poll: o.PollInterval, Closed: l.closed, Features: features}
 	l.relay.l = l
+	if _, cluster := client.(masterForKeyer); !cluster {
+		l.batch.c = client
+	}
 	return l, nil
 }
 
@@ -366,7 +370,7 @@ func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, e
 // reply, as grant describes. decided is false only for lock.lua's {3}: the full
 // acquire script must decide; nothing was granted.
 func (l *Locker) runAcquire(ctx context.Context, k keys, r *driver.Request, script *goredis.Script, keys []string, args []any) (g grant, decided bool, err error) {
-	res, problem, err := runWrite(ctx, l.client, &l.opts, script, keys, args, true)
+	res, problem, err := l.runWrite(ctx, script, keys, args)
 	if err != nil {
 		if ambiguous(err) {
 			l.releaseLater(k, r.ID)
@@ -634,14 +638,31 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
-	n, err := leaseScript.Run(ctx, l.client, k.leaseKeys(), leaseID, "release", k.wake, l.publish).Int64()
+	res, err := l.batch.run(ctx, l.client, leaseScript, k.leaseKeys(), []any{leaseID, releaseArg, k.wake, l.pubArg})
 	if err != nil {
 		return translate(err)
 	}
-	if n != 1 {
+	switch n, ok := res.(int64); {
+	case !ok:
+		return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	case n != 1:
 		return fence.ErrNotHeld
 	}
 	return nil
+}
+
+// releaseArg is the lease script's "release", boxed once.
+var releaseArg any = "release"
+
+// runWrite runs an acquire script: batched with other calls' (see batcher)
+// unless Options ask for WAIT or WAITAOF, which must follow it on its connection
+// (see runWrite).
+func (l *Locker) runWrite(ctx context.Context, script *goredis.Script, keys []string, args []any) (any, string, error) {
+	if o := &l.opts; o.WaitReplicas > 0 || o.WaitAOFLocal > 0 || o.WaitAOFReplicas > 0 {
+		return runWrite(ctx, l.client, o, script, keys, args, true)
+	}
+	res, err := l.batch.run(ctx, l.client, script, keys, args)
+	return res, "", err
 }
 
 // Revoke ends the current lease on name now (every live permit or shared lease,
