@@ -74,20 +74,31 @@ func (b *batcher) run(ctx context.Context, client Client, script *goredis.Script
 	}
 }
 
-// fly sends batch in one pipeline and hands each call its result; then, while
-// calls are queued, it sends them too, in a new goroutine, keeping its flight.
+// fly sends batch and hands each call its result; then, while calls are queued,
+// it sends them too, keeping its flight: a caller's flight hands them to a new
+// goroutine (its caller has its result and returns), which goes on sending what
+// queues until the queue is empty.
 func (b *batcher) fly(batch []*batchCall) {
 	b.send(batch)
+	if next := b.next(); next != nil {
+		go func() {
+			for batch := next; batch != nil; batch = b.next() {
+				b.send(batch)
+			}
+		}()
+	}
+}
+
+// next takes the queued calls, or ends the flight if there are none.
+func (b *batcher) next() []*batchCall {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	next := b.queue
 	b.queue = nil
 	if next == nil {
 		b.flights--
 	}
-	b.mu.Unlock()
-	if next != nil {
-		go b.fly(next)
-	}
+	return next
 }
 
 // send runs the calls of batch in one pipeline, then those the server had no
