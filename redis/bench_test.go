@@ -414,20 +414,20 @@ func BenchmarkWatch(b *testing.B) {
 		b.ReportMetric(float64(samples[len(samples)*9/10].Nanoseconds())/1e3, "p90-us")
 	})
 
-	// The cost of the grant's PUBLISH: acquire+release pairs with today's acquire
+	// The cost of the grant's PUBLISH: acquire+release pairs with today's lock
 	// script and with the same script less its PUBLISH line, interleaved in a
 	// shuffled order on one Locker (one client, one name: only the script differs),
 	// nobody watching; "with/without" is the ratio of their totals.
 	b.Run("grant-publish-cost", func(b *testing.B) {
-		const publish = "redis.call(ARGV[6], ARGV[5], 'granted')\n"
-		if !strings.Contains(acquireSrc, publish) {
-			b.Fatalf("acquire.lua has no line %q", publish)
+		const publish = "redis.call(ARGV[5], ARGV[4], 'granted')\n"
+		if !strings.Contains(lockSrc, publish) {
+			b.Fatalf("lock.lua has no line %q", publish)
 		}
 		l, _ := newLocker(b, nil)
-		scripts := []*goredis.Script{acquireScript, goredis.NewScript(holdersSrc + strings.Replace(acquireSrc, publish, "", 1))}
+		scripts := []*goredis.Script{lockScript, goredis.NewScript(strings.Replace(lockSrc, publish, "", 1))}
 		ctx := context.Background()
 		pair := func(k int) {
-			l.acquire = scripts[k]
+			l.lock = scripts[k]
 			lease, err := l.Acquire(ctx, "bench-publish", 10*time.Second)
 			if err != nil {
 				b.Fatal(err)
@@ -462,7 +462,8 @@ func BenchmarkWatch(b *testing.B) {
 //	go test -run '^$' -bench Semaphore -benchtime 5000x -v ./redis/
 //
 // "acquire-release" reports each pair's mean: lock; lock-v2 (the acquire script
-// of the version before semaphores, for the cost they added to locks); sem (a
+// of the version before semaphores, for the cost they added to locks, which
+// lock.lua takes back); sem (a
 // semaphore of 4, no other permit held); sem-busy (one other permit held, so
 // the pair finds and keeps the leases' keys); shared; and the ratios. "handoff"
 // is fencetest.BenchmarkHandoffInterleaved of a lock and of a permit of a
@@ -476,7 +477,7 @@ func BenchmarkSemaphore(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer old.Close()
-		old.acquire = v2Acquire
+		old.acquire, old.lock = v2Acquire, nil // every acquire runs the old script
 		ctx := context.Background()
 		pair := func(l *Locker, name string, opts ...fence.AcquireOption) func() {
 			return func() {

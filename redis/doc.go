@@ -60,6 +60,17 @@
 // an acquire is lost (timeout, cancelled context, dropped connection), the Locker
 // releases that grant in the background by its fresh lease id.
 //
+// A plain lock's acquire runs a lean script of its own (two keys: GET, INCR, SET
+// PX, the publish of the grant); only if it finds semaphore or shared leases or
+// foreign data on the name does the full script run after it, in a second round
+// trip. The acquires and releases of concurrent calls on one Locker go to Redis
+// together, pipelined (at most two pipelines in flight; a call that finds one free
+// goes out at once), so that under load each write and read of client and server
+// carries many calls: with 16 clients that is more pairs per second than
+// bsm/redislock's on the same server (BenchmarkAcquireReleaseParallel). Hooks of
+// the client see these as pipelines. A Cluster client is not batched, nor are
+// acquires with WAIT or WAITAOF (see Durability).
+//
 // # Rolling upgrade
 //
 // Versions before semaphores see the marker " <token>" as a lock held by

@@ -94,11 +94,24 @@ type keys struct {
 }
 
 func (l *Locker) keysFor(name string) keys {
-	base := l.prefix + "{" + escapeName(name) + "}"
-	return keys{
-		lock: base + lockSuffix, token: base + tokenSuffix, wake: base + wakeSuffix,
-		holders: base + holdersSuffix, expiry: base + expirySuffix, slots: base + slotsSuffix,
+	// One allocation for all six (an acquire and a release each make them): every
+	// key is a slice of one string.
+	e := escapeName(name)
+	suffixes := [...]string{lockSuffix, tokenSuffix, wakeSuffix, holdersSuffix, expirySuffix, slotsSuffix}
+	base := len(l.prefix) + 1 + len(e) + 1
+	var b strings.Builder
+	b.Grow(len(suffixes)*base + len(lockSuffix+tokenSuffix+wakeSuffix+holdersSuffix+expirySuffix+slotsSuffix))
+	var ks [len(suffixes)]string
+	for i, suffix := range suffixes {
+		start := b.Len()
+		b.WriteString(l.prefix)
+		b.WriteByte('{')
+		b.WriteString(e)
+		b.WriteByte('}')
+		b.WriteString(suffix)
+		ks[i] = b.String()[start:]
 	}
+	return keys{lock: ks[0], token: ks[1], wake: ks[2], holders: ks[3], expiry: ks[4], slots: ks[5]}
 }
 
 // leaseKeys are the keys of the lease, revoke and inspect scripts' KEYS: the lock

@@ -23,8 +23,12 @@ var (
 	holdersSrc string
 	//go:embed scripts/acquire.lua
 	acquireSrc string
+	//go:embed scripts/lock.lua
+	lockSrc string
 	//go:embed scripts/lease.lua
 	leaseSrc string
+	//go:embed scripts/lease_multi.lua
+	leaseMultiSrc string
 	//go:embed scripts/heal.lua
 	healSrc string
 	//go:embed scripts/inspect.lua
@@ -32,9 +36,12 @@ var (
 	//go:embed scripts/revoke.lua
 	revokeSrc string
 
-	// The scripts that read semaphore and shared leases run after holders.lua.
+	// The scripts that read semaphore and shared leases run after holders.lua;
+	// lease.lua decides a lock's renew or release before it (its functions are
+	// closures made on every run).
 	acquireScript = goredis.NewScript(holdersSrc + acquireSrc)
-	leaseScript   = goredis.NewScript(holdersSrc + leaseSrc)
+	lockScript    = goredis.NewScript(lockSrc)
+	leaseScript   = goredis.NewScript(leaseSrc + holdersSrc + leaseMultiSrc)
 	healScript    = goredis.NewScript(healSrc)
 	inspectScript = goredis.NewScript(holdersSrc + inspectSrc)
 	revokeScript  = goredis.NewScript(holdersSrc + revokeSrc)
@@ -117,10 +124,13 @@ type Locker struct {
 	opts    Options
 	prefix  string
 	publish string // SPUBLISH or PUBLISH, run by the scripts that change a lock
+	pubArg  any    // publish, boxed once
 	clock   driver.Clock
 	engine  driver.Engine
 	acquire *goredis.Script // acquireScript; a benchmark swaps in a variant
+	lock    *goredis.Script // lockScript, tried first for a plain lock; nil: acquire only
 	relay   relay           // Watch's shared subscriptions
+	batch   batcher         // acquires and releases of concurrent calls, pipelined together
 
 	closeMu sync.Mutex // orders bg.Add before Close's bg.Wait
 	closed  chan struct{}
@@ -169,11 +179,14 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 		publish = "PUBLISH"
 	}
 	l := &Locker{
-		client: client, opts: o, prefix: o.Prefix, publish: publish, clock: clock,
-		acquire: acquireScript, closed: make(chan struct{}),
+		client: client, opts: o, prefix: o.Prefix, publish: publish, pubArg: publish, clock: clock,
+		acquire: acquireScript, lock: lockScript, closed: make(chan struct{}),
 	}
 	l.engine = driver.Engine{Backend: "redis", Locker: l, Clock: clock, Poll: o.PollInterval, Closed: l.closed, Features: features}
 	l.relay.l = l
+	if _, cluster := client.(masterForKeyer); !cluster {
+		l.batch.c = client
+	}
 	return l, nil
 }
 
@@ -208,9 +221,10 @@ func (l *Locker) isClosed() bool {
 	}
 }
 
-// Acquire grants a lease on name for ttl: one script sets the lock (SET NX PX),
+// Acquire grants a lease on name for ttl: one script sets the lock (SET PX),
 // increments the name's fencing counter and publishes the grant for watchers, in
-// one round trip; the owner of fence.WithOwner is stored with the lease, so
+// one round trip (a lock acquire that finds semaphore or shared leases on the
+// name, or foreign data, takes a second, which decides by the rules below); the owner of fence.WithOwner is stored with the lease, so
 // Inspect and List report it. With fence.WithLimit (a semaphore: the lowest free
 // slot, Lease.Slot) or fence.WithShared the same script grants the lease by the
 // rules of driver.Decide, in the same round trip. With fence.WithWait it waits
@@ -320,14 +334,25 @@ var (
 )
 
 // grant runs the acquire script once for r's lease id, owner and kind (lock,
-// semaphore or shared). It returns what the script found, or an error: a
-// *fence.LimitError if the live leases have another limit. A grant whose reply
-// was lost or unusable, or that was not acknowledged as Options ask, is
-// released.
+// semaphore or shared): for a plain lock the lean lock script first, and the full
+// acquire script only if that could not decide. It returns what the script found,
+// or an error: a *fence.LimitError if the live leases have another limit. A grant
+// whose reply was lost or unusable, or that was not acknowledged as Options ask,
+// is released.
 func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, error) {
-	keys := []string{k.lock, k.token, k.holders, k.expiry, k.slots}
+	o := &r.Options
+	if l.lock != nil && o.Limit == 0 && !o.Shared {
+		args := make([]any, 5, 6)
+		args[0], args[1], args[2], args[3], args[4] = r.ID, r.TTL.Milliseconds(), maxTokenArg, k.wake, l.pubArg
+		if o.Owner != "" {
+			args = append(args, o.Owner)
+		}
+		if g, decided, err := l.runAcquire(ctx, k, r, l.lock, []string{k.lock, k.token}, args); decided {
+			return g, err
+		}
+	}
 	limit, shared, waiter := zeroArg, zeroArg, zeroArg
-	switch o := r.Options; {
+	switch {
 	case o.Limit > 0:
 		limit = strconv.Itoa(o.Limit)
 	case o.Shared:
@@ -335,59 +360,68 @@ func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, e
 	case r.Waiting:
 		waiter = driver.WaiterFor(r).Milliseconds()
 	}
-	args := []any{r.ID, r.TTL.Milliseconds(), maxTokenArg, r.Options.Owner, k.wake, l.publish, limit, shared, waiter}
-	res, problem, err := runWrite(ctx, l.client, &l.opts, l.acquire, keys, args, true)
+	keys := []string{k.lock, k.token, k.holders, k.expiry, k.slots}
+	args := []any{r.ID, r.TTL.Milliseconds(), maxTokenArg, o.Owner, k.wake, l.pubArg, limit, shared, waiter}
+	g, _, err := l.runAcquire(ctx, k, r, l.acquire, keys, args)
+	return g, err
+}
+
+// runAcquire runs an acquire script (lock.lua or acquire.lua) once and reads its
+// reply, as grant describes. decided is false only for lock.lua's {3}: the full
+// acquire script must decide; nothing was granted.
+func (l *Locker) runAcquire(ctx context.Context, k keys, r *driver.Request, script *goredis.Script, keys []string, args []any) (g grant, decided bool, err error) {
+	res, problem, err := l.runWrite(ctx, script, keys, args)
 	if err != nil {
 		if ambiguous(err) {
 			l.releaseLater(k, r.ID)
 		}
-		return grant{}, translate(err)
+		return grant{}, true, translate(err)
 	}
-	a, err := ints(res)
-	if err == nil && (len(a) < 2 || len(a) > 3) {
-		err = fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	a, n, ok := ints3(res)
+	if ok && n == 1 && a[0] == 3 && script == l.lock {
+		return grant{}, false, nil
 	}
-	if err != nil {
+	if !ok || n < 2 {
 		l.releaseLater(k, r.ID)
-		return grant{}, err
+		return grant{}, true, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
 	}
-	g := grant{token: fence.Token(a[1])}
-	if len(a) == 3 {
+	g = grant{token: fence.Token(a[1])}
+	if n == 3 {
 		g.slot = int(a[2])
 	}
-	switch n := a[1]; {
+	switch t := a[1]; {
 	case a[0] == 0:
-		return grant{pttl: n, marked: len(a) == 3}, nil
+		return grant{pttl: t, marked: n == 3}, true, nil
 	case a[0] == 2:
-		return grant{}, &fence.LimitError{Name: r.Name, Limit: max(r.Options.Limit, 1), Held: int(n)}
+		return grant{}, true, &fence.LimitError{Name: r.Name, Limit: max(r.Options.Limit, 1), Held: int(t)}
 	case a[0] != 1 || g.slot < 0 || g.slot >= max(r.Options.Limit, 1):
 		l.releaseLater(k, r.ID)
-		return grant{}, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+		return grant{}, true, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
 	case problem != "":
 		if err := l.release(ctx, k, r.ID); err != nil && !errors.Is(err, fence.ErrNotHeld) {
 			l.releaseLater(k, r.ID)
 		}
-		return grant{}, fmt.Errorf("token %d: %s; lock released: %w", n, problem, ErrNotReplicated)
-	case driver.ValidateToken(fence.Token(n)) != nil:
+		return grant{}, true, fmt.Errorf("token %d: %s; lock released: %w", t, problem, ErrNotReplicated)
+	case driver.ValidateToken(fence.Token(t)) != nil:
 		l.releaseLater(k, r.ID)
-		return grant{}, fmt.Errorf("%w: script issued token %d", fence.ErrUnavailable, n)
+		return grant{}, true, fmt.Errorf("%w: script issued token %d", fence.ErrUnavailable, t)
 	}
-	return g, nil
+	return g, true, nil
 }
 
-// ints decodes a script reply that is a list of integers.
-func ints(res any) ([]int64, error) {
-	a, ok := res.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+// ints3 decodes a script reply that is a list of one to three integers, without
+// allocating: a holds them, n how many. ok is false for any other reply.
+func ints3(res any) (a [3]int64, n int, ok bool) {
+	list, ok := res.([]any)
+	if !ok || len(list) < 1 || len(list) > len(a) {
+		return a, 0, false
 	}
-	out := make([]int64, len(a))
-	for i, v := range a {
-		if out[i], ok = v.(int64); !ok {
-			return nil, fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	for i, v := range list {
+		if a[i], ok = v.(int64); !ok {
+			return a, 0, false
 		}
 	}
-	return out, nil
+	return a, len(list), true
 }
 
 // releaseLater releases lease id in the background, for grants whose reply was lost
@@ -604,14 +638,31 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
-	n, err := leaseScript.Run(ctx, l.client, k.leaseKeys(), leaseID, "release", k.wake, l.publish).Int64()
+	res, err := l.batch.run(ctx, l.client, leaseScript, k.leaseKeys(), []any{leaseID, releaseArg, k.wake, l.pubArg})
 	if err != nil {
 		return translate(err)
 	}
-	if n != 1 {
+	switch n, ok := res.(int64); {
+	case !ok:
+		return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+	case n != 1:
 		return fence.ErrNotHeld
 	}
 	return nil
+}
+
+// releaseArg is the lease script's "release", boxed once.
+var releaseArg any = "release"
+
+// runWrite runs an acquire script: batched with other calls' (see batcher)
+// unless Options ask for WAIT or WAITAOF, which must follow it on its connection
+// (see runWrite).
+func (l *Locker) runWrite(ctx context.Context, script *goredis.Script, keys []string, args []any) (any, string, error) {
+	if o := &l.opts; o.WaitReplicas > 0 || o.WaitAOFLocal > 0 || o.WaitAOFReplicas > 0 {
+		return runWrite(ctx, l.client, o, script, keys, args, true)
+	}
+	res, err := l.batch.run(ctx, l.client, script, keys, args)
+	return res, "", err
 }
 
 // Revoke ends the current lease on name now (every live permit or shared lease,
@@ -637,7 +688,7 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 		return fmt.Errorf("redis: revoke %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	res, problem, err := runWrite(ctx, l.client, &l.opts, revokeScript, k.leaseKeys(), []any{k.wake, l.publish}, true)
+	res, problem, err := runWrite(ctx, l.client, &l.opts, revokeScript, k.leaseKeys(), []any{k.wake, l.pubArg}, true)
 	if err != nil {
 		return fmt.Errorf("redis: revoke %q: %w", name, translate(err))
 	}

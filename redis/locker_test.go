@@ -137,7 +137,7 @@ func TestNewLocker_BadOptions(t *testing.T) {
 }
 
 // countHook counts the commands a client sends (a pipeline counts its commands),
-// and apart the scripts it runs outside pipelines (EVAL, EVALSHA), which connection
+// and apart the scripts it runs (EVAL, EVALSHA), which connection
 // set-up (HELLO, CLIENT) does not add to.
 type countHook struct{ n, scripts atomic.Int64 }
 
@@ -154,6 +154,11 @@ func (h *countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 func (h *countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		h.n.Add(int64(len(cmds)))
+		for _, cmd := range cmds { // acquires and releases are pipelined (see batcher)
+			if strings.HasPrefix(cmd.Name(), "eval") {
+				h.scripts.Add(1)
+			}
+		}
 		return next(ctx, cmds)
 	}
 }
