@@ -309,8 +309,8 @@ func (r *run) progressLine(elapsed time.Duration, faults map[string]int) string 
 		ops, acq = ops+w.ops, acq+w.acq
 		w.mu.Unlock()
 	}
-	return fmt.Sprintf("chaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  pauses %d  kills %d  links %d  failovers %d  members %d",
-		r.cfg.mode(), elapsed.Seconds(), r.cfg.Duration.Seconds(), ops, acq, faults[NemesisPause], faults[NemesisKill], faults[NemesisLink], faults[NemesisFailover], faults[NemesisMember])
+	return fmt.Sprintf("chaos %s %3.0fs/%.0fs  ops %6d  acquisitions %5d  faults %s",
+		r.cfg.mode(), elapsed.Seconds(), r.cfg.Duration.Seconds(), ops, acq, faultCounts(r.cfg.Nemeses, faults))
 }
 
 // history returns every worker's operations by invocation time, then a final read of

@@ -3,22 +3,38 @@ package chaos
 import (
 	"fmt"
 	"io"
+	"strings"
 )
+
+// faultCounts is "pause 3, kill 2": the faults injected by each of the nemeses, in
+// their order; "none" for none.
+func faultCounts(nemeses []string, faults map[string]int) string {
+	var parts []string
+	for _, n := range nemeses {
+		if n != "" && n != "none" {
+			parts = append(parts, fmt.Sprintf("%s %d", n, faults[n]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
 
 // FormatTable writes the final table of one or more runs, one row per run, and a
 // legend of its columns.
 func FormatTable(w io.Writer, runs []*Summary) {
 	defer fmt.Fprint(w, tableLegend)
-	fmt.Fprintf(w, "%-21s %-24s %-7s %7s %6s %6s %5s %5s %9s %7s %8s %8s %6s %8s %7s %s\n",
-		"backend", "faults", "fencing", "ops", "acq", "pauses", "kills", "links", "failovers", "members", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
+	fmt.Fprintf(w, "%-26s %-7s %7s %6s %-28s %8s %8s %6s %8s %7s %s\n",
+		"backend", "fencing", "ops", "acq", "faults injected", "rejected", "accepted", "lost", "overlaps", "linear", "verdict")
 	for _, s := range runs {
 		r := s.Report
 		fencing := "on"
 		if !s.Fencing {
 			fencing = "off"
 		}
-		fmt.Fprintf(w, "%-21s %-24s %-7s %7d %6d %6d %5d %5d %9d %7d %8d %8d %6d %8d %7s %s\n",
-			s.Backend, s.Nemeses, fencing, r.Operations, r.Acquisitions, s.Faults[NemesisPause], s.Faults[NemesisKill], s.Faults[NemesisLink], s.Faults[NemesisFailover], s.Faults[NemesisMember],
+		fmt.Fprintf(w, "%-26s %-7s %7d %6d %-28s %8d %8d %6d %8d %7s %s\n",
+			s.Backend, fencing, r.Operations, r.Acquisitions, faultCounts(strings.Split(s.Nemeses, ","), s.Faults),
 			r.StaleRejected, r.StaleAccepted, r.Lost, r.Overlaps, r.Linearizable, verdict(s))
 	}
 }
@@ -41,8 +57,8 @@ func verdict(s *Summary) string {
 const tableLegend = `columns:
   ops        operations the workers recorded (acquire, read, write, fence, release)
   acq        leases granted
-  pauses ... members
-             faults injected by each nemesis
+  faults injected
+             faults injected by each nemesis of the run: "pause 3, kill 2"
   rejected   stale writes and fences the resource refused: fencing at work
   accepted   stale writes or fences the resource accepted anyway: must be 0 with fencing on
   lost       acknowledged writes missing from the final value: must be 0 with fencing on
