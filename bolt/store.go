@@ -110,6 +110,7 @@ type Store struct {
 	watchers driver.Watchers // Watch subscriptions, notified under mu
 	peak     int             // largest len(locks) since the map was last rebuilt
 	heap     []*hold
+	held     int // names with a lease in the heap (entry.held)
 	timer    driver.Timer
 	timerAt  int64 // when timer fires (0: none armed)
 
@@ -495,6 +496,7 @@ func (s *Store) load(nowWall int64) error {
 	now := s.now()
 	for _, e := range restored {
 		s.locks[e.name] = e
+		s.held++
 		s.heapPush(&e.h)
 		if e.x != nil {
 			for _, h := range e.x.holds {
