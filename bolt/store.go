@@ -325,6 +325,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	dropMapped(db) // load read every lock record
 	go s.flusher()
 	return s, nil
 }
@@ -884,6 +885,7 @@ func (s *Store) checkpointLocked(clean bool) error {
 	s.mu.Lock()
 	w.names = make(map[string][]byte)
 	s.mu.Unlock()
+	dropMapped(s.db)
 	return nil
 }
 
