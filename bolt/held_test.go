@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/inmem"
@@ -61,4 +62,14 @@ func TestStore_HeldLocks_CountsNamesThroughEndsAndRestart(t *testing.T) {
 	want("after a restart, a and c restored", 2)
 	clock.Advance(2 * time.Minute)
 	want("after their expiry", 0)
+}
+
+// The lease table is most of the memory of a store holding many leases: an
+// entry (a lock name and its first lease) must stay within the 96-byte size
+// class of the Go allocator (BenchmarkServe_HeldLeaseMemory in cmd/fence
+// measures what a lease costs in all).
+func TestEntry_FitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n > 96 {
+		t.Errorf("entry is %d bytes, want at most 96", n)
+	}
 }
