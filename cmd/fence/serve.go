@@ -164,7 +164,7 @@ the clients and waiters you expect, plus a few dozen), and each waiting request
 about 23 KB of memory: --max-waiters caps them (one more is answered 503 with
 Retry-After).
 
-Memory: over the embedded store a held lease costs the server about 300 bytes of RSS
+Memory: over the embedded store a held lease costs the server about 280 bytes of RSS
 at a million leases. The Go GC runs at --gc-percent 50 (GOGC, if set, replaces that
 default; GOMEMLIMIT works as usual): the heap grows to 1.5 times what is live between
 collections, against 2 times at Go's default of 100, for some more GC CPU.
