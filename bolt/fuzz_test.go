@@ -115,7 +115,8 @@ func encodeFields(r lockFields) []byte {
 			}
 			e.x.holds = append(e.x.holds, h)
 		}
-		h.id, h.token, h.owner, h.slot, h.expires, h.hidx = f.id, f.token, f.owner, int32(f.slot), f.wallExp, 0
+		h.id, h.token, h.slot, h.expires, h.hidx = f.id, f.token, int32(f.slot), f.wallExp, 0
+		h.setOwner(f.owner)
 	}
 	return s.encodeLock(e)
 }

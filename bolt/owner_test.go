@@ -54,7 +54,7 @@ func TestLockRecord_WithoutOwner_IsTheEarlierLayout(t *testing.T) {
 	s.mu.Lock()
 	plain := s.encodeLock(e)
 	wallExp := s.wallAt(e.h.expires)
-	e.h.owner = "host:42 job ü"
+	e.h.setOwner("host:42 job ü")
 	owned := s.encodeLock(e)
 	s.mu.Unlock()
 	if want := earlierLeaseRecord(7, 7, wallExp, id); !bytes.Equal(plain, want) {
@@ -65,9 +65,9 @@ func TestLockRecord_WithoutOwner_IsTheEarlierLayout(t *testing.T) {
 	if err != nil || len(r.holds) != 1 || r.holds[0] != want || r.last != 7 || r.limit != 0 || r.shared {
 		t.Fatalf("decode of the earlier layout = %+v, %v; want the lease of token 7 without owner", r, err)
 	}
-	want.owner = e.h.owner
+	want.owner = e.h.ownerName()
 	if r, err = decodeLock(owned); err != nil || len(r.holds) != 1 || r.holds[0] != want {
-		t.Fatalf("decode of a record with an owner = %+v, %v; want owner %q", r, err, e.h.owner)
+		t.Fatalf("decode of a record with an owner = %+v, %v; want owner %q", r, err, e.h.ownerName())
 	}
 	for name, v := range map[string][]byte{
 		"length past the end":  owned[:len(owned)-1],

@@ -107,7 +107,7 @@ func waiterWaiting(s *Store, name string) bool {
 	for range 10000 {
 		s.mu.Lock()
 		e := s.locks[name]
-		ok := e != nil && e.wake != nil
+		ok := e != nil && e.x != nil && e.x.wake != nil
 		s.mu.Unlock()
 		if ok {
 			return true

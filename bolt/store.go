@@ -110,6 +110,7 @@ type Store struct {
 	watchers driver.Watchers // Watch subscriptions, notified under mu
 	peak     int             // largest len(locks) since the map was last rebuilt
 	heap     []*hold
+	held     int // names with a lease in the heap (entry.held)
 	timer    driver.Timer
 	timerAt  int64 // when timer fires (0: none armed)
 
@@ -154,12 +155,11 @@ var _ interface {
 type entry struct {
 	name   string
 	last   fence.Token // last token issued for name (or healed to)
-	wake   chan struct{}
-	x      *extra // the leases beyond h, and the exclusive waiter; nil for a lock
-	h      hold   // the first lease (h.hidx -1: none); a lock has only this one
-	limit  int16  // the semaphore limit of the live leases; 0 for a lock or shared
-	shared bool   // the live leases are shared ones
-	dirty  bool   // last/leases not yet written
+	x      *extra      // the leases beyond h, the waiters' channel and the exclusive waiter; nil for a lock nobody waited for
+	h      hold        // the first lease (h.hidx -1: none); a lock has only this one
+	limit  int16       // the semaphore limit of the live leases; 0 for a lock or shared
+	shared bool        // the live leases are shared ones
+	dirty  bool        // last/leases not yet written
 }
 
 // hold is one lease on a name, in the expiry heap while live.
@@ -167,15 +167,19 @@ type hold struct {
 	e       *entry
 	id      [16]byte    // lease id
 	token   fence.Token // its token
-	owner   string      // its owner (fence.WithOwner), "" if none
+	owner   *string     // its owner (fence.WithOwner), nil if none (most leases: a pointer keeps entry within 96 bytes)
 	expires int64       // its expiry, lease time
 	hidx    int32       // index in the expiry heap; -1: ended
 	slot    int32       // its semaphore slot; 0 for a lock or shared lease
 }
 
-// extra is what a semaphore or a shared lock has beyond a lock.
+// extra is what a semaphore or a shared lock has beyond a lock, and a lock that
+// was waited for.
 type extra struct {
 	holds []*hold // live leases other than entry.h
+	// wake closes when a lease ends (nil: nobody waits): the wake-up of the
+	// waiting acquires, made by the first.
+	wake chan struct{}
 	// waiterUntil is when the record of an exclusive acquire waiting for shared
 	// holders ends (lease time; 0: none). It lives in memory only: a waiter is a
 	// call in this process (or a fence serve request), which a crash ends with
@@ -184,6 +188,24 @@ type extra struct {
 	// it waits. A crash can therefore let shared acquires in ahead of a remote
 	// exclusive waiter once, never grant anything the rules refuse.
 	waiterUntil int64
+}
+
+// ownerName returns h's owner, "" if none.
+func (h *hold) ownerName() string {
+	if h.owner == nil {
+		return ""
+	}
+	return *h.owner
+}
+
+// setOwner sets h's owner ("": none) to a copy of owner, which may be cut from
+// a larger string (a request body) that would otherwise stay in memory.
+func (h *hold) setOwner(owner string) {
+	h.owner = nil
+	if owner != "" {
+		o := strings.Clone(owner)
+		h.owner = &o
+	}
 }
 
 // held reports whether e has a lease in the heap (live, or expired and not yet
@@ -324,6 +346,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	dropMapped(db) // load read every lock record
 	go s.flusher()
 	return s, nil
 }
@@ -495,6 +518,7 @@ func (s *Store) load(nowWall int64) error {
 	now := s.now()
 	for _, e := range restored {
 		s.locks[e.name] = e
+		s.held++
 		s.heapPush(&e.h)
 		if e.x != nil {
 			for _, h := range e.x.holds {
@@ -539,7 +563,8 @@ func restore(name string, r lockFields, nowWall int64) *entry {
 			}
 			e.x.holds = append(e.x.holds, h)
 		}
-		h.id, h.token, h.owner, h.slot = f.id, f.token, f.owner, int32(f.slot)
+		h.id, h.token, h.slot = f.id, f.token, int32(f.slot)
+		h.setOwner(f.owner)
 		h.expires, h.hidx = f.wallExp-nowWall, -1
 	}
 	if e.h.token == 0 {
@@ -850,7 +875,7 @@ func (s *Store) flushOnce() error {
 				e.dirty = true
 				s.dirty = append(s.dirty, e)
 			}
-		case !e.dirty && !e.held() && e.wake == nil && s.locks[e.name] == e:
+		case !e.dirty && !e.held() && (e.x == nil || e.x.wake == nil) && s.locks[e.name] == e:
 			delete(s.locks, e.name) // its last token is on disk now
 		}
 	}
@@ -882,6 +907,7 @@ func (s *Store) checkpointLocked(clean bool) error {
 	s.mu.Lock()
 	w.names = make(map[string][]byte)
 	s.mu.Unlock()
+	dropMapped(s.db)
 	return nil
 }
 
@@ -961,9 +987,10 @@ func (s *Store) encodeLock(e *entry) []byte {
 	}
 	if e.limit == 0 && !e.shared {
 		h := &e.h
+		owner := h.ownerName()
 		n := lockRecLease
-		if h.owner != "" {
-			n += lockRecOwner + len(h.owner)
+		if owner != "" {
+			n += lockRecOwner + len(owner)
 		}
 		b := make([]byte, lockRecLease, n)
 		b[0] = flagLease
@@ -971,10 +998,10 @@ func (s *Store) encodeLock(e *entry) []byte {
 		binary.BigEndian.PutUint64(b[9:], uint64(h.token))
 		binary.BigEndian.PutUint64(b[17:], uint64(s.wallAt(h.expires)))
 		copy(b[25:], h.id[:])
-		if h.owner != "" {
+		if owner != "" {
 			b[0] |= flagOwner
-			b = binary.BigEndian.AppendUint16(b, uint16(len(h.owner)))
-			b = append(b, h.owner...)
+			b = binary.BigEndian.AppendUint16(b, uint16(len(owner)))
+			b = append(b, owner...)
 		}
 		return b
 	}
@@ -982,7 +1009,7 @@ func (s *Store) encodeLock(e *entry) []byte {
 	hs := e.leases(buf[:0])
 	n := lockRecMulti
 	for _, h := range hs {
-		n += lockRecHold + len(h.owner)
+		n += lockRecHold + len(h.ownerName())
 	}
 	b := make([]byte, 1, n)
 	b[0] = flagMulti
@@ -993,12 +1020,13 @@ func (s *Store) encodeLock(e *entry) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(e.limit))
 	b = binary.BigEndian.AppendUint16(b, uint16(len(hs)))
 	for _, h := range hs {
+		owner := h.ownerName()
 		b = binary.BigEndian.AppendUint64(b, uint64(h.token))
 		b = binary.BigEndian.AppendUint64(b, uint64(s.wallAt(h.expires)))
 		b = append(b, h.id[:]...)
 		b = binary.BigEndian.AppendUint16(b, uint16(h.slot))
-		b = binary.BigEndian.AppendUint16(b, uint16(len(h.owner)))
-		b = append(b, h.owner...)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(owner)))
+		b = append(b, owner...)
 	}
 	return b
 }

@@ -86,7 +86,13 @@ func newRegistry() *prometheus.Registry {
 // kept in the slot; only further leases of a semaphore or shared lock take a map
 // of their own). Two names whose 64-bit hashes collide would count as one: at a
 // million names that is about one chance in 10^7, and it only skews a gauge.
+//
+// Over a store that counts its held names itself (a heldCounter: the embedded
+// store, which only this process can open) it records nothing and reports the
+// store's count, so that a held lease costs the server no memory beside the
+// store's.
 type heldSet struct {
+	store     heldCounter // non-nil: the count is the store's
 	mu        sync.Mutex
 	seed      maphash.Seed
 	base      time.Time           // expiries are nanoseconds since base (monotonic)
@@ -103,7 +109,16 @@ type heldName struct {
 	more  map[uint64]int64 // lease hash -> expiry, of the other leases
 }
 
-func newHeldSet() *heldSet {
+// heldCounter is a store that counts the lock names it holds a live lease on
+// (bolt.Store.HeldLocks).
+type heldCounter interface{ HeldLocks() int }
+
+// newHeldSet returns the set for the leases granted over locker: one that asks
+// locker, if it is a heldCounter, else one that records them.
+func newHeldSet(locker any) *heldSet {
+	if c, ok := locker.(heldCounter); ok {
+		return &heldSet{store: c}
+	}
 	return &heldSet{seed: maphash.MakeSeed(), base: time.Now(), names: make(map[uint64]heldName), nextPrune: 1024}
 }
 
@@ -112,6 +127,9 @@ func (h *heldSet) at(t time.Time) int64 { return max(int64(t.Sub(h.base)), 1) }
 
 // set records that lease id on name expires at until.
 func (h *heldSet) set(name, id string, until time.Time) {
+	if h.store != nil {
+		return
+	}
 	nk, lk, u := maphash.String(h.seed, name), maphash.String(h.seed, id), h.at(until)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -140,6 +158,9 @@ func (h *heldSet) set(name, id string, until time.Time) {
 
 // remove forgets lease id on name (released).
 func (h *heldSet) remove(name, id string) {
+	if h.store != nil {
+		return
+	}
 	nk, lk := maphash.String(h.seed, name), maphash.String(h.seed, id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -179,6 +200,9 @@ func (h *heldSet) putLocked(nk uint64, n heldName) {
 
 // removeAll forgets every lease on name (revoked).
 func (h *heldSet) removeAll(name string) {
+	if h.store != nil {
+		return
+	}
 	nk := maphash.String(h.seed, name)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -190,6 +214,9 @@ func (h *heldSet) removeAll(name string) {
 
 // count returns the number of names with an unexpired lease at now.
 func (h *heldSet) count(now time.Time) int {
+	if h.store != nil {
+		return h.store.HeldLocks()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pruneLocked(now)

@@ -11,7 +11,7 @@ import (
 // of its leases is unexpired, through renewals, releases of the first and of
 // other leases, revokes and expiries.
 func TestHeldSet_CountsNamesWithUnexpiredLeases(t *testing.T) {
-	h := newHeldSet()
+	h := newHeldSet(nil)
 	now := time.Now()
 	later := now.Add(time.Hour)
 	check := func(what string, at time.Time, names, leases int) {
@@ -57,7 +57,7 @@ func BenchmarkHeldSet_Memory(b *testing.B) {
 		var m0, m1 runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&m0)
-		h := newHeldSet()
+		h := newHeldSet(nil)
 		for _, name := range names {
 			h.set(name, id, until)
 		}

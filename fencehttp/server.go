@@ -118,7 +118,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := driver.ValidateTTL(cfg.DefaultTTL); err != nil {
 		return nil, fmt.Errorf("fencehttp: new server: default TTL: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, held: newHeldSet()}
+	s := &Server{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, held: newHeldSet(cfg.Locker)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

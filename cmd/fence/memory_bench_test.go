@@ -36,20 +36,23 @@ func memBenchLeases(b *testing.B) int {
 // (embedded store) in process RSS: a fresh server, N leases acquired over HTTP
 // on N names with a long TTL by a few concurrent clients, and VmRSS before and
 // after, once the server is idle and its RSS has settled. It reports
-// bytes/lease (RSS) and heap-bytes/lease (the Go heap in use, from /metrics).
+// bytes/lease (RSS), heap-bytes/lease (the Go heap in use, from /metrics), and
+// server-cpu-us/acquire (the server's user and system CPU time while the
+// leases were acquired, per acquire: what the GC policy of fence serve costs).
 // Issue 19's target is at most 300 bytes/lease at 1,000,000 leases:
 //
 //	FENCE_BENCH_LEASES=1000000 go test -run '^$' -bench HeldLeaseMemory -benchtime 1x ./cmd/fence
 func BenchmarkServe_HeldLeaseMemory(b *testing.B) {
 	n := memBenchLeases(b)
 	for i := 0; i < b.N; i++ {
-		perLease, heapPerLease := measureHeldLeaseMemory(b, n)
+		perLease, heapPerLease, cpuPerAcquire := measureHeldLeaseMemory(b, n)
 		b.ReportMetric(perLease, "bytes/lease")
 		b.ReportMetric(heapPerLease, "heap-bytes/lease")
+		b.ReportMetric(cpuPerAcquire, "server-cpu-us/acquire")
 	}
 }
 
-func measureHeldLeaseMemory(b *testing.B, n int) (rssPerLease, heapPerLease float64) {
+func measureHeldLeaseMemory(b *testing.B, n int) (rssPerLease, heapPerLease, cpuPerAcquire float64) {
 	b.Helper()
 	b.StopTimer()
 	srv, err := startServe(filepath.Join(b.TempDir(), "data"))
@@ -67,6 +70,7 @@ func measureHeldLeaseMemory(b *testing.B, n int) (rssPerLease, heapPerLease floa
 	}
 	rss0, heap0 := settledMemory(b, hc, srv.url, pid)
 
+	cpu0 := procCPU(b, pid)
 	b.StartTimer()
 	const clients = 4
 	var next atomic.Int64
@@ -90,6 +94,7 @@ func measureHeldLeaseMemory(b *testing.B, n int) (rssPerLease, heapPerLease floa
 	}
 	wg.Wait()
 	b.StopTimer()
+	cpu := procCPU(b, pid) - cpu0
 	close(errs)
 	if err := <-errs; err != nil {
 		b.Fatal(err)
@@ -100,9 +105,34 @@ func measureHeldLeaseMemory(b *testing.B, n int) (rssPerLease, heapPerLease floa
 	rss1, heap1 := settledMemory(b, hc, srv.url, pid)
 	// The heap goal is twice the heap live at the last GC (GOGC=100): the RSS of
 	// the heap cannot settle much below it.
-	b.Logf("%d leases: VmRSS %d -> %d kB (now %s), Go heap in use %.1f -> %.1f MB, heap goal %.1f MB",
-		n, rss0/1024, rss1/1024, rssParts(b, pid), heap0/1e6, heap1/1e6, metricValue(b, hc, srv.url, "go_memstats_next_gc_bytes")/1e6)
-	return float64(rss1-rss0) / float64(n), (heap1 - heap0) / float64(n)
+	b.Logf("%d leases: VmRSS %d -> %d kB (now %s), Go heap in use %.1f -> %.1f MB, heap goal %.1f MB, server CPU %v",
+		n, rss0/1024, rss1/1024, rssParts(b, pid), heap0/1e6, heap1/1e6, metricValue(b, hc, srv.url, "go_memstats_next_gc_bytes")/1e6, cpu)
+	return float64(rss1-rss0) / float64(n), (heap1 - heap0) / float64(n), float64(cpu.Microseconds()) / float64(n)
+}
+
+// procCPU returns the user and system CPU time pid has used, from
+// /proc/PID/stat (in clock ticks of 1/100 s, USER_HZ on Linux).
+func procCPU(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The command name, in parentheses, may hold spaces: fields count after it.
+	_, rest, ok := bytes.Cut(data, []byte(") "))
+	f := strings.Fields(string(rest))
+	if !ok || len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: unexpected %q", pid, data)
+	}
+	var ticks int64
+	for _, v := range f[11:13] { // utime, stime (fields 14 and 15)
+		t, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += t
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // acquireOnce acquires name for an hour, without waiting, and returns the body.
