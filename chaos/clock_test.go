@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/internal/faultclock"
@@ -21,13 +19,8 @@ import (
 // history and progress.
 func checkClean(t *testing.T, sum *Summary) {
 	t.Helper()
+	wantNoViolation(t, sum)
 	r := sum.Report
-	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
-		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
-	}
-	if r.Linearizable != porcupine.Ok {
-		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
-	}
 	if r.Writes < 10 {
 		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", r.Writes)
 	}

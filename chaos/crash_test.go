@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/fencelock/fence"
 )
 
@@ -15,13 +13,8 @@ import (
 // and at least one fault of each of nemeses.
 func wantFencedPass(t *testing.T, sum *Summary, nemeses ...string) {
 	t.Helper()
+	wantNoViolation(t, sum)
 	r := sum.Report
-	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
-		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
-	}
-	if r.Linearizable != porcupine.Ok {
-		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
-	}
 	for _, n := range nemeses {
 		if sum.Faults[n] < 1 {
 			t.Errorf("faults injected = %v, want at least one %s", sum.Faults, n)

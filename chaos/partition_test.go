@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
@@ -238,13 +236,8 @@ func TestNetLayer_SweepsStaleAndRunLeavesNothing(t *testing.T) {
 // run's lease TTL) by them.
 func checkFenced(t *testing.T, sum *Summary, min int, ttl time.Duration) {
 	t.Helper()
+	wantNoViolation(t, sum)
 	r := sum.Report
-	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
-		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
-	}
-	if r.Linearizable != porcupine.Ok {
-		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
-	}
 	if sum.Faults[NemesisPartition] < min {
 		t.Errorf("faults injected = %v, want at least %d partitions", sum.Faults, min)
 	}

@@ -42,6 +42,20 @@ func TestMain(m *testing.M) {
 	}())
 }
 
+// wantNoViolation fails t unless the fenced run sum accepted no stale write, lost
+// no acknowledged write, never let a rejected value be read, and left a linearizable
+// history.
+func wantNoViolation(t *testing.T, sum *Summary) {
+	t.Helper()
+	r := sum.Report
+	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
+		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
+	}
+	if r.Linearizable != porcupine.Ok {
+		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
+	}
+}
+
 func runChaos(t *testing.T, cfg Config) *Summary {
 	t.Helper()
 	if testing.Short() {
@@ -66,13 +80,8 @@ func runChaos(t *testing.T, cfg Config) *Summary {
 func TestRun_FencingOn_AllNemeses_NoViolation(t *testing.T) {
 	sum := runChaos(t, Config{Workers: 4, Duration: 12 * time.Second, Interval: 2 * time.Second, MaxFaults: 4,
 		Nemeses: []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover}, Fencing: true, Seed: 1})
+	wantNoViolation(t, sum)
 	r := sum.Report
-	if r.StaleAccepted != 0 || r.Lost != 0 || r.RejectedSeen != 0 {
-		t.Errorf("stale accepted, lost, rejected seen = %d, %d, %d; want 0, 0, 0; violations %q", r.StaleAccepted, r.Lost, r.RejectedSeen, r.Violations)
-	}
-	if r.Linearizable != porcupine.Ok {
-		t.Errorf("Linearizable = %v, want Ok; history in %v", r.Linearizable, sum.Saved)
-	}
 	if sum.Faults[NemesisPause] < 1 || sum.Faults[NemesisKill] < 1 || sum.Faults[NemesisLink] < 1 || sum.Faults[NemesisFailover] < 1 {
 		t.Errorf("faults injected = %v, want at least one of each nemesis", sum.Faults)
 	}
