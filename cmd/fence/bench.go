@@ -65,7 +65,7 @@ installed (apt-get install redis-server).`,
 				progress.show(fmt.Sprintf("bench: round %d/%d, %s of %s (%d/%d)",
 					p.Round, p.Rounds, p.Measure, bench.Label(p.Row), p.Step, p.Steps))
 			}
-			setup := bench.Setup{Clients: cfg.Clients, Duration: cfg.Duration, Rounds: cfg.Rounds,
+			setup := bench.Setup{Clients: cfg.Clients, Shared: cfg.Shared, Duration: cfg.Duration, Rounds: cfg.Rounds,
 				CPUs: runtime.NumCPU(), LoadFrom: bench.LoadAverage()}
 			w := watchSignals(cmd.Context())
 			defer w.stop()
@@ -92,6 +92,7 @@ installed (apt-get install redis-server).`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Clients, "clients", 16, "clients of the pairs/s measurement, each on a lock name of its own")
+	f.BoolVar(&cfg.Shared, "shared-client", false, "the pairs/s clients share one client (connection pool, Locker), as goroutines of one process do; default one each, as processes")
 	f.DurationVar(&cfg.Duration, "duration", time.Second, "time of each measurement of each row in each round")
 	f.IntVar(&cfg.Rounds, "rounds", 5, "rounds; the table shows the medians over them")
 	f.StringVar(&rows, "rows", "all", "rows to measure, comma-separated: redislock, redsync, etcd-mutex, fence-redis, fence-etcd, fence-serve, fence-bolt (or all)")

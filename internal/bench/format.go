@@ -12,6 +12,7 @@ import (
 // Setup is how a run was measured, and on what, for its report.
 type Setup struct {
 	Clients  int
+	Shared   bool          // Config.Shared: the pairs/s clients are one client
 	Duration time.Duration // of each measurement
 	Rounds   int
 	CPUs     int     // runtime.NumCPU
@@ -22,7 +23,8 @@ type Setup struct {
 // Report is a run's results in the shape of `fence bench -o json`.
 type Report struct {
 	Clients    int         `json:"clients"`
-	DurationMS int64       `json:"duration_ms"` // of each measurement
+	Shared     bool        `json:"shared_client"` // the pairs/s clients were one client
+	DurationMS int64       `json:"duration_ms"`   // of each measurement
 	Rounds     int         `json:"rounds"`
 	CPUs       int         `json:"cpus"`
 	LoadFrom   float64     `json:"load_average_start"` // 0 if unknown
@@ -45,7 +47,7 @@ type ReportRow struct {
 
 // NewReport returns the Report of results, measured as setup says.
 func NewReport(results []Result, setup Setup) Report {
-	r := Report{Clients: setup.Clients, DurationMS: setup.Duration.Milliseconds(), Rounds: setup.Rounds,
+	r := Report{Clients: setup.Clients, Shared: setup.Shared, DurationMS: setup.Duration.Milliseconds(), Rounds: setup.Rounds,
 		CPUs: setup.CPUs, LoadFrom: setup.LoadFrom, LoadTo: setup.LoadTo, Rows: []ReportRow{}}
 	for _, res := range results {
 		row := ReportRow{
@@ -100,6 +102,11 @@ func FormatTable(w io.Writer, results []Result, setup Setup) error {
 	fmt.Fprintf(&b, "\nmedians over %d round(s) of %v per measurement, rows interleaved in a shuffled order;\n", rounds, duration)
 	fmt.Fprintf(&b, "pair: acquire+release on one client; handoff: release called until the waiter holds the lock;\n")
 	fmt.Fprintf(&b, "pairs/s: %d clients on distinct names", clients)
+	if setup.Shared {
+		b.WriteString(", goroutines sharing one client (--shared-client)")
+	} else {
+		b.WriteString(", each with its own connections")
+	}
 	if setup.CPUs > 0 {
 		fmt.Fprintf(&b, "; %d CPUs", setup.CPUs)
 	}

@@ -17,6 +17,11 @@ type Config struct {
 	Clients  int           // clients of the pairs/s measurement; 0 means 16
 	Duration time.Duration // of each measurement of each row in each round; 0 means 1s
 	Rounds   int           // 0 means 5
+	// Shared makes the pairs/s clients one client (one connection pool, one Locker)
+	// used by Clients goroutines, as in one process; false gives each its own, as
+	// separate processes. A batching client (fence's Redis Locker pipelines
+	// concurrent calls) gains only when shared.
+	Shared bool
 	// Progress, if set, is called before each measurement.
 	Progress func(Progress)
 }
@@ -108,7 +113,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}()
 	for i, row := range cfg.Rows {
-		if rigs[i], err = newRig(env, row, cfg.Clients); err != nil {
+		if rigs[i], err = newRig(env, row, cfg.Clients, cfg.Shared); err != nil {
 			return nil, err
 		}
 	}
@@ -172,10 +177,15 @@ type rig struct {
 	parallel       []Lock
 }
 
-// newRig makes max(n, 2) clients of row on env. It returns the error of a client.
-func newRig(env *Env, row string, n int) (*rig, error) {
+// newRig makes max(n, 2) clients of row on env (2 if shared: the parallel locks then
+// all come from the first). It returns the error of a client.
+func newRig(env *Env, row string, n int, shared bool) (*rig, error) {
 	g := &rig{row: row}
-	for i := 0; i < max(n, 2); i++ {
+	clients := max(n, 2)
+	if shared {
+		clients = 2
+	}
+	for i := 0; i < clients; i++ {
 		c, err := env.NewClient(row)
 		if err != nil {
 			g.close()
@@ -187,7 +197,11 @@ func newRig(env *Env, row string, n int) (*rig, error) {
 	g.holder = g.clients[0].Lock("handoff")
 	g.waiter = g.clients[1].Lock("handoff")
 	for i := 0; i < n; i++ {
-		g.parallel = append(g.parallel, g.clients[i].Lock(fmt.Sprintf("parallel-%d", i)))
+		c := g.clients[0]
+		if !shared {
+			c = g.clients[i]
+		}
+		g.parallel = append(g.parallel, c.Lock(fmt.Sprintf("parallel-%d", i)))
 	}
 	return g, nil
 }
