@@ -70,6 +70,7 @@ required=(
 	"python3 python3"
 	"chromium /usr/bin/chromium"
 	"systemd systemd-analyze"
+	"iproute2 ip"
 )
 optional=()
 
