@@ -6,8 +6,10 @@
 -- ARGV[1] lease id, ARGV[2] ttl in ms, ARGV[3] largest token that may be issued,
 -- ARGV[4] wake channel (same hash tag), ARGV[5] 'SPUBLISH' or 'PUBLISH',
 -- ARGV[6] the owner (absent if none).
--- Returns {1, token} when granted; {0, ms} when a lock holds the name (the lock
--- key's PTTL, as acquire.lua returns it); {3} when acquire.lua must decide:
+-- Returns the token (an integer, not acquire.lua's {1, token}: an integer reply
+-- costs Redis and the client less than an array) when granted; {0, ms} when a
+-- lock holds the name (the lock key's PTTL, as acquire.lua returns it); {3} when
+-- acquire.lua must decide:
 -- semaphore or shared leases hold the name, the lock key holds another type, or
 -- the counter is not a token below the largest. Nothing is changed then.
 local v = redis.pcall('GET', KEYS[1])
@@ -32,4 +34,4 @@ end
 -- %d, not tostring: Lua 5.1 would print large numbers as 9.007199254741e+15.
 redis.call('SET', KEYS[1], holder .. string.format('%d', n), 'PX', ARGV[2])
 redis.call(ARGV[5], ARGV[4], 'granted')
-return {1, n}
+return n
