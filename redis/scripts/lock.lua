@@ -1,5 +1,5 @@
 -- lock: the acquire of a plain lock (no limit, not shared), acquire.lua's hot
--- path in as few calls and arguments as it takes: GET, INCR, SET PX and the
+-- path in as few calls and arguments as it takes: INCR, SET NX PX and the
 -- publish of the grant. It writes what acquire.lua writes for a lock (see
 -- there), so each reads the other's locks, as do the versions before them.
 -- KEYS[1] lock key, KEYS[2] counter key (same hash tag)
@@ -12,19 +12,20 @@
 -- acquire.lua must decide:
 -- semaphore or shared leases hold the name, the lock key holds another type, or
 -- the counter is not a token below the largest. Nothing is changed then.
-local v = redis.pcall('GET', KEYS[1])
-if v then
-  if type(v) ~= 'string' or string.byte(v) == 32 then
-    return {3}
-  end
-  return {0, redis.call('PTTL', KEYS[1])}
-end
+--
+-- The counter is incremented before the lock key is tried (SET NX), which
+-- spares the free name a GET: a name found taken undoes the increment (DECR,
+-- or DEL of a counter the INCR created). A script is atomic and replicated as
+-- one transaction of its effects, so no client, replica or AOF ever sees the
+-- increment alone, and the counter never goes down: it is back where it was.
+-- The cost moves to a try that finds the name taken (a waiter's): it writes,
+-- and replicas and the AOF get that no-op transaction.
 local n = redis.pcall('INCR', KEYS[2])
 if type(n) ~= 'number' then
   return {3}
 end
 if n < 1 or n > tonumber(ARGV[3]) then
-  redis.call('DECR', KEYS[2]) -- undone: a script is atomic, nobody saw it
+  redis.call('DECR', KEYS[2])
   return {3}
 end
 local holder = ARGV[1] .. ' '
@@ -32,6 +33,18 @@ if ARGV[6] then
   holder = holder .. ARGV[6] .. ' '
 end
 -- %d, not tostring: Lua 5.1 would print large numbers as 9.007199254741e+15.
-redis.call('SET', KEYS[1], holder .. string.format('%d', n), 'PX', ARGV[2])
-redis.call(ARGV[5], ARGV[4], 'granted')
-return n
+-- SET NX leaves a key of any type alone.
+if redis.call('SET', KEYS[1], holder .. string.format('%d', n), 'NX', 'PX', ARGV[2]) then
+  redis.call(ARGV[5], ARGV[4], 'granted')
+  return n
+end
+if n == 1 then
+  redis.call('DEL', KEYS[2]) -- it had no counter (or '0'): leave none
+else
+  redis.call('DECR', KEYS[2])
+end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' or string.byte(v) == 32 then
+  return {3}
+end
+return {0, redis.call('PTTL', KEYS[1])}
