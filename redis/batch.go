@@ -54,18 +54,20 @@ func (b *batcher) run(ctx context.Context, client Client, script *goredis.Script
 	if b.c == nil {
 		return script.Run(ctx, client, keys, args...).Result()
 	}
-	call := &batchCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
-	b.queue = append(b.queue, call)
-	var batch []*batchCall
 	if b.flights < maxFlights {
+		// A flight is free, so nothing queues (calls queue only while every
+		// flight is taken): go out at once, as if unbatched, on this goroutine
+		// and without a call record (at idle nearly every call takes this path).
 		b.flights++
-		batch, b.queue = b.queue, nil
+		b.mu.Unlock()
+		res, err := script.Run(ctx, b.c, keys, args...).Result()
+		b.land()
+		return res, err
 	}
+	call := &batchCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+	b.queue = append(b.queue, call)
 	b.mu.Unlock()
-	if batch != nil {
-		b.fly(batch)
-	}
 	select {
 	case <-call.done:
 		return call.res, call.err
@@ -74,12 +76,10 @@ func (b *batcher) run(ctx context.Context, client Client, script *goredis.Script
 	}
 }
 
-// fly sends batch and hands each call its result; then, while calls are queued,
-// it sends them too, keeping its flight: a caller's flight hands them to a new
-// goroutine (its caller has its result and returns), which goes on sending what
-// queues until the queue is empty.
-func (b *batcher) fly(batch []*batchCall) {
-	b.send(batch)
+// land ends a caller's flight once its call has its result; if calls queued
+// meanwhile, the flight goes on: a new goroutine (the caller returns) sends them,
+// and what queues after, until the queue is empty.
+func (b *batcher) land() {
 	if next := b.next(); next != nil {
 		go func() {
 			for batch := next; batch != nil; batch = b.next() {
@@ -118,9 +118,7 @@ func (b *batcher) send(batch []*batchCall) {
 	}
 	batch = live
 	if len(batch) == 1 {
-		// Alone (as a call that finds a flight free always is: calls queue only
-		// while every flight is taken), a call runs as if unbatched, under its
-		// own ctx.
+		// Alone, a queued call runs as if unbatched, under its own ctx.
 		c := batch[0]
 		c.res, c.err = c.script.Run(c.ctx, b.c, c.keys, c.args...).Result()
 		close(c.done)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +31,10 @@ const parallelPairs = 64
 // load from other processes hits them alike), fence and bsm/redislock each on its
 // own go-redis client with default options; a round is parallelClients x
 // parallelPairs pairs. It reports each library's pairs/s over its rounds' wall time,
-// its median pair latency (p50-us, over every pair), and fence/redislock of both:
+// its median pair latency (p50-us, over every pair), the CPU time a pair costs
+// the server and this process (server-cpu-us/pair, client-cpu-us/pair: less
+// sensitive to other load than the rates), and fence/redislock of the rates and
+// latencies:
 //
 //	go test -run '^$' -bench AcquireReleaseParallel -benchtime 200x -count 5 ./redis/
 //
@@ -116,6 +120,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	}
 	wall := make([]time.Duration, len(peers))
 	server := make([]time.Duration, len(peers)) // the server's CPU time
+	client := make([]time.Duration, len(peers)) // this process's CPU time
 	order := []int{0, 1}
 	rng := rand.New(rand.NewPCG(7, 8))
 	b.ResetTimer()
@@ -126,7 +131,9 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			self := processCPU(b)
 			d, err := round(k)
+			client[k] += processCPU(b) - self
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -149,9 +156,23 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 		b.ReportMetric(rate[k], p.name+"-pairs/s")
 		b.ReportMetric(p50[k], p.name+"-p50-us")
 		b.ReportMetric(float64(server[k].Nanoseconds())/1e3/pairs, p.name+"-server-cpu-us/pair")
+		b.ReportMetric(float64(client[k].Nanoseconds())/1e3/pairs, p.name+"-client-cpu-us/pair")
 	}
 	b.ReportMetric(rate[0]/rate[1], "fence/redislock-pairs/s")
 	b.ReportMetric(p50[0]/p50[1], "fence/redislock-p50")
+}
+
+// processCPU returns the CPU time (user and system) this process has used. Only
+// one library runs at a time, so a round's difference is that library's client
+// side (and the benchmark's own loop, alike for both). With the server's, it is
+// what a pair costs the machine, which decides the pairs/s on an idle one: on 2
+// cores the client and redis-server share the CPU.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serverCPU returns the CPU time (user and system) the server process has used:

@@ -38,7 +38,7 @@
 //
 // Meanwhile the lock key holds " <token>" (a space first: no lease id), expiring
 // no earlier than any of those leases. A lock acquire that finds no lock key is
-// granted as before, in GET, INCR and SET; one that finds a lease held pays one
+// granted as before, in INCR and SET NX; one that finds a lease held pays one
 // byte comparison more. Every operation on these leases but Inspect takes
 // O(log n) in the n live leases (ZCARD counts them, BITPOS finds the lowest free
 // slot), plus the leases that expired since the name last changed, which it
@@ -60,10 +60,12 @@
 // an acquire is lost (timeout, cancelled context, dropped connection), the Locker
 // releases that grant in the background by its fresh lease id.
 //
-// A plain lock's acquire runs a lean script of its own (two keys: GET, INCR, SET
-// PX, the publish of the grant); only if it finds semaphore or shared leases or
-// foreign data on the name does the full script run after it, in a second round
-// trip. The acquires and releases of concurrent calls on one Locker go to Redis
+// A plain lock's acquire runs a lean script of its own (two keys: INCR, SET NX
+// PX, the publish of the grant; a name found taken undoes the INCR in the same
+// script, so its counter is never seen raised, but that try writes a no-op
+// transaction to replicas and the AOF); only if it finds semaphore or shared
+// leases or foreign data on the name does the full script run after it, in a
+// second round trip. The acquires and releases of concurrent calls on one Locker go to Redis
 // together, pipelined (at most two pipelines in flight; a call that finds one free
 // goes out at once), so that under load each write and read of client and server
 // carries many calls: with 16 clients that is more pairs per second than

@@ -51,3 +51,30 @@ func TestLocker_LockScript_DefersToAcquireScriptOnMultiLeases(t *testing.T) {
 		t.Errorf("Inspect after lock.lua's grant = %+v, %v; want held with token %d", info, err, lease.Token())
 	}
 }
+
+// lock.lua increments the counter before it tries the lock key: a try that finds
+// the name taken undoes it, so the counter stays at the holder's token and the
+// next grant's token is the next one.
+func TestLocker_LockScript_TakenName_LeavesCounter(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	name := uniqueName(t)
+	k := l.keysFor(name)
+	holder := mustAcquire(t, ctx, l, name, time.Minute)
+	for range 3 {
+		if _, err := l.Acquire(ctx, name, time.Minute); !errors.Is(err, fence.ErrNotAcquired) {
+			t.Fatalf("Acquire of a held name = %v; want ErrNotAcquired", err)
+		}
+	}
+	if n, err := c.Get(ctx, k.token).Uint64(); err != nil || n != uint64(holder.Token()) {
+		t.Errorf("counter after tries on a held name = %d, %v; want the holder's token %d", n, err, holder.Token())
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := mustAcquire(t, ctx, l, name, time.Minute)
+	defer next.Release(ctx)
+	if next.Token() != holder.Token()+1 {
+		t.Errorf("next token = %d; want %d (the tries on the held name issued none)", next.Token(), holder.Token()+1)
+	}
+}

@@ -378,6 +378,9 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, r *driver.Request, scri
 		return grant{}, true, translate(err)
 	}
 	a, n, ok := ints3(res)
+	if t, token := res.(int64); token && script == l.lock {
+		a, n, ok = [3]int64{1, t}, 2, true // lock.lua's grant: the token alone
+	}
 	if ok && n == 1 && a[0] == 3 && script == l.lock {
 		return grant{}, false, nil
 	}
