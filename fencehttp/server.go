@@ -1095,9 +1095,11 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, buf *[]byte) (
 	}
 	var data []byte
 	var err error
-	if n >= 0 {
+	if n > 0 {
 		// A body of a declared length: net/http's reader ends at it, so no limiting
 		// reader is needed, and one full read of that length is the whole body.
+		// (0 may also be a request built in process with a body of unknown
+		// length, which is read to its end as a body without a length.)
 		if int64(cap(*buf)) < n {
 			*buf = make([]byte, 0, n)
 		}
