@@ -145,6 +145,30 @@ type fastDecoder interface {
 	decodeFast(data []byte) bool
 }
 
+// decode decodes data, a request body, with decodeFast or else decodeInto. The
+// same for each request body below: a generic form would take the body to the
+// heap (its method called through the instantiation's dictionary).
+func (r *acquireRequest) decode(data []byte) error {
+	if r.decodeFast(data) {
+		return nil
+	}
+	return decodeInto(data, r)
+}
+
+func (r *releaseRequest) decode(data []byte) error {
+	if r.decodeFast(data) {
+		return nil
+	}
+	return decodeInto(data, r)
+}
+
+func (r *renewRequest) decode(data []byte) error {
+	if r.decodeFast(data) {
+		return nil
+	}
+	return decodeInto(data, r)
+}
+
 func (r *acquireRequest) decodeFast(data []byte) bool {
 	var v acquireRequest
 	ok := scanFlat(data, func(key []byte, x flatValue) bool {
@@ -266,61 +290,91 @@ func plainJSONString(s string) bool {
 }
 
 // appendJSON appends v as encoding/json.Marshal writes it, for the hot bodies
-// (acquireRequest, releaseRequest, leaseResponse, Released) whose strings are
-// plain (plainJSONString), and returns false (dst unchanged) for anything else.
+// (acquireRequest, releaseRequest, leaseResponse, Released, Renewed) whose
+// strings are plain (plainJSONString), and returns false (dst unchanged) for
+// anything else. The server's handlers call the typed appenders below, which
+// box nothing.
 func appendJSON(dst []byte, v any) ([]byte, bool) {
-	str := func(dst []byte, key, s string) []byte {
-		dst = append(dst, key...)
-		dst = append(dst, '"')
-		dst = append(dst, s...)
-		return append(dst, '"')
-	}
-	num := func(dst []byte, key string, n int64) []byte {
-		return strconv.AppendInt(append(dst, key...), n, 10)
-	}
 	switch v := v.(type) {
 	case acquireRequest:
-		if !plainJSONString(v.Owner) {
-			return dst, false
-		}
-		if v.TTLms != nil {
-			dst = num(append(dst, '{'), `"ttl_ms":`, *v.TTLms)
-		} else {
-			dst = append(dst, `{"ttl_ms":null`...)
-		}
-		dst = num(dst, `,"wait_ms":`, v.WaitMs)
-		if v.Owner != "" {
-			dst = str(dst, `,"owner":`, v.Owner)
-		}
-		if v.Limit != nil {
-			dst = num(dst, `,"limit":`, int64(*v.Limit))
-		}
-		if v.Shared {
-			dst = append(dst, `,"shared":true`...)
-		}
-		return append(dst, '}'), true
+		return appendAcquireRequest(dst, v)
 	case releaseRequest:
 		if !plainJSONString(v.Lease) {
 			return dst, false
 		}
-		return append(str(dst, `{"lease":`, v.Lease), '}'), true
+		return append(appendStr(dst, `{"lease":`, v.Lease), '}'), true
 	case leaseResponse:
-		if !plainJSONString(v.Name) || !plainJSONString(v.ID) {
-			return dst, false
-		}
-		dst = str(dst, `{"name":`, v.Name)
-		dst = strconv.AppendUint(append(dst, `,"token":`...), uint64(v.Token), 10)
-		dst = str(dst, `,"lease":`, v.ID)
-		dst = num(dst, `,"ttl_ms":`, v.TTLms)
-		if v.Slot != nil {
-			dst = num(dst, `,"slot":`, int64(*v.Slot))
-		}
-		return append(num(dst, `,"waited_ms":`, v.WaitedMs), '}'), true
+		return appendLeaseResponse(dst, v)
 	case Released:
-		if !plainJSONString(v.Name) {
-			return dst, false
-		}
-		return append(strconv.AppendBool(append(str(dst, `{"name":`, v.Name), `,"released":`...), v.Released), '}'), true
+		return appendReleased(dst, v)
+	case Renewed:
+		return appendRenewed(dst, v)
 	}
 	return dst, false
+}
+
+// appendStr appends key (with what comes before it) and s, a plain string, quoted.
+func appendStr(dst []byte, key, s string) []byte {
+	dst = append(dst, key...)
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
+
+// appendNum appends key (with what comes before it) and n.
+func appendNum(dst []byte, key string, n int64) []byte {
+	return strconv.AppendInt(append(dst, key...), n, 10)
+}
+
+func appendAcquireRequest(dst []byte, v acquireRequest) ([]byte, bool) {
+	if !plainJSONString(v.Owner) {
+		return dst, false
+	}
+	if v.TTLms != nil {
+		dst = appendNum(append(dst, '{'), `"ttl_ms":`, *v.TTLms)
+	} else {
+		dst = append(dst, `{"ttl_ms":null`...)
+	}
+	dst = appendNum(dst, `,"wait_ms":`, v.WaitMs)
+	if v.Owner != "" {
+		dst = appendStr(dst, `,"owner":`, v.Owner)
+	}
+	if v.Limit != nil {
+		dst = appendNum(dst, `,"limit":`, int64(*v.Limit))
+	}
+	if v.Shared {
+		dst = append(dst, `,"shared":true`...)
+	}
+	return append(dst, '}'), true
+}
+
+// appendLeaseResponse appends an acquire's 200 answer (see appendJSON).
+func appendLeaseResponse(dst []byte, v leaseResponse) ([]byte, bool) {
+	if !plainJSONString(v.Name) || !plainJSONString(v.ID) {
+		return dst, false
+	}
+	dst = appendStr(dst, `{"name":`, v.Name)
+	dst = strconv.AppendUint(append(dst, `,"token":`...), uint64(v.Token), 10)
+	dst = appendStr(dst, `,"lease":`, v.ID)
+	dst = appendNum(dst, `,"ttl_ms":`, v.TTLms)
+	if v.Slot != nil {
+		dst = appendNum(dst, `,"slot":`, int64(*v.Slot))
+	}
+	return append(appendNum(dst, `,"waited_ms":`, v.WaitedMs), '}'), true
+}
+
+// appendReleased appends a release's 200 answer (see appendJSON).
+func appendReleased(dst []byte, v Released) ([]byte, bool) {
+	if !plainJSONString(v.Name) {
+		return dst, false
+	}
+	return append(strconv.AppendBool(append(appendStr(dst, `{"name":`, v.Name), `,"released":`...), v.Released), '}'), true
+}
+
+// appendRenewed appends a renew's 200 answer (see appendJSON).
+func appendRenewed(dst []byte, v Renewed) ([]byte, bool) {
+	if !plainJSONString(v.Name) {
+		return dst, false
+	}
+	return append(appendNum(appendStr(dst, `{"name":`, v.Name), `,"ttl_ms":`, v.TTLms), '}'), true
 }

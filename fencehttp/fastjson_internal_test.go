@@ -121,7 +121,9 @@ func TestFastJSON_EncodeAgreesWithMarshal(t *testing.T) {
 		{leaseResponse{Lease: Lease{Name: "a\u2028", Token: 2, ID: "ab"}}, false},
 		{Released{Name: "job1", Released: true}, true},
 		{Released{Name: "a\\b"}, false},
-		{Renewed{Name: "job1"}, false}, // no fast path
+		{Renewed{Name: "job1", TTLms: 30000}, true},
+		{Renewed{Name: "job1"}, true},
+		{Renewed{Name: "a<b"}, false},
 	} {
 		got, ok := appendJSON([]byte("prefix"), tc.v)
 		if ok != tc.fast {

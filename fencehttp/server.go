@@ -391,7 +391,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	const op = "acquire"
 	var req acquireRequest
 	var ttl time.Duration
-	if !s.readBody(w, r, op, name, &req, func() (err error) {
+	if !s.readBody(w, r, op, name, req.decode, func() (err error) {
 		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
 			return err
 		}
@@ -413,7 +413,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	ctx := r.Context()
 	start := time.Now()
-	opts := []fence.AcquireOption{fence.WithOwner(req.Owner)}
+	// No options for a plain lock without an owner (the common request): a slice
+	// of them would be allocated on every grant, as the store keeps them.
+	var opts []fence.AcquireOption
+	if req.Owner != "" {
+		opts = append(opts, fence.WithOwner(req.Owner))
+	}
 	permit := req.Limit != nil && *req.Limit > 1
 	switch {
 	case permit:
@@ -447,11 +452,11 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	elapsed := time.Since(start).Seconds()
 	if err != nil {
-		result := "error"
+		result := s.m.acquireError
 		if errors.Is(err, fence.ErrNotAcquired) {
-			result = "held"
+			result = s.m.acquireHeld
 		}
-		s.m.acquireSeconds.WithLabelValues(result).Observe(elapsed)
+		result.Observe(elapsed)
 		s.fail(w, r, op, name, s.kindCause(req, err))
 		return
 	}
@@ -462,13 +467,13 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		rerr := s.cfg.Locker.Release(rctx, name, g.ID)
 		cancel()
 		s.log.Info("released a grant whose client went away", "lock", name, "token", uint64(g.Token), "err", rerr)
-		s.m.acquireSeconds.WithLabelValues("error").Observe(elapsed)
+		s.m.acquireError.Observe(elapsed)
 		s.fail(w, r, op, name, because(ctx.Err(), "client went away"))
 		return
 	}
 	granted := grantedAt(g, start)
 	s.m.grants.Inc()
-	s.m.acquireSeconds.WithLabelValues("granted").Observe(elapsed)
+	s.m.acquireGranted.Observe(elapsed)
 	s.held.set(name, g.ID, granted.Add(ttl))
 	if s.log.Enabled(ctx, slog.LevelDebug) { // the arguments would cost allocations at every level
 		s.log.Debug("granted", "lock", name, "token", uint64(g.Token), "ttl", ttl, "slot", g.Slot)
@@ -476,9 +481,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	resp := leaseResponse{Lease: Lease{Name: name, Token: g.Token, ID: g.ID, TTLms: ttl.Milliseconds()},
 		WaitedMs: granted.Sub(start).Milliseconds()}
 	if permit {
-		resp.Slot = &g.Slot
+		slot := g.Slot
+		resp.Slot = &slot
 	}
-	s.ok(w, r, resp)
+	buf := getBuffer()
+	data, fast := appendLeaseResponse((*buf)[:0], resp)
+	s.answer(w, s.m.okAcquire, buf, data, fast, func() { s.ok(w, r, resp) })
 }
 
 // checkKind validates the kind of grant an acquire asks for: "limit" 1 to
@@ -609,7 +617,7 @@ func heldFor(info fence.LockInfo, limit int) time.Duration {
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 	var req renewRequest
 	var ttl time.Duration
-	if !s.readBody(w, r, "renew", name, &req, func() (err error) {
+	if !s.readBody(w, r, "renew", name, req.decode, func() (err error) {
 		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
 			return err
 		}
@@ -627,12 +635,15 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	s.held.set(name, req.Lease, start.Add(ttl))
-	s.ok(w, r, Renewed{Name: name, TTLms: ttl.Milliseconds()})
+	resp := Renewed{Name: name, TTLms: ttl.Milliseconds()}
+	buf := getBuffer()
+	data, fast := appendRenewed((*buf)[:0], resp)
+	s.answer(w, s.m.okRenew, buf, data, fast, func() { s.ok(w, r, resp) })
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	var req releaseRequest
-	if !s.readBody(w, r, "release", name, &req, func() error { return driver.ValidateLeaseID(req.Lease) }) {
+	if !s.readBody(w, r, "release", name, req.decode, func() error { return driver.ValidateLeaseID(req.Lease) }) {
 		return
 	}
 	if err := s.cfg.Locker.Release(r.Context(), name, req.Lease); err != nil {
@@ -640,7 +651,10 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	s.held.remove(name, req.Lease)
-	s.ok(w, r, Released{Name: name, Released: true})
+	resp := Released{Name: name, Released: true}
+	buf := getBuffer()
+	data, fast := appendReleased((*buf)[:0], resp)
+	s.answer(w, s.m.okRelease, buf, data, fast, func() { s.ok(w, r, resp) })
 }
 
 // revoke serves POST /v1/locks/{name}/revoke {}: fence.Revoker over HTTP, the
@@ -650,7 +664,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 func (s *Server) revoke(w http.ResponseWriter, r *http.Request, name string) {
 	const op = "revoke"
 	var req revokeRequest
-	if !s.readBody(w, r, op, name, &req, func() error { return nil }) {
+	if !s.readBody(w, r, op, name, func(data []byte) error { return decodeInto(data, &req) }, func() error { return nil }) {
 		return
 	}
 	rv, ok := s.cfg.Locker.(fence.Revoker)
@@ -674,7 +688,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, name string) {
 // heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
 func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 	var req healRequest
-	if !s.readBody(w, r, "heal", name, &req, func() error { return driver.ValidateToken(req.Seen) }) {
+	if !s.readBody(w, r, "heal", name, func(data []byte) error { return decodeInto(data, &req) }, func() error { return driver.ValidateToken(req.Seen) }) {
 		return
 	}
 	h, ok := s.cfg.Locker.(fence.Healer)
@@ -1049,10 +1063,18 @@ func (s *Server) countRefusal(err error, key string, f fence.Fence) {
 	}
 }
 
-// readBody decodes the JSON body of op on name into v (see decodeJSON) and checks it
-// with valid. It answers the first error and returns false, or returns true.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, op, name string, v any, valid func() error) bool {
-	err := s.decodeJSON(w, r, v)
+// readBody reads the JSON body of op on name (see readJSON), decodes it with
+// decode unless it is empty, and checks it with valid. It answers the first
+// error and returns false, or returns true. decode is the body's fast path where
+// it has one (see decodeFast), falling back to decodeInto: taking a function
+// rather than the body as an any keeps the body off the heap.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, op, name string, decode func(data []byte) error, valid func() error) bool {
+	buf := getBuffer()
+	data, err := s.readJSON(w, r, buf)
+	if err == nil && len(bytes.TrimSpace(data)) > 0 {
+		err = decode(data)
+	}
+	putBuffer(buf)
 	if err == nil {
 		err = valid()
 	}
@@ -1063,27 +1085,53 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, op, name strin
 	return true
 }
 
-// decodeJSON decodes a JSON body strictly into v: one object, no unknown fields,
-// nothing after it, at most MaxBodyBytes. An empty body leaves v as it is. Its
-// errors say what is wrong in terms of the API, never echoing the body (which may
-// hold a lease id).
-func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	if r.ContentLength > s.cfg.MaxBodyBytes {
-		return because(errTooLarge, "body of %d bytes is over the limit of %d", r.ContentLength, s.cfg.MaxBodyBytes)
+// readJSON reads a JSON body of at most MaxBodyBytes into buf (which it may grow;
+// the data is valid until buf goes back to the pool). Its errors say what is
+// wrong in terms of the API, never echoing the body (which may hold a lease id).
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, error) {
+	n := r.ContentLength
+	if n > s.cfg.MaxBodyBytes {
+		return nil, because(errTooLarge, "body of %d bytes is over the limit of %d", n, s.cfg.MaxBodyBytes)
 	}
-	buf := getBuffer()
-	defer putBuffer(buf)
-	data, err := readAllInto((*buf)[:0], http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	*buf = data
+	var data []byte
+	var err error
+	if n > 0 {
+		// A body of a declared length: net/http's reader ends at it, so no limiting
+		// reader is needed, and one full read of that length is the whole body.
+		// (0 may also be a request built in process with a body of unknown
+		// length, which is read to its end as a body without a length.)
+		if int64(cap(*buf)) < n {
+			*buf = make([]byte, 0, n)
+		}
+		data = (*buf)[:n]
+		if _, err = io.ReadFull(r.Body, data); err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+	} else {
+		data, err = readAllInto((*buf)[:0], http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		*buf = data
+	}
 	if err != nil {
-		return bodyError(err, "body", s.cfg.MaxBodyBytes)
+		return nil, bodyError(err, "body", s.cfg.MaxBodyBytes)
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil
+	return data, nil
+}
+
+// decodeInto decodes data strictly (see decodeStrict) into a new T and, if that
+// succeeds, copies it to dst, which thus does not escape to the heap.
+func decodeInto[T any](data []byte, dst *T) error {
+	v := new(T)
+	if err := decodeStrict(data, v); err != nil {
+		return err
 	}
-	if fd, ok := v.(fastDecoder); ok && fd.decodeFast(data) {
-		return nil
-	}
+	*dst = *v
+	return nil
+}
+
+// decodeStrict decodes data strictly into v: one object, no unknown fields,
+// nothing after it. Its errors say what is wrong in terms of the API, never
+// echoing the body.
+func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -1140,6 +1188,23 @@ func (s *Server) ok(w http.ResponseWriter, r *http.Request, v any) {
 	s.writeJSON(w, http.StatusOK, v)
 }
 
+// answer answers 200 on a hot route whose counter is counted (resolved once:
+// see metrics) with data, the JSON body a fast path appended to buf, if fast;
+// else (a name the fast path does not write) it calls slow, which answers with
+// ok. It returns buf to the pool. The body goes to ok as an any only in slow, so
+// that the common answer boxes nothing.
+func (s *Server) answer(w http.ResponseWriter, counted prometheus.Counter, buf *[]byte, data []byte, fast bool, slow func()) {
+	if !fast {
+		putBuffer(buf)
+		slow()
+		return
+	}
+	counted.Inc()
+	*buf = append(data, '\n')
+	writeBody(w, http.StatusOK, *buf)
+	putBuffer(buf)
+}
+
 // fail answers err, which op met on name (see errorBody), with the status and code
 // of statusTable and the user's message of userMessage. The log keeps err itself.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, op, name string, err error) {
@@ -1171,6 +1236,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if ok {
 		*buf = data
 	}
+	writeBody(w, status, data)
+}
+
+// writeBody answers data, a JSON body, with status.
+func writeBody(w http.ResponseWriter, status int, data []byte) {
 	h := w.Header()
 	// Assigned rather than Set: the keys are canonical, and the values shared
 	// slices of one element (an Add to one reallocates it).
