@@ -313,7 +313,9 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		}
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	// Through srv.Serve, a parked long poll leaves net/http while it waits (a
+	// small goroutine, not net/http's two and their buffers).
+	go func() { served <- srv.Serve(hs, ln) }()
 	log.Info("fence serve listening", "url", scheme+"://"+ln.Addr().String(), "store", st.desc, "auth", len(c.tokens) > 0)
 
 	select {
@@ -327,6 +329,9 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
 	err = hs.Shutdown(sctx)
+	if err == nil {
+		err = srv.Shutdown(sctx) // the parked waits, which hs does not know
+	}
 	if err != nil {
 		log.Warn("requests still in flight at the shutdown timeout were cut", "err", err)
 		_ = hs.Close()
