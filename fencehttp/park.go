@@ -5,13 +5,12 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/fencelock/fence"
 )
 
 // Parked waits: a waiting acquire (the long poll) or a blocking query that must
@@ -30,6 +29,8 @@ import (
 type parking struct {
 	mu        sync.Mutex
 	listeners map[*http.Server]*parkListener // the listeners Serve wraps, by server
+	queues    map[string]*acquireQueue       // waiting acquires, by lock name
+	watches   map[string]*sharedWatch        // blocking queries' watches, by lock name
 	n         atomic.Int64                   // waits out of net/http now
 }
 
@@ -117,10 +118,9 @@ func (s *Server) leave(w http.ResponseWriter, r *http.Request) *parkedConn {
 	if err != nil {
 		return nil
 	}
-	// The request is kept without its body, header or context: they hold on to
-	// net/http's buffers. Its answer needs only the method and URL.
-	p := &parkedConn{conn: conn, l: pl, close: r.Close, head: r.Method == http.MethodHead,
-		req: &http.Request{Method: r.Method, URL: r.URL, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor, RemoteAddr: r.RemoteAddr}}
+	// The request is not kept: its body, header and context hold on to net/http's
+	// buffers. The answer needs only its method and URL.
+	p := &parkedConn{conn: conn, l: pl, close: r.Close, head: r.Method == http.MethodHead, method: r.Method, url: r.URL}
 	// What the client sent after the request (pipelined requests) is replayed to
 	// the http.Server when the connection goes back.
 	if n := brw.Reader.Buffered(); n > 0 {
@@ -136,7 +136,8 @@ func (s *Server) leave(w http.ResponseWriter, r *http.Request) *parkedConn {
 // parkedConn is a connection taken from net/http for a wait.
 type parkedConn struct {
 	conn    net.Conn
-	req     *http.Request // what the answer needs of the request
+	method  string   // of the request
+	url     *url.URL // of the request
 	l       *parkListener
 	close   bool   // the client asked for Connection: close
 	head    bool   // a HEAD request: no body in the answer
@@ -146,6 +147,11 @@ type parkedConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	peer   peerWatch
+}
+
+// request is what the answer of p's wait needs of its request.
+func (p *parkedConn) request() *http.Request {
+	return &http.Request{Method: p.method, URL: p.url, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
 }
 
 // done ends a parked wait: it answers rw on the connection (unless the client
@@ -345,29 +351,4 @@ func (c *replayConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
-}
-
-// parkedAcquire runs the long poll of an acquire parked on p and answers it. A
-// grant whose answer could not be written is released at once: nobody knows its
-// lease id.
-func (s *Server) parkedAcquire(p *parkedConn, a *acquireCall, unpark func()) {
-	g, err := s.waitGrant(p.ctx, a, unpark)
-	var rw rawResponse
-	s.acquired(p.ctx, &rw, p.req, a.name, a.req, a.ttl, a.start, a.permit, g, err)
-	if !s.done(p, &rw) && rw.status == http.StatusOK {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rerr := s.cfg.Locker.Release(rctx, a.name, g.ID)
-		cancel()
-		s.held.remove(a.name, g.ID)
-		s.log.Info("released a grant whose answer could not be written", "lock", a.name, "token", uint64(g.Token), "err", rerr)
-	}
-}
-
-// parkedQuery runs a blocking query parked on p and answers it.
-func (s *Server) parkedQuery(p *parkedConn, in fence.Inspector, op, name string, q blockingQueryArgs, unpark func()) {
-	info, err := s.blockingQuery(p.ctx, in, name, q)
-	unpark()
-	var rw rawResponse
-	s.inspected(&rw, p.req, op, name, info, err)
-	s.done(p, &rw)
 }

@@ -313,3 +313,96 @@ func TestServer_ParkedWaits_OneGoroutineEach(t *testing.T) {
 		t.Fatalf("blocking queries after the release: want %d answered 200, got %v", n/2, codes)
 	}
 }
+
+// Parked waiting acquires of one lock are served in the order they came, each
+// release handing the lock to the next; one whose wait ends first answers 409
+// with the holder's time left and leaves the others waiting.
+func TestServer_ParkedAcquires_InOrder_ShortWaitEndsAlone(t *testing.T) {
+	s, base := parkServer(t)
+	name := url.PathEscape(uniq(t, "lock"))
+	hc := &http.Client{Timeout: 10 * time.Second}
+	_, held := postJSON(t, hc, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
+	const n = 4
+	var readers []*bufio.Reader
+	for i := range n {
+		wait := 20000
+		if i == 1 {
+			wait = 300 // ends before any release
+		}
+		waits := counter(t, s, "fence_waits_total")
+		_, br := rawRequest(t, base, acquireRequest(name, fmt.Sprintf(`{"ttl_ms":60000,"wait_ms":%d,"owner":"w%d"}`, wait, i), ""))
+		waitUntil(t, "the acquire waits", func() bool { return counter(t, s, "fence_waits_total") > waits })
+		readers = append(readers, br)
+	}
+	answer := func(i int) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.ReadResponse(readers[i], nil)
+		if err != nil {
+			t.Fatalf("waiter %d: %v", i, err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatalf("waiter %d: %v", i, err)
+		}
+		return resp.StatusCode, v
+	}
+	code, v := answer(1)
+	if left, _ := v["expires_in_ms"].(float64); code != http.StatusConflict || v["code"] != "held" || left < 50000 {
+		t.Fatalf("the short wait: want 409 held with about a minute left, got %d %v", code, v)
+	}
+	lease := held["lease"]
+	for _, i := range []int{0, 2, 3} {
+		if code, body := postJSON(t, hc, base+"/v1/locks/"+name+"/release", fmt.Sprintf(`{"lease":%q}`, lease)); code != http.StatusOK {
+			t.Fatalf("release before waiter %d: want 200, got %d %v", i, code, body)
+		}
+		code, v := answer(i)
+		if code != http.StatusOK {
+			t.Fatalf("waiter %d after the release: want 200, got %d %v", i, code, v)
+		}
+		lease = v["lease"]
+		resp, err := hc.Get(base + "/v1/locks/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&info)
+		resp.Body.Close()
+		if info["owner"] != fmt.Sprintf("w%d", i) {
+			t.Fatalf("after release %d: want the lock held by w%d (in order), got %v", i, i, info)
+		}
+	}
+}
+
+// A queued acquire whose client goes away leaves the queue: the next one gets
+// the lock.
+func TestServer_ParkedAcquires_GoneClientSkipped(t *testing.T) {
+	s, base := parkServer(t)
+	name := url.PathEscape(uniq(t, "lock"))
+	hc := &http.Client{Timeout: 10 * time.Second}
+	_, held := postJSON(t, hc, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
+	var conns []net.Conn
+	var readers []*bufio.Reader
+	for i := range 3 {
+		waits := counter(t, s, "fence_waits_total")
+		c, br := rawRequest(t, base, acquireRequest(name, fmt.Sprintf(`{"ttl_ms":60000,"wait_ms":20000,"owner":"w%d"}`, i), ""))
+		waitUntil(t, "the acquire waits", func() bool { return counter(t, s, "fence_waits_total") > waits })
+		conns, readers = append(conns, c), append(readers, br)
+	}
+	// The head and the second go away.
+	ended := waitsEnded(t, s)
+	conns[0].Close()
+	conns[1].Close()
+	waitUntil(t, "the gone clients' waits end", func() bool { return waitsEnded(t, s) >= ended+2 })
+	postJSON(t, hc, base+"/v1/locks/"+name+"/release", fmt.Sprintf(`{"lease":%q}`, held["lease"]))
+	resp, err := http.ReadResponse(readers[2], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the third waiter after the release: want 200, got %d %v", resp.StatusCode, v)
+	}
+}

@@ -429,9 +429,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		if unpark, perr := s.park(w); perr != nil {
 			err = perr
 		} else {
-			a := &acquireCall{name: name, req: req, ttl: ttl, wait: wait, start: start, permit: permit, opts: opts}
+			a := &acquireCall{name: name, req: req, ttl: ttl, wait: wait, start: start, permit: permit, opts: opts, held: err}
 			if p := s.leave(w, r); p != nil {
-				go s.parkedAcquire(p, a, unpark)
+				s.parkAcquire(p, a, unpark)
 				return
 			}
 			g, err = s.waitGrant(ctx, a, unpark)
@@ -448,6 +448,7 @@ type acquireCall struct {
 	start     time.Time
 	permit    bool
 	opts      []fence.AcquireOption
+	held      error // the first try's: the lock is held
 }
 
 // waitGrant is the long poll of an acquire whose first try found the lock held:
@@ -455,14 +456,20 @@ type acquireCall struct {
 // or the server's drain (errShuttingDown). unpark is called when it ends.
 func (s *Server) waitGrant(ctx context.Context, a *acquireCall, unpark func()) (driver.Grant, error) {
 	s.m.waits.Inc()
+	g, err := s.grantWaiting(ctx, a)
+	unpark()
+	s.m.waitSeconds.Observe(time.Since(a.start).Seconds())
+	return g, err
+}
+
+// grantWaiting is the backend's wait of a long poll (see waitGrant).
+func (s *Server) grantWaiting(ctx context.Context, a *acquireCall) (driver.Grant, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.drainCtx, cancel)
 	waitStart := time.Now()
 	g, err := s.grant(wctx, a.name, a.ttl, append(a.opts, fence.WithWait(a.wait-time.Since(a.start)))...)
 	stop()
 	cancel()
-	unpark()
-	s.m.waitSeconds.Observe(time.Since(a.start).Seconds())
 	switch {
 	case err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil:
 		err = errShuttingDown
@@ -756,7 +763,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 			return
 		}
 		if p := s.leave(w, r); p != nil {
-			go s.parkedQuery(p, in, op, name, q, unpark)
+			s.parkQuery(p, in, op, name, q, unpark)
 			return
 		}
 		info, err = s.blockingQuery(r.Context(), in, name, q)
