@@ -142,6 +142,8 @@ type parkedConn struct {
 	close   bool   // the client asked for Connection: close
 	head    bool   // a HEAD request: no body in the answer
 	pending []byte // bytes read beyond the request, to replay
+	// finished says the wait is answered (see done): by its goroutine only.
+	finished bool
 
 	// ctx is the wait's context: ended when the client goes away.
 	ctx    context.Context
@@ -159,6 +161,7 @@ func (p *parkedConn) request() *http.Request {
 // the client asked for that, the server drains or the answer failed. It reports
 // whether the answer was written.
 func (s *Server) done(p *parkedConn, rw *rawResponse) bool {
+	p.finished = true
 	defer s.parked.n.Add(-1)
 	alive := p.peer.stop(p)
 	p.cancel()

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -404,5 +406,34 @@ func TestServer_ParkedAcquires_GoneClientSkipped(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("the third waiter after the release: want 200, got %d %v", resp.StatusCode, v)
+	}
+}
+
+// panicOnWait is the embedded store, whose waiting grants panic.
+type panicOnWait struct{ *bolt.Store }
+
+func (p panicOnWait) Grant(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, error) {
+	if driver.ApplyOptions(opts...).Wait > 0 {
+		panic("store bug")
+	}
+	return p.Store.Grant(ctx, name, ttl, opts...)
+}
+
+// A store that panics in a parked wait costs that request a 500, as in net/http,
+// not the process.
+func TestServer_ParkedAcquire_StorePanic500(t *testing.T) {
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	s, hs := newServer(t, fencehttp.Config{Locker: panicOnWait{store}, KV: store})
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	name := url.PathEscape(uniq(t, "lock"))
+	hc := &http.Client{Timeout: 10 * time.Second}
+	postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
+	code, v := postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000,"wait_ms":5000}`)
+	if code != http.StatusInternalServerError || v["code"] != "internal" {
+		t.Fatalf("a waiting acquire whose store panics: want 500 internal, got %d %v", code, v)
 	}
 }

@@ -2,7 +2,9 @@ package fencehttp
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -91,11 +93,46 @@ func (s *Server) serveQueue(aq *acquireQueue) {
 			return
 		}
 		s.parked.mu.Unlock()
-		g, err := s.grantWaiting(head.p.ctx, head.a)
+		s.serveHead(head)
+	}
+}
+
+// serveHead runs the backend's wait for head and hands it the outcome; a panic
+// of the store is the head's internal error, as in net/http (recoverPanics).
+func (s *Server) serveHead(head *queuedAcquire) {
+	var (
+		g   driver.Grant
+		err = errInternalError
+	)
+	defer func() {
+		if v := recover(); v != nil {
+			s.logPanic("serving a waiting acquire", v)
+		}
 		head.mu.Lock()
 		head.g, head.err, head.state = g, err, waitServed
 		head.mu.Unlock()
 		close(head.ready)
+	}()
+	g, err = s.grantWaiting(head.p.ctx, head.a)
+}
+
+// logPanic logs a panic that a parked wait recovered from.
+func (s *Server) logPanic(doing string, v any) {
+	s.log.Error("panic "+doing, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+}
+
+// recoverParked answers 500, as recoverPanics does in net/http, if the
+// answer of p's wait panics (the store, while making it), unless it was written.
+func (s *Server) recoverParked(p *parkedConn) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	s.logPanic("answering a parked wait", v)
+	if !p.finished {
+		var rw rawResponse
+		s.writeJSON(&rw, http.StatusInternalServerError, errorResponse{Error: userMessage("", "", errInternalError), Code: "internal"})
+		s.done(p, &rw)
 	}
 }
 
@@ -135,6 +172,7 @@ func (s *Server) awaitGrant(qa *queuedAcquire) {
 // id.
 func (s *Server) answerAcquire(qa *queuedAcquire) {
 	p, a := qa.p, qa.a
+	defer s.recoverParked(p)
 	qa.mu.Lock()
 	g, err, abandoned := qa.g, qa.err, qa.state == waitAbandoned
 	qa.mu.Unlock()
@@ -222,12 +260,20 @@ func (s *Server) runWatch(ctx context.Context, wt fence.Watcher, sw *sharedWatch
 		sw.changed = make(chan struct{})
 		sw.mu.Unlock()
 	}
-	for info, err := range wt.Watch(ctx, sw.name) {
-		publish(info, err)
-		if err != nil {
-			break
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				s.logPanic("watching a lock", v)
+				publish(fence.LockInfo{}, errInternalError)
+			}
+		}()
+		for info, err := range wt.Watch(ctx, sw.name) {
+			publish(info, err)
+			if err != nil {
+				break
+			}
 		}
-	}
+	}()
 	if ctx.Err() != nil {
 		return
 	}
@@ -331,6 +377,7 @@ func (s *Server) awaitChange(pq *parkedQuery) {
 // blockingQuery would have.
 func (s *Server) answerQuery(pq *parkedQuery) {
 	p, sw := pq.p, pq.sw
+	defer s.recoverParked(p)
 	var (
 		info fence.LockInfo
 		err  error
