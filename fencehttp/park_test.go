@@ -38,21 +38,6 @@ func parkServer(t *testing.T) (*fencehttp.Server, string) {
 	return s, hs.URL
 }
 
-// counter returns the value of the server's counter name.
-func counter(t testing.TB, s *fencehttp.Server, name string) float64 {
-	t.Helper()
-	mfs, err := s.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // waitUntil polls cond for up to 10s.
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
@@ -99,7 +84,7 @@ func TestServer_ParkedAcquire_WokenByRelease_ConnectionReused(t *testing.T) {
 		t.Fatalf("first acquire: want 200, got %d %v", code, held)
 	}
 	waiter, dials := countingClient(t)
-	waits := counter(t, s, "fence_waits_total")
+	waits := gauge(t, s, "fence_waits_total")
 	type result struct {
 		code int
 		body map[string]any
@@ -116,7 +101,7 @@ func TestServer_ParkedAcquire_WokenByRelease_ConnectionReused(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&v)
 		got <- result{resp.StatusCode, v}
 	}()
-	waitUntil(t, "the acquire waits", func() bool { return counter(t, s, "fence_waits_total") > waits })
+	waitUntil(t, "the acquire waits", func() bool { return gauge(t, s, "fence_waits_total") > waits })
 	released := time.Now()
 	if code, body := postJSON(t, holder, base+"/v1/locks/"+name+"/release", fmt.Sprintf(`{"lease":%q}`, held["lease"])); code != http.StatusOK {
 		t.Fatalf("release: want 200, got %d %v", code, body)
@@ -169,9 +154,9 @@ func TestServer_ParkedAcquire_ClientGone_NothingGrantedToIt(t *testing.T) {
 	name := url.PathEscape(raw)
 	hc := &http.Client{Timeout: 10 * time.Second}
 	_, held := postJSON(t, hc, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
-	waits := counter(t, s, "fence_waits_total")
+	waits := gauge(t, s, "fence_waits_total")
 	c, _ := rawRequest(t, base, acquireRequest(name, `{"ttl_ms":60000,"wait_ms":20000}`, ""))
-	waitUntil(t, "the acquire waits", func() bool { return counter(t, s, "fence_waits_total") > waits })
+	waitUntil(t, "the acquire waits", func() bool { return gauge(t, s, "fence_waits_total") > waits })
 	c.Close()
 	// The wait ends when the client goes: its metric of waits ended is observed.
 	waitUntil(t, "the gone client's wait ends", func() bool { return waitsEnded(t, s) >= 1 })
@@ -244,9 +229,9 @@ func TestServer_ParkedAcquire_Shutdown503AndClose(t *testing.T) {
 	name := url.PathEscape(uniq(t, "lock"))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	postJSON(t, hc, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
-	waits := counter(t, s, "fence_waits_total")
+	waits := gauge(t, s, "fence_waits_total")
 	_, br := rawRequest(t, base, acquireRequest(name, `{"ttl_ms":60000,"wait_ms":20000}`, ""))
-	waitUntil(t, "the acquire waits", func() bool { return counter(t, s, "fence_waits_total") > waits })
+	waitUntil(t, "the acquire waits", func() bool { return gauge(t, s, "fence_waits_total") > waits })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil {
@@ -281,7 +266,7 @@ func TestServer_ParkedWaits_OneGoroutineEach(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	const n = 20
 	before := runtime.NumGoroutine()
-	waits := counter(t, s, "fence_waits_total")
+	waits := gauge(t, s, "fence_waits_total")
 	var readers []*bufio.Reader
 	for i := range n {
 		req := acquireRequest(name, `{"ttl_ms":60000,"wait_ms":20000}`, "")
@@ -292,7 +277,7 @@ func TestServer_ParkedWaits_OneGoroutineEach(t *testing.T) {
 		readers = append(readers, br)
 	}
 	waitUntil(t, "the waits park", func() bool {
-		return counter(t, s, "fence_waits_total") == waits+n/2 && gauge(t, s, inFlight) == n/2
+		return gauge(t, s, "fence_waits_total") == waits+n/2 && gauge(t, s, inFlight) == n/2
 	})
 	time.Sleep(100 * time.Millisecond) // the handlers return
 	if d := runtime.NumGoroutine() - before; d > n+n/4 {
@@ -331,9 +316,9 @@ func TestServer_ParkedAcquires_InOrder_ShortWaitEndsAlone(t *testing.T) {
 		if i == 1 {
 			wait = 300 // ends before any release
 		}
-		waits := counter(t, s, "fence_waits_total")
+		waits := gauge(t, s, "fence_waits_total")
 		_, br := rawRequest(t, base, acquireRequest(name, fmt.Sprintf(`{"ttl_ms":60000,"wait_ms":%d,"owner":"w%d"}`, wait, i), ""))
-		waitUntil(t, "the acquire waits", func() bool { return counter(t, s, "fence_waits_total") > waits })
+		waitUntil(t, "the acquire waits", func() bool { return gauge(t, s, "fence_waits_total") > waits })
 		readers = append(readers, br)
 	}
 	answer := func(i int) (int, map[string]any) {
@@ -386,9 +371,9 @@ func TestServer_ParkedAcquires_GoneClientSkipped(t *testing.T) {
 	var conns []net.Conn
 	var readers []*bufio.Reader
 	for i := range 3 {
-		waits := counter(t, s, "fence_waits_total")
+		waits := gauge(t, s, "fence_waits_total")
 		c, br := rawRequest(t, base, acquireRequest(name, fmt.Sprintf(`{"ttl_ms":60000,"wait_ms":20000,"owner":"w%d"}`, i), ""))
-		waitUntil(t, "the acquire waits", func() bool { return counter(t, s, "fence_waits_total") > waits })
+		waitUntil(t, "the acquire waits", func() bool { return gauge(t, s, "fence_waits_total") > waits })
 		conns, readers = append(conns, c), append(readers, br)
 	}
 	// The head and the second go away.
