@@ -116,11 +116,19 @@
 // that is not a fence.Watcher answers blocking queries 501; while the server drains,
 // a blocking query that would wait ends with 503. fence_blocking_queries_in_flight
 // counts the queries waiting. Each waiting request, long poll or blocking query,
-// holds a connection and two goroutines at the server (about 23 KB of memory
-// measured in `fence serve`); Config.MaxWaiters (`fence serve --max-waiters`) caps
-// how many wait at once, and one more is answered 503 at once, with Retry-After.
+// holds a connection at the server. Served through Server.Listener (as `fence
+// serve` is), a wait over plain HTTP/1.1 leaves net/http while it waits: it costs
+// one goroutine of 2 KiB of stack and about 7 KB of memory in all, measured in
+// `fence serve` (BenchmarkServe_ParkedWaiters), its answer is written as net/http
+// would, and the connection goes back to the http.Server for the client's next
+// request. Otherwise (TLS, HTTP/2, a plain Handler) it stays in net/http, with two
+// goroutines and its buffers, about 23 KB. Config.MaxWaiters (`fence serve
+// --max-waiters`) caps how many wait at once, and one more is answered 503 at once,
+// with Retry-After. Parked waiting acquires of one lock are served in the order
+// they came: one goroutine per lock runs the store's wait for each in turn.
 //
-// The server follows the lock with its store's Watch, one watch per query. On the
+// The server follows the lock with its store's Watch, one watch per query (one per
+// lock, shared by the queries parked on it, through Server.Listener). On the
 // embedded store (and inmem) that is a subscription in memory, woken by the change
 // itself, before the change's commit returns. On a network store behind --store it
 // is what that store's Watch costs: a subscription to its change messages (a watch,

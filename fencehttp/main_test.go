@@ -49,7 +49,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	shared.server = s
-	shared.srv = httptest.NewServer(s.Handler())
+	shared.srv = serveParked(s)
 	defer shared.srv.Close()
 	shared.client, err = fencehttp.NewClient(shared.srv.URL, nil)
 	if err != nil {
@@ -86,9 +86,18 @@ func newServer(t testing.TB, cfg fencehttp.Config) (*fencehttp.Server, *httptest
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
-	hs := httptest.NewServer(s.Handler())
+	hs := serveParked(s)
 	t.Cleanup(hs.Close)
 	return s, hs
+}
+
+// serveParked starts s as fence serve does: through s.Listener, so that its
+// long polls leave net/http while they wait.
+func serveParked(s *fencehttp.Server) *httptest.Server {
+	hs := httptest.NewUnstartedServer(s.Handler())
+	hs.Listener = s.Listener(hs.Config, hs.Listener)
+	hs.Start()
+	return hs
 }
 
 func mustClient(t testing.TB, url string, opts *fencehttp.ClientOptions) *fencehttp.Client {

@@ -88,6 +88,7 @@ type Server struct {
 	handler http.Handler
 
 	waiting atomic.Int64 // requests waiting now, against MaxWaiters
+	parked  parking      // waits out of net/http (park.go)
 
 	drainOnce sync.Once
 	drainCtx  context.Context
@@ -433,23 +434,60 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		if unpark, perr := s.park(w); perr != nil {
 			err = perr
 		} else {
-			s.m.waits.Inc()
-			wctx, cancel := context.WithCancel(ctx)
-			stop := context.AfterFunc(s.drainCtx, cancel)
-			waitStart := time.Now()
-			g, err = s.grant(wctx, name, ttl, append(opts, fence.WithWait(wait-time.Since(start)))...)
-			stop()
-			cancel()
-			unpark()
-			s.m.waitSeconds.Observe(time.Since(start).Seconds())
-			switch {
-			case err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil:
-				err = errShuttingDown
-			case errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil:
-				err = s.heldAtEnd(ctx, name, err, waitStart)
+			a := &acquireCall{name: name, req: req, ttl: ttl, wait: wait, start: start, permit: permit, opts: opts, held: err}
+			if p := s.leave(w, r); p != nil {
+				s.parkAcquire(p, a, unpark)
+				return
 			}
+			g, err = s.waitGrant(ctx, a, unpark)
 		}
 	}
+	s.acquired(ctx, w, r, name, req, ttl, start, permit, g, err)
+}
+
+// acquireCall is what the wait of an acquire and its answer need of the call.
+type acquireCall struct {
+	name      string
+	req       acquireRequest
+	ttl, wait time.Duration
+	start     time.Time
+	permit    bool
+	opts      []fence.AcquireOption
+	held      error // the first try's: the lock is held
+}
+
+// waitGrant is the long poll of an acquire whose first try found the lock held:
+// the backend's wait, woken by the release, ended by ctx (the client going away)
+// or the server's drain (errShuttingDown). unpark is called when it ends.
+func (s *Server) waitGrant(ctx context.Context, a *acquireCall, unpark func()) (driver.Grant, error) {
+	s.m.waits.Inc()
+	g, err := s.grantWaiting(ctx, a)
+	unpark()
+	s.m.waitSeconds.Observe(time.Since(a.start).Seconds())
+	return g, err
+}
+
+// grantWaiting is the backend's wait of a long poll (see waitGrant).
+func (s *Server) grantWaiting(ctx context.Context, a *acquireCall) (driver.Grant, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	waitStart := time.Now()
+	g, err := s.grant(wctx, a.name, a.ttl, append(a.opts, fence.WithWait(a.wait-time.Since(a.start)))...)
+	stop()
+	cancel()
+	switch {
+	case err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil:
+		err = errShuttingDown
+	case errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil:
+		err = s.heldAtEnd(ctx, a.name, err, waitStart)
+	}
+	return g, err
+}
+
+// acquired answers an acquire of name that began at start and ended with g or
+// err; ctx ended means the client went away.
+func (s *Server) acquired(ctx context.Context, w http.ResponseWriter, r *http.Request, name string, req acquireRequest, ttl time.Duration, start time.Time, permit bool, g driver.Grant, err error) {
+	const op = "acquire"
 	elapsed := time.Since(start).Seconds()
 	if err != nil {
 		result := s.m.acquireError
@@ -738,11 +776,20 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 			s.fail(w, r, op, name, err)
 			return
 		}
+		if p := s.leave(w, r); p != nil {
+			s.parkQuery(p, in, op, name, q, unpark)
+			return
+		}
 		info, err = s.blockingQuery(r.Context(), in, name, q)
 		unpark()
 	} else {
 		info, err = in.Inspect(r.Context(), name)
 	}
+	s.inspected(w, r, op, name, info, err)
+}
+
+// inspected answers an inspect or a blocking query (op) of name: info, or err.
+func (s *Server) inspected(w http.ResponseWriter, r *http.Request, op, name string, info fence.LockInfo, err error) {
 	if err != nil {
 		s.fail(w, r, op, name, err)
 		return

@@ -34,7 +34,7 @@ type noWatch struct {
 	fence.Inspector
 }
 
-// gauge returns the value of the server's gauge name.
+// gauge returns the value of the server's gauge (or counter) name.
 func gauge(t testing.TB, s *fencehttp.Server, name string) float64 {
 	t.Helper()
 	mfs, err := s.Registry().Gather()
@@ -43,6 +43,9 @@ func gauge(t testing.TB, s *fencehttp.Server, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
+			if c := mf.GetMetric()[0].GetCounter(); c != nil {
+				return c.GetValue()
+			}
 			return mf.GetMetric()[0].GetGauge().GetValue()
 		}
 	}

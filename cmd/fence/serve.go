@@ -165,7 +165,7 @@ Neither bound limits a long poll, which waits up to --max-wait once its request 
 read. Each open connection costs the server one file descriptor (the server raises
 its soft open-files limit to the hard one: make the hard limit, ulimit -Hn, exceed
 the clients and waiters you expect, plus a few dozen), and each waiting request
-about 23 KB of memory: --max-waiters caps them (one more is answered 503 with
+about 7 KB of memory (23 KB over TLS): --max-waiters caps them (one more is answered 503 with
 Retry-After).
 
 Memory: over the embedded store a held lease costs the server about 280 bytes of RSS
@@ -235,7 +235,7 @@ closed cleanly.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
 	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
-	f.IntVar(&maxWaiters, "max-waiters", 0, "most waiting acquires and blocking queries at once, each about 23 KB of memory and a file descriptor (one more: 503); 0: no cap")
+	f.IntVar(&maxWaiters, "max-waiters", 0, "most waiting acquires and blocking queries at once, each about 7 KB of memory (23 KB over TLS) and a file descriptor (one more: 503); 0: no cap")
 	f.IntVar(&gcPercent, "gc-percent", defaultServeGCPercent, "Go GC target (as GOGC; the GOGC variable, if set, wins over the default): heap growth between collections, in percent of the live heap; lower keeps RSS nearer the lease table at more GC CPU")
 	f.DurationVar(&headerTimeout, "header-timeout", 10*time.Second, "longest time a client may take to send a request's headers (then the connection is closed)")
 	f.DurationVar(&readTimeout, "read-timeout", time.Minute, "longest time a client may take to send a whole request, headers and body (then 503); a long poll's wait is not counted")
@@ -313,7 +313,9 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		}
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	// Through srv.Serve, a parked long poll leaves net/http while it waits (a
+	// small goroutine, not net/http's two and their buffers).
+	go func() { served <- srv.Serve(hs, ln) }()
 	log.Info("fence serve listening", "url", scheme+"://"+ln.Addr().String(), "store", st.desc, "auth", len(c.tokens) > 0)
 
 	select {
@@ -327,6 +329,9 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
 	err = hs.Shutdown(sctx)
+	if err == nil {
+		err = srv.Shutdown(sctx) // the parked waits, which hs does not know
+	}
 	if err != nil {
 		log.Warn("requests still in flight at the shutdown timeout were cut", "err", err)
 		_ = hs.Close()
