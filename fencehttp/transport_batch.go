@@ -220,6 +220,13 @@ func (c *Client) sendBatch(batch []*batchCall) {
 		c.deliver(call, resp, err)
 		return
 	}
+	if c.batch.off() {
+		// Refused by the server since these calls queued.
+		for _, call := range live {
+			c.deliverFallback(call)
+		}
+		return
+	}
 	size := 2
 	for _, call := range live {
 		size += len(call.line) + 1
