@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/internal/httpbuf"
 )
 
 // MaxBatchOps is the most operations one POST /v1/batch may carry; a batch with
@@ -74,13 +75,13 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		// each operation's route.
 		tok = s.tokens.find(r.Header.Get("Authorization"))
 	}
-	recs := make([]batchRecorder, len(ops))
+	recs := make([]*httpbuf.Response, len(ops))
 	if len(ops) == 1 {
-		s.runBatchOp(r, tok, &ops[0], &recs[0])
+		recs[0] = s.runBatchOp(r, tok, &ops[0])
 	} else {
 		var wg sync.WaitGroup
 		for i := range ops {
-			wg.Go(func() { s.runBatchOp(r, tok, &ops[i], &recs[i]) })
+			wg.Go(func() { recs[i] = s.runBatchOp(r, tok, &ops[i]) })
 		}
 		wg.Wait()
 	}
@@ -91,8 +92,8 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendInt(append(b, `{"status":`...), int64(recs[i].status), 10)
-		b = append(append(b, `,"body":`...), bytes.TrimSpace(recs[i].body)...)
+		b = strconv.AppendInt(append(b, `{"status":`...), int64(recs[i].Status()), 10)
+		b = append(append(b, `,"body":`...), bytes.TrimSpace(recs[i].Body())...)
 		b = append(b, '}')
 	}
 	b = append(b, "]\n"...)
@@ -106,9 +107,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // runBatchOp runs o as the request of its single route would run, on behalf of
-// the batch request parent, and records the answer in rec.
-func (s *Server) runBatchOp(parent *http.Request, tok *AuthToken, o *batchOp, rec *batchRecorder) {
-	rec.header = make(http.Header, 2)
+// the batch request parent, and returns the answer.
+func (s *Server) runBatchOp(parent *http.Request, tok *AuthToken, o *batchOp) (rec *httpbuf.Response) {
+	rec = httpbuf.New()
 	// The request of the single route: the batch's context, headers and remote
 	// address, with the operation's path and members as its body.
 	sub := parent.WithContext(parent.Context())
@@ -127,7 +128,7 @@ func (s *Server) runBatchOp(parent *http.Request, tok *AuthToken, o *batchOp, re
 				panic(v)
 			}
 			s.log.Error("panic serving a batch operation", "op", o.op, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			rec.reset()
+			rec = httpbuf.New()
 			s.fail(rec, sub, "", "", errInternalError)
 		}
 	}()
@@ -152,41 +153,13 @@ func (s *Server) runBatchOp(parent *http.Request, tok *AuthToken, o *batchOp, re
 	case o.op == batchRelease:
 		s.release(rec, sub, o.name)
 	}
+	return rec
 }
 
 // bodyReader is an operation's body as a request body.
 type bodyReader struct{ *bytes.Reader }
 
 func (bodyReader) Close() error { return nil }
-
-// batchRecorder is the http.ResponseWriter of one operation of a batch: it keeps
-// the status and body its handler answers.
-type batchRecorder struct {
-	header http.Header
-	status int
-	body   []byte
-}
-
-func (r *batchRecorder) Header() http.Header { return r.header }
-
-func (r *batchRecorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
-}
-
-func (r *batchRecorder) Write(p []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	r.body = append(r.body, p...)
-	return len(p), nil
-}
-
-func (r *batchRecorder) reset() {
-	clear(r.header)
-	r.status, r.body = 0, r.body[:0]
-}
 
 // parseBatch reads the body of POST /v1/batch: a JSON array of 1 to MaxBatchOps
 // objects. An element that is no operation (not an object, no or an unknown op, a

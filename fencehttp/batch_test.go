@@ -19,6 +19,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/inmem"
 )
 
 // batchResult is one slot of a batch's answer.
@@ -449,5 +450,19 @@ func waitQueued(t *testing.T, c *fencehttp.Client, n int) {
 			t.Fatalf("want %d calls queued, got %d", n, fencehttp.BatchQueued(c))
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Item: an operation whose store panics is answered 500 "internal" in its slot;
+// the other operations of the batch are answered as ever.
+func TestBatch_Contract_PanicFailsOnlyItsOperation(t *testing.T) {
+	_, hs := newServer(t, fencehttp.Config{Locker: panicLocker{inmem.NewLocker(inmem.Options{})}})
+	_, res := postBatch(t, hs.URL, `[{"op":"acquire","name":"x"},{"op":"release","name":"x","lease":"`+driver.NewLeaseID()+`"}]`, nil)
+	if len(res) != 2 || res[0].Status != 500 || res[1].Status != 410 {
+		t.Fatalf("batch of an acquire whose store panics and a release: want 500, 410, got %+v", res)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(res[0].Body, &body); err != nil || body["code"] != "internal" {
+		t.Errorf("the panicking operation: want code internal, got %s", res[0].Body)
 	}
 }

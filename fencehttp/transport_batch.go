@@ -93,36 +93,31 @@ func (c *Client) lockOp(ctx context.Context, op, name, path string, body []byte,
 		}
 		return c.do(ctx, op, name, http.MethodPost, path, jsonHeader(), body, 0)
 	}
-	b.mu.Lock()
-	if b.flights < batchFlights {
-		if queueOnly {
+	var call *batchCall
+	for {
+		b.mu.Lock()
+		if b.flights < batchFlights {
+			if queueOnly {
+				b.mu.Unlock()
+				return nil, nil
+			}
+			b.flights++
 			b.mu.Unlock()
-			return nil, nil
+			resp, err := c.do(ctx, op, name, http.MethodPost, path, jsonHeader(), body, 0)
+			c.land()
+			return resp, err
 		}
-		b.flights++
-		b.mu.Unlock()
-		resp, err := c.do(ctx, op, name, http.MethodPost, path, jsonHeader(), body, 0)
-		c.land()
-		return resp, err
-	}
-	b.mu.Unlock()
-	call := &batchCall{ctx: ctx, op: op, name: name, path: path, body: body, done: make(chan struct{})}
-	call.line = batchLine(op, name, body)
-	b.mu.Lock()
-	if b.flights < batchFlights {
-		// A flight landed meanwhile: the call goes out alone after all.
-		if queueOnly {
+		if call != nil {
+			b.queue = append(b.queue, call)
 			b.mu.Unlock()
-			return nil, nil
+			break
 		}
-		b.flights++
 		b.mu.Unlock()
-		resp, err := c.do(ctx, op, name, http.MethodPost, path, jsonHeader(), body, 0)
-		c.land()
-		return resp, err
+		// Every flight is in the air: the call queues, its element of a batch
+		// made outside the lock (a flight may land meanwhile: then it goes alone).
+		call = &batchCall{ctx: ctx, op: op, name: name, path: path, body: body, done: make(chan struct{})}
+		call.line = batchLine(op, name, body)
 	}
-	b.queue = append(b.queue, call)
-	b.mu.Unlock()
 	select {
 	case <-call.done:
 	case <-ctx.Done():
