@@ -53,7 +53,10 @@ type ClientOptions struct {
 // fence.Watcher, fence.Guard and fence.KV that talks to a `fence serve` server
 // (HTTP API v1) over keep-alive connections. It is safe for
 // concurrent use. Leases it returns are fence.Lease values, so Done, Context and
-// WithAutoRenew work over HTTP.
+// WithAutoRenew work over HTTP. Goroutines sharing a Client have their
+// concurrent acquire tries, renews and releases sent together in POST /v1/batch
+// when its requests are already in the air; a lone call goes out on its own route
+// at once (see the package doc, Batches).
 //
 // Errors: an error the server answered is a *ServerError whose Error is the server's
 // message verbatim (it names the operation and the lock or key: `release "job1":
