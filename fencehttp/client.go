@@ -53,7 +53,10 @@ type ClientOptions struct {
 // fence.Watcher, fence.Guard and fence.KV that talks to a `fence serve` server
 // (HTTP API v1) over keep-alive connections. It is safe for
 // concurrent use. Leases it returns are fence.Lease values, so Done, Context and
-// WithAutoRenew work over HTTP.
+// WithAutoRenew work over HTTP. Goroutines sharing a Client have their
+// concurrent acquire tries, renews and releases sent together in POST /v1/batch
+// when its requests are already in the air; a lone call goes out on its own route
+// at once (see the package doc, Batches).
 //
 // Errors: an error the server answered is a *ServerError whose Error is the server's
 // message verbatim (it names the operation and the lock or key: `release "job1":
@@ -73,6 +76,7 @@ type Client struct {
 	timeout time.Duration
 	maxPoll time.Duration
 	engine  driver.Engine // Acquire's wait and wording
+	batch   batcher       // group commit of concurrent lock operations (transport_batch.go)
 }
 
 var (
@@ -260,18 +264,34 @@ func (c *Client) doJSON(ctx context.Context, op, name, method, path string, in, 
 	var h http.Header
 	if in != nil {
 		var err error
-		var fast bool
-		if body, fast = appendJSON(nil, in); fast {
-			// The hot bodies, as json.Marshal writes them.
-		} else if body, err = json.Marshal(in); err != nil {
-			return &clientError{msg: fmt.Sprintf("%s: cannot encode the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
+		if body, err = c.encode(op, name, in); err != nil {
+			return err
 		}
-		h = http.Header{"Content-Type": {"application/json"}}
+		h = jsonHeader()
 	}
 	resp, err := c.do(ctx, op, name, method, path, h, body, extra)
 	if err != nil {
 		return err
 	}
+	return c.decodeAnswer(op, name, resp, out)
+}
+
+// encode returns in as JSON.
+func (c *Client) encode(op, name string, in any) ([]byte, error) {
+	body, fast := appendJSON(nil, in)
+	if fast {
+		return body, nil // the hot bodies, as json.Marshal writes them
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return nil, &clientError{msg: fmt.Sprintf("%s: cannot encode the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
+	}
+	return body, nil
+}
+
+// decodeAnswer decodes a 200 answer into out (if not nil); any other status
+// becomes the error the server reported (see ServerError).
+func (c *Client) decodeAnswer(op, name string, resp *response, out any) error {
 	if resp.status != http.StatusOK {
 		return c.answerError(resp)
 	}
@@ -284,6 +304,25 @@ func (c *Client) doJSON(ctx context.Context, op, name, method, path string, in, 
 		}
 	}
 	return nil
+}
+
+// doLockOp is doJSON for a lock operation that does not wait (an acquire try, a
+// renew, a release): sent alone or batched with concurrent ones (see lockOp).
+// With queueOnly it sends nothing unless the operation would be queued, and
+// reports whether it was sent.
+func (c *Client) doLockOp(ctx context.Context, op, name string, in, out any, queueOnly bool) (sent bool, err error) {
+	body, err := c.encode(op, name, in)
+	if err != nil {
+		return true, err
+	}
+	resp, err := c.lockOp(ctx, op, name, "/v1/locks/"+EscapeName(name)+"/"+op, body, queueOnly)
+	switch {
+	case err != nil:
+		return true, err
+	case resp == nil:
+		return false, nil
+	}
+	return true, c.decodeAnswer(op, name, resp, out)
 }
 
 // malformed is the error of a 200 answer the Client cannot read.
@@ -380,7 +419,27 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 	if limit := r.Options.Limit; limit > 1 {
 		req.Limit = &limit
 	}
-	err := c.doJSON(ctx, op, r.Name, http.MethodPost, "/v1/locks/"+EscapeName(r.Name)+"/acquire", req, &resp, poll)
+	var err error
+	sent := false
+	if !r.Waiting {
+		sent, err = c.doLockOp(ctx, op, r.Name, req, &resp, false)
+	} else if r.Try == 1 {
+		// A waiting acquire that would queue tries once in the batch first; if
+		// the lock is held, its long poll goes alone (Again: the next try).
+		req.WaitMs = 0
+		if sent, err = c.doLockOp(ctx, op, r.Name, req, &resp, true); sent && errors.Is(err, fence.ErrNotAcquired) {
+			res := driver.Result{Again: true}
+			var held *fence.HeldError
+			if errors.As(err, &held) {
+				res.ExpiresIn = held.ExpiresIn
+			}
+			return res, nil
+		}
+		req.WaitMs = ms(poll)
+	}
+	if !sent {
+		err = c.doJSON(ctx, op, r.Name, http.MethodPost, "/v1/locks/"+EscapeName(r.Name)+"/acquire", req, &resp, poll)
+	}
 	switch {
 	case errors.Is(err, fence.ErrNotAcquired):
 		res := driver.Result{}
@@ -444,7 +503,8 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return invalidArg(op, name, err)
 	}
 	ttlMs := ms(ttl)
-	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/renew", renewRequest{Lease: leaseID, TTLms: &ttlMs}, nil, 0)
+	_, err := c.doLockOp(ctx, op, name, renewRequest{Lease: leaseID, TTLms: &ttlMs}, nil, false)
+	return err
 }
 
 // Release ends the lease and wakes the server's waiters (see fence.Locker). It
@@ -456,7 +516,8 @@ func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 	if err := validateLeaseArgs(op, name, leaseID); err != nil {
 		return err
 	}
-	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/release", releaseRequest{Lease: leaseID}, nil, 0)
+	_, err := c.doLockOp(ctx, op, name, releaseRequest{Lease: leaseID}, nil, false)
+	return err
 }
 
 // Heal reports to the server that a guard saw token seen for lock name, so the next

@@ -21,6 +21,8 @@
 //	                         [,"limit"|"shared","holders":[{"slot","token","owner","expires_in_ms"}]]},
 //	                         header Fence-Index; with index, a blocking query (see Watching)
 //	GET  /v1/locks?prefix=P&limit=N -> 200 {"locks":[...]}
+//	POST /v1/batch        [{"op":"acquire"|"renew"|"release","name":NAME,...its route's fields},...]
+//	                      -> 200 [{"status":S,"body":B},...] (see Batches) | 400 | 413
 //	PUT  /v1/kv/{key}     headers Fence-Token: N, Fence-Lock: NAME [, Fence-Lease: ID]
 //	                      -> 200 {"key","lock","token"} | 409 {"error","code","highest"}
 //	                         | 400 (Fence-Lock missing: {"code":"invalid","field":"Fence-Lock"})
@@ -101,6 +103,31 @@
 // acknowledge the grant (an fsync, a Redis WAIT, a Raft commit), and a grant at the
 // end of a long poll still gets its whole TTL. A 409 after a wait reports the time
 // the holder's lease has left when the wait ended (expires_in_ms, and in the message).
+//
+// # Batches
+//
+// POST /v1/batch carries 1 to MaxBatchOps (128) lock operations that do not wait,
+// each an object with its "op" (acquire, renew or release), its lock "name"
+// (unescaped) and the fields of its single route. Each runs as its own request to
+// that route would: the same validation, auth scope check (a scoped token reaches
+// only its names: 403 in the operation's slot), metrics and limits (the body limit
+// is the whole batch's). The operations of one batch run concurrently, as the
+// concurrent requests they stand for; their order is no order of execution. The
+// answer is 200 with one {"status":S,"body":B} per operation, in order: the status
+// and body its single route would answer, a lease or an error body. One bad
+// operation never fails the others. A waiting acquire is not batchable (400,
+// field wait_ms, in its slot). Only a body that is not such an array (400) or is
+// over the body limit (413) fails the whole batch.
+//
+// The Client batches transparently: a lock operation of a goroutine (an acquire's
+// try, a renew, a release) that finds fewer than two of the Client's requests in
+// the air goes out at once on its own route, as without batching; calls that come
+// while both are in the air queue, and the first request to land sends them in
+// one batch. A waiting acquire that would queue tries once in the batch and, if
+// the lock is held, long-polls on its own. Each call keeps its own context: one
+// whose context ends returns at once, and a grant its batch brings it afterwards
+// is released. A server without /v1/batch (404 or 405) gets single requests, and
+// the Client tries batches again after a minute.
 //
 // # Watching
 //

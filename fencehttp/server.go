@@ -172,6 +172,8 @@ func (s *Server) routes() http.Handler {
 			metrics.ServeHTTP(w, r)
 		case p == "/v1/openapi.json":
 			s.handleOpenAPI(w, r)
+		case p == "/v1/batch":
+			s.handleBatch(w, r)
 		default:
 			s.fail(w, r, "", "", because(errNoRoute, "no such route: %s %s", r.Method, p))
 		}
