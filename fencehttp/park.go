@@ -41,12 +41,13 @@ type parking struct {
 // goroutines and buffers. Its answer is the same, and the connection goes back
 // to hs through the listener for the client's next request (unless the client
 // asked for Connection: close); as for a new connection, that request must then
-// come within hs.ReadHeaderTimeout, if set, else hs closes the connection.
+// come within hs.IdleTimeout (else hs.ReadTimeout), as on any kept-alive
+// connection, and its headers within hs.ReadHeaderTimeout of its first byte.
 // Waits on connections hs accepts elsewhere, over TLS or HTTP/2 stay in
 // net/http. Shut down with hs.Shutdown and then s.Shutdown, which waits for the
 // waits that left (hs.Shutdown does not know them).
 func (s *Server) Listener(hs *http.Server, ln net.Listener) net.Listener {
-	pl := &parkListener{Listener: ln, back: make(chan net.Conn), done: make(chan struct{}), accepted: make(chan accepted)}
+	pl := &parkListener{Listener: ln, hs: hs, back: make(chan net.Conn), done: make(chan struct{}), accepted: make(chan accepted)}
 	pl.forget = func() {
 		s.parked.mu.Lock()
 		if s.parked.listeners[hs] == pl {
@@ -118,6 +119,7 @@ func (s *Server) leave(w http.ResponseWriter, r *http.Request) *parkedConn {
 	if err != nil {
 		return nil
 	}
+	conn = unwrapConn(conn)
 	// The request is not kept: its body, header and context hold on to net/http's
 	// buffers. The answer needs only its method and URL.
 	p := &parkedConn{conn: conn, l: pl, close: r.Close, head: r.Method == http.MethodHead, method: r.Method, url: r.URL}
@@ -183,6 +185,8 @@ func (s *Server) done(p *parkedConn, rw *rawResponse) bool {
 	var c net.Conn = p.conn
 	if len(p.pending) > 0 {
 		c = &replayConn{Conn: p.conn, pending: p.pending}
+	} else if idle := p.l.idleTimeout(); idle > 0 {
+		c = &idleConn{Conn: p.conn, idle: idle}
 	}
 	p.l.handBack(c)
 	return true
@@ -265,6 +269,7 @@ func (w *rawResponse) appendTo(dst []byte, closing, withBody bool) []byte {
 // accepts, and the parked ones that go back.
 type parkListener struct {
 	net.Listener
+	hs       *http.Server
 	back     chan net.Conn
 	accepted chan accepted
 	done     chan struct{}
@@ -354,4 +359,91 @@ func (c *replayConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// idleTimeout is how long hs keeps an idle connection open, as net/http
+// reckons it: IdleTimeout, else ReadTimeout; 0 for no limit.
+func (l *parkListener) idleTimeout() time.Duration {
+	if l.hs.IdleTimeout != 0 {
+		return l.hs.IdleTimeout
+	}
+	return l.hs.ReadTimeout
+}
+
+// idleConn is a connection going back to the http.Server after a parked wait,
+// idle until the client's next request. The server takes it for a new
+// connection, whose first read deadline is its ReadHeaderTimeout from now: that
+// would close a kept-alive connection idle for longer (10s by default in fence
+// serve, against its 2 minutes of IdleTimeout). So until the first byte comes
+// the first deadline is the idle timeout instead, and the header deadline then
+// runs from that byte, as net/http does between the requests of a connection.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+
+	mu      sync.Mutex
+	started bool          // the server set its first read deadline
+	waiting bool          // no byte yet: the idle deadline stands in for it
+	header  time.Duration // the deadline the server asked, from when it asked
+}
+
+func (c *idleConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started {
+		c.started = true
+		if !t.IsZero() {
+			c.waiting, c.header = true, time.Until(t)
+			return c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+		}
+	}
+	c.waiting = false
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.mu.Lock()
+		if c.waiting {
+			c.waiting = false
+			_ = c.Conn.SetReadDeadline(time.Now().Add(c.header))
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// CloseWrite half-closes the connection, as net/http does before closing it.
+func (c *idleConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// unwrapConn returns the connection under the wrappers a parked wait hands
+// back, once they no longer change anything (an idleConn whose request came,
+// a replayConn with nothing left to replay), so that a connection parked again
+// is the network's own (peer_linux.go watches its file descriptor).
+func unwrapConn(c net.Conn) net.Conn {
+	for {
+		switch w := c.(type) {
+		case *idleConn:
+			w.mu.Lock()
+			waiting := w.waiting
+			w.mu.Unlock()
+			if waiting {
+				return c
+			}
+			c = w.Conn
+		case *replayConn:
+			if len(w.pending) > 0 {
+				return c
+			}
+			c = w.Conn
+		default:
+			return c
+		}
+	}
 }

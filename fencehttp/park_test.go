@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"runtime"
@@ -420,5 +421,74 @@ func TestServer_ParkedAcquire_StorePanic500(t *testing.T) {
 	code, v := postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000,"wait_ms":5000}`)
 	if code != http.StatusInternalServerError || v["code"] != "internal" {
 		t.Fatalf("a waiting acquire whose store panics: want 500 internal, got %d %v", code, v)
+	}
+}
+
+// A connection back from a parked wait is a kept-alive connection: idle, it
+// stays open for the server's IdleTimeout, not only its ReadHeaderTimeout (which
+// net/http gives a new connection); and the next request's headers must still
+// come within ReadHeaderTimeout of its first byte.
+func TestServer_ParkedAcquire_ConnectionBack_IdleTimeoutNotHeaderTimeout(t *testing.T) {
+	const headerTimeout = 300 * time.Millisecond
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	s, err := fencehttp.NewServer(fencehttp.Config{Locker: store, KV: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(s.Handler())
+	hs.Config.ReadHeaderTimeout = headerTimeout
+	hs.Config.IdleTimeout = time.Minute
+	hs.Listener = s.Listener(hs.Config, hs.Listener)
+	hs.Start()
+	t.Cleanup(hs.Close)
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+
+	name := url.PathEscape(uniq(t, "lock"))
+	hc := &http.Client{Timeout: 10 * time.Second}
+	_, held := postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
+	waits := gauge(t, s, "fence_waits_total")
+	c, br := rawRequest(t, hs.URL, acquireRequest(name, `{"ttl_ms":60000,"wait_ms":20000}`, ""))
+	waitUntil(t, "the acquire waits", func() bool { return gauge(t, s, "fence_waits_total") > waits })
+	postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/release", fmt.Sprintf(`{"lease":%q}`, held["lease"]))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the waiting acquire's answer: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the waiting acquire after the release: want 200, got %d", resp.StatusCode)
+	}
+
+	// Idle for over three header timeouts, then the next request on it.
+	time.Sleep(3 * headerTimeout)
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: fence\r\n\r\n"); err != nil {
+		t.Fatalf("writing the next request: %v", err)
+	}
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the next request on the connection, idle %v after its long poll: %v (closed by the header timeout?)", 3*headerTimeout, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz after the idle time: want 200, got %d", resp.StatusCode)
+	}
+
+	// The header timeout still holds once a request begins: a request that
+	// stalls after its first bytes is cut off.
+	if _, err := io.WriteString(c, "GET /hea"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	// net/http answers such a request 400 or closes the connection.
+	if resp, err := http.ReadResponse(br, nil); err == nil && resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a request stalled after its first bytes: want it cut off (400 or closed), got status %d", resp.StatusCode)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("a request stalled after its first bytes was cut after %v; want about the header timeout (%v)", d, headerTimeout)
 	}
 }
