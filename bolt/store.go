@@ -141,8 +141,8 @@ type Store struct {
 	want     int
 	full     chan struct{}
 	writeAvg time.Duration
-	stop    chan struct{}
-	stopped chan struct{}
+	stop     chan struct{}
+	stopped  chan struct{}
 }
 
 // The interfaces of packages fence and driver that a Store implements.
