@@ -827,7 +827,7 @@ func (s *Store) gather(timer *time.Timer) bool {
 	if gatherForTest != 0 {
 		d = gatherForTest
 	}
-	if want < 2 || s.pending.ops >= want || d <= 0 {
+	if want < 2 || s.pending.ops >= want || d < minGather {
 		s.mu.Unlock()
 		return true
 	}
@@ -855,6 +855,11 @@ func (s *Store) gather(timer *time.Timer) bool {
 // maxGather bounds how long gather holds a commit back (a disk whose
 // fdatasync takes longer than this is slow enough that callers queue anyway).
 const maxGather = 2 * time.Millisecond
+
+// minGather is the shortest write time worth gathering for: a commit that
+// takes less (a log on tmpfs, NoSync) costs less than the timer and the
+// wake-ups of a wait, so it leaves at once as before.
+const minGather = 50 * time.Microsecond
 
 // gatherForTest, if not zero, replaces gather's bound (tests make it long, so
 // that only the count ends a gathering).
