@@ -19,8 +19,10 @@ import (
 // the request itself. Anything else (https, a proxy from the environment) goes to
 // the standard Transport, fallback, as before.
 //
-// Requests and answers are written and parsed by net/http (Request.Write,
-// ReadResponse). An idle connection is checked before it is reused (idleAlive): one
+// The Client's own requests take the lean path (send, transport_lean.go), which
+// writes them and reads the answers it expects itself; RoundTrip's requests, and
+// answers the lean path does not read, are written and parsed by net/http
+// (Request.Write, ReadResponse). An idle connection is checked before it is reused (idleAlive): one
 // the server has closed (its idle timeout, a graceful shutdown) is dropped, never
 // written to, so a POST is never sent on a connection already closed.
 type directTransport struct {
@@ -38,6 +40,9 @@ type directConn struct {
 	c  net.Conn
 	br *bufio.Reader
 	bw *bufio.Writer
+	// wbuf is the lean path's request buffer (transport_lean.go), kept with its
+	// connection so that requests after the first allocate none.
+	wbuf []byte
 }
 
 func newDirectTransport(fallback *http.Transport, dial func(ctx context.Context, network, addr string) (net.Conn, error), maxIdle int) *directTransport {
