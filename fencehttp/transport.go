@@ -37,9 +37,11 @@ type directTransport struct {
 
 // directConn is one keep-alive connection.
 type directConn struct {
-	c  net.Conn
-	br *bufio.Reader
-	bw *bufio.Writer
+	c     net.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	alive func() bool // idleAlive of c (newIdleCheck)
+	kill  func()      // ends the read or write in progress on c: a deadline in the past
 	// wbuf is the lean path's request buffer (transport_lean.go), kept with its
 	// connection so that requests after the first allocate none.
 	wbuf []byte
@@ -96,14 +98,7 @@ func (t *directTransport) roundTrip(req *http.Request, deadline time.Time) (*htt
 	if err != nil {
 		return nil, err
 	}
-	// The context ends the request by a deadline in the past on its connection,
-	// which fails the read or write in progress at once (and, as the context is
-	// done by then, the request fails with its error). The request's own deadline
-	// is the connection's, unless the context's comes first.
-	stop := context.AfterFunc(ctx, func() { _ = dc.c.SetDeadline(aLongTimeAgo) })
-	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
-		_ = dc.c.SetDeadline(deadline)
-	}
+	stop := dc.arm(ctx, deadline)
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		dc.c.Close()
@@ -133,6 +128,26 @@ func (t *directTransport) roundTrip(req *http.Request, deadline time.Time) (*htt
 	resp.Body = &directBody{rc: resp.Body, t: t, dc: dc, addr: addr, stop: stop, keep: !resp.Close, ctx: ctx}
 	return resp, nil
 }
+
+// arm sets dc's deadline for a request: the request's own (zero: none), unless
+// the context's comes first. The context ends the request by a deadline in the
+// past on the connection, which fails the read or write in progress at once
+// (and, as the context is done by then, the request fails with its error). The
+// function it returns stops that, as context.AfterFunc's: false if the
+// context's end has come first, when the connection's deadline is no longer
+// the request's to clear.
+func (dc *directConn) arm(ctx context.Context, deadline time.Time) func() bool {
+	stop := neverStop
+	if ctx.Done() != nil { // a context that never ends (Background) has nothing to arm
+		stop = context.AfterFunc(ctx, dc.kill)
+	}
+	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
+		_ = dc.c.SetDeadline(deadline)
+	}
+	return stop
+}
+
+func neverStop() bool { return true }
 
 // directBody is the body of an answer on a directConn: read to EOF and closed,
 // it puts the connection back in the pool.
@@ -212,7 +227,7 @@ func (t *directTransport) get(ctx context.Context, addr string) (*directConn, er
 		if dc == nil {
 			break
 		}
-		if dc.br.Buffered() == 0 && idleAlive(dc.c) {
+		if dc.br.Buffered() == 0 && dc.alive() {
 			return dc, nil
 		}
 		dc.c.Close() // closed by the server, or it sent what nobody asked for
@@ -221,7 +236,12 @@ func (t *directTransport) get(ctx context.Context, addr string) (*directConn, er
 	if err != nil {
 		return nil, err
 	}
-	return &directConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}, nil
+	return newDirectConn(c), nil
+}
+
+func newDirectConn(c net.Conn) *directConn {
+	return &directConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096),
+		alive: newIdleCheck(c), kill: func() { _ = c.SetDeadline(aLongTimeAgo) }}
 }
 
 // put keeps dc idle for the next request to addr, or closes it beyond maxIdle.

@@ -310,10 +310,7 @@ func (t *directTransport) send(ctx context.Context, deadline time.Time, lh *lean
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = dc.c.SetDeadline(aLongTimeAgo) })
-	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
-		_ = dc.c.SetDeadline(deadline)
-	}
+	stop := dc.arm(ctx, deadline)
 	fail := func(err error) (*response, error) {
 		stop()
 		dc.c.Close()
