@@ -22,9 +22,10 @@ import (
 // The Client's own requests take the lean path (send, transport_lean.go), which
 // writes them and reads the answers it expects itself; RoundTrip's requests, and
 // answers the lean path does not read, are written and parsed by net/http
-// (Request.Write, ReadResponse). An idle connection is checked before it is reused (idleAlive): one
-// the server has closed (its idle timeout, a graceful shutdown) is dropped, never
-// written to, so a POST is never sent on a connection already closed.
+// (Request.Write, ReadResponse). An idle connection is checked before it is
+// reused (idleAlive): one the server has closed (its idle timeout, a graceful
+// shutdown) is dropped, never written to, so a POST is never sent on a
+// connection already closed.
 type directTransport struct {
 	fallback *http.Transport
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
