@@ -192,3 +192,18 @@ func TestClient_AnswerCutShort_UnavailableAndConnectionDropped(t *testing.T) {
 		})
 	}
 }
+
+// An auth token the lean path does not write itself (not printable ASCII) goes
+// by net/http's Request.Write on the same direct transport, and is still
+// accepted, and a wrong one still refused, on a kept connection.
+func TestClient_AuthTokenNotASCII_SentByNetHTTP(t *testing.T) {
+	const token = "s3cr\u00e9t"
+	_, hs := newServer(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), AuthTokens: [][]byte{[]byte(token)}})
+	c := mustClient(t, hs.URL, &fencehttp.ClientOptions{AuthToken: token})
+	seqPairs(t, c, "auth", 3)
+	bad := mustClient(t, hs.URL, &fencehttp.ClientOptions{AuthToken: "s3cr\u00e8t"})
+	_, err := bad.Acquire(ctxFor(t), "auth", time.Minute)
+	if !errors.Is(err, fencehttp.ErrUnauthorized) {
+		t.Fatalf("acquire with a wrong token: want ErrUnauthorized, got %v", err)
+	}
+}
