@@ -100,31 +100,15 @@ func (t *directTransport) roundTrip(req *http.Request, deadline time.Time) (*htt
 		return nil, err
 	}
 	stop := dc.arm(ctx, deadline)
-	fail := func(err error) (*http.Response, error) {
-		stop()
-		dc.c.Close()
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
-		}
-		return nil, err
-	}
 	if err := req.Write(dc.bw); err != nil {
-		return fail(err)
+		return nil, dc.abort(ctx, stop, err)
 	}
 	if err := dc.bw.Flush(); err != nil {
-		return fail(err)
+		return nil, dc.abort(ctx, stop, err)
 	}
-	resp, err := http.ReadResponse(dc.br, req)
-	// An informational answer (a proxy's 103 Early Hints) comes before the
-	// answer: skipped, as net/http's Transport skips it.
-	for i := 0; err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; i++ {
-		if i == 5 {
-			return fail(errors.New("fencehttp: too many informational answers"))
-		}
-		resp, err = http.ReadResponse(dc.br, req)
-	}
+	resp, err := dc.readFinal(req)
 	if err != nil {
-		return fail(err)
+		return nil, dc.abort(ctx, stop, err)
 	}
 	resp.Body = &directBody{rc: resp.Body, t: t, dc: dc, addr: addr, stop: stop, keep: !resp.Close, ctx: ctx}
 	return resp, nil
@@ -149,6 +133,32 @@ func (dc *directConn) arm(ctx context.Context, deadline time.Time) func() bool {
 }
 
 func neverStop() bool { return true }
+
+// abort ends a request on dc that failed with err: the context's hook
+// stopped, the connection closed. It returns the context's error if it has
+// ended (the cause of err, then), or else err.
+func (dc *directConn) abort(ctx context.Context, stop func() bool, err error) error {
+	stop()
+	dc.c.Close()
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// readFinal reads the answer to req (nil: not a HEAD) on dc with net/http's
+// ReadResponse. An informational answer (a proxy's 103 Early Hints) comes
+// before the answer: skipped, as net/http's Transport skips it.
+func (dc *directConn) readFinal(req *http.Request) (*http.Response, error) {
+	resp, err := http.ReadResponse(dc.br, req)
+	for i := 0; err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; i++ {
+		if i == 5 {
+			return nil, errors.New("fencehttp: too many informational answers")
+		}
+		resp, err = http.ReadResponse(dc.br, req)
+	}
+	return resp, err
+}
 
 // directBody is the body of an answer on a directConn: read to EOF and closed,
 // it puts the connection back in the pool.

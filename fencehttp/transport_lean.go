@@ -3,7 +3,6 @@ package fencehttp
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -311,14 +310,7 @@ func (t *directTransport) send(ctx context.Context, deadline time.Time, lh *lean
 		return nil, err
 	}
 	stop := dc.arm(ctx, deadline)
-	fail := func(err error) (*response, error) {
-		stop()
-		dc.c.Close()
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
-		}
-		return nil, err
-	}
+	fail := func(err error) (*response, error) { return nil, dc.abort(ctx, stop, err) }
 	dc.wbuf = lh.append(dc.wbuf[:0], r)
 	if _, err := dc.c.Write(dc.wbuf); err != nil {
 		return fail(err)
@@ -391,23 +383,9 @@ func (dc *directConn) readHead() (answerHead, bool, error) {
 // body read to its end (at most maxResponseBytes) by a directBody, whose Close
 // keeps or closes the connection.
 func (t *directTransport) readOther(ctx context.Context, dc *directConn, addr string, stop func() bool) (*response, error) {
-	fail := func(err error) (*response, error) {
-		stop()
-		dc.c.Close()
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
-		}
-		return nil, err
-	}
-	resp, err := http.ReadResponse(dc.br, nil)
-	for i := 0; err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; i++ {
-		if i == 5 {
-			return fail(errors.New("fencehttp: too many informational answers"))
-		}
-		resp, err = http.ReadResponse(dc.br, nil)
-	}
+	resp, err := dc.readFinal(nil)
 	if err != nil {
-		return fail(err)
+		return nil, dc.abort(ctx, stop, err)
 	}
 	b := &directBody{rc: resp.Body, t: t, dc: dc, addr: addr, stop: stop, keep: !resp.Close, ctx: ctx}
 	defer b.Close()

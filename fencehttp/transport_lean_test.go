@@ -39,14 +39,20 @@ func newFramingServer(t *testing.T, mode string) *framingServer {
 	fs.hs = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fs.serve(t, h, w, r)
 	}))
-	fs.hs.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+	startCounting(t, fs.hs, &fs.conns)
+	return fs
+}
+
+// startCounting starts hs, counting in conns the connections it accepts, and
+// closes it when t ends.
+func startCounting(t *testing.T, hs *httptest.Server, conns *atomic.Int64) {
+	hs.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {
-			fs.conns.Add(1)
+			conns.Add(1)
 		}
 	}
-	fs.hs.Start()
-	t.Cleanup(fs.hs.Close)
-	return fs
+	hs.Start()
+	t.Cleanup(hs.Close)
 }
 
 // serve answers r as the fence server does, then sends the answer in the
