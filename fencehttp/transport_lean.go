@@ -26,6 +26,14 @@ import (
 // lean parser only peeks until it has the whole head: the answer is then read
 // exactly as before. The connection is checked before reuse (get), and kept only
 // after an answer whose framing was read to its end.
+//
+// Measured by BenchmarkClient_AcquireRelease (server in another process, 2
+// cores shared with other work, old and new interleaved, medians of 5): per
+// acquire+release pair the client allocates 28 objects (1.4 KB) instead of 104
+// (7.2 KB) and spends about half the user CPU (48 us instead of 67 us at one
+// client); its system calls (write, read, the idle check's peek) are as many as
+// before and now most of its CPU. At 16 clients of their own, pairs/s rose
+// about 1.2x within each round.
 
 // leanMaxBody is the largest body the lean path reads into a buffer of its
 // size; a larger one goes to ReadResponse (and io.ReadAll), which does not trust
