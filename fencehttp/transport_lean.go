@@ -333,14 +333,9 @@ func (t *directTransport) send(ctx context.Context, deadline time.Time, lh *lean
 	if !lean {
 		return t.readOther(ctx, dc, lh.addr, stop)
 	}
-	body := make([]byte, h.length)
-	if _, err := io.ReadFull(dc.br, body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return fail(err)
-	}
-	resp := &response{status: h.status, body: body}
+	// The head's values are copied before the body is read: they are slices of
+	// dc.br's buffer, which reading the rest of the body overwrites.
+	resp := &response{status: h.status}
 	for _, f := range [...]struct {
 		key   string
 		value []byte
@@ -351,6 +346,13 @@ func (t *directTransport) send(ctx context.Context, deadline time.Time, lh *lean
 			}
 			resp.header[f.key] = []string{string(f.value)}
 		}
+	}
+	resp.body = make([]byte, h.length)
+	if _, err := io.ReadFull(dc.br, resp.body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fail(err)
 	}
 	// As directBody.Close: stop reports false if the context's deadline-setting
 	// has run (or is running), and the connection's deadline is not ours to clear.
@@ -363,7 +365,8 @@ func (t *directTransport) send(ctx context.Context, deadline time.Time, lh *lean
 }
 
 // readHead reads the head of an answer on dc if parseHead takes it, and
-// returns it with true, past it in dc.br; otherwise false, with nothing of the
+// returns it with true, past it in dc.br (its values are slices of dc.br's
+// buffer: valid until the next read); otherwise false, with nothing of the
 // answer consumed. It waits for more bytes only while the head so far is
 // complete lines parseHead takes, and only as long as dc.br can hold them.
 func (dc *directConn) readHead() (answerHead, bool, error) {

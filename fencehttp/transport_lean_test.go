@@ -29,7 +29,7 @@ type framingServer struct {
 
 func newFramingServer(t *testing.T, mode string) *framingServer {
 	t.Helper()
-	s, err := fencehttp.NewServer(fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{})})
+	s, err := fencehttp.NewServer(fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,9 @@ func startCounting(t *testing.T, hs *httptest.Server, conns *atomic.Int64) {
 }
 
 // serve answers r as the fence server does, then sends the answer in the
-// current mode: plain (as net/http sends it), chunked (no Content-Length, the
+// current mode: plain (as net/http sends it), split (the head with its
+// Content-Length at once, the body 20ms later, so that the two come in
+// separate reads), chunked (no Content-Length, the
 // body in two flushed chunks), close (Connection: close), early-hints (a 103
 // before the answer), big (an error answer of 100 KB: beyond the Client's own
 // reading), or, over the hijacked connection, truncated (a Content-Length
@@ -73,6 +75,12 @@ func (fs *framingServer) serve(t *testing.T, h http.Handler, w http.ResponseWrit
 	switch mode {
 	case "plain":
 		w.WriteHeader(rec.Code)
+		_, _ = w.Write(body)
+	case "split":
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(rec.Code)
+		w.(http.Flusher).Flush()
+		time.Sleep(20 * time.Millisecond)
 		_, _ = w.Write(body)
 	case "chunked":
 		w.WriteHeader(rec.Code)
@@ -136,6 +144,7 @@ func TestClient_AnswerFraming_ReadAsNetHTTPReadsIt(t *testing.T) {
 		wantConns int64 // for 5 pairs: 10 requests
 	}{
 		{"plain", 1},
+		{"split", 1},
 		{"chunked", 1},
 		{"early-hints", 1},
 		{"close", 10},
@@ -211,5 +220,35 @@ func TestClient_AuthTokenNotASCII_SentByNetHTTP(t *testing.T) {
 	_, err := bad.Acquire(ctxFor(t), "auth", time.Minute)
 	if !errors.Is(err, fencehttp.ErrUnauthorized) {
 		t.Fatalf("acquire with a wrong token: want ErrUnauthorized, got %v", err)
+	}
+}
+
+// The headers the Client reads (Fence-Token and Fence-Lock of a KV read) are
+// the ones the server sent, whichever framing the answer came in, a body in a
+// read of its own included (a body longer than the head: read into the buffer
+// the head was in).
+func TestClient_AnswerFraming_GetKeepsItsHeaders(t *testing.T) {
+	value := strings.Repeat("v", 2000)
+	for _, mode := range []string{"plain", "split", "chunked", "close"} {
+		t.Run(mode, func(t *testing.T) {
+			fs := newFramingServer(t, "plain")
+			c := mustClient(t, fs.hs.URL, nil)
+			ctx := ctxFor(t)
+			l := mustAcquire(t, c, "kv/lock", time.Minute)
+			if err := c.Put(ctx, "kv/key", []byte(value), l.Fence()); err != nil {
+				t.Fatal(err)
+			}
+			fs.mode.Store(mode)
+			for i := range 3 {
+				item, err := c.Get(ctx, "kv/key")
+				if err != nil {
+					t.Fatalf("get %d: %v", i, err)
+				}
+				if string(item.Value) != value || item.Fence.Name != "kv/lock" || item.Fence.Token != l.Token() {
+					t.Fatalf("get %d: want %d bytes of lock %q token %d, got %d of %q token %d",
+						i, len(value), "kv/lock", l.Token(), len(item.Value), item.Fence.Name, item.Fence.Token)
+				}
+			}
+		})
 	}
 }
