@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -68,15 +70,21 @@ type ClientOptions struct {
 // Client refuses before any request read as the server's would (`release "job1":
 // invalid lease: is empty`) and match fence.ErrInvalid and *fence.InvalidError.
 type Client struct {
-	base    string // scheme://host[/path], without a trailing slash
-	hc      *http.Client
-	rt      *directTransport // the default transport, called without hc's machinery; nil with ClientOptions.HTTPClient
-	auth    string
-	clock   driver.Clock
-	timeout time.Duration
-	maxPoll time.Duration
-	engine  driver.Engine // Acquire's wait and wording
-	batch   batcher       // group commit of concurrent lock operations (transport_batch.go)
+	base string // scheme://host[/path], without a trailing slash
+	hc   *http.Client
+	rt   *directTransport // the default transport, called without hc's machinery; nil with ClientOptions.HTTPClient
+	lean *leanHead        // rt's lean path (transport_lean.go); nil if the base URL or auth token cannot take it
+	// leanOnce decides at the first request whether rt sends the Client's
+	// requests directly (leanOK): http, no proxy from the environment, which
+	// net/http reads at its first use.
+	leanOnce sync.Once
+	leanOK   bool
+	auth     string
+	clock    driver.Clock
+	timeout  time.Duration
+	maxPoll  time.Duration
+	engine   driver.Engine // Acquire's wait and wording
+	batch    batcher       // group commit of concurrent lock operations (transport_batch.go)
 }
 
 var (
@@ -129,6 +137,7 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 		// proxy cleaning a path) could point a request at another lock. (Requests
 		// go to rt itself, which follows none.)
 		c.hc = &http.Client{Transport: c.rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		c.lean = newLeanHead(u, c.auth)
 	}
 	if c.clock == nil {
 		c.clock = driver.SystemClock
@@ -166,6 +175,13 @@ func (c *Client) do(ctx context.Context, op, name, method, path string, header h
 		rctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	if c.useLean(header) {
+		resp, err := c.rt.send(rctx, deadline, c.lean, &leanRequest{method: method, path: path, header: header, body: body})
+		if err != nil {
+			return nil, c.transportError(ctx, op, name, err)
+		}
+		return resp, nil
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -175,7 +191,7 @@ func (c *Client) do(ctx context.Context, op, name, method, path string, header h
 		return nil, &clientError{msg: fmt.Sprintf("%s: cannot build the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
 	}
 	for k, vs := range header {
-		req.Header[k] = vs
+		req.Header[k] = slices.Clone(vs) // header may be shared (jsonHeader)
 	}
 	if c.auth != "" {
 		req.Header.Set("Authorization", "Bearer "+c.auth)
@@ -195,6 +211,19 @@ func (c *Client) do(ctx context.Context, op, name, method, path string, header h
 		return nil, c.transportError(ctx, op, name, err)
 	}
 	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
+}
+
+// useLean reports whether a request with header goes by the direct
+// transport's lean path.
+func (c *Client) useLean(header http.Header) bool {
+	if c.lean == nil {
+		return false
+	}
+	c.leanOnce.Do(func() {
+		req, err := http.NewRequest(http.MethodGet, c.base+"/", nil)
+		c.leanOK = err == nil && c.rt.direct(req)
+	})
+	return c.leanOK && leanHeaderSafe(header)
 }
 
 // opName is the "<op> "<name>"" that starts a message.

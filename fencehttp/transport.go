@@ -19,10 +19,13 @@ import (
 // the request itself. Anything else (https, a proxy from the environment) goes to
 // the standard Transport, fallback, as before.
 //
-// Requests and answers are written and parsed by net/http (Request.Write,
-// ReadResponse). An idle connection is checked before it is reused (idleAlive): one
-// the server has closed (its idle timeout, a graceful shutdown) is dropped, never
-// written to, so a POST is never sent on a connection already closed.
+// The Client's own requests take the lean path (send, transport_lean.go), which
+// writes them and reads the answers it expects itself; RoundTrip's requests, and
+// answers the lean path does not read, are written and parsed by net/http
+// (Request.Write, ReadResponse). An idle connection is checked before it is
+// reused (idleAlive): one the server has closed (its idle timeout, a graceful
+// shutdown) is dropped, never written to, so a POST is never sent on a
+// connection already closed.
 type directTransport struct {
 	fallback *http.Transport
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -35,9 +38,14 @@ type directTransport struct {
 
 // directConn is one keep-alive connection.
 type directConn struct {
-	c  net.Conn
-	br *bufio.Reader
-	bw *bufio.Writer
+	c     net.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	alive func() bool // idleAlive of c (newIdleCheck)
+	kill  func()      // ends the read or write in progress on c: a deadline in the past
+	// wbuf is the lean path's request buffer (transport_lean.go), kept with its
+	// connection so that requests after the first allocate none.
+	wbuf []byte
 }
 
 func newDirectTransport(fallback *http.Transport, dial func(ctx context.Context, network, addr string) (net.Conn, error), maxIdle int) *directTransport {
@@ -91,42 +99,65 @@ func (t *directTransport) roundTrip(req *http.Request, deadline time.Time) (*htt
 	if err != nil {
 		return nil, err
 	}
-	// The context ends the request by a deadline in the past on its connection,
-	// which fails the read or write in progress at once (and, as the context is
-	// done by then, the request fails with its error). The request's own deadline
-	// is the connection's, unless the context's comes first.
-	stop := context.AfterFunc(ctx, func() { _ = dc.c.SetDeadline(aLongTimeAgo) })
-	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
-		_ = dc.c.SetDeadline(deadline)
-	}
-	fail := func(err error) (*http.Response, error) {
-		stop()
-		dc.c.Close()
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
-		}
-		return nil, err
-	}
+	stop := dc.arm(ctx, deadline)
 	if err := req.Write(dc.bw); err != nil {
-		return fail(err)
+		return nil, dc.abort(ctx, stop, err)
 	}
 	if err := dc.bw.Flush(); err != nil {
-		return fail(err)
+		return nil, dc.abort(ctx, stop, err)
 	}
-	resp, err := http.ReadResponse(dc.br, req)
-	// An informational answer (a proxy's 103 Early Hints) comes before the
-	// answer: skipped, as net/http's Transport skips it.
-	for i := 0; err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; i++ {
-		if i == 5 {
-			return fail(errors.New("fencehttp: too many informational answers"))
-		}
-		resp, err = http.ReadResponse(dc.br, req)
-	}
+	resp, err := dc.readFinal(req)
 	if err != nil {
-		return fail(err)
+		return nil, dc.abort(ctx, stop, err)
 	}
 	resp.Body = &directBody{rc: resp.Body, t: t, dc: dc, addr: addr, stop: stop, keep: !resp.Close, ctx: ctx}
 	return resp, nil
+}
+
+// arm sets dc's deadline for a request: the request's own (zero: none), unless
+// the context's comes first. The context ends the request by a deadline in the
+// past on the connection, which fails the read or write in progress at once
+// (and, as the context is done by then, the request fails with its error). The
+// function it returns stops that, as context.AfterFunc's: false if the
+// context's end has come first, when the connection's deadline is no longer
+// the request's to clear.
+func (dc *directConn) arm(ctx context.Context, deadline time.Time) func() bool {
+	stop := neverStop
+	if ctx.Done() != nil { // a context that never ends (Background) has nothing to arm
+		stop = context.AfterFunc(ctx, dc.kill)
+	}
+	if dl, ok := ctx.Deadline(); !deadline.IsZero() && (!ok || deadline.Before(dl)) {
+		_ = dc.c.SetDeadline(deadline)
+	}
+	return stop
+}
+
+func neverStop() bool { return true }
+
+// abort ends a request on dc that failed with err: the context's hook
+// stopped, the connection closed. It returns the context's error if it has
+// ended (the cause of err, then), or else err.
+func (dc *directConn) abort(ctx context.Context, stop func() bool, err error) error {
+	stop()
+	dc.c.Close()
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// readFinal reads the answer to req (nil: not a HEAD) on dc with net/http's
+// ReadResponse. An informational answer (a proxy's 103 Early Hints) comes
+// before the answer: skipped, as net/http's Transport skips it.
+func (dc *directConn) readFinal(req *http.Request) (*http.Response, error) {
+	resp, err := http.ReadResponse(dc.br, req)
+	for i := 0; err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; i++ {
+		if i == 5 {
+			return nil, errors.New("fencehttp: too many informational answers")
+		}
+		resp, err = http.ReadResponse(dc.br, req)
+	}
+	return resp, err
 }
 
 // directBody is the body of an answer on a directConn: read to EOF and closed,
@@ -207,7 +238,7 @@ func (t *directTransport) get(ctx context.Context, addr string) (*directConn, er
 		if dc == nil {
 			break
 		}
-		if dc.br.Buffered() == 0 && idleAlive(dc.c) {
+		if dc.br.Buffered() == 0 && dc.alive() {
 			return dc, nil
 		}
 		dc.c.Close() // closed by the server, or it sent what nobody asked for
@@ -216,7 +247,12 @@ func (t *directTransport) get(ctx context.Context, addr string) (*directConn, er
 	if err != nil {
 		return nil, err
 	}
-	return &directConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}, nil
+	return newDirectConn(c), nil
+}
+
+func newDirectConn(c net.Conn) *directConn {
+	return &directConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096),
+		alive: newIdleCheck(c), kill: func() { _ = c.SetDeadline(aLongTimeAgo) }}
 }
 
 // put keeps dc idle for the next request to addr, or closes it beyond maxIdle.

@@ -135,7 +135,11 @@ func (c *Client) lockOp(ctx context.Context, op, name, path string, body []byte,
 	return call.resp, call.err
 }
 
-func jsonHeader() http.Header { return http.Header{"Content-Type": {"application/json"}} }
+// jsonHeader returns the header of a request with a JSON body. It is one map
+// shared by every request: read it, never change it.
+func jsonHeader() http.Header { return jsonHeaderShared }
+
+var jsonHeaderShared = http.Header{"Content-Type": {"application/json"}}
 
 // batchLine returns the element of a batch of the operation op on name with the
 // single route's body (a JSON object).

@@ -9,3 +9,5 @@ import "net"
 const canCheckIdle = false
 
 func idleAlive(net.Conn) bool { return false }
+
+func newIdleCheck(net.Conn) func() bool { return func() bool { return false } }

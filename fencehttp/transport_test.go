@@ -3,7 +3,6 @@ package fencehttp_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -38,13 +37,7 @@ func newConnServer(t *testing.T) *connServer {
 		}
 		h.ServeHTTP(w, r)
 	}))
-	cs.hs.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			cs.conns.Add(1)
-		}
-	}
-	cs.hs.Start()
-	t.Cleanup(cs.hs.Close)
+	startCounting(t, cs.hs, &cs.conns)
 	return cs
 }
 
