@@ -170,3 +170,15 @@ func TestLocker_LockScript_GrantsMaxTokenItself(t *testing.T) {
 	}
 	release(t, ctx, lease)
 }
+
+// lock.lua and release.lua publish on the lock key with "wake" for its last four
+// bytes: the wake channel of keysFor, for every kind of name.
+func TestKeys_WakeIsLockKeyWithWakeSuffix(t *testing.T) {
+	l, _ := newLocker(t, nil)
+	for _, name := range []string{"a", "x{y}z", "%", "ünï"} {
+		k := l.keysFor(name)
+		if got := k.lock[:len(k.lock)-4] + "wake"; got != k.wake {
+			t.Errorf("keys of %q: lock key %q with wake = %q; want the wake channel %q", name, k.lock, got, k.wake)
+		}
+	}
+}

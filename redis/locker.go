@@ -367,7 +367,7 @@ func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, e
 		if o.Owner != "" {
 			holder = r.ID + " " + o.Owner + " "
 		}
-		args := []any{holder, r.TTL.Milliseconds(), k.wake}
+		args := []any{holder, r.TTL.Milliseconds()}
 		if g, decided, err := l.runAcquire(ctx, k, r, l.lock, []string{k.lock, k.token}, args); decided {
 			return g, err
 		}
@@ -676,7 +676,7 @@ func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
 	)
 	multi := l.multi.take(leaseID)
 	if !multi {
-		res, err = l.batch.run(ctx, l.client, l.unlock, []string{k.lock}, []any{leaseID + " ", k.wake})
+		res, err = l.batch.run(ctx, l.client, l.unlock, []string{k.lock}, []any{leaseID + " "})
 		if err != nil {
 			return translate(err)
 		}

@@ -5,9 +5,11 @@
 -- KEYS[1] lock key, KEYS[2] counter key (same hash tag)
 -- ARGV[1] the lock value up to its token: '<lease id> ', or '<lease id> <owner> '
 -- with an owner (built by the client: acquire.lua describes the format), ARGV[2]
--- ttl in ms, ARGV[3] wake channel (same hash tag).
+-- ttl in ms.
 -- The largest token (fence.MaxToken) and the publish command are written in the
--- script: the Locker loads a variant with PUBLISH for Options.ClassicPubSub.
+-- script (the Locker loads a variant with PUBLISH for Options.ClassicPubSub), and
+-- the wake channel is the lock key with ':wake' for ':lock' (see keys.go): each
+-- argument a script takes costs Redis more to set up than that.
 -- Returns the token (an integer, not acquire.lua's {1, token}: an integer reply
 -- costs Redis and the client less than an array) when granted; {0, ms} when a
 -- lock holds the name (the lock key's PTTL, as acquire.lua returns it); {3} when
@@ -33,7 +35,7 @@ end
 -- %d, not tostring: Lua 5.1 would print large numbers as 9.007199254741e+15.
 -- SET NX leaves a key of any type alone.
 if redis.call('SET', KEYS[1], ARGV[1] .. string.format('%d', n), 'NX', 'PX', ARGV[2]) then
-  redis.call('SPUBLISH', ARGV[3], 'granted')
+  redis.call('SPUBLISH', string.sub(KEYS[1], 1, -5) .. 'wake', 'granted')
   return n
 end
 if n == 1 then
