@@ -39,31 +39,53 @@ const parallelPairs = 64
 //	go test -run '^$' -bench AcquireReleaseParallel -benchtime 200x -count 5 ./redis/
 //
 // pairs/s ratio above 1 and p50 ratio below 1 mean fence is ahead.
-func BenchmarkAcquireReleaseParallel(b *testing.B) {
+func BenchmarkAcquireReleaseParallel(b *testing.B) { benchParallel(b, false) }
+
+// BenchmarkAcquireReleaseSeparate is BenchmarkAcquireReleaseParallel with each of
+// the parallelClients goroutines on a go-redis client and a Locker (or
+// redislock client) of its own, as separate processes would be: nothing is
+// batched, so it measures what one call costs client and server (the
+// server-cpu-us/pair and client-cpu-us/pair figures are the steadiest on a
+// loaded machine), as `fence bench` does with its default 16 clients:
+//
+//	go test -run '^$' -bench AcquireReleaseSeparate -benchtime 100x -count 5 ./redis/
+func BenchmarkAcquireReleaseSeparate(b *testing.B) { benchParallel(b, true) }
+
+// benchParallel runs the two benchmarks above: with separate, each client its
+// own go-redis client and Locker or redislock client; without, one of each.
+func benchParallel(b *testing.B, separate bool) {
 	s := server(b)
 	ctx := context.Background()
-	fl, err := NewLocker(newClient(b, s.Addr), nil)
-	if err != nil {
-		b.Fatal(err)
+	lockers := make([]*Locker, parallelClients)
+	rls := make([]*redislock.Client, parallelClients)
+	for c := range parallelClients {
+		if c > 0 && !separate {
+			lockers[c], rls[c] = lockers[0], rls[0]
+			continue
+		}
+		fl, err := NewLocker(newClient(b, s.Addr), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer fl.Close()
+		lockers[c], rls[c] = fl, redislock.New(newClient(b, s.Addr))
 	}
-	defer fl.Close()
-	rl := redislock.New(newClient(b, s.Addr))
 	admin := newClient(b, s.Addr) // reads the server's command statistics
 
 	type peer struct {
 		name string
-		pair func(name string) error
+		pair func(c int, name string) error // c: the client
 	}
 	peers := []peer{
-		{"fence", func(name string) error {
-			lease, err := fl.Acquire(ctx, name, 10*time.Second)
+		{"fence", func(c int, name string) error {
+			lease, err := lockers[c].Acquire(ctx, name, 10*time.Second)
 			if err != nil {
 				return err
 			}
 			return lease.Release(ctx)
 		}},
-		{"redislock", func(name string) error {
-			lock, err := rl.Obtain(ctx, name, 10*time.Second, nil)
+		{"redislock", func(c int, name string) error {
+			lock, err := rls[c].Obtain(ctx, name, 10*time.Second, nil)
 			if err != nil {
 				return err
 			}
@@ -94,7 +116,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 				ds := make([]time.Duration, 0, parallelPairs)
 				for range parallelPairs {
 					t := time.Now()
-					if err := peers[k].pair(names[k][c]); err != nil {
+					if err := peers[k].pair(c, names[k][c]); err != nil {
 						mu.Lock()
 						first = cmp.Or(first, err)
 						mu.Unlock()

@@ -27,6 +27,8 @@ var (
 	lockSrc string
 	//go:embed scripts/lease.lua
 	leaseSrc string
+	//go:embed scripts/release.lua
+	releaseSrc string
 	//go:embed scripts/lease_multi.lua
 	leaseMultiSrc string
 	//go:embed scripts/heal.lua
@@ -40,7 +42,6 @@ var (
 	// lease.lua decides a lock's renew or release before it (its functions are
 	// closures made on every run).
 	acquireScript = goredis.NewScript(holdersSrc + acquireSrc)
-	lockScript    = goredis.NewScript(lockSrc)
 	leaseScript   = goredis.NewScript(leaseSrc + holdersSrc + leaseMultiSrc)
 	healScript    = goredis.NewScript(healSrc)
 	inspectScript = goredis.NewScript(holdersSrc + inspectSrc)
@@ -49,6 +50,22 @@ var (
 
 // maxTokenArg is fence.MaxToken as the acquire script's argument, boxed once.
 var maxTokenArg any = strconv.FormatUint(uint64(fence.MaxToken), 10)
+
+// The hot paths' scripts, lock.lua and release.lua, have their publish command
+// written in (one argument less to send and for Redis to set up, per call): each
+// in two variants, [0] with SPUBLISH, [1] with PUBLISH (Options.ClassicPubSub).
+var (
+	lockScripts    = pubVariants(lockSrc)
+	releaseScripts = pubVariants(releaseSrc)
+)
+
+// pubVariants returns src as scripts, as the hot paths' scripts are kept.
+func pubVariants(src string) [2]*goredis.Script {
+	return [2]*goredis.Script{
+		goredis.NewScript(src),
+		goredis.NewScript(strings.ReplaceAll(src, "'SPUBLISH'", "'PUBLISH'")),
+	}
+}
 
 var (
 	_ fence.Locker        = (*Locker)(nil)
@@ -128,7 +145,9 @@ type Locker struct {
 	clock   driver.Clock
 	engine  driver.Engine
 	acquire *goredis.Script // acquireScript; a benchmark swaps in a variant
-	lock    *goredis.Script // lockScript, tried first for a plain lock; nil: acquire only
+	lock    *goredis.Script // lock.lua's variant, tried first for a plain lock; nil: acquire only
+	unlock  *goredis.Script // release.lua's variant, tried first for a release not in multi
+	multi   multiLeases     // semaphore and shared leases granted, released by lease.lua at once
 	relay   relay           // Watch's shared subscriptions
 	batch   batcher         // acquires and releases of concurrent calls, pipelined together
 
@@ -174,13 +193,13 @@ func NewLocker(client Client, opts *Options) (*Locker, error) {
 	if clock == nil {
 		clock = driver.SystemClock
 	}
-	publish := "SPUBLISH"
+	publish, variant := "SPUBLISH", 0
 	if o.ClassicPubSub {
-		publish = "PUBLISH"
+		publish, variant = "PUBLISH", 1
 	}
 	l := &Locker{
 		client: client, opts: o, prefix: o.Prefix, publish: publish, pubArg: publish, clock: clock,
-		acquire: acquireScript, lock: lockScript, closed: make(chan struct{}),
+		acquire: acquireScript, lock: lockScripts[variant], unlock: releaseScripts[variant], closed: make(chan struct{}),
 	}
 	l.engine = driver.Engine{Backend: "redis", Locker: l, Clock: clock, Poll: o.PollInterval, Closed: l.closed, Features: features}
 	l.relay.l = l
@@ -342,11 +361,13 @@ var (
 func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, error) {
 	o := &r.Options
 	if l.lock != nil && o.Limit == 0 && !o.Shared {
-		args := make([]any, 5, 6)
-		args[0], args[1], args[2], args[3], args[4] = r.ID, r.TTL.Milliseconds(), maxTokenArg, k.wake, l.pubArg
+		// The lock value up to its token, built here: one allocation in Go is
+		// cheaper than concatenations in Lua.
+		holder := r.ID + " "
 		if o.Owner != "" {
-			args = append(args, o.Owner)
+			holder = r.ID + " " + o.Owner + " "
 		}
+		args := []any{holder, r.TTL.Milliseconds()}
 		if g, decided, err := l.runAcquire(ctx, k, r, l.lock, []string{k.lock, k.token}, args); decided {
 			return g, err
 		}
@@ -363,6 +384,10 @@ func (l *Locker) grant(ctx context.Context, k keys, r *driver.Request) (grant, e
 	keys := []string{k.lock, k.token, k.holders, k.expiry, k.slots}
 	args := []any{r.ID, r.TTL.Milliseconds(), maxTokenArg, o.Owner, k.wake, l.pubArg, limit, shared, waiter}
 	g, _, err := l.runAcquire(ctx, k, r, l.acquire, keys, args)
+	if err == nil && g.token != 0 && (o.Limit > 0 || o.Shared) {
+		now := l.clock.Now()
+		l.multi.add(r.ID, now.Add(r.TTL), now)
+	}
 	return g, err
 }
 
@@ -616,6 +641,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if n != 1 {
 		return fmt.Errorf("redis: renew %q: %w", name, fence.ErrNotHeld)
 	}
+	l.multi.extend(leaseID, l.clock.Now().Add(ttl))
 	return nil
 }
 
@@ -640,10 +666,28 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	return nil
 }
 
+// release ends lease leaseID: by lease.lua if it is a semaphore or shared lease
+// this Locker granted (see multiLeases), else by release.lua, and then by lease.lua
+// (a second round trip) if the name holds semaphore or shared leases.
 func (l *Locker) release(ctx context.Context, k keys, leaseID string) error {
-	res, err := l.batch.run(ctx, l.client, leaseScript, k.leaseKeys(), []any{leaseID, releaseArg, k.wake, l.pubArg})
-	if err != nil {
-		return translate(err)
+	var (
+		res any
+		err error
+	)
+	multi := l.multi.take(leaseID)
+	if !multi {
+		res, err = l.batch.run(ctx, l.client, l.unlock, []string{k.lock}, []any{leaseID + " "})
+		if err != nil {
+			return translate(err)
+		}
+		n, ok := res.(int64)
+		multi = ok && n == 3
+	}
+	if multi {
+		res, err = l.batch.run(ctx, l.client, leaseScript, k.leaseKeys(), []any{leaseID, releaseArg, k.wake, l.pubArg})
+		if err != nil {
+			return translate(err)
+		}
 	}
 	switch n, ok := res.(int64); {
 	case !ok:

@@ -3,9 +3,13 @@
 -- publish of the grant. It writes what acquire.lua writes for a lock (see
 -- there), so each reads the other's locks, as do the versions before them.
 -- KEYS[1] lock key, KEYS[2] counter key (same hash tag)
--- ARGV[1] lease id, ARGV[2] ttl in ms, ARGV[3] largest token that may be issued,
--- ARGV[4] wake channel (same hash tag), ARGV[5] 'SPUBLISH' or 'PUBLISH',
--- ARGV[6] the owner (absent if none).
+-- ARGV[1] the lock value up to its token: '<lease id> ', or '<lease id> <owner> '
+-- with an owner (built by the client: acquire.lua describes the format), ARGV[2]
+-- ttl in ms.
+-- The largest token (fence.MaxToken) and the publish command are written in the
+-- script (the Locker loads a variant with PUBLISH for Options.ClassicPubSub), and
+-- the wake channel is the lock key with ':wake' for ':lock' (see keys.go): each
+-- argument a script takes costs Redis more to set up than that.
 -- Returns the token (an integer, not acquire.lua's {1, token}: an integer reply
 -- costs Redis and the client less than an array) when granted; {0, ms} when a
 -- lock holds the name (the lock key's PTTL, as acquire.lua returns it); {3} when
@@ -24,18 +28,14 @@ local n = redis.pcall('INCR', KEYS[2])
 if type(n) ~= 'number' then
   return {3}
 end
-if n < 1 or n > tonumber(ARGV[3]) then
+if n < 1 or n > 9007199254740991 then
   redis.call('DECR', KEYS[2])
   return {3}
 end
-local holder = ARGV[1] .. ' '
-if ARGV[6] then
-  holder = holder .. ARGV[6] .. ' '
-end
 -- %d, not tostring: Lua 5.1 would print large numbers as 9.007199254741e+15.
 -- SET NX leaves a key of any type alone.
-if redis.call('SET', KEYS[1], holder .. string.format('%d', n), 'NX', 'PX', ARGV[2]) then
-  redis.call(ARGV[5], ARGV[4], 'granted')
+if redis.call('SET', KEYS[1], ARGV[1] .. string.format('%d', n), 'NX', 'PX', ARGV[2]) then
+  redis.call('SPUBLISH', string.sub(KEYS[1], 1, -5) .. 'wake', 'granted')
   return n
 end
 if n == 1 then
