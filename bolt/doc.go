@@ -38,14 +38,7 @@
 //     flusher, which appends every dirty name's record (name, lease id, token,
 //     expiry, owner) to the lease log with one write and one fdatasync.
 //     Operations that arrive while a commit runs share the next one (group
-//     commit): one commit carries about one operation per waiting caller. After
-//     a commit that carried several operations, the flusher holds the next one
-//     back until as many are waiting again, for at most one commit's average
-//     write time (and 2ms; not at all when a write takes under 50us, as on
-//     tmpfs): callers woken by a commit come back a round trip later (over
-//     HTTP about as long as the fdatasync), and without the wait the next
-//     commit would leave without most of them. A lone caller is never held
-//     back; a caller whose group thinned out waits that bound once. If a
+//     commit): one commit carries about one operation per waiting caller. If a
 //     commit fails, a grant is taken back and a renewal undone, and the caller
 //     gets fence.ErrUnavailable.
 //

@@ -132,17 +132,8 @@ type Store struct {
 	dirty   []*entry
 	pending *flushGen
 	kick    chan struct{}
-
-	// Commit gathering (see gather): the operations the last commit carried,
-	// the count at which a gathering flusher starts the next (0: not gathering),
-	// the signal that it is reached, and a moving average of a commit's write
-	// and fdatasync, the longest the flusher gathers.
-	lastOps  int
-	want     int
-	full     chan struct{}
-	writeAvg time.Duration
-	stop     chan struct{}
-	stopped  chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
 }
 
 // The interfaces of packages fence and driver that a Store implements.
@@ -265,7 +256,6 @@ type flushGen struct {
 	done   chan struct{}
 	err    error
 	grants int // grants waiting for this commit (for the benchmarks)
-	ops    int // operations waiting for this commit (syncLocked calls)
 }
 
 // wait returns once g's commit is done, with its error: nil when everything
@@ -339,7 +329,6 @@ func Open(path string, opts *Options) (*Store, error) {
 		locks:   make(map[string]*entry),
 		pending: &flushGen{done: make(chan struct{})},
 		kick:    make(chan struct{}, 1),
-		full:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -782,17 +771,9 @@ func (s *Store) flusher() {
 	defer close(s.stopped)
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
-	g := time.NewTimer(time.Hour)
-	g.Stop()
 	for {
 		select {
 		case <-s.kick:
-			// Let the callers the last commit woke queue their next operation, so
-			// that it joins this commit rather than waiting for the one after.
-			runtime.Gosched()
-			if !s.gather(g) {
-				continue // stopping: the stop case decides about the last write
-			}
 		case <-t.C:
 			s.mu.Lock()
 			s.readLocked(s.clock.Now())
@@ -807,63 +788,12 @@ func (s *Store) flusher() {
 			s.mu.Unlock()
 			return
 		}
+		// Let the callers the last commit woke queue their next operation, so
+		// that it joins this commit rather than waiting for the one after.
+		runtime.Gosched()
 		_ = s.flushOnce()
 	}
 }
-
-// gather holds the next commit back until as many operations wait for it as
-// the last commit carried, or for at most one average commit's write time,
-// whichever comes first (timer is the flusher's, stopped). Callers that the last
-// commit woke come back with their next operation one round trip later; over a
-// network that is about as long as the commit itself, so without gathering each
-// commit would carry only the few that made it back in time, and the rest would
-// wait a whole commit more. A lone caller (the last commit carried one
-// operation) is never held back; a caller of a group that thinned out waits at
-// most one commit's write time once, after which the target follows the group.
-// It returns false if the store is stopping.
-func (s *Store) gather(timer *time.Timer) bool {
-	s.mu.Lock()
-	want, d := s.lastOps, min(s.writeAvg, maxGather)
-	if gatherForTest != 0 {
-		d = gatherForTest
-	}
-	if want < 2 || s.pending.ops >= want || d < minGather {
-		s.mu.Unlock()
-		return true
-	}
-	s.want = want
-	s.mu.Unlock()
-	timer.Reset(d)
-	stopping := false
-	select {
-	case <-s.full:
-	case <-timer.C:
-	case <-s.stop:
-		stopping = true
-	}
-	timer.Stop()
-	s.mu.Lock()
-	s.want = 0
-	s.mu.Unlock()
-	select {
-	case <-s.full:
-	default:
-	}
-	return !stopping
-}
-
-// maxGather bounds how long gather holds a commit back (a disk whose
-// fdatasync takes longer than this is slow enough that callers queue anyway).
-const maxGather = 2 * time.Millisecond
-
-// minGather is the shortest write time worth gathering for: a commit that
-// takes less (a log on tmpfs, NoSync) costs less than the timer and the
-// wake-ups of a wait, so it leaves at once as before.
-const minGather = 50 * time.Microsecond
-
-// gatherForTest, if not zero, replaces gather's bound (tests make it long, so
-// that only the count ends a gathering).
-var gatherForTest time.Duration
 
 // kickLocked asks the flusher to run now, without waiting.
 func (s *Store) kickLocked() {
@@ -876,18 +806,8 @@ func (s *Store) kickLocked() {
 // syncLocked returns the flush that will include everything changed so far, and
 // starts it. s.mu must be held.
 func (s *Store) syncLocked() *flushGen {
-	g := s.pending
-	g.ops++
-	switch {
-	case s.want == 0:
-		s.kickLocked()
-	case g.ops == s.want:
-		select {
-		case s.full <- struct{}{}:
-		default:
-		}
-	}
-	return g
+	s.kickLocked()
+	return s.pending
 }
 
 // lockRec is a record of the locks bucket.
@@ -918,7 +838,6 @@ func (s *Store) flushOnce() error {
 		e.dirty = false
 		recs = append(recs, lockRec{name: e.name, val: s.encodeLock(e)})
 	}
-	s.lastOps = g.ops
 	newCeil, ceilRec := s.ceil, uint64(0)
 	if s.next-1+s.block/2 > s.ceil {
 		newCeil = s.next - 1 + s.block
@@ -930,11 +849,8 @@ func (s *Store) flushOnce() error {
 	// records at the next checkpoint.
 	var err error
 	var logged int64
-	var took time.Duration
 	if len(recs) > 0 || ceilRec != 0 {
-		start := time.Now()
 		logged, err = s.wal.append(recs, ceilRec)
-		took = time.Since(start)
 	}
 	if err != nil {
 		// No "bolt:": the operations that waited for this flush add it.
@@ -947,9 +863,6 @@ func (s *Store) flushOnce() error {
 		for _, r := range recs {
 			s.wal.names[r.name] = r.val
 		}
-	}
-	if took > 0 {
-		s.writeAvg += (took - s.writeAvg) / 8
 	}
 	if len(recs) > 0 {
 		s.statCommits++
