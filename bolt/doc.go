@@ -34,13 +34,14 @@
 // before it is acknowledged:
 //
 //   - Leases. Acquire, Renew, Release and Revoke update memory (so other callers
-//     see the change at once), mark the name dirty and wait for the background
-//     flusher, which appends every dirty name's record (name, lease id, token,
-//     expiry, owner) to the lease log with one write and one fdatasync.
-//     Operations that arrive while a commit runs share the next one (group
-//     commit): one commit carries about one operation per waiting caller. If a
-//     commit fails, a grant is taken back and a renewal undone, and the caller
-//     gets fence.ErrUnavailable.
+//     see the change at once), mark the name dirty and wait for a commit, which
+//     appends every dirty name's record (name, lease id, token, expiry, owner)
+//     to the lease log with one write and one fdatasync. A caller that finds no
+//     commit running writes it itself, on its own goroutine; operations that
+//     arrive while a commit runs share the next one (group commit), which a
+//     background flusher writes: one commit carries about one operation per
+//     waiting caller. If a commit fails, a grant is taken back and a renewal
+//     undone, and the caller gets fence.ErrUnavailable.
 //
 //   - The lease log (PATH-wal) holds what the bbolt file does not have yet. Each
 //     record carries the log's generation and a CRC. When the log passes 4 MiB,
@@ -101,7 +102,10 @@
 // per grant. With more callers a commit carries more operations
 // (BenchmarkAcquireRelease reports pairs/s and grants/commit): at 1, 16 and 64
 // callers a commit carries 0.5, 7 and 20 grants (and as many releases), for
-// about 3.7k, 49k and 110k pairs/s. A checkpoint (every 4 MiB of log, about
+// about 3.7k, 49k and 110k pairs/s. An uncontended caller writes its commit
+// itself: handing it to the flusher costs two goroutine wakeups, which behind
+// fence serve's HTTP handler took about 0.15ms an operation with idle CPUs
+// (0.45ms against 0.30ms, the fdatasync included). A checkpoint (every 4 MiB of log, about
 // 50,000 operations) is one bbolt transaction. Reopening after a crash takes
 // about 70ms with 100,000 live leases and 0.8s with a million
 // (BenchmarkReopenAfterCrash). Memory: about

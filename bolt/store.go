@@ -253,16 +253,47 @@ func newEntry(name string, last fence.Token) *entry {
 
 // flushGen is one run of the flusher; its done closes after its commit.
 type flushGen struct {
+	s      *Store // whose commit it is
 	done   chan struct{}
 	err    error
 	grants int // grants waiting for this commit (for the benchmarks)
 }
 
 // wait returns once g's commit is done, with its error: nil when everything
-// changed before g was taken is on disk.
+// changed before g was taken is on disk. It starts the commit (see lead).
 func (g *flushGen) wait() error {
+	g.s.lead(g)
 	<-g.done
 	return g.err
+}
+
+// lead starts the commit of g, which must have come from syncLocked: a caller
+// that finds no commit running writes g itself, on its own goroutine; otherwise
+// it asks the flusher, which writes g once the running commit is done (the
+// callers that arrive meanwhile share it). Handing every commit to the flusher
+// cost two goroutine wakeups per operation (the flusher's, then the caller's),
+// which with idle CPUs took longer than the fdatasync itself: behind fence
+// serve's HTTP handler, an uncontended operation took 0.45ms with the handoff
+// and 0.30ms without it (0.17ms in process either way: the wakeups stay on one
+// CPU there). Under load a commit is running when most operations arrive, so
+// the flusher runs most commits, as before. s.mu must not be held.
+func (s *Store) lead(g *flushGen) {
+	if !s.fmu.TryLock() {
+		s.kickFlusher()
+		return
+	}
+	// Let the callers the last commit woke queue their next operation first, so
+	// that under load it joins this commit rather than waiting for the next one
+	// (as the flusher does; when nothing else is runnable this returns at once).
+	runtime.Gosched()
+	s.mu.Lock()
+	// After Close began, the flusher's last commit (or abandon) ends g.
+	mine := s.pending == g && !s.isClose
+	s.mu.Unlock()
+	if mine {
+		_ = s.flushLocked()
+	}
+	s.fmu.Unlock()
 }
 
 var (
@@ -327,11 +358,11 @@ func Open(path string, opts *Options) (*Store, error) {
 		block: o.TokenBlock, interval: o.FlushInterval,
 		closing: make(chan struct{}),
 		locks:   make(map[string]*entry),
-		pending: &flushGen{done: make(chan struct{})},
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	s.pending = &flushGen{s: s, done: make(chan struct{})}
 	s.engine = driver.Engine{Backend: "bolt", Locker: s, Clock: s.clock, Closed: s.closing, Features: s.Features()}
 	// The frame's wall reading is taken after base and the one that restores
 	// leases before it, so that rounding errs toward longer leases both ways.
@@ -716,10 +747,10 @@ func (s *Store) Close() error {
 	if cerr := s.checkpointLocked(true); cerr != nil && err == nil {
 		err = cerr
 	}
-	s.fmu.Unlock()
 	if cerr := s.wal.close(); cerr != nil && err == nil {
 		err = fmt.Errorf("bolt: close %s: %w", s.wal.path, cerr)
 	}
+	s.fmu.Unlock()
 	if cerr := s.db.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("bolt: close %s: %w", s.path, cerr)
 	}
@@ -737,8 +768,10 @@ func (s *Store) abandon() {
 	close(s.pending.done)
 	s.mu.Unlock()
 	s.life.Lock()
+	s.fmu.Lock() // a caller's commit may be running (see lead)
 	_ = s.wal.close()
 	_ = s.db.Close()
+	s.fmu.Unlock()
 	s.life.Unlock()
 }
 
@@ -795,18 +828,18 @@ func (s *Store) flusher() {
 	}
 }
 
-// kickLocked asks the flusher to run now, without waiting.
-func (s *Store) kickLocked() {
+// kickFlusher asks the flusher to run now, without waiting. s.mu need not be
+// held.
+func (s *Store) kickFlusher() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
 }
 
-// syncLocked returns the flush that will include everything changed so far, and
-// starts it. s.mu must be held.
+// syncLocked returns the flush that will include everything changed so far;
+// the caller's wait, after it unlocks s.mu, starts it. s.mu must be held.
 func (s *Store) syncLocked() *flushGen {
-	s.kickLocked()
 	return s.pending
 }
 
@@ -828,9 +861,15 @@ func (s *Store) flushOnce() error {
 	// committed after a newer one.
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
+	return s.flushLocked()
+}
+
+// flushLocked is flushOnce with s.fmu held: the flusher's, or a caller's (see
+// lead).
+func (s *Store) flushLocked() error {
 	s.mu.Lock()
 	g := s.pending
-	s.pending = &flushGen{done: make(chan struct{})}
+	s.pending = &flushGen{s: s, done: make(chan struct{})}
 	ents := s.dirty
 	s.dirty = nil
 	recs := make([]lockRec, 0, len(ents))
