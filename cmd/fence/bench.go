@@ -36,9 +36,12 @@ peers in one run:
 Each round measures every row, the rows in a fresh shuffled order for each
 measurement, each measurement taking --duration; the table shows the medians over
 --rounds rounds (-o json adds each round's figure). Rows: redislock (bsm/redislock,
-waiting with LinearBackoff 10 ms), redsync (v4 defaults), etcd-mutex (etcd's
-concurrency.Mutex), fence-redis, fence-etcd, fence-serve (over HTTP with the Go
-client fencehttp), fence-bolt. A progress line goes to stderr, rewritten in place
+waiting with LinearBackoff 10 ms), redislock-aof (the same on a second
+redis-server with appendonly yes and appendfsync always, which like fence serve's
+embedded store has every write on disk before it answers: the peer of the
+durable rows), redsync (v4 defaults), etcd-mutex (etcd's concurrency.Mutex),
+fence-redis, fence-etcd, fence-serve (over HTTP with the Go client fencehttp),
+fence-bolt. A progress line goes to stderr, rewritten in place
 on a terminal. SIGINT or SIGTERM stops the run (exit 128+N, no table) and its
 servers.
 
@@ -95,7 +98,7 @@ installed (apt-get install redis-server).`,
 	f.BoolVar(&cfg.Shared, "shared-client", false, "the pairs/s clients share one client (connection pool, Locker), as goroutines of one process do; default one each, as processes")
 	f.DurationVar(&cfg.Duration, "duration", time.Second, "time of each measurement of each row in each round")
 	f.IntVar(&cfg.Rounds, "rounds", 5, "rounds; the table shows the medians over them")
-	f.StringVar(&rows, "rows", "all", "rows to measure, comma-separated: redislock, redsync, etcd-mutex, fence-redis, fence-etcd, fence-serve, fence-bolt (or all)")
+	f.StringVar(&rows, "rows", "all", "rows to measure, comma-separated: redislock, redislock-aof, redsync, etcd-mutex, fence-redis, fence-etcd, fence-serve, fence-bolt (or all)")
 	return cmd
 }
 

@@ -33,26 +33,31 @@ import (
 
 // The rows, by the names --rows takes.
 const (
-	RowRedislock  = "redislock"   // bsm/redislock, waiting with LinearBackoff(10ms)
-	RowRedsync    = "redsync"     // go-redsync v4 with its defaults
-	RowEtcdMutex  = "etcd-mutex"  // etcd's concurrency.Mutex
-	RowFenceRedis = "fence-redis" // fence's redis.Locker
-	RowFenceEtcd  = "fence-etcd"  // fence's etcd.Locker
-	RowFenceServe = "fence-serve" // fence serve over HTTP (bolt store), Go client fencehttp
-	RowFenceBolt  = "fence-bolt"  // the embedded bolt store in process
+	RowRedislock = "redislock" // bsm/redislock, waiting with LinearBackoff(10ms)
+	// RowRedislockAOF is bsm/redislock on a Redis that, like fence serve's
+	// embedded store, has every write on disk before it answers (appendonly yes,
+	// appendfsync always): the peer to compare durable rows with.
+	RowRedislockAOF = "redislock-aof"
+	RowRedsync      = "redsync"     // go-redsync v4 with its defaults
+	RowEtcdMutex    = "etcd-mutex"  // etcd's concurrency.Mutex
+	RowFenceRedis   = "fence-redis" // fence's redis.Locker
+	RowFenceEtcd    = "fence-etcd"  // fence's etcd.Locker
+	RowFenceServe   = "fence-serve" // fence serve over HTTP (bolt store), Go client fencehttp
+	RowFenceBolt    = "fence-bolt"  // the embedded bolt store in process
 )
 
 // Rows are all the rows, in the order of the table.
-var Rows = []string{RowRedislock, RowRedsync, RowEtcdMutex, RowFenceRedis, RowFenceEtcd, RowFenceServe, RowFenceBolt}
+var Rows = []string{RowRedislock, RowRedislockAOF, RowRedsync, RowEtcdMutex, RowFenceRedis, RowFenceEtcd, RowFenceServe, RowFenceBolt}
 
 var labels = map[string]string{
-	RowRedislock:  "bsm/redislock (LinearBackoff 10 ms)",
-	RowRedsync:    "redsync v4 defaults",
-	RowEtcdMutex:  "etcd concurrency.Mutex",
-	RowFenceRedis: "fence redis",
-	RowFenceEtcd:  "fence etcd",
-	RowFenceServe: "fence serve over HTTP (embedded store)",
-	RowFenceBolt:  "fence bolt in process",
+	RowRedislock:    "bsm/redislock (LinearBackoff 10 ms)",
+	RowRedislockAOF: "bsm/redislock, Redis with appendfsync always",
+	RowRedsync:      "redsync v4 defaults",
+	RowEtcdMutex:    "etcd concurrency.Mutex",
+	RowFenceRedis:   "fence redis",
+	RowFenceEtcd:    "fence etcd",
+	RowFenceServe:   "fence serve over HTTP (embedded store)",
+	RowFenceBolt:    "fence bolt in process",
 }
 
 // Label returns the table's label of row ("fence redis"), or row itself if it is
@@ -100,6 +105,7 @@ func ParseRows(list string) ([]string, error) {
 type Env struct {
 	dir       string // bolt stores, etcd data; removed by Close
 	redis     *servers.Redis
+	redisAOF  *servers.Redis // appendonly yes, appendfsync always
 	etcd      *embed.Etcd
 	etcdURL   string
 	bolt      *bolt.Store // the in-process row's store
@@ -135,6 +141,13 @@ func Start(ctx context.Context, rows []string) (_ *Env, err error) {
 	}
 	if need(RowRedislock, RowRedsync, RowFenceRedis) {
 		if e.redis, err = servers.StartRedis(); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+	if need(RowRedislockAOF) {
+		// Its append-only file is in its own temporary directory, on the same
+		// file system as the bolt stores.
+		if e.redisAOF, err = servers.StartRedis("--appendonly", "yes", "--appendfsync", "always"); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}
@@ -203,8 +216,10 @@ func (e *Env) Close() error {
 		if e.etcd != nil {
 			e.etcd.Close()
 		}
-		if e.redis != nil {
-			e.redis.Close()
+		for _, r := range []*servers.Redis{e.redis, e.redisAOF} {
+			if r != nil {
+				r.Close()
+			}
 		}
 		if e.dir != "" {
 			errs = append(errs, os.RemoveAll(e.dir))
@@ -243,6 +258,12 @@ func (e *Env) NewClient(row string) (Client, error) {
 			return nil, err
 		}
 		return &lockerClient{l: l, close: func() error { return errors.Join(l.Close(), rc.Close()) }}, nil
+	case RowRedislockAOF:
+		if e.redisAOF == nil {
+			return nil, fmt.Errorf("bench: %s: no redis-server with appendfsync always started", row)
+		}
+		rc := goredis.NewClient(&goredis.Options{Addr: e.redisAOF.Addr})
+		return &redislockClient{rc: rc, c: redislock.New(rc)}, nil
 	case RowEtcdMutex, RowFenceEtcd:
 		if e.etcd == nil {
 			return nil, fmt.Errorf("bench: %s: no etcd started", row)
