@@ -40,7 +40,10 @@ const vsRedislockPhase = 500 * time.Millisecond
 // elsewhere on the machine hits both alike. It reports, as medians over the
 // rounds, each system's pairs/s and median pair latency, and the ratios
 // fence/redislock of both (the target: pairs/s ratio at least 0.6,
-// latency ratio at most 1). On a machine other processes keep busy those swing
+// latency ratio at most 1). store=bolt/peer=redislock-aof compares the durable
+// store with redislock on a second redis-server that, like it, has every write
+// on disk before it answers (appendonly yes, appendfsync always, its file on
+// the same file system). On a machine other processes keep busy those swing
 // with the load; the CPU time per pair of each system's processes (this
 // process for fence, client and server; this process and redis-server for
 // redislock) and its ratio hold steadier:
@@ -84,6 +87,18 @@ func BenchmarkVsRedislock(b *testing.B) {
 			vsRedislock(b, fc, rl, redisPid(b, rs))
 		})
 	}
+	b.Run("store=bolt/peer=redislock-aof", func(b *testing.B) {
+		aof := testserv.Redis(b, "--appendonly", "yes", "--appendfsync", "always")
+		ac := goredis.NewClient(&goredis.Options{Addr: aof.Addr})
+		b.Cleanup(func() { _ = ac.Close() })
+		_, base := fenceServerOn(b, nil, nil)
+		fc, err := fencehttp.NewClient(base, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(fc.CloseIdleConnections)
+		vsRedislock(b, fc, redislock.New(ac), redisPid(b, aof))
+	})
 }
 
 // vsRedislock runs the rounds of BenchmarkVsRedislock with fc and rl, whose
