@@ -251,7 +251,8 @@ func newEntry(name string, last fence.Token) *entry {
 	return e
 }
 
-// flushGen is one run of the flusher; its done closes after its commit.
+// flushGen is one commit (the flusher's or a caller's, see lead); its done closes
+// after it.
 type flushGen struct {
 	s      *Store // whose commit it is
 	done   chan struct{}
