@@ -164,3 +164,77 @@ func (e *LimitError) Error() string {
 
 // Is reports whether target is ErrInvalid.
 func (e *LimitError) Is(target error) bool { return target == ErrInvalid }
+
+// ErrUnissuedToken means a store that both grants a lock and keeps the fenced
+// resource refused a fence it never issued (P9): a token above the last one it
+// issued for the lock, a lock it never granted, or a lease that was not the one
+// issued that token. Nothing was written. The error is an *UnissuedTokenError.
+var ErrUnissuedToken = errors.New("fence: token not issued")
+
+// UnissuedTokenError is the detail of ErrUnissuedToken: the store never issued
+// Token for Lock (Last is the last token it issued for Lock, 0 if it never
+// granted Lock), or, with OtherLease, it issued Token to another lease than the
+// one presented.
+type UnissuedTokenError struct {
+	Lock       string
+	Token      Token // the token presented
+	Last       Token // the last token the store issued for Lock; 0 if never granted
+	OtherLease bool  // Token was issued, but not to the lease presented
+}
+
+func (e *UnissuedTokenError) Error() string {
+	switch {
+	case e.OtherLease:
+		return fmt.Sprintf("fence: token %d of lock %q was issued to another lease", e.Token, e.Lock)
+	case e.Last == 0:
+		return fmt.Sprintf("fence: token %d of lock %q was never issued: the lock was never granted", e.Token, e.Lock)
+	}
+	return fmt.Sprintf("fence: token %d of lock %q was never issued: the last token issued is %d", e.Token, e.Lock, e.Last)
+}
+
+// Is reports whether target is ErrUnissuedToken.
+func (e *UnissuedTokenError) Is(target error) bool { return target == ErrUnissuedToken }
+
+// CheckIssued is P9's token rule in one place: it returns nil if f's token can
+// have been issued for f.Name by a store whose last token issued for that name is
+// last (0 if it never granted it), and otherwise an *UnissuedTokenError. Which
+// lease a token was issued to is the store's to check.
+func CheckIssued(f Fence, last Token) error {
+	if last == 0 || f.Token > last {
+		return &UnissuedTokenError{Lock: f.Name, Token: f.Token, Last: last}
+	}
+	return nil
+}
+
+// MaxHealAhead is how far above a name's last token a heal may raise that name's
+// counter (P9): 2^32. A Healer refuses a larger seen with a *HealBoundError, so no
+// client can burn a name's token space with one request. A regression larger than
+// that (a store restored from a very old backup) is healed in steps of at most
+// MaxHealAhead, each heal raising the name's last token, after an operator checked
+// that the guards' highest tokens are real.
+const MaxHealAhead Token = 1 << 32
+
+// HealBoundError is the detail of ErrInvalid when a heal of Name asked for Seen,
+// more than MaxHealAhead above Last, the name's last token. Nothing was changed.
+type HealBoundError struct {
+	Name string
+	Seen Token // the token the heal asked to pass
+	Last Token // the name's last token when the heal was refused
+}
+
+func (e *HealBoundError) Error() string {
+	return fmt.Sprintf("fence: heal %q to %d: more than %d (MaxHealAhead) above its last token %d; heal in steps of at most that", e.Name, e.Seen, uint64(MaxHealAhead), e.Last)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *HealBoundError) Is(target error) bool { return target == ErrInvalid }
+
+// CheckHeal is the heal bound in one place: it returns nil if a heal of name to
+// seen may be applied to a name whose last token is last, and otherwise a
+// *HealBoundError.
+func CheckHeal(name string, seen, last Token) error {
+	if seen > last && seen-last > MaxHealAhead {
+		return &HealBoundError{Name: name, Seen: seen, Last: last}
+	}
+	return nil
+}

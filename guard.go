@@ -43,3 +43,13 @@ type Item struct {
 	Value []byte
 	Fence Fence
 }
+
+// Purger is implemented by KV stores whose keys an administrator can purge: Purge
+// removes key's value and its fence, so the next write under any lock and token
+// is admitted. It is the one way a key's fence goes back, meant for a key fenced
+// by the wrong lock (squatted); a stale writer is no longer refused for that key
+// until the next write fences it again. It returns ErrNotFound if key has neither
+// a value nor a fence, and ErrInvalid for a bad key.
+type Purger interface {
+	Purge(ctx context.Context, key string) error
+}

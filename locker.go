@@ -281,3 +281,13 @@ func Heal(ctx context.Context, l Locker, name string, err error) error {
 	}
 	return h.Heal(ctx, name, st.Highest)
 }
+
+// ListOptions select the locks Inspector.List returns, in name order.
+type ListOptions struct {
+	Prefix string // only names starting with Prefix ("" for every name)
+	Limit  int    // at most Limit of them; DefaultListLimit if <= 0
+	// All asks for every name the store knows, held or not (a free name is
+	// reported with Held false and its LastToken). By default only names with at
+	// least one unexpired lease are listed.
+	All bool
+}
