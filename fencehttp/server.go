@@ -934,7 +934,17 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	infos, err := in.List(r.Context(), prefix, limit)
+	// all=true lists every name the store knows; absent or false, the held ones.
+	all := false
+	switch v := q.Get("all"); v {
+	case "", "false":
+	case "true":
+		all = true
+	default:
+		s.fail(w, r, "list", "", &fence.InvalidError{Field: "all", Value: v, Reason: "must be true or false"})
+		return
+	}
+	infos, err := in.List(r.Context(), fence.ListOptions{Prefix: prefix, Limit: limit, All: all})
 	if err != nil {
 		s.fail(w, r, "list", prefix, err)
 		return
