@@ -211,8 +211,9 @@ func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.Lock
 	return out, nil
 }
 
-// listPageMin is how many names a held-only List reads at once, at least.
-const listPageMin = 256
+// listPageMin is how many names a held-only List reads at once, at least (a
+// variable for the test of paging).
+var listPageMin = 256
 
 // listPage returns the state of the names whose counter keys are in [from, end),
 // at most n of them, in name order, as Inspect reports them; more says whether
