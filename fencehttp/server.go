@@ -906,6 +906,10 @@ func (s *Server) blockingQuery(ctx context.Context, in fence.Inspector, name str
 	return in.Inspect(ctx, name)
 }
 
+// list serves GET /v1/locks?prefix=P&limit=N&all=B: the held locks whose names
+// start with P, at most N (the store's default if 0), in name order; with
+// all=true every name the store knows. A bad prefix, limit or all is 400 naming
+// the parameter.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	in, err := s.inspector()
 	if err != nil {
