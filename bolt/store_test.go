@@ -877,6 +877,9 @@ func TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants(t *testi
 	path := filepath.Join(t.TempDir(), "fence.db")
 	s := mustOpen(t, path, &Options{NoSync: true})
 	last := mustAcquire(t, s, "n", time.Minute).Token()
+	if err := mustAcquire(t, s, "m", time.Minute).Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	s.abandon()
 	db, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
@@ -895,6 +898,14 @@ func TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants(t *testi
 
 	s = mustOpen(t, path, &Options{NoSync: true})
 	defer s.Close()
+	// During the grace every name is held, those only in the file too: the
+	// held-only listing reads the file, as Inspect does.
+	list, err := s.List(context.Background(), fence.ListOptions{})
+	if info, ierr := s.Inspect(context.Background(), "m"); time.Now().Before(horizon) {
+		if err != nil || len(list) != 2 || list[0].Name != "m" || !list[0].Held || list[1].Name != "n" || ierr != nil || !info.Held {
+			t.Fatalf("List of held locks during the grace = %+v, %v (Inspect(m) = %+v, %v); want m and n, held", list, err, info, ierr)
+		}
+	}
 	_, err = s.Acquire(context.Background(), "fresh", time.Second)
 	var he *fence.HeldError
 	if time.Now().Before(horizon) && !errors.As(err, &he) {
