@@ -73,9 +73,16 @@ type Inspector interface {
 	// Inspect returns the state of one lock; a lock never acquired is reported with
 	// Held false and LastToken 0, not an error.
 	Inspect(ctx context.Context, name string) (LockInfo, error)
-	// List returns the locks whose names start with prefix, held or not, in name
-	// order, at most limit of them (DefaultListLimit if limit <= 0).
-	List(ctx context.Context, prefix string, limit int) ([]LockInfo, error)
+	// List returns the locks opts selects, in name order: by default those with
+	// at least one lease unexpired by the backend's clock, with opts.All every
+	// name the store knows (acquired or healed at least once), held or not; only
+	// names starting with opts.Prefix, at most opts.Limit of them
+	// (DefaultListLimit if it is <= 0). The limit counts the locks returned, so
+	// a held-only listing returns up to Limit held locks however many free names
+	// sort before them. It returns ErrInvalid for a prefix the backend cannot
+	// search for (on some backends, one that is not a valid name),
+	// ErrUnavailable when the store cannot be reached and ErrClosed after Close.
+	List(ctx context.Context, opts ListOptions) ([]LockInfo, error)
 }
 
 // Watcher is implemented by lockers that can follow one lock's state as it
@@ -125,7 +132,8 @@ func FeaturesOf(l Locker) Features {
 	return Features{}
 }
 
-// DefaultListLimit is how many locks Inspector.List returns when its limit is <= 0.
+// DefaultListLimit is how many locks Inspector.List returns when
+// ListOptions.Limit is <= 0.
 const DefaultListLimit = 1000
 
 // LockInfo describes a lock as a backend sees it. It never contains a lease id.

@@ -227,7 +227,7 @@ func FuzzOpenCorrupt(f *testing.F) {
 		}
 		defer s.Close()
 		ctx := context.Background()
-		infos, err := s.List(ctx, "", 0)
+		infos, err := s.List(ctx, fence.ListOptions{All: true})
 		if err != nil && !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("List: %v", err)
 		}

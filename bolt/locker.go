@@ -552,17 +552,31 @@ func (s *Store) recordedLastLocked(name string) (fence.Token, error) {
 	return rec.last, err
 }
 
-// List returns the locks whose names start with prefix, held or not, in name
-// order, at most limit of them (fence.DefaultListLimit if limit <= 0). It reads the
-// names from the file (a range scan) plus those in memory (a walk of the lease
-// table, so it costs O(held leases): it is for inspection, not hot paths). It
-// returns fence.ErrUnavailable if the file could not be read and fence.ErrClosed
-// after Close.
-func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+// List returns the locks opts selects (see fence.Inspector), in name order, at
+// most opts.Limit (fence.DefaultListLimit if <= 0). By default it lists the names
+// with a live lease, all of which are in memory: a walk of the lease table, O(n)
+// in the names in memory, with no read of the file (during the grace period after
+// a crash of an older release every name is held, so the file is read as for
+// All). With opts.All it lists every name granted or healed at least once: the
+// names from the file (a range scan) plus those in memory. It is for inspection,
+// not hot paths. It returns fence.ErrUnavailable if the file could not be read and
+// fence.ErrClosed after Close.
+func (s *Store) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
+	prefix := opts.Prefix
 	if err := ctx.Err(); err != nil {
 		return nil, opError("list", prefix, err)
 	}
-	limit = driver.ListLimit(limit)
+	limit := driver.ListLimit(opts.Limit)
+	if !opts.All {
+		if !s.lockOpen() {
+			return nil, opError("list", prefix, fence.ErrClosed)
+		}
+		out, ok := s.listHeldLocked(prefix, limit)
+		s.mu.Unlock()
+		if ok {
+			return out, nil
+		}
+	}
 	onDisk := make(map[string]fence.Token)
 	var names []string
 	err := s.view(func(tx *bbolt.Tx) error {
@@ -614,12 +628,37 @@ func (s *Store) List(ctx context.Context, prefix string, limit int) ([]fence.Loc
 		if last := onDisk[name]; info.LastToken < last {
 			info.LastToken = last
 		}
-		if info.LastToken == 0 && !info.Held {
+		if info.LastToken == 0 && !info.Held || !driver.Listed(info, opts) {
 			continue
 		}
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// listHeldLocked returns the held locks whose names start with prefix, in name
+// order, at most limit of them, from the lease table: every live lease is in
+// memory, with its name's last token. It returns ok false during the grace
+// period after a crash of an older release, when every name the file holds is
+// held and the file must be read. s.mu must be held.
+func (s *Store) listHeldLocked(prefix string, limit int) (out []fence.LockInfo, ok bool) {
+	now := s.now()
+	if now < s.graceUntil {
+		return nil, false
+	}
+	out = []fence.LockInfo{}
+	for name, e := range s.locks {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		info := fence.LockInfo{Name: name}
+		s.fillLocked(&info, e, now)
+		if info.Held {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b fence.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out[:min(len(out), limit)], true
 }
 
 // view runs a read transaction, unless the store is closed.

@@ -40,7 +40,7 @@ func wantOwner(t *testing.T, s *Store, name string, tok fence.Token, owner strin
 	if err != nil || !info.Held || info.Token != tok || info.Owner != owner {
 		t.Fatalf("Inspect(%q) = %+v, %v; want held by token %d, owner %q", name, info, err, tok, owner)
 	}
-	list, err := s.List(context.Background(), name, 1)
+	list, err := s.List(context.Background(), fence.ListOptions{Prefix: name, Limit: 1})
 	if err != nil || len(list) != 1 || list[0].Owner != owner {
 		t.Fatalf("List(%q) = %+v, %v; want owner %q", name, list, err, owner)
 	}

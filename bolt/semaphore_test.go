@@ -376,7 +376,7 @@ func TestOpen_FilesOfPreviousRelease_WorkUnchanged(t *testing.T) {
 			if info, err := s.Inspect(ctx, "healed"); err != nil || info.LastToken != healed {
 				t.Fatalf("Inspect(healed) = %+v, %v; want last token %d", info, err, healed)
 			}
-			if list, err := s.List(ctx, "", 0); err != nil || len(list) != names {
+			if list, err := s.List(ctx, fence.ListOptions{All: true}); err != nil || len(list) != names {
 				t.Fatalf("List = %+v, %v; want the %d names of the previous release", list, err, names)
 			}
 			if err := s.Release(ctx, "held-owner", leases["held-owner"].ID); err != nil {

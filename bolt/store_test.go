@@ -524,7 +524,7 @@ func TestStore_InspectList_ReportHeldAndLastTokens(t *testing.T) {
 	}
 	check := func(stage string) {
 		t.Helper()
-		got, err := s.List(ctx, "p/", 0)
+		got, err := s.List(ctx, fence.ListOptions{Prefix: "p/", All: true})
 		if err != nil {
 			t.Fatalf("%s: List: %v", stage, err)
 		}
@@ -542,6 +542,10 @@ func TestStore_InspectList_ReportHeldAndLastTokens(t *testing.T) {
 				t.Fatalf("%s: List[%d] = %+v, want %+v", stage, i, g, want[i])
 			}
 		}
+		held, err := s.List(ctx, fence.ListOptions{Prefix: "p/"})
+		if err != nil || len(held) != 1 || !held[0].Held || held[0].Name != "p/a" {
+			t.Fatalf("%s: List held = %+v, %v; want just p/a", stage, held, err)
+		}
 		info, err := s.Inspect(ctx, "p/b")
 		if err != nil || info.Held || info.LastToken != b.Token() {
 			t.Fatalf("%s: Inspect(p/b) = %+v, %v; want free with LastToken %d", stage, info, err, b.Token())
@@ -556,7 +560,7 @@ func TestStore_InspectList_ReportHeldAndLastTokens(t *testing.T) {
 		t.Fatalf("released and flushed entry still in memory")
 	}
 	check("after flush")
-	if got, err := s.List(ctx, "p/", 1); err != nil || len(got) != 1 || got[0].Name != "p/a" {
+	if got, err := s.List(ctx, fence.ListOptions{Prefix: "p/", Limit: 1, All: true}); err != nil || len(got) != 1 || got[0].Name != "p/a" {
 		t.Fatalf("List limit 1 = %+v, %v; want just p/a", got, err)
 	}
 	if info, err := s.Inspect(ctx, "never"); err != nil || info.Held || info.LastToken != 0 {
@@ -603,15 +607,16 @@ func TestStore_Close_WakesWaitersAndLaterCallsReturnErrClosed(t *testing.T) {
 	}
 	f := fence.Fence{Name: "job", Token: 1}
 	for what, err := range map[string]error{
-		"Acquire": func() error { _, err := s.Acquire(ctx, "x", time.Second); return err }(),
-		"Renew":   s.Renew(ctx, "job", l.ID(), time.Second),
-		"Release": s.Release(ctx, "job", l.ID()),
-		"Heal":    s.Heal(ctx, "job", 5),
-		"Inspect": func() error { _, err := s.Inspect(ctx, "job"); return err }(),
-		"List":    func() error { _, err := s.List(ctx, "", 0); return err }(),
-		"Put":     s.Put(ctx, "k", []byte("v"), f),
-		"Get":     func() error { _, err := s.Get(ctx, "k"); return err }(),
-		"Fence":   s.Fence(ctx, "k", f),
+		"Acquire":  func() error { _, err := s.Acquire(ctx, "x", time.Second); return err }(),
+		"Renew":    s.Renew(ctx, "job", l.ID(), time.Second),
+		"Release":  s.Release(ctx, "job", l.ID()),
+		"Heal":     s.Heal(ctx, "job", 5),
+		"Inspect":  func() error { _, err := s.Inspect(ctx, "job"); return err }(),
+		"List":     func() error { _, err := s.List(ctx, fence.ListOptions{}); return err }(),
+		"List all": func() error { _, err := s.List(ctx, fence.ListOptions{All: true}); return err }(),
+		"Put":      s.Put(ctx, "k", []byte("v"), f),
+		"Get":      func() error { _, err := s.Get(ctx, "k"); return err }(),
+		"Fence":    s.Fence(ctx, "k", f),
 	} {
 		if !errors.Is(err, fence.ErrClosed) {
 			t.Errorf("%s after Close: got %v, want ErrClosed", what, err)
@@ -848,7 +853,7 @@ func TestStore_Concurrent_ExclusiveAndIncreasingWhileFlushing(t *testing.T) {
 					}
 				}
 				if i%7 == 0 {
-					if _, err := s.List(ctx, "c", 0); err != nil {
+					if _, err := s.List(ctx, fence.ListOptions{Prefix: "c", All: i%14 == 0}); err != nil {
 						t.Errorf("List: %v", err)
 					}
 				}
@@ -872,6 +877,9 @@ func TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants(t *testi
 	path := filepath.Join(t.TempDir(), "fence.db")
 	s := mustOpen(t, path, &Options{NoSync: true})
 	last := mustAcquire(t, s, "n", time.Minute).Token()
+	if err := mustAcquire(t, s, "m", time.Minute).Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	s.abandon()
 	db, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
@@ -890,6 +898,14 @@ func TestOpen_FileOfEarlierRelease_WithLeaseHorizon_GraceOnceThenGrants(t *testi
 
 	s = mustOpen(t, path, &Options{NoSync: true})
 	defer s.Close()
+	// During the grace every name is held, those only in the file too: the
+	// held-only listing reads the file, as Inspect does.
+	list, err := s.List(context.Background(), fence.ListOptions{})
+	if info, ierr := s.Inspect(context.Background(), "m"); time.Now().Before(horizon) {
+		if err != nil || len(list) != 2 || list[0].Name != "m" || !list[0].Held || list[1].Name != "n" || ierr != nil || !info.Held {
+			t.Fatalf("List of held locks during the grace = %+v, %v (Inspect(m) = %+v, %v); want m and n, held", list, err, info, ierr)
+		}
+	}
 	_, err = s.Acquire(context.Background(), "fresh", time.Second)
 	var he *fence.HeldError
 	if time.Now().Before(horizon) && !errors.As(err, &he) {

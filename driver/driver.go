@@ -15,6 +15,7 @@
 package driver
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -119,6 +120,34 @@ func ListLimit(limit int) int {
 		return fence.DefaultListLimit
 	}
 	return limit
+}
+
+// Listed reports whether a lock in state info belongs in a listing by opts:
+// always with opts.All, else only while it is held.
+func Listed(info fence.LockInfo, opts fence.ListOptions) bool { return opts.All || info.Held }
+
+// ListInspected is an Inspector's List for a store that reads each lock's state
+// apart: it inspects names (sorted, each starting with opts.Prefix) in order
+// and returns the states Listed keeps, at most ListLimit(opts.Limit) of them, so
+// free names before the held ones never shorten a held-only listing. It returns
+// the first error of inspect, unchanged.
+func ListInspected(ctx context.Context, names []string, opts fence.ListOptions,
+	inspect func(ctx context.Context, name string) (fence.LockInfo, error)) ([]fence.LockInfo, error) {
+	limit := ListLimit(opts.Limit)
+	out := make([]fence.LockInfo, 0, min(limit, len(names)))
+	for _, name := range names {
+		if len(out) == limit {
+			break
+		}
+		info, err := inspect(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if Listed(info, opts) {
+			out = append(out, info)
+		}
+	}
+	return out, nil
 }
 
 // NewLeaseID returns a new lease id: 128 bits from crypto/rand, as 32 hex digits.

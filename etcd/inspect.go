@@ -165,13 +165,18 @@ func (l *Locker) fillHeld(ctx context.Context, info *fence.LockInfo, lock, owner
 	return nil
 }
 
-// List returns the locks whose names start with prefix (every name acquired at least
-// once, held or not) in name order, at most limit of them (fence.DefaultListLimit if
-// limit <= 0), with the state Inspect reports. It returns fence.ErrInvalid for a
-// prefix that is not a valid name, ErrCorrupt for an owner key that holds no valid
-// owner, fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after
+// List returns the locks opts selects (see fence.Inspector), in name order, at
+// most opts.Limit (fence.DefaultListLimit if <= 0), with the state Inspect
+// reports: by default the held ones (a lock key or a holder key whose etcd lease
+// is live), with opts.All every name acquired at least once. It reads the names'
+// counters a page at a time, then their lock, owner and holder keys at the
+// page's revision; a held-only listing reads pages until it has opts.Limit held
+// locks or no names are left. It returns fence.ErrInvalid for a prefix that is
+// not a valid name, ErrCorrupt for an owner key that holds no valid owner,
+// fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after
 // Close.
-func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
+	prefix := opts.Prefix
 	if l.closed.Load() {
 		return nil, fmt.Errorf("etcd: list %q: %w", prefix, fence.ErrClosed)
 	}
@@ -180,16 +185,49 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 			return nil, fmt.Errorf("etcd: list %q: %w", prefix, err)
 		}
 	}
-	limit = driver.ListLimit(limit)
+	limit := driver.ListLimit(opts.Limit)
+	page := limit
+	if !opts.All {
+		page = max(limit, listPageMin) // free names may come first: read more at once
+	}
+	from := l.keys.token(prefix)
+	end := clientv3.GetPrefixRangeEnd(from)
+	out := []fence.LockInfo{}
+	for len(out) < limit {
+		infos, more, err := l.listPage(ctx, from, end, page)
+		if err != nil {
+			return nil, fmt.Errorf("etcd: list %q: %w", prefix, err)
+		}
+		for _, info := range infos {
+			if len(out) < limit && driver.Listed(info, opts) {
+				out = append(out, info)
+			}
+		}
+		if !more || len(infos) == 0 {
+			break
+		}
+		from = l.keys.token(infos[len(infos)-1].Name) + "\x00"
+	}
+	return out, nil
+}
+
+// listPageMin is how many names a held-only List reads at once, at least (a
+// variable for the test of paging).
+var listPageMin = 256
+
+// listPage returns the state of the names whose counter keys are in [from, end),
+// at most n of them, in name order, as Inspect reports them; more says whether
+// the range held more names than that.
+func (l *Locker) listPage(ctx context.Context, from, end string, n int) (out []fence.LockInfo, more bool, err error) {
 	tokPrefix := l.keys.token("")
-	resp, err := l.cli.Get(ctx, tokPrefix+prefix, clientv3.WithPrefix(), clientv3.WithLimit(int64(limit)))
+	resp, err := l.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(n)))
 	if err != nil {
-		return nil, fmt.Errorf("etcd: list %q: %w", prefix, storeErr(err))
+		return nil, false, storeErr(err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
-	out := make([]fence.LockInfo, 0, len(resp.Kvs))
+	out = make([]fence.LockInfo, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		out = append(out, fence.LockInfo{Name: string(kv.Key[len(tokPrefix):]), LastToken: fence.Token(kv.ModRevision)})
 	}
@@ -202,7 +240,7 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		clientv3.OpGet(l.keys.owner(first), clientv3.WithRange(l.keys.owner(last)+"\x00"), at),
 	).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("etcd: list %q: %w", prefix, storeErr(err))
+		return nil, false, storeErr(err)
 	}
 	ownerPrefix := l.keys.owner("")
 	owners := map[string]*mvccpb.KeyValue{}
@@ -238,9 +276,9 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		}
 		if out[i].Name == name {
 			if err := l.fill(ctx, &out[i], lock, owners[name], holders); err != nil {
-				return nil, fmt.Errorf("etcd: list %q: %w", prefix, err)
+				return nil, false, err
 			}
 		}
 	}
-	return out, nil
+	return out, resp.More, nil
 }

@@ -431,7 +431,7 @@ func TestLocker_OldFormatGrant_NoOwnerRenewReleaseRevokeWork(t *testing.T) {
 	id := driver.NewLeaseID()
 	oldGrant(t, ctx, cli, name, id)
 	wantOwner(t, ctx, l, name, "", "of an old-format grant")
-	list, err := l.List(ctx, name, 0)
+	list, err := l.List(ctx, fence.ListOptions{Prefix: name})
 	if err != nil || len(list) != 1 || !list[0].Held || list[0].Owner != "" {
 		t.Fatalf("List of an old-format grant = %+v, %v; want it held without owner", list, err)
 	}
@@ -466,7 +466,7 @@ func TestLocker_OwnerKeyOfAnEarlierGrant_NotReported(t *testing.T) {
 		t.Fatalf("setup: token %d after %d, owner key %v; want a later grant with the earlier owner key left", b.Token(), a.Token(), ownerKey(t, ctx, cli, name))
 	}
 	wantOwner(t, ctx, l, name, "", "with an earlier grant's owner key")
-	list, err := l.List(ctx, name, 0)
+	list, err := l.List(ctx, fence.ListOptions{Prefix: name})
 	if err != nil || len(list) != 1 || list[0].Owner != "" {
 		t.Fatalf("List with an earlier grant's owner key = %+v, %v; want no owner", list, err)
 	}
@@ -510,7 +510,7 @@ func TestLocker_CorruptOwnerKey_ErrCorrupt(t *testing.T) {
 	if _, err := l.Inspect(ctx, name); !errors.Is(err, etcd.ErrCorrupt) {
 		t.Errorf("Inspect with a corrupt owner key = %v; want etcd.ErrCorrupt", err)
 	}
-	if _, err := l.List(ctx, name, 0); !errors.Is(err, etcd.ErrCorrupt) {
+	if _, err := l.List(ctx, fence.ListOptions{Prefix: name}); !errors.Is(err, etcd.ErrCorrupt) {
 		t.Errorf("List with a corrupt owner key = %v; want etcd.ErrCorrupt", err)
 	}
 }

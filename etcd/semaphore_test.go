@@ -363,7 +363,7 @@ func TestLocker_InspectList_Holders(t *testing.T) {
 	if info.ExpiresIn > 30*time.Second || info.ExpiresIn < 25*time.Second {
 		t.Fatalf("Inspect ExpiresIn = %v; want slot 1's, about 30s", info.ExpiresIn)
 	}
-	list, err := l.List(ctx, name, 0)
+	list, err := l.List(ctx, fence.ListOptions{Prefix: name})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -708,23 +708,27 @@ func (c *Client) blockingQuery(ctx context.Context, name string, index uint64) (
 	return li.toFence(), next, nil
 }
 
-// List returns the locks whose names start with prefix (see fence.Inspector), at
-// most limit (the server caps it at 10000; limit <= 0 means the store's default).
-// Errors are those of Inspect.
-func (c *Client) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+// List returns the locks opts selects (see fence.Inspector): GET /v1/locks with
+// opts.Prefix, opts.Limit (the server caps it at 10000; <= 0 means the store's
+// default) and all=true when opts.All, else the held locks only. Errors are those
+// of Inspect.
+func (c *Client) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
 	q := url.Values{}
-	if prefix != "" {
-		q.Set("prefix", prefix)
+	if opts.Prefix != "" {
+		q.Set("prefix", opts.Prefix)
 	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(min(limit, maxListLimit)))
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(min(opts.Limit, maxListLimit)))
+	}
+	if opts.All {
+		q.Set("all", "true")
 	}
 	path := "/v1/locks"
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
 	var resp LockList
-	if err := c.doJSON(ctx, "list", prefix, http.MethodGet, path, nil, &resp, 0); err != nil {
+	if err := c.doJSON(ctx, "list", opts.Prefix, http.MethodGet, path, nil, &resp, 0); err != nil {
 		return nil, err
 	}
 	out := make([]fence.LockInfo, 0, len(resp.Locks))

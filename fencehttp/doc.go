@@ -20,7 +20,9 @@
 //	                      -> 200 {"name","held","token","owner","last_token","expires_in_ms"
 //	                         [,"limit"|"shared","holders":[{"slot","token","owner","expires_in_ms"}]]},
 //	                         header Fence-Index; with index, a blocking query (see Watching)
-//	GET  /v1/locks?prefix=P&limit=N -> 200 {"locks":[...]}
+//	GET  /v1/locks?prefix=P&limit=N[&all=true]
+//	                      -> 200 {"locks":[...]}: the held locks; all=true every name the
+//	                         store knows, free ones too | 400 {"code":"invalid","field":"all"}
 //	POST /v1/batch        [{"op":"acquire"|"renew"|"release","name":NAME,...its route's fields},...]
 //	                      -> 200 [{"status":S,"body":B},...] (see Batches) | 400 | 413
 //	PUT  /v1/kv/{key}     headers Fence-Token: N, Fence-Lock: NAME [, Fence-Lease: ID]

@@ -50,7 +50,7 @@ func TestServer_Owner_ReportedByStateAndListNeverTheLeaseID(t *testing.T) {
 	if err != nil || info.Owner != "über host:1 job" {
 		t.Fatalf("Inspect through the client: want owner %q, got %+v, %v", "über host:1 job", info, err)
 	}
-	infos, err := c.List(ctxFor(t), "report", 0)
+	infos, err := c.List(ctxFor(t), fence.ListOptions{Prefix: "report"})
 	if err != nil || len(infos) != 1 || infos[0].Owner != "über host:1 job" {
 		t.Fatalf("List through the client: want the owner, got %+v, %v", infos, err)
 	}

@@ -94,7 +94,7 @@ func TestClient_Semaphore_SlotsHoldersLimitAndWake(t *testing.T) {
 			if info.Token != permits[2].Token() {
 				t.Fatalf("Inspect of a semaphore: want Token of the highest holder %d, got %d", permits[2].Token(), info.Token)
 			}
-			infos, err := c.List(ctx, "pool", 0)
+			infos, err := c.List(ctx, fence.ListOptions{Prefix: "pool"})
 			if err != nil || len(infos) != 1 || !infos[0].Equal(fence.LockInfo{Name: "pool", Held: true, Token: info.Token, Owner: info.Owner,
 				LastToken: info.LastToken, ExpiresIn: infos[0].ExpiresIn, Limit: 3, Holders: infos[0].Holders}) || len(infos[0].Holders) != 3 {
 				t.Fatalf("List: want the semaphore with its limit and 3 holders, got %+v, %v", infos, err)

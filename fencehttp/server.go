@@ -906,6 +906,10 @@ func (s *Server) blockingQuery(ctx context.Context, in fence.Inspector, name str
 	return in.Inspect(ctx, name)
 }
 
+// list serves GET /v1/locks?prefix=P&limit=N&all=B: the held locks whose names
+// start with P, at most N (the store's default if 0), in name order; with
+// all=true every name the store knows. A bad prefix, limit or all is 400 naming
+// the parameter.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	in, err := s.inspector()
 	if err != nil {
@@ -934,7 +938,17 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	infos, err := in.List(r.Context(), prefix, limit)
+	// all=true lists every name the store knows; absent or false, the held ones.
+	all := false
+	switch v := q.Get("all"); v {
+	case "", "false":
+	case "true":
+		all = true
+	default:
+		s.fail(w, r, "list", "", &fence.InvalidError{Field: "all", Value: v, Reason: "must be true or false"})
+		return
+	}
+	infos, err := in.List(r.Context(), fence.ListOptions{Prefix: prefix, Limit: limit, All: all})
 	if err != nil {
 		s.fail(w, r, "list", prefix, err)
 		return

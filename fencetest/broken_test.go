@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -280,6 +281,7 @@ var brokenCases = map[string]brokenCase{
 			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return inmem.NewLocker(inmem.Options{}) })
 		},
 		wantPass: []string{"Token_IncreasesUnder16Goroutines", "Owner_OnlyHolderRenewsOrReleases", "Expiry_NotGrantedBeforeGrantedAfter", "AcquireErrors_WordedAlikeOnEveryBackend",
+			"Inspector_ReportsState", "Inspector_ListHeldByDefault_AllListsFree_LimitCountsHeld",
 			"Watcher_YieldsEveryChangeInOrder", "Watcher_SlowReceiverGetsLatest", "Watcher_BadNameAndCancelEnd",
 			"Election_OneLeaderPerEpoch_EpochsIncrease", "Election_ObserversSeeEveryChangeInOrder", "Election_ResignHandsOffAtOnce", "Election_CancelledCampaignLeavesNothing"},
 	},
@@ -350,11 +352,29 @@ var brokenCases = map[string]brokenCase{
 		wantFail: []string{"Election_ObserversSeeEveryChangeInOrder", "Watcher_YieldsEveryChangeInOrder"},
 		wantPass: []string{"Watcher_BadNameAndCancelEnd", "Election_ResignHandsOffAtOnce", "Election_OneLeaderPerEpoch_EpochsIncrease"},
 	},
+	"lister-limits-before-held": {
+		run: func(t *testing.T) {
+			fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
+				return &brokenLister{Locker: inmem.NewLocker(inmem.Options{}), bug: "limits-before-held"}
+			})
+		},
+		wantFail: []string{"Inspector_ListHeldByDefault_AllListsFree_LimitCountsHeld"},
+		wantPass: []string{"Inspector_ReportsState", "Owner_ReportedWhileHeldNeverTheLeaseID"},
+	},
+	"lister-lists-free": {
+		run: func(t *testing.T) {
+			fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
+				return &brokenLister{Locker: inmem.NewLocker(inmem.Options{}), bug: "lists-free"}
+			})
+		},
+		wantFail: []string{"Inspector_ListHeldByDefault_AllListsFree_LimitCountsHeld"},
+		wantPass: []string{"Inspector_ReportsState", "Owner_ReportedWhileHeldNeverTheLeaseID"},
+	},
 	// The control for the semaphore and shared-lock subtests: a correct
 	// Engine-based locker that declares both.
 	"reference-sem-locker": {
 		run:      semCase(""),
-		wantPass: append(semaphoreSubtests, sharedSubtests...),
+		wantPass: append(append(semaphoreSubtests, sharedSubtests...), "Inspector_ListHeldByDefault_AllListsFree_LimitCountsHeld"),
 	},
 	"sem-grants-n-plus-1": {
 		run:      semCase("grants-n-plus-1"),
@@ -637,8 +657,35 @@ func (s *semLocker) Inspect(ctx context.Context, name string) (fence.LockInfo, e
 	return driver.Info(name, st.live, st.counter, now), nil
 }
 
-func (s *semLocker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
-	return nil, fmt.Errorf("sem: list: %w", fence.ErrNotImplemented)
+func (s *semLocker) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	var out []fence.LockInfo
+	for _, name := range slices.Sorted(maps.Keys(s.names)) {
+		st := s.stateLocked(name, now)
+		info := driver.Info(name, st.live, st.counter, now)
+		if st.counter > 0 && strings.HasPrefix(name, opts.Prefix) && driver.Listed(info, opts) && len(out) < driver.ListLimit(opts.Limit) {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// brokenLister is the reference Locker with a broken List.
+type brokenLister struct {
+	*inmem.Locker
+	bug string // "limits-before-held", "lists-free"
+}
+
+func (b *brokenLister) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
+	if b.bug == "lists-free" {
+		opts.All = true // Bug: free names are listed as if All were asked for.
+		return b.Locker.List(ctx, opts)
+	}
+	// Bug: the limit is applied to the names, before the free ones are dropped.
+	list, err := b.Locker.List(ctx, fence.ListOptions{Prefix: opts.Prefix, Limit: opts.Limit, All: true})
+	return slices.DeleteFunc(list, func(i fence.LockInfo) bool { return !driver.Listed(i, opts) }), err
 }
 
 func semCase(bug string) func(t *testing.T) {

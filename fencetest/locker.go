@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +70,7 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"BadTTLs_Rejected", s.badTTLs},
 		{"BadLeaseIDs_Rejected", s.badLeaseIDs},
 		{"Inspector_ReportsState", s.inspector},
+		{"Inspector_ListHeldByDefault_AllListsFree_LimitCountsHeld", s.inspectorList},
 		{"Healer_NextTokenAboveSeen", s.healer},
 		{"Healer_AtMaxToken_FailsClosed", s.healerMaxToken},
 		{"Owner_ReportedWhileHeldNeverTheLeaseID", s.owner},
@@ -793,25 +796,153 @@ func (s *lockerSuite) inspector(t *testing.T, l fence.Locker) {
 	_, err = in.Inspect(ctx, "")
 	wantErrIs(t, "Inspect(\"\")", err, fence.ErrInvalid)
 
-	list, err := in.List(ctx, prefix, 0)
+	all := fence.ListOptions{Prefix: prefix, All: true}
+	list, err := in.List(ctx, all)
 	if err != nil {
-		t.Fatalf("List(%q) = %v", prefix, err)
-	}
-	var got []string
-	for _, i := range list {
-		got = append(got, i.Name)
+		t.Fatalf("List(%+v) = %v", all, err)
 	}
 	want := []string{prefix + "-a", prefix + "-b", prefix + "-c"}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("List(%q) names = %q; want %q (held or not, in name order)", prefix, got, want)
+	if got := listedNames(list); !slices.Equal(got, want) {
+		t.Fatalf("List(%+v) names = %q; want %q (held or not, in name order)", all, got, want)
 	}
 	if !list[0].Held || list[1].Held || !list[2].Held {
-		t.Fatalf("List(%q) = %+v; want a and c held, b not", prefix, list)
+		t.Fatalf("List(%+v) = %+v; want a and c held, b not", all, list)
 	}
-	list, err = in.List(ctx, prefix, 2)
-	if err != nil || len(list) != 2 || list[0].Name != want[0] || list[1].Name != want[1] {
-		t.Fatalf("List(%q, limit 2) = %+v, %v; want the first two, %q", prefix, list, err, want[:2])
+	all.Limit = 2
+	list, err = in.List(ctx, all)
+	if got := listedNames(list); err != nil || !slices.Equal(got, want[:2]) {
+		t.Fatalf("List(%+v) = %q, %v; want the first two, %q", all, got, err, want[:2])
 	}
+}
+
+// inspectorList checks which locks List selects: by default only those with a
+// lease unexpired by the backend's clock (a released lease, an expired one and
+// a free semaphore are left out; a semaphore or shared lock with several
+// holders is listed once, with every holder), with All every name the store
+// knows, in name order. Limit counts the locks returned, so the free names that
+// sort before the held ones here (more of them than the limit) never shorten a
+// held-only listing.
+func (s *lockerSuite) inspectorList(t *testing.T, l fence.Locker) {
+	in := probe[fence.Inspector](t, l)
+	ctx := testContext(t)
+	p := uniqueName(t, "")
+	features := fence.FeaturesOf(l)
+
+	// Free names first: three released, one left to expire.
+	var names, held []string
+	for _, n := range []string{p + "-0a", p + "-0b", p + "-0c"} {
+		if err := acquire(t, l, n, longTTL).Release(ctx); err != nil {
+			t.Fatalf("Release(%q) = %v", n, err)
+		}
+		names = append(names, n)
+	}
+	expiring := p + "-0d"
+	acquire(t, l, expiring, s.cfg.shortTTL)
+	names = append(names, expiring)
+	// Then the held ones.
+	for _, n := range []string{p + "-1a", p + "-1b"} {
+		acquire(t, l, n, longTTL, fence.WithOwner("owner of "+n))
+		names, held = append(names, n), append(held, n)
+	}
+	multi := map[string][]fence.AcquireOption{}
+	if features.Semaphores {
+		multi[p+"-1c"] = []fence.AcquireOption{fence.WithLimit(semN)}
+	}
+	if features.Shared {
+		multi[p+"-1d"] = []fence.AcquireOption{fence.WithShared()}
+	}
+	for _, n := range slices.Sorted(maps.Keys(multi)) {
+		for _, who := range []string{"first", "second"} {
+			acquire(t, l, n, longTTL, append(multi[n], fence.WithOwner(who+" holder of "+n))...)
+		}
+		names, held = append(names, n), append(held, n)
+	}
+	// And a free name after them.
+	last := p + "-2z"
+	if err := acquire(t, l, last, longTTL).Release(ctx); err != nil {
+		t.Fatalf("Release(%q) = %v", last, err)
+	}
+	names = append(names, last)
+
+	// The expiring lease ends by the backend's clock, without a release.
+	deadline := time.Now().Add(s.cfg.shortTTL + promptly)
+	for {
+		info, err := in.Inspect(ctx, expiring)
+		if err != nil {
+			t.Fatalf("Inspect(%q) = %v", expiring, err)
+		}
+		if !info.Held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Inspect(%q) = %+v more than %v after a %v lease was granted; want it expired", expiring, info, s.cfg.shortTTL+promptly, s.cfg.shortTTL)
+		}
+		time.Sleep(s.cfg.shortTTL / 4)
+	}
+
+	opts := fence.ListOptions{Prefix: p}
+	list, err := in.List(ctx, opts)
+	if err != nil {
+		t.Fatalf("List(%+v) = %v", opts, err)
+	}
+	if got := listedNames(list); !slices.Equal(got, held) {
+		t.Fatalf("List(%+v) names = %q; want the held ones only, in name order, %q (free, released and expired names are left out)", opts, got, held)
+	}
+	for _, info := range list {
+		if !info.Held || info.Token == 0 || info.ExpiresIn <= 0 && len(info.Holders) == 0 {
+			t.Fatalf("List(%+v) has %+v; want it held, with its holder's token and time left", opts, info)
+		}
+		if _, ok := multi[info.Name]; !ok {
+			if want := "owner of " + info.Name; info.Owner != want || len(info.Holders) != 0 {
+				t.Fatalf("List(%+v) has %+v; want it held by owner %q alone", opts, info, want)
+			}
+			continue
+		}
+		var owners []string
+		for _, h := range info.Holders {
+			owners = append(owners, h.Owner)
+		}
+		slices.Sort(owners)
+		if want := []string{"first holder of " + info.Name, "second holder of " + info.Name}; !slices.Equal(owners, want) {
+			t.Fatalf("List(%+v) has %+v with holders' owners %q; want every holder, %q", opts, info, owners, want)
+		}
+	}
+
+	opts.Limit = 2
+	list, err = in.List(ctx, opts)
+	if got := listedNames(list); err != nil || !slices.Equal(got, held[:2]) {
+		t.Fatalf("List(%+v) = %q, %v; want the first two held locks, %q: the limit counts held locks, however many free names come first", opts, got, err, held[:2])
+	}
+
+	opts = fence.ListOptions{Prefix: p + "-0"}
+	if list, err = in.List(ctx, opts); err != nil || len(list) != 0 {
+		t.Fatalf("List(%+v) = %q, %v; want no locks (every name with that prefix is free)", opts, listedNames(list), err)
+	}
+
+	opts = fence.ListOptions{Prefix: p, All: true}
+	list, err = in.List(ctx, opts)
+	if got := listedNames(list); err != nil || !slices.Equal(got, names) {
+		t.Fatalf("List(%+v) = %q, %v; want every name, held or not, in name order, %q", opts, got, err, names)
+	}
+	for _, info := range list {
+		if want := slices.Contains(held, info.Name); info.Held != want || info.LastToken == 0 {
+			t.Fatalf("List(%+v) has %+v; want Held %v and its last token", opts, info, want)
+		}
+	}
+	opts.Limit = 2
+	list, err = in.List(ctx, opts)
+	if got := listedNames(list); err != nil || !slices.Equal(got, names[:2]) {
+		t.Fatalf("List(%+v) = %q, %v; want the first two names, %q", opts, got, err, names[:2])
+	}
+}
+
+// listedNames returns the names of a listing, in its order.
+func listedNames(list []fence.LockInfo) []string {
+	names := make([]string, 0, len(list))
+	for _, i := range list {
+		names = append(names, i.Name)
+	}
+	return names
 }
 
 func (s *lockerSuite) healer(t *testing.T, l fence.Locker) {
@@ -943,7 +1074,7 @@ func (s *lockerSuite) owner(t *testing.T, l fence.Locker) {
 	if strings.Contains(fmt.Sprintf("%+v", info), lease.ID()) {
 		t.Fatalf("Inspect = %+v; it must never carry the lease id", info)
 	}
-	list, err := in.List(ctx, name, 0)
+	list, err := in.List(ctx, fence.ListOptions{Prefix: name})
 	if err != nil || len(list) != 1 || list[0].Owner != owner {
 		t.Fatalf("List(%q) = %+v, %v; want one lock with owner %q", name, list, err, owner)
 	}

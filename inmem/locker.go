@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -306,32 +305,35 @@ func (l *Locker) infoLocked(name string, now time.Time) fence.LockInfo {
 	return driver.Info(name, st.leases, st.counter, now)
 }
 
-// List returns the locks whose names start with prefix, held or not, in name
-// order, at most limit of them (fence.DefaultListLimit if limit <= 0). Names whose
-// counter is still 0 (never granted nor healed) are left out. It sorts the
-// matching names, so it costs O(n log n) in the number of names: it is for
-// inspection, not for hot paths.
-func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+// List returns the locks opts selects (see fence.Inspector): by default those
+// with a lease unexpired by the Locker's clock, with opts.All every name whose
+// counter is above 0 (granted or healed at least once), in name order, at most
+// opts.Limit (fence.DefaultListLimit if <= 0). It sorts the matching names, so it
+// costs O(n log n) in the number of names: it is for inspection, not for hot
+// paths. It returns ctx's error if ctx is done.
+func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("inmem: list %q: %w", prefix, err)
+		return nil, fmt.Errorf("inmem: list %q: %w", opts.Prefix, err)
 	}
-	limit = driver.ListLimit(limit)
+	limit := driver.ListLimit(opts.Limit)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	names := make([]string, 0)
+	now := l.clock.Now()
+	var out []fence.LockInfo
 	for name, st := range l.locks {
-		if st.counter > 0 && strings.HasPrefix(name, prefix) {
-			names = append(names, name)
+		if st.counter == 0 || !strings.HasPrefix(name, opts.Prefix) {
+			continue
+		}
+		if info := l.infoLocked(name, now); driver.Listed(info, opts) {
+			out = append(out, info)
 		}
 	}
-	sort.Strings(names)
-	if len(names) > limit {
-		names = names[:limit]
+	slices.SortFunc(out, func(a, b fence.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	if len(out) > limit {
+		out = out[:limit]
 	}
-	now := l.clock.Now()
-	out := make([]fence.LockInfo, len(names))
-	for i, name := range names {
-		out[i] = l.infoLocked(name, now)
+	if out == nil {
+		out = []fence.LockInfo{}
 	}
 	return out, nil
 }

@@ -222,7 +222,7 @@ func TestLocker_InspectList(t *testing.T) {
 	if !reflect.DeepEqual(info, want) {
 		t.Fatalf("Inspect(a/2) = %+v, want %+v", info, want)
 	}
-	list, err := l.List(ctx, "", 0)
+	list, err := l.List(ctx, fence.ListOptions{All: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,9 +231,14 @@ func TestLocker_InspectList(t *testing.T) {
 		names = append(names, i.Name)
 	}
 	if len(list) != 3 || names[0] != "a/1" || names[1] != "a/2" || names[2] != "b/1" || list[2].Held {
-		t.Fatalf("List(\"\") = %+v, want a/1, a/2 held and b/1 expired, in order", list)
+		t.Fatalf("List(All) = %+v, want a/1, a/2 held and b/1 expired, in order", list)
 	}
-	list, _ = l.List(ctx, "a/", 1)
+	// Held only, by the Locker's clock: b/1's lease expired, unreleased.
+	list, err = l.List(ctx, fence.ListOptions{})
+	if err != nil || len(list) != 2 || list[0].Name != "a/1" || list[1].Name != "a/2" {
+		t.Fatalf("List(held) = %+v, %v; want a/1 and a/2, not the expired b/1", list, err)
+	}
+	list, _ = l.List(ctx, fence.ListOptions{Prefix: "a/", Limit: 1})
 	if len(list) != 1 || list[0].Name != "a/1" {
 		t.Fatalf("List(a/, 1) = %+v, want only a/1", list)
 	}

@@ -241,8 +241,12 @@ SELECT pg_notify(` + channel + `, name) FROM ended`
 	l.releaseSQL = end(" AND lease = $2", "$3")
 	l.revokeSQL = end("", "$2")
 	l.inspectSQL = `SELECT token, ` + remainingMS + `, owner, ` + multiCols + ` FROM ` + t + ` WHERE name = $1`
+	// $3 true lists every row; false only those with a lease unexpired by the
+	// database's clock (a semaphore's or shared lock's expires_at follows its last
+	// holder, so it is live while any holder is).
 	l.listSQL = `SELECT name, token, ` + remainingMS + `, owner, ` + multiCols + ` FROM ` + t + `
-WHERE name >= $1 AND starts_with(name, $1) ORDER BY name LIMIT $2`
+WHERE name >= $1 AND starts_with(name, $1) AND ($3 OR expires_at > clock_timestamp())
+ORDER BY name LIMIT $2`
 
 	l.buildMultiSQL()
 
@@ -615,17 +619,21 @@ func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInf
 	return l.engine.Watch(ctx, name, l.subscribe, l.inspect)
 }
 
-// List returns the locks whose names start with prefix, held or not, in byte
-// order of their names, at most limit of them (fence.DefaultListLimit if
-// limit <= 0). It returns the errors of Inspect.
-func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+// List returns the locks opts selects (see fence.Inspector), in byte order of
+// their names, at most opts.Limit of them (fence.DefaultListLimit if <= 0): by
+// default the rows whose lease is unexpired by the database's clock, chosen in
+// the query, with opts.All every row (every name acquired or healed once). It
+// returns fence.ErrInvalid for a prefix longer than a name, and otherwise the
+// errors of Inspect.
+func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
+	prefix := opts.Prefix
 	if len(prefix) > fence.MaxNameLen {
 		return nil, fmt.Errorf("postgres: list: %w", driver.ValidateName(prefix))
 	}
 	if err := l.usable(); err != nil {
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
 	}
-	rows, err := l.pool.Query(ctx, l.listSQL, prefix, driver.ListLimit(limit))
+	rows, err := l.pool.Query(ctx, l.listSQL, prefix, driver.ListLimit(opts.Limit), opts.All)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, dbErr(err))
 	}
@@ -645,7 +653,11 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		if err != nil {
 			return nil, fmt.Errorf("postgres: list %q: lock %q: %w", prefix, name, err)
 		}
-		out = append(out, info)
+		// A holder may expire between the WHERE and the clock reading that judges
+		// it: the lock is then free, and left out as the WHERE would have.
+		if driver.Listed(info, opts) {
+			out = append(out, info)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, dbErr(err))

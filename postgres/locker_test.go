@@ -87,7 +87,7 @@ func TestLocker_HandEditedRow_NullOwner_InspectErrCorrupt(t *testing.T) {
 	wantOK(t, "set owner NULL by hand", err)
 	_, err = l.Inspect(ctx, "job")
 	wantIs(t, "Inspect with a NULL owner", err, postgres.ErrCorrupt)
-	_, err = l.List(ctx, "", 0)
+	_, err = l.List(ctx, fence.ListOptions{})
 	wantIs(t, "List with a NULL owner", err, postgres.ErrCorrupt)
 	wantOK(t, "the holder's Renew (the owner is only a label)", lease.Renew(ctx, time.Minute))
 }
@@ -184,7 +184,7 @@ func TestLocker_List_PrefixInByteOrderWithLimit(t *testing.T) {
 		}
 	}
 	mustAcquire(t, ctx, l, prefix[:len(prefix)-1]+"x", time.Minute) // shares all but the last byte
-	infos, err := l.List(ctx, prefix, 0)
+	infos, err := l.List(ctx, fence.ListOptions{Prefix: prefix, All: true})
 	wantOK(t, "List", err)
 	var got []string
 	for _, in := range infos {
@@ -193,7 +193,16 @@ func TestLocker_List_PrefixInByteOrderWithLimit(t *testing.T) {
 	if strings.Join(got, " ") != "a+ b- c+ é+" {
 		t.Fatalf("List = %v, want [a+ b- c+ é+] (byte order, held marked +)", got)
 	}
-	infos, err = l.List(ctx, prefix, 2)
+	infos, err = l.List(ctx, fence.ListOptions{Prefix: prefix, Limit: 2})
+	wantOK(t, "List held", err)
+	got = got[:0]
+	for _, in := range infos {
+		got = append(got, strings.TrimPrefix(in.Name, prefix)+map[bool]string{true: "+", false: "-"}[in.Held])
+	}
+	if strings.Join(got, " ") != "a+ c+" {
+		t.Fatalf("List held, limit 2 = %v, want [a+ c+] (the released b left out, not counted)", got)
+	}
+	infos, err = l.List(ctx, fence.ListOptions{Prefix: prefix, Limit: 2, All: true})
 	wantOK(t, "List with limit", err)
 	if len(infos) != 2 {
 		t.Fatalf("List with limit 2 returned %d locks", len(infos))

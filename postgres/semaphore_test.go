@@ -63,7 +63,7 @@ func TestLocker_Semaphore_LowestFreeSlotLimitAndMismatch(t *testing.T) {
 			t.Fatalf("Inspect holder %d = %+v; want slot %d with about 1m left", i, h, i)
 		}
 	}
-	list, err := l.List(ctx, name, 1)
+	list, err := l.List(ctx, fence.ListOptions{Prefix: name, Limit: 1})
 	wantOK(t, "List", err)
 	if len(list) != 1 || len(list[0].Holders) != 3 || list[0].Limit != 3 {
 		t.Fatalf("List = %+v; want the semaphore with its three holders", list)

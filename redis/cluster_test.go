@@ -204,7 +204,7 @@ func TestCluster_ThreeMasters(t *testing.T) {
 				t.Errorf("%q: Release: %v", name, err)
 			}
 		}
-		infos, err := l.List(ctx, "", 0)
+		infos, err := l.List(ctx, fence.ListOptions{All: true})
 		if err != nil {
 			t.Fatalf("List on the cluster: %v", err)
 		}

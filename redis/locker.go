@@ -878,12 +878,17 @@ type clusterScanner interface {
 	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *goredis.Client) error) error
 }
 
-// List returns the locks whose names start with prefix, in name order, at most limit
-// (fence.DefaultListLimit if limit <= 0). A lock is listed once it has been acquired once:
-// its counter is never deleted. It scans the keyspace (SCAN, on every master of a
-// Cluster), so it costs time proportional to the number of keys; it is meant for
-// operators (`fence status`), not hot paths. Errors are those of Inspect.
-func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+// List returns the locks opts selects (see fence.Inspector), in name order, at
+// most opts.Limit (fence.DefaultListLimit if <= 0): by default the held ones (a
+// lease unexpired by Redis's clock, as Inspect judges it), with opts.All every
+// name acquired or healed once (its counter is never deleted). It scans the
+// keyspace for counters (SCAN, on every master of a Cluster), then inspects the
+// names in order until it has opts.Limit of them, so it costs time proportional
+// to the number of keys plus one round trip per name inspected; it is meant for
+// operators (`fence status`), not hot paths. It returns fence.ErrInvalid for a
+// prefix that is not a valid name; other errors are those of Inspect.
+func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
+	prefix := opts.Prefix
 	if prefix != "" {
 		if err := driver.ValidateName(prefix); err != nil {
 			return nil, fmt.Errorf("redis: list %q: %w", prefix, err)
@@ -892,7 +897,6 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	if l.isClosed() {
 		return nil, fmt.Errorf("redis: list %q: %w", prefix, fence.ErrClosed)
 	}
-	limit = driver.ListLimit(limit)
 	match := globEscape(l.prefix+"{"+escapeName(prefix)) + "*}" + tokenSuffix
 	var mu sync.Mutex
 	names := map[string]bool{}
@@ -926,15 +930,5 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 	if err != nil {
 		return nil, fmt.Errorf("redis: list %q: %w", prefix, translate(err))
 	}
-	sorted := slices.Sorted(maps.Keys(names))
-	sorted = sorted[:min(len(sorted), limit)]
-	out := make([]fence.LockInfo, 0, len(sorted))
-	for _, n := range sorted {
-		info, err := l.Inspect(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, info)
-	}
-	return out, nil
+	return driver.ListInspected(ctx, slices.Sorted(maps.Keys(names)), opts, l.Inspect)
 }

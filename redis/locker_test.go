@@ -649,7 +649,7 @@ func TestLocker_BadInput(t *testing.T) {
 		"heal too big":    l.Heal(ctx, "x", fence.MaxToken+1),
 		"inspect bad":     func() error { _, err := l.Inspect(ctx, ""); return err }(),
 		"revoke bad":      l.Revoke(ctx, "a\nb"),
-		"list bad prefix": func() error { _, err := l.List(ctx, "a\x00", 0); return err }(),
+		"list bad prefix": func() error { _, err := l.List(ctx, fence.ListOptions{Prefix: "a\x00"}); return err }(),
 	}
 	for what, err := range checks {
 		if !errors.Is(err, fence.ErrInvalid) || !strings.HasPrefix(err.Error(), "redis: ") {
@@ -810,7 +810,7 @@ func TestLocker_InspectAndList(t *testing.T) {
 		leases[n] = lease
 	}
 	_ = leases["job/b"].Release(ctx)
-	got, err := l.List(ctx, "job/", 0)
+	got, err := l.List(ctx, fence.ListOptions{Prefix: "job/", All: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -822,10 +822,13 @@ func TestLocker_InspectAndList(t *testing.T) {
 	if strings.Join(gotNames, " ") != want {
 		t.Errorf("List(job/) = %v, want %s", gotNames, want)
 	}
-	if got, err := l.List(ctx, "", 2); err != nil || len(got) != 2 || got[0].Name != "job/*" {
+	if got, err := l.List(ctx, fence.ListOptions{Prefix: "job/"}); err != nil || len(got) != 2 || got[0].Name != "job/*" || got[1].Name != "job/a{1}" {
+		t.Errorf("List(job/, held) = %v, %v; want job/* and job/a{1}, not the released job/b", got, err)
+	}
+	if got, err := l.List(ctx, fence.ListOptions{Limit: 2, All: true}); err != nil || len(got) != 2 || got[0].Name != "job/*" {
 		t.Errorf("List(\"\", 2) = %v, %v; want the first 2 names", got, err)
 	}
-	if got, err := l.List(ctx, "job/*", 0); err != nil || len(got) != 1 {
+	if got, err := l.List(ctx, fence.ListOptions{Prefix: "job/*"}); err != nil || len(got) != 1 {
 		t.Errorf("List(job/*) = %v, %v; want only the name job/* (glob characters are literal)", got, err)
 	}
 	i := got[0]

@@ -103,7 +103,7 @@ func TestLocker_Owner_EdgeValuesRoundTrip(t *testing.T) {
 		if err != nil || info.Owner != owner || info.Token != lease.Token() || !info.Held {
 			t.Errorf("owner %q: Inspect = %+v, %v; want held by token %d with that owner", owner, info, err, lease.Token())
 		}
-		if list, err := l.List(ctx, name, 1); err != nil || len(list) != 1 || list[0].Owner != owner {
+		if list, err := l.List(ctx, fence.ListOptions{Prefix: name, Limit: 1}); err != nil || len(list) != 1 || list[0].Owner != owner {
 			t.Errorf("owner %q: List = %+v, %v; want that owner", owner, list, err)
 		}
 		if err := lease.Release(ctx); err != nil {

@@ -201,18 +201,22 @@ func (l *Locker) inspect(name string) (fence.LockInfo, []heldNode, error) {
 	return info, nil, fmt.Errorf("%w: lock nodes kept changing", fence.ErrUnavailable)
 }
 
-// List returns the locks whose names start with prefix, held or not, in name order, at
-// most limit (fence.DefaultListLimit if limit <= 0). It reads every lock directory's
-// name, so it costs one round trip plus one Inspect per lock returned. It returns
-// fence.ErrUnavailable if ZooKeeper cannot be reached or ctx ends, and
+// List returns the locks opts selects (see fence.Inspector), in name order, at
+// most opts.Limit (fence.DefaultListLimit if <= 0): by default the held ones (a
+// lease unexpired by the leader's clock, or a holder that has not claimed yet,
+// as Inspect judges it), with opts.All every lock directory. It reads every lock
+// directory's name, then inspects the names in order until it has opts.Limit of
+// them, so it costs one round trip plus one Inspect per name inspected. It
+// returns fence.ErrUnavailable if ZooKeeper cannot be reached or ctx ends, and
 // fence.ErrClosed after Close.
-func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.LockInfo, error) {
+func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
+	prefix := opts.Prefix
 	if err := l.checkOpen(); err != nil {
 		return nil, fmt.Errorf("zookeeper: list %q: %w", prefix, err)
 	}
 	kids, _, err := l.conn.Children(l.root)
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
+		return []fence.LockInfo{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: list %q: %w", prefix, zkErr(err))
@@ -225,19 +229,14 @@ func (l *Locker) List(ctx context.Context, prefix string, limit int) ([]fence.Lo
 		}
 	}
 	sort.Strings(names)
-	if limit = driver.ListLimit(limit); len(names) > limit {
-		names = names[:limit]
-	}
-	out := make([]fence.LockInfo, 0, len(names))
-	for _, n := range names {
+	return driver.ListInspected(ctx, names, opts, func(ctx context.Context, n string) (fence.LockInfo, error) {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("zookeeper: list %q: %w: %w", prefix, fence.ErrUnavailable, err)
+			return fence.LockInfo{}, fmt.Errorf("zookeeper: list %q: %w: %w", prefix, fence.ErrUnavailable, err)
 		}
 		info, _, err := l.inspect(n)
 		if err != nil {
-			return nil, fmt.Errorf("zookeeper: list %q: %w", prefix, err)
+			return fence.LockInfo{}, fmt.Errorf("zookeeper: list %q: %w", prefix, err)
 		}
-		out = append(out, info)
-	}
-	return out, nil
+		return info, nil
+	})
 }

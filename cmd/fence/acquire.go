@@ -366,15 +366,17 @@ unreachable server); 2 for usage errors.`,
 func newStatusCmd() *cobra.Command {
 	var prefix string
 	var limit int
+	var all bool
 	var flags *clientFlags
 	cmd := &cobra.Command{
-		Use:   "status [NAME | --prefix P]",
-		Short: "Show one lock, or list the locks whose names start with --prefix",
+		Use:   "status [NAME | --prefix P] [--all]",
+		Short: "Show one lock, or list the held locks (--all: every name the store knows)",
 		Long: `status shows whether lock NAME is held, its current token, the last token issued
 for it, the time left on the lease and its holder's owner ("-" if it named none;
-'fence lock' names "HOST:PID COMMAND"). Without NAME it lists the locks whose names
-start with --prefix (all locks without it), at most --limit of them. Lease ids are
-never shown.
+'fence lock' names "HOST:PID COMMAND"). Without NAME it lists the held locks (those
+with a lease unexpired by the store's clock) whose names start with --prefix (every
+name without it), at most --limit of them; --all lists the free names the store
+knows too. Lease ids are never shown.
 
 A semaphore ('fence lock -n N') shows HELD as K/N, K of its N permits held, and a
 shared lock ('fence lock --shared') as "K shared"; a row per holder follows, with
@@ -384,6 +386,9 @@ its slot (or "shared"), token, time left and owner. -o json has them as "limit",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 && prefix != "" {
 				return usagef("give NAME or --prefix, not both")
+			}
+			if len(args) == 1 && all {
+				return usagef("give NAME or --all, not both (status NAME shows the lock held or not)")
 			}
 			if limit < 0 {
 				return usagef("--limit %d: must not be negative", limit)
@@ -408,12 +413,19 @@ its slot (or "shared"), token, time left and owner. -o json has them as "limit",
 				}
 				return printInfos(out, []fence.LockInfo{info})
 			}
-			infos, err := c.List(ctx, prefix, limit)
+			infos, err := c.List(ctx, fence.ListOptions{Prefix: prefix, Limit: limit, All: all})
 			if err != nil {
 				return err
 			}
 			if output == "json" {
 				return printJSON(out, fencehttp.LockListOf(infos))
+			}
+			if len(infos) == 0 && !all {
+				what := "no lock is held"
+				if prefix != "" {
+					what = fmt.Sprintf("no lock whose name starts with %q is held", prefix)
+				}
+				fmt.Fprintln(cmd.ErrOrStderr(), what+"; --all lists the free names too")
 			}
 			return printInfos(out, infos)
 		},
@@ -421,6 +433,7 @@ its slot (or "shared"), token, time left and owner. -o json has them as "limit",
 	flags = addClientFlags(cmd)
 	cmd.Flags().StringVar(&prefix, "prefix", "", "list the locks whose names start with this")
 	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many locks (0: the server's default)")
+	cmd.Flags().BoolVar(&all, "all", false, "list every name the store knows, free ones too, not only the held locks")
 	return cmd
 }
 

@@ -1,5 +1,7 @@
-// fence dashboard: polls GET /v1/locks and GET /metrics, shows every lock with a
-// countdown to expiry, and logs what changed between polls. No framework, no build
+// fence dashboard: polls GET /v1/locks and GET /metrics, shows the held locks (every
+// name the store knows with "Free names too") with every holder of a semaphore or
+// shared lock and a countdown to each lease's expiry, and logs what changed
+// between polls. No framework, no build
 // step; every text from the server goes into the page as text, never as HTML.
 'use strict';
 
@@ -14,7 +16,7 @@
   const el = {
     conn: $('conn'), pause: $('pause'), forget: $('forget'),
     auth: $('auth'), authWhy: $('auth-why'), authForm: $('auth-form'), token: $('token'),
-    error: $('error'), filter: $('filter'), prefix: $('prefix'), limit: $('limit'),
+    error: $('error'), filter: $('filter'), prefix: $('prefix'), limit: $('limit'), all: $('all'),
     truncated: $('truncated'), rows: $('lock-rows'), empty: $('empty'), updated: $('updated'),
     every: $('every'), events: $('events'), table: $('locks'),
   };
@@ -25,7 +27,8 @@
     timer: 0,
     failures: 0,
     polling: false,
-    // The listing last shown, by name: {info, holders, deadline, span, row}.
+    // The listing last shown, by name: {info, holders, multi, row, holderRows};
+    // each holder {slot, token, owner, expires_in_ms, deadline, span}.
     locks: new Map(),
     listed: false,     // a listing with the current filter has been shown
     truncated: false,
@@ -76,6 +79,7 @@
     const prefix = el.prefix.value.trim();
     if (prefix) q.set('prefix', prefix);
     q.set('limit', el.limit.value);
+    if (el.all.checked) q.set('all', 'true');
     return '/v1/locks?' + q.toString();
   }
 
@@ -90,13 +94,17 @@
     return out;
   }
 
-  // holdersOf is the holders of a lock in one shape, whatever the server sends:
-  // today {held, token, expires_in_ms}; later, a "holders" list with owners
-  // (shared locks, semaphores).
+  // isMulti says whether a lock is a semaphore or a shared lock with live leases:
+  // the server then lists each of them in "holders" (slot, token, owner,
+  // expires_in_ms), and the lock's own token, owner and expiry are the newest one's.
+  function isMulti(info) { return Array.isArray(info.holders) && info.holders.length > 0; }
+
+  // holdersOf is the holders of a lock in one shape: every lease of a semaphore or
+  // shared lock, the one holder of a lock held exclusively, none if it is free.
   function holdersOf(info) {
-    if (Array.isArray(info.holders)) return info.holders;
+    if (isMulti(info)) return info.holders;
     if (!info.held) return [];
-    return [{ token: info.token, owner: info.owner, expires_in_ms: info.expires_in_ms }];
+    return [{ slot: 0, token: info.token, owner: info.owner, expires_in_ms: info.expires_in_ms }];
   }
   function waitersOf(info) {
     if (Array.isArray(info.waiters)) return info.waiters.length;
@@ -190,17 +198,21 @@
 
     infos.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     for (const info of infos) {
-      const holders = holdersOf(info);
       const old = prev.get(info.name);
-      const h = holders[0];
-      // The countdown starts from when the request was sent: the server measured
-      // expires_in_ms after that, so the deadline shown is never later than its own.
-      const deadline = h && h.expires_in_ms > 0 ? sent + h.expires_in_ms : 0;
-      let span = h ? h.expires_in_ms : 0;
-      if (old && old.holders[0] && h && old.holders[0].token === h.token) {
-        span = Math.max(old.span, span); // the longest seen for this grant: the bar's 100%
-      }
-      const entry = { info, holders, deadline, span, row: old ? old.row : null };
+      const before = new Map(old ? old.holders.map((x) => [x.token, x]) : []);
+      const holders = holdersOf(info).map((x) => {
+        // The countdown starts from when the request was sent: the server measured
+        // expires_in_ms after that, so the deadline shown is never later than its own.
+        const ms = Number(x.expires_in_ms) || 0;
+        const o = before.get(x.token);
+        return {
+          slot: Number(x.slot) || 0, token: x.token, owner: x.owner || '', expires_in_ms: ms,
+          deadline: ms > 0 ? sent + ms : 0,
+          span: Math.max(o ? o.span : 0, ms), // the longest seen for this lease: the bar's 100%
+          row: o ? o.row : null,
+        };
+      });
+      const entry = { info, holders, multi: isMulti(info), row: old ? old.row : null };
       if (!first) diff(info.name, old, entry, now);
       if (holders.some((x) => x.owner)) anyOwner = true;
       if (waitersOf(info) !== undefined) anyWaiters = true;
@@ -208,11 +220,16 @@
     }
     if (!first && !truncated && !state.truncated) {
       for (const [name, old] of prev) {
-        if (!next.has(name)) event('release', name, 'is no longer listed' + (old.holders[0] ? ' (token ' + old.holders[0].token + ')' : ''));
+        if (next.has(name)) continue;
+        // Not listed any more: a held lock that is now free (the listing shows
+        // held locks only unless "Free names too" is on).
+        if (old.holders.length) diff(name, old, { info: {}, holders: [], multi: false }, now);
+        else event('release', name, 'is no longer listed');
       }
     }
     if (first) {
-      event('info', '', 'watching ' + infos.length + (infos.length === 1 ? ' lock' : ' locks') +
+      const what = el.all.checked ? (infos.length === 1 ? ' lock' : ' locks') : (infos.length === 1 ? ' held lock' : ' held locks');
+      event('info', '', 'watching ' + infos.length + what +
         (el.prefix.value.trim() ? ' under "' + el.prefix.value.trim() + '"' : ''));
     }
     state.locks = next;
@@ -229,31 +246,46 @@
     el.empty.hidden = infos.length > 0;
     el.table.hidden = infos.length === 0;
     $('m-held').textContent = String(infos.filter((i) => holdersOf(i).length > 0).length) + (truncated ? '+' : '');
+    el.empty.textContent = el.all.checked
+      ? 'No locks yet. A lock appears here once it has been acquired.'
+      : 'No lock is held' + (el.prefix.value.trim() ? ' under this prefix' : '') +
+        '. Tick "Free names too" to list every name the store knows.';
     tick();
   }
 
-  // diff logs what happened to one lock between two polls.
+  // diff logs what happened to one lock between two polls, lease by lease: a
+  // semaphore's or shared lock's holders come and go one at a time.
   function diff(name, old, cur, now) {
-    const h = cur.holders[0];
     const last = cur.info.last_token || 0;
     if (!old) {
-      if (h) event('grant', name, 'granted token ' + h.token + ownerText(h));
-      else if (last) event('release', name, 'granted and freed between polls (last token ' + last + ')');
+      for (const h of cur.holders) event('grant', name, 'granted token ' + h.token + slotText(cur, h) + ownerText(h));
+      if (!cur.holders.length && last) event('release', name, 'granted and freed between polls (last token ' + last + ')');
       return;
     }
-    const o = old.holders[0];
-    if (o && h && o.token !== h.token) {
-      event('grant', name, 'token ' + o.token + ' ended; granted token ' + h.token + ownerText(h));
-    } else if (!o && h) {
-      event('grant', name, 'granted token ' + h.token + ownerText(h));
-    } else if (o && !h) {
+    const was = new Map(old.holders.map((h) => [h.token, h]));
+    const is = new Map(cur.holders.map((h) => [h.token, h]));
+    const gone = old.holders.filter((h) => !is.has(h.token));
+    const come = cur.holders.filter((h) => !was.has(h.token));
+    if (!old.multi && !cur.multi && gone.length === 1 && come.length === 1) {
+      event('grant', name, 'token ' + gone[0].token + ' ended; granted token ' + come[0].token + ownerText(come[0]));
+      return;
+    }
+    for (const o of gone) {
       // The API does not say how a lease ended; one whose countdown had run out expired.
-      if (old.deadline && old.deadline <= now + 50) event('expire', name, 'token ' + o.token + ' expired');
-      else event('release', name, 'token ' + o.token + ' released');
-    } else if (o && h && cur.deadline > old.deadline + 500) {
-      event('renew', name, 'token ' + h.token + ' renewed (' + fmtLeft(cur.deadline - now) + ' left)');
+      if (o.deadline && o.deadline <= now + 50) event('expire', name, 'token ' + o.token + slotText(old, o) + ' expired');
+      else event('release', name, 'token ' + o.token + slotText(old, o) + ' released');
+    }
+    for (const h of come) event('grant', name, 'granted token ' + h.token + slotText(cur, h) + ownerText(h));
+    for (const h of cur.holders) {
+      const o = was.get(h.token);
+      if (o && h.deadline > o.deadline + 500) {
+        event('renew', name, 'token ' + h.token + slotText(cur, h) + ' renewed (' + fmtLeft(h.deadline - now) + ' left)');
+      }
     }
   }
+
+  // slotText names a semaphore holder's slot in the activity.
+  function slotText(e, h) { return e.multi && e.info.limit > 0 ? ' (slot ' + h.slot + ')' : ''; }
 
   // No "grants missed" from a token's jump: tokens only increase, with gaps (a
   // store may count all locks on one counter).
@@ -265,11 +297,22 @@
 
   function render(anyOwner, anyWaiters, prev) {
     let at = el.rows.firstChild;
+    const place = (tr) => {
+      if (tr !== at) el.rows.insertBefore(tr, at); else at = at.nextSibling;
+    };
     for (const [name, e] of state.locks) {
       if (!e.row) e.row = makeRow(name);
       const changed = fill(e, anyOwner, anyWaiters);
       if (changed && prev.size > 0 && prev.has(name)) flash(e.row);
-      if (e.row !== at) el.rows.insertBefore(e.row, at); else at = at.nextSibling;
+      place(e.row);
+      // A semaphore's or shared lock's holders, a row each, under the lock's.
+      for (const h of e.multi ? e.holders : []) {
+        const fresh = !h.row;
+        if (fresh) h.row = makeHolderRow(name);
+        fillHolder(e, h, anyOwner, anyWaiters);
+        if (fresh && prev.size > 0 && prev.has(name)) flash(h.row);
+        place(h.row);
+      }
     }
     while (at) { const n = at.nextSibling; at.remove(); at = n; }
   }
@@ -291,6 +334,29 @@
       if (col === 'token' || col === 'last_token' || col === 'waiters') td.className = 'num';
       tr.appendChild(td);
     }
+    addCountdown(tr);
+    return tr;
+  }
+
+  // makeHolderRow makes the row of one holder of the semaphore or shared lock name.
+  function makeHolderRow(name) {
+    const tr = document.createElement('tr');
+    tr.className = 'holder';
+    tr.dataset.holderOf = name;
+    const th = document.createElement('th');
+    th.scope = 'row';
+    tr.appendChild(th);
+    for (const col of ['state', 'token', 'expires', 'last_token', 'owner', 'waiters']) {
+      const td = document.createElement('td');
+      td.dataset.col = col;
+      if (col === 'token' || col === 'last_token' || col === 'waiters') td.className = 'num';
+      tr.appendChild(td);
+    }
+    addCountdown(tr);
+    return tr;
+  }
+
+  function addCountdown(tr) {
     const exp = tr.querySelector('[data-col="expires"]');
     const wrap = document.createElement('div');
     wrap.className = 'expires';
@@ -302,33 +368,44 @@
     bar.appendChild(document.createElement('span'));
     wrap.append(text, bar);
     exp.appendChild(wrap);
-    return tr;
   }
 
-  // fill writes an entry into its row and reports whether its holder changed.
+  // stateText is a lock's state as its badge says it: "held", "free", a
+  // semaphore's "held 2/3" (2 of its 3 permits) or a shared lock's "shared ×2".
+  function stateText(e) {
+    if (!e.holders.length) return 'free';
+    if (!e.multi) return 'held';
+    if (e.info.shared) return 'shared ×' + e.holders.length;
+    return 'held ' + e.holders.length + '/' + e.info.limit;
+  }
+
+  // fill writes an entry into its row and reports whether its holders changed. A
+  // semaphore's or shared lock's row says how many hold it; its holders' rows
+  // (fillHolder) give each one's token, time left and owner.
   function fill(e, anyOwner, anyWaiters) {
-    const tr = e.row, h = e.holders[0];
+    const tr = e.row, h = e.multi ? null : e.holders[0];
     const cell = (c) => tr.querySelector('[data-col="' + c + '"]');
     const held = e.holders.length > 0;
-    const stateText = held ? (e.holders.length > 1 ? 'held ×' + e.holders.length : 'held') : 'free';
+    const text = stateText(e);
     const before = tr.dataset.holder || '';
-    const holder = held ? String(h.token) : '';
+    const holder = e.holders.map((x) => x.token).join(' ');
     tr.dataset.held = String(held);
     tr.dataset.holder = holder;
+    tr.classList.toggle('multi', e.multi);
 
     const st = cell('state');
-    if (st.textContent !== stateText) {
+    if (st.textContent !== text) {
       st.textContent = '';
       const b = document.createElement('span');
       b.className = 'badge ' + (held ? 'held' : 'free');
-      b.textContent = stateText;
+      b.textContent = text;
       st.appendChild(b);
     }
-    setText(cell('token'), held ? String(h.token) : '–');
+    setText(cell('token'), h ? String(h.token) : '–');
     setText(cell('last_token'), e.info.last_token ? String(e.info.last_token) : '–');
     const owner = cell('owner');
     owner.hidden = !anyOwner;
-    setText(owner, held && h.owner ? String(h.owner) : '–');
+    setOwner(owner, h && h.owner ? String(h.owner) : '–');
     const waiters = cell('waiters');
     waiters.hidden = !anyWaiters;
     const w = waitersOf(e.info);
@@ -336,7 +413,39 @@
     return before !== holder;
   }
 
+  // fillHolder writes one holder h of the semaphore or shared lock e into its row.
+  function fillHolder(e, h, anyOwner, anyWaiters) {
+    const tr = h.row;
+    const cell = (c) => tr.querySelector('[data-col="' + c + '"]');
+    tr.dataset.token = String(h.token);
+    tr.dataset.slot = String(h.slot);
+    setText(tr.querySelector('th'), e.info.shared ? 'shared' : 'slot ' + h.slot);
+    setText(cell('state'), '');
+    setText(cell('token'), String(h.token));
+    setText(cell('last_token'), '');
+    const owner = cell('owner');
+    owner.hidden = !anyOwner;
+    setOwner(owner, h.owner ? String(h.owner) : '–');
+    const waiters = cell('waiters');
+    waiters.hidden = !anyWaiters;
+    setText(waiters, '');
+  }
+
   function setText(node, text) { if (node.textContent !== text) node.textContent = text; }
+
+  // setOwner writes an owner ("host:pid command") into node, each word kept on one
+  // line: it breaks at its spaces, never inside "worker-a@host".
+  function setOwner(node, text) {
+    if (node.textContent === text) return;
+    node.textContent = '';
+    text.split(' ').forEach((word, i) => {
+      if (i > 0) node.append(' ');
+      const w = document.createElement('span');
+      w.className = 'word';
+      w.textContent = word;
+      node.appendChild(w);
+    });
+  }
 
   function flash(tr) {
     tr.classList.remove('changed');
@@ -344,30 +453,37 @@
     tr.classList.add('changed');
   }
 
-  // tick redraws the countdowns from the deadlines of the last poll.
+  // tick redraws the countdowns from the deadlines of the last poll: a lock's own
+  // for a lock held exclusively, each holder's for a semaphore or shared lock.
   function tick() {
     const now = performance.now();
     for (const e of state.locks.values()) {
       if (!e.row) continue;
-      const text = e.row.querySelector('.left');
-      const bar = e.row.querySelector('.bar');
-      if (!e.holders.length) {
-        setText(text, '–');
-        bar.hidden = true;
-        continue;
-      }
-      if (!e.deadline) {
-        setText(text, 'unknown');
-        bar.hidden = true;
-        continue;
-      }
-      const left = e.deadline - now;
-      setText(text, left > 0 ? fmtLeft(left) : 'expiring…');
-      bar.hidden = false;
-      const frac = e.span > 0 ? Math.max(0, Math.min(1, left / e.span)) : 0;
-      bar.firstChild.style.width = (frac * 100).toFixed(1) + '%';
-      bar.classList.toggle('low', frac < 0.25);
+      countdown(e.row, e.multi ? null : e.holders[0], now);
+      if (e.multi) for (const h of e.holders) if (h.row) countdown(h.row, h, now);
     }
+  }
+
+  // countdown shows in row tr the time h has left ("–" without a holder).
+  function countdown(tr, h, now) {
+    const text = tr.querySelector('.left');
+    const bar = tr.querySelector('.bar');
+    if (!h) {
+      setText(text, '–');
+      bar.hidden = true;
+      return;
+    }
+    if (!h.deadline) {
+      setText(text, 'unknown');
+      bar.hidden = true;
+      return;
+    }
+    const left = h.deadline - now;
+    setText(text, left > 0 ? fmtLeft(left) : 'expiring…');
+    bar.hidden = false;
+    const frac = h.span > 0 ? Math.max(0, Math.min(1, left / h.span)) : 0;
+    bar.firstChild.style.width = (frac * 100).toFixed(1) + '%';
+    bar.classList.toggle('low', frac < 0.25);
   }
 
   function fmtLeft(ms) {
@@ -472,13 +588,18 @@
     const prefix = el.prefix.value.trim();
     if (prefix) q.set('prefix', prefix); else q.delete('prefix');
     q.set('limit', el.limit.value);
+    if (el.all.checked) q.set('all', 'true'); else q.delete('all');
     history.replaceState(null, '', location.pathname + '?' + q.toString());
     if (!state.paused) poll();
   });
 
+  // Free names too applies at once, as a changed filter.
+  el.all.addEventListener('change', () => el.filter.requestSubmit());
+
   // The filter can come in the page's URL (shareable; the token never does).
   const params = new URLSearchParams(location.search);
   if (params.has('prefix')) el.prefix.value = params.get('prefix');
+  el.all.checked = params.get('all') === 'true';
   if (params.has('limit')) {
     const v = params.get('limit');
     if (![...el.limit.options].some((o) => o.value === v) && /^[1-9][0-9]{0,4}$/.test(v) && Number(v) <= 10000) {

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   startServe, launch, watchPage, api, lockPath, row, waitRow, waitEvent, seconds, tempDir,
+  holders, waitHolders,
 } from './lib.mjs';
 
 // Screenshots go to $FENCE_UI_SCREENSHOTS, else to one temp dir per run (printed,
@@ -54,17 +55,11 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   assert.deepEqual(r.nameElements, [], 'name cell must hold no elements but line breaks');
   assert.equal(await page.evaluate(() => window.__pwned), undefined, 'markup in a lock name ran');
 
-  // Released: the row says free, keeps the last token, and the activity says so.
+  // Released: the row leaves the held locks, and the activity says so.
   const rel = await api(srv.url, 'POST', lockPath(name) + '/release', { json: { lease: a.body.lease } });
   assert.equal(rel.status, 200, 'release: ' + JSON.stringify(rel.body));
-  r = await waitRow(page, name, (x) => x === null || x.held === 'false', 'free or gone');
-  if (r !== null) {
-    assert.equal(r.state, 'free');
-    assert.equal(r.token, '–', 'token of a free lock');
-    assert.equal(r.lastToken, tok, 'last token of the released lock');
-    assert.equal(r.expires, '–', 'countdown of a free lock');
-  }
-  await waitEvent(page, (e) => e.kind === 'release' && e.name === name && e.text.includes(tok), 'the release of token ' + tok);
+  await waitRow(page, name, (x) => x === null, 'gone from the held locks');
+  await waitEvent(page, (e) => e.kind === 'release' && e.name === name && e.text.endsWith('token ' + tok + ' released'), 'the release of token ' + tok);
 
   // A stale write: token 2 writes, then the paused holder of token 1 tries.
   const b = await api(srv.url, 'POST', lockPath(name) + '/acquire', { json: { ttl_ms: 45000 } });
@@ -95,7 +90,37 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   await waitRow(page, short, (x) => x && x.held === 'true' && seconds(x.expires) <= 2.5, 'held, at most 2.5s left');
   await waitEvent(page, (e) => e.kind === 'expire' && e.name === short && e.text.endsWith(' token ' + c.body.token + ' expired'),
     'the expiry of token ' + c.body.token);
-  await waitRow(page, short, (x) => x && x.held === 'false' && x.lastToken === String(c.body.token), 'free, last token ' + c.body.token);
+  await waitRow(page, short, (x) => x === null, 'gone from the held locks');
+
+  // A semaphore with two holders: a row for the semaphore, then one per holder with
+  // its slot, token, countdown and owner (not "held x2" with one owner).
+  const pool = 'pool/workers';
+  const permits = [];
+  for (const owner of ['worker-a@host1:4242', 'worker-b@host2:977']) {
+    const p = await api(srv.url, 'POST', lockPath(pool) + '/acquire', { json: { ttl_ms: 60000, limit: 3, owner } });
+    assert.equal(p.status, 200, 'acquire a permit of ' + pool + ': ' + JSON.stringify(p.body));
+    permits.push({ ...p.body, owner });
+  }
+  r = await waitRow(page, pool, (x) => x && x.held === 'true' && x.state === 'held 2/3', 'held 2/3');
+  assert.equal(r.token, '–', 'the semaphore row leaves the tokens to its holders');
+  let hs = await waitHolders(page, pool, (x) => x.length === 2, 'two holders');
+  assert.deepEqual(hs.map((h) => [h.label, h.slot, h.token, h.owner]),
+    permits.map((p) => ['slot ' + p.slot, String(p.slot), String(p.token), p.owner]), 'the holders of ' + pool);
+  for (const h of hs) assert.ok(seconds(h.expires) > 50 && seconds(h.expires) <= 60, 'countdown of a holder: ' + JSON.stringify(h));
+  for (const p of permits) {
+    await waitEvent(page, (e) => e.kind === 'grant' && e.name === pool && e.text.endsWith(' granted token ' + p.token + ' (slot ' + p.slot + ') to ' + p.owner),
+      'the grant of ' + pool + "'s slot " + p.slot);
+  }
+
+  // A shared lock with two readers: "shared ×2", both readers listed.
+  const readers = 'reports/readers';
+  for (const owner of ['report-builder', 'auditor']) {
+    const x = await api(srv.url, 'POST', lockPath(readers) + '/acquire', { json: { ttl_ms: 40000, shared: true, owner } });
+    assert.equal(x.status, 200, 'acquire ' + readers + ' shared: ' + JSON.stringify(x.body));
+  }
+  await waitRow(page, readers, (x) => x && x.state === 'shared ×2', 'shared ×2');
+  hs = await waitHolders(page, readers, (x) => x.length === 2, 'two shared holders');
+  assert.deepEqual(hs.map((h) => [h.label, h.owner]), [['shared', 'report-builder'], ['shared', 'auditor']], 'the readers of ' + readers);
 
   // A few more locks, so the picture shows a dashboard in use.
   for (const [n, ttl] of [['reports/daily', 90000], ['payments/reconcile', 8000]]) {
@@ -116,6 +141,16 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   await page.setViewportSize({ width: 420, height: 900 });
   await page.screenshot({ path: shotPath('dashboard-narrow.png'), fullPage: true });
   await page.setViewportSize({ width: 1280, height: 860 });
+
+  // One permit released: its row goes, the other stays, and the activity names the slot.
+  const gone = permits[0];
+  const pr = await api(srv.url, 'POST', lockPath(pool) + '/release', { json: { lease: gone.lease } });
+  assert.equal(pr.status, 200, 'release a permit: ' + JSON.stringify(pr.body));
+  await waitRow(page, pool, (x) => x && x.state === 'held 1/3', 'held 1/3');
+  hs = await waitHolders(page, pool, (x) => x.length === 1, 'one holder');
+  assert.equal(hs[0].owner, permits[1].owner, 'the permit left');
+  await waitEvent(page, (e) => e.kind === 'release' && e.name === pool && e.text.endsWith('token ' + gone.token + ' (slot ' + gone.slot + ') released'),
+    'the release of slot ' + gone.slot);
 
   // Accessible: every control is labelled, the page has a language, and Pause works
   // from the keyboard.
@@ -143,7 +178,22 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   await page.goto(srv.url + '/ui?limit=2');
   await page.waitForSelector('#truncated:not([hidden])', { timeout: 10000 });
   assert.match(await page.textContent('#truncated'), /first 2 locks/);
-  assert.equal(await page.locator('#lock-rows tr').count(), 2, 'rows with limit=2');
+  assert.equal(await page.locator('#lock-rows tr[data-name]').count(), 2, 'locks with limit=2');
+
+  // Free names too (all=true, from the URL or the checkbox): the free locks with
+  // their last tokens; unticked, the held ones again.
+  await page.goto(srv.url + '/ui?all=true');
+  r = await waitRow(page, short, (x) => x && x.held === 'false', 'listed free');
+  assert.equal(r.state, 'free');
+  assert.equal(r.token, '–', 'token of a free lock');
+  assert.equal(r.lastToken, String(c.body.token), 'last token of the expired lock');
+  assert.equal(r.expires, '–', 'countdown of a free lock');
+  assert.equal(await page.isChecked('#all'), true, 'the checkbox follows all=true');
+  await page.uncheck('#all');
+  await waitRow(page, short, (x) => x === null, 'gone once free names are not asked for');
+  assert.ok(!new URL(page.url()).searchParams.has('all'), 'all still in the URL: ' + page.url());
+  await page.check('#all');
+  await waitRow(page, short, (x) => x && x.held === 'false', 'listed free again');
 
   assert.deepEqual(bad, [], 'the page went elsewhere or failed');
 });

@@ -129,6 +129,33 @@ export function row(page, name) {
   }, name);
 }
 
+// holders reads the rows of the holders of a semaphore or shared lock, in the order
+// shown: [{slot, token, owner, expires, label}] ([] if it has none).
+export function holders(page, name) {
+  return page.evaluate((n) => [...document.querySelectorAll('#lock-rows tr.holder')]
+    .filter((tr) => tr.dataset.holderOf === n)
+    .map((tr) => {
+      const c = (col) => tr.querySelector('[data-col="' + col + '"]').textContent.trim();
+      return {
+        slot: tr.dataset.slot, token: c('token'), owner: c('owner'),
+        expires: tr.querySelector('.left').textContent.trim(), label: tr.querySelector('th').textContent.trim(),
+      };
+    }), name);
+}
+
+// waitHolders waits (at most ms) until the holder rows of name satisfy ok, and
+// returns them.
+export async function waitHolders(page, name, ok, what, ms = 10000) {
+  const end = Date.now() + ms;
+  let last = [];
+  while (Date.now() < end) {
+    last = await holders(page, name);
+    if (ok(last)) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error('holders of ' + JSON.stringify(name) + ': want ' + what + ' within ' + ms + 'ms, got ' + JSON.stringify(last));
+}
+
 // waitRow waits (at most ms) until the row of name satisfies ok, and returns it.
 export async function waitRow(page, name, ok, what, ms = 10000) {
   const end = Date.now() + ms;
