@@ -18,7 +18,9 @@ import (
 )
 
 // Acquire grants a lease on name for ttl, with a token greater than every token
-// the store handed out before, for any name, across restarts and crashes. By
+// the store handed out before for name, across restarts and crashes (and than
+// every token of other names too, but for those of a name healed above the
+// shared counter: see Heal). By
 // default it tries once; with fence.WithWait it waits, woken at once by a Release
 // and by the holder's expiry, for at most the wait (by the store's clock) and
 // until ctx is done. The grant is on disk when Acquire returns (group commit), so
