@@ -36,6 +36,40 @@
 //   - A Locker declares them in [Features]; one that lacks a kind returns
 //     [ErrNotImplemented].
 //
+// # Healing a regressed counter
+//
+// A counter that went backwards (a Redis failover that lost increments, a store
+// restored from a backup) hands out tokens a guard has already accepted; the
+// guard refuses them with a [StaleTokenError] carrying its highest token, and
+// [Heal] (a [Healer]) raises the name's counter past it (P4). A heal raises
+// only its own name's tokens, never another name's, and by at most
+// [MaxHealAhead] (2^32) above the name's last token: a larger seen is refused
+// with a [HealBoundError] (matching [ErrInvalid]; over HTTP, 400 with the last
+// token and the bound) and changes nothing. So no client, whatever it sends and
+// whatever names its token may act on, can exhaust the tokens of another name,
+// nor burn its own name's in one request (P9).
+//
+// A regression larger than the bound is an operator's matter: first check that
+// the guards' highest tokens are real (that they came from this store's grants,
+// not from a typo or a forged fence: P9 refuses those on the stores that keep
+// the resource), then heal in steps, each at most MaxHealAhead above the last
+// token the refusal reported:
+//
+//	for {
+//		err := h.Heal(ctx, name, seen)
+//		var b *fence.HealBoundError
+//		if !errors.As(err, &b) {
+//			return err // nil: healed
+//		}
+//		if err := h.Heal(ctx, name, b.Last+fence.MaxHealAhead); err != nil {
+//			return err
+//		}
+//	}
+//
+// or with `fence` over HTTP, POST /v1/locks/NAME/heal with seen at most last +
+// 4294967296 (the "last" and "bound" of the 400 answer), repeated. Each step
+// uses up that many tokens of the name; the name has 2^53-1 in all.
+//
 // # Limits
 //
 //   - Lock names and resource keys: 1 to [MaxNameLen] (255) bytes of valid UTF-8 with no

@@ -130,3 +130,35 @@ func ExampleHeal() {
 	// token 2 rejected: true
 	// after heal: token 3 accepted: true
 }
+
+// A regression larger than MaxHealAhead (a store restored from a very old
+// backup) is healed in steps, once an operator has checked that the guards'
+// highest token is real: each step goes at most MaxHealAhead above the last token
+// the refusal reports.
+func ExampleHealBoundError() {
+	ctx := context.Background()
+	locker := inmem.NewLocker(inmem.Options{})
+	a, _ := locker.Acquire(ctx, "payments", time.Minute)
+	_ = a.Release(ctx)
+
+	seen := 3*fence.MaxHealAhead + 5 // the guards' highest token, checked
+	steps := 0
+	for {
+		err := locker.Heal(ctx, "payments", seen)
+		var b *fence.HealBoundError
+		if !errors.As(err, &b) {
+			fmt.Println("healed:", err, "after", steps, "steps")
+			break
+		}
+		steps++
+		if err := locker.Heal(ctx, "payments", b.Last+fence.MaxHealAhead); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	c, _ := locker.Acquire(ctx, "payments", time.Minute)
+	fmt.Println("next token above seen:", c.Token() > seen)
+	// Output:
+	// healed: <nil> after 3 steps
+	// next token above seen: true
+}

@@ -51,6 +51,16 @@ type Locker interface {
 // *StaleTokenError, report its Highest here; the backend raises name's counter so the
 // next grant's token is above seen. Heal never lowers a counter, so it is safe to
 // call with any value a guard reported.
+//
+// A heal raises only name's tokens, never another name's (P9), and seen may be at
+// most MaxHealAhead above name's last token: the highest token the backend may
+// have issued for name, or healed it to (each backend's Heal says what it counts;
+// 0 for a name never used). Heal returns nil once the next grant on name is above
+// seen (durably, on a durable store); a *HealBoundError (matching ErrInvalid) for a
+// seen beyond the bound, having changed nothing; ErrInvalid for a bad name or a
+// seen outside [1, MaxToken]; ErrUnavailable when the store cannot be reached or
+// written; ErrClosed after the locker was closed. See the package doc for a
+// regression larger than the bound.
 type Healer interface {
 	Heal(ctx context.Context, name string, seen Token) error
 }

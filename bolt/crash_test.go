@@ -76,6 +76,7 @@ func TestMain(m *testing.M) {
 //	D name token                                        released or revoked (printed after success)
 //	T offset                                            wants to step the wall clock to real+offset (waits for a line on stdin)
 //	S                                                   the step is absorbed (a grant was written since)
+//	H name seen                                         healed (printed after Heal returned: on disk)
 func crashChild(path string) int {
 	seed, _ := strconv.ParseInt(os.Getenv(crashSeedEnv), 10, 64)
 	rng := rand.New(rand.NewSource(seed))
@@ -156,7 +157,25 @@ func crashChild(path string) int {
 	if rng.Intn(2) == 0 {
 		stepAt = 3 + rng.Intn(12)
 	}
+	var top fence.Token // the highest token this run was granted
 	for i := 0; ; i++ {
+		if i > 6 && rng.Intn(12) == 0 {
+			// Heal a repeated name a little above every token of this run (so
+			// usually above the shared counter: its floor), as P4 does after a
+			// regression; a kill can come before or after the floor is written.
+			name := fmt.Sprintf("r%d", rng.Intn(6))
+			info, err := s.Inspect(ctx, name)
+			if err != nil {
+				fmt.Printf("E inspect %s: %v\n", name, err)
+				return 8
+			}
+			seen := max(top, info.LastToken) + 1 + fence.Token(rng.Intn(64))
+			if err := s.Heal(ctx, name, seen); err != nil {
+				fmt.Printf("E heal %s: %v\n", name, err)
+				return 9
+			}
+			fmt.Printf("H %s %d\n", name, seen)
+		}
 		// First a name never used, then every repeated name once, without
 		// waiting: right after the reopen each must be granted at once unless a
 		// lease of the killed run may still hold it.
@@ -210,6 +229,7 @@ func crashChild(path string) int {
 			return 4
 		}
 		fmt.Printf("G %s %d %d %d %d %s %s\n", name, l.Token(), start.UnixNano(), end.UnixNano(), int64(ttl), l.ID(), ownerField(owner))
+		top = max(top, l.Token())
 		if i == stepAt {
 			fmt.Printf("S\n")
 		}
@@ -263,6 +283,8 @@ type crashChecker struct {
 	run      int
 	tokens   map[fence.Token]string // every token seen, with its name
 	maxToken map[string]fence.Token // per name, over earlier runs
+	healed   map[string]fence.Token // per name, the highest heal acknowledged (H)
+	heals    int
 	runMax   map[string]fence.Token // per name, in this run
 	leases   map[string]*crashLease // per name, the last lease
 	// ghosts: per name, an upper bound of the expiry of a grant that may have
@@ -335,7 +357,7 @@ func (c *crashChecker) violate(format string, args ...any) {
 }
 
 func newCrashChecker(t *testing.T) *crashChecker {
-	return &crashChecker{t: t, tokens: map[fence.Token]string{}, maxToken: map[string]fence.Token{},
+	return &crashChecker{t: t, tokens: map[fence.Token]string{}, maxToken: map[string]fence.Token{}, healed: map[string]fence.Token{},
 		runMax: map[string]fence.Token{}, leases: map[string]*crashLease{}, ghosts: map[string]int64{}}
 }
 
@@ -372,6 +394,10 @@ func (c *crashChecker) line(line string) {
 		c.stepping = false
 	case "A":
 		c.acquire = f
+	case "H":
+		name, seen := f[1], fence.Token(num(2))
+		c.healed[name] = max(c.healed[name], seen)
+		c.heals++
 	case "G":
 		name, tok, start, end, ttl := f[1], fence.Token(num(2)), num(3), num(4), num(5)
 		if len(f) < 8 {
@@ -379,10 +405,13 @@ func (c *crashChecker) line(line string) {
 		}
 		c.grants++
 		c.acquire = nil
-		if other, dup := c.tokens[tok]; dup {
-			c.violate("run %d: P1 violated: token %d granted on %q was already granted on %q", c.run, tok, name, other)
-		}
+		// Tokens are unique per name only (P1): a healed name's floor hands out
+		// tokens the shared counter may hand another name later. Within a name,
+		// the checks below catch a repeat.
 		c.tokens[tok] = name
+		if h := c.healed[name]; tok <= h {
+			c.violate("run %d: P1 violated: %q got token %d after it was healed to %d", c.run, name, tok, h)
+		}
 		if max := c.maxToken[name]; tok <= max {
 			c.violate("run %d: P1 violated: %q got token %d after a crash, but %d was granted before", c.run, name, tok, max)
 		}
@@ -475,9 +504,11 @@ func (c *crashChecker) line(line string) {
 // (repeated and distinct names, short and long TTLs, renewals and releases) and
 // SIGKILLs it at random points, at least 50 times, reopening the same file each
 // time; about every other run the child's wall clock steps forward by 1-3s while
-// the store runs. Across all runs:
+// the store runs, and now and then it heals a name above every token of the run
+// (so above the shared counter: the name's floor). Across all runs:
 //
-//   - no token is granted twice or lower than one granted before for that name (P1);
+//   - no token is granted twice or lower than one granted before for that name,
+//     nor at or below a heal of that name acknowledged before (P1, P4);
 //   - no name is granted while a lease printed before a crash was still unexpired,
 //     and the holder of such a lease can renew it after the restart (P6);
 //   - a name that was free at the crash (never used, released, or expired) is
@@ -502,8 +533,8 @@ func TestCrash_KillNine_RestartIsANonEvent(t *testing.T) {
 	c := newCrashChecker(t)
 	began := time.Now()
 	grantsAfterReopen := runCrashes(t, rng, path, kills, "", c, nil)
-	t.Logf("%d kills in %v: %d grants, %d grants after a reopen, %d checked against an unreleased pre-crash lease (%d requested while it was unexpired), %d refusals P6 required, %d renewals across a restart, %d names free at a restart granted at once, %d owners kept across a restart, %d wall-clock steps",
-		kills, time.Since(began).Round(time.Millisecond), c.grants, grantsAfterReopen, c.crossRun, c.heldBack, c.refused, c.renewed, c.freeNow, c.owners, c.steps)
+	t.Logf("%d kills in %v: %d grants, %d grants after a reopen, %d checked against an unreleased pre-crash lease (%d requested while it was unexpired), %d refusals P6 required, %d renewals across a restart, %d names free at a restart granted at once, %d owners kept across a restart, %d wall-clock steps, %d heals",
+		kills, time.Since(began).Round(time.Millisecond), c.grants, grantsAfterReopen, c.crossRun, c.heldBack, c.refused, c.renewed, c.freeNow, c.owners, c.steps, c.heals)
 	if c.refused == 0 {
 		t.Fatalf("no acquisition was attempted while a pre-crash lease was unexpired: P6 was not exercised")
 	}
@@ -512,6 +543,9 @@ func TestCrash_KillNine_RestartIsANonEvent(t *testing.T) {
 	}
 	if c.owners == 0 {
 		t.Fatalf("no lease with an owner was inspected after a restart: owners were not checked")
+	}
+	if c.heals == 0 {
+		t.Fatalf("no heal was acknowledged: heals were not checked across a crash")
 	}
 	if c.freeNow < kills/2 {
 		t.Fatalf("only %d grants of names free at a restart in %d runs: the crash test checked too little", c.freeNow, kills)
@@ -529,18 +563,15 @@ func TestCrash_KillNine_RestartIsANonEvent(t *testing.T) {
 		t.Fatalf("final reopen: %v", err)
 	}
 	defer s.Close()
-	var max fence.Token
-	for tok := range c.tokens {
-		if tok > max {
-			max = tok
+	for i := range 6 {
+		name := fmt.Sprintf("r%d", i)
+		l, err := s.Acquire(context.Background(), name, time.Second, fence.WithWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("final acquire: %v", err)
 		}
-	}
-	l, err := s.Acquire(context.Background(), "r0", time.Second, fence.WithWait(5*time.Second))
-	if err != nil {
-		t.Fatalf("final acquire: %v", err)
-	}
-	if l.Token() <= max {
-		t.Fatalf("final token %d, want above every token printed (%d)", l.Token(), max)
+		if want := max(c.maxToken[name], c.healed[name]); l.Token() <= want {
+			t.Fatalf("final token of %q %d, want above every token printed for it and every heal (%d)", name, l.Token(), want)
+		}
 	}
 }
 
@@ -672,7 +703,8 @@ func waitKilled(t *testing.T, run int, cmd *exec.Cmd) {
 // TestCrash_BrokenStore_CheckerFindsViolations is the crash test's negative
 // control: with a store that forgets its token ceiling, its written leases, its
 // lease log, or the forward steps of the wall clock, after a restart, the same checker must
-// report P1 or P6 violations; with one that forgets the owners of the leases it
+// report P1 or P6 violations; with one that forgets the floors of healed names,
+// tokens at or below a heal; with one that forgets the owners of the leases it
 // restores, lost owners; with one that refuses every grant for a while
 // after a restart (as the lease horizon did), it must report free names
 // refused. A checker that cannot fail proves nothing.
@@ -683,6 +715,7 @@ func TestCrash_BrokenStore_CheckerFindsViolations(t *testing.T) {
 	for _, tc := range []struct{ broken, want string }{
 		{"tokens", "P1 violated"}, {"leases", "P6 violated"}, {"steps", "P6 violated"},
 		{"grace", "restart not a non-event"}, {"log", "P6 violated"}, {"owners", "owner lost"},
+		{"floors", "after it was healed"},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			seed := time.Now().UnixNano()

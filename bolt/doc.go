@@ -56,7 +56,8 @@
 //     acknowledged, since a commit is acknowledged after its fdatasync.
 //
 //   - Tokens (P1). One counter serves all names (tokens need only increase per
-//     name; a global counter makes that hold across crashes simply). The file
+//     name; a global counter makes that hold across crashes simply), except a
+//     name healed above it (see Heal below). The file
 //     stores a ceiling C; tokens up to C may be handed out, none above C before C
 //     is on disk. When the counter comes within half a block of C, the flusher
 //     raises C by Options.TokenBlock in the same commits, so grants rarely wait for
@@ -67,11 +68,23 @@
 //     (the store died between its commit and the reply) may be on disk too, and is
 //     then honoured until its expiry, as a grant whose reply was lost would be.
 //
-// Heal raises the one counter, so it raises the next token of every name. That is
-// allowed (tokens only increase) and keeps Heal durable with the same ceiling. A
-// store never regresses, so guards have no reason to report a token above its
-// counter; but note that Heal(name, fence.MaxToken) exhausts every name (the store
-// fails closed with fence.ErrTokenExhausted).
+// Heal raises one name's next token and no other's: the name's record keeps the
+// healed token as its floor (its last token, written to the lease log before
+// Heal returns), and a grant on that name takes the higher of the shared
+// counter's next and the floor's next. A grant from the floor leaves the shared
+// counter, and so every other name's tokens, where they were; it needs no
+// ceiling, since the name's record, on disk before the grant is handed out,
+// carries it, and Open keeps in memory every name whose record is above the
+// ceiling. A heal may ask for at most fence.MaxHealAhead above the highest
+// token the name could have been issued (its own last token, or the shared
+// counter's last, whichever is higher); a larger one is refused with a
+// *fence.HealBoundError. A store never regresses, so guards have no reason to
+// report a token above what it issued; the heal is there for a store restored
+// from a backup, and no heal can exhaust the tokens of other names.
+//
+// A file in which a name was healed above the shared counter must not be opened
+// by an earlier release, which knows no floors: it would grant that name tokens
+// below its floor until the shared counter passed it.
 //
 // # Clocks
 //

@@ -18,7 +18,9 @@ import (
 )
 
 // Acquire grants a lease on name for ttl, with a token greater than every token
-// the store handed out before, for any name, across restarts and crashes. By
+// the store handed out before for name, across restarts and crashes (and than
+// every token of other names too, but for those of a name healed above the
+// shared counter: see Heal). By
 // default it tries once; with fence.WithWait it waits, woken at once by a Release
 // and by the holder's expiry, for at most the wait (by the store's clock) and
 // until ctx is done. The grant is on disk when Acquire returns (group commit), so
@@ -144,14 +146,23 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 			return res, nil, nil
 		}
 	}
-	t := s.next
+	// The token is the shared counter's next, or, on a name healed above it,
+	// the name's own next (its floor): such a grant leaves the shared counter,
+	// and so every other name, where it is. It needs no ceiling: the name's
+	// record, written before the grant is handed out, carries it (e.last).
+	t, floor := s.next, false
+	if e != nil && uint64(e.last) >= t {
+		t, floor = uint64(e.last)+1, true
+	}
 	if t > uint64(fence.MaxToken) {
 		return driver.Result{}, nil, fmt.Errorf("counter at %d: %w", t-1, fence.ErrTokenExhausted)
 	}
-	if t > s.ceil {
-		return driver.Result{}, s.syncLocked(), nil
+	if !floor {
+		if t > s.ceil {
+			return driver.Result{}, s.syncLocked(), nil
+		}
+		s.next++
 	}
-	s.next++
 	if e == nil {
 		e = newEntry(r.Name, 0)
 		s.locks[e.name] = e
@@ -396,9 +407,20 @@ func (s *Store) Revoke(ctx context.Context, name string) error {
 	return nil
 }
 
-// Heal raises the token counter so that the next grant's token, for name and for
-// every other name, is above seen (P4); it is durable when Heal returns. It never
-// lowers the counter, nor the last token recorded for name (LockInfo.LastToken).
+// Heal raises name's next token above seen (P4), and no other name's: the
+// store keeps seen as the name's own floor above the one counter the other
+// names share, so a heal of one name never moves what another is granted. The
+// floor is on disk when Heal returns, and a restart after a crash keeps it.
+// Heal never lowers a token, nor the last token recorded for name
+// (LockInfo.LastToken), which becomes seen if seen is higher.
+//
+// seen may be at most fence.MaxHealAhead above the name's last token, which
+// here is the highest token the name could have been issued: the higher of its
+// own last token (or floor) and the shared counter's last token (after a
+// restart, the token ceiling, which may have been issued to any name). A larger
+// seen is refused with a *fence.HealBoundError (matching fence.ErrInvalid) and
+// nothing changes; heal a larger regression in steps (see fence.MaxHealAhead).
+//
 // It returns fence.ErrInvalid for a bad name or a seen outside [1,
 // fence.MaxToken], fence.ErrUnavailable if the file could not be read or written,
 // and fence.ErrClosed after Close.
@@ -410,10 +432,12 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 		return opError("heal", name, fence.ErrClosed)
 	}
 	e := s.locks[name]
+	var last fence.Token
 	if e == nil {
 		// A name whose entry was reclaimed keeps its last token in the log or the
 		// file: start from it, or the record written below would lower it.
-		last, err := s.recordedLastLocked(name)
+		var err error
+		last, err = s.recordedLastLocked(name)
 		if err == nil && s.isClose {
 			err = fence.ErrClosed
 		}
@@ -421,21 +445,25 @@ func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
 			s.mu.Unlock()
 			return opError("heal", name, err)
 		}
-		if e = s.locks[name]; e == nil {
-			e = newEntry(name, last)
-			s.locks[e.name] = e
-		}
+		e = s.locks[name] // may have come while the file was read
 	}
-	if uint64(seen) >= s.next {
-		s.next = uint64(seen) + 1
+	if e != nil {
+		last = e.last
 	}
+	if err := fence.CheckHeal(name, seen, max(last, fence.Token(s.next-1))); err != nil {
+		s.mu.Unlock()
+		return opError("heal", name, err)
+	}
+	if e == nil {
+		e = newEntry(name, last)
+		s.locks[e.name] = e
+	}
+	// Marked dirty either way: a new entry is reclaimed once written.
+	s.markDirtyLocked(e)
+	var g *flushGen
 	if seen > e.last {
 		e.last = seen
 		s.watchers.Notify(name)
-	}
-	s.markDirtyLocked(e)
-	var g *flushGen
-	if uint64(seen) > s.ceil {
 		g = s.syncLocked()
 	}
 	s.mu.Unlock()

@@ -471,7 +471,7 @@ func openError(path string, timeout time.Duration, err error) error {
 // (the wall clock at Open) is restored, held by the same lease id and token until
 // that expiry.
 func (s *Store) load(nowWall int64) error {
-	var restored []*entry
+	var restored, floors []*entry
 	var horizon int64 // lease horizon of a file written by an older version
 	if s.wal.f == nil {
 		if err := s.createLog(); err != nil {
@@ -517,6 +517,10 @@ func (s *Store) load(nowWall int64) error {
 				}
 				if e := restore(string(k), r, nowWall); e != nil {
 					restored = append(restored, e)
+				} else if uint64(r.last) > s.ceil && brokenForTest != "floors" {
+					// Healed above the shared counter (see Heal): the name's
+					// floor, which its next grant must pass.
+					floors = append(floors, newEntry(string(k), r.last))
 				}
 				return nil
 			})
@@ -559,6 +563,9 @@ func (s *Store) load(nowWall int64) error {
 				s.heapPush(h)
 			}
 		}
+	}
+	for _, e := range floors {
+		s.locks[e.name] = e
 	}
 	s.peak = len(s.locks)
 	s.armLocked(now)
@@ -678,7 +685,8 @@ func (s *Store) replayLocked(tx *bbolt.Tx) error {
 // written leases; "log": the lease log, not replayed; "steps": forward steps of
 // the wall clock; "grace": that names
 // were free, refusing every grant for 300ms as a lease horizon did; "owners":
-// the owners of the leases it restores), to show
+// the owners of the leases it restores; "floors": the tokens of names healed
+// above the shared counter), to show
 // that the crash checker catches it.
 var brokenForTest string
 
@@ -917,8 +925,11 @@ func (s *Store) flushLocked() error {
 				e.dirty = true
 				s.dirty = append(s.dirty, e)
 			}
-		case !e.dirty && !e.held() && (e.x == nil || e.x.wake == nil) && s.locks[e.name] == e:
-			delete(s.locks, e.name) // its last token is on disk now
+		case !e.dirty && !e.held() && (e.x == nil || e.x.wake == nil) && s.locks[e.name] == e && uint64(e.last) < s.next:
+			// Its last token is on disk now, and below the shared counter: a
+			// grant needs it no more. A name healed above the counter keeps its
+			// entry, its floor (see grantLocked).
+			delete(s.locks, e.name)
 		}
 	}
 	s.shrinkLocked()

@@ -470,8 +470,10 @@ func TestStore_Heal_NeverLowersLastTokenOfReclaimedName(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
 	s := mustOpen(t, path, nil)
 	ctx := context.Background()
-	if err := s.Heal(ctx, "other", 1000); err != nil {
-		t.Fatal(err)
+	for range 10 { // job's tokens are then above the 5 healed below
+		if err := mustAcquire(t, s, "other", time.Minute).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, where := range []string{"lease log", "file"} {
 		l := mustAcquire(t, s, "job", time.Minute)
@@ -502,14 +504,29 @@ func TestStore_Heal_NeverLowersLastTokenOfReclaimedName(t *testing.T) {
 	}
 }
 
+// A name healed to fence.MaxToken fails closed, and only that name: the shared
+// counter, here as after some 2^53 grants (set directly: no heal may jump that
+// far), still grants the others.
 func TestStore_TokenExhausted_FailsClosed(t *testing.T) {
 	s := openStore(t, &Options{NoSync: true})
 	ctx := context.Background()
+	s.mu.Lock()
+	s.next = uint64(fence.MaxToken - fence.MaxHealAhead/2)
+	s.mu.Unlock()
 	if err := s.Heal(ctx, "x", fence.MaxToken); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Acquire(ctx, "x", time.Second); !errors.Is(err, fence.ErrTokenExhausted) {
 		t.Fatalf("Acquire after the counter reached MaxToken: got %v, want ErrTokenExhausted", err)
+	}
+	if l := mustAcquire(t, s, "y", time.Second); l.Token() >= fence.MaxToken {
+		t.Fatalf("Acquire(y) after x was healed to MaxToken: token %d; want one below it, from the shared counter", l.Token())
+	}
+	s.mu.Lock()
+	s.next = uint64(fence.MaxToken) + 1
+	s.mu.Unlock()
+	if _, err := s.Acquire(ctx, "z", time.Second); !errors.Is(err, fence.ErrTokenExhausted) {
+		t.Fatalf("Acquire after the shared counter passed MaxToken: got %v, want ErrTokenExhausted", err)
 	}
 }
 

@@ -12,8 +12,7 @@ import (
 // The client against a live server passes the Locker suite (leases, tokens,
 // expiry, waits woken by release, Inspector, Healer, owners, Revoker) over HTTP,
 // on the bolt store (the default of `fence serve`) and on inmem (the reference).
-// Each subtest gets a server on a store of its own: bolt's Heal raises one counter
-// for every name, and the suite heals one to MaxToken.
+// Each subtest gets a server on a store of its own.
 func TestClient_LockerConformance(t *testing.T) {
 	t.Run("bolt", func(t *testing.T) {
 		fencetest.TestLocker(t, func(t *testing.T) fence.Locker {

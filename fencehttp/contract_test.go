@@ -308,6 +308,15 @@ func checkUserMessage(t testing.TB, what, msg, name string) {
 	}
 }
 
+// exhaustedLocker's Acquire fails as a store's does once a name's counter is at
+// fence.MaxToken, which no client can bring about any more (a heal goes at most
+// fence.MaxHealAhead above a name's last token): a fault injected, answered 409.
+type exhaustedLocker struct{ fence.Locker }
+
+func (exhaustedLocker) Acquire(_ context.Context, name string, _ time.Duration, _ ...fence.AcquireOption) (*fence.Lease, error) {
+	return nil, fmt.Errorf("inmem: acquire %q: counter at %d: %w", name, uint64(fence.MaxToken), fence.ErrTokenExhausted)
+}
+
 // panicLocker's Acquire panics: a bug in a store, answered 500.
 type panicLocker struct{ fence.Locker }
 

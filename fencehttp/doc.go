@@ -16,6 +16,9 @@
 //	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
 //	POST /v1/locks/{name}/revoke   {}                       -> 200 {"name","revoked":true} | 404 not_held | 501
 //	POST /v1/locks/{name}/heal     {"seen":N}               -> 200 | 501 (fence.Healer, P4)
+//	                         | 400 {"code":"invalid","field":"seen","name","last","bound":4294967296}
+//	                           (seen more than fence.MaxHealAhead above the lock's last token);
+//	                         a heal raises only this lock's tokens, never another's
 //	GET  /v1/locks/{name}[?index=N&wait_ms=W]
 //	                      -> 200 {"name","held","token","owner","last_token","expires_in_ms"
 //	                         [,"limit"|"shared","holders":[{"slot","token","owner","expires_in_ms"}]]},

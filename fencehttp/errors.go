@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -115,9 +116,15 @@ func errorBody(op, name string, err error) (int, errorResponse) {
 		ns    *fence.NamespaceError
 		inv   *fence.InvalidError
 		lim   *fence.LimitError
+		bound *fence.HealBoundError
 	)
 	switch {
 	case status == http.StatusInternalServerError:
+	case errors.As(err, &bound):
+		inv := healBoundInvalid(bound)
+		last := bound.Last
+		body.Field, body.Value, body.Reason = inv.Field, inv.Value, inv.Reason
+		body.Name, body.Last, body.Bound = bound.Name, &last, fence.MaxHealAhead
 	case errors.As(err, &lim):
 		body.Name, body.Limit, body.HeldLimit = lim.Name, lim.Limit, lim.Held
 		if body.Name == "" {
@@ -164,12 +171,15 @@ func userMessage(op, name string, err error) string {
 		inv   *fence.InvalidError
 		cause *causeError
 		lim   *fence.LimitError
+		bound *fence.HealBoundError
 	)
 	status, code := statusOf(err)
 	var fact string
 	switch {
 	case status == http.StatusInternalServerError:
 		fact = "internal error"
+	case errors.As(err, &bound):
+		fact = invalidFact(healBoundInvalid(bound))
 	case errors.As(err, &lim):
 		fact = fmt.Sprintf("held with %s, not %s: every acquirer of a name must use the same limit", limitText(lim.Held), limitText(lim.Limit))
 	case code == "held":
@@ -257,6 +267,13 @@ func invalidFact(inv *fence.InvalidError) string {
 	return fmt.Sprintf("invalid %s %q: %s", inv.Field, v, inv.Reason)
 }
 
+// healBoundInvalid words a heal beyond the bound as the invalid field seen, as
+// the error body and message of every other invalid field are worded.
+func healBoundInvalid(e *fence.HealBoundError) *fence.InvalidError {
+	return &fence.InvalidError{Field: "seen", Value: e.Seen.String(),
+		Reason: fmt.Sprintf("more than %d above the last token %d; heal in steps of at most that", uint64(fence.MaxHealAhead), e.Last)}
+}
+
 // limitText names a limit for a message: "limit 3", or "limit 1 (a lock)", which
 // is also what a shared lock counts as.
 func limitText(n int) string {
@@ -293,7 +310,8 @@ func roundLeft(d time.Duration) time.Duration {
 // "held", ErrNotHeld for 410, ErrUnavailable for 503, ErrInvalid for 400, 413 and
 // "limit_mismatch", and so on; where the body carries detail it unwraps to the typed
 // error, so errors.As finds a *fence.HeldError, *fence.StaleTokenError,
-// *fence.NamespaceError, *fence.InvalidError or *fence.LimitError.
+// *fence.NamespaceError, *fence.InvalidError, *fence.LimitError or (a heal
+// beyond the bound) *fence.HealBoundError.
 type ServerError struct {
 	Status  int    // HTTP status
 	Code    string // the "code" of the JSON body ("" if the answer was not fence's JSON)
@@ -368,7 +386,9 @@ func decodeError(status int, body errorResponse) error {
 			e.detail = &fence.LimitError{Name: body.Name, Limit: body.Limit, Held: body.HeldLimit}
 		}
 	case "invalid":
-		if body.Field != "" {
+		if seen, err := strconv.ParseUint(body.Value, 10, 64); err == nil && body.Field == "seen" && body.Bound != 0 && body.Last != nil {
+			e.detail = &fence.HealBoundError{Name: body.Name, Seen: fence.Token(seen), Last: *body.Last}
+		} else if body.Field != "" {
 			e.detail = &fence.InvalidError{Field: body.Field, Value: body.Value, Reason: body.Reason}
 		}
 	}

@@ -548,7 +548,7 @@ type servers struct {
 	bare      *target // a Locker only: no KV, Inspector, Healer or Guard
 	noWatch   *target // a Locker and Inspector, no Watcher
 	closed    *target // a closed bolt store
-	exhausted *target // inmem: a counter at fence.MaxToken
+	exhausted *target // every counter at fence.MaxToken (exhaustedLocker)
 	draining  *target
 	drainSrv  *fencehttp.Server
 	broken    *target // a store that panics
@@ -572,7 +572,7 @@ func startServers(t *testing.T) *servers {
 		t.Fatal(err)
 	}
 	s.closed = &target{url: hs.URL}
-	_, s.exhausted = startTarget(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
+	_, s.exhausted = startTarget(t, fencehttp.Config{Locker: exhaustedLocker{inmem.NewLocker(inmem.Options{})}, KV: inmem.NewGuard()})
 	s.drainSrv, s.draining = startTarget(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
 	_, s.broken = startTarget(t, fencehttp.Config{Locker: panicLocker{inmem.NewLocker(inmem.Options{})}})
 	return &s
@@ -611,7 +611,6 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "acquire, held after the wait", on: m, method: "POST", path: nightly + "/acquire", body: `{"wait_ms":20}`, status: 409, code: "held"})
 	c.do(exchange{what: "acquire, body too large", on: m, method: "POST", path: "/v1/locks/x/acquire", body: big, req: reqUnchecked, status: 413, code: "too_large"})
 	c.unserved(s, "acquire", "", exchange{method: "POST", path: "/v1/locks/x/acquire"})
-	c.do(exchange{what: "heal to the last token", on: s.exhausted, method: "POST", path: "/v1/locks/x/heal", body: fmt.Sprintf(`{"seen":%d}`, fence.MaxToken), status: 200})
 	c.do(exchange{what: "acquire, counter exhausted", on: s.exhausted, method: "POST", path: "/v1/locks/x/acquire", status: 409, code: "token_exhausted"})
 	c.do(exchange{what: "acquire, store panics", on: s.broken, method: "POST", path: "/v1/locks/x/acquire", global: "Internal", status: 500, code: "internal"})
 
@@ -674,6 +673,7 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "heal", on: m, method: "POST", path: "/v1/locks/healed/heal", body: `{"seen":5}`, status: 200})
 	c.do(exchange{what: "heal, token 0", on: m, method: "POST", path: "/v1/locks/healed/heal", body: `{"seen":0}`, req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "heal, token above 2^53-1", on: m, method: "POST", path: "/v1/locks/healed/heal", body: fmt.Sprintf(`{"seen":%d}`, fence.MaxToken+1), req: reqViolates, status: 400, code: "invalid"})
+	c.do(exchange{what: "heal, beyond the bound", on: m, method: "POST", path: "/v1/locks/healed/heal", body: fmt.Sprintf(`{"seen":%d}`, fence.MaxToken), status: 400, code: "invalid"})
 	c.do(exchange{what: "heal, body too large", on: m, method: "POST", path: "/v1/locks/healed/heal", body: big, req: reqUnchecked, status: 413, code: "too_large"})
 	c.unserved(s, "heal", "Healer", exchange{method: "POST", path: "/v1/locks/x/heal", body: `{"seen":5}`})
 

@@ -211,6 +211,10 @@ type errorResponse struct {
 	Field  string `json:"field,omitempty"`
 	Value  string `json:"value,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// invalid, a heal beyond the bound (*fence.HealBoundError): the name's last
+	// token (0 included, hence a pointer) and fence.MaxHealAhead
+	Last  *fence.Token `json:"last,omitempty"`
+	Bound fence.Token  `json:"bound,omitempty"`
 	// held, not_held, ...: the lock concerned
 	Name string `json:"name,omitempty"`
 }

@@ -254,6 +254,51 @@ func (b *brokenWatcher) Watch(ctx context.Context, name string) iter.Seq2[fence.
 	}
 }
 
+// brokenHealer is the reference Locker with a Heal that has one bug:
+// "heals-every-name" raises every name it granted to seen too (one counter for
+// every name, as the embedded store had before the heal bound), "ignores-bound"
+// answers nil to a heal beyond fence.MaxHealAhead, healing nothing.
+type brokenHealer struct {
+	*inmem.Locker
+	bug string
+
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func newBrokenHealer(bug string) *brokenHealer {
+	return &brokenHealer{Locker: inmem.NewLocker(inmem.Options{}), bug: bug, names: map[string]bool{}}
+}
+
+func (b *brokenHealer) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	b.mu.Lock()
+	b.names[name] = true
+	b.mu.Unlock()
+	return b.Locker.Acquire(ctx, name, ttl, opts...)
+}
+
+func (b *brokenHealer) Heal(ctx context.Context, name string, seen fence.Token) error {
+	err := b.Locker.Heal(ctx, name, seen)
+	var bound *fence.HealBoundError
+	switch {
+	case b.bug == "ignores-bound" && errors.As(err, &bound):
+		return nil // Bug: says healed.
+	case b.bug == "heals-every-name" && err == nil:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for other := range b.names {
+			// Bug: the other names' counters move too (in steps, as the
+			// reference bounds each heal).
+			for other != name && errors.As(b.Locker.Heal(ctx, other, seen), &bound) {
+				if err := b.Locker.Heal(ctx, other, bound.Last+fence.MaxHealAhead); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return err
+}
+
 type brokenCase struct {
 	run      func(t *testing.T)
 	wantFail []string // subtests the bug must make fail
@@ -282,6 +327,7 @@ var brokenCases = map[string]brokenCase{
 		},
 		wantPass: []string{"Token_IncreasesUnder16Goroutines", "Owner_OnlyHolderRenewsOrReleases", "Expiry_NotGrantedBeforeGrantedAfter", "AcquireErrors_WordedAlikeOnEveryBackend",
 			"Inspector_ReportsState", "Inspector_ListHeldByDefault_AllListsFree_LimitCountsHeld",
+			"Healer_NextTokenAboveSeen", "Healer_OneNameDoesNotMoveAnothersToken", "Healer_BeyondMaxHealAhead_Refused",
 			"Watcher_YieldsEveryChangeInOrder", "Watcher_SlowReceiverGetsLatest", "Watcher_BadNameAndCancelEnd",
 			"Election_OneLeaderPerEpoch_EpochsIncrease", "Election_ObserversSeeEveryChangeInOrder", "Election_ResignHandsOffAtOnce", "Election_CancelledCampaignLeavesNothing"},
 	},
@@ -294,6 +340,20 @@ var brokenCases = map[string]brokenCase{
 	"reference-guard": {
 		run:      guardCase(fence.Admit),
 		wantPass: []string{"Put_LowerToken_RejectedWithHighest", "Put_EqualTokenOtherLease_Rejected", "Concurrent_16Goroutines_HighestWins"},
+	},
+	"healer-heals-every-name": {
+		run: func(t *testing.T) {
+			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newBrokenHealer("heals-every-name") })
+		},
+		wantFail: []string{"Healer_OneNameDoesNotMoveAnothersToken"},
+		wantPass: []string{"Healer_NextTokenAboveSeen", "Healer_BeyondMaxHealAhead_Refused"},
+	},
+	"healer-ignores-bound": {
+		run: func(t *testing.T) {
+			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newBrokenHealer("ignores-bound") })
+		},
+		wantFail: []string{"Healer_BeyondMaxHealAhead_Refused"},
+		wantPass: []string{"Healer_NextTokenAboveSeen", "Healer_OneNameDoesNotMoveAnothersToken"},
 	},
 	"locker-reuses-tokens": {
 		run:      lockerCase("reuses-tokens"),

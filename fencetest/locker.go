@@ -26,7 +26,9 @@ import (
 // waiting woken by release and bounded by the wait and by the context, lease Done
 // at expiry and with auto-renewal, and rejection of bad names, TTLs and lease ids.
 // If the locker implements fence.Inspector, fence.Healer, fence.Revoker or
-// fence.Watcher, those are checked too. Package election is run on it as well:
+// fence.Watcher, those are checked too; a Healer must raise only the healed
+// name's tokens, and refuse with a *fence.HealBoundError a seen more than
+// fence.MaxHealAhead above the name's last token (P9). Package election is run on it as well:
 // at most one leader per epoch, epochs increasing and fencing off resigned
 // leaders, Resign handing over at once, cancelled campaigns leaving nothing
 // behind, and (on a Watcher) observers seeing every change of leader in order.
@@ -72,7 +74,8 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"Inspector_ReportsState", s.inspector},
 		{"Inspector_ListHeldByDefault_AllListsFree_LimitCountsHeld", s.inspectorList},
 		{"Healer_NextTokenAboveSeen", s.healer},
-		{"Healer_AtMaxToken_FailsClosed", s.healerMaxToken},
+		{"Healer_OneNameDoesNotMoveAnothersToken", s.healerOneName},
+		{"Healer_BeyondMaxHealAhead_Refused", s.healerBound},
 		{"Owner_ReportedWhileHeldNeverTheLeaseID", s.owner},
 		{"BadOwners_Rejected", s.badOwners},
 		{"Revoker_EndsLeaseWakesWaiterNextTokenHigher", s.revoker},
@@ -976,19 +979,71 @@ func (s *lockerSuite) healer(t *testing.T, l fence.Locker) {
 	wantErrIs(t, "Heal above MaxToken", h.Heal(ctx, name, fence.MaxToken+1), fence.ErrInvalid)
 }
 
-func (s *lockerSuite) healerMaxToken(t *testing.T, l fence.Locker) {
+// grantOnce acquires name and releases it, and returns its token.
+func grantOnce(t *testing.T, l fence.Locker, name string) fence.Token {
+	t.Helper()
+	lease := acquire(t, l, name, longTTL)
+	if err := lease.Release(testContext(t)); err != nil {
+		t.Fatalf("Release(%q) = %v; want nil", name, err)
+	}
+	return lease.Token()
+}
+
+// healerOneName checks P9's "a heal raises only its own name's tokens": healing
+// one name as far as the bound allows leaves another name's tokens where they
+// were (a store with one counter for every name would hand the other name a
+// token above seen too, and a heal near fence.MaxToken would exhaust every name).
+func (s *lockerSuite) healerOneName(t *testing.T, l fence.Locker) {
+	h := probe[fence.Healer](t, l)
+	ctx := testContext(t)
+	healed, other := uniqueName(t, "-healed"), uniqueName(t, "-other")
+	b1 := grantOnce(t, l, other)
+	a1 := grantOnce(t, l, healed)
+	// The name's last token is at least a1 on every backend, so this is within
+	// the bound.
+	seen := a1 + fence.MaxHealAhead
+	if err := h.Heal(ctx, healed, seen); err != nil {
+		t.Fatalf("Heal(%q, its token + MaxHealAhead = %d) = %v; want nil", healed, seen, err)
+	}
+	if a2 := grantOnce(t, l, healed); a2 <= seen {
+		t.Fatalf("token of %q after Heal(%d) = %d; want > %d (P4)", healed, seen, a2, seen)
+	}
+	b2 := grantOnce(t, l, other)
+	if b2 <= b1 || b2 >= seen {
+		t.Fatalf("token of %q after %q was healed to %d = %d; want above its previous %d and below %d: a heal must not move another name's token (P9)",
+			other, healed, seen, b2, b1, seen)
+	}
+}
+
+// healerBound checks the heal bound: a seen more than fence.MaxHealAhead above
+// the name's last token is refused with a *fence.HealBoundError matching
+// fence.ErrInvalid and changes nothing; the bound itself is accepted.
+func (s *lockerSuite) healerBound(t *testing.T, l fence.Locker) {
 	h := probe[fence.Healer](t, l)
 	ctx := testContext(t)
 	name := uniqueName(t, "")
-	if err := h.Heal(ctx, name, fence.MaxToken); err != nil {
-		t.Fatalf("Heal(MaxToken) = %v; want nil", err)
+	a1 := grantOnce(t, l, name)
+	err := h.Heal(ctx, name, fence.MaxToken)
+	var hb *fence.HealBoundError
+	if !errors.As(err, &hb) || !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("Heal(%q, MaxToken) with last token %d = %v; want a *fence.HealBoundError matching ErrInvalid", name, a1, err)
 	}
-	lease, err := l.Acquire(ctx, name, longTTL)
-	if lease != nil {
-		releaseAtCleanup(t, lease)
-		t.Fatalf("Acquire with the counter at MaxToken granted token %d; want ErrTokenExhausted (fail closed)", lease.Token())
+	if hb.Name != name || hb.Seen != fence.MaxToken || hb.Last < a1 || hb.Last >= fence.MaxToken-fence.MaxHealAhead {
+		t.Fatalf("Heal(%q, MaxToken) refused with %+v; want Name %q, Seen %d and the name's last token (at least %d)", name, *hb, name, fence.MaxToken, a1)
 	}
-	wantErrIs(t, "Acquire with the counter at MaxToken", err, fence.ErrTokenExhausted)
+	last := hb.Last
+	wantErrIs(t, "Heal one above the bound", h.Heal(ctx, name, last+fence.MaxHealAhead+1), fence.ErrInvalid)
+	a2 := grantOnce(t, l, name)
+	if a2 <= a1 || a2 > last+fence.MaxHealAhead/2 {
+		t.Fatalf("token after the refused heals = %d; want above %d and not moved by them (last token %d)", a2, a1, last)
+	}
+	seen := max(last, a2) + fence.MaxHealAhead
+	if err := h.Heal(ctx, name, seen); err != nil {
+		t.Fatalf("Heal(%q, last token + MaxHealAhead = %d) = %v; want nil (the bound is allowed)", name, seen, err)
+	}
+	if a3 := grantOnce(t, l, name); a3 <= seen {
+		t.Fatalf("token after Heal(%d) = %d; want > %d (P4)", seen, a3, seen)
+	}
 }
 
 // acquireErrorsWording checks that every acquire error reads the way the one

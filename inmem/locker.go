@@ -245,14 +245,25 @@ func (l *Locker) endLocked(name string, st *lockState) {
 }
 
 // Heal raises name's counter to at least seen, so the next grant's token is above
-// it (P4). It never lowers a counter. It returns fence.ErrInvalid for a bad name or
-// a seen outside [1, fence.MaxToken].
+// it (P4). Each name has its own counter, so no other name's tokens move. It never
+// lowers a counter. seen may be at most fence.MaxHealAhead above the name's last
+// token (its counter: the highest token issued for it, or healed to; 0 for a name
+// never used); a larger seen is refused with a *fence.HealBoundError (matching
+// fence.ErrInvalid) and nothing changes. It returns fence.ErrInvalid for a bad
+// name or a seen outside [1, fence.MaxToken].
 func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error {
 	if err := precheck(ctx, "heal", name, driver.ValidateName(name), driver.ValidateToken(seen)); err != nil {
 		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var last fence.Token
+	if st := l.locks[name]; st != nil {
+		last = st.counter
+	}
+	if err := fence.CheckHeal(name, seen, last); err != nil {
+		return fmt.Errorf("inmem: heal %q: %w", name, err)
+	}
 	st := l.stateLocked(name)
 	if st.counter < seen {
 		st.counter = seen

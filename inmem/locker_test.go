@@ -139,15 +139,61 @@ func TestLocker_Heal_RaisesCounterNeverLowers(t *testing.T) {
 	}
 }
 
+// A counter healed to fence.MaxToken fails closed, for its name only.
 func TestLocker_TokenExhausted_FailsClosed(t *testing.T) {
 	l, _ := newManual(t)
 	ctx := context.Background()
+	l.SetCounter("job", fence.MaxToken-fence.MaxHealAhead)
 	if err := l.Heal(ctx, "job", fence.MaxToken); err != nil {
 		t.Fatal(err)
 	}
 	_, err := l.Acquire(ctx, "job", time.Second)
 	if !errors.Is(err, fence.ErrTokenExhausted) {
 		t.Fatalf("Acquire at MaxToken = %v, want ErrTokenExhausted", err)
+	}
+	if a := mustAcquire(t, l, "other", time.Second); a.Token() != 1 {
+		t.Fatalf("Acquire(other) after job's counter reached MaxToken: token %d, want 1", a.Token())
+	}
+}
+
+// Issue 29 on the reference implementation: a heal as large as the bound allows
+// moves its own name's counter and no other's, a heal beyond the bound (the
+// issue's 9007199254740991 among them) is refused with a *fence.HealBoundError
+// and changes nothing, and the healed name's next grant is above seen.
+func TestLocker_Heal_OnlyOwnNameWithinMaxHealAhead(t *testing.T) {
+	l, _ := newManual(t)
+	ctx := context.Background()
+	grant := func(name string) fence.Token {
+		t.Helper()
+		a := mustAcquire(t, l, name, time.Second)
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return a.Token()
+	}
+	a1, b1 := grant("jobs/x"), grant("other/b")
+	for _, seen := range []fence.Token{fence.MaxToken, a1 + fence.MaxHealAhead + 1} {
+		err := l.Heal(ctx, "jobs/x", seen)
+		var hb *fence.HealBoundError
+		if !errors.As(err, &hb) || !errors.Is(err, fence.ErrInvalid) || hb.Name != "jobs/x" || hb.Seen != seen || hb.Last != a1 {
+			t.Fatalf("Heal(jobs/x, %d) = %v; want a *fence.HealBoundError{jobs/x, %d, last %d} matching ErrInvalid", seen, err, seen, a1)
+		}
+	}
+	if info, _ := l.Inspect(ctx, "jobs/x"); info.LastToken != a1 {
+		t.Fatalf("jobs/x after the refused heals: LastToken %d, want %d (unchanged)", info.LastToken, a1)
+	}
+	seen := a1 + fence.MaxHealAhead
+	if err := l.Heal(ctx, "jobs/x", seen); err != nil {
+		t.Fatalf("Heal(jobs/x, last+MaxHealAhead) = %v, want nil", err)
+	}
+	if a := grant("jobs/x"); a <= seen {
+		t.Fatalf("jobs/x after Heal(%d): token %d, want above it", seen, a)
+	}
+	if b := grant("other/b"); b != b1+1 {
+		t.Fatalf("other/b after jobs/x was healed: token %d, want %d, as without the heal", b, b1+1)
+	}
+	if err := l.Heal(ctx, "never/used", fence.MaxHealAhead); err != nil {
+		t.Fatalf("Heal(never/used, MaxHealAhead) = %v, want nil (last token 0)", err)
 	}
 }
 

@@ -242,5 +242,11 @@
 //
 // Call Heal whenever a guard reports a stale token for a lease you hold right now (not
 // for a lease you know expired: then the rejection is the guard doing its job and
-// healing is harmless but unnecessary). Heal never lowers a counter.
+// healing is harmless but unnecessary). Heal never lowers a counter, and raises
+// only its own name's (each name has its own counter key). It refuses, with a
+// *fence.HealBoundError, a seen more than fence.MaxHealAhead (2^32) above the
+// name's counter: a failover loses a few increments, never that many, so no
+// client can burn a name's token space with one call. After a larger regression
+// (a primary restored from an old backup), check that the guards' highest
+// tokens are real and heal in steps of at most the bound.
 package redis

@@ -753,8 +753,16 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 // Heal raises name's fencing counter to at least seen, never lowering it, so the
 // next grant's token is above seen (P4). Call it with the Highest of a guard's
 // *fence.StaleTokenError after a failover lost increments; fence.Heal(ctx, locker,
-// name, err) does that for any error. Healing does not touch the current lease; if
-// it raised the counter, it publishes on the name's wake channel for watchers.
+// name, err) does that for any error. Each name has its own counter key, so no
+// other name's tokens move. Healing does not touch the current lease; if it raised
+// the counter, it publishes on the name's wake channel for watchers.
+//
+// seen may be at most fence.MaxHealAhead above the name's last token, which here
+// is its counter (the last token issued for name, or healed to, as the primary
+// has it now; 0 for a name never used); a larger seen is refused with a
+// *fence.HealBoundError (matching fence.ErrInvalid) and nothing changes. The
+// script checks the bound and raises the counter in one step. A failover loses a
+// few increments, never 2^32; after a larger regression, heal in steps.
 //
 // It returns fence.ErrInvalid for a bad name or a seen outside [1, fence.MaxToken],
 // ErrWrongType if the counter key holds foreign data, fence.ErrUnavailable when Redis
@@ -770,10 +778,34 @@ func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error 
 		return fmt.Errorf("redis: heal %q: %w", name, fence.ErrClosed)
 	}
 	k := l.keysFor(name)
-	if err := healScript.Run(ctx, l.client, []string{k.token}, uint64(seen), k.wake, l.publish).Err(); err != nil {
-		return fmt.Errorf("redis: heal %q: %w", name, translate(err))
+	err := healScript.Run(ctx, l.client, []string{k.token}, uint64(seen), k.wake, l.publish, uint64(fence.MaxHealAhead)).Err()
+	if last, ok := healBound(err); ok {
+		err = &fence.HealBoundError{Name: name, Seen: seen, Last: last}
+	} else if err != nil {
+		err = translate(err)
+	}
+	if err != nil {
+		return fmt.Errorf("redis: heal %q: %w", name, err)
 	}
 	return nil
+}
+
+// healBound returns the counter in heal.lua's refusal of a seen beyond the bound,
+// and whether err is that refusal.
+func healBound(err error) (fence.Token, bool) {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return 0, false
+	}
+	const tag = "FENCE_HEALBOUND "
+	msg := rerr.Error()
+	i := strings.Index(msg, tag)
+	if i < 0 {
+		return 0, false
+	}
+	digits, _, _ := strings.Cut(msg[i+len(tag):], " ")
+	n, perr := strconv.ParseUint(digits, 10, 64)
+	return fence.Token(n), perr == nil
 }
 
 // Inspect returns the state of lock name: whether it is held, the holder's token,

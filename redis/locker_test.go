@@ -769,6 +769,49 @@ func TestLocker_Heal_RaisesNeverLowers(t *testing.T) {
 	}
 }
 
+// Issue 29: a heal moves its own name's counter key and no other; it may ask
+// for at most fence.MaxHealAhead above the name's counter, checked inside the
+// script: the issue's 9007199254740991, and last+MaxHealAhead+1 (above 2^32,
+// where a double still holds every integer), are refused with a
+// *fence.HealBoundError naming the counter, and nothing changes.
+func TestLocker_Heal_OnlyOwnNameWithinMaxHealAhead(t *testing.T) {
+	l, c := newLocker(t, nil)
+	ctx := ctxT(t)
+	a, b := uniqueName(t), uniqueName(t)
+	grant := func(name string) fence.Token {
+		t.Helper()
+		lease := mustAcquire(t, ctx, l, name, time.Second)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return lease.Token()
+	}
+	a1, b1 := grant(a), grant(b)
+	for _, seen := range []fence.Token{fence.MaxToken, a1 + fence.MaxHealAhead + 1} {
+		err := l.Heal(ctx, a, seen)
+		var hb *fence.HealBoundError
+		if !errors.As(err, &hb) || !errors.Is(err, fence.ErrInvalid) || hb.Name != a || hb.Seen != seen || hb.Last != a1 {
+			t.Fatalf("Heal(%d) = %v; want a *fence.HealBoundError{%q, %d, last %d} matching ErrInvalid", seen, err, a, seen, a1)
+		}
+	}
+	if got, _ := c.Get(ctx, l.keysFor(a).token).Result(); got != strconv.FormatUint(uint64(a1), 10) {
+		t.Fatalf("counter after the refused heals = %s, want %d (unchanged)", got, a1)
+	}
+	seen := a1 + fence.MaxHealAhead
+	if err := l.Heal(ctx, a, seen); err != nil {
+		t.Fatalf("Heal(last+MaxHealAhead = %d) = %v, want nil", seen, err)
+	}
+	if got := grant(a); got != seen+1 {
+		t.Fatalf("token after Heal(%d) = %d, want %d", seen, got, seen+1)
+	}
+	if got := grant(b); got != b1+1 {
+		t.Fatalf("the other name after the heal: token %d, want %d, as without it", got, b1+1)
+	}
+	if err := l.Heal(ctx, uniqueName(t), fence.MaxHealAhead); err != nil {
+		t.Fatalf("Heal(a name never used, MaxHealAhead) = %v, want nil (its counter is 0)", err)
+	}
+}
+
 func TestLocker_Heal_FromGuardRejection(t *testing.T) {
 	l, c := newLocker(t, nil)
 	ctx := ctxT(t)
