@@ -148,8 +148,10 @@
 // one goroutine of 2 KiB of stack and about 7 KB of memory in all, measured in
 // `fence serve` (BenchmarkServe_ParkedWaiters), its answer is written as net/http
 // would, and the connection goes back to the http.Server for the client's next
-// request. Otherwise (TLS, HTTP/2, a plain Handler) it stays in net/http, with two
-// goroutines and its buffers, about 23 KB. Config.MaxWaiters (`fence serve
+// request. Otherwise (TLS, HTTP/2, a plain Handler, or a blocking query sent
+// with a body, which the server does not read) it stays in net/http, with two
+// goroutines and its buffers, about 23 KB. Either way one request is one
+// request: the bytes of a request's body are never read as another request. Config.MaxWaiters (`fence serve
 // --max-waiters`) caps how many wait at once, and one more is answered 503 at once,
 // with Retry-After. Parked waiting acquires of one lock are served in the order
 // they came: one goroutine per lock runs the store's wait for each in turn.

@@ -437,7 +437,8 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 			err = perr
 		} else {
 			a := &acquireCall{name: name, req: req, ttl: ttl, wait: wait, start: start, permit: permit, opts: opts, held: err}
-			if p := s.leave(w, r); p != nil {
+			// The body was read to its end (readBody) before the wait.
+			if p := s.leave(w, r, true); p != nil {
 				s.parkAcquire(p, a, unpark)
 				return
 			}
@@ -778,7 +779,8 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 			s.fail(w, r, op, name, err)
 			return
 		}
-		if p := s.leave(w, r); p != nil {
+		// A GET's body, if any, is not read: such a query stays in net/http.
+		if p := s.leave(w, r, false); p != nil {
 			s.parkQuery(p, in, op, name, q, unpark)
 			return
 		}
