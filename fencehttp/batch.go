@@ -48,10 +48,6 @@ type batchOp struct {
 // most MaxBatchOps operations, or over the body limit, fails the whole batch.
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	const op = "batch"
-	if r.Method != http.MethodPost {
-		s.methodNotAllowed(w, r, "POST")
-		return
-	}
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		s.fail(w, r, op, "", because(errTooLarge, "body of %d bytes is over the limit of %d", r.ContentLength, s.cfg.MaxBodyBytes))
 		return

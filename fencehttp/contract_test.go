@@ -366,7 +366,7 @@ func TestServer_ErrorBodies_UserMessagesWithoutInternalWrapping(t *testing.T) {
 		{"no route", "GET", "/nope", "", nil, 404, "not_found", `no such route: GET /nope`, ""},
 		{"never written", "GET", "/v1/kv/never", "", nil, 404, "not_found", `get "never": not found`, "never"},
 		{"method", "DELETE", "/v1/locks/job1", "", nil, 405, "method_not_allowed",
-			`method DELETE not allowed on /v1/locks/job1 (allowed: GET, HEAD, POST)`, ""},
+			`method DELETE not allowed on /v1/locks/job1 (allowed: GET, HEAD)`, ""},
 		{"held", "POST", "/v1/locks/job1/acquire", `{}`, nil, 409, "held",
 			`^lock "job1" is held \(expires in \d+(\.\d)?s\)$`, "job1"},
 		{"stale", "PUT", "/v1/kv/ledger", "90", map[string]string{"Fence-Token": a.Token().String(), "Fence-Lock": "report"}, 409, "stale_token",

@@ -37,10 +37,13 @@
 //	GET  /metrics         -> Prometheus text format
 //	GET  /v1/openapi.json -> the OpenAPI 3.1 document of this API (see OpenAPI)
 //	GET  /ui              -> the live dashboard (package ui; its files need no auth)
+//	GET  /                -> 302 to /ui (needs no auth)
 //
 // The OpenAPI document describes every route, header, status and error code above
 // and is checked against the server by this package's tests. HEAD is answered as GET
-// without a body, and a method a route lacks is 405 with an Allow header.
+// without a body, and a method a route does not serve is 405 "method_not_allowed"
+// with an Allow header that lists exactly the methods it serves: GET, HEAD for
+// /v1/locks/{name}, POST for each action.
 //
 // Bodies are JSON; durations are integer milliseconds. An omitted ttl_ms means 30000
 // (Config.DefaultTTL); an omitted wait_ms means 0 (try once). Unknown fields and
@@ -48,8 +51,17 @@
 //
 // Names and keys are path segments: a client escapes them (a '/' in a name is sent as
 // %2F, so any valid name round-trips; see EscapeName). The server also accepts
-// unescaped slashes (POST /v1/locks/jobs/nightly/acquire is the lock "jobs/nightly"):
-// the action is the last segment of the escaped path, the name everything before it.
+// unescaped slashes (POST /v1/locks/jobs/nightly/acquire is the lock "jobs/nightly").
+// Under /v1/locks/, when the last raw (escaped) segment of the path is an action word
+// (acquire, renew, release, revoke, heal), the path is that action's route on the name
+// before it, whatever the method: GET /v1/locks/x/acquire is 405 with Allow: POST,
+// never the state of a lock "x/acquire". A lock whose name ends in such a segment is
+// sent with that slash escaped, x%2Facquire, as EscapeName (and every client) sends
+// it. Any other path under /v1/locks/ is a lock's own route: /v1/locks/acquire is the
+// lock "acquire", and POST /v1/locks/x/bogus is 405 (Allow: GET, HEAD) on the lock
+// "x/bogus". An escaped action word after an unescaped slash (x/acqu%69re) is 400:
+// a proxy that normalises escapes would make it the action's route. The router and
+// the scope check of scoped tokens read a path with the same parser.
 //
 // A path with an empty segment (//) or a dot segment (. or ..) is answered 400
 // "invalid", never redirected: path cleaning would make /v1/locks/a/../b/acquire the
@@ -153,8 +165,10 @@
 // one goroutine of 2 KiB of stack and about 7 KB of memory in all, measured in
 // `fence serve` (BenchmarkServe_ParkedWaiters), its answer is written as net/http
 // would, and the connection goes back to the http.Server for the client's next
-// request. Otherwise (TLS, HTTP/2, a plain Handler) it stays in net/http, with two
-// goroutines and its buffers, about 23 KB. Config.MaxWaiters (`fence serve
+// request. Otherwise (TLS, HTTP/2, a plain Handler, or a blocking query sent
+// with a body, which the server does not read) it stays in net/http, with two
+// goroutines and its buffers, about 23 KB. Either way one request is one
+// request: the bytes of a request's body are never read as another request. Config.MaxWaiters (`fence serve
 // --max-waiters`) caps how many wait at once, and one more is answered 503 at once,
 // with Retry-After. Parked waiting acquires of one lock are served in the order
 // they came: one goroutine per lock runs the store's wait for each in turn.
@@ -218,6 +232,12 @@
 //	503 unavailable      the store could not be reached, the server is shutting down,
 //	                     or Config.MaxWaiters requests are waiting already
 //
+// One answer is not the server's own: a request target with a malformed percent
+// escape (GET /v1/locks/%zz, a '%' not followed by two hex digits) is refused by
+// net/http while it reads the request, before any handler: 400 with the plain-text
+// body "400 Bad Request" and the connection closed. A client that escapes names as
+// EscapeName does never sends one.
+//
 // The Client's errors for an answer read exactly as "error" (a *ServerError) and
 // match the code's fence sentinel with errors.Is and, where the body has detail, the
 // typed fence error with errors.As; a server it cannot reach reads "cannot reach the
@@ -229,15 +249,19 @@
 //
 // # Security
 //
-// With Config.AuthTokens or Config.Tokens set, every request but /healthz and the
-// dashboard's static files (/ui, which hold no secrets; the page asks for the token
+// With Config.AuthTokens or Config.Tokens set, every request but /healthz, GET / and
+// the dashboard's static files (/ui, which hold no secrets; the page asks for the token
 // and sends it on its API calls) needs Authorization: Bearer TOKEN, compared in
 // constant time; a missing or unknown token is 401. A scoped token (AuthToken,
 // ParseAuthTokens) has rights on lock names and keys: read (GET of locks, lists and
 // values), lock (acquire, renew, release), write (PUT /v1/kv, POST /v1/fences) and
 // admin (revoke, heal, /metrics, and everything); a request it does not cover is
 // 403 "forbidden", naming what was refused and what the token has. A listing's
-// prefix must lie within one of the token's prefix patterns. Lease ids
+// prefix must lie within one of the token's prefix patterns. The scope is checked
+// on the route the router reads (an action word last makes the path that action's,
+// for every method), so a path cannot name one lock to the check and another to the
+// handler; a request its route refuses anyway (a method it does not serve, a
+// malformed name) is answered as without scopes, 405 or 400. Lease ids
 // (128 random bits from the backend) are credentials: the server never logs them,
 // and GET /v1/kv never returns them.
 package fencehttp

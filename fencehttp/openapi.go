@@ -17,12 +17,8 @@ var openAPIDocument []byte
 // serves on GET /v1/openapi.json. It returns a new copy on each call.
 func OpenAPI() []byte { return bytes.Clone(openAPIDocument) }
 
-// handleOpenAPI serves GET /v1/openapi.json.
+// handleOpenAPI serves GET and HEAD /v1/openapi.json.
 func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		s.methodNotAllowed(w, r, "GET, HEAD")
-		return
-	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(openAPIDocument)))
@@ -31,15 +27,4 @@ func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(openAPIDocument)
 	}
-}
-
-// getOnly answers 405 to any method but GET and HEAD before next sees the request.
-func (s *Server) getOnly(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			s.methodNotAllowed(w, r, "GET, HEAD")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }

@@ -3,6 +3,7 @@ package fencehttp
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,7 +24,10 @@ import (
 // http.Server for the client's next request (keep-alive), through the listener
 // that Serve wraps, or is closed if the client asked for that or the server is
 // shutting down. Waits take this road only on connections Serve accepts, over
-// plain HTTP/1.1; any other stays in net/http.
+// plain HTTP/1.1, for a request without a body or whose body the handler read
+// to its end (bodyDone): what follows a request on the connection is read as
+// the client's next request, so an unread body must never be left there. Any
+// other wait stays in net/http.
 
 // parking is the Server's state of parked waits.
 type parking struct {
@@ -106,7 +110,12 @@ func (s *Server) listenerOf(r *http.Request) *parkListener {
 // leave takes r's connection from net/http for a wait and returns it parked, or
 // nil if the wait must stay in net/http (w and r are then untouched). The caller
 // must run the wait in a new goroutine and return from the handler at once.
-func (s *Server) leave(w http.ResponseWriter, r *http.Request) *parkedConn {
+// bodyRead says the caller read r's body to its end; a request with a body not
+// read is never taken over (see bodyDone).
+func (s *Server) leave(w http.ResponseWriter, r *http.Request, bodyRead bool) *parkedConn {
+	if !bodyDone(r, bodyRead) {
+		return nil
+	}
 	pl := s.listenerOf(r)
 	if pl == nil {
 		return nil
@@ -133,6 +142,29 @@ func (s *Server) leave(w http.ResponseWriter, r *http.Request) *parkedConn {
 	s.parked.n.Add(1)
 	watchPeer(p)
 	return p
+}
+
+// bodyDone reports whether the connection holds nothing more of r's body: r has
+// none (no Content-Length above 0, no Transfer-Encoding), or read says the
+// handler read it and a read of it ends at once (net/http's reader of a body
+// read to its end answers io.EOF without reading the connection). Whatever the
+// connection holds after r is replayed as the client's next request when a
+// parked connection goes back to the http.Server, so a body left there would be
+// read as a request of its own: a request whose body is not read stays in
+// net/http, which reads the body past the handler's answer (or closes the
+// connection) before it reads the next request. read must be false unless the
+// handler read the body to its end: a read of a body not read waits for the
+// client.
+func bodyDone(r *http.Request, read bool) bool {
+	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
+		return true
+	}
+	if !read || r.Body == nil {
+		return false
+	}
+	var b [1]byte
+	n, err := r.Body.Read(b[:])
+	return n == 0 && err == io.EOF
 }
 
 // parkedConn is a connection taken from net/http for a wait.

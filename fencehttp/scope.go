@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/fencelock/fence"
@@ -240,71 +239,75 @@ func (s *scopes) find(header string) *AuthToken {
 }
 
 // permit returns nil if t may make request r, or the *causeError of ErrForbidden
-// that says what was refused. A path that names no route or a malformed name is
-// let through: the handler answers it as it would without scopes.
-func permit(t *AuthToken, r *http.Request) error {
+// that says what was refused (see permitRoute).
+func permit(t *AuthToken, r *http.Request) error { return permitRoute(t, r, requestRoute(r)) }
+
+// permitRoute returns nil if t may make request r, whose route is rt
+// (parseRoute, the router's own reading of it), or the *causeError of
+// ErrForbidden that says what was refused. The name checked is the one the
+// handler acts on (route.name). A request the handler refuses whatever the token
+// (no route, a method its route does not serve, a malformed name) is let
+// through: the handler answers it as it would without scopes, and it changes
+// nothing.
+func permitRoute(t *AuthToken, r *http.Request, rt route) error {
 	if t.Rights&RightAdmin != 0 && t.Names == nil {
 		return nil
 	}
-	p := r.URL.EscapedPath()
-	get := r.Method == http.MethodGet || r.Method == http.MethodHead
+	if !rt.served {
+		return nil
+	}
 	var (
 		right Rights
-		what  string // "lock" or "key"
-		esc   string
+		what  = "lock"
 	)
-	switch {
-	case p == "/v1/openapi.json":
-		return nil
-	case p == "/metrics":
+	switch rt.kind {
+	case routeMetrics:
 		if t.Rights&RightAdmin != 0 {
 			return nil
 		}
 		return because(ErrForbidden, "this token may not read /metrics: that needs admin")
-	case p == "/v1/locks" || p == "/v1/locks/":
+	case routeList:
 		prefix := r.URL.Query().Get("prefix")
 		if t.allowsPrefix(RightRead, prefix) {
 			return nil
 		}
 		return because(ErrForbidden, "this token may not list locks with prefix %q (it has %s %s)", prefix, t.Rights, scopeOf(t))
-	case strings.HasPrefix(p, "/v1/locks/"):
-		what, esc = "lock", strings.TrimPrefix(p, "/v1/locks/")
+	case routeLock:
 		right = RightRead
-		if r.Method == http.MethodPost {
-			i := strings.LastIndexByte(esc, '/')
-			if i < 0 {
-				return nil
-			}
-			switch esc[i+1:] {
-			case "acquire", "renew", "release":
-				right = RightLock
-			default: // revoke, heal, and unknown actions the handler refuses
-				right = RightAdmin
-			}
-			esc = esc[:i]
+	case routeLockAction:
+		right = RightAdmin // revoke, heal
+		switch rt.action {
+		case "acquire", "renew", "release":
+			right = RightLock
 		}
-	case strings.HasPrefix(p, "/v1/kv/"):
-		what, esc, right = "key", strings.TrimPrefix(p, "/v1/kv/"), RightWrite
-		if get {
+	case routeKV:
+		what = "key"
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
 			right = RightRead
+		default: // PUT, DELETE
+			right = RightWrite
+			if r.URL.Query().Has("purge") {
+				right = RightAdmin // a purge sets a key's fence back
+			}
 		}
-	case strings.HasPrefix(p, "/v1/fences/"):
-		what, esc, right = "key", strings.TrimPrefix(p, "/v1/fences/"), RightWrite
-	default:
+	case routeFences:
+		what, right = "key", RightWrite
+	default: // the redirect, /healthz, the dashboard, /v1/openapi.json, /v1/batch (each operation is checked)
 		return nil
 	}
-	name, err := url.PathUnescape(esc)
-	if err != nil || name == "" {
+	name, err := rt.name()
+	if err != nil {
 		return nil
 	}
 	if t.allows(right, name) {
 		return nil
 	}
-	return because(ErrForbidden, "this token may not %s %s %q (it has %s %s)", verbOf(right), what, name, t.Rights, scopeOf(t))
+	return because(ErrForbidden, "this token may not %s %s %q (it has %s %s)", verbOf(right, what), what, name, t.Rights, scopeOf(t))
 }
 
 // verbOf words what a right lets a token do, for a 403's message.
-func verbOf(r Rights) string {
+func verbOf(r Rights, what string) string {
 	switch r {
 	case RightRead:
 		return "read"
@@ -312,6 +315,9 @@ func verbOf(r Rights) string {
 		return "hold"
 	case RightWrite:
 		return "write"
+	}
+	if what == "key" {
+		return "purge"
 	}
 	return "revoke or heal"
 }

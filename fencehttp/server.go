@@ -154,49 +154,67 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
 
 func (s *Server) routes() http.Handler {
-	metrics := s.getOnly(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	// Routing is by prefix of the escaped path, by hand rather than with a ServeMux:
-	// a ServeMux cleans paths and answers a redirect to the cleaned one, so that
-	// /v1/locks/a/../b/acquire would become a 307 to the lock "b".
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch p := r.URL.EscapedPath(); {
-		case p == "/v1/locks":
-			s.handleLocksRoot(w, r)
-		case strings.HasPrefix(p, "/v1/locks/"):
-			s.handleLocks(w, r)
-		case strings.HasPrefix(p, "/v1/kv/"):
-			s.handleKV(w, r)
-		case strings.HasPrefix(p, "/v1/fences/"):
-			s.handleFences(w, r)
-		case p == "/metrics":
-			metrics.ServeHTTP(w, r)
-		case p == "/v1/openapi.json":
-			s.handleOpenAPI(w, r)
-		case p == "/v1/batch":
-			s.handleBatch(w, r)
-		default:
-			s.fail(w, r, "", "", because(errNoRoute, "no such route: %s %s", r.Method, p))
-		}
-	})
-	authed := s.authenticate(api)
-	health := http.HandlerFunc(s.handleHealth)
+	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
 	dashboard := ui.Handler()
+	// Routing is by the escaped path, by hand rather than with a ServeMux: a
+	// ServeMux cleans paths and answers a redirect to the cleaned one, so that
+	// /v1/locks/a/../b/acquire would become a 307 to the lock "b". parseRoute
+	// reads the route, which the scope check reads with the same function; a
+	// method the route does not serve is 405 before any handler sees it.
+	api := func(w http.ResponseWriter, r *http.Request, rt route) {
+		switch rt.kind {
+		case routeList:
+			s.handleLocksRoot(w, r)
+		case routeLock, routeLockAction:
+			s.handleLocks(w, r, rt)
+		case routeKV:
+			s.handleKV(w, r)
+		case routeFences:
+			s.handleFences(w, r)
+		case routeMetrics:
+			metrics.ServeHTTP(w, r)
+		case routeOpenAPI:
+			s.handleOpenAPI(w, r)
+		case routeBatch:
+			s.handleBatch(w, r)
+		}
+	}
 	return s.recoverPanics(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := checkPath(requestPath(r)); err != nil {
 			s.fail(w, r, "", "", err)
 			return
 		}
-		if r.URL.Path == "/healthz" {
-			health.ServeHTTP(w, r)
+		rt := requestRoute(r)
+		switch rt.kind {
+		case routeNone:
+			if !s.authenticated(w, r, rt) {
+				return
+			}
+			s.fail(w, r, "", "", because(errNoRoute, "no such route: %s %s", r.Method, r.URL.EscapedPath()))
+			return
+		case routeRoot, routeHealth, routeUI:
+			// Without auth: /healthz is for load balancers, and a browser cannot send
+			// a bearer token to load a page; the redirect and the dashboard's files
+			// hold no secrets, and its API calls carry the token.
+		default:
+			if !s.authenticated(w, r, rt) {
+				return
+			}
+		}
+		if !rt.served {
+			s.notServed(w, r, rt)
 			return
 		}
-		if p := r.URL.Path; p == ui.Prefix || strings.HasPrefix(p, ui.Prefix+"/") {
-			// Without auth: a browser cannot send a bearer token to load a page, and the
-			// dashboard's files hold no secrets; its API calls carry the token.
+		switch rt.kind {
+		case routeRoot:
+			redirectToUI(w)
+		case routeHealth:
+			s.handleHealth(w, r)
+		case routeUI:
 			dashboard.ServeHTTP(w, r)
-			return
+		default:
+			api(w, r, rt)
 		}
-		authed.ServeHTTP(w, r)
 	}))
 }
 
@@ -255,34 +273,30 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate requires a bearer token when tokens are configured, and one whose
-// scope covers the request.
-func (s *Server) authenticate(next http.Handler) http.Handler {
+// authenticated requires a bearer token when tokens are configured, and one
+// whose scope covers the request's route rt (see permit). It answers 401 or 403
+// and returns false, or returns true.
+func (s *Server) authenticated(w http.ResponseWriter, r *http.Request, rt route) bool {
 	if len(s.tokens.toks) == 0 {
-		return next
+		return true
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok := s.tokens.find(r.Header.Get("Authorization"))
-		if tok == nil {
-			s.log.Warn("unauthorized request", "method", r.Method, "route", routeOf(r), "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fence"`)
-			s.fail(w, r, "", "", because(ErrUnauthorized, "unauthorized: missing or wrong bearer token"))
-			return
-		}
-		if err := permit(tok, r); err != nil {
-			s.log.Warn("forbidden request", "method", r.Method, "route", routeOf(r), "remote", r.RemoteAddr, "rights", tok.Rights.String())
-			s.fail(w, r, "", "", err)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	tok := s.tokens.find(r.Header.Get("Authorization"))
+	if tok == nil {
+		s.log.Warn("unauthorized request", "method", r.Method, "route", rt.label(), "remote", r.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fence"`)
+		s.fail(w, r, "", "", because(ErrUnauthorized, "unauthorized: missing or wrong bearer token"))
+		return false
+	}
+	if err := permitRoute(tok, r, rt); err != nil {
+		s.log.Warn("forbidden request", "method", r.Method, "route", rt.label(), "remote", r.RemoteAddr, "rights", tok.Rights.String())
+		s.fail(w, r, "", "", err)
+		return false
+	}
+	return true
 }
 
+// handleHealth serves GET and HEAD /healthz.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		s.methodNotAllowed(w, r, "GET, HEAD")
-		return
-	}
 	if s.drainCtx.Err() != nil {
 		s.fail(w, r, "", "", errShuttingDown)
 		return
@@ -299,54 +313,39 @@ func (s *Server) handleLocksRoot(w http.ResponseWriter, r *http.Request) {
 	s.list(w, r)
 }
 
-// handleLocks serves /v1/locks/{name} and /v1/locks/{name}/{acquire,renew,release,revoke,heal}.
-// It parses the escaped path itself so that names with an escaped '/' round-trip.
-func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request) {
-	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/locks/")
-	switch r.Method {
-	case http.MethodGet, http.MethodHead:
-		if rest == "" {
-			s.list(w, r)
-			return
-		}
-		name, err := unescapeName("name", rest)
+// handleLocks serves /v1/locks/{name} and /v1/locks/{name}/{action}, the routes
+// rt names (see parseRoute), with the method the route serves: GET or HEAD of a
+// lock's state, POST of an action. It reads the name from the escaped path so
+// that names with an escaped '/' round-trip.
+func (s *Server) handleLocks(w http.ResponseWriter, r *http.Request, rt route) {
+	if rt.kind == routeLock {
+		name, err := rt.name()
 		if err != nil {
 			s.fail(w, r, "inspect", "", err)
 			return
 		}
 		s.inspect(w, r, name)
-	case http.MethodPost:
-		i := strings.LastIndexByte(rest, '/')
-		if i < 0 {
-			s.fail(w, r, "", "", because(errNoRoute, "no such route: POST /v1/locks/{name} needs an action: /acquire, /renew, /release, /revoke or /heal"))
-			return
-		}
-		action := rest[i+1:]
-		var handle func(http.ResponseWriter, *http.Request, string)
-		switch action {
-		case "acquire":
-			handle = s.acquire
-		case "renew":
-			handle = s.renew
-		case "release":
-			handle = s.release
-		case "revoke":
-			handle = s.revoke
-		case "heal":
-			handle = s.heal
-		default:
-			s.fail(w, r, "", "", because(errNoRoute, "no such route: unknown lock action %q (want acquire, renew, release, revoke or heal)", action))
-			return
-		}
-		name, err := unescapeName("name", rest[:i])
-		if err != nil {
-			s.fail(w, r, action, "", err)
-			return
-		}
-		handle(w, r, name)
-	default:
-		s.methodNotAllowed(w, r, "GET, HEAD, POST")
+		return
 	}
+	var handle func(http.ResponseWriter, *http.Request, string)
+	switch rt.action {
+	case "acquire":
+		handle = s.acquire
+	case "renew":
+		handle = s.renew
+	case "release":
+		handle = s.release
+	case "revoke":
+		handle = s.revoke
+	case "heal":
+		handle = s.heal
+	}
+	name, err := rt.name()
+	if err != nil {
+		s.fail(w, r, rt.action, "", err)
+		return
+	}
+	handle(w, r, name)
 }
 
 // unescapeName decodes the escaped name or key part of a path and validates it. A
@@ -437,7 +436,8 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 			err = perr
 		} else {
 			a := &acquireCall{name: name, req: req, ttl: ttl, wait: wait, start: start, permit: permit, opts: opts, held: err}
-			if p := s.leave(w, r); p != nil {
+			// The body was read to its end (readBody) before the wait.
+			if p := s.leave(w, r, true); p != nil {
 				s.parkAcquire(p, a, unpark)
 				return
 			}
@@ -778,7 +778,8 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 			s.fail(w, r, op, name, err)
 			return
 		}
-		if p := s.leave(w, r); p != nil {
+		// A GET's body, if any, is not read: such a query stays in net/http.
+		if p := s.leave(w, r, false); p != nil {
 			s.parkQuery(p, in, op, name, q, unpark)
 			return
 		}
@@ -1088,10 +1089,6 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, key string) {
 // handleFences serves POST /v1/fences/{key}: fence.Guard.Fence over HTTP.
 func (s *Server) handleFences(w http.ResponseWriter, r *http.Request) {
 	const op = "fence"
-	if r.Method != http.MethodPost {
-		s.methodNotAllowed(w, r, "POST")
-		return
-	}
 	key, err := unescapeName("key", strings.TrimPrefix(r.URL.EscapedPath(), "/v1/fences/"))
 	if err != nil {
 		s.fail(w, r, op, "", err)
@@ -1241,6 +1238,8 @@ func bodyError(err error, what string, limit int64) error {
 	return because(fence.ErrUnavailable, "reading the request %s failed", what)
 }
 
+// methodNotAllowed answers 405 with allow as the Allow header: a handler's own
+// check of its method, behind the router's (see allowed), which answers first.
 func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
 	w.Header().Set("Allow", allow)
 	s.fail(w, r, "", "", because(errMethod, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.EscapedPath(), allow))
@@ -1350,25 +1349,4 @@ func readAllInto(dst []byte, r io.Reader) ([]byte, error) {
 }
 
 // routeOf names the route of r for metrics and logs, without names or keys.
-func routeOf(r *http.Request) string {
-	p := r.URL.Path
-	switch {
-	case strings.HasPrefix(p, "/v1/locks/") && r.Method == http.MethodPost:
-		switch a := p[strings.LastIndexByte(p, '/')+1:]; a {
-		case "acquire", "renew", "release", "revoke", "heal":
-			return "locks/" + a
-		}
-		return "other"
-	case strings.HasPrefix(p, "/v1/locks"):
-		return "locks"
-	case strings.HasPrefix(p, "/v1/kv/"):
-		return "kv"
-	case strings.HasPrefix(p, "/v1/fences/"):
-		return "fences"
-	case p == "/healthz", p == "/metrics":
-		return p[1:]
-	case p == "/v1/openapi.json":
-		return "openapi"
-	}
-	return "other"
-}
+func routeOf(r *http.Request) string { return requestRoute(r).label() }
