@@ -371,8 +371,8 @@ func TestCLI_UsageErrors_OneActionableLine(t *testing.T) {
 		{[]string{"acquire", "a", "--ttl"}, []string{"acquire: --ttl needs a value"}},
 		{[]string{"acquire", "a", "--ttl", "soon"}, []string{`acquire: --ttl "soon": want a duration such as 500ms, 30s or 5m`}},
 		{[]string{"acquire", ""}, []string{`fence: lock name "": is empty`}},
-		{[]string{"chaos", "--workers", "1", "--duration", "1s"}, []string{"chaos: invalid argument: workers 1 not in [2, 64]"}},
-		{[]string{"simulate", "--scenario", "random", "--workers", "30"}, []string{"sim: workers must be 1 to 26, got 30"}},
+		{[]string{"chaos", "--workers", "1", "--duration", "1s"}, []string{"--workers 1: want 2 to 64 worker processes"}},
+		{[]string{"simulate", "--scenario", "random", "--workers", "30"}, []string{"simulate: --workers: workers must be 1 to 26, got 30"}},
 	} {
 		r := runFence(t, cli.serve.url, nil, "", tc.args...)
 		what := fmt.Sprintf("fence %q", tc.args)
