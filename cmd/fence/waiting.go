@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,9 +48,12 @@ func newWaitNotice(quiet bool, c *fencehttp.Client, name, self string) *waitNoti
 	return &waitNotice{w: os.Stderr, c: c, name: name, self: self}
 }
 
-// start follows name's state (a blocking query, so a change of holder is told when
-// it happens) until ctx ends or the returned stop is called; stop returns once
-// nothing more will be printed. A nil notice starts nothing.
+// start follows name's state until ctx ends or the returned stop is called; stop
+// returns once nothing more will be printed. The state is read by blocking
+// queries, which answer when the lock's index moves: a new grant, so a new holder
+// is told when it comes; a holder of a shared lock or semaphore leaving while
+// others stay does not move it, and is told only with the next change. A nil
+// notice starts nothing.
 func (n *waitNotice) start(ctx context.Context) (stop func()) {
 	if n == nil {
 		return func() {}
@@ -116,7 +120,7 @@ func (n *waitNotice) holders(info fence.LockInfo) string {
 func (n *waitNotice) line(info fence.LockInfo, elapsed time.Duration) string {
 	owner, left, more := info.Owner, info.ExpiresIn, 0
 	if len(info.Holders) > 0 {
-		first := slices.MinFunc(info.Holders, func(a, b fence.Holder) int { return int(a.ExpiresIn - b.ExpiresIn) })
+		first := slices.MinFunc(info.Holders, func(a, b fence.Holder) int { return cmp.Compare(a.ExpiresIn, b.ExpiresIn) })
 		owner, left, more = first.Owner, first.ExpiresIn, len(info.Holders)-1
 	}
 	by := "held by " + owner
