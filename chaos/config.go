@@ -23,10 +23,16 @@ const (
 // Nemeses lists the implemented nemeses.
 var Nemeses = []string{NemesisPause, NemesisKill, NemesisLink, NemesisFailover, NemesisMember, NemesisDisk, NemesisClock, NemesisPartition, NemesisCrash}
 
+// Bounds of Config.Workers: a race needs two workers, and each is a process.
+const (
+	MinWorkers = 2
+	MaxWorkers = 64
+)
+
 // Config configures a chaos run.
 type Config struct {
 	Binary   string        // the fence binary (its serve and chaos worker modes)
-	Workers  int           // worker processes; default 4
+	Workers  int           // worker processes, MinWorkers to MaxWorkers; default 4
 	Duration time.Duration // how long the workers run; default 30s
 	// TTL is the lease TTL; default 400ms. On the etcd store it is at least 1s, etcd's
 	// minimum lease TTL there, so that pauses (3 TTLs) outlast the etcd lease that
@@ -103,8 +109,8 @@ func (c *Config) defaults() error {
 	if c.Interval == 0 {
 		c.Interval = 3 * time.Second
 	}
-	if c.Workers < 2 || c.Workers > 64 {
-		return fmt.Errorf("chaos: %w: workers %d not in [2, 64]", fence.ErrInvalid, c.Workers)
+	if c.Workers < MinWorkers || c.Workers > MaxWorkers {
+		return fmt.Errorf("chaos: %w: workers %d not in [%d, %d]", fence.ErrInvalid, c.Workers, MinWorkers, MaxWorkers)
 	}
 	if c.Duration < 0 || c.TTL < 10*time.Millisecond || c.Hold < 0 || c.Interval < 0 || c.MaxFaults < 0 {
 		return fmt.Errorf("chaos: %w: duration, ttl (>= 10ms), hold, interval and max faults must be positive", fence.ErrInvalid)

@@ -54,7 +54,7 @@ usage errors.`,
 			if err != nil {
 				return err
 			}
-			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, opts...)
+			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, true, opts...)
 			if err != nil {
 				return err
 			}
@@ -76,8 +76,9 @@ func checkOwner(owner string) error { return invalidUsage("--owner", driver.Vali
 // acquireLease acquires name, waiting up to wait (fence.WaitForever: until ctx is
 // done). It tries once first, so that a server that cannot be reached is reported
 // at once: a waiting client retries an unavailable server (to ride out a restart),
-// which would hide a wrong address behind a silent wait.
-func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wait time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+// which would hide a wrong address behind a silent wait. While it waits, notice
+// (if not nil) says who holds name.
+func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wait time.Duration, notice *waitNotice, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	start := time.Now()
 	lease, err := c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(0))...)
 	if err == nil || wait == 0 || ctx.Err() != nil || !errors.Is(err, fence.ErrNotAcquired) || errors.Is(err, fence.ErrUnavailable) {
@@ -88,14 +89,16 @@ func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wa
 			return nil, err
 		}
 	}
+	defer notice.start(ctx)()
 	return c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(wait))...)
 }
 
 // acquireForCommand is the acquire of `fence acquire` and `fence lock`: it checks
 // --owner and acquires name for it under the signals of a new waitSignals, which
 // the caller stops once done with the lease (so that no signal finds the default
-// action, death with the lock held, between the wait and the release).
-func acquireForCommand(cmd *cobra.Command, flags *clientFlags, name string, ttl, wait time.Duration, owner string, opts ...fence.AcquireOption) (*fence.Lease, *waitSignals, error) {
+// action, death with the lock held, between the wait and the release). Unless
+// quiet, a wait is told on stderr when it is a terminal (see waitNotice).
+func acquireForCommand(cmd *cobra.Command, flags *clientFlags, name string, ttl, wait time.Duration, owner string, quiet bool, opts ...fence.AcquireOption) (*fence.Lease, *waitSignals, error) {
 	if err := checkOwner(owner); err != nil {
 		return nil, nil, err
 	}
@@ -106,7 +109,7 @@ func acquireForCommand(cmd *cobra.Command, flags *clientFlags, name string, ttl,
 	opts = append(opts, fence.WithOwner(owner))
 	w := watchSignals(cmd.Context())
 	lease, err := acquireWatched(w, fmt.Sprintf("lock %q", name), "waiting for it", wait, func(ctx context.Context) (*fence.Lease, error) {
-		return acquireLease(ctx, c, name, ttl, wait, opts...)
+		return acquireLease(ctx, c, name, ttl, wait, newWaitNotice(quiet, c, name, owner), opts...)
 	})
 	if err != nil {
 		w.stop()
@@ -466,8 +469,21 @@ func printInfos(w interface{ Write([]byte) (int, error) }, infos []fence.LockInf
 	return tw.Flush()
 }
 
-// roundLeft is a lease's time left as status shows it.
-func roundLeft(d time.Duration) string { return d.Round(time.Millisecond).String() }
+// roundLeft is a lease's time left as status shows it, to what a person reads:
+// whole seconds from a minute on (1m59s), tenths under a minute (3.2s),
+// milliseconds under a second (40ms). It truncates, so it never shows more time
+// than is left.
+func roundLeft(d time.Duration) string {
+	switch {
+	case d >= time.Minute:
+		d = d.Truncate(time.Second)
+	case d >= time.Second:
+		d = d.Truncate(100 * time.Millisecond)
+	default:
+		d = d.Truncate(time.Millisecond)
+	}
+	return d.String()
+}
 
 // ownerText is an owner as status shows it: "-" for none.
 func ownerText(owner string) string {

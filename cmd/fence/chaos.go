@@ -54,8 +54,10 @@ pauses, and harmless with fencing on, because the resource rejected the stale
 holder's writes.
 
 Exit status 0 when fencing on shows no violation, or when fencing off (the control
-run) shows violations; 1 otherwise. Failing histories (JSON lines and porcupine's HTML
-visualisation) are saved under --results.
+run) shows violations; 1 otherwise; 130 or 143 when SIGINT or SIGTERM ended it (the
+processes it started are stopped first). The run's folder (logs, and failing
+histories as JSON lines and porcupine's HTML visualisation) is made under --results,
+by default a new temporary directory; its path is printed.
 
 With --matrix it runs every store (--stores, default all: ` + strings.Join(chaos.Stores, ", ") + `)
 against every nemesis that applies to it (--nemesis, if given, picks among them), one
@@ -72,6 +74,9 @@ what to install); 2 for a bad command line.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("fencing", fencing, "on", "off"); err != nil {
+				return err
+			}
+			if err := checkChaosFlags(cfg); err != nil {
 				return err
 			}
 			if mx.on {
@@ -102,9 +107,19 @@ what to install); 2 for a bad command line.`,
 				cfg.Progress = cmd.OutOrStdout()
 				cfg.ProgressInPlace = isTerminal(cfg.Progress)
 			}
-			ctx, stop := signalContext(cmd)
-			defer stop()
-			sum, err := chaos.Run(ctx, cfg)
+			if cfg.Results == "" {
+				if cfg.Results, err = os.MkdirTemp("", "fence-chaos-"); err != nil {
+					return fmt.Errorf("chaos: results: %w", err)
+				}
+				// Gone again if the run made nothing in it (a bad setting).
+				defer os.Remove(cfg.Results)
+			}
+			w := watchSignals(cmd.Context())
+			defer w.stop()
+			sum, err := chaos.Run(w.ctx, cfg)
+			if sig := w.end(); sig != 0 {
+				return interrupted("chaos", "running; results in "+cfg.Results, sig)
+			}
 			if errors.Is(err, fence.ErrInvalid) {
 				return usageError{err} // the config came from the flags
 			}
@@ -141,10 +156,10 @@ what to install); 2 for a bad command line.`,
 	}
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the workers run (e.g. 10m for a soak)")
-	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
+	f.IntVar(&cfg.Workers, "workers", 4, fmt.Sprintf("worker processes, %d to %d", chaos.MinWorkers, chaos.MaxWorkers))
 	f.StringVar(&nemeses, "nemesis", "pause,kill", "faults to inject, comma-separated: "+strings.Join(chaos.Nemeses, ", ")+" (or none)")
 	f.StringVar(&fencing, "fencing", "on", "on, or off for the control run that must find violations")
-	f.StringVar(&cfg.Results, "results", "chaos-results", "directory for run folders and failing histories")
+	f.StringVar(&cfg.Results, "results", "", "directory for run folders and failing histories (default: a new temporary directory)")
 	f.DurationVar(&cfg.TTL, "ttl", 400*time.Millisecond, "lease TTL of the workers")
 	f.DurationVar(&cfg.Hold, "hold", 20*time.Millisecond, "time a worker holds between its read and its write")
 	f.DurationVar(&cfg.Interval, "interval", 3*time.Second, "mean time between two faults of one nemesis")
@@ -158,6 +173,18 @@ what to install); 2 for a bad command line.`,
 	f.DurationVar(&mx.control, "control-duration", 0, "with --matrix: how long each control cell runs (default --duration)")
 	cmd.AddCommand(newChaosWorkerCmd(), newChaosEtcdMemberCmd())
 	return cmd
+}
+
+// checkChaosFlags returns a usage error naming the first flag of cfg (one run's,
+// or a matrix cell's) that no run can take.
+func checkChaosFlags(cfg chaos.Config) error {
+	if cfg.Duration <= 0 {
+		return usagef("--duration %v: want a positive duration such as 30s", cfg.Duration)
+	}
+	if cfg.Workers < chaos.MinWorkers || cfg.Workers > chaos.MaxWorkers {
+		return usagef("--workers %d: want %d to %d worker processes", cfg.Workers, chaos.MinWorkers, chaos.MaxWorkers)
+	}
+	return nil
 }
 
 // summaryJSON is the JSON object of one run's summary.

@@ -45,10 +45,17 @@ func runMatrix(cmd *cobra.Command, cfg chaos.Config, mx matrixFlags, nemeses str
 		cfg.Progress = out
 		cfg.ProgressInPlace = isTerminal(out)
 	}
-	mc.Cell = cfg
-	ctx, stop := signalContext(cmd)
-	defer stop()
-	res, err := chaos.Matrix(ctx, mc)
+	mc.Cell = cfg // Results "": chaos.Matrix makes a temporary directory
+	w := watchSignals(cmd.Context())
+	defer w.stop()
+	res, err := chaos.Matrix(w.ctx, mc)
+	if sig := w.end(); sig != 0 {
+		doing := "running"
+		if res != nil {
+			doing += "; results in " + res.Dir
+		}
+		return interrupted("chaos matrix", doing, sig)
+	}
 	if errors.Is(err, fence.ErrInvalid) && res == nil {
 		return usageError{err} // the config came from the flags
 	}

@@ -33,7 +33,7 @@ func TestChaos_UsageErrors_Exit2(t *testing.T) {
 		{[]string{"chaos", "--matrix", "--nemesis", "none"}, "--nemesis: want at least one"},
 		{[]string{"chaos", "--matrix", "--store", "bolt"}, "--store does not go with --matrix"},
 		{[]string{"chaos", "--matrix", "--fencing", "off"}, "--fencing does not go with --matrix"},
-		{[]string{"chaos", "--matrix", "--workers", "1"}, "workers 1 not in [2, 64]"},
+		{[]string{"chaos", "--matrix", "--workers", "1"}, "--workers 1: want 2 to 64 worker processes"},
 		{[]string{"chaos", "--stores", "bolt"}, "--stores goes with --matrix"},
 		{[]string{"chaos", "--matrix", "--control-duration", "-1s"}, "hold and duration must be positive"},
 	} {

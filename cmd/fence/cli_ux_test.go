@@ -277,15 +277,12 @@ func TestCLI_Lock_NoCommand_LeaseLost_76(t *testing.T) {
 		t.Fatalf("lease lost while held: want exit %d, got %d (stderr %q)", exitLeaseLost, code, f.stderr)
 	}
 	stderr := f.stderr
-	// -o json adds the summary on stderr before the error line.
-	errLine := ""
-	for _, l := range strings.Split(stderr.String(), "\n") {
-		if strings.HasPrefix(l, "fence: ") {
-			errLine = l
-		}
-	}
-	if !strings.HasPrefix(errLine, fmt.Sprintf("fence: lock %q: lease lost (", name)) || strings.Count(errLine, name) != 1 || strings.Count(stderr.String(), "fence: ") != 1 {
-		t.Fatalf("lease lost: want one line naming the lock once, got %q", stderr)
+	// -o json adds the summary on stderr before the error line, which is JSON too.
+	var errLine struct{ Error, Code string }
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &errLine); err != nil ||
+		!strings.HasPrefix(errLine.Error, fmt.Sprintf("lock %q: lease lost (", name)) || strings.Count(errLine.Error, name) != 1 || errLine.Code != "lease_lost" {
+		t.Fatalf("lease lost: want a last JSON line {\"error\":\"lock NAME: lease lost (...)\",\"code\":\"lease_lost\"} naming the lock once, got %q", stderr)
 	}
 }
 
@@ -371,8 +368,8 @@ func TestCLI_UsageErrors_OneActionableLine(t *testing.T) {
 		{[]string{"acquire", "a", "--ttl"}, []string{"acquire: --ttl needs a value"}},
 		{[]string{"acquire", "a", "--ttl", "soon"}, []string{`acquire: --ttl "soon": want a duration such as 500ms, 30s or 5m`}},
 		{[]string{"acquire", ""}, []string{`fence: lock name "": is empty`}},
-		{[]string{"chaos", "--workers", "1", "--duration", "1s"}, []string{"chaos: invalid argument: workers 1 not in [2, 64]"}},
-		{[]string{"simulate", "--scenario", "random", "--workers", "30"}, []string{"sim: workers must be 1 to 26, got 30"}},
+		{[]string{"chaos", "--workers", "1", "--duration", "1s"}, []string{"--workers 1: want 2 to 64 worker processes"}},
+		{[]string{"simulate", "--scenario", "random", "--workers", "30"}, []string{"simulate: --workers: workers must be 1 to 26, got 30"}},
 	} {
 		r := runFence(t, cli.serve.url, nil, "", tc.args...)
 		what := fmt.Sprintf("fence %q", tc.args)

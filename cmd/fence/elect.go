@@ -22,7 +22,7 @@ const electUse = "elect NAME [--ttl 30s] [--owner S] [--rejoin] -- CMD [ARGS...]
 func newElectCmd() *cobra.Command {
 	var ttl, grace time.Duration
 	var owner string
-	var rejoin bool
+	var rejoin, quiet bool
 	var flags *clientFlags
 	cmd := &cobra.Command{
 		Use:   electUse,
@@ -55,7 +55,10 @@ The term names its leader for 'fence leader' and 'fence status': --owner, by
 default "HOST:PID COMMAND" as for 'fence lock'; --owner "" names none.
 
 A server that cannot be reached when elect starts is an error at once (exit 1), not
-a silent wait; once campaigning, a server that restarts is retried.
+a silent wait; once campaigning, a server that restarts is retried. While another
+candidate leads, elect says so on stderr when stderr is a terminal, once, and again
+when the leader changes ("waiting for NAME: held by OWNER, expires in 3s");
+--quiet silences it. --ttl is at least 100ms, as for 'fence lock'.
 
 SIGINT, SIGTERM and SIGHUP end a campaign (no CMD is run); while elect leads they
 are passed on to CMD's process group, and elect resigns once CMD has exited. With
@@ -79,6 +82,9 @@ elect led, and whether the last one was lost.`,
 			if err := checkTTL(ttl); err != nil {
 				return err
 			}
+			if err := checkRenewedTTL(ttl); err != nil {
+				return err
+			}
 			if grace < 0 {
 				return usagef("--grace %v: must not be negative", grace)
 			}
@@ -96,7 +102,7 @@ elect led, and whether the last one was lost.`,
 			if err != nil {
 				return err
 			}
-			er := &electRun{e: e, c: c, grace: grace, env: flags.childEnv(), rejoin: rejoin}
+			er := &electRun{e: e, c: c, grace: grace, env: flags.childEnv(), rejoin: rejoin, notice: newWaitNotice(quiet, c, name, owner)}
 			err = er.run(cmd.Context(), argv)
 			if output == "json" && len(er.epochs) > 0 {
 				_ = printJSON(os.Stderr, map[string]any{"name": name, "epoch": er.epochs[len(er.epochs)-1],
@@ -106,10 +112,11 @@ elect led, and whether the last one was lost.`,
 		},
 	}
 	flags = addClientFlags(cmd)
-	cmd.Flags().DurationVar(&ttl, "ttl", election.DefaultTTL, "term TTL: how long a leader that stops renewing keeps the others waiting; renewed at a third of it")
+	cmd.Flags().DurationVar(&ttl, "ttl", election.DefaultTTL, fmt.Sprintf("term TTL, at least %v: how long a leader that stops renewing keeps the others waiting; renewed at a third of it", minRenewedTTL))
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on the loss of the term, how long before SIGKILL")
 	cmd.Flags().StringVar(&owner, "owner", "", `who leads, shown by 'fence leader' (default "HOST:PID COMMAND")`)
 	cmd.Flags().BoolVar(&rejoin, "rejoin", false, "after losing a term, campaign again and run CMD again when leading (default: exit 76)")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "do not say on stderr who leads while campaigning (said only when stderr is a terminal)")
 	return cmd
 }
 
@@ -121,6 +128,7 @@ type electRun struct {
 	grace  time.Duration
 	env    []string // FENCE_SERVER and what else the child needs to reach the server
 	rejoin bool
+	notice *waitNotice   // says who leads while campaigning; nil: nothing
 	epochs []fence.Token // of the terms led, in order
 	lost   bool          // the last term was lost
 }
@@ -167,6 +175,7 @@ func (er *electRun) campaign(ctx context.Context) (*fence.Lease, error) {
 			return nil, err
 		}
 	}
+	defer er.notice.start(ctx)()
 	term, err := er.e.Campaign(ctx)
 	if err != nil {
 		return nil, err
@@ -329,7 +338,7 @@ func (p *leaderPrinter) print(ld election.Leader) error {
 	}
 	epoch, exp, owner := "-", "-", "-"
 	if ld.Leading() {
-		epoch, exp = ld.Epoch.String(), ld.ExpiresIn.Round(time.Millisecond).String()
+		epoch, exp = ld.Epoch.String(), roundLeft(ld.ExpiresIn)
 		if ld.Owner != "" {
 			owner = ld.Owner
 		}

@@ -112,7 +112,7 @@ token seen) or the server refuses the write; 2 for usage errors.`,
 			if output == "json" {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"key": key, "token": tok, "lock": lock, "bytes": len(value)})
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "stored %s (%d bytes, token %d)\n", key, len(value), tok)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "stored %s (%s, token %d)\n", key, byteCount(len(value)), tok)
 			return err
 		},
 	}

@@ -24,6 +24,7 @@ const lockUse = "lock NAME [--ttl 30s] [--wait DURATION] [--owner S] [-n N | --s
 func newLockCmd() *cobra.Command {
 	var ttl, wait, grace time.Duration
 	var owner string
+	var quiet bool
 	var flags *clientFlags
 	var kind *kindFlags
 	cmd := &cobra.Command{
@@ -60,6 +61,12 @@ without CMD, "HOST:PID"); --owner "" names none.
 
 A server that cannot be reached when lock starts is an error at once (exit 1), not
 a silent wait; once waiting, a server that restarts is retried until the wait ends.
+While it waits for a held lock, lock says so on stderr when stderr is a terminal,
+once, and again when another holder has it ("waiting for NAME: held by OWNER,
+expires in 3s"); --quiet silences it.
+
+--ttl is at least 100ms: the lease is renewed at a third of it, and a shorter one
+would run out before a renewal could reach the server.
 
 Without CMD, lock prints the lease (as 'fence acquire' does) and holds it, renewing
 it, until SIGINT, SIGTERM or SIGHUP; then it releases it and exits 0.
@@ -82,6 +89,9 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			if err := checkLockAndTTL(name, ttl); err != nil {
 				return err
 			}
+			if err := checkRenewedTTL(ttl); err != nil {
+				return err
+			}
 			if wait < 0 || grace < 0 {
 				return usagef("--wait and --grace must not be negative")
 			}
@@ -95,7 +105,7 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			if err != nil {
 				return err
 			}
-			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, append(opts, fence.WithAutoRenew())...)
+			lease, w, err := acquireForCommand(cmd, flags, name, ttl, wait, owner, quiet, append(opts, fence.WithAutoRenew())...)
 			if err != nil {
 				return err
 			}
@@ -120,11 +130,26 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 	}
 	flags = addClientFlags(cmd)
 	kind = addKindFlags(cmd)
-	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL; the lease is renewed at a third of it")
+	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, fmt.Sprintf("lease TTL, at least %v; the lease is renewed at a third of it", minRenewedTTL))
 	cmd.Flags().DurationVar(&wait, "wait", 0, "give up when the lock is still held after this long (default: wait until acquired; 0: try once)")
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "after SIGTERM on lease loss, how long before SIGKILL")
 	cmd.Flags().StringVar(&owner, "owner", "", `who holds the lease, shown by 'fence status' (default "HOST:PID COMMAND")`)
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "do not say on stderr who holds the lock while waiting for it (said only when stderr is a terminal)")
 	return cmd
+}
+
+// minRenewedTTL is the shortest --ttl of `fence lock` and `fence elect`, which
+// renew their lease at a third of it: a renewal is a round trip to the server
+// (and through it to its store), which a shorter TTL would not leave time for,
+// so the lease would be lost at once.
+const minRenewedTTL = 100 * time.Millisecond
+
+// checkRenewedTTL returns a usage error if --ttl is below minRenewedTTL.
+func checkRenewedTTL(ttl time.Duration) error {
+	if ttl < minRenewedTTL {
+		return usagef("--ttl %v: too short to renew the lease in time; want at least %v", ttl, minRenewedTTL)
+	}
+	return nil
 }
 
 // nameThenCommand checks the arguments of `fence lock` and `fence elect`: a NAME

@@ -8,13 +8,18 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencehttp"
 )
 
 // Exit statuses shared by all commands.
@@ -90,7 +95,7 @@ func newRootCmd() *cobra.Command {
 func main() { os.Exit(run(os.Args[1:])) }
 
 // run executes the command line and returns the exit status. Errors are printed as
-// one line on stderr.
+// one line on stderr: "fence: MESSAGE", or with -o json {"error","code"}.
 func run(args []string) int {
 	root := newRootCmd()
 	root.SetArgs(args)
@@ -98,19 +103,104 @@ func run(args []string) int {
 	if err == nil {
 		return exitOK
 	}
+	code := exitError
 	var ec *exitCodeError
-	if errors.As(err, &ec) {
-		if ec.err != nil {
-			fmt.Fprintln(os.Stderr, "fence:", oneLine(ec.err))
-		}
-		return ec.code
-	}
-	fmt.Fprintln(os.Stderr, "fence:", oneLine(err))
 	var ue usageError
-	if errors.As(err, &ue) || isCobraUsage(err) {
-		return exitUsage
+	switch {
+	case errors.As(err, &ec):
+		code = ec.code
+		if ec.err == nil {
+			return code // the command said what there was to say
+		}
+	case errors.As(err, &ue) || isCobraUsage(err):
+		code = exitUsage
 	}
-	return exitError
+	printError(os.Stderr, err, code, output == "json" || jsonAsked(args))
+	return code
+}
+
+// printError prints err, which ends the command with exit status code, as one
+// line on w: "fence: MESSAGE", or as JSON {"error":"MESSAGE","code":"CODE"} (see
+// errorCode). A refused auth token says what to do about it.
+func printError(w io.Writer, err error, code int, asJSON bool) {
+	msg := oneLine(err)
+	if errors.Is(err, fencehttp.ErrUnauthorized) {
+		msg += "; set " + envAuthToken + " to a token the server accepts"
+	}
+	if !asJSON {
+		fmt.Fprintln(w, "fence:", msg)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}{msg, errorCode(err, code)})
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+// errorCodes are the codes of -o json errors for the root package's sentinels and
+// the client's, as the server names them in its answers.
+var errorCodes = []struct {
+	err  error
+	code string
+}{
+	{fence.ErrUnavailable, "unavailable"},
+	{fencehttp.ErrUnauthorized, "unauthorized"},
+	{fencehttp.ErrForbidden, "forbidden"},
+	{fence.ErrInvalid, "invalid"},
+	{fence.ErrNotFound, "not_found"},
+	{fence.ErrNotAcquired, "held"},
+	{fence.ErrUnissuedToken, "unissued_token"},
+	{fence.ErrStaleToken, "stale_token"},
+	{fence.ErrNamespace, "wrong_lock"},
+	{fence.ErrTokenExhausted, "token_exhausted"},
+	{fence.ErrNotHeld, "not_held"},
+	{fence.ErrNotImplemented, "not_implemented"},
+}
+
+// errorCode is the "code" of a -o json error: "usage" for a command line that is
+// wrong (exit 2), the server's own code for its answers ("stale_token", ...),
+// "held" when the lock stayed held (75), "lease_lost" (76), "interrupted" for a
+// signal that ended a wait (128+N), "cannot_start" for a CMD that could not be
+// started (127), the code of the error's sentinel, else "error".
+func errorCode(err error, exit int) string {
+	var se *fencehttp.ServerError
+	switch {
+	case exit == exitUsage:
+		return "usage"
+	case errors.As(err, &se) && se.Code != "":
+		return se.Code
+	case exit == exitNotAcquired:
+		return "held"
+	case exit == exitLeaseLost:
+		return "lease_lost"
+	case exit == 127:
+		return "cannot_start"
+	case exit > 128:
+		return "interrupted"
+	}
+	for _, c := range errorCodes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return "error"
+}
+
+// jsonAsked reports whether the command line asks for -o json before any "--",
+// for an error met before the flags were parsed (an unknown flag).
+func jsonAsked(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "-ojson" || a == "-o=json" || a == "--output=json":
+			return true
+		case (a == "-o" || a == "--output") && i+1 < len(args) && args[i+1] == "json":
+			return true
+		}
+	}
+	return false
 }
 
 // oneLine returns err's message on one line: drivers (pgx, etcd) put newlines and
@@ -124,6 +214,14 @@ func oneLine(err error) string {
 		msg = strings.TrimPrefix(msg, "fence: ")
 	}
 	return strings.ReplaceAll(msg, ": fence: ", ": ")
+}
+
+// byteCount is n bytes as a message says it: "1 byte", "0 bytes", "12 bytes".
+func byteCount(n int) string {
+	if n == 1 {
+		return "1 byte"
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // isCobraUsage recognises cobra's own argument errors that no hook of ours turns

@@ -178,6 +178,12 @@ queries end, requests in flight finish (up to --shutdown-timeout), then the stor
 closed cleanly.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Every flag is checked before the store is opened, so that a mistake is
+			// named as such, not as the store's refusal (another server holding it).
+			addr, err := listenAddr(listen)
+			if err != nil {
+				return err
+			}
 			if (tlsCert == "") != (tlsKey == "") {
 				return usagef("--tls-cert and --tls-key go together")
 			}
@@ -219,14 +225,14 @@ closed cleanly.`,
 			}
 			log := slog.New(h)
 			return serve(cmd.Context(), log, serveConfig{
-				listen: listen, data: data, store: store, tls: tlsConf, tokens: toks,
+				listen: addr, data: data, store: store, tls: tlsConf, tokens: toks,
 				maxValue: maxValue, maxWait: maxWait, shutdownTimeout: shutdownTimeout,
 				headerTimeout: headerTimeout, readTimeout: readTimeout, maxWaiters: maxWaiters,
 			})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", "127.0.0.1:7420", "address to listen on (port 0: any free port, logged)")
+	f.StringVar(&listen, "listen", "127.0.0.1:7420", "address to listen on: HOST:PORT; a bare PORT means 127.0.0.1:PORT (loopback only), :PORT every interface; port 0: any free port, logged")
 	f.StringVar(&data, "data", "./fence-data", "directory of the embedded store")
 	f.StringVar(&store, "store", "", "store URL instead of the embedded one: bolt:PATH, redis://, etcd://h1,h2/, postgres://, zk://h1,h2")
 	f.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS")

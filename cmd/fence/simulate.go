@@ -68,6 +68,11 @@ Example: fence simulate --format svg > pause-past-ttl.svg`,
 			default:
 				return usagef("simulate: --fencing must be on or off, got %q", fencing)
 			}
+			if errors.Is(err, fence.ErrInvalid) && cmd.Flags().Changed("workers") {
+				// The one option out of range is the flag's: name it.
+				fact := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "sim: "), ": "+fence.ErrInvalid.Error())
+				return usagef("simulate: --workers: %s", fact)
+			}
 			if errors.Is(err, sim.ErrUnknownScenario) || errors.Is(err, fence.ErrInvalid) {
 				return usageError{err} // the options came from the flags
 			}
