@@ -860,8 +860,14 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "dot segments in a name", on: m, method: "POST", path: "/v1/locks/a/../b/acquire", global: "BadPath", status: 400, code: "invalid"})
 	c.do(exchange{what: "dot segment in a key", on: m, method: "GET", path: "/v1/kv/a/./b", global: "BadPath", status: 400, code: "invalid"})
 	c.do(exchange{what: "unknown path", on: m, method: "GET", path: "/v1/nope", global: "NotFound", status: 404, code: "not_found"})
-	c.do(exchange{what: "unknown lock action", on: m, method: "POST", path: "/v1/locks/x/bogus", global: "NotFound", status: 404, code: "not_found"})
-	c.do(exchange{what: "POST on a lock without an action", on: m, method: "POST", path: "/v1/locks/x", global: "NotFound", status: 404, code: "not_found"})
+	if c.lacks["action routes"] != "" {
+		c.do(exchange{what: "unknown lock action", on: m, method: "POST", path: "/v1/locks/x/bogus", global: "NotFound", status: 404, code: "not_found"})
+		c.do(exchange{what: "POST on a lock without an action", on: m, method: "POST", path: "/v1/locks/x", global: "NotFound", status: 404, code: "not_found"})
+	} else {
+		// The state of the lock "x/bogus" or "x", which takes GET and HEAD only.
+		c.do(exchange{what: "POST on a lock whose last segment is no action", on: m, method: "POST", path: "/v1/locks/x/bogus", global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
+		c.do(exchange{what: "POST on a lock without an action", on: m, method: "POST", path: "/v1/locks/x", global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
+	}
 	for _, p := range c.doc.Paths.InMatchingOrder() {
 		if p == "/" && c.lacks["root redirect"] != "" {
 			continue
