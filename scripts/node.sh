@@ -35,7 +35,7 @@ fence_node() {
 		return 1
 		;;
 	esac
-	_cache=${FENCE_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fence/node}
+	_cache=${FENCE_NODE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/fence/node}
 	_dir=$_cache/node-v$fence_node_version-linux-$_arch
 	if [ ! -x "$_dir/bin/node" ] || ! fence_node_ok "$_dir/bin/node"; then
 		_have=none

@@ -336,3 +336,23 @@ func TestDocs_ClientExamples_AfterTheTours(t *testing.T) {
 	env = append(env, "PYTHONPATH="+filepath.Join(root, "clients", "python", "src"), "PYTHONDONTWRITEBYTECODE=1")
 	run("clients/python/README.md's example", cmd, `b"B's value"`)
 }
+
+// TestDocs_README_SaysTheGoVersion checks that the README names the Go version that
+// builds the project: go.mod's go line.
+func TestDocs_README_SaysTheGoVersion(t *testing.T) {
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("builds with Go %s or later", m[1]); !strings.Contains(string(readme), want) {
+		t.Errorf("README.md: want it to say %q (go.mod's go line)", want)
+	}
+}
