@@ -16,7 +16,9 @@
 #   ZooKeeper  zkServer.sh, its jars and java   (zookeeper; the zookeeper package's
 #              tests run it)
 #   curl       the README tours use it; cmd/fence's docs test runs them as written
-#   node, npm  the TypeScript client's tests (Node.js >= 20.3; this machine kind ships 20)
+#   node, npm  the TypeScript client's, the dashboard's and the OpenAPI lint's tests need
+#              Node.js >= 20.3: where the system's is older (Debian 12 ships 18),
+#              scripts/node.sh installs one from the npm registry into a cache
 #   python3    the Python client's tests (3.9+)
 #   chromium   the dashboard's browser test (driven by playwright-core from npm)
 #   systemd    systemd-analyze verifies packaging/fence.service
@@ -74,6 +76,12 @@ required=(
 )
 optional=()
 
+# node_ready: a Node.js >= 20.3 for the tests, the system's or one scripts/node.sh
+# installs into its cache (the tests' scripts find it there).
+node_ready() {
+	sh scripts/node.sh || die "no Node.js >= 20.3 for the TypeScript client's tests (see above)"
+}
+
 # missing LINE...: print the packages whose probes are not all found.
 missing() {
 	local line pkg probe probes
@@ -95,6 +103,7 @@ need=$(missing "${required[@]}")
 want=$(missing "${optional[@]}")
 if [ -z "$need$want" ]; then
 	log "every test dependency is installed: nothing to do"
+	node_ready
 	exit 0
 fi
 log "missing packages: $(echo $need $want)"
@@ -155,4 +164,5 @@ if [ -n "$want" ]; then
 		warn "installed $(echo $want) but its programs are still not found"
 	fi
 fi
+node_ready
 log "done"

@@ -2,7 +2,8 @@
 # test.sh: the one test command, for developers and CI (.ci/run).
 #
 #   scripts/test.sh            everything: deps, gofmt, go vet, go test -race ./..., then
-#                              the TypeScript and Python clients' and the dashboard's tests
+#                              the TypeScript and Python clients' and the dashboard's tests,
+#                              and the OpenAPI document's lint (scripts/openapi-lint)
 #   scripts/test.sh -short     skip the integration tests that start real servers
 #   scripts/test.sh -run Foo   any other go test flags are passed through
 #   CI=true scripts/test.sh    as .ci/run: also -count=1, no cached test results
@@ -49,7 +50,7 @@ go test "${testflags[@]}" "$@" ./... || fail "go test"
 # The clients in other languages and the dashboard's browser test run against a real
 # fence serve too; they run with the whole suite, not with go test flags of their own.
 if [ $# -eq 0 ]; then
-	for t in clients/typescript/test.sh clients/python/test.sh fencehttp/ui/test/test.sh; do
+	for t in clients/typescript/test.sh clients/python/test.sh fencehttp/ui/test/test.sh scripts/openapi-lint/test.sh; do
 		step "$t"
 		bash "$t" || fail "$t"
 	done

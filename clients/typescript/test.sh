@@ -1,21 +1,17 @@
 #!/usr/bin/env bash
 # Runs the TypeScript client's tests against a real `fence serve` built from this
 # repository. Callable from anywhere (CI: bash clients/typescript/test.sh from the
-# repo root). Needs Node.js >= 20 with npm, and Go (or FENCE_BIN, a built fence).
+# repo root). Needs npm and Go (or FENCE_BIN, a built fence); a Node.js of at
+# least 20.3 is found or installed by scripts/node.sh.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 
-if ! command -v node >/dev/null 2>&1; then
-	echo "clients/typescript/test.sh: node not found: install Node.js 20.3 or later (Debian: apt-get install nodejs npm)" >&2
-	exit 1
-fi
-major="$(node -p 'process.versions.node.split(".")[0]')"
-if [ "$major" -lt 20 ]; then
-	echo "clients/typescript/test.sh: Node.js $(node --version) is too old: the client needs 20.3 or later" >&2
-	exit 1
-fi
+# A Node.js of at least 20.3 first in PATH: the system's, or one scripts/node.sh
+# installs into a cache from the npm registry (Debian 12 ships Node.js 18).
+. "$root/scripts/node.sh" || exit 1
+echo "clients/typescript/test.sh: $(command -v node) $(node --version)"
 
 cd "$here"
 # npm ci when node_modules is missing or older than the lock file.

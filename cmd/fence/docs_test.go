@@ -252,3 +252,107 @@ func TestDocs_ElectionTour_RunsAsWritten(t *testing.T) {
 	dir, url := startTourServe(t)
 	runTour(t, electionTour, url, dir, false)
 }
+
+// codeBlock returns the first fenced block of language lang in file after the line
+// starting with heading.
+func codeBlock(t *testing.T, file, heading, lang string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	i := strings.Index(text, "\n"+heading)
+	if i < 0 {
+		t.Fatalf("%s: no heading %q", file, heading)
+	}
+	text = text[i:]
+	start := strings.Index(text, "\n```"+lang+"\n")
+	if start < 0 {
+		t.Fatalf("%s: no ```%s block under %q", file, lang, heading)
+	}
+	text = text[start+len("\n```"+lang+"\n"):]
+	end := strings.Index(text, "\n```")
+	if end < 0 {
+		t.Fatalf("%s: the ```%s block under %q is not closed", file, lang, heading)
+	}
+	return text[:end+1]
+}
+
+// TestDocs_ClientExamples_AfterTheTours runs every shell tour, then the TypeScript
+// and Python clients' README examples, on one server, as a new user following the
+// documents one after another would: an example that reused another tour's key under
+// another lock, or wrote with a token the server never issued, fails here (the
+// TypeScript example did, with a WrongLockError, after the README's tour).
+func TestDocs_ClientExamples_AfterTheTours(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the tours and the clients' examples against a real fence serve")
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("the Python client's example needs python3 (scripts/install-deps.sh installs it)")
+	}
+	dir, url := startTourServe(t)
+	for _, tour := range []docTour{readmeTour, electionTour, httpTour, holdersTour, watchTour, kindsTour} {
+		runTour(t, tour, url, dir, true)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(cleanEnv(), "FENCE_SERVER="+url)
+	run := func(what string, cmd *exec.Cmd, lastLine string) {
+		t.Helper()
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%s, after the tours on the same server: %v\n%s", what, err, out)
+			return
+		}
+		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		if got := lines[len(lines)-1]; got != lastLine {
+			t.Errorf("%s: want its last line %q, got %q; output:\n%s", what, lastLine, got, out)
+		}
+	}
+
+	// The TypeScript example runs inside the package, so that "@fencelock/fence"
+	// resolves to it (the committed dist/), with a Node.js of at least 20.3 that
+	// scripts/node.sh finds or installs.
+	ts := filepath.Join(root, "clients", "typescript", "test", fmt.Sprintf(".readme-example-go-%d.mjs", os.Getpid()))
+	if err := os.WriteFile(ts, []byte(codeBlock(t, "../../clients/typescript/README.md", "## Example", "js")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(ts) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run("clients/typescript/README.md's example",
+		exec.CommandContext(ctx, "bash", "-c", `. "$1/scripts/node.sh" >&2 && exec node "$2"`, "example", root, ts), "total=120")
+
+	py := filepath.Join(t.TempDir(), "example.py")
+	if err := os.WriteFile(py, []byte(codeBlock(t, "../../clients/python/README.md", "## A runnable example", "python")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, python, py)
+	env = append(env, "PYTHONPATH="+filepath.Join(root, "clients", "python", "src"), "PYTHONDONTWRITEBYTECODE=1")
+	run("clients/python/README.md's example", cmd, `b"B's value"`)
+}
+
+// TestDocs_README_SaysTheGoVersion checks that the README names the Go version that
+// builds the project: go.mod's go line.
+func TestDocs_README_SaysTheGoVersion(t *testing.T) {
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("builds with Go %s or later", m[1]); !strings.Contains(string(readme), want) {
+		t.Errorf("README.md: want it to say %q (go.mod's go line)", want)
+	}
+}

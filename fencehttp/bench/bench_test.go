@@ -317,7 +317,7 @@ func BenchmarkWatch(b *testing.B) {
 // never releases a 100ms lease and a waiter on its own client is already waiting
 // in its long poll at the server.
 //
-//	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./http/bench/
+//	go test -run '^$' -bench ExpiryHandoff -benchtime 100x ./fencehttp/bench/
 func BenchmarkExpiryHandoff(b *testing.B) {
 	_, base := fenceServer(b)
 	clients := newClients(b, base, 2)

@@ -1,7 +1,7 @@
 // Package bench_test compares fence serve over HTTP with etcd's concurrency.Mutex on
 // an embedded single-member etcd, in one run:
 //
-//	go test -run XXX -bench . -benchtime 3s ./http/bench
+//	go test -run XXX -bench . -benchtime 3s ./fencehttp/bench
 //
 // BenchmarkPairs reports acquire+release pairs/s for fence over HTTP (bolt store,
 // keep-alive) and for etcd (one session per client), at 1 and 16 concurrent clients

@@ -62,16 +62,34 @@ export interface FenceSpec {
     /** The lease id; without it, a write with a token equal to the key's highest is refused. */
     lease?: string;
 }
-/** A value of the fenced store, with the fence that wrote it. */
+/**
+ * A key of the fenced store: its value, and its fence (the lock and the highest token
+ * the key has admitted: the last write's, or a later fence's or delete's).
+ */
 export interface KVItem {
-    /** The value's bytes. */
-    value: Uint8Array;
-    /** The token of the write that stored it. */
+    /**
+     * The value's bytes; null when the key holds no value but is fenced (it was only
+     * fenced with {@link KV.fence}, or its value was deleted with {@link KV.delete}).
+     */
+    value: Uint8Array | null;
+    /** The key's fencing token. */
     token: number;
     /** The lock that fences the key. */
     lock: string;
-    /** Returns the value decoded as UTF-8. */
+    /** Returns the value decoded as UTF-8 ("" when there is none). */
     text(): string;
+}
+/** Options of {@link FenceClient.list}. Every field is optional. */
+export interface ListOptions {
+    /** Only the locks whose names start with this (a valid lock name). Default: all. */
+    prefix?: string;
+    /** At most this many locks, 0 to 10000; 0 (the default) is no limit. */
+    limit?: number;
+    /**
+     * Also the free names the server's store knows (held false, with their last token).
+     * Default false: held locks only.
+     */
+    all?: boolean;
 }
 /**
  * The state of a lock, as {@link FenceClient.inspect} returns it. For a semaphore or
@@ -239,6 +257,14 @@ export declare class FenceClient {
      */
     inspect(name: string): Promise<LockInfo>;
     /**
+     * Resolves with the held locks whose names start with opts.prefix, in name order,
+     * each as {@link FenceClient.inspect} reports it; with opts.all, the free names the
+     * server's store knows too. Rejects with an {@link InvalidError} for a bad prefix,
+     * limit or all, a {@link NotImplementedError} if the server's store cannot list,
+     * an {@link UnavailableError} if the server cannot be reached.
+     */
+    list(opts?: ListOptions): Promise<LockInfo[]>;
+    /**
      * Follows the state of the lock `name`: an async iterable that yields its state at
      * once, then its state after each change (an acquire, release, expiry, revoke or
      * heal), each with the lock's change {@link WatchedLockInfo.index}, until stopped.
@@ -331,10 +357,30 @@ export declare class KV {
      */
     fence(key: string, fence: FenceSpec | Lease): Promise<void>;
     /**
-     * Resolves with the value under key and the fence that wrote it (never its lease id).
-     * Rejects with a {@link NotFoundError} if key was never written, an
+     * Removes key's value if the server admits the fence (a {@link FenceSpec} or a
+     * {@link Lease}), as {@link KV.put} admits a write: the key keeps its fence (now this
+     * delete's), so a stale writer is still refused, and {@link KV.get} then resolves
+     * with a null value. Rejects with a {@link NotFoundError} if the key holds no value
+     * (never written, only fenced, or already deleted; nothing changed), and as
+     * {@link KV.put} does otherwise.
+     */
+    delete(key: string, fence: FenceSpec | Lease): Promise<void>;
+    /**
+     * Purges key: removes its value and its fence, so that the next write under any lock
+     * is admitted. An admin's operation (the admin right, with scoped tokens), and the
+     * one way a key's fence goes back: for a key fenced under the wrong lock. Rejects
+     * with a {@link NotFoundError} if the key has neither a value nor a fence, a
+     * {@link NotImplementedError} if the server's store cannot purge, an
      * {@link InvalidError} for a bad key, an {@link UnavailableError} if the server cannot
      * be reached.
+     */
+    purge(key: string): Promise<void>;
+    /**
+     * Resolves with the value under key and the key's fence (never a lease id); a key
+     * that is fenced but holds no value (only fenced, or its value deleted) resolves with
+     * a null value. Rejects with a {@link NotFoundError} if key was never written nor
+     * fenced (or was purged), an {@link InvalidError} for a bad key, an
+     * {@link UnavailableError} if the server cannot be reached.
      */
     get(key: string): Promise<KVItem>;
 }

@@ -10,7 +10,7 @@
  * @module
  */
 /** The `code` of an error answer of the server, or one the client makes itself. */
-export type FenceErrorCode = "invalid" | "unauthorized" | "not_found" | "method_not_allowed" | "held" | "limit_mismatch" | "stale_token" | "wrong_lock" | "token_exhausted" | "not_held" | "too_large" | "not_implemented" | "unavailable" | "internal" | "unexpected";
+export type FenceErrorCode = "invalid" | "unauthorized" | "not_found" | "method_not_allowed" | "held" | "limit_mismatch" | "stale_token" | "wrong_lock" | "unissued_token" | "token_exhausted" | "not_held" | "too_large" | "not_implemented" | "unavailable" | "internal" | "unexpected";
 /** The JSON body of an error answer: `{"error","code", ...detail}`. */
 export interface ErrorBody {
     error?: unknown;
@@ -54,7 +54,10 @@ export declare class InvalidError extends FenceError {
 /** UnauthorizedError: the server refused the bearer token, or got none (401). */
 export declare class UnauthorizedError extends FenceError {
 }
-/** NotFoundError: a key that was never written, or an unknown route (404). */
+/**
+ * NotFoundError: a key that holds no value (never written; from kv.delete, already
+ * deleted too; from kv.purge, neither a value nor a fence), or an unknown route (404).
+ */
 export declare class NotFoundError extends FenceError {
 }
 /** HeldError: the lock stayed held through the wait (409 `held`). */
@@ -108,6 +111,27 @@ export declare class WrongLockError extends FenceError {
     readonly got: string;
     /** Returns a WrongLockError; see {@link FenceError}. */
     constructor(status: number | undefined, message: string, key: string, lock: string, got: string);
+}
+/**
+ * UnissuedTokenError: the server never issued this fence (409 `unissued_token`): the
+ * token is above the last one it issued for the lock (`last`; 0 if it never granted
+ * the lock), or, with `otherLease`, it issued the token to another lease than the one
+ * sent. Nothing was written. Fence only with the token (and lease) of a real grant:
+ * a {@link Lease}, or the lock and token of one.
+ */
+export declare class UnissuedTokenError extends FenceError {
+    /** The lock named by the write. */
+    readonly lock: string;
+    /** The token the refused write presented. */
+    readonly token: number;
+    /** The last token the server issued for the lock; 0 if it never granted it. */
+    readonly last: number;
+    /** True if the token was issued, but to another lease than the one sent. */
+    readonly otherLease: boolean;
+    /** The key written, when the server names it ("" otherwise). */
+    readonly key: string;
+    /** Returns an UnissuedTokenError; see {@link FenceError}. */
+    constructor(status: number | undefined, message: string, lock: string, token: number, last: number, otherLease: boolean, key: string);
 }
 /** TokenExhaustedError: the lock's counter is at its maximum; it grants no more leases (409). */
 export declare class TokenExhaustedError extends FenceError {

@@ -68,16 +68,35 @@ export interface FenceSpec {
   lease?: string;
 }
 
-/** A value of the fenced store, with the fence that wrote it. */
+/**
+ * A key of the fenced store: its value, and its fence (the lock and the highest token
+ * the key has admitted: the last write's, or a later fence's or delete's).
+ */
 export interface KVItem {
-  /** The value's bytes. */
-  value: Uint8Array;
-  /** The token of the write that stored it. */
+  /**
+   * The value's bytes; null when the key holds no value but is fenced (it was only
+   * fenced with {@link KV.fence}, or its value was deleted with {@link KV.delete}).
+   */
+  value: Uint8Array | null;
+  /** The key's fencing token. */
   token: number;
   /** The lock that fences the key. */
   lock: string;
-  /** Returns the value decoded as UTF-8. */
+  /** Returns the value decoded as UTF-8 ("" when there is none). */
   text(): string;
+}
+
+/** Options of {@link FenceClient.list}. Every field is optional. */
+export interface ListOptions {
+  /** Only the locks whose names start with this (a valid lock name). Default: all. */
+  prefix?: string;
+  /** At most this many locks, 0 to 10000; 0 (the default) is no limit. */
+  limit?: number;
+  /**
+   * Also the free names the server's store knows (held false, with their last token).
+   * Default false: held locks only.
+   */
+  all?: boolean;
 }
 
 /**
@@ -377,6 +396,39 @@ export class FenceClient {
   }
 
   /**
+   * Resolves with the held locks whose names start with opts.prefix, in name order,
+   * each as {@link FenceClient.inspect} reports it; with opts.all, the free names the
+   * server's store knows too. Rejects with an {@link InvalidError} for a bad prefix,
+   * limit or all, a {@link NotImplementedError} if the server's store cannot list,
+   * an {@link UnavailableError} if the server cannot be reached.
+   */
+  async list(opts: ListOptions = {}): Promise<LockInfo[]> {
+    const op = "list";
+    const q = new URLSearchParams();
+    if (opts.prefix !== undefined) {
+      try {
+        q.set("prefix", checkName(op, "name", opts.prefix));
+      } catch (e) {
+        throw e instanceof InvalidError ? invalid(op, "", "prefix", typeof opts.prefix === "string" ? opts.prefix : undefined, e.reason) : e;
+      }
+    }
+    const limit = opts.limit ?? 0;
+    if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 0 || limit > 10_000) {
+      throw invalid(op, "", "limit", String(limit), "must be an integer from 0 to 10000");
+    }
+    if (limit > 0) q.set("limit", String(limit));
+    if (opts.all !== undefined && typeof opts.all !== "boolean") throw invalid(op, "", "all", String(opts.all), "must be a boolean");
+    if (opts.all === true) q.set("all", "true");
+    const query = q.toString();
+    const r = await this.#json(op, "", "GET", `/v1/locks${query ? "?" + query : ""}`, {});
+    if (!Array.isArray(r.locks)) throw this.#malformed(op, "");
+    return (r.locks as unknown[]).map((l) => {
+      if (l === null || typeof l !== "object" || typeof (l as Record<string, unknown>).name !== "string") throw this.#malformed(op, "");
+      return lockInfoOf(l as Record<string, unknown>, "");
+    });
+  }
+
+  /**
    * Follows the state of the lock `name`: an async iterable that yields its state at
    * once, then its state after each change (an acquire, release, expiry, revoke or
    * heal), each with the lock's change {@link WatchedLockInfo.index}, until stopped.
@@ -665,16 +717,51 @@ export class KV {
   }
 
   /**
-   * Resolves with the value under key and the fence that wrote it (never its lease id).
-   * Rejects with a {@link NotFoundError} if key was never written, an
+   * Removes key's value if the server admits the fence (a {@link FenceSpec} or a
+   * {@link Lease}), as {@link KV.put} admits a write: the key keeps its fence (now this
+   * delete's), so a stale writer is still refused, and {@link KV.get} then resolves
+   * with a null value. Rejects with a {@link NotFoundError} if the key holds no value
+   * (never written, only fenced, or already deleted; nothing changed), and as
+   * {@link KV.put} does otherwise.
+   */
+  async delete(key: string, fence: FenceSpec | Lease): Promise<void> {
+    const op = "delete";
+    checkName(op, "key", key);
+    const headers = fenceHeaders(op, key, fence);
+    const r = await this.#c.request("DELETE", `/v1/kv/${escapeSegment(key)}`, { headers });
+    if (r.status !== 200) throw this.#c.answerError(r);
+  }
+
+  /**
+   * Purges key: removes its value and its fence, so that the next write under any lock
+   * is admitted. An admin's operation (the admin right, with scoped tokens), and the
+   * one way a key's fence goes back: for a key fenced under the wrong lock. Rejects
+   * with a {@link NotFoundError} if the key has neither a value nor a fence, a
+   * {@link NotImplementedError} if the server's store cannot purge, an
    * {@link InvalidError} for a bad key, an {@link UnavailableError} if the server cannot
    * be reached.
+   */
+  async purge(key: string): Promise<void> {
+    const op = "purge";
+    checkName(op, "key", key);
+    const r = await this.#c.request("DELETE", `/v1/kv/${escapeSegment(key)}?purge=true`, {});
+    if (r.status !== 200) throw this.#c.answerError(r);
+  }
+
+  /**
+   * Resolves with the value under key and the key's fence (never a lease id); a key
+   * that is fenced but holds no value (only fenced, or its value deleted) resolves with
+   * a null value. Rejects with a {@link NotFoundError} if key was never written nor
+   * fenced (or was purged), an {@link InvalidError} for a bad key, an
+   * {@link UnavailableError} if the server cannot be reached.
    */
   async get(key: string): Promise<KVItem> {
     const op = "get";
     checkName(op, "key", key);
     const r = await this.#c.request("GET", `/v1/kv/${escapeSegment(key)}`, {});
-    if (r.status !== 200) throw this.#c.answerError(r);
+    // A key without a value is 404; with a fence, the 404 carries it.
+    const fencedOnly = r.status === 404 && r.headers.get("Fence-Token") !== null && r.headers.get("Fence-Lock") !== null;
+    if (r.status !== 200 && !fencedOnly) throw this.#c.answerError(r);
     const tok = Number(r.headers.get("Fence-Token") ?? "");
     let lock: string;
     try {
@@ -683,8 +770,8 @@ export class KV {
       throw this.#c.malformed(op, key);
     }
     if (!Number.isSafeInteger(tok) || tok < 1 || lock === "") throw this.#c.malformed(op, key);
-    const value = r.body;
-    return { value, token: tok, lock, text: () => textDecoder.decode(value) };
+    const value = fencedOnly ? null : r.body;
+    return { value, token: tok, lock, text: () => (value === null ? "" : textDecoder.decode(value)) };
   }
 }
 

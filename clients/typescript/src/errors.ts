@@ -20,6 +20,7 @@ export type FenceErrorCode =
   | "limit_mismatch"
   | "stale_token"
   | "wrong_lock"
+  | "unissued_token"
   | "token_exhausted"
   | "not_held"
   | "too_large"
@@ -83,7 +84,10 @@ export class InvalidError extends FenceError {
 /** UnauthorizedError: the server refused the bearer token, or got none (401). */
 export class UnauthorizedError extends FenceError {}
 
-/** NotFoundError: a key that was never written, or an unknown route (404). */
+/**
+ * NotFoundError: a key that holds no value (never written; from kv.delete, already
+ * deleted too; from kv.purge, neither a value nor a fence), or an unknown route (404).
+ */
 export class NotFoundError extends FenceError {}
 
 /** HeldError: the lock stayed held through the wait (409 `held`). */
@@ -166,6 +170,36 @@ export class WrongLockError extends FenceError {
   }
 }
 
+/**
+ * UnissuedTokenError: the server never issued this fence (409 `unissued_token`): the
+ * token is above the last one it issued for the lock (`last`; 0 if it never granted
+ * the lock), or, with `otherLease`, it issued the token to another lease than the one
+ * sent. Nothing was written. Fence only with the token (and lease) of a real grant:
+ * a {@link Lease}, or the lock and token of one.
+ */
+export class UnissuedTokenError extends FenceError {
+  /** The lock named by the write. */
+  readonly lock: string;
+  /** The token the refused write presented. */
+  readonly token: number;
+  /** The last token the server issued for the lock; 0 if it never granted it. */
+  readonly last: number;
+  /** True if the token was issued, but to another lease than the one sent. */
+  readonly otherLease: boolean;
+  /** The key written, when the server names it ("" otherwise). */
+  readonly key: string;
+
+  /** Returns an UnissuedTokenError; see {@link FenceError}. */
+  constructor(status: number | undefined, message: string, lock: string, token: number, last: number, otherLease: boolean, key: string) {
+    super("unissued_token", status, message);
+    this.lock = lock;
+    this.token = token;
+    this.last = last;
+    this.otherLease = otherLease;
+    this.key = key;
+  }
+}
+
 /** TokenExhaustedError: the lock's counter is at its maximum; it grants no more leases (409). */
 export class TokenExhaustedError extends FenceError {}
 
@@ -237,6 +271,8 @@ export function errorFromBody(status: number, body: ErrorBody): FenceError {
       return new StaleTokenError(status, msg, str(body.key), num(body.highest), num(body.token), body.same_token === true);
     case "wrong_lock":
       return new WrongLockError(status, msg, str(body.key), str(body.lock), str(body.got));
+    case "unissued_token":
+      return new UnissuedTokenError(status, msg, str(body.lock), num(body.token), num(body.last), body.other_lease === true, str(body.key));
     case "token_exhausted":
       return new TokenExhaustedError("token_exhausted", status, msg);
     case "not_held":

@@ -2,7 +2,8 @@
 # Browser tests of the fence dashboard (/ui): builds fence, installs playwright-core
 # (no browser download: it drives Debian's chromium), runs node --test.
 # From the repo root: sh fencehttp/ui/test/test.sh
-# Needs: go, node >= 20 with npm, and chromium at /usr/bin/chromium (or $CHROMIUM).
+# Needs: go, npm, and chromium at /usr/bin/chromium (or $CHROMIUM); a Node.js of at
+# least 20.3 is found or installed by scripts/node.sh.
 # FENCE_UI_SCREENSHOTS=DIR keeps the screenshots there (else a temp dir, printed).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,6 +15,7 @@ if [ ! -x "$chromium" ]; then
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/fence-ui-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
+. "$root/scripts/node.sh" || exit 1
 (cd "$root" && go build -o "$work/fence" ./cmd/fence)
 cd "$here"
 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error

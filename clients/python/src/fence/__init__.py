@@ -55,6 +55,7 @@ from ._errors import (
     TooLargeError,
     UnauthorizedError,
     UnavailableError,
+    UnissuedTokenError,
     WrongLockError,
 )
 
@@ -85,5 +86,6 @@ __all__ = [
     "TooLargeError",
     "UnauthorizedError",
     "UnavailableError",
+    "UnissuedTokenError",
     "WrongLockError",
 ]

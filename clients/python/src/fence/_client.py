@@ -304,24 +304,31 @@ def _reach_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _all_dicts(items: List[Any]) -> bool:
+    """Reports whether every item is a dict with a string "name"."""
+    return all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items)
+
+
 # --- Item ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Item:
-    """Item is a value of the fenced KV store with the key's fence: ``lock``, the lock
-    whose counter fences the key, and ``token``, the highest token the key has
-    accepted (the last write's, or a later Client.fence's). The lease id is never
-    disclosed."""
+    """Item is a key of the fenced KV store: its ``value``, and its fence: ``lock``, the
+    lock whose counter fences the key, and ``token``, the highest token the key has
+    accepted (the last write's, or a later Client.fence's or Client.delete's). The
+    value is None when the key is fenced but holds none (it was only fenced, or its
+    value was deleted). The lease id is never disclosed."""
 
-    value: bytes
+    value: Optional[bytes]
     token: int
     lock: str
 
     @property
     def text(self) -> str:
-        """The value decoded as UTF-8 (raises UnicodeDecodeError if it is not)."""
-        return self.value.decode("utf-8")
+        """The value decoded as UTF-8, "" when there is none (raises
+        UnicodeDecodeError if it is not UTF-8)."""
+        return "" if self.value is None else self.value.decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -548,10 +555,12 @@ class Client:
         headers: Optional[Mapping[str, str]] = None,
         timeout: Optional[float] = None,
         opener: Optional[urllib.request.OpenerDirector] = None,
+        fenced_404: bool = False,
     ) -> Tuple[int, http.client.HTTPMessage, bytes]:
         """Sends one request (with opener, else the client's) and returns (status,
-        headers, body) of a 200 answer. Raises the FenceError of any other answer,
-        UnavailableError without one."""
+        headers, body) of a 200 answer, and with fenced_404 of a 404 that carries a
+        key's fence (Fence-Token and Fence-Lock). Raises the FenceError of any other
+        answer, UnavailableError without one."""
         h = dict(headers or {})
         if self._auth:
             h["Authorization"] = "Bearer " + self._auth
@@ -570,6 +579,8 @@ class Client:
                 data = b""
             finally:
                 e.close()
+            if fenced_404 and e.code == 404 and e.headers.get(HEADER_TOKEN) and e.headers.get(HEADER_LOCK):
+                return e.code, e.headers, b""
             raise self._answer_error(e.code, data) from None
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
             raise UnavailableError("cannot reach the fence server at %s: %s" % (self.server, _reach_reason(e))) from e
@@ -790,6 +801,36 @@ class Client:
         name = _check_name(op, name)
         _, _, raw = self._request(op, name, "GET", "/v1/locks/%s" % escape_name(name))
         return self._object(op, name, raw)
+
+    def list(self, prefix: Optional[str] = None, limit: Optional[int] = None, all: bool = False) -> List[Dict[str, Any]]:
+        """Returns the held locks whose names start with ``prefix`` (every lock
+        without it), in name order, each a dict as status returns it; with
+        ``all=True`` also the free names the server's store knows ("held": False,
+        with their "last_token"). ``limit`` caps the count (None or 0: no cap; at most
+        10000).
+
+        Raises InvalidError for a bad prefix, limit or all, NotSupportedError if the
+        server's store cannot list, UnavailableError if the server cannot be reached.
+        """
+        op = "list"
+        query: Dict[str, str] = {}
+        if prefix is not None:
+            query["prefix"] = _check_name(op, prefix, field="prefix")
+        if limit is not None:
+            if not _is_int(limit) or not 0 <= limit <= 10000:
+                raise _invalid(op, "", "limit", str(limit), "must be an integer from 0 to 10000")
+            if limit > 0:
+                query["limit"] = str(limit)
+        if not isinstance(all, bool):
+            raise _invalid(op, "", "all", str(all), "must be a bool")
+        if all:
+            query["all"] = "true"
+        path = "/v1/locks" + ("?" + urllib.parse.urlencode(query) if query else "")
+        _, _, raw = self._request(op, "", "GET", path)
+        locks = self._object(op, "", raw).get("locks")
+        if not isinstance(locks, list) or not _all_dicts(locks):
+            raise self._malformed(op, "")
+        return locks
 
     def watch(
         self,
@@ -1048,16 +1089,54 @@ class Client:
         h = self._fence_headers(op, key, lease, lock, token, lease_id)
         self._request(op, key, "POST", "/v1/fences/%s" % escape_name(key), headers=h)
 
-    def get(self, key: str) -> Item:
-        """Returns the value under ``key`` with the lock and token that wrote it.
+    def delete(
+        self,
+        key: str,
+        lease: Optional[Lease] = None,
+        lock: Optional[str] = None,
+        token: Optional[int] = None,
+        *,
+        lease_id: Optional[str] = None,
+    ) -> None:
+        """Removes ``key``'s value if the key's fence admits the delete, as put admits
+        a write (pass the ``lease``, or ``lock`` and ``token`` and optionally
+        ``lease_id``). The key keeps its fence, now this delete's, so a stale writer is
+        still refused; get then returns an Item whose value is None.
 
-        Raises NotFoundError if the key was never written, InvalidError for a bad key,
-        NotSupportedError if the server has no KV store, UnavailableError if the
-        server cannot be reached.
+        Raises NotFoundError if the key holds no value (never written, only fenced, or
+        already deleted; nothing changed), and what put raises otherwise.
+        """
+        op = "delete"
+        key = _check_name(op, key, field="key")
+        h = self._fence_headers(op, key, lease, lock, token, lease_id)
+        self._request(op, key, "DELETE", "/v1/kv/%s" % escape_name(key), headers=h)
+
+    def purge(self, key: str) -> None:
+        """Purges ``key``: removes its value and its fence, so that the next write under
+        any lock is admitted. An admin's operation (the admin right, with scoped
+        tokens), and the one way a key's fence goes back: for a key fenced under the
+        wrong lock.
+
+        Raises NotFoundError if the key has neither a value nor a fence,
+        NotSupportedError if the server's store cannot purge, InvalidError for a bad
+        key, UnavailableError if the server cannot be reached.
+        """
+        op = "purge"
+        key = _check_name(op, key, field="key")
+        self._request(op, key, "DELETE", "/v1/kv/%s?purge=true" % escape_name(key))
+
+    def get(self, key: str) -> Item:
+        """Returns the value under ``key`` with the key's fence (the lock and the
+        highest token it accepted); the value is None when the key is fenced but holds
+        none (only fenced, or its value deleted).
+
+        Raises NotFoundError if the key was never written nor fenced (or was purged),
+        InvalidError for a bad key, NotSupportedError if the server has no KV store,
+        UnavailableError if the server cannot be reached.
         """
         op = "get"
         key = _check_name(op, key, field="key")
-        _, headers, data = self._request(op, key, "GET", "/v1/kv/%s" % escape_name(key))
+        status, headers, data = self._request(op, key, "GET", "/v1/kv/%s" % escape_name(key), fenced_404=True)
         tok = headers.get(HEADER_TOKEN, "")
         try:
             lock = urllib.parse.unquote(headers.get(HEADER_LOCK, ""), errors="strict")
@@ -1065,7 +1144,7 @@ class Client:
             lock = ""
         if not tok.isdigit() or not lock:
             raise self._malformed(op, key)
-        return Item(value=data, token=int(tok), lock=lock)
+        return Item(value=None if status == 404 else data, token=int(tok), lock=lock)
 
 
 # --- Lease --------------------------------------------------------------------------

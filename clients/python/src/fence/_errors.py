@@ -16,6 +16,7 @@ __all__ = [
     "HeldError",
     "StaleTokenError",
     "WrongLockError",
+    "UnissuedTokenError",
     "TokenExhaustedError",
     "NotHeldError",
     "NotSupportedError",
@@ -118,7 +119,9 @@ class UnauthorizedError(FenceError):
 
 
 class NotFoundError(FenceError):
-    """NotFoundError (404 "not_found"): the key was never written, or no such route."""
+    """NotFoundError (404 "not_found"): the key holds no value (never written; for
+    Client.delete, already deleted too; for Client.purge, neither a value nor a
+    fence), or no such route."""
 
     code = "not_found"
 
@@ -168,6 +171,25 @@ class WrongLockError(FenceError):
         super().__init__(message, **kw)
         self.lock: Optional[str] = _str(self.body.get("lock"))
         self.got: Optional[str] = _str(self.body.get("got"))
+        self.key: Optional[str] = _str(self.body.get("key"))
+
+
+class UnissuedTokenError(FenceError):
+    """UnissuedTokenError (409 "unissued_token"): the server never issued this fence,
+    and the write changed nothing: the token (``token``) is above the last one it
+    issued for the lock (``last``; 0 if it never granted ``lock``), or, with
+    ``other_lease``, it issued the token to another lease than the one sent. Fence
+    only with the token (and lease) of a real grant. ``key`` is the key written, when
+    the server names it."""
+
+    code = "unissued_token"
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.lock: Optional[str] = _str(self.body.get("lock"))
+        self.token: Optional[int] = _int(self.body.get("token"))
+        self.last: Optional[int] = _int(self.body.get("last"))
+        self.other_lease: bool = self.body.get("other_lease") is True
         self.key: Optional[str] = _str(self.body.get("key"))
 
 
@@ -222,6 +244,7 @@ _CLASSES: Tuple[Type[FenceError], ...] = (
     HeldError,
     StaleTokenError,
     WrongLockError,
+    UnissuedTokenError,
     TokenExhaustedError,
     NotHeldError,
     NotSupportedError,
