@@ -228,6 +228,7 @@ func (s *Store) checkIssued(f fence.Fence) error {
 	}
 	return nil
 }
+
 // Get returns the value stored under key and the fence that fences it. A key
 // that was only fenced (Fence) has a nil value. It returns fence.ErrNotFound if
 // key was never fenced nor written, fence.ErrInvalid for a bad key,
