@@ -191,7 +191,7 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 	return nil
 }
 
-// checkIssued returns an *fence.UnissuedTokenError if this store did not issue
+// checkIssued returns a *fence.UnissuedTokenError if this store did not issue
 // f (P9): f's token is above the last token of f.Name (in memory, else in the lease
 // log or the file; 0 if the name was never granted), or a live lease of f.Name
 // holds f's token under another lease id than f's non-empty one. It returns
@@ -230,7 +230,8 @@ func (s *Store) checkIssued(f fence.Fence) error {
 }
 
 // Get returns the value stored under key and the fence that fences it. A key
-// that was only fenced (Fence) has a nil value. It returns fence.ErrNotFound if
+// that was only fenced (Fence), or whose value was deleted (Delete), has a nil
+// value. It returns fence.ErrNotFound if
 // key was never fenced nor written, fence.ErrInvalid for a bad key,
 // fence.ErrUnavailable if the file could not be read, and fence.ErrClosed after
 // Close.
