@@ -866,8 +866,11 @@ func (c *Client) Get(ctx context.Context, key string) (fence.Item, error) {
 	if resp.status != http.StatusOK && !noValue {
 		return fence.Item{}, c.answerError(resp)
 	}
-	if noValue {
+	switch {
+	case noValue:
 		resp.body = nil
+	case resp.body == nil:
+		resp.body = []byte{} // an empty value is a value
 	}
 	tok, terr := fence.ParseToken(resp.header.Get(HeaderToken))
 	name, nerr := url.PathUnescape(resp.header.Get(HeaderLock))

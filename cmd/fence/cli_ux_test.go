@@ -531,11 +531,12 @@ func TestChaos_ProgressLinesWhenNotATerminal(t *testing.T) {
 	}
 }
 
-// Item 10: kv --help describes both subcommands and where their defaults come from.
+// Item 10: kv --help describes its subcommands and where their defaults come from.
 func TestCLI_KVHelp_DescribesSubcommands(t *testing.T) {
 	r := runFence(t, cli.serve.url, nil, "", "kv", "--help")
 	wantCode(t, "kv --help", r, 0)
 	for _, w := range []string{"fence kv put KEY --lock NAME --token N [--lease ID] (VALUE | -)", "fence kv get KEY",
+		"fence kv delete KEY --lock NAME --token N [--lease ID]", "fence kv purge KEY", "never issued",
 		"standard input when VALUE is -", "$FENCE_LOCK", "$FENCE_TOKEN", "$FENCE_LEASE", "-o json", "--lock is required"} {
 		if !strings.Contains(r.stdout, w) {
 			t.Errorf("kv --help: want %q in it, got:\n%s", w, r.stdout)
