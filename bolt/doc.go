@@ -189,6 +189,10 @@
 // loses that grant, its token is still below the durable token ceiling, so every
 // later grant's token is above it and no holder is fenced out.
 //
+// A store whose keys are fenced by another locker's tokens (a Redis whose locks
+// guard them) cannot know what that locker issued: it is opened with
+// Options.ExternalLocks, and then checks fences with fence.Admit only.
+//
 // # Files
 //
 // Open refuses, with a clear error and without writing to it, a file that is not a

@@ -148,8 +148,10 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 	// P9. What the check finds, once true, stays true (a name's last token only
 	// grows, and a token is issued to one lease only), so checking before the
 	// transaction admits exactly what checking inside it would.
-	if err := s.checkIssued(f); err != nil {
-		return opError(op, key, err)
+	if !s.externalLocks {
+		if err := s.checkIssued(f); err != nil {
+			return opError(op, key, err)
+		}
 	}
 	del := op == "delete"
 	var refused error

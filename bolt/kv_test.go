@@ -149,3 +149,20 @@ func TestKV_DeleteAndPurge_DurableAcrossCrash(t *testing.T) {
 		t.Fatalf("Put under another lock after the Purge = %v; want nil", err)
 	}
 }
+
+// With ExternalLocks, the fences come from another locker: the store admits
+// tokens it never issued, by fence.Admit alone.
+func TestKV_ExternalLocks_AdmitsForeignTokensByAdmitOnly(t *testing.T) {
+	s := openStore(t, &Options{ExternalLocks: true})
+	ctx := context.Background()
+	if err := s.Put(ctx, "k", []byte("v"), fence.Fence{Name: "redis-lock", Token: 999999}); err != nil {
+		t.Fatalf("Put with a foreign token = %v; want nil", err)
+	}
+	var se *fence.StaleTokenError
+	if err := s.Put(ctx, "k", []byte("old"), fence.Fence{Name: "redis-lock", Token: 5}); !errors.As(err, &se) || se.Highest != 999999 {
+		t.Fatalf("Put with a lower foreign token = %v; want a *StaleTokenError with Highest 999999", err)
+	}
+	if err := s.Delete(ctx, "k", fence.Fence{Name: "redis-lock", Token: 1000000}); err != nil {
+		t.Fatalf("Delete with a foreign token = %v; want nil", err)
+	}
+}
