@@ -121,3 +121,25 @@ func TestCLI_KV_SendsLeaseAndPurgeQuery(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// fence serve --external-locks: the embedded store takes tokens it never issued
+// (the clients lock elsewhere) by the guard rule alone; any other store refuses
+// the flag.
+func TestCLI_Serve_ExternalLocks(t *testing.T) {
+	p, err := startServe(t.TempDir(), "--external-locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.kill()
+	wantCode(t, "kv put of a foreign token", runFence(t, p.url, nil, "", "kv", "put", "k", "--lock", "redis-lock", "--token", "999999", "v"), 0)
+	r := runFence(t, p.url, nil, "", "kv", "put", "k", "--lock", "redis-lock", "--token", "5", "old")
+	wantCode(t, "kv put of a lower foreign token", r, exitError)
+	if !strings.Contains(r.stderr, "stale token 5") {
+		t.Fatalf("kv put of a lower foreign token: want it refused as stale, got %q", r.stderr)
+	}
+	r = runFence(t, "", nil, "", "serve", "--external-locks", "--store", "redis://127.0.0.1:1", "--listen", "127.0.0.1:0", "--data", t.TempDir())
+	wantCode(t, "serve --external-locks --store redis://", r, exitUsage)
+	if line := oneLineStderr(t, "serve --external-locks --store redis://", r); !strings.Contains(line, "--external-locks") {
+		t.Fatalf("serve --external-locks with another store: want a line naming the flag, got %q", line)
+	}
+}
