@@ -7,6 +7,14 @@
 //		fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newLocker(t) })
 //	}
 //
+// A store that both grants locks and keeps the fenced key-value store refuses
+// fences it never issued (P9): it runs TestGuard with WithIssuer (or
+// WithGuardAsIssuer), so the guard suite writes with the store's own grants, and
+// TestIssuedKV, the P9 suite and a key's lifecycle (Delete, Purge):
+//
+//	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return store }, fencetest.WithIssuer(store))
+//	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return store })
+//
 // Each subtest calls the factory once and uses its own unique lock names and keys,
 // so one server can serve the whole suite. Run it under the race detector.
 //
