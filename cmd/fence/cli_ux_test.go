@@ -360,7 +360,7 @@ func TestCLI_UsageErrors_OneActionableLine(t *testing.T) {
 		{[]string{"leader"}, []string{"leader: missing an election NAME", "usage: fence leader NAME [--watch]"}},
 		{[]string{"lokc"}, []string{`unknown command "lokc" for "fence" (did you mean "lock"?)`, "fence --help"}},
 		{[]string{"kv", "pt"}, []string{`unknown command "pt" for "fence kv" (did you mean "put"?)`, "fence kv --help"}},
-		{[]string{"kv"}, []string{"kv: missing a subcommand: put or get"}},
+		{[]string{"kv"}, []string{"kv: missing a subcommand: put, get, delete or purge"}},
 		{[]string{"acquire"}, []string{"acquire: missing a lock NAME", "usage: fence acquire NAME"}},
 		{[]string{"acquire", "a", "b"}, []string{`acquire: unexpected argument "b"`, "usage: fence acquire NAME"}},
 		{[]string{"kv", "put", "k"}, []string{"kv put: missing a VALUE (or - to read standard input)", "usage: fence kv put KEY"}},
