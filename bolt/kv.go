@@ -140,18 +140,19 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 	if err := checkArgs(ctx, op, key, driver.ValidateKey(key), f.Validate()); err != nil {
 		return err
 	}
-	s.life.RLock()
-	defer s.life.RUnlock()
-	if s.closed.Load() {
-		return opError(op, key, fence.ErrClosed)
-	}
 	// P9. What the check finds, once true, stays true (a name's last token only
 	// grows, and a token is issued to one lease only), so checking before the
-	// transaction admits exactly what checking inside it would.
+	// transaction admits exactly what checking inside it would. It runs before
+	// s.life is taken: it may read the file, which takes s.life itself.
 	if !s.externalLocks {
 		if err := s.checkIssued(f); err != nil {
 			return opError(op, key, err)
 		}
+	}
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return opError(op, key, fence.ErrClosed)
 	}
 	del := op == "delete"
 	var refused error

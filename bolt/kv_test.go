@@ -3,8 +3,10 @@ package bolt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,5 +166,50 @@ func TestKV_ExternalLocks_AdmitsForeignTokensByAdmitOnly(t *testing.T) {
 	}
 	if err := s.Delete(ctx, "k", fence.Fence{Name: "redis-lock", Token: 1000000}); err != nil {
 		t.Fatalf("Delete with a foreign token = %v; want nil", err)
+	}
+}
+
+// Close while Puts check fences against a name whose last token is read from the
+// file (the check reads the file, as Close waits for the KV operations in flight):
+// every Put ends, stored or ErrClosed, and so does Close.
+func TestKV_CloseDuringIssuedChecks_NoDeadlock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s := mustOpen(t, path, nil)
+	f := grant(t, s, "job")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, path, nil) // "job" is in the file only
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					never := fence.Fence{Name: fmt.Sprintf("never-%d-%d", g, i), Token: 1}
+					err := s.Put(ctx, fmt.Sprintf("k%d", g), []byte("v"), never)
+					if errors.Is(err, fence.ErrClosed) {
+						return
+					}
+					if err := s.Put(ctx, fmt.Sprintf("k%d", g), []byte("v"), f); errors.Is(err, fence.ErrClosed) {
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close and the Puts in flight did not end within 20s: a deadlock")
 	}
 }
