@@ -77,6 +77,13 @@ type Options struct {
 	// step when it is idle, and writes the last tokens of leases that expired
 	// (their memory is reclaimed then); 0 means DefaultFlushInterval.
 	FlushInterval time.Duration
+	// ExternalLocks says that the fences the KV checks (Put, Delete, Fence) come
+	// from another Locker than this store, such as a Redis whose locks guard the
+	// store's keys: the store cannot know which tokens another locker issued, so
+	// it does not refuse a fence it never issued itself (P9, see the package doc),
+	// and checks fences with fence.Admit only. Leave it false when the locks come
+	// from this store.
+	ExternalLocks bool
 }
 
 // Store is the embedded durable store: a fence.Locker, fence.Healer,
@@ -98,6 +105,9 @@ type Store struct {
 
 	block    uint64
 	interval time.Duration
+	// externalLocks: the KV does not check that this store issued its fences
+	// (Options.ExternalLocks).
+	externalLocks bool
 
 	closed  atomic.Bool
 	crashed atomic.Bool  // set by abandon (tests): stop without the final write
@@ -358,7 +368,7 @@ func Open(path string, opts *Options) (*Store, error) {
 
 	s := &Store{
 		db: db, path: path, clock: o.Clock, wall: o.Wall, wal: w,
-		block: o.TokenBlock, interval: o.FlushInterval,
+		block: o.TokenBlock, interval: o.FlushInterval, externalLocks: o.ExternalLocks,
 		closing: make(chan struct{}),
 		locks:   make(map[string]*entry),
 		kick:    make(chan struct{}, 1),

@@ -70,9 +70,12 @@
 // write), no value of a rejected write ever read.
 //
 // Control runs (fencing off) must fail: the workers then skip the fence step and
-// write with a token they invent from the wall clock in microseconds, which the
-// server admits whenever it arrives later, exactly like a store that does not check
-// tokens. The history still records each write's real lease fence, so the checker
+// write with a token of a control lock that no worker holds, drawn (acquired and
+// released) just before the write, which the server admits whenever it arrives
+// later, exactly like a store that does not check tokens. (A token invented from
+// the wall clock would be refused: a store that grants the locks refuses tokens it
+// never issued. With the redis store, whose locks fence serve never grants, fence
+// serve runs with --external-locks.) The history still records each write's real lease fence, so the checker
 // judges it as a fenced write. A control run that finds no violation means the
 // checker proved nothing, and [Run] reports that as a failure.
 //

@@ -50,7 +50,7 @@ type Op struct {
 	Lock   string `json:"lock"`
 	// Token and Lease are the lease's fence (the lease id is hashed: it is a
 	// credential). For writes in a control run they are still the lease's, not the
-	// invented token that was sent.
+	// control lock's token that was sent.
 	Token fence.Token `json:"token,omitempty"`
 	Lease string      `json:"lease,omitempty"`
 	// Value is the value written, or the value read ("" when the key has none).
@@ -62,7 +62,7 @@ type Op struct {
 	// outcome is one Op, from the first call to the last return.
 	Call   int64 `json:"call"`
 	Return int64 `json:"ret"`
-	// Unfenced marks a write sent with an invented token (control run).
+	// Unfenced marks a write sent with the control lock's token (control run).
 	Unfenced bool `json:"unfenced,omitempty"`
 }
 

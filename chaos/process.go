@@ -22,6 +22,7 @@ import (
 type server struct {
 	bin, addr, data, logPath string
 	store                    string   // --store URL; "" means the embedded bolt store in data
+	flags                    []string // further flags of fence serve, e.g. --external-locks
 	env                      []string // extra environment of the process ("K=V"), e.g. its fault clock
 	// command makes its command (the run's, for its host); nil means exec.Command.
 	command func(bin string, args ...string) *exec.Cmd
@@ -49,6 +50,7 @@ func (s *server) launch() (*servers.Process, error) {
 	if s.store != "" {
 		cmd.Args = append(cmd.Args, "--store", s.store)
 	}
+	cmd.Args = append(cmd.Args, s.flags...)
 	if len(s.env) > 0 {
 		cmd.Env = append(os.Environ(), s.env...)
 	}

@@ -212,6 +212,9 @@ func (s *redisStore) setup(_ context.Context, r *run) error {
 	r.inspector = rl
 	r.locks = "redis"
 	r.workerArgs = append(r.workerArgs, "--redis", px.addr())
+	// The workers lock on Redis and write to fence serve's KV, whose embedded store
+	// never issued their tokens: it checks them by the guard rule alone.
+	r.srv.flags = append(r.srv.flags, "--external-locks")
 	return nil
 }
 

@@ -190,7 +190,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 		base.Token, base.Lease = f.Token, hashLease(f.LeaseID)
 		o.Token, o.Lease, o.Result = base.Token, base.Lease, ResultOK
 		rec.record(o)
-		if highest := cfg.critical(ctx, res, rec, base, lease, seq); highest > 0 {
+		if highest := cfg.critical(ctx, res, rec, base, lease, locker, seq); highest > 0 {
 			// Refused as stale: the lock's counter is behind what the key accepted (a
 			// failover lost increments). Heal it, as fence's P4 says, so the next grant
 			// is above.
@@ -213,7 +213,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 
 // critical runs one critical section under lease and releases it. It returns the
 // highest token the key reported when it refused the lease's fence as stale, else 0.
-func (cfg WorkerConfig) critical(ctx context.Context, res resource, rec *recorder, base Op, lease *fence.Lease, seq int) (highest fence.Token) {
+func (cfg WorkerConfig) critical(ctx context.Context, res resource, rec *recorder, base Op, lease *fence.Lease, locker fence.Locker, seq int) (highest fence.Token) {
 	f := lease.Fence()
 	defer func() {
 		o := base
@@ -265,9 +265,16 @@ func (cfg WorkerConfig) critical(ctx context.Context, res resource, rec *recorde
 	o.Value = value
 	sent := f
 	if !cfg.Fencing {
-		// Control run: a token invented from the wall clock, so the store admits any
-		// write that arrives later, as if it did not check tokens at all.
-		sent = fence.Fence{Name: cfg.Lock, Token: fence.Token(time.Now().UnixMicro())}
+		// Control run: a token drawn just before the write from a lock of the
+		// control's own, which no worker holds, so the store admits any write that
+		// arrives later, as if it did not check tokens at all. (An invented token
+		// would be refused: a store that grants the locks refuses tokens it never
+		// issued.)
+		ctl, err := controlFence(ctx, locker, cfg.Lock)
+		if err != nil {
+			return 0 // no write: the store could not be reached
+		}
+		sent = ctl
 		o.Unfenced = true
 	}
 	err = rec.recordRetried(ctx, o, func() error { return res.put(ctx, cfg.Key, value, sent) })
@@ -275,6 +282,20 @@ func (cfg WorkerConfig) critical(ctx context.Context, res resource, rec *recorde
 		return staleHighest(err)
 	}
 	return 0
+}
+
+// controlFence returns a fence the store issued for the control lock of lock (a
+// grant released at once, its lease id left out): the control run's token.
+func controlFence(ctx context.Context, locker fence.Locker, lock string) (fence.Fence, error) {
+	name := lock + "/control"
+	l, err := locker.Acquire(ctx, name, time.Minute, fence.WithWait(5*time.Second))
+	if err != nil {
+		return fence.Fence{}, err
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = locker.Release(rctx, name, l.ID())
+	return fence.Fence{Name: name, Token: l.Token()}, nil
 }
 
 // retryUnknown calls do until its outcome is definite (accepted or refused), for up
@@ -285,8 +306,8 @@ func (cfg WorkerConfig) critical(ctx context.Context, res resource, rec *recorde
 // first call to the last return (its outcome unknown if a retry was refused, see
 // retriedOutcome), which keeps outcomes of unknown, unbounded
 // duration (which make the linearizability search explode) to the few cases where
-// the server stayed unreachable. A control run's write carries a fixed invented
-// token, so it is idempotent in the same way.
+// the server stayed unreachable. A control run's write carries a fixed token (the
+// control lock's, drawn once before it), so it is idempotent in the same way.
 func retryUnknown(ctx context.Context, do func() error) (err error, retried bool) {
 	for try := 0; try < 30; try++ {
 		retried = try > 0

@@ -32,6 +32,12 @@
 //	                      -> 200 {"key","lock","token"} | 409 {"error","code","highest"}
 //	                         | 400 (Fence-Lock missing: {"code":"invalid","field":"Fence-Lock"})
 //	GET  /v1/kv/{key}     -> 200 the value, headers Fence-Token and Fence-Lock
+//	                         | 404 (no value: never written, only fenced or deleted;
+//	                         the fence headers are set when the key has a fence)
+//	DELETE /v1/kv/{key}   headers as for PUT: remove the value, keep the fence
+//	                      -> 200 {"key","lock","token"} | 404 (no value) | 409 | 400
+//	DELETE /v1/kv/{key}?purge=true  no fence headers (admin): value and fence go
+//	                      -> 200 {"key","purged":true} | 404 (neither) | 400
 //	POST /v1/fences/{key} headers as for PUT, no body: advance the key's fence only
 //	GET  /healthz         -> 200 {"status":"ok"}, 503 while shutting down (never needs auth)
 //	GET  /metrics         -> Prometheus text format
@@ -199,6 +205,21 @@
 // path segment (plain names are unchanged by that), and GET /v1/kv answers with it
 // escaped the same way.
 //
+// Where the server's store grants the locks it fences with (P9: the embedded
+// store; each store's documentation says exactly what it checks), a fenced write
+// or delete whose token is above the last one issued for Fence-Lock, names a lock
+// never granted, or carries a Fence-Lease other than the lease the token was
+// issued to, is refused with 409 "unissued_token" ({"lock","token","last"}, and
+// "other_lease":true for the lease) and writes nothing: a typo cannot fence the
+// real holder out. The Client sends Fence-Lease whenever the fence has a lease id,
+// and turns the answer back into a *fence.UnissuedTokenError.
+//
+// DELETE removes a key's value and keeps its fence (the delete's own), so a stale
+// writer is still refused; GET then answers 404 with the fence headers, which the
+// Client returns as a nil value and the fence, as every fence.KV does. A purge
+// (DELETE ?purge=true, admin) removes value and fence: the one way a key's fence
+// goes back, for a key fenced by the wrong lock.
+//
 // # Errors
 //
 // Every error is JSON {"error":"...","code":"..."} with one status per cause (one
@@ -222,6 +243,7 @@
 //	409 held             lock still held after the wait (expires_in_ms as of its end, when known)
 //	409 stale_token      {"highest":N,"token":N}: the key accepted a higher token
 //	409 wrong_lock       {"lock":NAME}: the key is fenced by another lock
+//	409 unissued_token   {"lock","token","last"[,"other_lease"]}: never issued (P9)
 //	409 token_exhausted  the lock's counter is at fence.MaxToken
 //	409 limit_mismatch   {"limit":N,"held_limit":M}: the live leases have another limit
 //	410 not_held         the lease expired, was released, or is not yours
@@ -254,8 +276,9 @@
 // and sends it on its API calls) needs Authorization: Bearer TOKEN, compared in
 // constant time; a missing or unknown token is 401. A scoped token (AuthToken,
 // ParseAuthTokens) has rights on lock names and keys: read (GET of locks, lists and
-// values), lock (acquire, renew, release), write (PUT /v1/kv, POST /v1/fences) and
-// admin (revoke, heal, /metrics, and everything); a request it does not cover is
+// values), lock (acquire, renew, release), write (PUT and DELETE /v1/kv, POST
+// /v1/fences) and admin (revoke, heal, purge, /metrics, and everything); a
+// request it does not cover is
 // 403 "forbidden", naming what was refused and what the token has. A listing's
 // prefix must lie within one of the token's prefix patterns. The scope is checked
 // on the route the router reads (an action word last makes the path that action's,

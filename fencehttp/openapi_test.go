@@ -749,16 +749,18 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "release A", on: m, method: "POST", path: "/v1/locks/report/release", body: `{"lease":"` + jsonField(t, ra, "lease") + `"}`, status: 200})
 	rb := c.do(exchange{what: "acquire report (B)", on: m, method: "POST", path: "/v1/locks/report/acquire", body: `{"ttl_ms":60000}`, status: 200})
 	tokA, tokB, leaseB := jsonField(t, ra, "token"), jsonField(t, rb, "token"), jsonField(t, rb, "lease")
-	// A token "other" issued: refused on a key "report" fences as another lock's
-	// (a lock never granted would be unissued_token).
-	tokOther := jsonField(t, c.do(exchange{what: "acquire other", on: m, method: "POST", path: "/v1/locks/other/acquire", body: `{"ttl_ms":60000}`, status: 200}), "token")
+	ro := c.do(exchange{what: "acquire other", on: m, method: "POST", path: "/v1/locks/other/acquire", body: `{"ttl_ms":60000}`, status: 200})
+	tokO := jsonField(t, ro, "token")
 	c.do(exchange{what: "put", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "report", leaseB), body: "balance=100", status: 200})
 	c.do(exchange{what: "put, lock with a slash, empty value", on: m, method: "PUT", path: "/v1/kv/nightly%2Fout", header: fenced(jsonField(t, a, "token"), "jobs%2Fnightly", lease), status: 200})
 	c.do(exchange{what: "put, no Fence-Lock", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "", ""), body: "x", req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "put, Fence-Token not a number", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("x", "report", ""), body: "x", req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "put, stale token", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokA, "report", ""), body: "balance=90", status: 409, code: "stale_token"})
 	c.do(exchange{what: "put, same token without its lease", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "report", ""), body: "balance=90", status: 409, code: "stale_token"})
-	c.do(exchange{what: "put, another lock's token", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokOther, "other", ""), body: "x", status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "put, another lock's token", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokO, "other", ""), body: "x", status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "put, token never issued", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999999", "report", ""), body: "x", status: 409, code: "unissued_token"})
+	c.do(exchange{what: "put, lock never granted", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("42", "never", ""), body: "x", status: 409, code: "unissued_token"})
+	c.do(exchange{what: "put, another lease", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokO, "other", secret), body: "x", status: 409, code: "unissued_token"})
 	c.do(exchange{what: "put, value too large", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999", "report", ""), body: strings.Repeat("v", 17), req: reqUnchecked, status: 413, code: "too_large"})
 	if c.lacks["unissued tokens"] == "" {
 		c.do(exchange{what: "put, token never issued", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999999", "report", ""), body: "x", status: 409, code: "unissued_token"})
@@ -780,14 +782,30 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "fence", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokB, "report", leaseB), status: 200})
 	c.do(exchange{what: "fence, no Fence-Token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced("", "report", ""), req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "fence, stale token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokA, "report", ""), status: 409, code: "stale_token"})
-	c.do(exchange{what: "fence, another lock's token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokOther, "other", ""), status: 409, code: "wrong_lock"})
-	if c.lacks["unissued tokens"] == "" {
-		c.do(exchange{what: "fence, token never issued", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced("999999", "report", ""), status: 409, code: "unissued_token"})
-	}
+	c.do(exchange{what: "fence, another lock's token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokO, "other", ""), status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "fence, token never issued", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced("999999", "report", ""), status: 409, code: "unissued_token"})
 	c.unserved(s, "fence", "Guard", exchange{method: "POST", path: "/v1/fences/ledger", header: fenced("1", "report", "")})
 	if c.lacks["delete"] == "" {
-		exerciseDelete(c, s, fenced, tokA, tokB, leaseB, tokOther)
+		exerciseDelete(c, s, fenced, tokA, tokB, leaseB, tokO)
 	}
+
+	// delete keeps the fence; GET of a key without value is 404 with it; purge
+	c.do(exchange{what: "put spent", on: m, method: "PUT", path: "/v1/kv/spent", header: fenced(tokB, "report", leaseB), body: "x", status: 200})
+	c.do(exchange{what: "delete, token never issued", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced("999999", "report", ""), status: 409, code: "unissued_token"})
+	c.do(exchange{what: "delete, stale token", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokA, "report", ""), status: 409, code: "stale_token"})
+	c.do(exchange{what: "delete, another lock's token", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokO, "other", ""), status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "delete, no Fence-Lock", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokB, "", ""), req: reqUnchecked, status: 400, code: "invalid"})
+	c.do(exchange{what: "delete", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokB, "report", leaseB), status: 200})
+	c.do(exchange{what: "delete, no value", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokB, "report", leaseB), status: 404, code: "not_found"})
+	if g := c.do(exchange{what: "get, deleted", on: m, method: "GET", path: "/v1/kv/spent", status: 404, code: "not_found"}); g.header.Get("Fence-Token") != tokB {
+		c.failf("get spent after delete: want 404 with Fence-Token %s, got %v", tokB, g.header)
+	}
+	c.unserved(s, "delete", "KV", exchange{method: "DELETE", path: "/v1/kv/spent", header: fenced("1", "report", "")})
+	c.do(exchange{what: "purge, with a fence", on: m, method: "DELETE", path: "/v1/kv/spent?purge=true", header: fenced(tokB, "report", ""), req: reqUnchecked, status: 400, code: "invalid"})
+	c.do(exchange{what: "purge, not a boolean", on: m, method: "DELETE", path: "/v1/kv/spent?purge=yes", req: reqViolates, status: 400, code: "invalid"})
+	c.do(exchange{what: "purge", on: m, method: "DELETE", path: "/v1/kv/spent?purge=true", status: 200})
+	c.do(exchange{what: "purge, nothing to purge", on: m, method: "DELETE", path: "/v1/kv/spent?purge=true", status: 404, code: "not_found"})
+	c.unserved(s, "purge", "KV", exchange{method: "DELETE", path: "/v1/kv/spent?purge=true"})
 
 	// release
 	c.do(exchange{what: "release", on: m, method: "POST", path: nightly + "/release", body: `{"lease":"` + lease + `"}`, status: 200})

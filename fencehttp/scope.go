@@ -25,9 +25,10 @@ const (
 	RightRead Rights = 1 << iota
 	// RightLock: acquire, renew and release.
 	RightLock
-	// RightWrite: PUT /v1/kv/{key} and POST /v1/fences/{key}.
+	// RightWrite: PUT and DELETE /v1/kv/{key} and POST /v1/fences/{key}.
 	RightWrite
-	// RightAdmin: revoke and heal, /metrics, and all of the above.
+	// RightAdmin: revoke and heal, purge (DELETE /v1/kv/{key}?purge=true),
+	// /metrics, and all of the above.
 	RightAdmin
 
 	// RightsAll is every right: what a token in Config.AuthTokens has.

@@ -169,9 +169,10 @@ func TestCLI_Lock_FencedWriteFromChild_StaleWriteRefused(t *testing.T) {
 	if item["value"] != "second run" || item["lock"] != name {
 		t.Fatalf("kv get -o json: want value %q lock %q, got %v", "second run", name, item)
 	}
-	// Value from stdin, binary.
+	// Value from stdin, binary, under a later grant.
 	bin := "\x00\xff\xfe binary"
-	r = runFence(t, srv, []string{"FENCE_LOCK=" + name}, bin, "kv", "put", key, "--token", "9007199254740991", "-")
+	l := acquireJSON(t, srv, name, "--ttl", "1m")
+	r = runFence(t, srv, []string{"FENCE_LOCK=" + name}, bin, "kv", "put", key, "--token", fmt.Sprint(l.Token), "--lease", l.Lease, "-")
 	wantCode(t, "kv put - (stdin)", r, 0)
 	j = runFence(t, srv, nil, "", "-o", "json", "kv", "get", key)
 	if item := decode[map[string]any](t, "kv get binary", j); item["value_base64"] == nil {

@@ -357,7 +357,7 @@ func TestCLI_UsageErrors_OneActionableLine(t *testing.T) {
 		{[]string{"leader"}, []string{"leader: missing an election NAME", "usage: fence leader NAME [--watch]"}},
 		{[]string{"lokc"}, []string{`unknown command "lokc" for "fence" (did you mean "lock"?)`, "fence --help"}},
 		{[]string{"kv", "pt"}, []string{`unknown command "pt" for "fence kv" (did you mean "put"?)`, "fence kv --help"}},
-		{[]string{"kv"}, []string{"kv: missing a subcommand: put or get"}},
+		{[]string{"kv"}, []string{"kv: missing a subcommand: put, get, delete or purge"}},
 		{[]string{"acquire"}, []string{"acquire: missing a lock NAME", "usage: fence acquire NAME"}},
 		{[]string{"acquire", "a", "b"}, []string{`acquire: unexpected argument "b"`, "usage: fence acquire NAME"}},
 		{[]string{"kv", "put", "k"}, []string{"kv put: missing a VALUE (or - to read standard input)", "usage: fence kv put KEY"}},
@@ -528,11 +528,12 @@ func TestChaos_ProgressLinesWhenNotATerminal(t *testing.T) {
 	}
 }
 
-// Item 10: kv --help describes both subcommands and where their defaults come from.
+// Item 10: kv --help describes its subcommands and where their defaults come from.
 func TestCLI_KVHelp_DescribesSubcommands(t *testing.T) {
 	r := runFence(t, cli.serve.url, nil, "", "kv", "--help")
 	wantCode(t, "kv --help", r, 0)
 	for _, w := range []string{"fence kv put KEY --lock NAME --token N [--lease ID] (VALUE | -)", "fence kv get KEY",
+		"fence kv delete KEY --lock NAME --token N [--lease ID]", "fence kv purge KEY", "never issued",
 		"standard input when VALUE is -", "$FENCE_LOCK", "$FENCE_TOKEN", "$FENCE_LEASE", "-o json", "--lock is required"} {
 		if !strings.Contains(r.stdout, w) {
 			t.Errorf("kv --help: want %q in it, got:\n%s", w, r.stdout)

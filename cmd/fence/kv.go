@@ -34,20 +34,80 @@ func newKVCmd() *cobra.Command {
   fence kv get KEY
       prints the value under KEY as it is (no newline added); with -o json
       {"key","lock","token","value"} ("value_base64" for a value that is not
-      UTF-8). Exit 1 if KEY was never written.
+      UTF-8). Exit 1 if KEY holds no value (never written, or deleted: the
+      message then names the key's fence).
 
-See 'fence kv put --help' and 'fence kv get --help' for the flags.`,
+  fence kv delete KEY --lock NAME --token N [--lease ID]
+      removes the value under KEY, fenced as put is; the key's fence stays, so a
+      stale writer is still refused. Exit 1 if KEY holds no value.
+
+  fence kv purge KEY
+      removes KEY's value and its fence (needs an admin token): the one way a
+      key's fence goes back, for a key fenced by the wrong lock.
+
+The server refuses a token it never issued for --lock (above the lock's last
+token, or a lock never granted) and a --lease that is not the lease it issued
+the token to (exit 1, "never issued" / "issued to another lease"), and writes
+nothing.
+
+See 'fence kv COMMAND --help' for the flags.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return argsError(cmd, "missing a subcommand: put or get")
+			return argsError(cmd, "missing a subcommand: put, get, delete or purge")
 		},
 	}
-	cmd.AddCommand(newKVPutCmd(), newKVGetCmd())
+	cmd.AddCommand(newKVPutCmd(), newKVGetCmd(), newKVDeleteCmd(), newKVPurgeCmd())
 	return cmd
 }
 
+// fenceFlags are the --lock, --token and --lease of a fenced write.
+type fenceFlags struct{ lock, token, lease string }
+
+func addFenceFlags(cmd *cobra.Command) *fenceFlags {
+	f := &fenceFlags{}
+	cmd.Flags().StringVar(&f.lock, "lock", "", "lock that issued the token; required (default $"+envLock+")")
+	cmd.Flags().StringVar(&f.token, "token", "", "fencing token; required (default $"+envToken+")")
+	cmd.Flags().StringVar(&f.lease, "lease", "", "lease id, sent as Fence-Lease (default $"+envLease+")")
+	return f
+}
+
+// fence returns the fence the flags give, each defaulting to its environment
+// variable, or a usage error naming what is missing or malformed; op names the
+// command in the message.
+func (f *fenceFlags) fence(op string) (fence.Fence, error) {
+	lock, tokenStr, lease := f.lock, f.token, f.lease
+	if lock == "" {
+		lock = os.Getenv(envLock)
+	}
+	if lock == "" {
+		return fence.Fence{}, usagef("%s: no lock: give --lock NAME or set $%s (the lock whose token fences the write)", op, envLock)
+	}
+	if err := checkName("--lock", lock); err != nil {
+		return fence.Fence{}, err
+	}
+	if tokenStr == "" {
+		tokenStr = os.Getenv(envToken)
+	}
+	if tokenStr == "" {
+		return fence.Fence{}, usagef("--token is required (or $%s)", envToken)
+	}
+	tok, err := fence.ParseToken(tokenStr)
+	if err != nil {
+		return fence.Fence{}, invalidUsage("--token", err)
+	}
+	if lease == "" {
+		lease = os.Getenv(envLease)
+	}
+	if lease != "" {
+		if err := invalidUsage("--lease", driver.ValidateLeaseID(lease)); err != nil {
+			return fence.Fence{}, err
+		}
+	}
+	return fence.Fence{Name: lock, Token: tok, LeaseID: lease}, nil
+}
+
 func newKVPutCmd() *cobra.Command {
-	var tokenStr, lease, lock string
+	var ff *fenceFlags
 	var flags *clientFlags
 	cmd := &cobra.Command{
 		Use:   "put KEY --lock NAME --token N [--lease ID] (VALUE | -)",
@@ -59,42 +119,21 @@ of --lock (default $FENCE_LOCK), --token (default $FENCE_TOKEN) and --lease
 --lock names the lock that issued the token; it is required, because tokens are
 comparable only within one lock: the server refuses a token of another lock than
 the one that fences KEY. --lease, when given, lets several writes carry the same
-token under one lease.
+token under one lease, and lets the server check that the token was issued to
+that lease.
 
 Exit status 0 when stored; 1 when the token is stale (the message gives the highest
-token seen) or the server refuses the write; 2 for usage errors.`,
+token seen), was never issued for the lock, or the server refuses the write; 2 for
+usage errors.`,
 		Args: exactArgs("a KEY", "a VALUE (or - to read standard input)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, valueArg := args[0], args[1]
 			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
 				return err
 			}
-			if lock == "" {
-				lock = os.Getenv(envLock)
-			}
-			if lock == "" {
-				return usagef("kv put: no lock: give --lock NAME or set $%s (the lock whose token fences the write)", envLock)
-			}
-			if err := checkName("--lock", lock); err != nil {
-				return err
-			}
-			if tokenStr == "" {
-				tokenStr = os.Getenv(envToken)
-			}
-			if tokenStr == "" {
-				return usagef("--token is required (or $%s)", envToken)
-			}
-			tok, err := fence.ParseToken(tokenStr)
+			f, err := ff.fence("kv put")
 			if err != nil {
-				return invalidUsage("--token", err)
-			}
-			if lease == "" {
-				lease = os.Getenv(envLease)
-			}
-			if lease != "" {
-				if err := invalidUsage("--lease", driver.ValidateLeaseID(lease)); err != nil {
-					return err
-				}
+				return err
 			}
 			var value []byte
 			if valueArg == "-" {
@@ -105,21 +144,96 @@ token seen) or the server refuses the write; 2 for usage errors.`,
 				value = []byte(valueArg)
 			}
 			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error {
-				return c.Put(ctx, key, value, fence.Fence{Name: lock, Token: tok, LeaseID: lease})
+				return c.Put(ctx, key, value, f)
 			}); err != nil {
 				return err
 			}
 			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"key": key, "token": tok, "lock": lock, "bytes": len(value)})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"key": key, "token": f.Token, "lock": f.Name, "bytes": len(value)})
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "stored %s (%s, token %d)\n", key, byteCount(len(value)), tok)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "stored %s (%s, token %d)\n", key, byteCount(len(value)), f.Token)
 			return err
 		},
 	}
 	flags = addClientFlags(cmd)
-	cmd.Flags().StringVar(&lock, "lock", "", "lock that issued the token; required (default $"+envLock+")")
-	cmd.Flags().StringVar(&tokenStr, "token", "", "fencing token; required (default $"+envToken+")")
-	cmd.Flags().StringVar(&lease, "lease", "", "lease id (default $"+envLease+")")
+	ff = addFenceFlags(cmd)
+	return cmd
+}
+
+func newKVDeleteCmd() *cobra.Command {
+	var ff *fenceFlags
+	var flags *clientFlags
+	cmd := &cobra.Command{
+		Use:   "delete KEY --lock NAME --token N [--lease ID]",
+		Short: "Remove the value under KEY, fenced by a lock's token; the key's fence stays",
+		Long: `delete removes the value stored under KEY, carrying the fence of --lock (default
+$FENCE_LOCK), --token (default $FENCE_TOKEN) and --lease (default $FENCE_LEASE),
+which the server admits as it admits a put. The key keeps the delete's fence, so a
+stale writer is still refused after the value is gone; 'fence kv get KEY' then
+fails, naming that fence.
+
+Exit status 0 when deleted; 1 when KEY holds no value (never written, or already
+deleted), when the token is stale or was never issued for the lock, or the server
+refuses the delete; 2 for usage errors.`,
+		Args: exactArgs("a KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
+				return err
+			}
+			f, err := ff.fence("kv delete")
+			if err != nil {
+				return err
+			}
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error {
+				return c.Delete(ctx, key, f)
+			}); err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"key": key, "token": f.Token, "lock": f.Name, "deleted": true})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted %s (token %d)\n", key, f.Token)
+			return err
+		},
+	}
+	flags = addClientFlags(cmd)
+	ff = addFenceFlags(cmd)
+	return cmd
+}
+
+func newKVPurgeCmd() *cobra.Command {
+	var flags *clientFlags
+	cmd := &cobra.Command{
+		Use:   "purge KEY",
+		Short: "Remove KEY's value and its fence (admin)",
+		Long: `purge removes the value stored under KEY and the key's fence, so that the next write
+under any lock is admitted: the one way a key's fence goes back, meant for a key
+fenced by the wrong lock (a typo in --lock). Until the next write fences KEY
+again, a stale writer is not refused for it. It needs an admin token
+($FENCE_AUTH_TOKEN) on a server with auth tokens.
+
+Exit status 0 when purged; 1 when KEY has neither value nor fence, or the server
+refuses; 2 for usage errors.`,
+		Args: exactArgs("a KEY"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
+				return err
+			}
+			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error {
+				return c.Purge(ctx, key)
+			}); err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"key": key, "purged": true})
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "purged %s\n", key)
+			return err
+		},
+	}
+	flags = addClientFlags(cmd)
 	return cmd
 }
 
@@ -130,7 +244,8 @@ func newKVGetCmd() *cobra.Command {
 		Short: "Print the value under KEY (-o json: with its lock and token)",
 		Long: `get prints the value stored under KEY as it is, without a newline added. With -o json
 it prints {"key","lock","token","value"}, or "value_base64" for a value that is not
-UTF-8. Exit 1 if KEY was never written.`,
+UTF-8. Exit 1 if KEY holds no value: never written, or deleted (the message then
+names the fence the key keeps).`,
 		Args: exactArgs("a KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
@@ -143,6 +258,9 @@ UTF-8. Exit 1 if KEY was never written.`,
 				return err
 			}); err != nil {
 				return err
+			}
+			if item.Value == nil {
+				return fmt.Errorf("get %q: no value (the key is fenced by lock %q at token %d)", key, item.Fence.Name, item.Fence.Token)
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {

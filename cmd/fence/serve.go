@@ -52,6 +52,31 @@ var storeOpeners = map[string]storeOpener{
 // openBoltStore opens the embedded store: --store bolt:PATH (or bolt:///abs/path),
 // or DATA/fence.db when --store is omitted.
 func openBoltStore(_ context.Context, u *url.URL, dataDir string) (*servedStore, error) {
+	return openBolt(u, dataDir, false)
+}
+
+// openExternalLocksStore opens the embedded store of --store (bolt:PATH, or
+// DATA/fence.db when store is "") for --external-locks: its KV admits fences of
+// another locker (bolt.Options.ExternalLocks). Any other store is a usage error:
+// it keeps its own locks, whose tokens it checks.
+func openExternalLocksStore(store, dataDir string) (*servedStore, error) {
+	if store == "" {
+		return openBolt(nil, dataDir, true)
+	}
+	scheme, _, _ := strings.Cut(store, ":")
+	if !strings.EqualFold(scheme, "bolt") {
+		return nil, usagef("--external-locks: only the embedded store (bolt) takes the fences of another locker, not --store %q", redactURL(store))
+	}
+	u, err := url.Parse(store)
+	if err != nil {
+		return nil, usagef("--store %q: %v", redactURL(store), err)
+	}
+	return openBolt(u, dataDir, true)
+}
+
+// openBolt opens the embedded store of u (DATA/fence.db if u is nil); with
+// externalLocks, its KV admits fences it never issued.
+func openBolt(u *url.URL, dataDir string, externalLocks bool) (*servedStore, error) {
 	path := filepath.Join(dataDir, "fence.db")
 	if u != nil {
 		path = u.Opaque
@@ -69,7 +94,7 @@ func openBoltStore(_ context.Context, u *url.URL, dataDir string) (*servedStore,
 	if err != nil {
 		return nil, err
 	}
-	s, err := bolt.Open(path, &bolt.Options{Clock: clock})
+	s, err := bolt.Open(path, &bolt.Options{Clock: clock, ExternalLocks: externalLocks})
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +158,7 @@ func newServeCmd() *cobra.Command {
 		listen, data, store, tlsCert, tlsKey, authFile, logLevel string
 		maxValue                                                 int64
 		maxWaiters, gcPercent                                    int
+		externalLocks                                            bool
 		maxWait, shutdownTimeout, headerTimeout, readTimeout     time.Duration
 	)
 	cmd := &cobra.Command{
@@ -150,6 +176,12 @@ locks and the KV live in that store, so several servers can share it:
   --store postgres://user@host/db        PostgreSQL (tables created if missing)
   --store redis://host:6379[/db]         Redis (tokens best effort across failover)
   --store zk://h1:2181,h2:2181[/root]    ZooKeeper ensemble
+
+The KV refuses a fence its store never issued: a token above the last one granted
+for Fence-Lock, a lock never granted, or a Fence-Lease other than the lease the
+token went to (409 unissued_token), so a typo cannot fence out the real holder.
+--external-locks is for clients that take their locks elsewhere (a Redis) and
+write here: the embedded store then admits their tokens by the guard rule alone.
 
 --auth-token-file makes every request but /healthz need Authorization: Bearer TOKEN
 (clients read $FENCE_AUTH_TOKEN). The file has one token a line, alone (every
@@ -227,7 +259,7 @@ closed cleanly.`,
 			return serve(cmd.Context(), log, serveConfig{
 				listen: addr, data: data, store: store, tls: tlsConf, tokens: toks,
 				maxValue: maxValue, maxWait: maxWait, shutdownTimeout: shutdownTimeout,
-				headerTimeout: headerTimeout, readTimeout: readTimeout, maxWaiters: maxWaiters,
+				headerTimeout: headerTimeout, readTimeout: readTimeout, maxWaiters: maxWaiters, externalLocks: externalLocks,
 			})
 		},
 	}
@@ -246,6 +278,7 @@ closed cleanly.`,
 	f.DurationVar(&headerTimeout, "header-timeout", 10*time.Second, "longest time a client may take to send a request's headers (then the connection is closed)")
 	f.DurationVar(&readTimeout, "read-timeout", time.Minute, "longest time a client may take to send a whole request, headers and body (then 503); a long poll's wait is not counted")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
+	f.BoolVar(&externalLocks, "external-locks", false, "the KV's fences come from another locker (say a Redis the clients lock on), not from this server: the embedded store then admits tokens it never issued, by the guard rule alone")
 	return cmd
 }
 
@@ -266,12 +299,19 @@ type serveConfig struct {
 	headerTimeout       time.Duration // http.Server.ReadHeaderTimeout
 	readTimeout         time.Duration // http.Server.ReadTimeout
 	maxWaiters          int
+	externalLocks       bool // --external-locks
 }
 
 func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, err := openStore(ctx, c.store, c.data)
+	var st *servedStore
+	var err error
+	if c.externalLocks {
+		st, err = openExternalLocksStore(c.store, c.data)
+	} else {
+		st, err = openStore(ctx, c.store, c.data)
+	}
 	if err != nil {
 		return err
 	}
