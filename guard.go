@@ -32,6 +32,15 @@ type KV interface {
 	// for a bad key, fence, or a value larger than the store's documented limit.
 	Put(ctx context.Context, key string, value []byte, f Fence) error
 
+	// Delete removes the value stored under key if f is admitted, as Put admits it
+	// (with the same P9 check on stores that grant locks), and records f as the
+	// key's fence: the fence stays, so a stale writer is still refused. Get then
+	// returns the key as it returns a key that was only fenced: a nil value and the
+	// fence. It returns ErrNotFound if key holds no value (never written, only
+	// fenced, or already deleted), in which case nothing changed; otherwise the
+	// errors of Put.
+	Delete(ctx context.Context, key string, f Fence) error
+
 	// Get returns the value stored under key and the fence that wrote it. It returns
 	// ErrNotFound if key was never written; a key that was only fenced (Guard.Fence)
 	// has a nil value and ErrNotFound is not returned.

@@ -75,6 +75,7 @@ var (
 	_ fence.Watcher   = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
+	_ fence.Purger    = (*Store)(nil)
 
 	_ fence.FeatureLocker = (*Store)(nil)
 )
@@ -111,7 +112,9 @@ func Open(ctx context.Context, endpoints []string, opts *Options) (*Store, error
 		cli.Close()
 		return nil, fmt.Errorf("etcd: open %s: %w", strings.Join(endpoints, ","), storeErr(err))
 	}
-	return &Store{Locker: NewLocker(cli, opts), KV: NewKV(cli, opts), cli: cli}, nil
+	kv := NewKV(cli, opts)
+	kv.issued = true // the Store grants the locks its KV fences for (P9)
+	return &Store{Locker: NewLocker(cli, opts), KV: kv, cli: cli}, nil
 }
 
 // Close ends waits in progress (they return fence.ErrClosed) and closes the client
