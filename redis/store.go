@@ -35,6 +35,7 @@ var (
 	_ fence.Watcher   = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
+	_ fence.Purger    = (*Store)(nil)
 )
 
 // Open connects to the Redis server of rawURL and returns a Store on it, with opts
@@ -65,7 +66,7 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("redis: open %s: %w", shown, err)
 	}
-	kv, err := NewKV(client, opts)
+	kv, err := NewIssuedKV(client, opts)
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("redis: open %s: %w", shown, err)
