@@ -3,7 +3,9 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,15 +25,21 @@ type issuedStore interface {
 	fence.Purger
 }
 
-// issuedName returns a lock name or key unique to the test and suffix.
+// issuedName returns a lock name or key of the test and suffix, unique to the call
+// (so a test run again, -count, on the same server starts afresh).
 func issuedName(t *testing.T, suffix string) string {
 	t.Helper()
 	n := strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())
 	if len(n) > 60 {
 		n = n[len(n)-60:]
 	}
-	return "p9-" + n + "-" + suffix
+	return fmt.Sprintf("p9-%s-%s-%d-%s", n, runID, issuedSeq.Add(1), suffix)
 }
+
+var (
+	runID     = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
+	issuedSeq atomic.Int64
+)
 
 func issuedCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -11,6 +11,7 @@ var (
 	_ fence.Inspector = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
+	_ fence.Purger    = (*Store)(nil)
 	_ fence.Watcher   = (*Store)(nil)
 )
 
@@ -35,6 +36,7 @@ func OpenStore(servers []string, opts *Options) (*Store, error) {
 		l.Close()
 		return nil, fmt.Errorf("zookeeper: open store: %w", err)
 	}
+	kv.locker = l // the Store's KV takes only tokens its Locker issued (P9)
 	return &Store{Locker: l, KV: kv}, nil
 }
 
