@@ -30,21 +30,28 @@ type KV interface {
 	// It returns a *StaleTokenError (ErrStaleToken) or *NamespaceError
 	// (ErrNamespace) if f is refused, in which case nothing changed, and ErrInvalid
 	// for a bad key, fence, or a value larger than the store's documented limit.
+	//
+	// A store that also grants the locks whose fences it checks (P9) refuses, in
+	// Put, Delete and Guard.Fence alike and with nothing changed, a fence it never
+	// issued: a token above the last one it issued for f.Name, a name it never
+	// granted, or a non-empty f.LeaseID it can prove is not the lease issued that
+	// token. The error is an *UnissuedTokenError (ErrUnissuedToken).
 	Put(ctx context.Context, key string, value []byte, f Fence) error
-
-	// Delete removes the value stored under key if f is admitted, as Put admits it
-	// (with the same P9 check on stores that grant locks), and records f as the
-	// key's fence: the fence stays, so a stale writer is still refused. Get then
-	// returns the key as it returns a key that was only fenced: a nil value and the
-	// fence. It returns ErrNotFound if key holds no value (never written, only
-	// fenced, or already deleted), in which case nothing changed; otherwise the
-	// errors of Put.
-	Delete(ctx context.Context, key string, f Fence) error
 
 	// Get returns the value stored under key and the fence that wrote it. It returns
 	// ErrNotFound if key was never written; a key that was only fenced (Guard.Fence)
-	// has a nil value and ErrNotFound is not returned.
+	// or whose value was deleted (Delete) has a nil value and its fence, and
+	// ErrNotFound is not returned.
 	Get(ctx context.Context, key string) (Item, error)
+
+	// Delete removes the value stored under key if f is admitted, as Put would
+	// admit it, and records f as the key's fence: the fence stays, so a stale
+	// writer is still refused after the value is gone. It returns ErrNotFound if
+	// key holds no value (never written, only fenced, or already deleted), a
+	// *StaleTokenError (ErrStaleToken) or *NamespaceError (ErrNamespace) if f is
+	// refused, and ErrInvalid for a bad key or fence; in each of those cases
+	// nothing changed.
+	Delete(ctx context.Context, key string, f Fence) error
 }
 
 // Item is a value in a KV with the fence of the write that stored it.

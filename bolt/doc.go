@@ -158,6 +158,36 @@
 // bbolt transaction, durable (fsync) when Put returns; concurrent writers share
 // commits through bbolt's db.Batch. Values are at most MaxValueLen bytes; keys
 // follow fence.ValidateKey. Guard.Fence advances a key's fence and keeps its value.
+// Delete removes a key's value under the same check and keeps the key's fence
+// (the Delete's own), so a stale writer is still refused; Purge (an
+// administrator's, fence.Purger) removes the value and the fence, the one way a
+// key's fence goes back. Both are durable when they return.
+//
+// # Only issued tokens fence
+//
+// The store grants the locks whose fences its KV checks, so Put, Delete and
+// Fence refuse a fence the store never issued (P9), with an
+// *fence.UnissuedTokenError and nothing written, before fence.Admit is asked:
+//
+//   - a token above the name's last token (fence.CheckIssued): the last token the
+//     store granted for that name, or healed it to (the one in memory, else the
+//     one in the lease log or the file, so the check holds across restarts and
+//     crashes alike); a name never granted has last token 0, so any fence of it
+//     is refused;
+//   - a non-empty lease id when a live lease of the name (unexpired, or expired
+//     and not yet ended) holds the fence's token under another id. Once that
+//     lease has ended the store no longer knows which lease its token had, so a
+//     token of an ended lease is checked by its value only; fence.Admit then
+//     refuses it if a later token fenced the key. A fence without a lease id is
+//     checked by its token only.
+//
+// The check reads the lock table under the store's lock just before the KV
+// transaction, not inside it. That admits exactly what a check inside it would:
+// what it finds never becomes false later (a name's last token only grows, and
+// a token is issued to one lease only). A grant's token counts as issued as soon
+// as the grant is made in memory, while its commit is in flight; if a crash
+// loses that grant, its token is still below the durable token ceiling, so every
+// later grant's token is above it and no holder is fenced out.
 //
 // # Files
 //

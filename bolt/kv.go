@@ -56,13 +56,15 @@ func decodeKV(v []byte) (it fence.Item, hasValue bool, err error) {
 	return it, hasValue, nil
 }
 
-// Put stores value under key if f is admitted (fence.Admit against the key's
-// fence), and records f as the key's fence, in one transaction that is on disk
-// when Put returns. It returns a *fence.StaleTokenError (fence.ErrStaleToken) or
-// *fence.NamespaceError (fence.ErrNamespace) if f is refused, in which case
-// nothing changed; fence.ErrInvalid for a bad key or fence or a value longer than
-// MaxValueLen; fence.ErrUnavailable if the file could not be written; and
-// fence.ErrClosed after Close.
+// Put stores value under key if f is admitted, and records f as the key's fence,
+// in one transaction that is on disk when Put returns. f is admitted if this
+// store issued it (P9, see "Only issued tokens fence" in the package doc) and
+// fence.Admit admits it against the key's fence. Put returns a
+// *fence.UnissuedTokenError (fence.ErrUnissuedToken), *fence.StaleTokenError
+// (fence.ErrStaleToken) or *fence.NamespaceError (fence.ErrNamespace) if f is
+// refused, in which case nothing changed; fence.ErrInvalid for a bad key or fence
+// or a value longer than MaxValueLen; fence.ErrUnavailable if the file could not
+// be read or written; and fence.ErrClosed after Close.
 func (s *Store) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	if len(value) > MaxValueLen {
 		return fmt.Errorf("bolt: put %q: value is %d bytes, more than %d: %w", key, len(value), MaxValueLen, fence.ErrInvalid)
@@ -74,16 +76,66 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, f fence.Fence
 }
 
 // Fence advances key's fence to f without changing its value, so a new holder
-// can fence off a paused predecessor before its first write. It returns nil if f
-// was admitted, a *fence.StaleTokenError (fence.ErrStaleToken) or
+// can fence off a paused predecessor before its first write. It admits f as Put
+// does. It returns nil if f was admitted, a *fence.UnissuedTokenError
+// (fence.ErrUnissuedToken), *fence.StaleTokenError (fence.ErrStaleToken) or
 // *fence.NamespaceError (fence.ErrNamespace) if not, fence.ErrInvalid for a bad
-// key or fence, fence.ErrUnavailable if the file could not be written, and
-// fence.ErrClosed after Close.
+// key or fence, fence.ErrUnavailable if the file could not be read or written,
+// and fence.ErrClosed after Close.
 func (s *Store) Fence(ctx context.Context, key string, f fence.Fence) error {
 	return s.fence(ctx, "fence", key, f, nil)
 }
 
-// fence admits f for key and stores it, with value if value is not nil.
+// Delete removes key's value if f is admitted (as Put admits it), and records f
+// as the key's fence, in one transaction that is on disk when Delete returns: the
+// fence stays, so a stale writer is still refused. It returns fence.ErrNotFound
+// if key holds no value (never written, only fenced, or already deleted), a
+// *fence.UnissuedTokenError (fence.ErrUnissuedToken), *fence.StaleTokenError
+// (fence.ErrStaleToken) or *fence.NamespaceError (fence.ErrNamespace) if f is
+// refused (these are checked first), and fence.ErrInvalid for a bad key or
+// fence; in each of those cases nothing changed. It returns
+// fence.ErrUnavailable if the file could not be read or written, and
+// fence.ErrClosed after Close.
+func (s *Store) Delete(ctx context.Context, key string, f fence.Fence) error {
+	return s.fence(ctx, "delete", key, f, nil)
+}
+
+// Purge removes key's value and its fence, durably, so the next write under any
+// lock and token is admitted (fence.Purger): the one way a key's fence goes
+// back, for a key fenced by the wrong lock. It returns fence.ErrNotFound if key
+// has neither a value nor a fence, fence.ErrInvalid for a bad key,
+// fence.ErrUnavailable if the file could not be written, and fence.ErrClosed
+// after Close.
+func (s *Store) Purge(ctx context.Context, key string) error {
+	if err := checkArgs(ctx, "purge", key, driver.ValidateKey(key), nil); err != nil {
+		return err
+	}
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed.Load() {
+		return opError("purge", key, fence.ErrClosed)
+	}
+	found := false
+	err := s.db.Batch(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketKV)
+		k := []byte(key)
+		found = b.Get(k) != nil
+		if !found {
+			return nil
+		}
+		return b.Delete(k)
+	})
+	if err != nil {
+		return fmt.Errorf("bolt: purge %q: %w", key, writeError(s.path, err))
+	}
+	if !found {
+		return opError("purge", key, fence.ErrNotFound)
+	}
+	return nil
+}
+
+// fence admits f for key and stores it: with value if value is not nil, without
+// the key's value for op "delete", else with the key's value.
 func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value []byte) error {
 	if err := checkArgs(ctx, op, key, driver.ValidateKey(key), f.Validate()); err != nil {
 		return err
@@ -93,6 +145,13 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 	if s.closed.Load() {
 		return opError(op, key, fence.ErrClosed)
 	}
+	// P9. What the check finds, once true, stays true (a name's last token only
+	// grows, and a token is issued to one lease only), so checking before the
+	// transaction admits exactly what checking inside it would.
+	if err := s.checkIssued(f); err != nil {
+		return opError(op, key, err)
+	}
+	del := op == "delete"
 	var refused error
 	err := s.db.Batch(func(tx *bbolt.Tx) error {
 		// Batch may run this more than once: start from scratch every time.
@@ -112,7 +171,13 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 			refused = err
 			return nil
 		}
-		if value != nil {
+		switch {
+		case del && !hasValue:
+			refused = fmt.Errorf("key holds no value: %w", fence.ErrNotFound)
+			return nil
+		case del:
+			return b.Put(k, encodeKV(f, nil, false))
+		case value != nil:
 			return b.Put(k, encodeKV(f, value, true))
 		}
 		return b.Put(k, encodeKV(f, cur.Value, hasValue))
@@ -126,8 +191,47 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 	return nil
 }
 
+// checkIssued returns a *fence.UnissuedTokenError if this store did not issue
+// f (P9): f's token is above the last token of f.Name (in memory, else in the lease
+// log or the file; 0 if the name was never granted), or a live lease of f.Name
+// holds f's token under another lease id than f's non-empty one. It returns
+// fence.ErrClosed after Close and the errors of reading the file.
+func (s *Store) checkIssued(f fence.Fence) error {
+	if !s.lockOpen() {
+		return fence.ErrClosed
+	}
+	defer s.mu.Unlock()
+	e := s.locks[f.Name]
+	var last fence.Token
+	if e == nil {
+		var err error
+		if last, err = s.recordedLastLocked(f.Name); err != nil {
+			return err
+		}
+		e = s.locks[f.Name] // may have come while the file was read
+	}
+	if e != nil {
+		last = max(last, e.last)
+	}
+	if err := fence.CheckIssued(f, last); err != nil {
+		return err
+	}
+	if e == nil || f.LeaseID == "" {
+		return nil
+	}
+	id, ok := parseLeaseID(f.LeaseID)
+	var hbuf [8]*hold
+	for _, h := range e.leases(hbuf[:0]) {
+		if h.token == f.Token && (!ok || h.id != id) {
+			return &fence.UnissuedTokenError{Lock: f.Name, Token: f.Token, Last: last, OtherLease: true}
+		}
+	}
+	return nil
+}
+
 // Get returns the value stored under key and the fence that fences it. A key
-// that was only fenced (Fence) has a nil value. It returns fence.ErrNotFound if
+// that was only fenced (Fence), or whose value was deleted (Delete), has a nil
+// value. It returns fence.ErrNotFound if
 // key was never fenced nor written, fence.ErrInvalid for a bad key,
 // fence.ErrUnavailable if the file could not be read, and fence.ErrClosed after
 // Close.

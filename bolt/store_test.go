@@ -612,6 +612,8 @@ func TestStore_Close_WakesWaitersAndLaterCallsReturnErrClosed(t *testing.T) {
 		"Put":     s.Put(ctx, "k", []byte("v"), f),
 		"Get":     func() error { _, err := s.Get(ctx, "k"); return err }(),
 		"Fence":   s.Fence(ctx, "k", f),
+		"Delete":  s.Delete(ctx, "k", f),
+		"Purge":   s.Purge(ctx, "k"),
 	} {
 		if !errors.Is(err, fence.ErrClosed) {
 			t.Errorf("%s after Close: got %v, want ErrClosed", what, err)
@@ -725,7 +727,7 @@ func TestOpen_OtherSchemaVersion_RefusedAndUntouched(t *testing.T) {
 func TestOpen_CorruptFile_RefusedAndUntouched(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
 	s := mustOpen(t, path, nil)
-	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
+	f := grant(t, s, "job")
 	if err := s.Put(context.Background(), "k", []byte("precious"), f); err != nil {
 		t.Fatal(err)
 	}
@@ -743,7 +745,7 @@ func TestOpen_DamagedDataPage_RefusedAndUntouched(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
 	s := mustOpen(t, path, &Options{NoSync: true})
 	ctx := context.Background()
-	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
+	f := grant(t, s, "job")
 	var wg sync.WaitGroup
 	for g := 0; g < 20; g++ { // concurrent Puts share commits
 		wg.Add(1)
@@ -773,17 +775,17 @@ func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
 	s := mustOpen(t, path, nil)
 	ctx := context.Background()
-	f := fence.Fence{Name: "job", Token: 7, LeaseID: driver.NewLeaseID()}
+	f := grant(t, s, "job")
 	if err := s.Put(ctx, "k", []byte("v1"), f); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Put(ctx, "k", make([]byte, MaxValueLen+1), fence.Fence{Name: "job", Token: 8}); !errors.Is(err, fence.ErrInvalid) {
+	if err := s.Put(ctx, "k", make([]byte, MaxValueLen+1), fence.Fence{Name: "job", Token: f.Token + 1}); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Put of MaxValueLen+1 bytes: got %v, want ErrInvalid", err)
 	}
 	if err := s.Put(ctx, "max", make([]byte, MaxValueLen), f); err != nil {
 		t.Fatalf("Put of MaxValueLen bytes: %v", err)
 	}
-	higher := fence.Fence{Name: "job", Token: 9, LeaseID: driver.NewLeaseID()}
+	higher := grant(t, s, "job")
 	if err := s.Fence(ctx, "k", higher); err != nil { // advances the fence, keeps v1
 		t.Fatal(err)
 	}
@@ -797,8 +799,8 @@ func TestKV_Put_DurableAcrossCrashAndValueLimit(t *testing.T) {
 	}
 	err = s.Put(ctx, "k", []byte("stale"), f)
 	var se *fence.StaleTokenError
-	if !errors.As(err, &se) || se.Highest != 9 {
-		t.Fatalf("stale Put after crash: got %v, want a *StaleTokenError with Highest 9", err)
+	if !errors.As(err, &se) || se.Highest != higher.Token {
+		t.Fatalf("stale Put after crash: got %v, want a *StaleTokenError with Highest %d", err, higher.Token)
 	}
 	if it, err := s.Get(ctx, "max"); err != nil || len(it.Value) != MaxValueLen {
 		t.Fatalf("Get(max) = %d bytes, %v; want %d", len(it.Value), err, MaxValueLen)

@@ -27,7 +27,9 @@
 //	                    name the guard refuses (a BadRequest detail names the key)
 //	Aborted             stale_token: the resource admitted a higher token, or the same
 //	                    token under another lease
-//	FailedPrecondition  wrong_lock: the resource is fenced by another lock's tokens
+//	FailedPrecondition  wrong_lock: the resource is fenced by another lock's tokens;
+//	                    unissued_token: a guard that also grants the lock (the
+//	                    embedded bolt store) never issued the fence (P9)
 //	Unavailable         the guard could not be reached or is closed
 //	Canceled, DeadlineExceeded  the call's context ended first
 //	Internal            any other error of the guard
@@ -42,7 +44,8 @@
 // Reason, the code the HTTP API uses ("invalid", "stale_token", "wrong_lock",
 // "unavailable", "internal"); its metadata holds the fields of the HTTP error body:
 // "highest", "token", "key" and "same_token" for stale_token; "key", "lock" and
-// "got" for wrong_lock; "field" for invalid. The message says the same in one line:
+// "got" for wrong_lock; "key", "lock", "token", "last" and "other_lease" for
+// unissued_token; "field" for invalid. The message says the same in one line:
 // `stale token 3 for "inventory/main", highest seen 5`. FenceError turns such a
 // status back into the typed fence error.
 //
@@ -71,6 +74,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -283,6 +287,7 @@ func Status(resource string, err error) *status.Status {
 		stale *fence.StaleTokenError
 		ns    *fence.NamespaceError
 		inv   *fence.InvalidError
+		unis  *fence.UnissuedTokenError
 	)
 	var (
 		code   codes.Code
@@ -299,6 +304,13 @@ func Status(resource string, err error) *status.Status {
 			md["same_token"] = "true"
 		}
 		md["key"], md["token"], md["highest"] = stale.Resource, stale.Token.String(), stale.Highest.String()
+	case errors.As(err, &unis):
+		code, reason = codes.FailedPrecondition, "unissued_token"
+		msg = strings.TrimPrefix(unis.Error(), "fence: ") + fmt.Sprintf(" (for %q)", resource)
+		md["key"], md["lock"], md["token"], md["last"] = resource, unis.Lock, unis.Token.String(), unis.Last.String()
+		if unis.OtherLease {
+			md["other_lease"] = "true"
+		}
 	case errors.As(err, &ns):
 		code, reason = codes.FailedPrecondition, "wrong_lock"
 		msg = fmt.Sprintf("token of lock %q, but %q is fenced by lock %q", ns.Got, ns.Resource, ns.Want)
@@ -373,6 +385,8 @@ func FenceError(err error) error {
 		typed = &fence.StaleTokenError{Resource: md["key"], Token: tok("token"), Highest: tok("highest"), SameToken: md["same_token"] == "true"}
 	case "wrong_lock":
 		typed = &fence.NamespaceError{Resource: md["key"], Want: md["lock"], Got: md["got"]}
+	case "unissued_token":
+		typed = &fence.UnissuedTokenError{Lock: md["lock"], Token: tok("token"), Last: tok("last"), OtherLease: md["other_lease"] == "true"}
 	case "invalid":
 		typed = &fence.InvalidError{Field: md["field"], Reason: st.Message()}
 	case "unavailable":

@@ -178,6 +178,8 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, reason stri
 
 func TestUnary_AcceptedStaleEqualWrongLock(t *testing.T) {
 	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		fencedtest.Issue(t, g, "jobs/nightly", 5)
+		fencedtest.Issue(t, g, "other", 9)
 		svc := &inventory{}
 		conn := startServer(t, g, svc, nil)
 		ctx := ctxFor(t)
@@ -225,6 +227,32 @@ func TestUnary_AcceptedStaleEqualWrongLock(t *testing.T) {
 			t.Fatalf("handler ran %d times, want 2: refused calls must not reach it", n)
 		}
 	})
+}
+
+// A guard that grants the locks it fences (the bolt store) refuses a token it
+// never issued (P9): FailedPrecondition "unissued_token", which FenceError turns
+// back into a *fence.UnissuedTokenError.
+func TestUnary_UnissuedToken_FailedPrecondition(t *testing.T) {
+	store := fencedtest.OpenBolt(t)
+	fencedtest.Issue(t, store, "jobs/nightly", 1)
+	info, err := store.Inspect(ctxFor(t), "jobs/nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &inventory{}
+	conn := startServer(t, store, svc, nil)
+	_, err = put(t, conn, ctxFor(t), fenceOf("jobs/nightly", 999999, "L"), "typo")
+	md := wantCode(t, "Put with a token never issued", err, codes.FailedPrecondition, "unissued_token").GetMetadata()
+	if md["token"] != "999999" || md["last"] != info.LastToken.String() || md["lock"] != "jobs/nightly" {
+		t.Errorf("unissued token: metadata %v, want token 999999, last %d, lock jobs/nightly", md, info.LastToken)
+	}
+	var un *fence.UnissuedTokenError
+	if ferr := fencegrpc.FenceError(err); !errors.As(ferr, &un) || !errors.Is(ferr, fence.ErrUnissuedToken) || un.Token != 999999 || un.Last != info.LastToken {
+		t.Fatalf("FenceError(%v) = %v, want a *fence.UnissuedTokenError for 999999, last %d", err, ferr, info.LastToken)
+	}
+	if n := svc.calls.Load(); n != 0 {
+		t.Fatalf("handler ran %d times, want 0", n)
+	}
 }
 
 func TestUnary_BadMetadataInvalidArgument(t *testing.T) {
@@ -307,6 +335,7 @@ func TestUnary_GuardUnavailable(t *testing.T) {
 
 func TestStream_AdmittedOnceRefusedStale(t *testing.T) {
 	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		fencedtest.Issue(t, g, "inv", 7)
 		svc := &inventory{}
 		conn := startServer(t, g, svc, nil)
 		open := func(f *fence.Fence) (grpc.ClientStream, error) {
@@ -363,9 +392,10 @@ func TestStream_AdmittedOnceRefusedStale(t *testing.T) {
 // goroutines; the handler stores in token order and refusals name a higher token.
 func TestUnary_ConcurrentWritersMonotonic(t *testing.T) {
 	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		const writers = 40
+		fencedtest.Issue(t, g, "inv", writers)
 		svc := &inventory{delay: 2 * time.Millisecond}
 		conn := startServer(t, g, svc, nil)
-		const writers = 40
 		accepted := fencedtest.WriteAll(t, fencedtest.Shuffled(writers, 17), func(tok fence.Token) (bool, fence.Token, error) {
 			_, err := put(t, conn, ctxFor(t), fenceOf("inv", tok, "L"+tok.String()), "x")
 			var stale *fence.StaleTokenError

@@ -96,6 +96,7 @@ var (
 	_ fence.Watcher       = (*Client)(nil)
 	_ fence.Guard         = (*Client)(nil)
 	_ fence.KV            = (*Client)(nil)
+	_ fence.Purger        = (*Client)(nil)
 )
 
 // NewClient returns a client of the server at baseURL (e.g. http://127.0.0.1:7420).
@@ -801,11 +802,57 @@ func (c *Client) Fence(ctx context.Context, key string, f fence.Fence) error {
 	return nil
 }
 
+// Delete removes key's value if f is admitted, keeping the key's fence (see
+// fence.KV): DELETE /v1/kv/{key} with the fence headers (Fence-Lease whenever
+// f has a lease id). It returns fence.ErrNotFound if key holds no value, a
+// *fence.UnissuedTokenError, *fence.StaleTokenError or *fence.NamespaceError (in
+// a *ServerError) if f is refused, fence.ErrInvalid for a bad key or fence,
+// ErrForbidden if the auth token may not write key, and fence.ErrUnavailable
+// when the server cannot be reached.
+func (c *Client) Delete(ctx context.Context, key string, f fence.Fence) error {
+	const op = "delete"
+	if err := validateWrite(op, key, f); err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, op, key, http.MethodDelete, "/v1/kv/"+EscapeName(key), fenceHeader(f), nil, 0)
+	if err != nil {
+		return err
+	}
+	if resp.status != http.StatusOK {
+		return c.answerError(resp)
+	}
+	return nil
+}
+
+// Purge removes key's value and its fence (fence.Purger): DELETE
+// /v1/kv/{key}?purge=true, which needs an admin auth token. It is the one way a
+// key's fence goes back, for a key fenced by the wrong lock. It returns
+// fence.ErrNotFound if key has neither value nor fence, fence.ErrInvalid for a
+// bad key, ErrForbidden without the admin right, ErrNotImplemented if the
+// server's store cannot purge, and fence.ErrUnavailable when the server cannot
+// be reached.
+func (c *Client) Purge(ctx context.Context, key string) error {
+	const op = "purge"
+	if err := driver.ValidateKey(key); err != nil {
+		return invalidArg(op, "", err)
+	}
+	resp, err := c.do(ctx, op, key, http.MethodDelete, "/v1/kv/"+EscapeName(key)+"?purge=true", nil, nil, 0)
+	if err != nil {
+		return err
+	}
+	if resp.status != http.StatusOK {
+		return c.answerError(resp)
+	}
+	return nil
+}
+
 // Get returns the value under key and the fence that wrote it (see fence.KV). The
 // fence has the lock name and token but never the lease id, which the server does
-// not disclose. It returns fence.ErrNotFound if key was never written,
-// fence.ErrInvalid for a bad key, fence.ErrUnavailable when the server cannot be
-// reached.
+// not disclose. A key holding no value (only fenced, or deleted), which the
+// server answers 404 with the fence headers, is returned as it is by every
+// fence.KV: a nil value and the fence. It returns fence.ErrNotFound if key was
+// never written nor fenced, fence.ErrInvalid for a bad key,
+// fence.ErrUnavailable when the server cannot be reached.
 func (c *Client) Get(ctx context.Context, key string) (fence.Item, error) {
 	const op = "get"
 	if err := driver.ValidateKey(key); err != nil {
@@ -815,8 +862,12 @@ func (c *Client) Get(ctx context.Context, key string) (fence.Item, error) {
 	if err != nil {
 		return fence.Item{}, err
 	}
-	if resp.status != http.StatusOK {
+	noValue := resp.status == http.StatusNotFound && resp.header.Get(HeaderToken) != ""
+	if resp.status != http.StatusOK && !noValue {
 		return fence.Item{}, c.answerError(resp)
+	}
+	if noValue {
+		resp.body = nil
 	}
 	tok, terr := fence.ParseToken(resp.header.Get(HeaderToken))
 	name, nerr := url.PathUnescape(resp.header.Get(HeaderLock))

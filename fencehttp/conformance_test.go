@@ -29,8 +29,24 @@ func TestClient_LockerConformance(t *testing.T) {
 	})
 }
 
-// The client's fenced KV (PUT/GET /v1/kv, POST /v1/fences) passes the Guard suite,
-// against the package's shared server.
+// The client's fenced KV (PUT/GET/DELETE /v1/kv, POST /v1/fences) passes the
+// Guard suite, against the package's shared server on the bolt store, drawing
+// its fences from that server's grants (the store refuses fences it never
+// issued), and on the inmem guard with made-up fences.
 func TestClient_GuardConformance(t *testing.T) {
-	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return shared.client })
+	t.Run("bolt", func(t *testing.T) {
+		fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return shared.client }, fencetest.WithIssuer(shared.client))
+	})
+	t.Run("inmem", func(t *testing.T) {
+		_, hs := newServer(t, fencehttp.Config{})
+		c := mustClient(t, hs.URL, nil)
+		fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return c })
+	})
+}
+
+// Over HTTP, the bolt store refuses fences it never issued (P9) with 409
+// unissued_token, which the client turns back into *fence.UnissuedTokenError;
+// DELETE keeps the fence and purge removes it.
+func TestClient_IssuedKVConformance(t *testing.T) {
+	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return shared.client })
 }

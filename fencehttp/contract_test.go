@@ -89,9 +89,13 @@ func TestServer_FencedWrite_WithoutFenceLock_400EvenOnFencedKey(t *testing.T) {
 	if err != nil || string(item.Value) != "100" || item.Fence.Token != lease.Token() {
 		t.Fatalf("after refused writes: want %q at token %d, got %q %+v, %v", "100", lease.Token(), item.Value, item.Fence, err)
 	}
-	// With the lock named, the same token is refused as another lock's.
-	a := call(t, "PUT", hs.URL+"/v1/kv/ledger", "hijacked", map[string]string{"Fence-Token": "999", "Fence-Lock": "other"})
+	// With the lock named, a token of another lock is refused as another lock's.
+	other := mustAcquire(t, c, "other", time.Minute)
+	a := call(t, "PUT", hs.URL+"/v1/kv/ledger", "hijacked", map[string]string{"Fence-Token": other.Token().String(), "Fence-Lock": "other"})
 	wantError(t, "token of another lock", a, 409, "wrong_lock")
+	// And 999, which the lock named never had, as a token never issued (P9).
+	a = call(t, "PUT", hs.URL+"/v1/kv/ledger", "hijacked", map[string]string{"Fence-Token": "999", "Fence-Lock": "other"})
+	wantError(t, "token never issued", a, 409, "unissued_token")
 	// A fence without a lock name is refused by the client before any request.
 	if err := c.Put(ctxFor(t), "ledger", []byte("x"), fence.Fence{Token: lease.Token(), LeaseID: lease.ID()}); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("client Put without a lock name: want ErrInvalid, got %v", err)
@@ -330,6 +334,10 @@ func TestServer_ErrorBodies_UserMessagesWithoutInternalWrapping(t *testing.T) {
 	if err := c.Put(ctxFor(t), "ledger", []byte("100"), b.Fence()); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Fence(ctxFor(t), "fenced-only", b.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	o := mustAcquire(t, c, "other", time.Minute)
 	secret := driver.NewLeaseID()
 	type exp struct {
 		what, method, path, body string
@@ -366,8 +374,20 @@ func TestServer_ErrorBodies_UserMessagesWithoutInternalWrapping(t *testing.T) {
 			fmt.Sprintf(`put "ledger": stale token %d, highest seen %d (accepted under another lease)`, b.Token(), b.Token()), "ledger"},
 		{"stale fence", "POST", "/v1/fences/ledger", "", map[string]string{"Fence-Token": a.Token().String(), "Fence-Lock": "report"}, 409, "stale_token",
 			fmt.Sprintf(`fence "ledger": stale token %d, highest seen %d`, a.Token(), b.Token()), "ledger"},
-		{"wrong lock", "PUT", "/v1/kv/ledger", "x", map[string]string{"Fence-Token": "999", "Fence-Lock": "other"}, 409, "wrong_lock",
+		{"wrong lock", "PUT", "/v1/kv/ledger", "x", map[string]string{"Fence-Token": o.Token().String(), "Fence-Lock": "other"}, 409, "wrong_lock",
 			`put "ledger": token of lock "other", but the key is fenced by lock "report"`, "ledger"},
+		{"unissued", "PUT", "/v1/kv/ledger", "x", map[string]string{"Fence-Token": "999999", "Fence-Lock": "report"}, 409, "unissued_token",
+			fmt.Sprintf(`put "ledger": token 999999 of lock "report" was never issued: the last token issued is %d`, b.Token()), "ledger"},
+		{"never granted", "DELETE", "/v1/kv/ledger", "", map[string]string{"Fence-Token": "42", "Fence-Lock": "never"}, 409, "unissued_token",
+			`delete "ledger": token 42 of lock "never" was never issued: the lock was never granted`, "ledger"},
+		{"other lease", "POST", "/v1/fences/ledger", "", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report", "Fence-Lease": secret}, 409, "unissued_token",
+			fmt.Sprintf(`fence "ledger": token %d of lock "report" was issued to another lease`, b.Token()), "ledger"},
+		{"delete never written", "DELETE", "/v1/kv/never", "", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report"}, 404, "not_found",
+			`delete "never": not found`, "never"},
+		{"purge with a fence", "DELETE", "/v1/kv/ledger?purge=true", "", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report"}, 400, "invalid",
+			`purge "ledger": invalid Fence-Token: must not be given with purge=true: a purge removes the fence, it is not fenced`, "ledger"},
+		{"no value", "GET", "/v1/kv/fenced-only", "", nil, 404, "not_found",
+			fmt.Sprintf(`get "fenced-only": no value (the key is fenced by lock "report" at token %d)`, b.Token()), "fenced-only"},
 		{"release not held", "POST", "/v1/locks/job1/release", `{"lease":"` + secret + `"}`, nil, 410, "not_held",
 			`release "job1": lease not held (expired, released, or never granted)`, "job1"},
 		{"renew not held", "POST", "/v1/locks/job1/renew", `{"lease":"` + secret + `"}`, nil, 410, "not_held",
@@ -481,12 +501,25 @@ func TestClient_Errors_ServerMessageVerbatimAndTyped(t *testing.T) {
 	}
 	wantMsg("stale Put", err, fmt.Sprintf(`put "ledger": stale token %d, highest seen %d`, a.Token(), b.Token()))
 
-	err = c.Fence(ctx, "ledger", fence.Fence{Name: "other", Token: 999})
-	wantMsg("Fence of another lock", err, serverSays("POST", "/v1/fences/ledger", "", map[string]string{"Fence-Token": "999", "Fence-Lock": "other"}))
+	o := mustAcquire(t, c, "other", time.Minute)
+	err = c.Fence(ctx, "ledger", fence.Fence{Name: "other", Token: o.Token()})
+	wantMsg("Fence of another lock", err, serverSays("POST", "/v1/fences/ledger", "", map[string]string{"Fence-Token": o.Token().String(), "Fence-Lock": "other"}))
 	var ns *fence.NamespaceError
 	if !errors.Is(err, fence.ErrNamespace) || !errors.As(err, &ns) || ns.Want != "report" || ns.Got != "other" {
 		t.Fatalf("Fence of another lock: want ErrNamespace and *NamespaceError{Want:report Got:other}, got %v", err)
 	}
+
+	err = c.Put(ctx, "ledger", []byte("typo"), fence.Fence{Name: "report", Token: 999999})
+	wantMsg("Put of a token never issued", err, serverSays("PUT", "/v1/kv/ledger", "typo", map[string]string{"Fence-Token": "999999", "Fence-Lock": "report"}))
+	var un *fence.UnissuedTokenError
+	if !errors.Is(err, fence.ErrUnissuedToken) || !errors.As(err, &un) || *un != (fence.UnissuedTokenError{Lock: "report", Token: 999999, Last: b.Token()}) {
+		t.Fatalf("Put of a token never issued: want ErrUnissuedToken and *UnissuedTokenError{report 999999 Last:%d}, got %v (%+v)", b.Token(), err, un)
+	}
+	err = c.Delete(ctx, "ledger", fence.Fence{Name: "report", Token: b.Token(), LeaseID: lease})
+	if !errors.As(err, &un) || *un != (fence.UnissuedTokenError{Lock: "report", Token: b.Token(), Last: b.Token(), OtherLease: true}) {
+		t.Fatalf("Delete under another lease: want *UnissuedTokenError{OtherLease: true}, got %v", err)
+	}
+	wantMsg("Delete under another lease", err, fmt.Sprintf(`delete "ledger": token %d of lock "report" was issued to another lease`, b.Token()))
 
 	err = c.Release(ctx, "job1", lease)
 	wantMsg("Release of no lease", err, serverSays("POST", "/v1/locks/job1/release", `{"lease":"`+lease+`"}`, nil))

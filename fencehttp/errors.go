@@ -73,6 +73,7 @@ var statusTable = []struct {
 	{fence.ErrNotFound, http.StatusNotFound, "not_found"},
 	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed"},
 	{fence.ErrNotAcquired, http.StatusConflict, "held"},
+	{fence.ErrUnissuedToken, http.StatusConflict, "unissued_token"},
 	{fence.ErrStaleToken, http.StatusConflict, "stale_token"},
 	{fence.ErrNamespace, http.StatusConflict, "wrong_lock"},
 	{fence.ErrTokenExhausted, http.StatusConflict, "token_exhausted"},
@@ -102,7 +103,8 @@ func statusOf(err error) (int, string) {
 }
 
 // errorBody returns the status and JSON body that answer err, which op (acquire,
-// renew, release, revoke, heal, inspect, watch, list, put, get, fence; "" outside those) met on
+// renew, release, revoke, heal, inspect, watch, list, put, get, fence, delete,
+// purge; "" outside those) met on
 // name (a lock name, key or list prefix; "" if unknown or invalid). Typed fence errors
 // add their detail. Unknown errors are 500 with a generic message (the caller logs
 // err).
@@ -115,6 +117,7 @@ func errorBody(op, name string, err error) (int, errorResponse) {
 		ns    *fence.NamespaceError
 		inv   *fence.InvalidError
 		lim   *fence.LimitError
+		unis  *fence.UnissuedTokenError
 	)
 	switch {
 	case status == http.StatusInternalServerError:
@@ -123,6 +126,9 @@ func errorBody(op, name string, err error) (int, errorResponse) {
 		if body.Name == "" {
 			body.Name = name
 		}
+	case errors.As(err, &unis):
+		last := unis.Last
+		body.Key, body.Lock, body.Token, body.Last, body.OtherLease = name, unis.Lock, unis.Token, &last, unis.OtherLease
 	case errors.As(err, &stale):
 		body.Key, body.Token, body.Highest, body.SameToken = stale.Resource, stale.Token, stale.Highest, stale.SameToken
 	case errors.As(err, &ns):
@@ -164,6 +170,7 @@ func userMessage(op, name string, err error) string {
 		inv   *fence.InvalidError
 		cause *causeError
 		lim   *fence.LimitError
+		unis  *fence.UnissuedTokenError
 	)
 	status, code := statusOf(err)
 	var fact string
@@ -188,6 +195,15 @@ func userMessage(op, name string, err error) string {
 			return "lock is held"
 		}
 		return fmt.Sprintf("lock %q is held", name)
+	case errors.As(err, &unis):
+		switch {
+		case unis.OtherLease:
+			fact = fmt.Sprintf("token %d of lock %q was issued to another lease", unis.Token, unis.Lock)
+		case unis.Last == 0:
+			fact = fmt.Sprintf("token %d of lock %q was never issued: the lock was never granted", unis.Token, unis.Lock)
+		default:
+			fact = fmt.Sprintf("token %d of lock %q was never issued: the last token issued is %d", unis.Token, unis.Lock, unis.Last)
+		}
 	case errors.As(err, &stale):
 		fact = fmt.Sprintf("stale token %d, highest seen %d", stale.Token, stale.Highest)
 		if stale.SameToken {
@@ -293,7 +309,8 @@ func roundLeft(d time.Duration) time.Duration {
 // "held", ErrNotHeld for 410, ErrUnavailable for 503, ErrInvalid for 400, 413 and
 // "limit_mismatch", and so on; where the body carries detail it unwraps to the typed
 // error, so errors.As finds a *fence.HeldError, *fence.StaleTokenError,
-// *fence.NamespaceError, *fence.InvalidError or *fence.LimitError.
+// *fence.UnissuedTokenError, *fence.NamespaceError, *fence.InvalidError or
+// *fence.LimitError.
 type ServerError struct {
 	Status  int    // HTTP status
 	Code    string // the "code" of the JSON body ("" if the answer was not fence's JSON)
@@ -327,6 +344,8 @@ func (e *ServerError) Unwrap() error {
 		return fence.ErrNotFound
 	case "held":
 		return fence.ErrNotAcquired
+	case "unissued_token":
+		return fence.ErrUnissuedToken
 	case "stale_token":
 		return fence.ErrStaleToken
 	case "wrong_lock":
@@ -359,6 +378,10 @@ func decodeError(status int, body errorResponse) error {
 	switch body.Code {
 	case "held":
 		e.detail = &fence.HeldError{Name: body.Name, ExpiresIn: time.Duration(body.ExpiresInMs) * time.Millisecond, Limit: body.Limit}
+	case "unissued_token":
+		if body.Last != nil {
+			e.detail = &fence.UnissuedTokenError{Lock: body.Lock, Token: body.Token, Last: *body.Last, OtherLease: body.OtherLease}
+		}
 	case "stale_token":
 		e.detail = &fence.StaleTokenError{Resource: body.Key, Token: body.Token, Highest: body.Highest, SameToken: body.SameToken}
 	case "wrong_lock":

@@ -17,6 +17,7 @@ type metrics struct {
 	waits          prometheus.Counter
 	waitSeconds    prometheus.Histogram
 	stale          prometheus.Counter
+	unissued       prometheus.Counter
 	lost           prometheus.Counter
 	revokes        prometheus.Counter
 	kvWrites       prometheus.Counter
@@ -51,6 +52,9 @@ func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
 		stale: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fence_stale_rejections_total", Help: "Fenced writes refused: stale token or token of another lock.",
 		}),
+		unissued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fence_unissued_rejections_total", Help: "Fenced writes refused: a token or lease the store never issued for the lock (P9).",
+		}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fence_lost_leases_total", Help: "Renewals answered 410: the lease had expired or was taken over.",
 		}),
@@ -58,7 +62,7 @@ func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
 			Name: "fence_revokes_total", Help: "Leases ended by revoke (an operator's force-release).",
 		}),
 		kvWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fence_kv_writes_total", Help: "Fenced writes accepted by the KV store.",
+			Name: "fence_kv_writes_total", Help: "Fenced writes (puts and deletes) accepted by the KV store.",
 		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fence_http_requests_total", Help: "HTTP requests by route and status code.",
@@ -74,7 +78,7 @@ func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
 	m.okAcquire = m.requests.WithLabelValues("locks/acquire", "200")
 	m.okRenew = m.requests.WithLabelValues("locks/renew", "200")
 	m.okRelease = m.requests.WithLabelValues("locks/release", "200")
-	reg.MustRegister(m.grants, m.acquireSeconds, m.waits, m.waitSeconds, m.stale, m.lost, m.revokes, m.kvWrites, m.requests, m.blocking,
+	reg.MustRegister(m.grants, m.acquireSeconds, m.waits, m.waitSeconds, m.stale, m.unissued, m.lost, m.revokes, m.kvWrites, m.requests, m.blocking,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fence_held_locks",
 			Help: "Locks held through this server: granted, neither released nor expired by the server's clock.",

@@ -139,6 +139,7 @@ func fenceOf(name string, tok fence.Token, lease string) *fence.Fence {
 
 func TestFenced_AcceptedPassesThrough(t *testing.T) {
 	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		fencedtest.Issue(t, g, "jobs/nightly", 9)
 		rec := &resourceRec{}
 		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
 		f := fenceOf("jobs/nightly", 7, "lease-7")
@@ -178,6 +179,8 @@ func TestFenced_RefusedAfterAcceptedWrite(t *testing.T) {
 		{"WrongLock", fenceOf("other", 9, "L9"), "wrong_lock", map[string]any{"lock": "inv", "got": "other", "key": "/inv"}, ""},
 	}
 	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		fencedtest.Issue(t, g, "inv", 5)
+		fencedtest.Issue(t, g, "other", 9)
 		rec := &resourceRec{}
 		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
 		if a := sendFenced(t, "PUT", srv.URL+"/inv", fenceOf("inv", 5, "L5"), nil, ""); a.status != 200 {
@@ -279,9 +282,10 @@ func TestFenced_GuardUnavailable503(t *testing.T) {
 // refusal must name a higher token than the one refused.
 func TestFenced_ConcurrentWritersMonotonic(t *testing.T) {
 	fencedtest.EachGuard(t, func(t *testing.T, g fence.Guard) {
+		const writers = 40
+		fencedtest.Issue(t, g, "inv", writers)
 		rec := &resourceRec{delay: 2 * time.Millisecond}
 		srv := serveRes(t, fencehttp.Fenced(g, rec, nil))
-		const writers = 40
 		var toks []fence.Token
 		for _, p := range rand.Perm(writers) {
 			toks = append(toks, fence.Token(p+1))

@@ -26,9 +26,10 @@ const (
 	RightRead Rights = 1 << iota
 	// RightLock: acquire, renew and release.
 	RightLock
-	// RightWrite: PUT /v1/kv/{key} and POST /v1/fences/{key}.
+	// RightWrite: PUT and DELETE /v1/kv/{key} and POST /v1/fences/{key}.
 	RightWrite
-	// RightAdmin: revoke and heal, /metrics, and all of the above.
+	// RightAdmin: revoke and heal, purge (DELETE /v1/kv/{key}?purge=true),
+	// /metrics, and all of the above.
 	RightAdmin
 
 	// RightsAll is every right: what a token in Config.AuthTokens has.
@@ -285,8 +286,11 @@ func permit(t *AuthToken, r *http.Request) error {
 		}
 	case strings.HasPrefix(p, "/v1/kv/"):
 		what, esc, right = "key", strings.TrimPrefix(p, "/v1/kv/"), RightWrite
-		if get {
+		switch {
+		case get:
 			right = RightRead
+		case r.Method == http.MethodDelete && r.URL.Query().Get("purge") != "false" && r.URL.Query().Has("purge"):
+			right = RightAdmin // a purge; a malformed purge parameter is held to it too
 		}
 	case strings.HasPrefix(p, "/v1/fences/"):
 		what, esc, right = "key", strings.TrimPrefix(p, "/v1/fences/"), RightWrite
@@ -300,7 +304,11 @@ func permit(t *AuthToken, r *http.Request) error {
 	if t.allows(right, name) {
 		return nil
 	}
-	return because(ErrForbidden, "this token may not %s %s %q (it has %s %s)", verbOf(right), what, name, t.Rights, scopeOf(t))
+	verb := verbOf(right)
+	if what == "key" && right == RightAdmin {
+		verb = "purge"
+	}
+	return because(ErrForbidden, "this token may not %s %s %q (it has %s %s)", verb, what, name, t.Rights, scopeOf(t))
 }
 
 // verbOf words what a right lets a token do, for a 403's message.

@@ -95,6 +95,12 @@ func TestServer_Scopes_EachRightOnItsRoutes(t *testing.T) {
 		{"reader", "GET", "/v1/locks", "", nil, 403}, // every name is more than a*
 		{"reader", "GET", "/v1/locks/b", "", nil, 403},
 		{"reader", "GET", "/v1/kv/a", "", nil, 200},
+		// write deletes (fenced); a purge needs admin.
+		{"reader", "DELETE", "/v1/kv/a", "", map[string]string{"Authorization": "Bearer reader", "Fence-Lock": "a", "Fence-Token": "2"}, 403},
+		{"worker", "DELETE", "/v1/kv/a", "", map[string]string{"Authorization": "Bearer worker", "Fence-Lock": "a", "Fence-Token": "2"}, 200},
+		{"worker", "DELETE", "/v1/kv/a?purge=true", "", nil, 403},
+		{"worker", "DELETE", "/v1/kv/a?purge=yes", "", nil, 403}, // a malformed purge is held to admin too
+		{"admin", "DELETE", "/v1/kv/a?purge=true", "", nil, 200},
 		{"reader", "POST", "/v1/locks/a/acquire", `{}`, nil, 403},
 		{"reader", "GET", "/metrics", "", nil, 403},
 		{"reader", "GET", "/v1/openapi.json", "", nil, 200},

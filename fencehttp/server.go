@@ -942,15 +942,18 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	s.ok(w, r, LockListOf(infos))
 }
 
-// handleKV serves GET and PUT /v1/kv/{key}.
+// handleKV serves GET, PUT and DELETE /v1/kv/{key}.
 func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPut {
-		s.methodNotAllowed(w, r, "GET, HEAD, PUT")
-		return
-	}
 	op := "get"
-	if r.Method == http.MethodPut {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+	case http.MethodPut:
 		op = "put"
+	case http.MethodDelete:
+		op = "delete"
+	default:
+		s.methodNotAllowed(w, r, "GET, HEAD, PUT, DELETE")
+		return
 	}
 	key, err := unescapeName("key", strings.TrimPrefix(r.URL.EscapedPath(), "/v1/kv/"))
 	if err != nil {
@@ -961,8 +964,12 @@ func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, op, key, because(ErrNotImplemented, "not supported by this server (it has no KV store)"))
 		return
 	}
-	if r.Method == http.MethodPut {
+	switch r.Method {
+	case http.MethodPut:
 		s.put(w, r, key)
+		return
+	case http.MethodDelete:
+		s.del(w, r, key)
 		return
 	}
 	item, err := s.cfg.KV.Get(r.Context(), key)
@@ -971,10 +978,15 @@ func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set(HeaderToken, item.Fence.Token.String())
 	h.Set(HeaderLock, url.PathEscape(item.Fence.Name))
+	if item.Value == nil {
+		// Fenced only, or deleted: no value, but the fence a writer must pass.
+		s.fail(w, r, op, key, because(fence.ErrNotFound, "no value (the key is fenced by lock %q at token %d)", item.Fence.Name, item.Fence.Token))
+		return
+	}
+	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Length", strconv.Itoa(len(item.Value)))
 	w.WriteHeader(http.StatusOK)
 	s.m.requests.WithLabelValues(routeOf(r), "200").Inc()
@@ -1071,6 +1083,75 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, key string) {
 	s.ok(w, r, kvResponse{Key: key, Lock: f.Name, Token: f.Token})
 }
 
+// del serves DELETE /v1/kv/{key}: fence.KV.Delete, fenced as PUT is, or with
+// ?purge=true and no fence headers fence.Purger.Purge.
+func (s *Server) del(w http.ResponseWriter, r *http.Request, key string) {
+	purge, err := purgeParam(r)
+	if err != nil {
+		s.fail(w, r, "delete", key, err)
+		return
+	}
+	if purge {
+		s.purge(w, r, key)
+		return
+	}
+	const op = "delete"
+	f, err := fenceFromHeaders(r)
+	if err != nil {
+		s.fail(w, r, op, key, err)
+		return
+	}
+	if err := s.cfg.KV.Delete(r.Context(), key, f); err != nil {
+		s.countRefusal(err, key, f)
+		s.fail(w, r, op, key, err)
+		return
+	}
+	s.m.kvWrites.Inc()
+	s.ok(w, r, kvResponse{Key: key, Lock: f.Name, Token: f.Token})
+}
+
+// purgeParam reads the purge query parameter of a DELETE: absent or "false" is
+// a fenced delete, "true" a purge; anything else is invalid.
+func purgeParam(r *http.Request) (bool, error) {
+	vs, ok := r.URL.Query()["purge"]
+	if !ok {
+		return false, nil
+	}
+	if len(vs) == 1 {
+		switch vs[0] {
+		case "true":
+			return true, nil
+		case "false":
+			return false, nil
+		}
+	}
+	return false, &fence.InvalidError{Field: "purge", Value: strings.Join(vs, ","), Reason: "must be given once, as true or false"}
+}
+
+// purge serves DELETE /v1/kv/{key}?purge=true: the key's value and fence go.
+// A purge is not fenced: fence headers are refused, so that a writer who meant
+// a fenced delete never purges by mistake.
+func (s *Server) purge(w http.ResponseWriter, r *http.Request, key string) {
+	const op = "purge"
+	for _, h := range []string{HeaderToken, HeaderLock, HeaderLease} {
+		if len(r.Header.Values(h)) > 0 {
+			s.fail(w, r, op, key, &fence.InvalidError{Field: h, Reason: "must not be given with purge=true: a purge removes the fence, it is not fenced"})
+			return
+		}
+	}
+	p, ok := s.cfg.KV.(fence.Purger)
+	if !ok {
+		s.fail(w, r, op, key, because(ErrNotImplemented, "not supported by this server's store (it cannot purge a key)"))
+		return
+	}
+	if err := p.Purge(r.Context(), key); err != nil {
+		s.fail(w, r, op, key, err)
+		return
+	}
+	s.log.Info("key purged", "key", key)
+	s.ok(w, r, purgeResponse{Key: key, Purged: true})
+}
+
 // handleFences serves POST /v1/fences/{key}: fence.Guard.Fence over HTTP.
 func (s *Server) handleFences(w http.ResponseWriter, r *http.Request) {
 	const op = "fence"
@@ -1106,7 +1187,11 @@ func (s *Server) handleFences(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) countRefusal(err error, key string, f fence.Fence) {
-	if errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrNamespace) {
+	switch {
+	case errors.Is(err, fence.ErrUnissuedToken):
+		s.m.unissued.Inc()
+		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
+	case errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrNamespace):
 		s.m.stale.Inc()
 		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
 	}

@@ -481,7 +481,8 @@ func TestServer_KV_StaleWrite409WithHighestAndNothingChanged(t *testing.T) {
 		t.Fatalf("stale write: want highest %d, got %s", b.Token(), w.raw)
 	}
 	// A token of another lock is refused, not compared.
-	w = call(t, "PUT", base+"/v1/kv/"+key, "x", map[string]string{"Fence-Token": "999", "Fence-Lock": "another-lock"})
+	other := mustAcquire(t, c, uniq(t, "another-lock"), time.Minute)
+	w = call(t, "PUT", base+"/v1/kv/"+key, "x", map[string]string{"Fence-Token": other.Token().String(), "Fence-Lock": fencehttp.EscapeName(other.Name())})
 	wantError(t, "token of another lock", w, 409, "wrong_lock")
 	if w.json["lock"] != lock {
 		t.Fatalf("wrong_lock: want lock %q, got %s", lock, w.raw)

@@ -189,6 +189,12 @@ type kvResponse struct {
 	Token fence.Token `json:"token"`
 }
 
+// purgeResponse answers DELETE /v1/kv/{key}?purge=true.
+type purgeResponse struct {
+	Key    string `json:"key"`
+	Purged bool   `json:"purged"`
+}
+
 // errorResponse is the body of every error answer.
 type errorResponse struct {
 	Error string `json:"error"`
@@ -201,8 +207,12 @@ type errorResponse struct {
 	Highest   fence.Token `json:"highest,omitempty"`
 	Token     fence.Token `json:"token,omitempty"`
 	SameToken bool        `json:"same_token,omitempty"`
-	Lock      string      `json:"lock,omitempty"` // wrong_lock: the lock that fences Key
+	Lock      string      `json:"lock,omitempty"` // wrong_lock: the lock that fences Key; unissued_token: the lock presented
 	Got       string      `json:"got,omitempty"`  // wrong_lock: the lock presented
+	// unissued_token: the last token issued for Lock (0 if never granted, so
+	// always sent), and whether Token was issued to another lease
+	Last       *fence.Token `json:"last,omitempty"`
+	OtherLease bool         `json:"other_lease,omitempty"`
 	// limit_mismatch: the limit asked for and the limit of the live leases;
 	// held: the semaphore's limit, all its permits held
 	Limit     int `json:"limit,omitempty"`

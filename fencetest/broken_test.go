@@ -130,10 +130,15 @@ func (b *brokenLocker) Release(ctx context.Context, name, leaseID string) error 
 }
 
 // brokenGuard is a KV with a wrong admission rule; the rest is as inmem's.
+// deleteBug injects a fault into Delete: "drops-fence" (the fence goes with the
+// value) or "unfenced" (the fence is not checked). issued, if set, is the P9
+// check run after validation, before the admission rule.
 type brokenGuard struct {
-	admit func(resource string, highest, next fence.Fence) error
-	mu    sync.Mutex
-	items map[string]fence.Item
+	admit     func(resource string, highest, next fence.Fence) error
+	deleteBug string
+	issued    func(f fence.Fence) error
+	mu        sync.Mutex
+	items     map[string]fence.Item
 }
 
 // admitsEqualFromOtherLease is fence.Admit without the lease comparison.
@@ -159,8 +164,123 @@ func (g *brokenGuard) check(key string, f fence.Fence) (fence.Item, error) {
 	if err := f.Validate(); err != nil {
 		return fence.Item{}, err
 	}
+	if g.issued != nil {
+		if err := g.issued(f); err != nil {
+			return fence.Item{}, err
+		}
+	}
 	it := g.items[key]
 	return it, g.admit(key, it.Fence, f)
+}
+
+func (g *brokenGuard) Delete(ctx context.Context, key string, f fence.Fence) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	it, err := g.check(key, f)
+	switch {
+	case err != nil && g.deleteBug == "unfenced" && !errors.Is(err, fence.ErrInvalid):
+		it = g.items[key] // Bug: a refused fence deletes anyway.
+	case err != nil:
+		return err
+	}
+	if it.Value == nil {
+		return fmt.Errorf("broken: delete %q: %w", key, fence.ErrNotFound)
+	}
+	if g.deleteBug == "drops-fence" {
+		delete(g.items, key) // Bug: the fence goes with the value.
+		return nil
+	}
+	g.items[key] = fence.Item{Fence: f}
+	return nil
+}
+
+func (g *brokenGuard) Purge(ctx context.Context, key string) error {
+	if err := driver.ValidateKey(key); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.items[key]; !ok {
+		return fmt.Errorf("broken: purge %q: %w", key, fence.ErrNotFound)
+	}
+	delete(g.items, key)
+	return nil
+}
+
+// issuingKV is an IssuingKV for the P9 suite: the reference Locker, whose grants
+// it records (each name's last token, each live lease's id), and a brokenGuard
+// that checks fences against them. bug injects one fault: "skips-issued-check"
+// (no P9 check) or "ignores-lease" (tokens are checked, lease ids are not).
+type issuingKV struct {
+	*inmem.Locker
+	*brokenGuard
+	bug  string
+	mu   sync.Mutex
+	last map[string]fence.Token
+	live map[string]map[fence.Token]string // name -> token -> lease id
+}
+
+func newIssuingKV(bug string) *issuingKV {
+	k := &issuingKV{
+		Locker:      inmem.NewLocker(inmem.Options{}),
+		brokenGuard: &brokenGuard{admit: fence.Admit, items: map[string]fence.Item{}},
+		bug:         bug,
+		last:        map[string]fence.Token{},
+		live:        map[string]map[fence.Token]string{},
+	}
+	if bug != "skips-issued-check" {
+		k.brokenGuard.issued = k.checkIssued
+	}
+	return k
+}
+
+func (k *issuingKV) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
+	l, err := k.Locker.Acquire(ctx, name, ttl, opts...)
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.last[name] = max(k.last[name], l.Token())
+	if k.live[name] == nil {
+		k.live[name] = map[fence.Token]string{}
+	}
+	k.live[name][l.Token()] = l.ID()
+	return l, nil
+}
+
+func (k *issuingKV) Release(ctx context.Context, name, leaseID string) error {
+	k.mu.Lock()
+	for tok, id := range k.live[name] {
+		if id == leaseID {
+			delete(k.live[name], tok)
+		}
+	}
+	k.mu.Unlock()
+	return k.Locker.Release(ctx, name, leaseID)
+}
+
+func (k *issuingKV) checkIssued(f fence.Fence) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := fence.CheckIssued(f, k.last[f.Name]); err != nil {
+		return err
+	}
+	if id, ok := k.live[f.Name][f.Token]; ok && f.LeaseID != "" && f.LeaseID != id && k.bug != "ignores-lease" {
+		return &fence.UnissuedTokenError{Lock: f.Name, Token: f.Token, Last: k.last[f.Name], OtherLease: true}
+	}
+	return nil
+}
+
+func issuingCase(bug string) func(t *testing.T) {
+	return func(t *testing.T) {
+		fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return newIssuingKV(bug) })
+		fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return newIssuingKV(bug) }, fencetest.WithGuardAsIssuer())
+		shared := newIssuingKV(bug)
+		t.Run("OneStore", func(t *testing.T) {
+			fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return shared }, fencetest.WithIssuer(shared))
+		})
+	}
 }
 
 func (g *brokenGuard) Fence(ctx context.Context, key string, f fence.Fence) error {
@@ -266,9 +386,13 @@ func lockerCase(bug string) func(t *testing.T) {
 }
 
 func guardCase(admit func(string, fence.Fence, fence.Fence) error) func(t *testing.T) {
+	return guardDeleteCase(admit, "")
+}
+
+func guardDeleteCase(admit func(string, fence.Fence, fence.Fence) error, deleteBug string) func(t *testing.T) {
 	return func(t *testing.T) {
 		fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded {
-			return &brokenGuard{admit: admit, items: map[string]fence.Item{}}
+			return &brokenGuard{admit: admit, deleteBug: deleteBug, items: map[string]fence.Item{}}
 		})
 	}
 }
@@ -290,8 +414,39 @@ var brokenCases = map[string]brokenCase{
 		wantPass: []string{"Election_OneLeaderPerEpoch_EpochsIncrease", "Election_ResignHandsOffAtOnce", "Election_CancelledCampaignLeavesNothing"},
 	},
 	"reference-guard": {
-		run:      guardCase(fence.Admit),
-		wantPass: []string{"Put_LowerToken_RejectedWithHighest", "Put_EqualTokenOtherLease_Rejected", "Concurrent_16Goroutines_HighestWins"},
+		run: guardCase(fence.Admit),
+		wantPass: []string{"Put_LowerToken_RejectedWithHighest", "Put_EqualTokenOtherLease_Rejected", "Concurrent_16Goroutines_HighestWins",
+			"Delete_RemovesValue_KeepsFence_StaleWriterRefused", "Delete_UnderTheWritersLease_Accepted", "Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept",
+			"Delete_NoValue_ErrNotFound_NothingChanged", "Delete_BadKeysAndFences_RejectedWithErrInvalid"},
+	},
+	// The control for the P9 suite, and TestGuard drawing real fences from it,
+	// one store per subtest and one store for all (OneStore).
+	"reference-issuing-kv": {
+		run: issuingCase(""),
+		wantPass: []string{"TokenAboveLastIssued_Refused_NothingWritten", "LockNeverGranted_Refused_NothingWritten", "OtherLeaseForLiveLeasesToken_Refused",
+			"RealHoldersFence_Admitted", "Delete_KeepsFence_StaleWriterRefused_NeverWrittenNotFound", "Purge_RemovesValueAndFence",
+			"Put_EqualTokenOtherLease_Rejected", "Fence_LowerOrOtherLease_Rejected", "Concurrent_16Goroutines_HighestWins", "Put_HigherToken_Accepted_TokensMaySkip",
+			"Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept", "OneStore"},
+	},
+	"issuing-kv-skips-issued-check": {
+		run:      issuingCase("skips-issued-check"),
+		wantFail: []string{"TokenAboveLastIssued_Refused_NothingWritten", "LockNeverGranted_Refused_NothingWritten", "OtherLeaseForLiveLeasesToken_Refused"},
+		wantPass: []string{"RealHoldersFence_Admitted", "Delete_KeepsFence_StaleWriterRefused_NeverWrittenNotFound", "Purge_RemovesValueAndFence", "Put_EqualTokenOtherLease_Rejected"},
+	},
+	"issuing-kv-ignores-lease": {
+		run:      issuingCase("ignores-lease"),
+		wantFail: []string{"OtherLeaseForLiveLeasesToken_Refused"},
+		wantPass: []string{"TokenAboveLastIssued_Refused_NothingWritten", "LockNeverGranted_Refused_NothingWritten", "RealHoldersFence_Admitted"},
+	},
+	"guard-delete-drops-fence": {
+		run:      guardDeleteCase(fence.Admit, "drops-fence"),
+		wantFail: []string{"Delete_RemovesValue_KeepsFence_StaleWriterRefused", "Delete_UnderTheWritersLease_Accepted"},
+		wantPass: []string{"Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept", "Delete_NoValue_ErrNotFound_NothingChanged", "Put_LowerToken_RejectedWithHighest"},
+	},
+	"guard-delete-unfenced": {
+		run:      guardDeleteCase(fence.Admit, "unfenced"),
+		wantFail: []string{"Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept"},
+		wantPass: []string{"Delete_RemovesValue_KeepsFence_StaleWriterRefused", "Delete_BadKeysAndFences_RejectedWithErrInvalid", "Put_LowerToken_RejectedWithHighest"},
 	},
 	"locker-reuses-tokens": {
 		run:      lockerCase("reuses-tokens"),

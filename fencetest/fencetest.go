@@ -63,7 +63,9 @@ const (
 type Option func(*config)
 
 type config struct {
-	shortTTL time.Duration
+	shortTTL    time.Duration
+	issuer      fence.Locker
+	guardIssues bool
 }
 
 func newConfig(opts []Option) config {
@@ -85,6 +87,39 @@ func WithShortTTL(d time.Duration) Option {
 			c.shortTTL = d
 		}
 	}
+}
+
+// WithIssuer makes TestGuard draw every fence it writes from l instead of making
+// fences up: for each lock name a subtest uses, the suite acquires l's lock on that
+// name and releases it at once (fence.Locker.Acquire with a one-minute TTL, then
+// Release), as many times as the subtest needs tokens, and writes with the real
+// grants' fences: their increasing tokens and their lease ids. A guard that checks
+// fences against the locker that issued them (P9: a store that both grants the
+// locks and keeps the fenced KV, such as the embedded bolt store) refuses made-up
+// tokens, and needs this option to run TestGuard; l is usually the guard itself.
+//
+// With an issuer, the suite's checks are the same, with three differences: the
+// tokens are the grants' (not the small integers of the made-up fences), the
+// write at fence.MaxToken is skipped, and where a subtest presents a grant's token
+// under another lease id, the suite accepts a *fence.UnissuedTokenError with
+// OtherLease (the store proved the lease wrong, P9) as well as the
+// *fence.StaleTokenError a guard without P9 returns. l must grant each name at
+// once when it is free (no other holder uses the suite's names). A nil l is
+// ignored. TestLocker and the other suites ignore this option.
+func WithIssuer(l fence.Locker) Option {
+	return func(c *config) {
+		if l != nil {
+			c.issuer = l
+		}
+	}
+}
+
+// WithGuardAsIssuer is WithIssuer for a guard that is itself the Locker and is
+// made afresh for each subtest (one store per subtest): each subtest draws its
+// fences from the Guarded its factory returned, which must implement
+// fence.Locker (the subtest fails otherwise). It overrides WithIssuer.
+func WithGuardAsIssuer() Option {
+	return func(c *config) { c.guardIssues = true }
 }
 
 // Guarded is what TestGuard tests: a fence.Guard that also offers the fenced

@@ -26,8 +26,9 @@ type Guard struct {
 }
 
 var (
-	_ fence.Guard = (*Guard)(nil)
-	_ fence.KV    = (*Guard)(nil)
+	_ fence.Guard  = (*Guard)(nil)
+	_ fence.KV     = (*Guard)(nil)
+	_ fence.Purger = (*Guard)(nil)
 )
 
 type record struct {
@@ -97,10 +98,52 @@ func (g *Guard) Put(ctx context.Context, key string, value []byte, f fence.Fence
 	})
 }
 
+// Delete removes the value stored under key if f is admitted, and records f as
+// key's fence, in one step: the fence stays, so a stale writer is still refused.
+// It returns fence.ErrNotFound if key holds no value (never written, only fenced,
+// or already deleted), a *fence.StaleTokenError (fence.ErrStaleToken) or
+// *fence.NamespaceError (fence.ErrNamespace) if f is refused, and
+// fence.ErrInvalid for a bad key or fence; in each of those cases nothing changed.
+func (g *Guard) Delete(ctx context.Context, key string, f fence.Fence) error {
+	return g.do(ctx, "delete", key, f, func(r *record) error {
+		if !r.written {
+			return errNoValue
+		}
+		r.value, r.written = nil, false
+		return nil
+	})
+}
+
+// errNoValue is what Delete's apply returns for a key holding no value.
+var errNoValue = fmt.Errorf("key holds no value: %w", fence.ErrNotFound)
+
+// Purge removes key's value and its fence, so the next write under any lock and
+// token is admitted: the one way a key's fence goes back, for a key fenced by the
+// wrong lock. It returns fence.ErrNotFound if key has neither a value nor a
+// fence, and fence.ErrInvalid for a bad key.
+func (g *Guard) Purge(ctx context.Context, key string) error {
+	if err := precheck(ctx, "purge", key, driver.ValidateKey(key)); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	r := g.res[key]
+	g.mu.Unlock()
+	if r == nil {
+		return fmt.Errorf("inmem: purge %q: %w", key, fence.ErrNotFound)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.highest.Token == 0 && !r.written {
+		return fmt.Errorf("inmem: purge %q: %w", key, fence.ErrNotFound)
+	}
+	r.highest, r.value, r.written = fence.Fence{}, nil, false
+	return nil
+}
+
 // Get returns a copy of the value stored under key and the key's current fence:
-// the highest accepted, which is the value's writer unless a later Fence or Do
-// advanced it without a Put. A key that was only fenced (Fence or Do) has a nil
-// value. It returns
+// the highest accepted, which is the value's writer unless a later Fence, Do or
+// Delete advanced it without a Put. A key that was only fenced (Fence or Do) or
+// whose value was deleted has a nil value. It returns
 // fence.ErrNotFound if key was never fenced nor written, and fence.ErrInvalid for a
 // bad key.
 func (g *Guard) Get(ctx context.Context, key string) (fence.Item, error) {
@@ -155,7 +198,9 @@ func (g *Guard) do(ctx context.Context, op, key string, f fence.Fence, apply fun
 		return fmt.Errorf("inmem: %s %q: %w", op, key, err)
 	}
 	if apply != nil {
-		if err := apply(r); err != nil {
+		if err := apply(r); err == errNoValue {
+			return fmt.Errorf("inmem: %s %q: %w", op, key, err)
+		} else if err != nil {
 			return fmt.Errorf("inmem: %s %q: write failed, fence not recorded: %w", op, key, err)
 		}
 	}

@@ -104,3 +104,23 @@ func (kv *txKV[D]) Get(ctx context.Context, key string) (fence.Item, error) {
 func (kv *txKV[D]) Fence(ctx context.Context, key string, f fence.Fence) error {
 	return kv.g.Fence(ctx, key, f)
 }
+
+// Delete runs FenceTx and then removes the plain row in one transaction; with
+// no row it rolls back (the fence is not recorded) and returns fence.ErrNotFound.
+func (kv *txKV[D]) Delete(ctx context.Context, key string, f fence.Fence) error {
+	return InTx(ctx, kv.db, func(tx *sql.Tx) error {
+		if err := kv.g.FenceTx(ctx, tx, key, f); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM "+kv.data+" WHERE k = ?", key)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return fmt.Errorf("delete %q: key holds no value: %w", key, fence.ErrNotFound)
+		}
+		return nil
+	})
+}
