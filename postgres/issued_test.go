@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/postgres"
 )
 
@@ -30,11 +31,11 @@ func issuedName(t *testing.T, suffix string) string {
 	if len(n) > 60 {
 		n = n[len(n)-60:]
 	}
-	return fmt.Sprintf("p9-%s-%s-%d-%s", n, runID, issuedSeq.Add(1), suffix)
+	return fmt.Sprintf("p9-%s-%s-%d-%s", n, issuedRun, issuedSeq.Add(1), suffix)
 }
 
 var (
-	runID     = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
+	issuedRun = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
 	issuedSeq atomic.Int64
 )
 
@@ -339,4 +340,14 @@ func TestKV_BadLockTable_ErrInvalid(t *testing.T) {
 	if err := kv.Put(issuedCtx(t), issuedName(t, "key"), []byte("v"), lo); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Put on a KV with a malformed lock table = %v, want fence.ErrInvalid", err)
 	}
+}
+
+// The guard suite with fences drawn from the Locker's grants, and the P9 suite,
+// on a KV told its lock table.
+func TestKV_LockTable_GuardConformance(t *testing.T) {
+	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return newLockedKV(t) }, fencetest.WithGuardAsIssuer())
+}
+
+func TestKV_LockTable_IssuedKV(t *testing.T) {
+	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return newLockedKV(t) })
 }

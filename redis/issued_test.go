@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/redis"
 )
@@ -33,11 +34,11 @@ func issuedName(t *testing.T, suffix string) string {
 	if len(n) > 60 {
 		n = n[len(n)-60:]
 	}
-	return fmt.Sprintf("p9-%s-%s-%d-%s", n, runID, issuedSeq.Add(1), suffix)
+	return fmt.Sprintf("p9-%s-%s-%d-%s", n, issuedRun, issuedSeq.Add(1), suffix)
 }
 
 var (
-	runID     = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
+	issuedRun = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
 	issuedSeq atomic.Int64
 )
 
@@ -343,4 +344,13 @@ func TestStore_Issued_LossyFailover_HealFixes(t *testing.T) {
 	if err := s.Put(ctx, key, []byte("v"), f); err != nil {
 		t.Fatalf("holder's Put after the heal = %v", err)
 	}
+}
+
+// The guard suite with fences drawn from the Store's grants, and the P9 suite.
+func TestStore_GuardConformance(t *testing.T) {
+	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return issuedStoreOf(t) }, fencetest.WithGuardAsIssuer())
+}
+
+func TestStore_IssuedKV(t *testing.T) {
+	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return issuedStoreOf(t) })
 }

@@ -23,11 +23,11 @@ func issuedName(t *testing.T, suffix string) string {
 	if len(n) > 60 {
 		n = n[len(n)-60:]
 	}
-	return fmt.Sprintf("p9-%s-%s-%d-%s", n, runID, issuedSeq.Add(1), suffix)
+	return fmt.Sprintf("p9-%s-%s-%d-%s", n, issuedRun, issuedSeq.Add(1), suffix)
 }
 
 var (
-	runID     = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
+	issuedRun = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
 	issuedSeq atomic.Int64
 )
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/fencetest"
 )
 
 // issuedStore is a store that grants locks and keeps the fenced KV: P9 applies.
@@ -29,11 +30,11 @@ func issuedName(t *testing.T, suffix string) string {
 	if len(n) > 60 {
 		n = n[len(n)-60:]
 	}
-	return fmt.Sprintf("p9-%s-%s-%d-%s", n, runID, issuedSeq.Add(1), suffix)
+	return fmt.Sprintf("p9-%s-%s-%d-%s", n, issuedRun, issuedSeq.Add(1), suffix)
 }
 
 var (
-	runID     = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
+	issuedRun = driver.NewLeaseID()[:8] // this process's names apart from earlier ones'
 	issuedSeq atomic.Int64
 )
 
@@ -356,4 +357,13 @@ func TestStore_DeletePurge(t *testing.T) {
 func TestKV_DeletePurge(t *testing.T) {
 	lo, hi := madeUpFences(t)
 	testDelete(t, openKV(t, nil), lo, hi)
+}
+
+// The guard suite with fences drawn from the Store's grants, and the P9 suite.
+func TestStore_GuardConformance(t *testing.T) {
+	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return openStore(t, nil) }, fencetest.WithGuardAsIssuer())
+}
+
+func TestStore_IssuedKV(t *testing.T) {
+	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return openStore(t, nil) })
 }
