@@ -61,7 +61,9 @@ func (k keys) kv(key string) string     { return k.prefix + "kv/" + key }
 
 // Store is a Locker and a fenced KV on one etcd client that it owns: what `fence
 // serve --store etcd://...` runs on. Several Stores (several servers) on one cluster
-// with the same prefix serve the same locks and data.
+// with the same prefix serve the same locks and data. Its KV takes only fences the
+// prefix's grants were issued (P9: see "Fenced KV" in the package documentation),
+// and deletes and purges keys.
 type Store struct {
 	*Locker
 	*KV

@@ -19,7 +19,9 @@ const DefaultOpenTimeout = 5 * time.Second
 
 // Store is a Locker and a fenced KV on one go-redis client that it owns: what `fence
 // serve --store redis://...` runs on. Several Stores (several servers) on one Redis
-// with the same Options.Prefix serve the same locks and the same data.
+// with the same Options.Prefix serve the same locks and the same data. Its KV is
+// NewIssuedKV's: it takes only fences the prefix's counters issued (P9), and
+// deletes and purges keys.
 type Store struct {
 	*Locker
 	*KV

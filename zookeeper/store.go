@@ -16,7 +16,9 @@ var (
 )
 
 // Store is a Locker and a KV sharing one ZooKeeper connection, as `fence serve
-// --store zk://` uses it. Close closes the connection (ending the session).
+// --store zk://` uses it. Close closes the connection (ending the session). Its KV
+// refuses fences the Locker did not issue, within the bound "Fenced KV and issued
+// tokens" in the package documentation gives, and deletes and purges keys.
 type Store struct {
 	*Locker
 	*KV
