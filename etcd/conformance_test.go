@@ -22,3 +22,13 @@ func TestKV_Conformance(t *testing.T) {
 		return etcd.NewKV(client(t), nil)
 	})
 }
+
+// A Store's KV refuses fences its Locker never issued (P9): the guard suite draws
+// its fences from the Store's grants, and the P9 suite runs on it.
+func TestStore_GuardConformance(t *testing.T) {
+	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return openStore(t) }, fencetest.WithGuardAsIssuer())
+}
+
+func TestStore_IssuedKV(t *testing.T) {
+	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return openStore(t) })
+}

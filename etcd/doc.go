@@ -1,5 +1,5 @@
 // Package etcd implements fence.Locker, fence.Inspector, fence.Revoker,
-// fence.Watcher, fence.KV and fence.Guard on etcd v3 (go.etcd.io/etcd/client/v3):
+// fence.Watcher, fence.KV, fence.Guard and fence.Purger on etcd v3 (go.etcd.io/etcd/client/v3):
 // consensus-backed fencing tokens, and the store that lets several `fence serve`
 // instances share one etcd cluster.
 //
@@ -204,6 +204,32 @@
 // the transaction returns the new record and the check runs again, so the check and
 // the write are atomic. Several KVs (several servers) on one cluster with one
 // prefix serve the same data.
+//
+// The KV of a Store (what `fence serve --store etcd://` runs on) accepts only
+// fences its prefix's grants were issued (P9). With the record, Put, Delete and
+// Fence read f.Name's token record (Prefix+"token/"+name, whose mod revision is the
+// name's last token), its lock key and its holder keys, and refuse with a
+// *fence.UnissuedTokenError (fence.ErrUnissuedToken), writing nothing:
+//
+//   - a name with no token record: never granted on this prefix (Last 0);
+//   - a token above the token record's mod revision: never issued;
+//   - a non-empty lease id that differs from that of the live lease whose key
+//     (lock key or holder key) was created at f's token (OtherLease). Once that
+//     lease ended, no key records it, and a fence with its token is admitted
+//     whatever its lease id: the token was issued, and the key's own fence
+//     (fence.Admit) still refuses an equal token of another lease after it.
+//
+// The write's transaction compares, besides the record's mod revision, that the
+// token record's mod revision is at least f's token, so the check and the write are
+// one step. A KV made by NewKV does not check issuance: it guards with the tokens
+// of any lock, including locks of other stores.
+//
+// Delete removes a key's value and records the fence in the same kind of
+// transaction, fenced as Put (P9 included on a Store's KV); the key keeps its fence,
+// so Get returns a nil value with it and a stale writer is still refused. A key
+// holding no value (never written, only fenced, or deleted) is fence.ErrNotFound,
+// after the fence checks. Purge (fence.Purger) deletes the key's etcd key, value and
+// fence: the one way its fence goes back.
 //
 // # Errors
 //

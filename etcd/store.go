@@ -61,7 +61,9 @@ func (k keys) kv(key string) string     { return k.prefix + "kv/" + key }
 
 // Store is a Locker and a fenced KV on one etcd client that it owns: what `fence
 // serve --store etcd://...` runs on. Several Stores (several servers) on one cluster
-// with the same prefix serve the same locks and data.
+// with the same prefix serve the same locks and data. Its KV takes only fences the
+// prefix's grants were issued (P9: see "Fenced KV" in the package documentation),
+// and deletes and purges keys.
 type Store struct {
 	*Locker
 	*KV
@@ -75,6 +77,7 @@ var (
 	_ fence.Watcher   = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
+	_ fence.Purger    = (*Store)(nil)
 
 	_ fence.FeatureLocker = (*Store)(nil)
 )
@@ -111,7 +114,9 @@ func Open(ctx context.Context, endpoints []string, opts *Options) (*Store, error
 		cli.Close()
 		return nil, fmt.Errorf("etcd: open %s: %w", strings.Join(endpoints, ","), storeErr(err))
 	}
-	return &Store{Locker: NewLocker(cli, opts), KV: NewKV(cli, opts), cli: cli}, nil
+	kv := NewKV(cli, opts)
+	kv.issued = true // the Store grants the locks its KV fences for (P9)
+	return &Store{Locker: NewLocker(cli, opts), KV: kv, cli: cli}, nil
 }
 
 // Close ends waits in progress (they return fence.ErrClosed) and closes the client

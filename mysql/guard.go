@@ -39,8 +39,8 @@ const Schema = "CREATE TABLE IF NOT EXISTS `fence_resources` (\n" +
 	"  lease    VARBINARY(128) NOT NULL\n" +
 	") ENGINE=InnoDB"
 
-// KVSchema is the DDL of the default KV table. A NULL v marks a key that was only
-// fenced (KV.Fence), never written.
+// KVSchema is the DDL of the default KV table. A NULL v marks a key that holds no
+// value: only fenced (KV.Fence), or deleted (KV.Delete).
 const KVSchema = "CREATE TABLE IF NOT EXISTS `fence_kv` (\n" +
 	"  k           VARBINARY(255) NOT NULL PRIMARY KEY,\n" +
 	"  v           LONGBLOB NULL,\n" +
@@ -56,7 +56,8 @@ type (
 	// Guard is the resource fence (see sqlguard.Guard). It implements fence.Guard.
 	Guard = sqlguard.Guard[Dialect]
 	// KV is a fenced key-value table (see sqlguard.KV). It implements fence.KV
-	// and fence.Guard.
+	// (Delete included), fence.Guard and fence.Purger. It grants no locks, so it
+	// does not check that a fence's token was issued (P9).
 	KV = sqlguard.KV[Dialect]
 	// Row is the row fence over a table of the caller's (see sqlguard.Row): set
 	// its fields, then use it. Its statements need a DSN with clientFoundRows=true.
@@ -78,6 +79,8 @@ var (
 	_ fence.Guard = (*Guard)(nil)
 	_ fence.KV    = (*KV)(nil)
 	_ fence.Guard = (*KV)(nil)
+
+	_ fence.Purger = (*KV)(nil)
 )
 
 // NewGuard returns a Guard over db with the fences table of opts. A bad table name

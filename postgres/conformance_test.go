@@ -50,6 +50,18 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 	})
 }
 
+// Delete deletes key's value in the transaction that advanced its fence; a key
+// with no value rolls both back.
+func (kv *resourceKV) Delete(ctx context.Context, key string, f fence.Fence) error {
+	return kv.Do(ctx, key, f, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM guarded_kv WHERE key = $1`, key)
+		if err == nil && tag.RowsAffected() == 0 {
+			err = fence.ErrNotFound
+		}
+		return err
+	})
+}
+
 func (kv *resourceKV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, err

@@ -13,8 +13,10 @@
 //   - [Row], the row fence: for a table whose rows carry fence columns,
 //     [Row.Update] and [Row.Upsert] write values and fence in one conditional
 //     statement.
-//   - [KV], a fenced key-value table (a Row fence on a table of its own); it
-//     implements fence.KV and fence.Guard.
+//   - [KV], a fenced key-value table (a row fence on a table of its own); it
+//     implements fence.KV, fence.Guard and fence.Purger, and, told its
+//     Locker's table (KVOptions.LockTable), refuses tokens that Locker never
+//     issued (see Fenced KV and issued tokens).
 //   - [Locker], a fence.Locker whose lock rows keep the token counter and whose
 //     expiry is judged by the database's clock; waiters and watchers are woken
 //     by LISTEN/NOTIFY. It also makes semaphores and shared locks, fenced by
@@ -69,8 +71,8 @@
 //	WHERE "id" = $1 AND ("fence_token" = 0 OR ("fence_name" = $2 AND ("fence_token" < $3
 //	    OR ("fence_token" = $3 AND $4 <> '' AND "fence_lease" = $4))))
 //
-// Row.Upsert (Row.Fence is the same without the value columns, and KV.Put is it
-// on the KV's table):
+// Row.Upsert (Row.Fence is the same without the value columns; KV.Put is it on
+// the KV's table, see Fenced KV and issued tokens):
 //
 //	INSERT INTO "accounts" AS r ("id", "fence_name", "fence_token", "fence_lease", "balance")
 //	VALUES ($1, $2, $3, $4, $5)
@@ -119,6 +121,50 @@
 // channel): it ends whatever unexpired lease the row holds when the UPDATE locks
 // it, never one granted after a look at the lock, and wakes waiters as a release
 // does.
+//
+// # Fenced KV and issued tokens
+//
+// KV.Put and KV.Fence are the upsert above on the KV's table, with the new row
+// proposed by a SELECT whose WHERE clause is P9's check (true without a lock
+// table), and KV.Delete an UPDATE that sets the value to NULL and the fence to f:
+//
+//	INSERT INTO "fence_kv" AS r (key, fence_name, fence_token, fence_lease, value)
+//	SELECT $1::text, $2::text, $3::bigint, $4::text, $5::bytea WHERE ISSUED
+//	ON CONFLICT (key) DO UPDATE SET value = $5::bytea, fence_name = $2::text, ...
+//	WHERE ADMIT
+//	RETURNING true
+//
+//	UPDATE "fence_kv" AS r SET value = NULL, fence_name = $2::text, ...
+//	WHERE r.key = $1::text AND r.value IS NOT NULL AND ADMIT AND ISSUED
+//	RETURNING true
+//
+// With KVOptions.LockTable (what `fence serve --store postgres://` sets: the
+// Locker's table), ISSUED reads the lock row of the fence's name in the same
+// statement:
+//
+//	EXISTS (SELECT FROM "fence_locks" l WHERE l.name = $2::text AND l.token >= $3::bigint
+//	    AND NOT ($4::text <> '' AND ((l.token = $3::bigint AND l.lease <> '' AND l.lease <> $4::text)
+//	        OR EXISTS (SELECT FROM jsonb_array_elements(coalesce(l.holders, '[]')) h
+//	            WHERE (h->>'t')::bigint = $3::bigint AND h->>'l' <> $4::text))))
+//
+// so a Put, Fence or Delete is refused, nothing written, with a
+// *fence.UnissuedTokenError (fence.ErrUnissuedToken) when the name has no lock
+// row (never granted), its counter (the last token issued) is below the token,
+// or the non-empty lease id is not the one the row records for that token: the
+// row's lease column while the token is the counter and the last grant was
+// exclusive (kept after release), or a semaphore or shared holder with that
+// token. An earlier exclusive grant's lease is no longer recorded, so its token
+// is admitted with any lease id (the key's own fence still refuses an equal
+// token under another lease once written). The counter never goes down (a
+// trigger refuses it), so the check cannot turn false between the statement and
+// its commit. When no row comes back, a SELECT of the lock row says whether P9
+// refused, then the key's fence whether fence.Admit did, then a NULL value makes
+// a Delete fence.ErrNotFound. Without a lock table the KV checks no issuance: it
+// guards with the tokens of any lock.
+//
+// Delete keeps the row and its fence, so a stale writer is still refused and Get
+// returns a nil value with the fence; Purge (fence.Purger) deletes the row,
+// value and fence: the one way a key's fence goes back.
 //
 // # Semaphores and shared locks
 //

@@ -30,28 +30,36 @@ const KVSchema = `CREATE TABLE IF NOT EXISTS fence_kv (
 type KVOptions struct {
 	// Table is the table, "table" or "schema.table". Default DefaultKVTable.
 	Table string
+	// LockTable, if set, is the lock table (LockerOptions.Table of the Locker whose
+	// grants the KV fences for, "table" or "schema.table"): the KV then refuses a
+	// fence that Locker never issued (P9), checked in the statement that writes.
+	// Empty: the KV guards with the tokens of any lock and checks no issuance.
+	LockTable string
 }
 
-// KV is a fenced key-value table on PostgreSQL, built on a Row fence: each key's
-// row holds its value and the fence that wrote it, and Put is one upsert that
-// writes both only if the fence is admitted. It implements fence.KV and
-// fence.Guard (Fence advances a key's fence, keeping its value). It is safe for
-// concurrent use.
+// KV is a fenced key-value table on PostgreSQL, a row fence: each key's row holds
+// its value and the fence that wrote it, and Put is one upsert that writes both
+// only if the fence is admitted. It implements fence.KV, fence.Guard (Fence
+// advances a key's fence, keeping its value) and fence.Purger. With
+// KVOptions.LockTable it also refuses fences its Locker never issued (see the
+// package documentation). It is safe for concurrent use.
 type KV struct {
 	db    DB
-	row   *Row
 	table string // quoted, or "" with err set
+	locks string // the quoted lock table, "" if none
 	err   error
-	get   string
+
+	get, put, fence, del, purge, issued string
 }
 
 var (
-	_ fence.KV    = (*KV)(nil)
-	_ fence.Guard = (*KV)(nil)
+	_ fence.KV     = (*KV)(nil)
+	_ fence.Guard  = (*KV)(nil)
+	_ fence.Purger = (*KV)(nil)
 )
 
-// NewKV returns a KV on db. A malformed KVOptions.Table is reported, matching
-// fence.ErrInvalid, by every method.
+// NewKV returns a KV on db. A malformed KVOptions.Table or LockTable is reported,
+// matching fence.ErrInvalid, by every method.
 func NewKV(db DB, opts *KVOptions) *KV {
 	var o KVOptions
 	if opts != nil {
@@ -60,13 +68,60 @@ func NewKV(db DB, opts *KVOptions) *KV {
 	if o.Table == "" {
 		o.Table = DefaultKVTable
 	}
-	kv := &KV{db: db, row: &Row{Table: o.Table, Key: "key", Columns: []string{"value"}}}
+	kv := &KV{db: db}
 	kv.table, kv.err = quoteIdent("table", o.Table, true)
+	if kv.err == nil && o.LockTable != "" {
+		kv.locks, kv.err = quoteIdent("lock table", o.LockTable, true)
+	}
 	if kv.err == nil && db == nil {
 		kv.err = fmt.Errorf("postgres: kv: nil DB: %w", fence.ErrInvalid)
 	}
-	kv.get = `SELECT value, fence_name, fence_token, fence_lease FROM ` + kv.table + ` WHERE key = $1`
+	kv.build()
 	return kv
+}
+
+// build makes the KV's statements. Parameters: $1 key, $2 lock name, $3 token,
+// $4 lease id, $5 value. Every write is one statement whose WHERE clauses are
+// P9's check (with a lock table) and fence.Admit's rule; a refused write returns
+// no row and changes nothing.
+func (kv *KV) build() {
+	t := kv.table
+	// issued holds while the lock table's row of $2 has issued token $3 (its
+	// counter is at least $3) to the lease $4: no lease id, or neither the last
+	// exclusive grant (token, lease) nor a semaphore or shared holder recorded
+	// with token $3 has another lease.
+	ok := "true"
+	if kv.locks != "" {
+		ok = `EXISTS (SELECT FROM ` + kv.locks + ` l WHERE l.name = $2::text AND l.token >= $3::bigint AND NOT ` + otherLeaseSQL("l", "$3::bigint", "$4::text") + `)`
+		kv.issued = `SELECT l.token, ` + otherLeaseSQL("l", "$2::bigint", "$3::text") + ` FROM ` + kv.locks + ` l WHERE l.name = $1`
+	}
+	admit := admitSQL("r.fence_name", "r.fence_token", "r.fence_lease", "$2::text", "$3::bigint", "$4::text")
+	set := `fence_name = $2::text, fence_token = $3::bigint, fence_lease = $4::text`
+	kv.put = `INSERT INTO ` + t + ` AS r (key, fence_name, fence_token, fence_lease, value)
+SELECT $1::text, $2::text, $3::bigint, $4::text, $5::bytea WHERE ` + ok + `
+ON CONFLICT (key) DO UPDATE SET value = $5::bytea, ` + set + `
+WHERE ` + admit + `
+RETURNING true`
+	kv.fence = `INSERT INTO ` + t + ` AS r (key, fence_name, fence_token, fence_lease)
+SELECT $1::text, $2::text, $3::bigint, $4::text WHERE ` + ok + `
+ON CONFLICT (key) DO UPDATE SET ` + set + `
+WHERE ` + admit + `
+RETURNING true`
+	kv.del = `UPDATE ` + t + ` AS r SET value = NULL, ` + set + `
+WHERE r.key = $1::text AND r.value IS NOT NULL AND ` + admit + ` AND ` + ok + `
+RETURNING true`
+	kv.purge = `DELETE FROM ` + t + ` WHERE key = $1`
+	kv.get = `SELECT value, fence_name, fence_token, fence_lease FROM ` + t + ` WHERE key = $1`
+}
+
+// otherLeaseSQL is the condition that the lock row l records token tok as issued
+// to a lease other than lease (never when lease is ”): the row's last exclusive
+// grant (token and lease columns; a semaphore or shared grant leaves lease empty)
+// or one of its semaphore or shared holders ({"l": lease, "t": token}).
+func otherLeaseSQL(l, tok, lease string) string {
+	return `(` + lease + ` <> '' AND ((` + l + `.token = ` + tok + ` AND ` + l + `.lease <> '' AND ` + l + `.lease <> ` + lease + `)
+    OR EXISTS (SELECT FROM jsonb_array_elements(coalesce(` + l + `.holders, '[]')) h
+        WHERE (h->>'t')::bigint = ` + tok + ` AND h->>'l' <> ` + lease + `)))`
 }
 
 // CreateSchema creates the KV's table if it does not exist (KVSchema under the
@@ -81,9 +136,13 @@ func (kv *KV) CreateSchema(ctx context.Context) error {
 
 // Put stores value under key with fence f if f is admitted for key, in one
 // statement. It returns a *fence.StaleTokenError (fence.ErrStaleToken) or
-// *fence.NamespaceError (fence.ErrNamespace) if f is refused, in which case
-// nothing changed, fence.ErrInvalid for a bad key or fence or a value longer than
-// MaxValueLen, and the database errors of Row.Upsert.
+// *fence.NamespaceError (fence.ErrNamespace) if f is refused, and with a lock
+// table a *fence.UnissuedTokenError (fence.ErrUnissuedToken) if its Locker never
+// issued f; in each case nothing changed. It returns fence.ErrInvalid for a bad
+// key or fence or a value longer than MaxValueLen, ErrCorrupt for a row edited
+// into something KV never writes, ErrSchema for a missing table or column,
+// ErrConflict on a serialization failure and fence.ErrUnavailable if the
+// connection failed.
 func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	if err := checkFence(kv.err, key, f); err != nil {
 		return fmt.Errorf("postgres: put: %w", err)
@@ -92,9 +151,9 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 		return fmt.Errorf("postgres: put %q: value is %d bytes, more than %d: %w", key, len(value), MaxValueLen, fence.ErrInvalid)
 	}
 	if value == nil {
-		value = []byte{} // NULL means "fenced, never written"
+		value = []byte{} // NULL means "no value": fenced only, or deleted
 	}
-	return kv.row.write(ctx, "put", key, kv.db, f, key, []any{value}, func(s *rowSQL) string { return s.upsert })
+	return kv.write(ctx, "put", kv.put, key, f, value)
 }
 
 // Fence advances key's fence to f without changing its value. It returns what
@@ -103,13 +162,136 @@ func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 	if err := checkFence(kv.err, key, f); err != nil {
 		return fmt.Errorf("postgres: fence: %w", err)
 	}
-	return kv.row.write(ctx, "fence", key, kv.db, f, key, nil, func(s *rowSQL) string { return s.fence })
+	return kv.write(ctx, "fence", kv.fence, key, f)
 }
 
-// Get returns the value under key and the fence that last wrote or fenced it (a
-// key only fenced has a nil value). It returns fence.ErrNotFound if key was never
-// written nor fenced, fence.ErrInvalid for a bad key, ErrCorrupt for a row edited
-// into something KV never writes, and the database errors of Row.Upsert.
+// Delete removes key's value if f is admitted, as Put admits it (P9 included with
+// a lock table), and records f as the key's fence, in one statement: the fence
+// stays, so a stale writer is still refused, and Get returns the key with a nil
+// value. It returns Put's refusals first, then fence.ErrNotFound if key holds no
+// value (never written, only fenced or already deleted); in each case nothing
+// changed. Its other errors are Put's.
+func (kv *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
+	if err := checkFence(kv.err, key, f); err != nil {
+		return fmt.Errorf("postgres: delete: %w", err)
+	}
+	return kv.write(ctx, "delete", kv.del, key, f)
+}
+
+// Purge deletes key's row, its value and its fence (see fence.Purger), so the
+// next write under any lock and token is admitted: the one way a key's fence goes
+// back, for an administrator. It returns fence.ErrNotFound if key has no row,
+// fence.ErrInvalid for a bad key, and the database errors of Put.
+func (kv *KV) Purge(ctx context.Context, key string) error {
+	if kv.err != nil {
+		return kv.err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return fmt.Errorf("postgres: purge: %w", err)
+	}
+	tag, err := kv.db.Exec(ctx, kv.purge, key)
+	if err != nil {
+		return fmt.Errorf("postgres: purge %q: %w", key, dbErr(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: purge %q: %w", key, fence.ErrNotFound)
+	}
+	return nil
+}
+
+// write runs the fenced statement stmt of op on key with f (and the value, for a
+// put). When it writes nothing, write tells why: P9's check (with a lock table),
+// then fence.Admit against the row's fence, then, for a delete, a row without a
+// value. A refusal none of these explains (the row changed in between) runs the
+// statement again, at most maxFenceAttempts times.
+func (kv *KV) write(ctx context.Context, op, stmt, key string, f fence.Fence, value ...any) error {
+	args := append([]any{key, f.Name, int64(f.Token), f.LeaseID}, value...)
+	for attempt := 1; ; attempt++ {
+		var ok bool
+		err := kv.db.QueryRow(ctx, stmt, args...).Scan(&ok)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("postgres: %s %q: %w", op, key, dbErr(err))
+		}
+		if err := kv.checkIssued(ctx, f); err != nil {
+			return fmt.Errorf("postgres: %s %q: %w", op, key, err)
+		}
+		it, err := kv.read(ctx, key)
+		switch {
+		case errors.Is(err, fence.ErrNotFound) && op == "delete":
+			return fmt.Errorf("postgres: delete %q: %w", key, fence.ErrNotFound)
+		case errors.Is(err, fence.ErrNotFound):
+			// The conflicting row was purged since: try again.
+		case err != nil:
+			return fmt.Errorf("postgres: %s %q: %w", op, key, err)
+		default:
+			if err := fence.Admit(key, it.Fence, f); err != nil {
+				return fmt.Errorf("postgres: %s: %w", op, err)
+			}
+			if op == "delete" && it.Value == nil {
+				return fmt.Errorf("postgres: delete %q: %w", key, fence.ErrNotFound)
+			}
+		}
+		if attempt == maxFenceAttempts {
+			return fmt.Errorf("postgres: %s %q: %w: the row kept changing under concurrent writers", op, key, fence.ErrUnavailable)
+		}
+	}
+}
+
+// checkIssued is P9's check of f against the lock table as it is now (nil without
+// a lock table): a *fence.UnissuedTokenError if f.Name has no row (never granted),
+// its counter is below f's token, or the row records f's token as issued to
+// another lease. It explains a refused write; the write's own statement is what
+// enforces the rule.
+func (kv *KV) checkIssued(ctx context.Context, f fence.Fence) error {
+	if kv.locks == "" {
+		return nil
+	}
+	var last int64
+	var other bool
+	err := kv.db.QueryRow(ctx, kv.issued, f.Name, int64(f.Token), f.LeaseID).Scan(&last, &other)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return dbErr(err)
+	}
+	if err := fence.CheckIssued(f, fence.Token(max(last, 0))); err != nil {
+		return err
+	}
+	if other {
+		return &fence.UnissuedTokenError{Lock: f.Name, Token: f.Token, Last: fence.Token(last), OtherLease: true}
+	}
+	return nil
+}
+
+// read returns key's row as Get does, without the method's wording.
+func (kv *KV) read(ctx context.Context, key string) (fence.Item, error) {
+	var (
+		value []byte
+		s     storedFence
+	)
+	err := kv.db.QueryRow(ctx, kv.get, key).Scan(&value, &s.name, &s.token, &s.lease)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fence.Item{}, fence.ErrNotFound
+	}
+	if err != nil {
+		return fence.Item{}, dbErr(err)
+	}
+	f, err := s.fence()
+	if err == nil && f.Token == 0 {
+		err = fmt.Errorf("%w: the row has no fence", ErrCorrupt)
+	}
+	if err != nil {
+		return fence.Item{}, err
+	}
+	return fence.Item{Value: value, Fence: f}, nil
+}
+
+// Get returns the value under key and the fence that last wrote, deleted or fenced
+// it (a key only fenced, or deleted, has a nil value). It returns
+// fence.ErrNotFound if key was never written nor fenced (or was purged),
+// fence.ErrInvalid for a bad key, ErrCorrupt for a row edited into something KV
+// never writes, and the database errors of Put.
 func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if kv.err != nil {
 		return fence.Item{}, kv.err
@@ -117,23 +299,9 @@ func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("postgres: get: %w", err)
 	}
-	var (
-		value []byte
-		s     storedFence
-	)
-	err := kv.db.QueryRow(ctx, kv.get, key).Scan(&value, &s.name, &s.token, &s.lease)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fence.Item{}, fmt.Errorf("postgres: get %q: %w", key, fence.ErrNotFound)
-	}
-	if err != nil {
-		return fence.Item{}, fmt.Errorf("postgres: get %q: %w", key, dbErr(err))
-	}
-	f, err := s.fence()
-	if err == nil && f.Token == 0 {
-		err = fmt.Errorf("%w: the row has no fence", ErrCorrupt)
-	}
+	it, err := kv.read(ctx, key)
 	if err != nil {
 		return fence.Item{}, fmt.Errorf("postgres: get %q: %w", key, err)
 	}
-	return fence.Item{Value: value, Fence: f}, nil
+	return it, nil
 }

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/internal/testserv"
 )
 
@@ -253,6 +254,41 @@ func TestCluster_ThreeMasters(t *testing.T) {
 			if err := r.Release(ctx); !errors.Is(err, fence.ErrNotHeld) {
 				t.Errorf("%q: Release after Revoke = %v; want ErrNotHeld", name, err)
 			}
+		}
+	})
+
+	t.Run("IssuedKV_ChecksTheNamesSlotFirst", func(t *testing.T) {
+		kv, err := NewIssuedKV(c.client, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, key := "cluster-issued", "cluster-issued-key"
+		if c.keySlot(t, l.keysFor(name).token) == c.keySlot(t, kv.recordKey(key)) {
+			t.Fatalf("the counter of %q and the record of %q share a slot; pick names on two", name, key)
+		}
+		lease := mustAcquire(t, ctx, l, name, time.Minute)
+		defer lease.Release(ctx)
+		if err := kv.Put(ctx, key, []byte("v"), lease.Fence()); err != nil {
+			t.Fatalf("holder's Put = %v", err)
+		}
+		var ue *fence.UnissuedTokenError
+		for _, f := range []fence.Fence{
+			{Name: name, Token: lease.Token() + 1},
+			{Name: "cluster-never", Token: 1},
+			{Name: name, Token: lease.Token(), LeaseID: driver.NewLeaseID()},
+		} {
+			if err := kv.Put(ctx, key, []byte("forged"), f); !errors.As(err, &ue) {
+				t.Errorf("Put with %+v = %v; want a *fence.UnissuedTokenError", f, err)
+			}
+			if err := kv.Delete(ctx, key, f); !errors.As(err, &ue) {
+				t.Errorf("Delete with %+v = %v; want a *fence.UnissuedTokenError", f, err)
+			}
+		}
+		if it, err := kv.Get(ctx, key); err != nil || string(it.Value) != "v" {
+			t.Errorf("Get after the refusals = %q, %v; want %q", it.Value, err, "v")
+		}
+		if err := kv.Delete(ctx, key, lease.Fence()); err != nil {
+			t.Errorf("holder's Delete = %v", err)
 		}
 	})
 

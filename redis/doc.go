@@ -227,6 +227,37 @@
 // it is what `fence serve --store redis://...` runs on. See KV for its durability:
 // without WaitReplicas, a failover can lose an acknowledged Put.
 //
+// Delete removes a key's value and keeps its fence (the hash keeps name, token and
+// lease; Get returns a nil value with them), fenced as Put in the same script, so a
+// stale writer is still refused; a key holding no value is fence.ErrNotFound,
+// after the fence checks. Purge (fence.Purger) deletes the hash: value and fence,
+// the one way a key's fence goes back.
+//
+// Issued tokens (P9). A Store's KV (NewIssuedKV) refuses, with a
+// *fence.UnissuedTokenError and nothing written, a Put, Delete or Fence whose fence
+// names a lock whose counter fence:{N}:token does not exist (never granted under
+// the prefix), whose token is above that counter (the last token issued, or healed
+// past), or whose non-empty lease id is not that of the lease holding that token
+// now: the lock key's lease, or for semaphore permits and shared leases the
+// holders record that has the token. A lease that ended leaves no record of its
+// token, so its token is admitted with any lease id (the key's own fence still
+// refuses an equal token under another lease once written). On one Redis server
+// (what Open connects to) the check is in the KV's script, which reads the
+// name's counter, lock key and holders beside the record, so the check and the
+// write are one atomic step. On a Cluster the record {K} and the name's keys {N}
+// are in different slots, which one script cannot touch: the KV then runs the
+// check as a script on the name's slot first and the write on the record's slot
+// after. That is as safe while the counter only grows (a token at or below it
+// stays so; a lease that had no record of its token never gets one). A failover
+// that loses counter increments (see "What each failure can lose") lowers the
+// counter, on either path: then the holders of tokens issued before the failover
+// and above the counter that survived are refused with fence.ErrUnissuedToken
+// (Last is the surviving counter) until a grant or a heal raises the counter to
+// their token. Heal(ctx, name, token) of the refused token (at most
+// fence.MaxHealAhead above Last) fixes it, as it fixes a regression reported by a
+// guard (P4). A KV made by NewKV checks none of this: it guards with the tokens of
+// any lock, of any store.
+//
 // # Regression healing (P4)
 //
 // After a failover that lost increments, a new grant can carry a token no greater than

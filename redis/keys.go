@@ -93,18 +93,21 @@ type keys struct {
 	holders, expiry, slots string // of semaphore and shared leases
 }
 
-func (l *Locker) keysFor(name string) keys {
+func (l *Locker) keysFor(name string) keys { return nameKeys(l.prefix, name) }
+
+// nameKeys returns the keys of the lock name under prefix.
+func nameKeys(prefix, name string) keys {
 	// One allocation for all six (an acquire and a release each make them): every
 	// key is a slice of one string.
 	e := escapeName(name)
 	suffixes := [...]string{lockSuffix, tokenSuffix, wakeSuffix, holdersSuffix, expirySuffix, slotsSuffix}
-	base := len(l.prefix) + 1 + len(e) + 1
+	base := len(prefix) + 1 + len(e) + 1
 	var b strings.Builder
 	b.Grow(len(suffixes)*base + len(lockSuffix+tokenSuffix+wakeSuffix+holdersSuffix+expirySuffix+slotsSuffix))
 	var ks [len(suffixes)]string
 	for i, suffix := range suffixes {
 		start := b.Len()
-		b.WriteString(l.prefix)
+		b.WriteString(prefix)
 		b.WriteByte('{')
 		b.WriteString(e)
 		b.WriteByte('}')

@@ -16,18 +16,27 @@ import (
 )
 
 var (
+	//go:embed scripts/issued.lua
+	issuedSrc string
 	//go:embed scripts/kv_put.lua
 	kvPutSrc string
+	//go:embed scripts/kv_issued.lua
+	kvIssuedSrc string
 	//go:embed scripts/kv_get.lua
 	kvGetSrc string
+	//go:embed scripts/kv_purge.lua
+	kvPurgeSrc string
 
-	kvPutScript = goredis.NewScript(kvPutSrc)
-	kvGetScript = goredis.NewScript(kvGetSrc)
+	kvPutScript    = goredis.NewScript(issuedSrc + kvPutSrc)
+	kvIssuedScript = goredis.NewScript(issuedSrc + kvIssuedSrc)
+	kvGetScript    = goredis.NewScript(kvGetSrc)
+	kvPurgeScript  = goredis.NewScript(kvPurgeSrc)
 )
 
 var (
-	_ fence.KV    = (*KV)(nil)
-	_ fence.Guard = (*KV)(nil)
+	_ fence.KV     = (*KV)(nil)
+	_ fence.Guard  = (*KV)(nil)
+	_ fence.Purger = (*KV)(nil)
 )
 
 // MaxValueLen is the largest value KV.Put stores, in bytes (1 MiB). A larger value
@@ -67,12 +76,19 @@ const kvSuffix = ":kv"
 // Where an acknowledged write must survive the loss of the primary, keep the data
 // in a store with synchronous replication (etcd, PostgreSQL).
 //
+// Issued tokens (P9): a KV made by NewIssuedKV (a Store's) refuses a fence that the
+// Lockers of its prefix never issued: see "Fenced KV" in the package documentation
+// for what it checks and where a Cluster makes the check a read before the write. A
+// KV made by NewKV guards with the tokens of any lock and does not check that.
+//
 // A KV is safe for concurrent use. It does not own its client.
 type KV struct {
-	client Client
-	prefix string
-	opts   Options     // the WAIT / WAITAOF settings
-	closed atomic.Bool // set by Store.Close
+	client  Client
+	prefix  string
+	opts    Options     // the WAIT / WAITAOF settings
+	issued  bool        // check P9 against the counters of prefix
+	cluster bool        // client is a Cluster's: the check is a script of its own, run first
+	closed  atomic.Bool // set by Store.Close
 }
 
 // NewKV returns a KV that keeps its records in Redis through client, under
@@ -91,6 +107,20 @@ func NewKV(client Client, opts *Options) (*KV, error) {
 	return &KV{client: client, prefix: l.prefix, opts: l.opts}, nil
 }
 
+// NewIssuedKV is NewKV for a KV that also refuses fences the Lockers on the same
+// client and opts.Prefix never issued (P9), as a Store's KV does: a token above
+// its lock name's counter, a name with no counter (never granted), or a lease id
+// other than that of the live lease holding the token. It returns NewKV's errors.
+func NewIssuedKV(client Client, opts *Options) (*KV, error) {
+	kv, err := NewKV(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	kv.issued = true
+	_, kv.cluster = client.(masterForKeyer)
+	return kv, nil
+}
+
 func (s *KV) recordKey(key string) string {
 	return s.prefix + "{" + escapeName(key) + "}" + kvSuffix
 }
@@ -98,8 +128,9 @@ func (s *KV) recordKey(key string) string {
 // Put stores value under key if f is admitted (see fence.Admit) and records f as the
 // key's fence, in one script. It returns a *fence.StaleTokenError (matching
 // fence.ErrStaleToken, carrying the highest token accepted) or a
-// *fence.NamespaceError (fence.ErrNamespace) if f is refused, in which case nothing
-// changed; fence.ErrInvalid for a bad key or fence or a value over MaxValueLen;
+// *fence.NamespaceError (fence.ErrNamespace) if f is refused, and on a KV of
+// NewIssuedKV a *fence.UnissuedTokenError (fence.ErrUnissuedToken) if f was never
+// issued; in each case nothing changed. It returns fence.ErrInvalid for a bad key or fence or a value over MaxValueLen;
 // ErrWrongType if the record key holds data this package did not write (it is left
 // alone); fence.ErrUnavailable if Redis cannot be reached (the write may or may not
 // have been applied); and fence.ErrClosed after the Store was closed.
@@ -113,21 +144,61 @@ func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) e
 			Reason: fmt.Sprintf("is longer than %d bytes", MaxValueLen),
 		})
 	}
-	if err := s.admit(ctx, key, f, true, value); err != nil {
+	if err := s.admit(ctx, key, f, "1", value); err != nil {
 		return fmt.Errorf("redis: put %q: %w", key, err)
+	}
+	return nil
+}
+
+// Delete removes key's value if f is admitted, as Put admits it (P9 included on a
+// KV of NewIssuedKV), and records f as the key's fence, in one script: the fence
+// stays, so a stale writer is still refused, and Get returns the key with a nil
+// value. It returns Put's refusals first, then fence.ErrNotFound if key holds no
+// value (never written, only fenced or already deleted); in each case nothing
+// changed. Its other errors are Put's.
+func (s *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
+	if err := s.check(key, f); err != nil {
+		return fmt.Errorf("redis: delete %q: %w", key, err)
+	}
+	if err := s.admit(ctx, key, f, "2", nil); err != nil {
+		return fmt.Errorf("redis: delete %q: %w", key, err)
+	}
+	return nil
+}
+
+// Purge deletes key's record, its value and its fence (see fence.Purger), so the
+// next write under any lock and token is admitted: the one way a key's fence goes
+// back, for an administrator. It returns fence.ErrNotFound if key has no record,
+// fence.ErrInvalid for a bad key, ErrWrongType if the record key holds data this
+// package did not write (left alone), fence.ErrUnavailable if Redis cannot be
+// reached and fence.ErrClosed after the Store was closed.
+func (s *KV) Purge(ctx context.Context, key string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("redis: purge %q: %w", key, fence.ErrClosed)
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return fmt.Errorf("redis: purge %q: %w", key, err)
+	}
+	n, err := kvPurgeScript.Run(ctx, s.client, []string{s.recordKey(key)}).Int64()
+	if err != nil {
+		return fmt.Errorf("redis: purge %q: %w", key, kvTranslate(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("redis: purge %q: %w", key, fence.ErrNotFound)
 	}
 	return nil
 }
 
 // Fence advances key's fence to f without changing its value (see fence.Guard), so a
 // new holder fences off a paused predecessor before its first write. It returns nil
-// if f was accepted or already is the key's fence; a *fence.StaleTokenError or
-// *fence.NamespaceError if it is refused; and otherwise the errors of Put.
+// if f was accepted or already is the key's fence; a *fence.StaleTokenError,
+// *fence.NamespaceError or (NewIssuedKV) *fence.UnissuedTokenError if it is
+// refused; and otherwise the errors of Put.
 func (s *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 	if err := s.check(key, f); err != nil {
 		return fmt.Errorf("redis: fence %q: %w", key, err)
 	}
-	if err := s.admit(ctx, key, f, false, nil); err != nil {
+	if err := s.admit(ctx, key, f, "0", nil); err != nil {
 		return fmt.Errorf("redis: fence %q: %w", key, err)
 	}
 	return nil
@@ -143,37 +214,82 @@ func (s *KV) check(key string, f fence.Fence) error {
 	return f.Validate()
 }
 
-// admit runs the kv_put script and turns its reply into fence's errors.
-func (s *KV) admit(ctx context.Context, key string, f fence.Fence, withValue bool, value []byte) error {
-	mode := "0"
-	if withValue {
-		mode = "1"
-	}
+// admit runs the kv_put script in mode ("1" store value, "0" fence only, "2"
+// delete the value) and turns its reply into fence's errors. With P9's check, the
+// script reads the name's keys too, or on a Cluster the kv_issued script does first.
+func (s *KV) admit(ctx context.Context, key string, f fence.Fence, mode string, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
 	tok := strconv.FormatUint(uint64(f.Token), 10)
 	keys := []string{s.recordKey(key)}
+	if s.issued {
+		nk := nameKeys(s.prefix, f.Name)
+		if s.cluster {
+			res, err := kvIssuedScript.Run(ctx, s.client, []string{nk.token, nk.lock, nk.holders}, tok, f.LeaseID).Result()
+			if err != nil {
+				return kvTranslate(err)
+			}
+			if err := kvReply(res, key, f); err != nil {
+				return err
+			}
+		} else {
+			keys = append(keys, nk.token, nk.lock, nk.holders)
+		}
+	}
 	args := []any{f.Name, tok, f.LeaseID, mode, value}
 	res, problem, err := runWrite(ctx, s.client, &s.opts, kvPutScript, keys, args, false)
 	if err != nil {
 		return kvTranslate(err)
 	}
+	if err := kvReply(res, key, f); err != nil {
+		return err
+	}
+	if problem != "" {
+		return fmt.Errorf("%w: written on the primary, but %s; a failover may lose it", fence.ErrUnavailable, problem)
+	}
+	return nil
+}
+
+// kvReply turns a reply of kv_put or kv_issued for f on key into nil (admitted) or
+// fence's errors.
+func kvReply(res any, key string, f fence.Fence) error {
 	a, ok := res.([]any)
-	if !ok || len(a) != 2 {
+	if !ok || len(a) == 0 {
 		return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
 	}
-	code, ok1 := a[0].(int64)
-	detail, ok2 := a[1].(string)
-	if !ok1 || !ok2 {
+	code, ok := a[0].(int64)
+	if !ok {
 		return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
 	}
-	switch code {
-	case 0:
-		if problem != "" {
-			return fmt.Errorf("%w: written on the primary, but %s; a failover may lose it", fence.ErrUnavailable, problem)
-		}
+	switch {
+	case code == 0:
 		return nil
+	case code == 4 && len(a) == 1:
+		return fence.ErrNotFound
+	case code == 3 && len(a) == 3:
+		lastText, ok1 := a[1].(string)
+		other, ok2 := a[2].(int64)
+		last, err := strconv.ParseUint(lastText, 10, 64)
+		if !ok1 || !ok2 || err != nil {
+			break
+		}
+		return &fence.UnissuedTokenError{Lock: f.Name, Token: f.Token, Last: fence.Token(last), OtherLease: other == 1}
+	case len(a) != 2:
+		break
+	default:
+		detail, ok := a[1].(string)
+		if !ok {
+			break
+		}
+		return kvRefusal(code, detail, key, f, res)
+	}
+	return fmt.Errorf("%w: unexpected script reply %v", fence.ErrUnavailable, res)
+}
+
+// kvRefusal turns kv_put's stale (1) and namespace (2) replies into fence's errors.
+func kvRefusal(code int64, detail, key string, f fence.Fence, res any) error {
+	switch code {
 	case 1:
 		highest, err := fence.ParseToken(detail)
 		if err != nil {

@@ -19,7 +19,9 @@ const DefaultOpenTimeout = 5 * time.Second
 
 // Store is a Locker and a fenced KV on one go-redis client that it owns: what `fence
 // serve --store redis://...` runs on. Several Stores (several servers) on one Redis
-// with the same Options.Prefix serve the same locks and the same data.
+// with the same Options.Prefix serve the same locks and the same data. Its KV is
+// NewIssuedKV's: it takes only fences the prefix's counters issued (P9), and
+// deletes and purges keys.
 type Store struct {
 	*Locker
 	*KV
@@ -35,6 +37,7 @@ var (
 	_ fence.Watcher   = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
+	_ fence.Purger    = (*Store)(nil)
 )
 
 // Open connects to the Redis server of rawURL and returns a Store on it, with opts
@@ -65,7 +68,7 @@ func Open(ctx context.Context, rawURL string, opts *Options) (*Store, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("redis: open %s: %w", shown, err)
 	}
-	kv, err := NewKV(client, opts)
+	kv, err := NewIssuedKV(client, opts)
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("redis: open %s: %w", shown, err)

@@ -77,7 +77,12 @@ func TestOpen_URLDatabase_Used(t *testing.T) {
 	addr := redis.ServerAddrForExamples()
 	db0 := openStore(t, "redis://"+addr+"/0", &redis.Options{Prefix: prefix})
 	db3 := openStore(t, "redis://"+addr+"/3", &redis.Options{Prefix: prefix})
-	if err := db3.Put(ctx, "k", []byte("in 3"), fence.Fence{Name: "l", Token: 1}); err != nil {
+	l, err := db3.Acquire(ctx, "l", time.Minute) // a Store's KV takes only tokens it issued
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := db3.Put(ctx, "k", []byte("in 3"), l.Fence()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db0.Get(ctx, "k"); !errors.Is(err, fence.ErrNotFound) {

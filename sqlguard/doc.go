@@ -16,6 +16,14 @@
 // *fence.StaleTokenError carrying the highest token). Only a refusal runs a second
 // statement, a read of the stored fence, to report it.
 //
+// KV.Delete is one conditional UPDATE that sets the value to NULL and the fence to
+// the Delete's, under the same rule and only while the key holds a value: the
+// fence stays, so a stale writer is still refused; a key holding no value is
+// fence.ErrNotFound (after a refusal, which is reported first). KV.Purge
+// (fence.Purger) deletes the row, value and fence: the one way a key's fence goes
+// back. None of this checks that a token was issued (P9): a guard grants no
+// locks, and admits any fence fence.Admit admits, whichever locker made it.
+//
 // # Errors
 //
 // Every error is prefixed with the dialect's name ("mysql: fence \"r\": ...").

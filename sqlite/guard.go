@@ -39,8 +39,8 @@ const Schema = `CREATE TABLE IF NOT EXISTS "fence_resources" (
   lease    TEXT NOT NULL
 ) STRICT, WITHOUT ROWID`
 
-// KVSchema is the DDL of the default KV table. A NULL v marks a key that was only
-// fenced (KV.Fence), never written.
+// KVSchema is the DDL of the default KV table. A NULL v marks a key that holds no
+// value: only fenced (KV.Fence), or deleted (KV.Delete).
 const KVSchema = `CREATE TABLE IF NOT EXISTS "fence_kv" (
   k           TEXT NOT NULL PRIMARY KEY,
   v           BLOB NULL,
@@ -58,7 +58,8 @@ type (
 	// writer's. It implements fence.Guard.
 	Guard = sqlguard.Guard[Dialect]
 	// KV is a fenced key-value table (see sqlguard.KV). It implements fence.KV
-	// and fence.Guard.
+	// (Delete included), fence.Guard and fence.Purger. It grants no locks, so it
+	// does not check that a fence's token was issued (P9).
 	KV = sqlguard.KV[Dialect]
 	// Row is the row fence over a table of the caller's (see sqlguard.Row): set
 	// its fields, then use it.
@@ -80,6 +81,8 @@ var (
 	_ fence.Guard = (*Guard)(nil)
 	_ fence.KV    = (*KV)(nil)
 	_ fence.Guard = (*KV)(nil)
+
+	_ fence.Purger = (*KV)(nil)
 )
 
 // NewGuard returns a Guard over db with the fences table of opts. A bad table name

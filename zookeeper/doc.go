@@ -173,4 +173,50 @@
 // drops it, and every watcher subscribes again in the new session. LastToken is the
 // directory's pzxid, so a waiter joining or leaving also moves the change index:
 // watchers may see the same holder again with a greater LastToken.
+//
+// # Fenced KV and issued tokens
+//
+// KV keeps each key as a znode with a JSON record (see KV). Delete clears the
+// record's value and writer and records the fence, in the same read-Admit-CAS loop
+// as Put, so the fence stays (a stale writer is still refused; Get returns a nil
+// value with it) and a key holding no value is fence.ErrNotFound, after the fence
+// checks. Purge (fence.Purger) deletes the znode, value and fence: the one way a
+// key's fence goes back.
+//
+// A Store's KV refuses, with a *fence.UnissuedTokenError and nothing written, a
+// Put, Delete or Fence whose fence its Locker did not issue (P9), within a bound,
+// because ZooKeeper keeps no record of the last token a name was issued: a grant
+// here is not a write but a node reaching the front of the queue, so the czxid of
+// every node ever created in the name's directory is a candidate, and most are
+// waiters' that gave up. No such record is written either: it would be a quorum
+// write per grant after the grant, not part of it, so a holder whose process died
+// between the two would hold a token the record does not have, and every acquire
+// would pay a round trip more. Instead each write first reads the directory (its
+// children and pzxid) and the holding group's nodes, and takes as the name's last
+// token L:
+//
+//   - the czxid of the holder, when a lock (not a semaphore or shared lease)
+//     holds the name: the name's last grant, exactly;
+//   - else the czxid of the first node behind the holding group, less one: no
+//     node behind a waiter has been granted;
+//   - else (no node waits) the directory's pzxid: the zxid of its last child
+//     created or deleted, at or above every czxid it ever had.
+//
+// A fence is refused when the name has no directory (never acquired; Last 0), when
+// its token is above L (so a waiter's token is refused until it is granted, and a
+// token of the future always), or when it has a lease id and a node of the holding
+// group has its token but is not the lease's node, or is the lease's node with
+// another token (OtherLease). What the bound admits that a store with a
+// last-token record would not: a token at or below L that was no grant's, the zxid
+// of another write. While a lock holds the name no such token is above the
+// holder's, so none can fence a key off from it; while semaphore permits or shared
+// leases hold it, one between their tokens and L can fence a key off from the
+// current holders until the name's next grant, whose token is above L; while
+// nothing holds it, nobody is fenced off. A lease that ended leaves no node, so
+// its token is admitted with any lease id (the key's own fence still refuses an
+// equal token under another lease once written). The reads come before the
+// conditional write, not in one transaction (a ZooKeeper multi compares data
+// versions only): that is as safe, since L only grows, a waiter's node is above it
+// and every node created later is above the pzxid read. A KV made by NewKV checks
+// none of this: it guards with the tokens of any lock.
 package zookeeper

@@ -15,8 +15,9 @@ import (
 )
 
 var (
-	_ fence.KV    = (*KV)(nil)
-	_ fence.Guard = (*KV)(nil)
+	_ fence.KV     = (*KV)(nil)
+	_ fence.Guard  = (*KV)(nil)
+	_ fence.Purger = (*KV)(nil)
 )
 
 // MaxValueSize is the largest value KV.Put accepts (512 KiB). ZooKeeper refuses znode
@@ -48,10 +49,15 @@ const maxCASAttempts = 100
 // makes the write fail with ErrBadVersion or ErrNodeExists, and the loop starts over
 // with a fresh read. The check, the new fence and the value thus change in one
 // ZooKeeper transaction. It is safe for concurrent use and across processes.
+//
+// The KV of a Store also refuses fences its Locker never issued, within the bound
+// the package documentation gives (see "Fenced KV and issued tokens"); a KV made
+// by NewKV guards with the tokens of any lock and checks no issuance.
 type KV struct {
-	conn *zk.Conn
-	root string
-	acl  []zk.ACL
+	conn   *zk.Conn
+	root   string
+	acl    []zk.ACL
+	locker *Locker // the Store's Locker, whose grants P9 checks against; nil: none
 
 	closed atomic.Bool // set by Store.Close
 }
@@ -98,23 +104,65 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 	if value == nil {
 		value = []byte{} // a written key always has a value, so Get tells it from a fenced one
 	}
-	return kv.update(ctx, "put", key, f, func(r *record) {
+	return kv.update(ctx, "put", key, f, func(r *record) error {
 		w := f
 		r.Writer = &w
 		r.Value = value
+		return nil
+	})
+}
+
+// Delete removes key's value if f is admitted, as Put admits it (P9 included on a
+// Store's KV), and records f as the key's fence, in one conditional write: the
+// fence stays, so a stale writer is still refused, and Get returns the key with a
+// nil value and that fence. It returns Put's refusals first, then
+// fence.ErrNotFound if key holds no value (never written, only fenced or already
+// deleted); in each case nothing changed. Its other errors are Put's.
+func (kv *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
+	return kv.update(ctx, "delete", key, f, func(r *record) error {
+		if r.Writer == nil {
+			return fence.ErrNotFound
+		}
+		r.Writer, r.Value = nil, nil
+		return nil
 	})
 }
 
 // Fence advances key's fence to f without changing its value. It returns nil if f is
-// admitted, a *fence.StaleTokenError or *fence.NamespaceError if not, and otherwise
-// the errors of Put.
+// admitted, a *fence.StaleTokenError or *fence.NamespaceError if not (and on a
+// Store's KV a *fence.UnissuedTokenError), and otherwise the errors of Put.
 func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 	return kv.update(ctx, "fence", key, f, nil)
 }
 
-// update runs the read-Admit-CAS loop: it admits f against key's record, applies
-// change (if any) and writes the record conditionally on the version it read.
-func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change func(*record)) error {
+// Purge deletes key's znode, its value and its fence (see fence.Purger), so the
+// next write under any lock and token is admitted: the one way a key's fence goes
+// back, for an administrator. It returns fence.ErrNotFound if key has no znode,
+// fence.ErrInvalid for a bad key, fence.ErrUnavailable if ZooKeeper does not
+// answer, fence.ErrClosed after the connection was closed, and ctx's error if ctx
+// is done.
+func (kv *KV) Purge(ctx context.Context, key string) error {
+	if err := driver.ValidateKey(key); err != nil {
+		return fmt.Errorf("zookeeper: purge: %w", err)
+	}
+	if err := kv.check(ctx); err != nil {
+		return fmt.Errorf("zookeeper: purge %q: %w", key, err)
+	}
+	err := kv.conn.Delete(kv.path(key), -1)
+	if errors.Is(err, zk.ErrNoNode) {
+		return fmt.Errorf("zookeeper: purge %q: %w", key, fence.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("zookeeper: purge %q: %w", key, zkErr(err))
+	}
+	return nil
+}
+
+// update runs the read-Admit-CAS loop: it checks f was issued (on a Store's KV),
+// admits f against key's record, applies change (if any; its error ends the call
+// with nothing written) and writes the record conditionally on the version it
+// read.
+func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change func(*record) error) error {
 	if err := driver.ValidateFence(key, f); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", op, err)
 	}
@@ -122,6 +170,11 @@ func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change 
 	for range maxCASAttempts {
 		if err := kv.check(ctx); err != nil {
 			return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
+		}
+		if kv.locker != nil {
+			if err := kv.locker.checkIssued(f); err != nil {
+				return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
+			}
 		}
 		data, st, err := kv.conn.Get(path)
 		exists := err == nil
@@ -142,7 +195,9 @@ func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change 
 		}
 		r.Fence = f
 		if change != nil {
-			change(&r)
+			if err := change(&r); err != nil {
+				return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
+			}
 		}
 		out, err := json.Marshal(r)
 		if err != nil {

@@ -17,10 +17,15 @@ import (
 )
 
 // openKV returns a KV on its own connection to the shared server, closed at cleanup.
+// openKV returns a KV of NewKV (no issuance check: the tests make their fences up)
+// on a connection of its own.
 func openKV(t *testing.T, opts *zookeeper.Options) *zookeeper.KV {
 	t.Helper()
-	s := openStore(t, opts)
-	return s.KV
+	kv, err := zookeeper.NewKV(rawConn(t), opts)
+	if err != nil {
+		t.Fatalf("NewKV = %v", err)
+	}
+	return kv
 }
 
 func openStore(t *testing.T, opts *zookeeper.Options) *zookeeper.Store {

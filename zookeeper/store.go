@@ -11,11 +11,14 @@ var (
 	_ fence.Inspector = (*Store)(nil)
 	_ fence.KV        = (*Store)(nil)
 	_ fence.Guard     = (*Store)(nil)
+	_ fence.Purger    = (*Store)(nil)
 	_ fence.Watcher   = (*Store)(nil)
 )
 
 // Store is a Locker and a KV sharing one ZooKeeper connection, as `fence serve
-// --store zk://` uses it. Close closes the connection (ending the session).
+// --store zk://` uses it. Close closes the connection (ending the session). Its KV
+// refuses fences the Locker did not issue, within the bound "Fenced KV and issued
+// tokens" in the package documentation gives, and deletes and purges keys.
 type Store struct {
 	*Locker
 	*KV
@@ -35,6 +38,7 @@ func OpenStore(servers []string, opts *Options) (*Store, error) {
 		l.Close()
 		return nil, fmt.Errorf("zookeeper: open store: %w", err)
 	}
+	kv.locker = l // the Store's KV takes only tokens its Locker issued (P9)
 	return &Store{Locker: l, KV: kv}, nil
 }
 

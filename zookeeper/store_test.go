@@ -41,6 +41,13 @@ func ExampleOpenStore() {
 		return
 	}
 	defer s.Close()
+	first, err := s.Acquire(ctx, "payments", 10*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	old := first.Fence() // a paused holder's fence
+	_ = first.Release(ctx)
 	a, err := s.Acquire(ctx, "payments", 10*time.Second)
 	if err != nil {
 		fmt.Println(err)
@@ -48,8 +55,6 @@ func ExampleOpenStore() {
 	}
 	defer a.Release(ctx)
 	fmt.Println("A writes:", s.Put(ctx, "ledger", []byte("A"), a.Fence()))
-	old := a.Fence()
-	old.Token--
 	err = s.Put(ctx, "ledger", []byte("old"), old)
 	fmt.Println("stale write refused:", errors.Is(err, fence.ErrStaleToken))
 	it, _ := s.Get(ctx, "ledger")
@@ -59,6 +64,15 @@ func ExampleOpenStore() {
 func TestStore_Flow_LeaseFenceWritesStaleRefused(t *testing.T) {
 	s := openStore(t, nil)
 	ctx := testCtx(t)
+	// An earlier grant's fence is the stale one: the Store refuses tokens it never
+	// issued, or issued to another lease.
+	first, err := s.Acquire(ctx, t.Name(), 10*time.Second)
+	if err != nil {
+		t.Fatalf("Acquire = %v; want a lease", err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	a, err := s.Acquire(ctx, t.Name(), 10*time.Second)
 	if err != nil {
 		t.Fatalf("Acquire = %v; want a lease", err)
@@ -67,8 +81,7 @@ func TestStore_Flow_LeaseFenceWritesStaleRefused(t *testing.T) {
 	if err := s.Put(ctx, t.Name(), []byte("A"), a.Fence()); err != nil {
 		t.Fatalf("Put with the lease's fence = %v; want nil", err)
 	}
-	old := a.Fence()
-	old.Token--
+	old := first.Fence()
 	var stale *fence.StaleTokenError
 	if err := s.Put(ctx, t.Name(), []byte("old"), old); !errors.As(err, &stale) || stale.Highest != a.Token() {
 		t.Fatalf("Put with token %d = %v; want a stale-token error with highest %d", old.Token, err, a.Token())

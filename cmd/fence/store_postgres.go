@@ -19,7 +19,8 @@ func openPostgresStore(ctx context.Context, u *url.URL, _ string) (*servedStore,
 		return nil, fmt.Errorf("serve: postgres store %s: %w", redactURL(u.String()), err)
 	}
 	locker := postgres.NewLocker(pool, nil)
-	kv := postgres.NewKV(pool, nil)
+	// The KV refuses tokens the locker's table never issued (P9).
+	kv := postgres.NewKV(pool, &postgres.KVOptions{LockTable: postgres.DefaultLockTable})
 	for _, create := range []func(context.Context) error{locker.CreateSchema, kv.CreateSchema} {
 		if err := create(ctx); err != nil {
 			locker.Close()

@@ -1,11 +1,16 @@
--- kv_put: the fenced write of redis.KV, fence.Admit's rule applied in one atomic step.
--- KEYS[1] the key's record: a hash with fields name, token, lease and (once written) value.
+-- kv_put: the fenced write of redis.KV, fence.Admit's rule applied in one atomic step
+-- (after issued.lua).
+-- KEYS[1] the key's record: a hash with fields name, token, lease and (once written) value;
+-- with P9's check in the script, KEYS[2] the lock name's counter, KEYS[3] its lock key
+-- and KEYS[4] its holders (see issued.lua).
 -- ARGV[1] lock name, ARGV[2] token (decimal, 1..2^53-1), ARGV[3] lease id ('' if none),
--- ARGV[4] '1' to store ARGV[5] as the value, '0' to advance the fence only (Guard.Fence).
+-- ARGV[4] '1' to store ARGV[5] as the value, '0' to advance the fence only (Guard.Fence),
+-- '2' to delete the value and keep the fence (KV.Delete).
 -- Returns {0, token} when admitted and written, {1, highest} when the token is stale
 -- (lower, or equal under another or no lease), {2, name} when the record is fenced by
--- another lock name, or an error reply FENCE_WRONGTYPE when the key holds something
--- this script did not write (nothing is changed then).
+-- another lock name, issued's {3, last, other} when the fence was never issued, {4}
+-- when a delete finds no value, or an error reply FENCE_WRONGTYPE when a key holds
+-- something this package did not write (nothing is changed but for {0, token}).
 --
 -- Tokens are compared as numbers: below 2^53 they are exact in Lua's doubles. A stored
 -- token is checked to be a decimal in range before it is trusted (fail closed).
@@ -25,6 +30,12 @@ local want = token(ARGV[2])
 if not want then
   return redis.error_reply('FENCE_INVALID token ' .. tostring(ARGV[2]) .. ' is not in [1, 2^53-1]')
 end
+if #KEYS == 4 then
+  local r = issued(KEYS[2], KEYS[3], KEYS[4], want, ARGV[3])
+  if r then
+    return r
+  end
+end
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'hash' then
   local cur = redis.call('HMGET', KEYS[1], 'name', 'token', 'lease')
@@ -42,7 +53,13 @@ if t == 'hash' then
 elseif t ~= 'none' then
   return redis.error_reply('FENCE_WRONGTYPE record key ' .. KEYS[1] .. ' holds a ' .. t)
 end
-if ARGV[4] == '1' then
+if ARGV[4] == '2' then
+  if t ~= 'hash' or redis.call('HEXISTS', KEYS[1], 'value') == 0 then
+    return {4}
+  end
+  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'token', ARGV[2], 'lease', ARGV[3])
+  redis.call('HDEL', KEYS[1], 'value')
+elseif ARGV[4] == '1' then
   redis.call('HSET', KEYS[1], 'name', ARGV[1], 'token', ARGV[2], 'lease', ARGV[3], 'value', ARGV[5])
 else
   redis.call('HSET', KEYS[1], 'name', ARGV[1], 'token', ARGV[2], 'lease', ARGV[3])
