@@ -209,10 +209,9 @@ type errorResponse struct {
 	SameToken bool        `json:"same_token,omitempty"`
 	Lock      string      `json:"lock,omitempty"` // wrong_lock: the lock that fences Key; unissued_token: the lock presented
 	Got       string      `json:"got,omitempty"`  // wrong_lock: the lock presented
-	// unissued_token: the last token issued for Lock (0 if never granted, so
-	// always sent), and whether Token was issued to another lease
-	Last       *fence.Token `json:"last,omitempty"`
-	OtherLease bool         `json:"other_lease,omitempty"`
+	// unissued_token: whether Token was issued to another lease (Last, below, is
+	// the last token issued for Lock)
+	OtherLease bool `json:"other_lease,omitempty"`
 	// limit_mismatch: the limit asked for and the limit of the live leases;
 	// held: the semaphore's limit, all its permits held
 	Limit     int `json:"limit,omitempty"`
@@ -221,8 +220,9 @@ type errorResponse struct {
 	Field  string `json:"field,omitempty"`
 	Value  string `json:"value,omitempty"`
 	Reason string `json:"reason,omitempty"`
-	// invalid, a heal beyond the bound (*fence.HealBoundError): the name's last
-	// token (0 included, hence a pointer) and fence.MaxHealAhead
+	// unissued_token: the last token issued for Lock; invalid, a heal beyond the
+	// bound (*fence.HealBoundError): the name's last token, and
+	// fence.MaxHealAhead. Sent with 0 too, hence a pointer.
 	Last  *fence.Token `json:"last,omitempty"`
 	Bound fence.Token  `json:"bound,omitempty"`
 	// held, not_held, ...: the lock concerned
