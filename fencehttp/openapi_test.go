@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -143,10 +142,6 @@ type checker struct {
 	router routers.Router
 	client *http.Client
 
-	// lacks holds the features of the document the servers under test do not
-	// have yet (see detectLacking), each with what showed it.
-	lacks map[string]string
-
 	mu       sync.Mutex
 	seen     map[covKey]bool
 	failures []string
@@ -186,7 +181,7 @@ func newChecker(t *testing.T, data []byte) *checker {
 	if err != nil {
 		t.Fatalf("the OpenAPI document: %v", err)
 	}
-	return &checker{t: t, doc: doc, router: router, seen: map[covKey]bool{}, lacks: map[string]string{},
+	return &checker{t: t, doc: doc, router: router, seen: map[covKey]bool{},
 		client: &http.Client{
 			Timeout: 30 * time.Second,
 			CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -417,10 +412,10 @@ func documented(doc *openapi3.T) []covKey {
 }
 
 // uncovered returns what doc documents and seen lacks.
-func uncovered(doc *openapi3.T, seen map[covKey]bool, lacks map[string]string) []string {
+func uncovered(doc *openapi3.T, seen map[covKey]bool) []string {
 	var missing []string
 	for _, k := range documented(doc) {
-		if !seen[k] && !lacking(k, lacks) {
+		if !seen[k] {
 			missing = append(missing, k.String())
 		}
 	}
@@ -481,14 +476,10 @@ func (c *checker) probe(on *target) {
 	for _, path := range paths {
 		for _, method := range probeMethods {
 			if (method == "GET" || method == "HEAD") && strings.HasPrefix(path, "/v1/locks/p1/") &&
-				(!actionWords[path[len("/v1/locks/p1/"):]] || c.lacks["action routes"] != "") {
+				!actionWords[path[len("/v1/locks/p1/"):]] {
 				// The state of the lock "p1/bogus": a name with an unescaped '/', as
 				// the document's description says. An action word as the last segment
 				// is that action's route for every method: GET is 405.
-				continue
-			}
-			if c.lacks["delete"] != "" && method == "DELETE" && path == "/v1/kv/p1" ||
-				c.lacks["root redirect"] != "" && path == "/" {
 				continue
 			}
 			if method == "HEAD" {
@@ -630,7 +621,6 @@ func startServers(t *testing.T) *servers {
 // it, on the servers of s.
 func exercise(t *testing.T, c *checker, s *servers) {
 	t.Helper()
-	c.detectLacking(t)
 	m := s.main
 	fenced := func(token, lock, lease string) map[string]string {
 		h := map[string]string{}
@@ -715,17 +705,15 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	}
 	c.do(exchange{what: "list, no prefix", on: m, method: "GET", path: "/v1/locks", status: 200})
 	c.do(exchange{what: "list, trailing slash", on: m, method: "GET", path: "/v1/locks/", route: "/v1/locks", status: 200})
-	if c.lacks["held-only listing"] == "" {
-		// "defaults" was acquired with the default TTL and is held; "never" is known
-		// to the store only if a read made it so: take a free name for certain.
-		free := c.do(exchange{what: "acquire listed", on: m, method: "POST", path: "/v1/locks/listed/acquire", status: 200})
-		c.do(exchange{what: "release listed", on: m, method: "POST", path: "/v1/locks/listed/release", body: `{"lease":"` + jsonField(t, free, "lease") + `"}`, status: 200})
-		if l := c.do(exchange{what: "list, held only", on: m, method: "GET", path: "/v1/locks?prefix=listed", status: 200}); l.json != nil && len(l.json["locks"].([]any)) != 0 {
-			c.failf("list prefix=listed: want no lock (listed is free), got %s", l.body)
-		}
-		if l := c.do(exchange{what: "list, all=true", on: m, method: "GET", path: "/v1/locks?prefix=listed&all=true", status: 200}); l.json != nil && len(l.json["locks"].([]any)) != 1 {
-			c.failf("list prefix=listed all=true: want the free lock listed, got %s", l.body)
-		}
+	// "defaults" was acquired with the default TTL and is held; "never" is known
+	// to the store only if a read made it so: take a free name for certain.
+	free := c.do(exchange{what: "acquire listed", on: m, method: "POST", path: "/v1/locks/listed/acquire", status: 200})
+	c.do(exchange{what: "release listed", on: m, method: "POST", path: "/v1/locks/listed/release", body: `{"lease":"` + jsonField(t, free, "lease") + `"}`, status: 200})
+	if l := c.do(exchange{what: "list, held only", on: m, method: "GET", path: "/v1/locks?prefix=listed", status: 200}); l.json != nil && len(l.json["locks"].([]any)) != 0 {
+		c.failf("list prefix=listed: want no lock (listed is free), got %s", l.body)
+	}
+	if l := c.do(exchange{what: "list, all=true", on: m, method: "GET", path: "/v1/locks?prefix=listed&all=true", status: 200}); l.json != nil && len(l.json["locks"].([]any)) != 1 {
+		c.failf("list prefix=listed all=true: want the free lock listed, got %s", l.body)
 	}
 	c.do(exchange{what: "list, limit not a number", on: m, method: "GET", path: "/v1/locks?limit=ten", req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "list, limit too high", on: m, method: "GET", path: "/v1/locks?limit=10001", req: reqViolates, status: 400, code: "invalid"})
@@ -736,11 +724,9 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "heal, token 0", on: m, method: "POST", path: "/v1/locks/healed/heal", body: `{"seen":0}`, req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "heal, token above 2^53-1", on: m, method: "POST", path: "/v1/locks/healed/heal", body: fmt.Sprintf(`{"seen":%d}`, fence.MaxToken+1), req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "heal, body too large", on: m, method: "POST", path: "/v1/locks/healed/heal", body: big, req: reqUnchecked, status: 413, code: "too_large"})
-	if c.lacks["heal bound"] == "" {
-		hb := c.do(exchange{what: "heal, beyond the bound", on: m, method: "POST", path: "/v1/locks/healed/heal", body: fmt.Sprintf(`{"seen":%d}`, 5+fence.MaxHealAhead+1), status: 400, code: "invalid"})
-		if hb.json != nil && (hb.json["field"] != "seen" || hb.json["bound"] != float64(fence.MaxHealAhead)) {
-			c.failf("heal beyond the bound: want field seen and bound %d, got %s", uint64(fence.MaxHealAhead), hb.body)
-		}
+	hb := c.do(exchange{what: "heal, beyond the bound", on: m, method: "POST", path: "/v1/locks/healed/heal", body: fmt.Sprintf(`{"seen":%d}`, 5+fence.MaxHealAhead+1), status: 400, code: "invalid"})
+	if hb.json != nil && (hb.json["field"] != "seen" || hb.json["bound"] != float64(fence.MaxHealAhead)) {
+		c.failf("heal beyond the bound: want field seen and bound %d, got %s", uint64(fence.MaxHealAhead), hb.body)
 	}
 	c.unserved(s, "heal", "Healer", exchange{method: "POST", path: "/v1/locks/x/heal", body: `{"seen":5}`})
 
@@ -762,10 +748,8 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "put, lock never granted", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("42", "never", ""), body: "x", status: 409, code: "unissued_token"})
 	c.do(exchange{what: "put, another lease", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokO, "other", secret), body: "x", status: 409, code: "unissued_token"})
 	c.do(exchange{what: "put, value too large", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999", "report", ""), body: strings.Repeat("v", 17), req: reqUnchecked, status: 413, code: "too_large"})
-	if c.lacks["unissued tokens"] == "" {
-		c.do(exchange{what: "put, token never issued", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999999", "report", ""), body: "x", status: 409, code: "unissued_token"})
-		c.do(exchange{what: "put, lock never granted", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("1", "never", ""), body: "x", status: 409, code: "unissued_token"})
-	}
+	c.do(exchange{what: "put, token never issued", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999999", "report", ""), body: "x", status: 409, code: "unissued_token"})
+	c.do(exchange{what: "put, lock never granted", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("1", "never", ""), body: "x", status: 409, code: "unissued_token"})
 	c.unserved(s, "put", "KV", exchange{method: "PUT", path: "/v1/kv/ledger", header: fenced("1", "report", ""), body: "x"})
 
 	g := c.do(exchange{what: "get", on: m, method: "GET", path: "/v1/kv/ledger", status: 200})
@@ -785,9 +769,7 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "fence, another lock's token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokO, "other", ""), status: 409, code: "wrong_lock"})
 	c.do(exchange{what: "fence, token never issued", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced("999999", "report", ""), status: 409, code: "unissued_token"})
 	c.unserved(s, "fence", "Guard", exchange{method: "POST", path: "/v1/fences/ledger", header: fenced("1", "report", "")})
-	if c.lacks["delete"] == "" {
-		exerciseDelete(c, s, fenced, tokA, tokB, leaseB, tokO)
-	}
+	exerciseDelete(c, s, fenced, tokA, tokB, leaseB, tokO)
 
 	// delete keeps the fence; GET of a key without value is 404 with it; purge
 	c.do(exchange{what: "put spent", on: m, method: "PUT", path: "/v1/kv/spent", header: fenced(tokB, "report", leaseB), body: "x", status: 200})
@@ -869,10 +851,8 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "dashboard", on: m, method: "GET", path: "/ui", status: 200})
 	c.do(exchange{what: "dashboard without a token on a server with auth", on: s.auth, method: "GET", path: "/ui", status: 200})
 	c.do(exchange{what: "dashboard, trailing slash", on: m, method: "GET", path: "/ui/", route: "/ui", status: 200})
-	if c.lacks["root redirect"] == "" {
-		if r := c.do(exchange{what: "root", on: m, method: "GET", path: "/", status: 302}); r.header != nil && r.header.Get("Location") != "/ui" {
-			c.failf("GET /: want a redirect to /ui, got Location %q", r.header.Get("Location"))
-		}
+	if r := c.do(exchange{what: "root", on: m, method: "GET", path: "/", status: 302}); r.header != nil && r.header.Get("Location") != "/ui" {
+		c.failf("GET /: want a redirect to /ui, got Location %q", r.header.Get("Location"))
 	}
 	c.do(exchange{what: "dashboard script", on: m, method: "GET", path: "/ui/app.js", status: 200})
 	c.do(exchange{what: "dashboard, no such file", on: m, method: "GET", path: "/ui/nope.js", status: 404, code: "not_found"})
@@ -884,26 +864,16 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "dot segments in a name", on: m, method: "POST", path: "/v1/locks/a/../b/acquire", global: "BadPath", status: 400, code: "invalid"})
 	c.do(exchange{what: "dot segment in a key", on: m, method: "GET", path: "/v1/kv/a/./b", global: "BadPath", status: 400, code: "invalid"})
 	c.do(exchange{what: "unknown path", on: m, method: "GET", path: "/v1/nope", global: "NotFound", status: 404, code: "not_found"})
-	if c.lacks["action routes"] != "" {
-		c.do(exchange{what: "unknown lock action", on: m, method: "POST", path: "/v1/locks/x/bogus", global: "NotFound", status: 404, code: "not_found"})
-		c.do(exchange{what: "POST on a lock without an action", on: m, method: "POST", path: "/v1/locks/x", global: "NotFound", status: 404, code: "not_found"})
-	} else {
-		// The state of the lock "x/bogus" or "x", which takes GET and HEAD only.
-		c.do(exchange{what: "POST on a lock whose last segment is no action", on: m, method: "POST", path: "/v1/locks/x/bogus", global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
-		c.do(exchange{what: "POST on a lock without an action", on: m, method: "POST", path: "/v1/locks/x", global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
-	}
+	// The state of the lock "x/bogus" or "x", which takes GET and HEAD only.
+	c.do(exchange{what: "POST on a lock whose last segment is no action", on: m, method: "POST", path: "/v1/locks/x/bogus", global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
+	c.do(exchange{what: "POST on a lock without an action", on: m, method: "POST", path: "/v1/locks/x", global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
 	for _, p := range c.doc.Paths.InMatchingOrder() {
-		if p == "/" && c.lacks["root redirect"] != "" {
-			continue
-		}
 		c.do(exchange{what: "a method the path lacks", on: m, method: "PATCH", path: instantiate(p), global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
 	}
-	if c.lacks["action routes"] == "" {
-		for _, w := range []string{"acquire", "renew", "release", "revoke", "heal"} {
-			a := c.do(exchange{what: "GET of an action route", on: m, method: "GET", path: "/v1/locks/x/" + w, global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
-			if a.header != nil && a.header.Get("Allow") != "POST" {
-				c.failf("GET /v1/locks/x/%s: want 405 with Allow POST, got Allow %q", w, a.header.Get("Allow"))
-			}
+	for _, w := range []string{"acquire", "renew", "release", "revoke", "heal"} {
+		a := c.do(exchange{what: "GET of an action route", on: m, method: "GET", path: "/v1/locks/x/" + w, global: "MethodNotAllowed", status: 405, code: "method_not_allowed"})
+		if a.header != nil && a.header.Get("Allow") != "POST" {
+			c.failf("GET /v1/locks/x/%s: want 405 with Allow POST, got Allow %q", w, a.header.Get("Allow"))
 		}
 	}
 }
@@ -922,7 +892,7 @@ func TestOpenAPI_DocumentMatchesServer(t *testing.T) {
 		c.failf("coverage: only %d (operation, status, code) seen; the exchanges did not run", n)
 	}
 	t.Logf("%d exchanges' (operation, status, code) seen, %d documented", len(c.seen), len(documented(c.doc)))
-	for _, k := range uncovered(c.doc, c.seen, c.lacks) {
+	for _, k := range uncovered(c.doc, c.seen) {
 		c.failf("coverage: the document has %s, but no exchange produced it", k)
 	}
 	c.report()
@@ -1024,7 +994,7 @@ func TestOpenAPI_DriftedDocumentIsCaught(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			c := newChecker(t, mutate(t, w.mutate))
 			exercise(t, c, startServers(t))
-			for _, k := range uncovered(c.doc, c.seen, c.lacks) {
+			for _, k := range uncovered(c.doc, c.seen) {
 				c.failf("coverage: the document has %s, but no exchange produced it", k)
 			}
 			wantFailure(t, c, w.want...)
@@ -1058,7 +1028,7 @@ func TestOpenAPI_DriftedDocumentIsCaught(t *testing.T) {
 		for _, k := range documented(real.doc) {
 			seen[k] = true
 		}
-		if got := uncovered(c.doc, seen, nil); !slices.Equal(got, []string{"watchLock 200"}) {
+		if got := uncovered(c.doc, seen); !slices.Equal(got, []string{"watchLock 200"}) {
 			t.Errorf("coverage of a document with an extra operation: want [watchLock 200] uncovered, got %q", got)
 		}
 		c.probe(m)
@@ -1068,64 +1038,6 @@ func TestOpenAPI_DriftedDocumentIsCaught(t *testing.T) {
 
 // actionWords are the last path segments that make a path a lock action's route.
 var actionWords = map[string]bool{"acquire": true, "renew": true, "release": true, "revoke": true, "heal": true}
-
-// lacking reports whether k belongs to a feature the servers under test lack.
-func lacking(k covKey, lacks map[string]string) bool {
-	switch {
-	case lacks["delete"] != "" && k.op == "deleteValue",
-		lacks["root redirect"] != "" && k.op == "root",
-		lacks["unissued tokens"] != "" && k.code == "unissued_token":
-		return true
-	}
-	return false
-}
-
-// detectLacking records in c.lacks the parts of issue 29's API, which the document
-// describes, that the server does not have yet: these were built on other branches
-// at the same time as the document, and the exchanges and coverage of a part are
-// left out (and said so in the log) only while a server lacks it. Each probe runs
-// on a throwaway server of its own, so that a server without a safeguard (a heal
-// burning the shared counter) cannot spoil the exchanges. Once the server has every
-// part, nothing is left out.
-func (c *checker) detectLacking(t *testing.T) {
-	t.Helper()
-	_, hs, _ := newBoltServer(t, fencehttp.Config{})
-	on := &target{url: hs.URL}
-	answer := func(method, path string, header map[string]string, body string) (int, http.Header, string) {
-		req := c.newRequest(exchange{method: method, path: path, on: on, header: header, body: body})
-		resp, b := c.send(req)
-		if resp == nil {
-			t.Fatalf("detecting the server's features: %s %s failed", method, path)
-		}
-		return resp.StatusCode, resp.Header, string(bytes.TrimSpace(b))
-	}
-	if st, _, b := answer("DELETE", "/v1/kv/k", map[string]string{"Fence-Token": "1", "Fence-Lock": "l"}, ""); st == http.StatusMethodNotAllowed {
-		c.lacks["delete"] = fmt.Sprintf("DELETE /v1/kv/k answers %d %s", st, b)
-	}
-	if st, _, b := answer("GET", "/", nil, ""); st != http.StatusFound {
-		c.lacks["root redirect"] = fmt.Sprintf("GET / answers %d %s", st, b)
-	}
-	if st, _, b := answer("GET", "/v1/locks/x/acquire", nil, ""); st != http.StatusMethodNotAllowed {
-		c.lacks["action routes"] = fmt.Sprintf("GET /v1/locks/x/acquire answers %d %s", st, b)
-	}
-	if st, _, b := answer("PUT", "/v1/kv/k", map[string]string{"Fence-Token": "42", "Fence-Lock": "never"}, "v"); st == http.StatusOK {
-		c.lacks["unissued tokens"] = fmt.Sprintf("PUT /v1/kv/k with lock never granted answers %d %s", st, b)
-	}
-	if st, _, b := answer("POST", "/v1/locks/h/heal", nil, fmt.Sprintf(`{"seen":%d}`, fence.MaxHealAhead+1)); st == http.StatusOK {
-		c.lacks["heal bound"] = fmt.Sprintf("POST /v1/locks/h/heal seen 2^32+1 answers %d %s", st, b)
-	}
-	if st, _, b := answer("POST", "/v1/locks/f/acquire", nil, ""); st == http.StatusOK {
-		var l struct{ Lease string }
-		_ = json.Unmarshal([]byte(b), &l)
-		answer("POST", "/v1/locks/f/release", nil, `{"lease":"`+l.Lease+`"}`)
-		if st, _, b := answer("GET", "/v1/locks?prefix=f", nil, ""); strings.Contains(b, `"f"`) {
-			c.lacks["held-only listing"] = fmt.Sprintf("GET /v1/locks lists a free lock: %d %s", st, b)
-		}
-	}
-	for _, f := range slices.Sorted(maps.Keys(c.lacks)) {
-		t.Logf("LEFT OUT until the server has it: %s (%s)", f, c.lacks[f])
-	}
-}
 
 // exerciseDelete drives DELETE /v1/kv/{key}, fenced and purge, into every answer
 // the document gives it. The key ledger holds a value fenced by tokB of the lock
