@@ -13,7 +13,7 @@ import tempfile
 import threading
 import unittest
 import uuid
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, List, Optional, Type
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -172,39 +172,3 @@ def answer(
     h.send_header("Content-Length", str(len(body)))
     h.end_headers()
     h.wfile.write(body)
-
-
-def server_lacks(url: str) -> Dict[str, str]:
-    """Returns what the server at url lacks of issue 29's API, which the client is
-    written to: a feature ("delete": DELETE /v1/kv/{key}, purge and a 404 with the
-    key's fence; "unissued": only issued tokens fence; "held_only": the listing shows
-    held locks only unless all=true) mapped to what showed it; empty when the server
-    has it all. The tests of a feature the server lacks skip, saying so."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    def ask(method: str, path: str, headers: Optional[Dict[str, str]] = None, body: Optional[bytes] = None) -> Tuple[int, str]:
-        req = urllib.request.Request(url + path, data=body, headers=headers or {}, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as e:
-            with e:
-                return e.code, e.read().decode()
-
-    lacks: Dict[str, str] = {}
-    key = unique("probe-key")
-    status, text = ask("DELETE", "/v1/kv/" + key, {"Fence-Token": "1", "Fence-Lock": "probe"})
-    if status == 405:
-        lacks["delete"] = "DELETE /v1/kv answers %d %s" % (status, text.strip())
-    status, text = ask("PUT", "/v1/kv/" + key, {"Fence-Token": "42", "Fence-Lock": unique("never-granted")}, b"v")
-    if status == 200:
-        lacks["unissued"] = "a write under a lock never granted answers %d %s" % (status, text.strip())
-    name = unique("probe-free")
-    _, text = ask("POST", "/v1/locks/%s/acquire" % name, body=b"{}")
-    ask("POST", "/v1/locks/%s/release" % name, body=json.dumps({"lease": json.loads(text)["lease"]}).encode())
-    _, text = ask("GET", "/v1/locks?prefix=" + name)
-    if '"%s"' % name in text:
-        lacks["held_only"] = "the listing shows a free lock: " + text.strip()
-    return lacks

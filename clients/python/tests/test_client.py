@@ -20,20 +20,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 import fence  # noqa: E402
 import fence._client  # noqa: E402
 
-from fenceserver import FenceServer, answer, cleanup_bin, serve_stand_in, server_lacks, unique  # noqa: E402
+from fenceserver import FenceServer, answer, cleanup_bin, serve_stand_in, unique  # noqa: E402
 
 # The shared server caps one long poll at 300ms, so every wait longer than that is
 # several polls: the tests of waiting exercise the client's poll loop.
 SERVER_MAX_WAIT = 0.3
 server: Optional[FenceServer] = None
-# What the server lacks of issue 29's API (see server_lacks): those tests skip.
-LACKS: Dict[str, str] = {}
 
 
 def setUpModule() -> None:
     global server
     server = FenceServer("--max-wait", "%dms" % int(SERVER_MAX_WAIT * 1000))
-    LACKS.update(server_lacks(server.url))
 
 
 def tearDownModule() -> None:
@@ -374,8 +371,6 @@ class TestKV(Base):
             self.assertEqual(self.client.get(key).value, b"second")
 
     def test_delete_keeps_the_fence_and_purge_removes_it(self) -> None:
-        if "delete" in LACKS:
-            self.skipTest("the server lacks DELETE /v1/kv: " + LACKS["delete"])
         name, key = unique("dellock"), unique("delkey")
         old = self.client.acquire(name, ttl=10)
         self.client.put(key, b"v1", lease=old)
@@ -403,8 +398,6 @@ class TestKV(Base):
         self.assertEqual(self.client.get(key).value, b"v2")
 
     def test_a_token_never_issued_raises_unissued_token(self) -> None:
-        if "unissued" in LACKS:
-            self.skipTest("the server lacks the unissued-token check: " + LACKS["unissued"])
         name, key = unique("unissuedlock"), unique("unissued")
         with self.client.lock(name, ttl=10) as lease:
             self.client.put(key, b"real", lease=lease)
@@ -442,8 +435,7 @@ class TestList(Base):
                          [(prefix + "/free", False, freed.token), (prefix + "/held", True, held.token)])
         self.assertEqual(every[1]["owner"], "lister")
         self.assertEqual(len(self.client.list(prefix, limit=1, all=True)), 1)
-        if "held_only" not in LACKS:
-            self.assertEqual([s["name"] for s in self.client.list(prefix)], [prefix + "/held"], "held only by default")
+        self.assertEqual([s["name"] for s in self.client.list(prefix)], [prefix + "/held"], "held only by default")
         held.release()
 
     def test_bad_arguments_are_refused_before_any_request(self) -> None:

@@ -16,18 +16,14 @@ import {
   UnissuedTokenError,
   WrongLockError,
 } from "../dist/index.js";
-import { abortedWithin as aborted, serverLacks, startServer, uniqueName } from "./helpers/serve.mjs";
+import { abortedWithin as aborted, startServer, uniqueName } from "./helpers/serve.mjs";
 
 let server;
 let fence;
-// What the server lacks of issue 29's API (see serverLacks): those tests are skipped.
-let lacks = {};
 
 before(async () => {
   server = await startServer();
   fence = new FenceClient({ server: server.url });
-  lacks = await serverLacks(server.url);
-  for (const [f, why] of Object.entries(lacks)) console.log(`# the server lacks ${f}: its tests are skipped (${why})`);
 });
 after(async () => {
   await server?.stop();
@@ -321,8 +317,7 @@ describe("kv", () => {
     await lease.release();
   });
 
-  test("delete removes the value and keeps the fence; purge removes both", async (t) => {
-    if (lacks.delete) return t.skip(`the server lacks DELETE /v1/kv: ${lacks.delete}`);
+  test("delete removes the value and keeps the fence; purge removes both", async () => {
     const key = uniqueName("del");
     const lock = uniqueName("del-lock");
     const a = await fence.acquire(lock, { ttlMs: 5000 });
@@ -354,8 +349,7 @@ describe("kv", () => {
     await c.release();
   });
 
-  test("a token the server never issued is refused with UnissuedTokenError", async (t) => {
-    if (lacks.unissued) return t.skip(`the server lacks the unissued-token check: ${lacks.unissued}`);
+  test("a token the server never issued is refused with UnissuedTokenError", async () => {
     const key = uniqueName("unissued");
     const lease = await fence.acquire(uniqueName("unissued-lock"), { ttlMs: 5000 });
     await fence.kv.put(key, "real", lease);
@@ -394,9 +388,7 @@ describe("list", () => {
     assert.deepEqual(all.map((l) => [l.name, l.held, l.lastToken]), [[`${prefix}/free`, false, freed.token], [`${prefix}/held`, true, held.token]]);
     assert.equal(all[1].owner, "lister");
     assert.equal((await fence.list({ prefix, all: true, limit: 1 })).length, 1);
-    if (!lacks.heldOnly) {
-      assert.deepEqual((await fence.list({ prefix })).map((l) => l.name), [`${prefix}/held`], "held only by default");
-    }
+    assert.deepEqual((await fence.list({ prefix })).map((l) => l.name), [`${prefix}/held`], "held only by default");
     await held.release();
   });
 

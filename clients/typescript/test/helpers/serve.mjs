@@ -96,30 +96,3 @@ export function abortedWithin(signal, ms) {
     }, { once: true });
   });
 }
-
-/**
- * serverLacks resolves with what the server at url lacks of issue 29's API, which the
- * client is written to (a map from a feature to what showed it; empty when the server
- * has it all): "delete" (DELETE /v1/kv/{key}, purge, a 404 with the key's fence),
- * "unissued" (only issued tokens fence: 409 unissued_token) and "heldOnly" (the
- * listing shows held locks only unless all=true). The tests of a feature the server
- * lacks are skipped, saying so; against a server that has them all, none is.
- */
-export async function serverLacks(url) {
-  const lacks = {};
-  const ask = async (method, path, headers = {}, body) => {
-    const r = await fetch(url + path, { method, headers, body });
-    return { status: r.status, text: await r.text() };
-  };
-  const key = uniqueName("probe-key");
-  let r = await ask("DELETE", `/v1/kv/${key}`, { "Fence-Token": "1", "Fence-Lock": "probe" });
-  if (r.status === 405) lacks.delete = `DELETE /v1/kv answers ${r.status} ${r.text.trim()}`;
-  r = await ask("PUT", `/v1/kv/${key}`, { "Fence-Token": "42", "Fence-Lock": uniqueName("never-granted") }, "v");
-  if (r.status === 200) lacks.unissued = `a write under a lock never granted answers ${r.status} ${r.text.trim()}`;
-  const name = uniqueName("probe-free");
-  const a = JSON.parse((await ask("POST", `/v1/locks/${name}/acquire`, {}, "{}")).text);
-  await ask("POST", `/v1/locks/${name}/release`, {}, JSON.stringify({ lease: a.lease }));
-  r = await ask("GET", `/v1/locks?prefix=${name}`);
-  if (r.text.includes(`"${name}"`)) lacks.heldOnly = `the listing shows a free lock: ${r.text.trim()}`;
-  return lacks;
-}
