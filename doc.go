@@ -12,7 +12,9 @@
 // standard library. Implementations live in sub-packages named after what they wrap: inmem (the
 // reference, for tests and the simulator), bolt (embedded and durable, the default),
 // and the network backends. The fencetest package is the conformance suite every
-// implementation passes.
+// implementation passes. Backend authors use package driver; the few names here that
+// only they need ([NewLease], [LeaseConfig], the fields of [AcquireOptions]) say so,
+// and the validators ([ValidateName] and the others) check what every backend checks.
 //
 // # Semaphores and shared locks
 //

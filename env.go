@@ -33,7 +33,7 @@ func FenceFromEnv(getenv func(string) string) (Fence, error) {
 	case tok == "":
 		return f, &InvalidError{Field: EnvToken, Reason: "is not set (run the command under `fence lock NAME -- CMD`)"}
 	}
-	if err := validateName("name", name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return f, renameField(EnvLock, err)
 	}
 	t, err := ParseToken(tok)
@@ -42,7 +42,7 @@ func FenceFromEnv(getenv func(string) string) (Fence, error) {
 	}
 	f.Name, f.Token = name, t
 	if id := strings.TrimSpace(getenv(EnvLease)); id != "" {
-		if err := validateLeaseID(id); err != nil {
+		if err := ValidateLeaseID(id); err != nil {
 			e := &InvalidError{Field: EnvLease, Reason: "is malformed"}
 			if inv, ok := err.(*InvalidError); ok {
 				e.Reason = inv.Reason // and no Value: a lease id is a credential, never echoed

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/fencelock/fence/internal/core"
 )
 
 // ErrExpired is what Lease.Err returns, and the cause its Context carries, when the
@@ -25,8 +23,8 @@ var ErrExpired = fmt.Errorf("%w: expired before it was renewed", ErrNotHeld)
 // it narrows the window in which a paused holder acts on a lost lock, it never closes
 // it. Writes must carry Fence() to a guard.
 type Lease struct {
-	locker core.Holder
-	clock  core.Clock
+	locker Locker
+	clock  Clock
 	name   string
 	id     string
 	token  Token
@@ -38,8 +36,8 @@ type Lease struct {
 	mu       sync.Mutex
 	ttl      time.Duration
 	deadline time.Time
-	expiry   core.Timer
-	renewal  core.Timer
+	expiry   Timer
+	renewal  Timer
 	auto     bool
 	err      error
 	done     chan struct{}
@@ -47,31 +45,67 @@ type Lease struct {
 	cancel   context.CancelCauseFunc // set with ctx
 }
 
-func init() {
-	core.NewLease = func(c core.LeaseConfig) any { return newLease(c) }
-	core.ValidateName = validateName
-	core.ValidateTTL = validateTTL
-	core.ValidateToken = func(t uint64) error { return validateToken(Token(t)) }
-	core.ValidateLeaseID = validateLeaseID
-	core.ValidateOwner = validateOwner
-	core.ValidateLimit = validateLimit
+// Clock is the time source of leases and of backends that judge expiry locally:
+// Now returns the current time (for the system clock with a monotonic reading), and
+// AfterFunc calls f in its own goroutine after d (for a virtual clock, when time is
+// advanced past it) unless the Timer is stopped. The system clock is the default;
+// the simulator and tests inject a virtual one through a backend's options.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
-// newLease returns a held lease for a grant, with its expiry timer (and renewal, if
-// configured) running. Backends reach it as driver.NewLease. The local deadline is
-// c.Start+c.TTL: c.Start is when the acquire request was sent, so the deadline is
-// never later than the backend's expiry (zero means now).
-func newLease(c core.LeaseConfig) *Lease {
+// Timer is a scheduled call made by a Clock: Stop prevents the call if it has not
+// happened yet and reports whether it did.
+type Timer interface {
+	Stop() bool
+}
+
+// systemClock is time.Now and time.AfterFunc, the Clock of a LeaseConfig without one.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// LeaseConfig is what a backend knows of a grant, for NewLease. Applications never
+// fill one: they get leases from Locker.Acquire.
+type LeaseConfig struct {
+	Locker Locker        // renews and releases the lease; required
+	Name   string        // lock name
+	Token  Token         // fencing token of the grant
+	ID     string        // lease id (a credential)
+	TTL    time.Duration // TTL granted
+	// Start is when the acquire request was sent, by Clock. The local deadline is
+	// Start+TTL, which is never later than the backend's expiry of the lease (the
+	// backend started counting after the request left). Zero means Clock.Now().
+	Start time.Time
+	// Clock measures the local deadline; nil means the system clock.
+	Clock Clock
+	// AutoRenew starts renewal at about TTL/3 (see WithAutoRenew).
+	AutoRenew bool
+	// Owner is the owner the acquire named (WithOwner), "" if none.
+	Owner string
+	// Slot is the semaphore permit's slot (Lease.Slot), 0 for a lock.
+	Slot int
+}
+
+// NewLease is for backend authors, who reach it as driver.NewLease (the acquire
+// engine of package driver calls it for every grant it makes): it returns the held
+// lease of a grant the backend has made, with its expiry timer (and renewal, if
+// configured) running. It validates nothing and never fails. Applications get
+// leases from Locker.Acquire.
+func NewLease(c LeaseConfig) *Lease {
 	clock := c.Clock
 	if clock == nil {
-		clock = core.SystemClock
+		clock = systemClock{}
 	}
 	start := c.Start
 	if start.IsZero() {
 		start = clock.Now()
 	}
 	l := &Lease{
-		locker: c.Holder, clock: clock, name: c.Name, id: c.ID, token: Token(c.Token), owner: c.Owner, slot: c.Slot,
+		locker: c.Locker, clock: clock, name: c.Name, id: c.ID, token: c.Token, owner: c.Owner, slot: c.Slot,
 		ttl: c.TTL, deadline: start.Add(c.TTL), auto: c.AutoRenew,
 		done: make(chan struct{}),
 	}
@@ -151,7 +185,7 @@ func (l *Lease) Err() error {
 // the backend says the lease is gone, ErrInvalid for a bad TTL, and other errors
 // (ErrUnavailable) without changing the local deadline.
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
-	if err := validateTTL(ttl); err != nil {
+	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if err := l.Err(); err != nil {

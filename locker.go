@@ -6,8 +6,6 @@ import (
 	"iter"
 	"slices"
 	"time"
-
-	"github.com/fencelock/fence/internal/core"
 )
 
 // Locker grants leases on named locks, each carrying a fencing token.
@@ -211,13 +209,34 @@ const WaitForever time.Duration = 1<<63 - 1
 
 // AcquireOption is a per-call option of Locker.Acquire: WithWait, WithAutoRenew,
 // WithOwner, WithLimit, WithShared.
-type AcquireOption func(*core.AcquireOptions)
+type AcquireOption func(*AcquireOptions)
+
+// AcquireOptions are the per-call options of an acquire, as its AcquireOption
+// values set them. Backends read them (driver.ApplyOptions applies a call's
+// options; the driver's Engine validates and normalises them); applications pass
+// the With functions instead.
+type AcquireOptions struct {
+	// Wait is how long to wait for a held lock (WithWait): 0 tries once,
+	// WaitForever waits until the context ends.
+	Wait time.Duration
+	// AutoRenew asks the lease to renew itself (WithAutoRenew).
+	AutoRenew bool
+	// Owner names the holder (WithOwner); "" is no owner.
+	Owner string
+	// Limit is the semaphore's number of permits (WithLimit); 0 (or 1) is a lock.
+	Limit int
+	// Shared asks for a shared lease (WithShared).
+	Shared bool
+	// LimitSet says WithLimit was given, so that WithLimit(0) is refused rather
+	// than taken for a lock.
+	LimitSet bool
+}
 
 // WithWait makes Acquire wait up to d for a held lock to be released or to expire.
 // Waiting is woken by the release (how depends on the backend), not by polling
 // alone. A negative d is treated as 0.
 func WithWait(d time.Duration) AcquireOption {
-	return func(o *core.AcquireOptions) {
+	return func(o *AcquireOptions) {
 		if d < 0 {
 			d = 0
 		}
@@ -232,7 +251,7 @@ func WithWait(d time.Duration) AcquireOption {
 // Auto-renewal is advisory: it narrows the window in which a paused holder acts on
 // a lost lock, it never closes it. A holder can pause right after a successful
 // renewal. Only a guard checking the fencing token makes writes safe.
-func WithAutoRenew() AcquireOption { return func(o *core.AcquireOptions) { o.AutoRenew = true } }
+func WithAutoRenew() AcquireOption { return func(o *AcquireOptions) { o.AutoRenew = true } }
 
 // WithOwner names the holder: the backend stores owner with the lease and reports
 // it in LockInfo.Owner (Inspect, List, `fence status`), so that people and
@@ -241,7 +260,7 @@ func WithAutoRenew() AcquireOption { return func(o *core.AcquireOptions) { o.Aut
 // what `fence lock` uses); "" means no owner. A bad owner makes Acquire return
 // ErrInvalid. An owner is a label, not a credential: anyone may claim any owner.
 func WithOwner(owner string) AcquireOption {
-	return func(o *core.AcquireOptions) { o.Owner = owner }
+	return func(o *AcquireOptions) { o.Owner = owner }
 }
 
 // WithLimit makes the name a counting semaphore of n permits: Acquire grants at
@@ -259,7 +278,7 @@ func WithOwner(owner string) AcquireOption {
 // combining it with WithShared. A Locker without Features.Semaphores returns
 // ErrNotImplemented.
 func WithLimit(n int) AcquireOption {
-	return func(o *core.AcquireOptions) { o.Limit, o.LimitSet = n, true }
+	return func(o *AcquireOptions) { o.Limit, o.LimitSet = n, true }
 }
 
 // WithShared asks for a shared lease: any number of shared holders (at most
@@ -277,7 +296,7 @@ func WithLimit(n int) AcquireOption {
 // against each other; what a shared lease's token fences is an exclusive
 // holder's resource against a stale shared holder, once the exclusive holder
 // has written or fenced.
-func WithShared() AcquireOption { return func(o *core.AcquireOptions) { o.Shared = true } }
+func WithShared() AcquireOption { return func(o *AcquireOptions) { o.Shared = true } }
 
 // TryAcquire is Acquire without waiting: it returns an error matching
 // ErrNotAcquired at once if name is held.

@@ -34,7 +34,7 @@ func ParseToken(s string) (Token, error) {
 		return 0, invalidf("token", s, "is not a decimal integer in [1, %d]", uint64(MaxToken))
 	}
 	t := Token(n)
-	if err := validateToken(t); err != nil {
+	if err := ValidateToken(t); err != nil {
 		return 0, err
 	}
 	return t, nil
@@ -62,14 +62,14 @@ func (f Fence) String() string { return fmt.Sprintf("%s#%d", f.Name, f.Token) }
 // Validate returns an error matching [ErrInvalid] if the name, token or lease id of f
 // is malformed.
 func (f Fence) Validate() error {
-	if err := validateName("name", f.Name); err != nil {
+	if err := ValidateName(f.Name); err != nil {
 		return err
 	}
-	if err := validateToken(f.Token); err != nil {
+	if err := ValidateToken(f.Token); err != nil {
 		return err
 	}
 	if f.LeaseID != "" {
-		if err := validateLeaseID(f.LeaseID); err != nil {
+		if err := ValidateLeaseID(f.LeaseID); err != nil {
 			return err
 		}
 	}

@@ -27,9 +27,16 @@ const (
 	MaxLimit = 1024
 )
 
-// validateName returns nil if name is usable as a lock name or resource key: 1 to
-// MaxNameLen bytes of valid UTF-8 without control characters. Otherwise it returns
-// an *InvalidError naming field. Backends reach the validators through package driver.
+// ValidateName returns nil if name is usable as a lock name: 1 to MaxNameLen bytes
+// of valid UTF-8 without control characters. Otherwise it returns an *InvalidError
+// (matching ErrInvalid) naming "name".
+func ValidateName(name string) error { return validateName("name", name) }
+
+// ValidateKey is ValidateName for the keys of a fenced store: the same rules, an
+// *InvalidError naming "key".
+func ValidateKey(key string) error { return validateName("key", key) }
+
+// validateName is ValidateName with the field its error names.
 func validateName(field, name string) error {
 	switch {
 	case name == "":
@@ -47,9 +54,9 @@ func validateName(field, name string) error {
 	return nil
 }
 
-// validateTTL returns nil if ttl is a whole number of milliseconds within [MinTTL,
-// MaxTTL], and an *InvalidError otherwise.
-func validateTTL(ttl time.Duration) error {
+// ValidateTTL returns nil if ttl is a whole number of milliseconds within [MinTTL,
+// MaxTTL], and an *InvalidError (matching ErrInvalid) naming "ttl" otherwise.
+func ValidateTTL(ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return invalidf("ttl", ttl.String(), "must be between %v and %v", MinTTL, MaxTTL)
 	}
@@ -59,9 +66,10 @@ func validateTTL(ttl time.Duration) error {
 	return nil
 }
 
-// validateToken returns nil if t is in [1, MaxToken], and an *InvalidError
-// otherwise. Zero is never a token: it means "none".
-func validateToken(t Token) error {
+// ValidateToken returns nil if t is in [1, MaxToken], and an *InvalidError
+// (matching ErrInvalid) naming "token" otherwise. Zero is never a token: it means
+// "none".
+func ValidateToken(t Token) error {
 	if t == 0 {
 		return invalidf("token", t.String(), "must be at least 1")
 	}
@@ -71,9 +79,10 @@ func validateToken(t Token) error {
 	return nil
 }
 
-// validateLeaseID returns nil if id is 1 to MaxLeaseIDLen bytes of printable ASCII
-// without spaces, and an *InvalidError otherwise.
-func validateLeaseID(id string) error {
+// ValidateLeaseID returns nil if id is 1 to MaxLeaseIDLen bytes of printable ASCII
+// without spaces, and an *InvalidError (matching ErrInvalid) naming "lease"
+// otherwise.
+func ValidateLeaseID(id string) error {
 	if id == "" {
 		return invalidf("lease", id, "is empty")
 	}
@@ -88,17 +97,20 @@ func validateLeaseID(id string) error {
 	return nil
 }
 
-// validateLimit returns nil if n is a usable semaphore limit: 1 to MaxLimit.
-func validateLimit(n int) error {
+// ValidateLimit returns nil if n is a usable semaphore limit (WithLimit): 1 to
+// MaxLimit. Otherwise it returns an *InvalidError (matching ErrInvalid) naming
+// "limit".
+func ValidateLimit(n int) error {
 	if n < 1 || n > MaxLimit {
 		return invalidf("limit", fmt.Sprint(n), "must be 1 to %d", MaxLimit)
 	}
 	return nil
 }
 
-// validateOwner returns nil if owner is empty (no owner) or at most MaxOwnerLen
-// bytes of valid UTF-8 without control characters, and an *InvalidError otherwise.
-func validateOwner(owner string) error {
+// ValidateOwner returns nil if owner is empty (no owner) or at most MaxOwnerLen
+// bytes of printable UTF-8 (WithOwner), and an *InvalidError (matching ErrInvalid)
+// naming "owner" otherwise.
+func ValidateOwner(owner string) error {
 	switch {
 	case owner == "":
 		return nil

@@ -11,7 +11,10 @@
 //
 // The package also holds what only backends need: the validators behind fence's
 // documented limits, lease ids, lease construction and the Clock that leases and
-// local expiry are measured by.
+// local expiry are measured by. Where package fence must own a piece (a Lease is
+// made inside fence, and fence checks its own arguments), this package names it
+// by a type alias or a one-line call: driver imports fence, never the reverse, and
+// nothing is wired at init.
 package driver
 
 import (
@@ -22,32 +25,35 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/core"
 )
 
-// Clock is the time source of leases and of backends that judge expiry locally:
-// Now() time.Time returns the current time (for SystemClock with a monotonic
-// reading), and AfterFunc(d, f) Timer calls f in its own goroutine after d (for a
-// virtual clock, when time is advanced past it) unless the Timer is stopped. The
-// system clock is the default; the simulator injects a virtual one.
-type Clock = core.Clock
+// Clock is fence.Clock, the time source of leases and of backends that judge
+// expiry locally. The system clock is the default; the simulator injects a virtual
+// one.
+type Clock = fence.Clock
 
-// Timer is a scheduled call made by a Clock; Stop() bool prevents the call if it has
-// not happened yet and reports whether it did.
-type Timer = core.Timer
+// Timer is fence.Timer, a scheduled call made by a Clock.
+type Timer = fence.Timer
 
 // SystemClock is the real clock: time.Now and time.AfterFunc.
-var SystemClock Clock = core.SystemClock
+var SystemClock Clock = systemClock{}
 
-// AcquireOptions are the per-call options of an acquire, as its AcquireOption
-// values set them: Wait (0 tries once, fence.WaitForever waits until the context
-// ends), AutoRenew, Owner (validated by the Engine; a backend stores it with the
-// grant and reports it in fence.LockInfo.Owner), Limit and Shared.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// AcquireOptions is fence.AcquireOptions, the per-call options of an acquire as
+// its fence.AcquireOption values set them: Wait (0 tries once, fence.WaitForever
+// waits until the context ends), AutoRenew, Owner (validated by the Engine; a
+// backend stores it with the grant and reports it in fence.LockInfo.Owner), Limit
+// and Shared.
 //
 // In the Request a TryFunc gets, Limit is 0 for a lock (WithLimit(1) included) and
 // 2 to fence.MaxLimit for a semaphore, and Shared is never set with a Limit: the
 // Engine has validated and normalised them (LimitSet is for the Engine only).
-type AcquireOptions = core.AcquireOptions
+type AcquireOptions = fence.AcquireOptions
 
 // ApplyOptions returns the options that opts set; nil options are skipped.
 func ApplyOptions(opts ...fence.AcquireOption) AcquireOptions {
@@ -63,26 +69,26 @@ func ApplyOptions(opts ...fence.AcquireOption) AcquireOptions {
 // ValidateName returns nil if name is usable as a lock name: 1 to fence.MaxNameLen
 // bytes of valid UTF-8 without control characters. Otherwise it returns a
 // *fence.InvalidError (matching fence.ErrInvalid) naming "name".
-func ValidateName(name string) error { return core.ValidateName("name", name) }
+func ValidateName(name string) error { return fence.ValidateName(name) }
 
 // ValidateKey is ValidateName for the keys of a fenced store; the error names "key".
-func ValidateKey(key string) error { return core.ValidateName("key", key) }
+func ValidateKey(key string) error { return fence.ValidateKey(key) }
 
 // ValidateTTL returns nil if ttl is a whole number of milliseconds in
 // [fence.MinTTL, fence.MaxTTL], and a *fence.InvalidError naming "ttl" otherwise.
-func ValidateTTL(ttl time.Duration) error { return core.ValidateTTL(ttl) }
+func ValidateTTL(ttl time.Duration) error { return fence.ValidateTTL(ttl) }
 
 // ValidateToken returns nil if t is in [1, fence.MaxToken], and a
 // *fence.InvalidError naming "token" otherwise. Zero is never a token.
-func ValidateToken(t fence.Token) error { return core.ValidateToken(uint64(t)) }
+func ValidateToken(t fence.Token) error { return fence.ValidateToken(t) }
 
 // ValidateLeaseID returns nil if id is 1 to fence.MaxLeaseIDLen bytes of printable
 // ASCII without spaces, and a *fence.InvalidError naming "lease" otherwise.
-func ValidateLeaseID(id string) error { return core.ValidateLeaseID(id) }
+func ValidateLeaseID(id string) error { return fence.ValidateLeaseID(id) }
 
 // ValidateOwner returns nil if owner is "" or at most fence.MaxOwnerLen bytes of
 // printable UTF-8, and a *fence.InvalidError naming "owner" otherwise.
-func ValidateOwner(owner string) error { return core.ValidateOwner(owner) }
+func ValidateOwner(owner string) error { return fence.ValidateOwner(owner) }
 
 // ValidateLease validates the name and lease id of a Renew or Release: a
 // *fence.InvalidError for a bad name, or for a bad lease id with the name before it.
@@ -111,7 +117,7 @@ func ValidateFence(key string, f fence.Fence) error {
 
 // ValidateLimit returns nil if n is 1 to fence.MaxLimit, and a *fence.InvalidError
 // naming "limit" otherwise.
-func ValidateLimit(n int) error { return core.ValidateLimit(n) }
+func ValidateLimit(n int) error { return fence.ValidateLimit(n) }
 
 // ListLimit returns limit, or fence.DefaultListLimit if limit <= 0: the number of
 // locks an Inspector's List returns at most.
@@ -160,37 +166,10 @@ func NewLeaseID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// LeaseConfig is what a backend knows of a grant, for NewLease.
-type LeaseConfig struct {
-	Locker fence.Locker  // renews and releases the lease; required
-	Name   string        // lock name
-	Token  fence.Token   // fencing token of the grant
-	ID     string        // lease id (a credential)
-	TTL    time.Duration // TTL granted
-	// Start is when the acquire request was sent, by Clock. The local deadline is
-	// Start+TTL, which is never later than the backend's expiry of the lease (the
-	// backend started counting after the request left). Zero means Clock.Now().
-	Start time.Time
-	// Clock measures the local deadline; nil means SystemClock.
-	Clock Clock
-	// AutoRenew starts renewal at about TTL/3 (see fence.WithAutoRenew).
-	AutoRenew bool
-	// Owner is the owner the acquire named (fence.WithOwner), "" if none.
-	Owner string
-	// Slot is the semaphore permit's slot (fence.Lease.Slot), 0 for a lock.
-	Slot int
-}
+// LeaseConfig is fence.LeaseConfig, what a backend knows of a grant, for NewLease.
+type LeaseConfig = fence.LeaseConfig
 
 // NewLease returns a held lease for a grant, with its expiry timer (and renewal, if
-// configured) running. Engine.Acquire makes the leases of every grant it makes; a
-// backend calls NewLease only for grants made outside it.
-func NewLease(c LeaseConfig) *fence.Lease {
-	return newLease(core.LeaseConfig{
-		Holder: c.Locker, Name: c.Name, Token: uint64(c.Token), ID: c.ID, TTL: c.TTL,
-		Start: c.Start, Clock: c.Clock, AutoRenew: c.AutoRenew, Owner: c.Owner, Slot: c.Slot,
-	})
-}
-
-// newLease calls package fence's constructor, which fence's init put in
-// core.NewLease (fence is imported by this package, so its init has run).
-func newLease(c core.LeaseConfig) *fence.Lease { return core.NewLease(c).(*fence.Lease) }
+// configured) running; it calls fence.NewLease. Engine.Acquire makes the leases of
+// every grant it makes; a backend calls NewLease only for grants made outside it.
+func NewLease(c LeaseConfig) *fence.Lease { return fence.NewLease(c) }
