@@ -31,11 +31,10 @@ func (s *Store) readLocked(n time.Time) int64 {
 	// Compare with a fresh reading: n may be a while old.
 	m := s.clock.Now()
 	skew := s.wallNow(m) - (s.wall0 + int64(m.Sub(s.base)))
-	if skew <= stepTolerance || brokenForTest == "steps" {
+	if skew <= stepTolerance {
 		return t
 	}
 	s.wall0 += skew
-	s.steps++
 	for _, h := range s.heap {
 		s.markDirtyLocked(h.e)
 	}

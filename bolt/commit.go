@@ -69,13 +69,6 @@ func (s *Store) flusher() {
 			s.readLocked(s.clock.Now())
 			s.mu.Unlock()
 		case <-s.stop:
-			if s.crashed.Load() {
-				return
-			}
-			err := s.flushOnce()
-			s.mu.Lock()
-			s.pending.err = err
-			s.mu.Unlock()
 			return
 		}
 		// Let the callers the last commit woke queue their next operation, so
@@ -176,7 +169,7 @@ func (s *Store) flushLocked() error {
 	s.mu.Unlock()
 	g.err = err
 	close(g.done)
-	if err == nil && logged > s.wal.limit() {
+	if err == nil && logged > s.wal.checkpointAt {
 		_ = s.checkpointLocked(false) // on failure the log keeps growing; retried next flush
 	}
 	return err

@@ -32,7 +32,25 @@ var (
 // ErrCorrupt if it is damaged, fence.ErrUnavailable if another process holds the
 // file for longer than Options.Timeout, and fence.ErrInvalid for an empty path or
 // negative options. In each of those cases the file is left untouched.
-func Open(path string, opts *Options) (*Store, error) {
+func Open(path string, opts *Options) (*Store, error) { return open(path, opts, nil) }
+
+// recovered is what Open read back from the file and its lease log, before the
+// store takes it in.
+type recovered struct {
+	nowWall  int64    // the wall clock at Open, Unix nanoseconds
+	next     uint64   // the next token to hand out: above every one a crash may have handed out
+	restored []*entry // the names with a lease live by its written expiry (not yet in the heap)
+	floors   []*entry // the names healed above the shared counter, without a live lease
+	horizon  int64    // the lease horizon of a file of an older version, wall time (0: none)
+}
+
+// open is Open. forget, nil in the product and checked only here, is how the
+// negative controls of the crash tests (export_test.go) make a store forget
+// what it read back (its token ceiling, leases, owners, floors), to show that
+// their checkers catch such a store. A hook on what was read, rather than
+// switches inside load, restore and replay, leaves the product no branch that
+// only a test takes but this one, and keeps the faults in the test files.
+func open(path string, opts *Options, forget func(*recovered)) (*Store, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -92,7 +110,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	if s.wall == nil {
 		wallBefore = s.wall0 // one reading: exact
 	}
-	if err := s.load(wallBefore); err != nil {
+	if err := s.load(wallBefore, forget); err != nil {
 		_ = w.close()
 		_ = db.Close()
 		return nil, err
@@ -186,8 +204,8 @@ func openError(path string, timeout time.Duration, err error) error {
 // load initialises a new file or reads the token ceiling and the written leases
 // of an existing one. A lease whose written expiry is still ahead of nowWall
 // (the wall clock at Open) is restored, held by the same lease id and token until
-// that expiry.
-func (s *Store) load(nowWall int64) error {
+// that expiry. forget, if not nil, may change what was read (see open).
+func (s *Store) load(nowWall int64, forget func(*recovered)) error {
 	var restored, floors []*entry
 	var horizon int64 // lease horizon of a file written by an older version
 	if s.wal.f == nil {
@@ -234,7 +252,7 @@ func (s *Store) load(nowWall int64) error {
 				}
 				if e := restore(string(k), r, nowWall); e != nil {
 					restored = append(restored, e)
-				} else if uint64(r.last) > s.ceil && brokenForTest != "floors" {
+				} else if uint64(r.last) > s.ceil {
 					// Healed above the shared counter (see Heal): the name's
 					// floor, which its next grant must pass.
 					floors = append(floors, newEntry(string(k), r.last))
@@ -260,18 +278,16 @@ func (s *Store) load(nowWall int64) error {
 		return fmt.Errorf("bolt: open: %w", writeError(s.wal.path, err))
 	}
 	clear(s.wal.names)
+	// Every token up to the ceiling may have been handed out before a crash.
+	r := recovered{nowWall: nowWall, next: s.ceil + 1, restored: restored, floors: floors, horizon: horizon}
+	if forget != nil {
+		forget(&r)
+	}
 	s.mu.Lock() // the expiry timer armed below may fire at once
 	defer s.mu.Unlock()
-	// Every token up to the ceiling may have been handed out before a crash.
-	s.next = s.ceil + 1
-	switch brokenForTest {
-	case "tokens":
-		s.next = 1
-	case "leases":
-		restored = nil
-	}
+	s.next = r.next
 	now := s.now()
-	for _, e := range restored {
+	for _, e := range r.restored {
 		s.locks[e.name] = e
 		s.held++
 		s.heapPush(&e.h)
@@ -281,17 +297,14 @@ func (s *Store) load(nowWall int64) error {
 			}
 		}
 	}
-	for _, e := range floors {
+	for _, e := range r.floors {
 		s.locks[e.name] = e
 	}
 	s.peak = len(s.locks)
 	s.armLocked(now)
 	// Earlier releases kept short leases in memory only, covered by a horizon
 	// written ahead: after a crash of such a version, wait for it once.
-	if brokenForTest == "grace" { // the old behaviour: refuse every grant for a while
-		horizon = max(horizon, nowWall+int64(300*time.Millisecond))
-	}
-	if left := horizon - nowWall; left > 0 {
+	if left := r.horizon - nowWall; left > 0 {
 		s.graceUntil = now + left
 		s.graceDone = make(chan struct{})
 		done := s.graceDone
@@ -309,9 +322,6 @@ func restore(name string, r lockFields, nowWall int64) *entry {
 	for _, f := range r.holds {
 		if f.wallExp <= nowWall {
 			continue
-		}
-		if brokenForTest == "owners" {
-			f.owner = ""
 		}
 		h := &e.h
 		if e.h.token != 0 {
@@ -379,7 +389,7 @@ func (s *Store) replayLocked(tx *bbolt.Tx) error {
 	switch {
 	case w.gen > folded && w.size > 0:
 		return fmt.Errorf("bolt: open %s: lease log generation %d is ahead of the file's %d: %w", s.path, w.gen, folded, ErrCorrupt)
-	case w.gen == folded && w.size > 0 && brokenForTest != "log":
+	case w.gen == folded && w.size > 0:
 		b := tx.Bucket(bucketLocks)
 		for k, v := range w.names {
 			if err := b.Put([]byte(k), v); err != nil {
@@ -396,13 +406,3 @@ func (s *Store) replayLocked(tx *bbolt.Tx) error {
 	w.gen = max(w.gen, folded) + 1
 	return meta.Put(keyWALGen, u64(w.gen))
 }
-
-// brokenForTest, set only by the crash test's negative control, makes the store
-// forget what it must remember ("tokens": the token ceiling; "leases": the
-// written leases; "log": the lease log, not replayed; "steps": forward steps of
-// the wall clock; "grace": that names
-// were free, refusing every grant for 300ms as a lease horizon did; "owners":
-// the owners of the leases it restores; "floors": the tokens of names healed
-// above the shared counter), to show
-// that the crash checker catches it.
-var brokenForTest string

@@ -103,9 +103,8 @@ type Store struct {
 	// (Options.ExternalLocks).
 	externalLocks bool
 
-	closed  atomic.Bool
-	crashed atomic.Bool  // set by abandon (tests): stop without the final write
-	life    sync.RWMutex // held shared by KV operations, exclusively by Close
+	closed atomic.Bool
+	life   sync.RWMutex // held shared by KV operations, exclusively by Close
 
 	mu       sync.Mutex
 	isClose  bool
@@ -118,9 +117,8 @@ type Store struct {
 	timer    driver.Timer
 	timerAt  int64 // when timer fires (0: none armed)
 
-	next  uint64 // next token to hand out
-	ceil  uint64 // durable token ceiling: tokens <= ceil may be handed out
-	steps int    // forward wall-clock steps absorbed (for tests and logs)
+	next uint64 // next token to hand out
+	ceil uint64 // durable token ceiling: tokens <= ceil may be handed out
 
 	// Commits of lock records and the grants they carried, for the benchmarks.
 	statCommits, statGrants int64
@@ -264,15 +262,18 @@ func (s *Store) Path() string { return s.path }
 // honours them. Later calls of any method return fence.ErrClosed; a second Close
 // returns nil. It returns the error of the final write or of closing the file.
 func (s *Store) Close() error {
-	if !s.shut(false) { // the flusher's last run wrote what was dirty
+	if !s.shut() {
 		return nil
+	}
+	// The last commit, made here rather than by the flusher, so that a test can
+	// stop the store as kill -9 would (shut alone) with no switch in the
+	// product: what is dirty, and the callers still waiting for it.
+	var err error
+	if ferr := s.flushOnce(); ferr != nil {
+		err = fmt.Errorf("bolt: close: %w", ferr)
 	}
 	s.life.Lock() // wait for KV operations in flight
 	defer s.life.Unlock()
-	var err error
-	if s.pending != nil && s.pending.err != nil {
-		err = fmt.Errorf("bolt: close: %w", s.pending.err)
-	}
 	// Leave the bbolt file complete on its own: fold the lease log into it.
 	s.fmu.Lock()
 	if cerr := s.checkpointLocked(true); cerr != nil && err == nil {
@@ -288,28 +289,11 @@ func (s *Store) Close() error {
 	return err
 }
 
-// abandon stops the store as kill -9 would, for tests: nothing more is written,
-// the file keeps what the last commit left in it.
-func (s *Store) abandon() {
-	if !s.shut(true) {
-		return
-	}
-	s.mu.Lock()
-	s.pending.err = fence.ErrClosed // nothing more is written: fail those waiting
-	close(s.pending.done)
-	s.mu.Unlock()
-	s.life.Lock()
-	s.fmu.Lock() // a caller's commit may be running (see lead)
-	_ = s.wal.close()
-	_ = s.db.Close()
-	s.fmu.Unlock()
-	s.life.Unlock()
-}
-
 // shut marks the store closed, wakes every waiter, stops the expiry timer and
-// the flusher, and returns true once the flusher has stopped; crashed stops it
-// before its last write. It returns false if the store was closed already.
-func (s *Store) shut(crashed bool) bool {
+// the flusher, and returns true once the flusher has stopped, with what was
+// dirty still unwritten (Close writes it). It returns false if the store was
+// closed already.
+func (s *Store) shut() bool {
 	s.mu.Lock()
 	if s.isClose {
 		s.mu.Unlock()
@@ -322,7 +306,6 @@ func (s *Store) shut(crashed bool) bool {
 		s.timer.Stop()
 	}
 	s.mu.Unlock()
-	s.crashed.Store(crashed)
 	close(s.stop)
 	<-s.stopped
 	return true
