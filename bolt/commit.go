@@ -45,7 +45,7 @@ func (s *Store) lead(g *flushGen) {
 	// (as the flusher does; when nothing else is runnable this returns at once).
 	runtime.Gosched()
 	s.mu.Lock()
-	// After Close began, the flusher's last commit (or abandon) ends g.
+	// After Close began, Close's last commit (or a test's kill -9) ends g.
 	mine := s.pending == g && !s.isClose
 	s.mu.Unlock()
 	if mine {
