@@ -145,11 +145,10 @@ func TestOpen_LeaseRecordsOfEarlierRelease_HeldWithoutOwner(t *testing.T) {
 // The owner survives a crash (from the lease log), a clean close (from the
 // bbolt file) and a checkpoint, and goes with the lease.
 func TestOwner_KeptAcrossCrashCloseAndCheckpoint(t *testing.T) {
-	walLimitForTest = 512
-	t.Cleanup(func() { walLimitForTest = 0 })
 	path := filepath.Join(t.TempDir(), "fence.db")
 	o := &Options{NoSync: true}
 	s := mustOpen(t, path, o)
+	s.setCheckpointAt(512)
 	const owner = "worker-7.example:4242 ünïcødé job"
 	long := strings.Repeat("o", fence.MaxOwnerLen)
 	a := mustAcquire(t, s, "a", time.Hour, fence.WithOwner(owner))
@@ -158,6 +157,7 @@ func TestOwner_KeptAcrossCrashCloseAndCheckpoint(t *testing.T) {
 	s.abandon()
 
 	s = mustOpen(t, path, o)
+	s.setCheckpointAt(512)
 	wantOwner(t, s, "a", a.Token(), owner)
 	wantOwner(t, s, "b", b.Token(), long)
 	wantOwner(t, s, "c", c.Token(), "")
@@ -177,6 +177,7 @@ func TestOwner_KeptAcrossCrashCloseAndCheckpoint(t *testing.T) {
 	}
 
 	s = mustOpen(t, path, o)
+	s.setCheckpointAt(512)
 	defer s.Close()
 	wantOwner(t, s, "a", a.Token(), owner)
 	wantOwner(t, s, "b", b.Token(), long)

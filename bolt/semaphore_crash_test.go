@@ -38,14 +38,13 @@ var semTTLs = []time.Duration{20 * time.Millisecond, 150 * time.Millisecond, 400
 func semChild(path string) int {
 	seed, _ := strconv.ParseInt(os.Getenv(crashSeedEnv), 10, 64)
 	rng := rand.New(rand.NewSource(seed))
-	brokenForTest = os.Getenv(crashBrokenEnv)
-	if rng.Intn(2) == 0 {
-		walLimitForTest = 2048
-	}
-	s, err := Open(path, &Options{TokenBlock: 8})
+	s, err := openBroken(path, &Options{TokenBlock: 8}, os.Getenv(crashBrokenEnv))
 	if err != nil {
 		fmt.Printf("E open: %v\n", err)
 		return 3
+	}
+	if rng.Intn(2) == 0 {
+		s.setCheckpointAt(2048)
 	}
 	ctx := context.Background()
 	fmt.Printf("O\n")

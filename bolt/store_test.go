@@ -385,12 +385,20 @@ func (c *steppingClock) stepWall(d time.Duration) {
 // crashWithStep grants a 10s lease, steps the wall clock by step while the store
 // runs, lets the store see it (another grant), crashes, and reopens with the
 // stepped wall clock. It returns the reopened store and the lease.
-func crashWithStep(t *testing.T, step time.Duration) (*Store, *fence.Lease, *steppingClock) {
+//
+// With unseen, the running store is given a wall clock without the step (the
+// reopened one has it): it writes its file as a store that ignored the step
+// would, the negative control of the tests that it does not.
+func crashWithStep(t *testing.T, step time.Duration, unseen bool) (*Store, *fence.Lease, *steppingClock) {
 	t.Helper()
 	clock := &steppingClock{ManualClock: inmem.NewManualClock(time.Unix(1_700_000_000, 0))}
 	o := &Options{NoSync: true, Clock: clock, Wall: clock.wall}
 	path := filepath.Join(t.TempDir(), "fence.db")
-	s := mustOpen(t, path, o)
+	first := *o
+	if unseen {
+		first.Wall = clock.Now
+	}
+	s := mustOpen(t, path, &first)
 	held := mustAcquire(t, s, "held", 10*time.Second)
 	clock.Advance(time.Second)
 	clock.stepWall(step)
@@ -403,7 +411,7 @@ func crashWithStep(t *testing.T, step time.Duration) (*Store, *fence.Lease, *ste
 }
 
 func TestStore_WallStepForward_WhileRunning_LeaseNotShortenedAfterCrash(t *testing.T) {
-	s, held, _ := crashWithStep(t, time.Hour)
+	s, held, _ := crashWithStep(t, time.Hour, false)
 	// 2s of the lease's 10s are gone; the wall clock's hour must not count.
 	info, err := s.Inspect(context.Background(), "held")
 	if err != nil || !info.Held || info.Token != held.Token() {
@@ -420,16 +428,14 @@ func TestStore_WallStepForward_WhileRunning_LeaseNotShortenedAfterCrash(t *testi
 func TestStore_WallStepForward_Ignored_LeaseLostAfterCrash(t *testing.T) {
 	// The negative control of the test above: a store that ignores the step
 	// forgets the lease at the restart (the wall says it ended an hour ago).
-	brokenForTest = "steps"
-	t.Cleanup(func() { brokenForTest = "" })
-	s, _, _ := crashWithStep(t, time.Hour)
+	s, _, _ := crashWithStep(t, time.Hour, true)
 	if info, err := s.Inspect(context.Background(), "held"); err != nil || info.Held {
 		t.Fatalf("Inspect(held) with steps ignored = %+v, %v; want not held (so the test above can fail)", info, err)
 	}
 }
 
 func TestStore_WallStepBackward_WhileRunning_LeaseLongerNotShorter(t *testing.T) {
-	s, held, clock := crashWithStep(t, -time.Minute)
+	s, held, clock := crashWithStep(t, -time.Minute, false)
 	info, err := s.Inspect(context.Background(), "held")
 	if err != nil || !info.Held || info.Token != held.Token() || info.ExpiresIn < 8*time.Second {
 		t.Fatalf("Inspect(held) after a backward step and a crash = %+v, %v; want held for at least 8s", info, err)

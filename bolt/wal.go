@@ -65,10 +65,6 @@ var (
 // brim splits again at the next name that lands in it.
 const foldFill = 0.9
 
-// walLimitForTest, if not zero, replaces walLimit (the crash test checkpoints
-// often, to kill the store in the middle of checkpoints too).
-var walLimitForTest int64
-
 // wal is the open lease log. It is used by the flusher only (and by Open and
 // Close), except names, which is guarded by the Store's mu.
 type wal struct {
@@ -94,6 +90,10 @@ type wal struct {
 	// it) and the highest ceiling logged (0: none).
 	names map[string][]byte
 	ceil  uint64
+
+	// checkpointAt is the log size past which the flusher checkpoints: walLimit
+	// (the crash test lowers it, to kill the store in checkpoints too).
+	checkpointAt int64
 }
 
 // openWAL opens the lease log of the store at path, if it exists, and reads its
@@ -101,7 +101,7 @@ type wal struct {
 // folds into the bbolt file. Open creates a missing log (create) if the bbolt
 // file allows it.
 func openWAL(path string, noSync bool) (*wal, error) {
-	w := &wal{path: path + "-wal", noSync: noSync, names: make(map[string][]byte)}
+	w := &wal{path: path + "-wal", noSync: noSync, names: make(map[string][]byte), checkpointAt: walLimit}
 	f, err := os.OpenFile(w.path, os.O_RDWR, 0o600)
 	if errors.Is(err, os.ErrNotExist) {
 		return w, nil
@@ -378,11 +378,4 @@ func (w *wal) append(recs []lockRec, ceil uint64) (int64, error) {
 		w.ceil = max(w.ceil, ceil)
 	}
 	return w.off, nil
-}
-
-func (w *wal) limit() int64 {
-	if walLimitForTest != 0 {
-		return walLimitForTest
-	}
-	return walLimit
 }

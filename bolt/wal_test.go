@@ -62,10 +62,9 @@ func TestWAL_TornTail_IgnoredEarlierRecordsKept(t *testing.T) {
 }
 
 func TestWAL_Checkpoint_FoldsIntoFileAndRestartsLog(t *testing.T) {
-	walLimitForTest = 1024
-	t.Cleanup(func() { walLimitForTest = 0 })
 	path := filepath.Join(t.TempDir(), "fence.db")
 	s := mustOpen(t, path, nil)
+	s.setCheckpointAt(1024)
 	ctx := context.Background()
 	gen0 := s.wal.gen
 	var last fence.Token
