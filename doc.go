@@ -80,9 +80,9 @@
 //     never later than the backend's expiry, but a backend may keep a lock longer than
 //     its TTL, which delays the next holder when a holder never releases: etcd keeps
 //     it at least its minimum lease TTL (2s with etcd's default timing) and revokes
-//     expired leases every 500ms, so a 100ms lease is handed over about 2.4s after its
-//     deadline. Bolt, inmem, Redis, PostgreSQL, ZooKeeper and the HTTP server on them
-//     hand over within a few milliseconds of the TTL.
+//     expired leases every 500ms (see package etcd). Bolt, inmem, Redis, PostgreSQL,
+//     ZooKeeper and the HTTP server on them hand over within a few milliseconds of
+//     the TTL.
 //   - Tokens: 1 to [MaxToken] (2^53-1, so they survive JSON numbers and Lua doubles);
 //     0 is never a valid token.
 //   - Semaphore limits: 1 to [MaxLimit] (1024) permits; at most MaxLimit shared

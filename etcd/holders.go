@@ -17,7 +17,7 @@ import (
 	"github.com/fencelock/fence/driver"
 )
 
-// The keys of semaphores and shared locks (see the package documentation). A lock
+// The keys of semaphores and shared locks (see docs/etcd.md). A lock
 // name has no control character, so every key that starts with the lock key and
 // "\x00" belongs to that name alone, and [lock key, lock key+"\x01") is the name's
 // whole state but its token and owner keys:

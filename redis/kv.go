@@ -77,8 +77,9 @@ const kvSuffix = ":kv"
 // in a store with synchronous replication (etcd, PostgreSQL).
 //
 // Issued tokens (P9): a KV made by NewIssuedKV (a Store's) refuses a fence that the
-// Lockers of its prefix never issued: see "Fenced KV" in the package documentation
-// for what it checks and where a Cluster makes the check a read before the write. A
+// Lockers of its prefix never issued: see "Fenced KV and issued tokens" in the
+// package documentation for what it checks, and docs/redis.md for where a Cluster
+// makes the check a read before the write. A
 // KV made by NewKV guards with the tokens of any lock and does not check that.
 //
 // A KV is safe for concurrent use. It does not own its client.

@@ -133,8 +133,9 @@ type Options struct {
 	Clock driver.Clock
 }
 
-// Locker is a fence.Locker on Redis. See the package documentation for the key
-// layout, waiting, watching, durability and healing. A Locker is safe for concurrent use; it
+// Locker is a fence.Locker on Redis. See the package documentation for waiting,
+// durability and healing, and docs/redis.md for the key layout and scripts. A
+// Locker is safe for concurrent use; it
 // does not own the client, which the caller closes after Close.
 type Locker struct {
 	client  Client
