@@ -333,11 +333,6 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		closeStore()
 		return fmt.Errorf("serve: %w", err)
 	}
-	scheme := "http"
-	if c.tls != nil {
-		scheme = "https"
-		ln = tls.NewListener(ln, c.tls)
-	}
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: c.headerTimeout,
@@ -350,6 +345,12 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// No WriteTimeout: long polls and blocking queries legitimately stay open up
 		// to --max-wait.
+		Protocols: serveProtocols(c.tls != nil),
+		TLSConfig: c.tls,
+	}
+	scheme := "http"
+	if c.tls != nil {
+		scheme = "https"
 	}
 	if len(c.tokens) == 0 {
 		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
@@ -359,9 +360,13 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		}
 	}
 	served := make(chan error, 1)
-	// Through srv.Serve, a parked long poll leaves net/http while it waits (a
-	// small goroutine, not net/http's two and their buffers).
-	go func() { served <- srv.Serve(hs, ln) }()
+	go func() {
+		if c.tls != nil {
+			served <- hs.ServeTLS(ln, "", "") // the certificate is in hs.TLSConfig
+			return
+		}
+		served <- hs.Serve(ln)
+	}()
 	log.Info("fence serve listening", "url", scheme+"://"+ln.Addr().String(), "store", st.desc, "auth", len(c.tokens) > 0)
 
 	select {
@@ -374,11 +379,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	srv.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
-	err = hs.Shutdown(sctx)
-	if err == nil {
-		err = srv.Shutdown(sctx) // the parked waits, which hs does not know
-	}
-	if err != nil {
+	if err = hs.Shutdown(sctx); err != nil {
 		log.Warn("requests still in flight at the shutdown timeout were cut", "err", err)
 		_ = hs.Close()
 	}
@@ -390,6 +391,20 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveProtocols are the protocols fence serve speaks: HTTP/1.1 and HTTP/2,
+// negotiated by ALPN over TLS, and without TLS HTTP/2 with prior knowledge
+// (h2c) beside HTTP/1.1.
+func serveProtocols(tls bool) *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	if tls {
+		p.SetHTTP2(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return p
 }
 
 // maxHeaderBytes bounds a request's headers; beyond it the server answers 431.
