@@ -13,10 +13,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -49,16 +47,19 @@ type ClientOptions struct {
 	// MaxPoll is the longest wait asked of the server in one long poll; a longer wait
 	// is several polls. 0 means 30s (below common proxy idle timeouts).
 	MaxPoll time.Duration
+	// H2C speaks HTTP/2 without TLS (prior knowledge) to an http:// server, as
+	// `fence serve` accepts: every request of the Client then shares one
+	// connection. An https:// server is spoken to over HTTP/2 whenever it offers
+	// it (ALPN), with or without H2C. Ignored with HTTPClient.
+	H2C bool
 }
 
 // Client is a fence.Locker, fence.Healer, fence.Revoker, fence.Inspector,
 // fence.Watcher, fence.Guard and fence.KV that talks to a `fence serve` server
-// (HTTP API v1) over keep-alive connections. It is safe for
-// concurrent use. Leases it returns are fence.Lease values, so Done, Context and
-// WithAutoRenew work over HTTP. Goroutines sharing a Client have their
-// concurrent acquire tries, renews and releases sent together in POST /v1/batch
-// when its requests are already in the air; a lone call goes out on its own route
-// at once (see the package doc, Batches).
+// (HTTP API v1) over keep-alive connections of a net/http Transport (HTTP/1.1,
+// or HTTP/2 over TLS or with ClientOptions.H2C). It is safe for concurrent use;
+// each call is one request. Leases it returns are fence.Lease values, so Done,
+// Context and WithAutoRenew work over HTTP.
 //
 // Errors: an error the server answered is a *ServerError whose Error is the server's
 // message verbatim (it names the operation and the lock or key: `release "job1":
@@ -70,21 +71,13 @@ type ClientOptions struct {
 // Client refuses before any request read as the server's would (`release "job1":
 // invalid lease: is empty`) and match fence.ErrInvalid and *fence.InvalidError.
 type Client struct {
-	base string // scheme://host[/path], without a trailing slash
-	hc   *http.Client
-	rt   *directTransport // the default transport, called without hc's machinery; nil with ClientOptions.HTTPClient
-	lean *leanHead        // rt's lean path (transport_lean.go); nil if the base URL or auth token cannot take it
-	// leanOnce decides at the first request whether rt sends the Client's
-	// requests directly (leanOK): http, no proxy from the environment, which
-	// net/http reads at its first use.
-	leanOnce sync.Once
-	leanOK   bool
-	auth     string
-	clock    driver.Clock
-	timeout  time.Duration
-	maxPoll  time.Duration
-	engine   driver.Engine // Acquire's wait and wording
-	batch    batcher       // group commit of concurrent lock operations (transport_batch.go)
+	base    string // scheme://host[/path], without a trailing slash
+	hc      *http.Client
+	auth    string
+	clock   driver.Clock
+	timeout time.Duration
+	maxPoll time.Duration
+	engine  driver.Engine // Acquire's wait and wording
 }
 
 var (
@@ -133,12 +126,14 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 		if opts.TLSConfig != nil {
 			t.TLSClientConfig = opts.TLSConfig.Clone()
 		}
-		c.rt = newDirectTransport(t, t.DialContext, t.MaxIdleConnsPerHost)
+		if opts.H2C {
+			t.Protocols = new(http.Protocols)
+			t.Protocols.SetHTTP2(true)
+			t.Protocols.SetUnencryptedHTTP2(true)
+		}
 		// Never follow a redirect: the server sends none, and one from elsewhere (a
-		// proxy cleaning a path) could point a request at another lock. (Requests
-		// go to rt itself, which follows none.)
-		c.hc = &http.Client{Transport: c.rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		c.lean = newLeanHead(u, c.auth)
+		// proxy cleaning a path) could point a request at another lock.
+		c.hc = &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if c.clock == nil {
 		c.clock = driver.SystemClock
@@ -168,21 +163,8 @@ type response struct {
 // reach the fence server at URL: REASON", or, when ctx ended the request,
 // "OP NAME: context canceled" matching ctx.Err() as well.
 func (c *Client) do(ctx context.Context, op, name, method, path string, header http.Header, body []byte, extra time.Duration) (*response, error) {
-	// The request's own bound, c.timeout+extra: a deadline of the direct
-	// transport's connection, or a context for another transport.
-	rctx, deadline := ctx, time.Now().Add(c.timeout+extra)
-	if c.rt == nil {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	if c.useLean(header) {
-		resp, err := c.rt.send(rctx, deadline, c.lean, &leanRequest{method: method, path: path, header: header, body: body})
-		if err != nil {
-			return nil, c.transportError(ctx, op, name, err)
-		}
-		return resp, nil
-	}
+	rctx, cancel := context.WithTimeout(ctx, c.timeout+extra)
+	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -192,17 +174,12 @@ func (c *Client) do(ctx context.Context, op, name, method, path string, header h
 		return nil, &clientError{msg: fmt.Sprintf("%s: cannot build the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
 	}
 	for k, vs := range header {
-		req.Header[k] = slices.Clone(vs) // header may be shared (jsonHeader)
+		req.Header[k] = vs
 	}
 	if c.auth != "" {
 		req.Header.Set("Authorization", "Bearer "+c.auth)
 	}
-	var resp *http.Response
-	if c.rt != nil {
-		resp, err = c.rt.roundTrip(req, deadline)
-	} else {
-		resp, err = c.hc.Do(req)
-	}
+	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, c.transportError(ctx, op, name, err)
 	}
@@ -212,19 +189,6 @@ func (c *Client) do(ctx context.Context, op, name, method, path string, header h
 		return nil, c.transportError(ctx, op, name, err)
 	}
 	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
-}
-
-// useLean reports whether a request with header goes by the direct
-// transport's lean path.
-func (c *Client) useLean(header http.Header) bool {
-	if c.lean == nil {
-		return false
-	}
-	c.leanOnce.Do(func() {
-		req, err := http.NewRequest(http.MethodGet, c.base+"/", nil)
-		c.leanOK = err == nil && c.rt.direct(req)
-	})
-	return c.leanOK && leanHeaderSafe(header)
 }
 
 // opName is the "<op> "<name>"" that starts a message.
@@ -297,7 +261,7 @@ func (c *Client) doJSON(ctx context.Context, op, name, method, path string, in, 
 		if body, err = c.encode(op, name, in); err != nil {
 			return err
 		}
-		h = jsonHeader()
+		h = http.Header{"Content-Type": {"application/json"}}
 	}
 	resp, err := c.do(ctx, op, name, method, path, h, body, extra)
 	if err != nil {
@@ -308,10 +272,6 @@ func (c *Client) doJSON(ctx context.Context, op, name, method, path string, in, 
 
 // encode returns in as JSON.
 func (c *Client) encode(op, name string, in any) ([]byte, error) {
-	body, fast := appendJSON(nil, in)
-	if fast {
-		return body, nil // the hot bodies, as json.Marshal writes them
-	}
 	body, err := json.Marshal(in)
 	if err != nil {
 		return nil, &clientError{msg: fmt.Sprintf("%s: cannot encode the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
@@ -326,33 +286,11 @@ func (c *Client) decodeAnswer(op, name string, resp *response, out any) error {
 		return c.answerError(resp)
 	}
 	if out != nil {
-		if fd, ok := out.(fastDecoder); ok && fd.decodeFast(resp.body) {
-			return nil
-		}
 		if err := json.Unmarshal(resp.body, out); err != nil {
 			return c.malformed(op, name)
 		}
 	}
 	return nil
-}
-
-// doLockOp is doJSON for a lock operation that does not wait (an acquire try, a
-// renew, a release): sent alone or batched with concurrent ones (see lockOp).
-// With queueOnly it sends nothing unless the operation would be queued, and
-// reports whether it was sent.
-func (c *Client) doLockOp(ctx context.Context, op, name string, in, out any, queueOnly bool) (sent bool, err error) {
-	body, err := c.encode(op, name, in)
-	if err != nil {
-		return true, err
-	}
-	resp, err := c.lockOp(ctx, op, name, "/v1/locks/"+EscapeName(name)+"/"+op, body, queueOnly)
-	switch {
-	case err != nil:
-		return true, err
-	case resp == nil:
-		return false, nil
-	}
-	return true, c.decodeAnswer(op, name, resp, out)
 }
 
 // malformed is the error of a 200 answer the Client cannot read.
@@ -449,27 +387,7 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 	if limit := r.Options.Limit; limit > 1 {
 		req.Limit = &limit
 	}
-	var err error
-	sent := false
-	if !r.Waiting {
-		sent, err = c.doLockOp(ctx, op, r.Name, req, &resp, false)
-	} else if r.Try == 1 {
-		// A waiting acquire that would queue tries once in the batch first; if
-		// the lock is held, its long poll goes alone (Again: the next try).
-		req.WaitMs = 0
-		if sent, err = c.doLockOp(ctx, op, r.Name, req, &resp, true); sent && errors.Is(err, fence.ErrNotAcquired) {
-			res := driver.Result{Again: true}
-			var held *fence.HeldError
-			if errors.As(err, &held) {
-				res.ExpiresIn = held.ExpiresIn
-			}
-			return res, nil
-		}
-		req.WaitMs = ms(poll)
-	}
-	if !sent {
-		err = c.doJSON(ctx, op, r.Name, http.MethodPost, "/v1/locks/"+EscapeName(r.Name)+"/acquire", req, &resp, poll)
-	}
+	err := c.doJSON(ctx, op, r.Name, http.MethodPost, "/v1/locks/"+EscapeName(r.Name)+"/acquire", req, &resp, poll)
 	switch {
 	case errors.Is(err, fence.ErrNotAcquired):
 		res := driver.Result{}
@@ -533,8 +451,7 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return invalidArg(op, name, err)
 	}
 	ttlMs := ms(ttl)
-	_, err := c.doLockOp(ctx, op, name, renewRequest{Lease: leaseID, TTLms: &ttlMs}, nil, false)
-	return err
+	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/renew", renewRequest{Lease: leaseID, TTLms: &ttlMs}, nil, 0)
 }
 
 // Release ends the lease and wakes the server's waiters (see fence.Locker). It
@@ -546,8 +463,7 @@ func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 	if err := validateLeaseArgs(op, name, leaseID); err != nil {
 		return err
 	}
-	_, err := c.doLockOp(ctx, op, name, releaseRequest{Lease: leaseID}, nil, false)
-	return err
+	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/release", releaseRequest{Lease: leaseID}, nil, 0)
 }
 
 // Heal reports to the server that a guard saw token seen for lock name, so the next

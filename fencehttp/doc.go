@@ -26,8 +26,6 @@
 //	GET  /v1/locks?prefix=P&limit=N[&all=true]
 //	                      -> 200 {"locks":[...]}: the held locks; all=true every name the
 //	                         store knows, free ones too | 400 {"code":"invalid","field":"all"}
-//	POST /v1/batch        [{"op":"acquire"|"renew"|"release","name":NAME,...its route's fields},...]
-//	                      -> 200 [{"status":S,"body":B},...] (see Batches) | 400 | 413
 //	PUT  /v1/kv/{key}     headers Fence-Token: N, Fence-Lock: NAME [, Fence-Lease: ID]
 //	                      -> 200 {"key","lock","token"} | 409 {"error","code","highest"}
 //	                         | 400 (Fence-Lock missing: {"code":"invalid","field":"Fence-Lock"})
@@ -90,8 +88,8 @@
 // 410. Revoke is safe only where the resource is fenced: the next grant's token is
 // higher, so once the next holder writes or fences (POST /v1/fences/{key}) any
 // guard refuses the revoked holder's writes (P1, P3); until then a paused revoked
-// holder can still write with its token. With auth tokens, any token the server
-// accepts may revoke: admin-only revoke comes with scoped tokens, in a later issue.
+// holder can still write with its token. With auth tokens, revoke needs the admin
+// right (see Security).
 //
 // # Semaphores and shared locks
 //
@@ -113,10 +111,25 @@
 // # Waiting
 //
 // An acquire with wait_ms is a long poll: the request stays open until the lock is
-// granted (woken by the release, through the backend's own wake-up), the wait ends
-// (409), or the client goes away. The server caps one poll at Config.MaxWait (60s by
-// default); the Client polls again until its own wait is over, so fence.WaitForever
-// works. A grant made just as its client went away is released at once.
+// granted (woken by the release, through the store's own wake-up), the wait ends
+// (409), the client goes away, or the server drains (503). The server caps one poll
+// at Config.MaxWait (60s by default); the Client polls again until its own wait is
+// over, so fence.WaitForever works. A grant made just as its client went away is
+// released at once.
+//
+// Waiters are served in the order they arrived (P10): the waiting acquires of a
+// name queue in the server, only the head of the queue tries the store, and a
+// waiter that gives up (its wait over, its client gone) leaves the queue at once,
+// handing the turn to the next. While a name has waiters no new acquire tries
+// first: a waiting one joins the end of the queue, and one without a wait
+// (wait_ms 0) is answered 409 held at once, even at the instant the lock is free
+// between a release and the head's grant. Semaphores and shared locks queue the
+// same way, one try at a time; the store then decides what each head gets. The
+// order holds per server process: with --store shared by several servers, each
+// server orders its own waiters only, and the store decides between the heads of
+// the servers' queues. It holds within one long poll: a wait longer than
+// Config.MaxWait (the Client's ClientOptions.MaxPoll) is several polls, and each
+// new poll joins the end of the queue.
 //
 // The answer's waited_ms (rounded down) is the time from when the server got the
 // request to when it sent the store the request that granted the lease, which is
@@ -127,30 +140,10 @@
 // end of a long poll still gets its whole TTL. A 409 after a wait reports the time
 // the holder's lease has left when the wait ended (expires_in_ms, and in the message).
 //
-// # Batches
-//
-// POST /v1/batch carries 1 to MaxBatchOps (128) lock operations that do not wait,
-// each an object with its "op" (acquire, renew or release), its lock "name"
-// (unescaped) and the fields of its single route. Each runs as its own request to
-// that route would: the same validation, auth scope check (a scoped token reaches
-// only its names: 403 in the operation's slot), metrics and limits (the body limit
-// is the whole batch's). The operations of one batch run concurrently, as the
-// concurrent requests they stand for; their order is no order of execution. The
-// answer is 200 with one {"status":S,"body":B} per operation, in order: the status
-// and body its single route would answer, a lease or an error body. One bad
-// operation never fails the others. A waiting acquire is not batchable (400,
-// field wait_ms, in its slot). Only a body that is not such an array (400) or is
-// over the body limit (413) fails the whole batch.
-//
-// The Client batches transparently: a lock operation of a goroutine (an acquire's
-// try, a renew, a release) that finds fewer than two of the Client's requests in
-// the air goes out at once on its own route, as without batching; calls that come
-// while both are in the air queue, and the first request to land sends them in
-// one batch. A waiting acquire that would queue tries once in the batch and, if
-// the lock is held, long-polls on its own. Each call keeps its own context: one
-// whose context ends returns at once, and a grant its batch brings it afterwards
-// is released. A server without /v1/batch (404 or 405) gets single requests, and
-// the Client tries batches again after a minute.
+// Each waiting request, long poll or blocking query, holds a connection (or an
+// HTTP/2 stream) and its handler at the server. Config.MaxWaiters (`fence serve
+// --max-waiters`) caps how many wait at once, and one more is answered 503 at once,
+// with Retry-After.
 //
 // # Watching
 //
@@ -161,35 +154,24 @@
 // the lock next changes (an acquire, release, expiry, revoke or heal), or after
 // wait_ms with the state as it is then; both are 200, and the client compares
 // Fence-Index. wait_ms defaults to 30000 (DefaultBlockingWait) and is cut to
-// Config.MaxWait (`fence serve --max-wait`, 60s by default), as an acquire's wait
-// is; it is refused without index. A bad index or wait_ms is 400 naming it; a store
-// that is not a fence.Watcher answers blocking queries 501; while the server drains,
-// a blocking query that would wait ends with 503. fence_blocking_queries_in_flight
-// counts the queries waiting. Each waiting request, long poll or blocking query,
-// holds a connection at the server. Served through Server.Listener (as `fence
-// serve` is), a wait over plain HTTP/1.1 leaves net/http while it waits: it costs
-// one goroutine of 2 KiB of stack and about 7 KB of memory in all, measured in
-// `fence serve` (BenchmarkServe_ParkedWaiters), its answer is written as net/http
-// would, and the connection goes back to the http.Server for the client's next
-// request. Otherwise (TLS, HTTP/2, a plain Handler, or a blocking query sent
-// with a body, which the server does not read) it stays in net/http, with two
-// goroutines and its buffers, about 23 KB. Either way one request is one
-// request: the bytes of a request's body are never read as another request. Config.MaxWaiters (`fence serve
-// --max-waiters`) caps how many wait at once, and one more is answered 503 at once,
-// with Retry-After. Parked waiting acquires of one lock are served in the order
-// they came: one goroutine per lock runs the store's wait for each in turn.
-//
-// The server follows the lock with its store's Watch, one watch per query (one per
-// lock, shared by the queries parked on it, through Server.Listener). On the
-// embedded store (and inmem) that is a subscription in memory, woken by the change
-// itself, before the change's commit returns. On a network store behind --store it
-// is what that store's Watch costs: a subscription to its change messages (a watch,
-// pub/sub, LISTEN), on its shared connection where the backend relays them, and a
-// read of the lock at the start, at each change and at the end of the wait.
+// Config.MaxWait, as an acquire's wait is; it is refused without index. A bad index
+// or wait_ms is 400 naming it; a store that is not a fence.Watcher answers blocking
+// queries 501; while the server drains, a blocking query that would wait ends with
+// 503. fence_blocking_queries_in_flight counts the queries waiting. Each query
+// follows the lock with its store's Watch: on the embedded store (and inmem) a
+// subscription in memory; on a network store what that store's Watch costs.
 //
 // Client.Watch (fence.Watcher) loops on blocking queries with the last
 // Fence-Index, asking the server to wait MaxPoll each time. Its watch of a server
 // older than blocking queries (no Fence-Index) ends with ErrNotImplemented.
+//
+// # HTTP/2
+//
+// The API is the same over HTTP/1.1 and HTTP/2. `fence serve` negotiates HTTP/2
+// over TLS (ALPN) and accepts HTTP/2 without TLS with prior knowledge (h2c) beside
+// HTTP/1.1. The Client speaks HTTP/2 to an https server that offers it, and h2c
+// with ClientOptions.H2C. One request is one request in every protocol: the bytes
+// of a request's body are never read as another request.
 //
 // # The fenced KV store and the Fence-Lock header
 //
@@ -238,6 +220,7 @@
 //	400 invalid          bad name, key, TTL, token, lease id, JSON, header or path;
 //	                     Fence-Lock missing ({"field":"Fence-Lock"})
 //	401 unauthorized     missing or wrong bearer token
+//	403 forbidden        the token's scope does not cover the request
 //	404 not_found        unknown key or route
 //	405 method_not_allowed
 //	409 held             lock still held after the wait (expires_in_ms as of its end, when known)
@@ -253,6 +236,7 @@
 //	                     Watcher (a blocking query), or no semaphores or shared locks
 //	503 unavailable      the store could not be reached, the server is shutting down,
 //	                     or Config.MaxWaiters requests are waiting already
+//	500 internal         a bug (the store panicked, say); the log has it
 //
 // One answer is not the server's own: a request target with a malformed percent
 // escape (GET /v1/locks/%zz, a '%' not followed by two hex digits) is refused by
@@ -278,8 +262,8 @@
 // ParseAuthTokens) has rights on lock names and keys: read (GET of locks, lists and
 // values), lock (acquire, renew, release), write (PUT and DELETE /v1/kv, POST
 // /v1/fences) and admin (revoke, heal, purge, /metrics, and everything); a
-// request it does not cover is
-// 403 "forbidden", naming what was refused and what the token has. A listing's
+// request it does not cover is 403 "forbidden", naming what was refused and what
+// the token has. A listing's
 // prefix must lie within one of the token's prefix patterns. The scope is checked
 // on the route the router reads (an action word last makes the path that action's,
 // for every method), so a path cannot name one lock to the check and another to the

@@ -3,6 +3,7 @@ package fencehttp_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	shared.server = s
-	shared.srv = serveParked(s)
+	shared.srv = startHTTP(s)
 	defer shared.srv.Close()
 	shared.client, err = fencehttp.NewClient(shared.srv.URL, nil)
 	if err != nil {
@@ -86,16 +87,17 @@ func newServer(t testing.TB, cfg fencehttp.Config) (*fencehttp.Server, *httptest
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
-	hs := serveParked(s)
+	hs := startHTTP(s)
 	t.Cleanup(hs.Close)
 	return s, hs
 }
 
-// serveParked starts s as fence serve does: through s.Listener, so that its
-// long polls leave net/http while they wait.
-func serveParked(s *fencehttp.Server) *httptest.Server {
+// startHTTP starts s over plain HTTP/1.1 and h2c, as fence serve does without TLS.
+func startHTTP(s *fencehttp.Server) *httptest.Server {
 	hs := httptest.NewUnstartedServer(s.Handler())
-	hs.Listener = s.Listener(hs.Config, hs.Listener)
+	hs.Config.Protocols = new(http.Protocols)
+	hs.Config.Protocols.SetHTTP1(true)
+	hs.Config.Protocols.SetUnencryptedHTTP2(true)
 	hs.Start()
 	return hs
 }

@@ -25,10 +25,7 @@ type metrics struct {
 	blocking       prometheus.Gauge
 	held           *heldSet
 
-	// The series of the hot answers, resolved once: a WithLabelValues on every
-	// request hashes its labels and takes the vector's lock.
 	acquireGranted, acquireHeld, acquireError prometheus.Observer
-	okAcquire, okRenew, okRelease             prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
@@ -75,9 +72,6 @@ func newMetrics(reg *prometheus.Registry, held *heldSet) *metrics {
 	m.acquireGranted = m.acquireSeconds.WithLabelValues("granted")
 	m.acquireHeld = m.acquireSeconds.WithLabelValues("held")
 	m.acquireError = m.acquireSeconds.WithLabelValues("error")
-	m.okAcquire = m.requests.WithLabelValues("locks/acquire", "200")
-	m.okRenew = m.requests.WithLabelValues("locks/renew", "200")
-	m.okRelease = m.requests.WithLabelValues("locks/release", "200")
 	reg.MustRegister(m.grants, m.acquireSeconds, m.waits, m.waitSeconds, m.stale, m.unissued, m.lost, m.revokes, m.kvWrites, m.requests, m.blocking,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fence_held_locks",

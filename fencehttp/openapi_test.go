@@ -834,8 +834,6 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "acquire a permit, no semaphores", on: s.bare, method: "POST", path: "/v1/locks/x/acquire", body: `{"limit":2}`, status: 501, code: "not_implemented"})
 	c.do(exchange{what: "acquire shared, no shared locks", on: s.bare, method: "POST", path: "/v1/locks/x/acquire", body: `{"shared":true}`, status: 501, code: "not_implemented"})
 
-	exerciseBatch(t, c, s)
-
 	// the server's own routes
 	c.do(exchange{what: "healthz", on: m, method: "GET", path: "/healthz", status: 200})
 	c.do(exchange{what: "healthz without a token on a server with auth", on: s.auth, method: "GET", path: "/healthz", status: 200})

@@ -249,17 +249,6 @@ func FenceFromContext(ctx context.Context) (fence.Fence, bool) {
 	return f, ok
 }
 
-// WriteError answers err, which a fenced write to resource met, as `fence serve`
-// answers it: the status and JSON body of the API's error table ({"error","code"}
-// with "highest", "token", "key" for a *fence.StaleTokenError, "lock" and "got" for
-// a *fence.NamespaceError, "field" for a *fence.InvalidError). An error the table
-// does not know is answered 500 "internal error", without its text. The message
-// names the request's method and the resource: put "/inventory/main": stale token
-// 5, highest seen 7.
-func WriteError(w http.ResponseWriter, r *http.Request, resource string, err error) {
-	writeResourceError(w, r, nil, strings.ToLower(r.Method), resource, err)
-}
-
 func writeResourceError(w http.ResponseWriter, r *http.Request, opts *ResourceOptions, op, resource string, err error) {
 	status, body := errorBody(op, resource, err)
 	if status >= 500 {

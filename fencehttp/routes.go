@@ -25,7 +25,6 @@ const (
 	routeUI                          // /ui and /ui/FILE: the dashboard (package ui)
 	routeMetrics                     // /metrics
 	routeOpenAPI                     // /v1/openapi.json
-	routeBatch                       // /v1/batch
 	routeList                        // /v1/locks and /v1/locks/: the listing
 	routeLock                        // /v1/locks/{name}: its state, a blocking query
 	routeLockAction                  // /v1/locks/{name}/{action}
@@ -43,7 +42,6 @@ var allowed = [...]string{
 	routeUI:         "GET, HEAD",
 	routeMetrics:    "GET, HEAD",
 	routeOpenAPI:    "GET, HEAD",
-	routeBatch:      "POST",
 	routeList:       "GET, HEAD",
 	routeLock:       "GET, HEAD",
 	routeLockAction: "POST",
@@ -84,8 +82,6 @@ func parseRoute(method, escaped string) route {
 		rt.kind = routeMetrics
 	case escaped == "/v1/openapi.json":
 		rt.kind = routeOpenAPI
-	case escaped == "/v1/batch":
-		rt.kind = routeBatch
 	case escaped == "/v1/locks" || escaped == "/v1/locks/":
 		rt.kind = routeList
 	case strings.HasPrefix(escaped, "/v1/locks/"):
@@ -168,8 +164,6 @@ func (rt route) label() string {
 		return "metrics"
 	case routeOpenAPI:
 		return "openapi"
-	case routeBatch:
-		return "batch"
 	}
 	return "other"
 }

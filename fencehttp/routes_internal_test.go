@@ -24,8 +24,6 @@ func TestParseRoute(t *testing.T) {
 		{"GET", "/uix", routeNone, "", "", false},
 		{"GET", "/metrics", routeMetrics, "", "", true},
 		{"GET", "/v1/openapi.json", routeOpenAPI, "", "", true},
-		{"POST", "/v1/batch", routeBatch, "", "", true},
-		{"GET", "/v1/batch", routeBatch, "", "", false},
 		{"GET", "/v1/locks", routeList, "", "", true},
 		{"GET", "/v1/locks/", routeList, "", "", true},
 		{"POST", "/v1/locks/", routeList, "", "", false},

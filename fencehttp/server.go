@@ -88,7 +88,7 @@ type Server struct {
 	handler http.Handler
 
 	waiting atomic.Int64 // requests waiting now, against MaxWaiters
-	parked  parking      // waits out of net/http (park.go)
+	queues  waitQueues   // the waiting acquires, by lock name (wait.go)
 
 	drainOnce sync.Once
 	drainCtx  context.Context
@@ -175,8 +175,6 @@ func (s *Server) routes() http.Handler {
 			metrics.ServeHTTP(w, r)
 		case routeOpenAPI:
 			s.handleOpenAPI(w, r)
-		case routeBatch:
-			s.handleBatch(w, r)
 		}
 	}
 	return s.recoverPanics(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -389,275 +387,10 @@ func (s *Server) ttlFromMs(ms *int64) (time.Duration, error) {
 	return time.Duration(*ms) * time.Millisecond, nil
 }
 
-func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
-	const op = "acquire"
-	var req acquireRequest
-	var ttl time.Duration
-	if !s.readBody(w, r, op, name, req.decode, func() (err error) {
-		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
-			return err
-		}
-		if req.WaitMs < 0 {
-			return &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"}
-		}
-		// Checked here as well as by the engine: a Locker that is no driver.Engine
-		// must not store an owner the API promises to refuse.
-		if err := driver.ValidateOwner(req.Owner); err != nil {
-			return err
-		}
-		return s.checkKind(req)
-	}) {
-		return
-	}
-	wait := s.cfg.MaxWait
-	if req.WaitMs < wait.Milliseconds() {
-		wait = time.Duration(req.WaitMs) * time.Millisecond
-	}
-	ctx := r.Context()
-	start := time.Now()
-	// No options for a plain lock without an owner (the common request): a slice
-	// of them would be allocated on every grant, as the store keeps them.
-	var opts []fence.AcquireOption
-	if req.Owner != "" {
-		opts = append(opts, fence.WithOwner(req.Owner))
-	}
-	permit := req.Limit != nil && *req.Limit > 1
-	switch {
-	case permit:
-		opts = append(opts, fence.WithLimit(*req.Limit))
-	case req.Shared:
-		opts = append(opts, fence.WithShared())
-	}
-	g, err := s.grant(ctx, name, ttl, opts...)
-	if errors.Is(err, fence.ErrNotAcquired) && wait > 0 && ctx.Err() == nil {
-		// The long poll: the backend's wait is woken by the release. It also ends when
-		// the client goes away or the server drains.
-		if unpark, perr := s.park(w); perr != nil {
-			err = perr
-		} else {
-			a := &acquireCall{name: name, req: req, ttl: ttl, wait: wait, start: start, permit: permit, opts: opts, held: err}
-			// The body was read to its end (readBody) before the wait.
-			if p := s.leave(w, r, true); p != nil {
-				s.parkAcquire(p, a, unpark)
-				return
-			}
-			g, err = s.waitGrant(ctx, a, unpark)
-		}
-	}
-	s.acquired(ctx, w, r, name, req, ttl, start, permit, g, err)
-}
-
-// acquireCall is what the wait of an acquire and its answer need of the call.
-type acquireCall struct {
-	name      string
-	req       acquireRequest
-	ttl, wait time.Duration
-	start     time.Time
-	permit    bool
-	opts      []fence.AcquireOption
-	held      error // the first try's: the lock is held
-}
-
-// waitGrant is the long poll of an acquire whose first try found the lock held:
-// the backend's wait, woken by the release, ended by ctx (the client going away)
-// or the server's drain (errShuttingDown). unpark is called when it ends.
-func (s *Server) waitGrant(ctx context.Context, a *acquireCall, unpark func()) (driver.Grant, error) {
-	s.m.waits.Inc()
-	g, err := s.grantWaiting(ctx, a)
-	unpark()
-	s.m.waitSeconds.Observe(time.Since(a.start).Seconds())
-	return g, err
-}
-
-// grantWaiting is the backend's wait of a long poll (see waitGrant).
-func (s *Server) grantWaiting(ctx context.Context, a *acquireCall) (driver.Grant, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.drainCtx, cancel)
-	waitStart := time.Now()
-	g, err := s.grant(wctx, a.name, a.ttl, append(a.opts, fence.WithWait(a.wait-time.Since(a.start)))...)
-	stop()
-	cancel()
-	switch {
-	case err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil:
-		err = errShuttingDown
-	case errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil:
-		err = s.heldAtEnd(ctx, a.name, err, waitStart)
-	}
-	return g, err
-}
-
-// acquired answers an acquire of name that began at start and ended with g or
-// err; ctx ended means the client went away.
-func (s *Server) acquired(ctx context.Context, w http.ResponseWriter, r *http.Request, name string, req acquireRequest, ttl time.Duration, start time.Time, permit bool, g driver.Grant, err error) {
-	const op = "acquire"
-	elapsed := time.Since(start).Seconds()
-	if err != nil {
-		result := s.m.acquireError
-		if errors.Is(err, fence.ErrNotAcquired) {
-			result = s.m.acquireHeld
-		}
-		result.Observe(elapsed)
-		s.fail(w, r, op, name, s.kindCause(req, err))
-		return
-	}
-	if ctx.Err() != nil {
-		// Granted as the client went away: nobody will ever know this lease id, so
-		// free the lock now instead of at expiry.
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rerr := s.cfg.Locker.Release(rctx, name, g.ID)
-		cancel()
-		s.log.Info("released a grant whose client went away", "lock", name, "token", uint64(g.Token), "err", rerr)
-		s.m.acquireError.Observe(elapsed)
-		s.fail(w, r, op, name, because(ctx.Err(), "client went away"))
-		return
-	}
-	granted := grantedAt(g, start)
-	s.m.grants.Inc()
-	s.m.acquireGranted.Observe(elapsed)
-	s.held.set(name, g.ID, granted.Add(ttl))
-	if s.log.Enabled(ctx, slog.LevelDebug) { // the arguments would cost allocations at every level
-		s.log.Debug("granted", "lock", name, "token", uint64(g.Token), "ttl", ttl, "slot", g.Slot)
-	}
-	resp := leaseResponse{Lease: Lease{Name: name, Token: g.Token, ID: g.ID, TTLms: ttl.Milliseconds()},
-		WaitedMs: granted.Sub(start).Milliseconds()}
-	if permit {
-		slot := g.Slot
-		resp.Slot = &slot
-	}
-	buf := getBuffer()
-	data, fast := appendLeaseResponse((*buf)[:0], resp)
-	s.answer(w, s.m.okAcquire, buf, data, fast, func() { s.ok(w, r, resp) })
-}
-
-// checkKind validates the kind of grant an acquire asks for: "limit" 1 to
-// fence.MaxLimit, "shared" not with a limit above 1 (400), and a kind the store
-// declares (fence.FeaturesOf; 501 otherwise).
-func (s *Server) checkKind(req acquireRequest) error {
-	limit := 0
-	if req.Limit != nil {
-		limit = *req.Limit
-		if err := driver.ValidateLimit(limit); err != nil {
-			return err
-		}
-	}
-	if req.Shared && limit > 1 {
-		return &fence.InvalidError{Field: "shared", Value: "true", Reason: fmt.Sprintf("cannot be combined with limit %d: a semaphore's permits are not shared", limit)}
-	}
-	if kind, declared := s.kindOf(req); kind != "" && !declared {
-		return kindUnsupported(kind)
-	}
-	return nil
-}
-
-// kindOf names what req asks for beyond a lock ("" for a lock) and says whether
-// the store declares it.
-func (s *Server) kindOf(req acquireRequest) (kind string, declared bool) {
-	f := fence.FeaturesOf(s.cfg.Locker)
-	switch {
-	case req.Limit != nil && *req.Limit > 1:
-		return `semaphores ("limit")`, f.Semaphores
-	case req.Shared:
-		return `shared locks ("shared")`, f.Shared
-	}
-	return "", true
-}
-
-func kindUnsupported(kind string) error {
-	return because(ErrNotImplemented, "%s are not supported by this server's store", kind)
-}
-
-// kindCause returns an acquire's error, with the store's refusal of the kind of
-// grant as kindUnsupported's cause: a store (a wrapper of one, say) may declare a
-// kind and refuse it all the same.
-func (s *Server) kindCause(req acquireRequest, err error) error {
-	var cause *causeError
-	if kind, _ := s.kindOf(req); kind != "" && errors.Is(err, fence.ErrNotImplemented) && !errors.As(err, &cause) {
-		return kindUnsupported(kind)
-	}
-	return err
-}
-
-// grant acquires name for a remote holder. A driver.Granter grants without a
-// *fence.Lease; from any other Locker the server takes a lease, whose expiry timer
-// runs until its TTL is over although nobody here watches it.
-func (s *Server) grant(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, error) {
-	if g, ok := s.cfg.Locker.(driver.Granter); ok {
-		return g.Grant(ctx, name, ttl, opts...)
-	}
-	lease, err := s.cfg.Locker.Acquire(ctx, name, ttl, opts...)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	return driver.Grant{Token: lease.Token(), ID: lease.ID(), Start: lease.Deadline().Add(-ttl), Slot: lease.Slot()}, nil
-}
-
-// grantedAt returns when the backend request that made g was sent, which is when
-// the backend started counting its TTL: a holder's deadline is that time plus the
-// TTL. It is not when the backend answered: a grant can take a while to be
-// acknowledged (an fsync, a Redis WAIT, a Raft commit) after its TTL started, and a
-// holder dating its lease from the answer would believe in it for that much too long.
-// The result is clamped to [start, now], so a backend on another clock can only make
-// the holder's deadline earlier, never later.
-func grantedAt(g driver.Grant, start time.Time) time.Time {
-	t := g.Start
-	if now := time.Now(); t.After(now) {
-		t = now
-	}
-	if t.Before(start) {
-		t = start
-	}
-	return t
-}
-
-// heldAtEnd returns the answer to a wait that ended with err (ErrNotAcquired) with
-// the time the lock has left as of now, the wait's end. The backend's *HeldError
-// describes its last try, possibly when the wait began. It asks the Locker
-// (Inspect) if it can; otherwise it takes the time since the wait began off the
-// backend's figure, which can only say the lock expires sooner than it does, never
-// later. waitStart is when the waiting Acquire was called.
-func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStart time.Time) error {
-	var held *fence.HeldError
-	if !errors.As(err, &held) {
-		return err
-	}
-	if in, ok := s.cfg.Locker.(fence.Inspector); ok {
-		ictx, cancel := context.WithTimeout(ctx, time.Second)
-		info, ierr := in.Inspect(ictx, name)
-		cancel()
-		if ierr == nil {
-			return &fence.HeldError{Name: name, ExpiresIn: heldFor(info, held.Limit), Limit: held.Limit}
-		}
-	}
-	left := held.ExpiresIn - time.Since(waitStart)
-	if held.ExpiresIn <= 0 || left <= 0 {
-		left = 0 // unknown: the holder renewed, or the lock is about to be free
-	}
-	return &fence.HeldError{Name: name, ExpiresIn: left, Limit: held.Limit}
-}
-
-// heldFor is how long info says an acquire of a semaphore of limit (0 for a
-// lock) stays held at most: until the first permit expires, for a semaphore;
-// until the last lease expires, for an exclusive acquire of a shared lock; the
-// holder's time left, for a lock; 0 (unknown) if freed since.
-func heldFor(info fence.LockInfo, limit int) time.Duration {
-	if !info.Held {
-		return 0
-	}
-	left := info.ExpiresIn
-	for _, h := range info.Holders {
-		if limit > 1 {
-			left = min(left, h.ExpiresIn)
-		} else {
-			left = max(left, h.ExpiresIn)
-		}
-	}
-	return left
-}
-
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 	var req renewRequest
 	var ttl time.Duration
-	if !s.readBody(w, r, "renew", name, req.decode, func() (err error) {
+	if !s.readBody(w, r, "renew", name, &req, func() (err error) {
 		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
 			return err
 		}
@@ -676,14 +409,12 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.held.set(name, req.Lease, start.Add(ttl))
 	resp := Renewed{Name: name, TTLms: ttl.Milliseconds()}
-	buf := getBuffer()
-	data, fast := appendRenewed((*buf)[:0], resp)
-	s.answer(w, s.m.okRenew, buf, data, fast, func() { s.ok(w, r, resp) })
+	s.ok(w, r, resp)
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	var req releaseRequest
-	if !s.readBody(w, r, "release", name, req.decode, func() error { return driver.ValidateLeaseID(req.Lease) }) {
+	if !s.readBody(w, r, "release", name, &req, func() error { return driver.ValidateLeaseID(req.Lease) }) {
 		return
 	}
 	if err := s.cfg.Locker.Release(r.Context(), name, req.Lease); err != nil {
@@ -692,9 +423,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	s.held.remove(name, req.Lease)
 	resp := Released{Name: name, Released: true}
-	buf := getBuffer()
-	data, fast := appendReleased((*buf)[:0], resp)
-	s.answer(w, s.m.okRelease, buf, data, fast, func() { s.ok(w, r, resp) })
+	s.ok(w, r, resp)
 }
 
 // revoke serves POST /v1/locks/{name}/revoke {}: fence.Revoker over HTTP, the
@@ -704,7 +433,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 func (s *Server) revoke(w http.ResponseWriter, r *http.Request, name string) {
 	const op = "revoke"
 	var req revokeRequest
-	if !s.readBody(w, r, op, name, func(data []byte) error { return decodeInto(data, &req) }, func() error { return nil }) {
+	if !s.readBody(w, r, op, name, &req, func() error { return nil }) {
 		return
 	}
 	rv, ok := s.cfg.Locker.(fence.Revoker)
@@ -728,7 +457,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, name string) {
 // heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
 func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 	var req healRequest
-	if !s.readBody(w, r, "heal", name, func(data []byte) error { return decodeInto(data, &req) }, func() error { return driver.ValidateToken(req.Seen) }) {
+	if !s.readBody(w, r, "heal", name, &req, func() error { return driver.ValidateToken(req.Seen) }) {
 		return
 	}
 	h, ok := s.cfg.Locker.(fence.Healer)
@@ -778,11 +507,6 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 			s.fail(w, r, op, name, err)
 			return
 		}
-		// A GET's body, if any, is not read: such a query stays in net/http.
-		if p := s.leave(w, r, false); p != nil {
-			s.parkQuery(p, in, op, name, q, unpark)
-			return
-		}
 		info, err = s.blockingQuery(r.Context(), in, name, q)
 		unpark()
 	} else {
@@ -799,112 +523,6 @@ func (s *Server) inspected(w http.ResponseWriter, r *http.Request, op, name stri
 	}
 	w.Header().Set(HeaderIndex, strconv.FormatUint(info.Index(), 10))
 	s.ok(w, r, LockInfoOf(info))
-}
-
-// park counts a request about to wait and returns the function that ends its wait,
-// or an error matching fence.ErrUnavailable (503, with Retry-After) when
-// Config.MaxWaiters requests are waiting already.
-func (s *Server) park(w http.ResponseWriter) (unpark func(), err error) {
-	n := s.waiting.Add(1)
-	if limit := s.cfg.MaxWaiters; limit > 0 && n > int64(limit) {
-		s.waiting.Add(-1)
-		w.Header().Set("Retry-After", "1")
-		return nil, because(fence.ErrUnavailable, "too many requests waiting: the server's limit is %d waiting acquires and blocking queries at once; retry later", limit)
-	}
-	return func() { s.waiting.Add(-1) }, nil
-}
-
-// blockingQueryArgs are the query parameters of GET /v1/locks/{name}.
-type blockingQueryArgs struct {
-	blocking bool          // index was given
-	index    uint64        // the Fence-Index the client has
-	wait     time.Duration // how long to wait for another, within [0, MaxWait]
-}
-
-// blockingQueryOf reads index and wait_ms, each at most once. A wait_ms over
-// MaxWait is cut to it, as an acquire's is; without wait_ms a blocking query
-// waits DefaultBlockingWait (at most MaxWait). wait_ms without index is refused:
-// it would be ignored.
-func (s *Server) blockingQueryOf(v url.Values) (blockingQueryArgs, error) {
-	q := blockingQueryArgs{wait: min(DefaultBlockingWait, s.cfg.MaxWait)}
-	once := func(field string) (string, bool, error) {
-		switch vs := v[field]; len(vs) {
-		case 0:
-			return "", false, nil
-		case 1:
-			return vs[0], true, nil
-		default:
-			return "", false, &fence.InvalidError{Field: field, Value: strings.Join(vs, ","), Reason: "must be given at most once"}
-		}
-	}
-	idx, hasIndex, err := once("index")
-	if err != nil {
-		return q, err
-	}
-	if hasIndex {
-		if q.index, err = strconv.ParseUint(idx, 10, 64); err != nil {
-			return q, &fence.InvalidError{Field: "index", Value: idx, Reason: "must be a Fence-Index: an integer from 0"}
-		}
-		q.blocking = true
-	}
-	wait, hasWait, err := once("wait_ms")
-	switch {
-	case err != nil:
-		return q, err
-	case !hasWait:
-		return q, nil
-	case !hasIndex:
-		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "needs index: it bounds a blocking query"}
-	}
-	ms, err := strconv.ParseInt(wait, 10, 64)
-	switch {
-	case err != nil && !errors.Is(err, strconv.ErrRange):
-		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "must be an integer"}
-	case ms < 0:
-		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "must not be negative"}
-	case err != nil || ms >= s.cfg.MaxWait.Milliseconds():
-		q.wait = s.cfg.MaxWait // out of range above: cut, as any wait over the maximum
-	default:
-		q.wait = time.Duration(ms) * time.Millisecond
-	}
-	return q, nil
-}
-
-// blockingQuery answers a blocking query on name: at once with the state if its
-// index differs from q.index, else with the state after the next change (an
-// acquire, release, expiry, revoke or heal), or, when q.wait passes first, with
-// the state as it is then (a fresh read, so its time left is current). It is
-// built on the store's fence.Watcher: one watch per request, which in process
-// (bolt, inmem) is a subscription in memory and on a network store is what that
-// store's Watch costs (a subscription to the store's change messages and a read
-// of the lock, each time it changes). It ends early, with 503, when the server
-// drains. A store without a Watcher is ErrNotImplemented (501).
-func (s *Server) blockingQuery(ctx context.Context, in fence.Inspector, name string, q blockingQueryArgs) (fence.LockInfo, error) {
-	wt, ok := s.cfg.Locker.(fence.Watcher)
-	if !ok {
-		return fence.LockInfo{}, because(ErrNotImplemented, "blocking queries (index) are not supported by this server's store (it cannot watch a lock)")
-	}
-	s.m.blocking.Inc()
-	defer s.m.blocking.Dec()
-	wctx, cancel := context.WithTimeout(ctx, q.wait)
-	defer cancel()
-	stop := context.AfterFunc(s.drainCtx, cancel)
-	defer stop()
-	for info, err := range wt.Watch(wctx, name) {
-		if err != nil {
-			return fence.LockInfo{}, err
-		}
-		if info.Index() != q.index {
-			return info, nil
-		}
-	}
-	switch {
-	case ctx.Err() != nil:
-		return fence.LockInfo{}, because(ctx.Err(), "client went away")
-	case s.drainCtx.Err() != nil:
-		return fence.LockInfo{}, errShuttingDown
-	}
-	return in.Inspect(ctx, name)
 }
 
 // list serves GET /v1/locks?prefix=P&limit=N&all=B: the held locks whose names
@@ -1208,18 +826,14 @@ func (s *Server) countRefusal(err error, key string, f fence.Fence) {
 	}
 }
 
-// readBody reads the JSON body of op on name (see readJSON), decodes it with
-// decode unless it is empty, and checks it with valid. It answers the first
-// error and returns false, or returns true. decode is the body's fast path where
-// it has one (see decodeFast), falling back to decodeInto: taking a function
-// rather than the body as an any keeps the body off the heap.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, op, name string, decode func(data []byte) error, valid func() error) bool {
-	buf := getBuffer()
-	data, err := s.readJSON(w, r, buf)
+// readBody reads the JSON body of op on name (see readJSON), decodes it into v
+// unless it is empty, and checks it with valid. It answers the first error and
+// returns false, or returns true.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, op, name string, v any, valid func() error) bool {
+	data, err := s.readJSON(w, r)
 	if err == nil && len(bytes.TrimSpace(data)) > 0 {
-		err = decode(data)
+		err = decodeStrict(data, v)
 	}
-	putBuffer(buf)
 	if err == nil {
 		err = valid()
 	}
@@ -1230,47 +844,17 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, op, name strin
 	return true
 }
 
-// readJSON reads a JSON body of at most MaxBodyBytes into buf (which it may grow;
-// the data is valid until buf goes back to the pool). Its errors say what is
+// readJSON reads a JSON body of at most MaxBodyBytes. Its errors say what is
 // wrong in terms of the API, never echoing the body (which may hold a lease id).
-func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, buf *[]byte) ([]byte, error) {
-	n := r.ContentLength
-	if n > s.cfg.MaxBodyBytes {
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if n := r.ContentLength; n > s.cfg.MaxBodyBytes {
 		return nil, because(errTooLarge, "body of %d bytes is over the limit of %d", n, s.cfg.MaxBodyBytes)
 	}
-	var data []byte
-	var err error
-	if n > 0 {
-		// A body of a declared length: net/http's reader ends at it, so no limiting
-		// reader is needed, and one full read of that length is the whole body.
-		// (0 may also be a request built in process with a body of unknown
-		// length, which is read to its end as a body without a length.)
-		if int64(cap(*buf)) < n {
-			*buf = make([]byte, 0, n)
-		}
-		data = (*buf)[:n]
-		if _, err = io.ReadFull(r.Body, data); err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-	} else {
-		data, err = readAllInto((*buf)[:0], http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-		*buf = data
-	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		return nil, bodyError(err, "body", s.cfg.MaxBodyBytes)
 	}
 	return data, nil
-}
-
-// decodeInto decodes data strictly (see decodeStrict) into a new T and, if that
-// succeeds, copies it to dst, which thus does not escape to the heap.
-func decodeInto[T any](data []byte, dst *T) error {
-	v := new(T)
-	if err := decodeStrict(data, v); err != nil {
-		return err
-	}
-	*dst = *v
-	return nil
 }
 
 // decodeStrict decodes data strictly into v: one object, no unknown fields,
@@ -1335,23 +919,6 @@ func (s *Server) ok(w http.ResponseWriter, r *http.Request, v any) {
 	s.writeJSON(w, http.StatusOK, v)
 }
 
-// answer answers 200 on a hot route whose counter is counted (resolved once:
-// see metrics) with data, the JSON body a fast path appended to buf, if fast;
-// else (a name the fast path does not write) it calls slow, which answers with
-// ok. It returns buf to the pool. The body goes to ok as an any only in slow, so
-// that the common answer boxes nothing.
-func (s *Server) answer(w http.ResponseWriter, counted prometheus.Counter, buf *[]byte, data []byte, fast bool, slow func()) {
-	if !fast {
-		putBuffer(buf)
-		slow()
-		return
-	}
-	counted.Inc()
-	*buf = append(data, '\n')
-	writeBody(w, http.StatusOK, *buf)
-	putBuffer(buf)
-}
-
 // fail answers err, which op met on name (see errorBody), with the status and code
 // of statusTable and the user's message of userMessage. The log keeps err itself.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, op, name string, err error) {
@@ -1370,67 +937,15 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) { writeJSON
 // writeJSON answers v as JSON with status: the server's answers and the resource
 // middleware's refusals alike.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	buf := getBuffer()
-	defer putBuffer(buf)
-	data, ok := appendJSON((*buf)[:0], v)
-	if !ok {
-		var err error
-		if data, err = json.Marshal(v); err != nil { // only plain structs are marshalled; this is a bug
-			status, data = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
-		}
+	data, err := json.Marshal(v)
+	if err != nil { // only plain structs are marshalled; this is a bug
+		status, data = http.StatusInternalServerError, []byte(`{"error":"internal error","code":"internal"}`)
 	}
-	data = append(data, '\n')
-	if ok {
-		*buf = data
-	}
-	writeBody(w, status, data)
-}
-
-// writeBody answers data, a JSON body, with status.
-func writeBody(w http.ResponseWriter, status int, data []byte) {
 	h := w.Header()
-	// Assigned rather than Set: the keys are canonical, and the values shared
-	// slices of one element (an Add to one reallocates it).
-	h["Content-Type"] = jsonContentType
-	h["Cache-Control"] = noStore
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write(data)
-}
-
-var (
-	jsonContentType = []string{"application/json"}
-	noStore         = []string{"no-store"}
-)
-
-// bufferPool holds the buffers of request and answer bodies, which never
-// outlive their handler (a Write copies, decoding copies strings out).
-var bufferPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
-
-func getBuffer() *[]byte { return bufferPool.Get().(*[]byte) }
-
-// putBuffer returns buf to the pool, unless it grew past 64 KiB (a large body
-// is rare; keeping it would pin its memory).
-func putBuffer(buf *[]byte) {
-	if cap(*buf) <= 64<<10 {
-		bufferPool.Put(buf)
-	}
-}
-
-// readAllInto is io.ReadAll appending to dst.
-func readAllInto(dst []byte, r io.Reader) ([]byte, error) {
-	for {
-		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
-		}
-		n, err := r.Read(dst[len(dst):cap(dst)])
-		dst = dst[:len(dst)+n]
-		if err == io.EOF {
-			return dst, nil
-		}
-		if err != nil {
-			return dst, err
-		}
-	}
+	_, _ = w.Write(append(data, '\n'))
 }
 
 // routeOf names the route of r for metrics and logs, without names or keys.

@@ -14,10 +14,10 @@ import (
 )
 
 // One request per request: the bytes of a request's body are never read as
-// another request, on a wait that leaves net/http (Server.Listener) or not. Each
-// test sends, over a raw socket to a server served as fence serve serves it, a
-// request whose body is a whole request that would acquire a lock, and wants one
-// answer on the connection and that lock never granted.
+// another request, on a wait or not. Each test sends, over a raw socket to a
+// server served as fence serve serves it, a request whose body is a whole
+// request that would acquire a lock, and wants one answer on the connection and
+// that lock never granted.
 
 // smuggledAcquire is a request that acquires name if it is ever read as one.
 func smuggledAcquire(name string) string {
@@ -83,7 +83,7 @@ func currentIndex(t *testing.T, base, name string) string {
 // request. It was answered, and then the body was answered as a request of its
 // own and acquired "smuggled".
 func TestServer_BodyOfBlockingQuery_IsNeverARequest(t *testing.T) {
-	_, base := parkServer(t)
+	_, base := waitServer(t)
 	body := smuggledAcquire("smuggled")
 	c, br := rawRequest(t, base, fmt.Sprintf("GET /v1/locks/foo?index=0 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
 	resp, got := oneAnswer(t, br, c)
@@ -96,7 +96,7 @@ func TestServer_BodyOfBlockingQuery_IsNeverARequest(t *testing.T) {
 // The same request with the body chunked: the chunk's framing was read as a
 // request line and answered 400, after the query's own answer.
 func TestServer_ChunkedBodyOfBlockingQuery_IsNeverARequest(t *testing.T) {
-	_, base := parkServer(t)
+	_, base := waitServer(t)
 	c, br := rawRequest(t, base, "GET /v1/locks/foo?index=0 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+chunked(smuggledAcquire("smuggled")))
 	if resp, got := oneAnswer(t, br, c); resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/locks/foo?index=0 with a chunked body: want 200, got %d %s", resp.StatusCode, got)
@@ -108,7 +108,7 @@ func TestServer_ChunkedBodyOfBlockingQuery_IsNeverARequest(t *testing.T) {
 // part of the body net/http had buffered was replayed (the acquire, then the
 // padding answered 400 or 431).
 func TestServer_BodyOver64KiBOfBlockingQuery_IsNeverARequest(t *testing.T) {
-	_, base := parkServer(t)
+	_, base := waitServer(t)
 	body := smuggledAcquire("smuggled")
 	body += strings.Repeat("x", 70<<10-len(body))
 	c, br := rawRequest(t, base, fmt.Sprintf("GET /v1/locks/foo?index=0 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
@@ -124,7 +124,7 @@ func TestServer_BodyOver64KiBOfBlockingQuery_IsNeverARequest(t *testing.T) {
 func TestServer_BodyOfLongPoll_IsNeverARequest(t *testing.T) {
 	for _, framing := range []string{"length", "chunked"} {
 		t.Run(framing, func(t *testing.T) {
-			_, base := parkServer(t)
+			_, base := waitServer(t)
 			name, smuggled := uniq(t, "polled"), uniq(t, "smuggled")
 			index := currentIndex(t, base, name)
 			head := fmt.Sprintf("GET /v1/locks/%s?index=%s&wait_ms=300 HTTP/1.1\r\nHost: x\r\n", fencehttp.EscapeName(name), index)
@@ -153,7 +153,7 @@ func TestServer_BodyOfLongPoll_IsNeverARequest(t *testing.T) {
 func TestServer_BodyOfWaitingAcquire_IsNeverARequest(t *testing.T) {
 	for _, framing := range []string{"length", "chunked"} {
 		t.Run(framing, func(t *testing.T) {
-			_, base := parkServer(t)
+			_, base := waitServer(t)
 			name, smuggled := uniq(t, "held"), uniq(t, "smuggled")
 			hc := &http.Client{Timeout: 10 * time.Second}
 			if code, v := postJSON(t, hc, base+"/v1/locks/"+fencehttp.EscapeName(name)+"/acquire", `{"ttl_ms":60000}`); code != http.StatusOK {
@@ -179,7 +179,7 @@ func TestServer_BodyOfWaitingAcquire_IsNeverARequest(t *testing.T) {
 // (its body read to its end, its wait parked) or a long poll, on the same
 // connection, gets its own answer after theirs.
 func TestServer_PipelinedRequestAfterWaits_GetsItsOwnAnswer(t *testing.T) {
-	s, base := parkServer(t)
+	s, base := waitServer(t)
 	name := uniq(t, "lock")
 	esc := fencehttp.EscapeName(name)
 	hc := &http.Client{Timeout: 10 * time.Second}

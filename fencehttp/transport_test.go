@@ -3,6 +3,7 @@ package fencehttp_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -158,4 +159,15 @@ func TestClient_ConcurrentRequestsShareThePool(t *testing.T) {
 	if n := cs.conns.Load(); n > workers {
 		t.Fatalf("%d workers took %d connections, want at most %d", workers, n, workers)
 	}
+}
+
+// startCounting starts hs, counting in conns the connections it accepts.
+func startCounting(t *testing.T, hs *httptest.Server, conns *atomic.Int64) {
+	hs.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	hs.Start()
+	t.Cleanup(hs.Close)
 }

@@ -505,16 +505,16 @@ func raiseNoFile(tb testing.TB, need uint64) {
 	}
 }
 
-// parkedWaiters are long polls held open on one lock: half waiting acquires, half
+// heldWaiters are long polls held open on one lock: half waiting acquires, half
 // blocking queries, each on its own connection (Connection: close, so that an
 // answered waiter's connection ends).
-type parkedWaiters struct {
+type heldWaiters struct {
 	acquires, queries chan int // status of each answer, or 0 for a broken connection
 }
 
-func parkWaiters(tb testing.TB, host, name, index string, n int) *parkedWaiters {
+func holdWaiters(tb testing.TB, host, name, index string, n int) *heldWaiters {
 	tb.Helper()
-	pw := &parkedWaiters{acquires: make(chan int, n), queries: make(chan int, n)}
+	pw := &heldWaiters{acquires: make(chan int, n), queries: make(chan int, n)}
 	body := `{"ttl_ms":60000,"wait_ms":60000}`
 	acquire := fmt.Sprintf("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: fence\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", name, len(body), body)
 	query := fmt.Sprintf("GET /v1/locks/%s?index=%s&wait_ms=60000 HTTP/1.1\r\nHost: fence\r\nConnection: close\r\n\r\n", name, index)
@@ -565,7 +565,7 @@ func collect(ch chan int, n int, start time.Time, d time.Duration) (map[int]int,
 	return got, time.Since(start), true
 }
 
-// waiterFigures are what parking n waiters costs the server, and how long their
+// waiterFigures are what n waiters cost the server, and how long their
 // release took.
 type waiterFigures struct {
 	n                          int
@@ -575,10 +575,10 @@ type waiterFigures struct {
 	goroutinesBase, goroutines float64
 }
 
-// parkAndRelease parks n waiters on a held lock of a fresh `fence serve`, measures
+// holdAndRelease holds n waiters on a held lock of a fresh `fence serve`, measures
 // it, releases the lock (every blocking query answers, one acquire is granted), then
 // shuts the server down (the other acquires end with 503).
-func parkAndRelease(tb testing.TB, n int) waiterFigures {
+func holdAndRelease(tb testing.TB, n int) waiterFigures {
 	tb.Helper()
 	raiseNoFile(tb, uint64(n+200))
 	p, err := startServe(tb.TempDir())
@@ -592,12 +592,12 @@ func parkAndRelease(tb testing.TB, n int) waiterFigures {
 
 	f := waiterFigures{n: n, goroutinesBase: metric(tb, p.url, "go_goroutines")}
 	rss0 := serverRSS(tb, p)
-	pw := parkWaiters(tb, hostOf(tb, p.url), good.name, index, n)
-	// Parked: each waiter's connection has its goroutine in the server.
+	pw := holdWaiters(tb, hostOf(tb, p.url), good.name, index, n)
+	// Waiting: each waiter's connection has its goroutines in the server.
 	deadline := time.Now().Add(60 * time.Second)
 	for f.goroutines = metric(tb, p.url, "go_goroutines"); f.goroutines < f.goroutinesBase+float64(n); f.goroutines = metric(tb, p.url, "go_goroutines") {
 		if time.Now().After(deadline) {
-			tb.Fatalf("after 60s only %v of %d waiters are parked", f.goroutines-f.goroutinesBase, n)
+			tb.Fatalf("after 60s only %v of %d waiters wait", f.goroutines-f.goroutinesBase, n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -627,21 +627,21 @@ func parkAndRelease(tb testing.TB, n int) waiterFigures {
 		tb.Fatalf("30s after SIGTERM only %v of %d waiting acquires ended", f.acquireEnds, n-n/2-1)
 	}
 	if err := <-stopped; err != nil {
-		tb.Fatalf("fence serve with parked waiters did not stop cleanly: %v\n%s", err, p.log())
+		tb.Fatalf("fence serve with waiters did not stop cleanly: %v\n%s", err, p.log())
 	}
 	return f
 }
 
 func (f waiterFigures) String() string {
-	return fmt.Sprintf("%d parked waiters: %.0f bytes RSS and %.2f goroutines each (server goroutines %v -> %v); blocking queries answered %v within %v of the release; waiting acquires ended %v within %v of SIGTERM",
+	return fmt.Sprintf("%d waiters: %.0f bytes RSS and %.2f goroutines each (server goroutines %v -> %v); blocking queries answered %v within %v of the release; waiting acquires ended %v within %v of SIGTERM",
 		f.n, f.rssPerWaiter, f.gPerWaiter, f.goroutinesBase, f.goroutines, f.queryAnswers, f.releasedIn, f.acquireEnds, f.drainedIn)
 }
 
-// TestServe_ParkedWaiters_ReleasedByReleaseAndDrain parks 1,000 long polls (the race
-// detector allows 8,128 goroutines; BenchmarkServe_ParkedWaiters parks 10,000).
-func TestServe_ParkedWaiters_ReleasedByReleaseAndDrain(t *testing.T) {
+// TestServe_Waiters_ReleasedByReleaseAndDrain holds 1,000 long polls (the race
+// detector allows 8,128 goroutines; BenchmarkServe_Waiters holds 10,000).
+func TestServe_Waiters_ReleasedByReleaseAndDrain(t *testing.T) {
 	n := 1000
-	f := parkAndRelease(t, n)
+	f := holdAndRelease(t, n)
 	t.Log(f)
 	if f.queryAnswers[http.StatusOK] != n/2 {
 		t.Errorf("blocking queries after the release: want %d answered 200, got %v", n/2, f.queryAnswers)
@@ -650,19 +650,19 @@ func TestServe_ParkedWaiters_ReleasedByReleaseAndDrain(t *testing.T) {
 		t.Errorf("waiting acquires at SIGTERM: want %d ended 503, got %v", n-n/2-1, f.acquireEnds)
 	}
 	if f.gPerWaiter > 3 {
-		t.Errorf("want at most 3 server goroutines per parked waiter, got %.2f", f.gPerWaiter)
+		t.Errorf("want at most 3 server goroutines per waiter, got %.2f", f.gPerWaiter)
 	}
 }
 
-var benchWaiters = flag.Int("waiters", 10000, "parked waiters of BenchmarkServe_ParkedWaiters")
+var benchWaiters = flag.Int("waiters", 10000, "waiters of BenchmarkServe_Waiters")
 
-// BenchmarkServe_ParkedWaiters reports the server's RSS and goroutines per parked
+// BenchmarkServe_Waiters reports the server's RSS and goroutines per waiting
 // long poll (-waiters of them, half waiting acquires, half blocking queries) and how
 // long their release took.
-func BenchmarkServe_ParkedWaiters(b *testing.B) {
+func BenchmarkServe_Waiters(b *testing.B) {
 	var f waiterFigures
 	for b.Loop() {
-		f = parkAndRelease(b, *benchWaiters)
+		f = holdAndRelease(b, *benchWaiters)
 	}
 	b.Log(f)
 	b.ReportMetric(f.rssPerWaiter, "rss-bytes/waiter")
@@ -686,7 +686,7 @@ func TestServe_MaxWaiters_OneMoreIs503(t *testing.T) {
 	p := startAttackServe(t, "--max-waiters", "1")
 	good := newGoodClient(t, p.url)
 	good.hold(t)
-	pw := parkWaiters(t, hostOf(t, p.url), good.name, "0", 1) // one waiting acquire
+	pw := holdWaiters(t, hostOf(t, p.url), good.name, "0", 1) // one waiting acquire
 	waitFor(t, "the waiting acquire", func() bool { return metric(t, p.url, "fence_waits_total") == 1 })
 	code, body, err := good.post("/v1/locks/"+good.name+"/acquire", `{"ttl_ms":1000,"wait_ms":20000}`)
 	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(string(body), "limit is 1") {

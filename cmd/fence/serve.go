@@ -188,7 +188,12 @@ write here: the embedded store then admits their tokens by the guard rule alone.
 right) or scoped: "TOKEN RIGHTS [NAME...]", RIGHTS from read, lock, write, admin
 (revoke, heal, /metrics) or all, each NAME a lock name or key, or a prefix ending
 in '*' ("jobs/*"); a token is refused (403) what its scope does not cover. --tls-cert and
---tls-key serve HTTPS. Logs go to stderr (JSON with -o json).
+--tls-key serve HTTPS, over HTTP/1.1 or HTTP/2; without them the server speaks HTTP/1.1
+and HTTP/2 with prior knowledge (h2c). Logs go to stderr (JSON with -o json).
+
+Waiting acquires of a lock are granted in the order they reached this server, and
+none is jumped by a newcomer; with --store shared by several servers each server
+orders its own waiters only.
 
 Slow or hostile clients are cut off: a request's headers must arrive within
 --header-timeout (else the connection is closed), and the whole request, headers and
@@ -197,7 +202,7 @@ Neither bound limits a long poll, which waits up to --max-wait once its request 
 read. Each open connection costs the server one file descriptor (the server raises
 its soft open-files limit to the hard one: make the hard limit, ulimit -Hn, exceed
 the clients and waiters you expect, plus a few dozen), and each waiting request
-about 7 KB of memory (23 KB over TLS): --max-waiters caps them (one more is answered 503 with
+about 22 KB of memory: --max-waiters caps them (one more is answered 503 with
 Retry-After).
 
 Memory: over the embedded store a held lease costs the server about 280 bytes of RSS
@@ -273,7 +278,7 @@ closed cleanly.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
 	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
-	f.IntVar(&maxWaiters, "max-waiters", 0, "most waiting acquires and blocking queries at once, each about 7 KB of memory (23 KB over TLS) and a file descriptor (one more: 503); 0: no cap")
+	f.IntVar(&maxWaiters, "max-waiters", 0, "most waiting acquires and blocking queries at once, each about 22 KB of memory and a file descriptor (one more: 503); 0: no cap")
 	f.IntVar(&gcPercent, "gc-percent", defaultServeGCPercent, "Go GC target (as GOGC; the GOGC variable, if set, wins over the default): heap growth between collections, in percent of the live heap; lower keeps RSS nearer the lease table at more GC CPU")
 	f.DurationVar(&headerTimeout, "header-timeout", 10*time.Second, "longest time a client may take to send a request's headers (then the connection is closed)")
 	f.DurationVar(&readTimeout, "read-timeout", time.Minute, "longest time a client may take to send a whole request, headers and body (then 503); a long poll's wait is not counted")
@@ -333,11 +338,6 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		closeStore()
 		return fmt.Errorf("serve: %w", err)
 	}
-	scheme := "http"
-	if c.tls != nil {
-		scheme = "https"
-		ln = tls.NewListener(ln, c.tls)
-	}
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		ReadHeaderTimeout: c.headerTimeout,
@@ -350,6 +350,12 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// No WriteTimeout: long polls and blocking queries legitimately stay open up
 		// to --max-wait.
+		Protocols: serveProtocols(c.tls != nil),
+		TLSConfig: c.tls,
+	}
+	scheme := "http"
+	if c.tls != nil {
+		scheme = "https"
 	}
 	if len(c.tokens) == 0 {
 		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
@@ -359,9 +365,13 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		}
 	}
 	served := make(chan error, 1)
-	// Through srv.Serve, a parked long poll leaves net/http while it waits (a
-	// small goroutine, not net/http's two and their buffers).
-	go func() { served <- srv.Serve(hs, ln) }()
+	go func() {
+		if c.tls != nil {
+			served <- hs.ServeTLS(ln, "", "") // the certificate is in hs.TLSConfig
+			return
+		}
+		served <- hs.Serve(ln)
+	}()
 	log.Info("fence serve listening", "url", scheme+"://"+ln.Addr().String(), "store", st.desc, "auth", len(c.tokens) > 0)
 
 	select {
@@ -374,11 +384,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	srv.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
-	err = hs.Shutdown(sctx)
-	if err == nil {
-		err = srv.Shutdown(sctx) // the parked waits, which hs does not know
-	}
-	if err != nil {
+	if err = hs.Shutdown(sctx); err != nil {
 		log.Warn("requests still in flight at the shutdown timeout were cut", "err", err)
 		_ = hs.Close()
 	}
@@ -390,6 +396,20 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveProtocols are the protocols fence serve speaks: HTTP/1.1 and HTTP/2,
+// negotiated by ALPN over TLS, and without TLS HTTP/2 with prior knowledge
+// (h2c) beside HTTP/1.1.
+func serveProtocols(tls bool) *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	if tls {
+		p.SetHTTP2(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return p
 }
 
 // maxHeaderBytes bounds a request's headers; beyond it the server answers 431.

@@ -74,9 +74,7 @@ func BenchmarkVsRedislock(b *testing.B) {
 					hs.Protocols.SetHTTP1(true)
 					hs.Protocols.SetUnencryptedHTTP2(true)
 				}
-				var p http.Protocols
-				p.SetUnencryptedHTTP2(true)
-				copts = &fencehttp.ClientOptions{HTTPClient: &http.Client{Transport: &http.Transport{Protocols: &p}}}
+				copts = &fencehttp.ClientOptions{H2C: true}
 			}
 			_, base := fenceServerOn(b, store.opts, configure)
 			fc, err := fencehttp.NewClient(base, copts)

@@ -8,10 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,11 +21,12 @@ import (
 	"github.com/fencelock/fence/fencehttp"
 )
 
-// Waits parked out of net/http (Server.Listener): the answers, the connection's
-// reuse, a client going away, pipelining and the drain, over the embedded store.
+// Long polls in plain handlers: the answers, the connection's reuse, a client
+// going away, pipelining, the drain and the order of waiters, over the embedded
+// store.
 
-// parkServer starts a server over a fresh bolt store, served through Listener.
-func parkServer(t *testing.T) (*fencehttp.Server, string) {
+// waitServer starts a server over a fresh bolt store.
+func waitServer(t *testing.T) (*fencehttp.Server, string) {
 	t.Helper()
 	store, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), nil)
 	if err != nil {
@@ -35,7 +34,6 @@ func parkServer(t *testing.T) (*fencehttp.Server, string) {
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	s, hs := newServer(t, fencehttp.Config{Locker: store, KV: store})
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	return s, hs.URL
 }
 
@@ -76,8 +74,8 @@ func countingClient(t testing.TB) (*http.Client, *atomic.Int64) {
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}, &dials
 }
 
-func TestServer_ParkedAcquire_WokenByRelease_ConnectionReused(t *testing.T) {
-	s, base := parkServer(t)
+func TestServer_WaitingAcquire_WokenByRelease_ConnectionReused(t *testing.T) {
+	s, base := waitServer(t)
 	name := url.PathEscape(uniq(t, "lock"))
 	holder := &http.Client{Timeout: 10 * time.Second}
 	code, held := postJSON(t, holder, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
@@ -149,8 +147,8 @@ func acquireRequest(name, body string, extra string) string {
 	return fmt.Sprintf("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: fence\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", name, extra, len(body), body)
 }
 
-func TestServer_ParkedAcquire_ClientGone_NothingGrantedToIt(t *testing.T) {
-	s, base := parkServer(t)
+func TestServer_WaitingAcquire_ClientGone_NothingGrantedToIt(t *testing.T) {
+	s, base := waitServer(t)
 	raw := uniq(t, "lock")
 	name := url.PathEscape(raw)
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -190,8 +188,8 @@ func waitsEnded(t testing.TB, s *fencehttp.Server) uint64 {
 	return 0
 }
 
-func TestServer_ParkedQuery_PipelinedRequestAnsweredAfterIt(t *testing.T) {
-	s, base := parkServer(t)
+func TestServer_BlockingQuery_PipelinedRequestAnsweredAfterIt(t *testing.T) {
+	s, base := waitServer(t)
 	name := url.PathEscape(uniq(t, "lock"))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	resp, err := hc.Get(base + "/v1/locks/" + name)
@@ -225,88 +223,30 @@ func TestServer_ParkedQuery_PipelinedRequestAnsweredAfterIt(t *testing.T) {
 	}
 }
 
-func TestServer_ParkedAcquire_Shutdown503AndClose(t *testing.T) {
-	s, base := parkServer(t)
+func TestServer_WaitingAcquire_Drain503(t *testing.T) {
+	s, base := waitServer(t)
 	name := url.PathEscape(uniq(t, "lock"))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	postJSON(t, hc, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
 	waits := gauge(t, s, "fence_waits_total")
 	_, br := rawRequest(t, base, acquireRequest(name, `{"ttl_ms":60000,"wait_ms":20000}`, ""))
 	waitUntil(t, "the acquire waits", func() bool { return gauge(t, s, "fence_waits_total") > waits })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown with a parked acquire: %v", err)
-	}
+	s.Drain()
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		t.Fatalf("the parked acquire at Shutdown: %v", err)
+		t.Fatalf("the waiting acquire at the drain: %v", err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close || !strings.Contains(string(b), `"unavailable"`) {
-		t.Fatalf("parked acquire at Shutdown: want 503 unavailable with Connection: close, got %d close=%v %s", resp.StatusCode, resp.Close, b)
-	}
-	if _, err := br.ReadByte(); err != io.EOF {
-		t.Fatalf("after the 503: want the connection closed (EOF), got %v", err)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"unavailable"`) {
+		t.Fatalf("waiting acquire at the drain: want 503 unavailable, got %d %s", resp.StatusCode, b)
 	}
 }
 
-// A parked wait costs the server one goroutine, where net/http keeps two.
-func TestServer_ParkedWaits_OneGoroutineEach(t *testing.T) {
-	s, base := parkServer(t)
-	name := url.PathEscape(uniq(t, "lock"))
-	hc := &http.Client{Timeout: 10 * time.Second}
-	_, held := postJSON(t, hc, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
-	resp, err := hc.Get(base + "/v1/locks/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	index := resp.Header.Get("Fence-Index")
-	hc.CloseIdleConnections()
-	time.Sleep(50 * time.Millisecond)
-	const n = 20
-	before := runtime.NumGoroutine()
-	waits := gauge(t, s, "fence_waits_total")
-	var readers []*bufio.Reader
-	for i := range n {
-		req := acquireRequest(name, `{"ttl_ms":60000,"wait_ms":20000}`, "")
-		if i%2 == 1 {
-			req = fmt.Sprintf("GET /v1/locks/%s?index=%s&wait_ms=20000 HTTP/1.1\r\nHost: fence\r\n\r\n", name, index)
-		}
-		_, br := rawRequest(t, base, req)
-		readers = append(readers, br)
-	}
-	waitUntil(t, "the waits park", func() bool {
-		return gauge(t, s, "fence_waits_total") == waits+n/2 && gauge(t, s, inFlight) == n/2
-	})
-	time.Sleep(100 * time.Millisecond) // the handlers return
-	if d := runtime.NumGoroutine() - before; d > n+n/4 {
-		t.Fatalf("%d parked waits: want about one goroutine each, got %d more goroutines", n, d)
-	}
-	postJSON(t, hc, base+"/v1/locks/"+name+"/release", fmt.Sprintf(`{"lease":%q}`, held["lease"]))
-	codes := map[int]int{}
-	for i, br := range readers {
-		if i%2 == 0 {
-			continue // acquires: one is granted, the others wait on
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("blocking query %d: %v", i, err)
-		}
-		resp.Body.Close()
-		codes[resp.StatusCode]++
-	}
-	if codes[http.StatusOK] != n/2 {
-		t.Fatalf("blocking queries after the release: want %d answered 200, got %v", n/2, codes)
-	}
-}
-
-// Parked waiting acquires of one lock are served in the order they came, each
-// release handing the lock to the next; one whose wait ends first answers 409
-// with the holder's time left and leaves the others waiting.
-func TestServer_ParkedAcquires_InOrder_ShortWaitEndsAlone(t *testing.T) {
-	s, base := parkServer(t)
+// Waiting acquires of one lock are served in the order they came, each release
+// handing the lock to the next; one whose wait ends first answers 409 with the
+// holder's time left and leaves the others waiting.
+func TestServer_WaitingAcquires_InOrder_ShortWaitEndsAlone(t *testing.T) {
+	s, base := waitServer(t)
 	name := url.PathEscape(uniq(t, "lock"))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	_, held := postJSON(t, hc, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
@@ -364,8 +304,8 @@ func TestServer_ParkedAcquires_InOrder_ShortWaitEndsAlone(t *testing.T) {
 
 // A queued acquire whose client goes away leaves the queue: the next one gets
 // the lock.
-func TestServer_ParkedAcquires_GoneClientSkipped(t *testing.T) {
-	s, base := parkServer(t)
+func TestServer_WaitingAcquires_GoneClientSkipped(t *testing.T) {
+	s, base := waitServer(t)
 	name := url.PathEscape(uniq(t, "lock"))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	_, held := postJSON(t, hc, base+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
@@ -405,90 +345,19 @@ func (p panicOnWait) Grant(ctx context.Context, name string, ttl time.Duration, 
 	return p.Store.Grant(ctx, name, ttl, opts...)
 }
 
-// A store that panics in a parked wait costs that request a 500, as in net/http,
-// not the process.
-func TestServer_ParkedAcquire_StorePanic500(t *testing.T) {
+// A store that panics in a wait costs that request a 500, not the process.
+func TestServer_WaitingAcquire_StorePanic500(t *testing.T) {
 	store, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	s, hs := newServer(t, fencehttp.Config{Locker: panicOnWait{store}, KV: store})
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	_, hs := newServer(t, fencehttp.Config{Locker: panicOnWait{store}, KV: store})
 	name := url.PathEscape(uniq(t, "lock"))
 	hc := &http.Client{Timeout: 10 * time.Second}
 	postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
 	code, v := postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000,"wait_ms":5000}`)
 	if code != http.StatusInternalServerError || v["code"] != "internal" {
 		t.Fatalf("a waiting acquire whose store panics: want 500 internal, got %d %v", code, v)
-	}
-}
-
-// A connection back from a parked wait is a kept-alive connection: idle, it
-// stays open for the server's IdleTimeout, not only its ReadHeaderTimeout (which
-// net/http gives a new connection); and the next request's headers must still
-// come within ReadHeaderTimeout of its first byte.
-func TestServer_ParkedAcquire_ConnectionBack_IdleTimeoutNotHeaderTimeout(t *testing.T) {
-	const headerTimeout = 300 * time.Millisecond
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	s, err := fencehttp.NewServer(fencehttp.Config{Locker: store, KV: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(s.Handler())
-	hs.Config.ReadHeaderTimeout = headerTimeout
-	hs.Config.IdleTimeout = time.Minute
-	hs.Listener = s.Listener(hs.Config, hs.Listener)
-	hs.Start()
-	t.Cleanup(hs.Close)
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-
-	name := url.PathEscape(uniq(t, "lock"))
-	hc := &http.Client{Timeout: 10 * time.Second}
-	_, held := postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/acquire", `{"ttl_ms":60000}`)
-	waits := gauge(t, s, "fence_waits_total")
-	c, br := rawRequest(t, hs.URL, acquireRequest(name, `{"ttl_ms":60000,"wait_ms":20000}`, ""))
-	waitUntil(t, "the acquire waits", func() bool { return gauge(t, s, "fence_waits_total") > waits })
-	postJSON(t, hc, hs.URL+"/v1/locks/"+name+"/release", fmt.Sprintf(`{"lease":%q}`, held["lease"]))
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("the waiting acquire's answer: %v", err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("the waiting acquire after the release: want 200, got %d", resp.StatusCode)
-	}
-
-	// Idle for over three header timeouts, then the next request on it.
-	time.Sleep(3 * headerTimeout)
-	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: fence\r\n\r\n"); err != nil {
-		t.Fatalf("writing the next request: %v", err)
-	}
-	resp, err = http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("the next request on the connection, idle %v after its long poll: %v (closed by the header timeout?)", 3*headerTimeout, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/healthz after the idle time: want 200, got %d", resp.StatusCode)
-	}
-
-	// The header timeout still holds once a request begins: a request that
-	// stalls after its first bytes is cut off.
-	if _, err := io.WriteString(c, "GET /hea"); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	start := time.Now()
-	// net/http answers such a request 400 or closes the connection.
-	if resp, err := http.ReadResponse(br, nil); err == nil && resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("a request stalled after its first bytes: want it cut off (400 or closed), got status %d", resp.StatusCode)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("a request stalled after its first bytes was cut after %v; want about the header timeout (%v)", d, headerTimeout)
 	}
 }
