@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,8 +20,75 @@ import (
 	"github.com/fencelock/fence/internal/bench"
 )
 
+// The tests run the real command, built once in TestMain.
+var benchBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fence-bench-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	benchBin = filepath.Join(dir, "fence-bench")
+	build := exec.Command("go", "build", "-o", benchBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building fence-bench:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is a finished run of the command.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runBenchCmd runs the command with args, env added to the test's environment, and
+// returns its output and exit status.
+func runBenchCmd(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, benchBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("running fence-bench %v: %v", args, err)
+	}
+	return result{stdout: out.String(), stderr: errb.String(), code: cmd.ProcessState.ExitCode()}
+}
+
+func wantCode(t *testing.T, what string, r result, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("%s: want exit status %d, got %d\nstdout: %s\nstderr: %s", what, code, r.code, r.stdout, r.stderr)
+	}
+}
+
+// oneLineStderr returns the one line of r's stderr, which must carry the
+// "fence-bench: " prefix once.
+func oneLineStderr(t *testing.T, what string, r result) string {
+	t.Helper()
+	line := strings.TrimSuffix(r.stderr, "\n")
+	if line == "" || strings.Contains(line, "\n") || !strings.HasSuffix(r.stderr, "\n") {
+		t.Fatalf("%s: want one line on stderr, got %q", what, r.stderr)
+	}
+	if strings.Count(line, "fence-bench: ") != 1 || strings.Contains(line, "fence: ") {
+		t.Fatalf("%s: want the one prefix \"fence-bench: \", got %q", what, line)
+	}
+	return line
+}
+
 // tinyBench is the smallest run of every row: 1 round, short measurements, 2 clients.
-var tinyBench = []string{"bench", "--rounds", "1", "--duration", "150ms", "--clients", "2"}
+var tinyBench = []string{"--rounds", "1", "--duration", "150ms", "--clients", "2"}
 
 // benchCell matches a figure of the text table: "113 us", "8.30 ms", "43.2k".
 var benchCell = regexp.MustCompile(`^(\d+(?:\.\d+)?) ?(us|ms|s|k|M)?$`)
@@ -41,8 +111,8 @@ func TestBench_TinyRun_TextTableOfEveryRow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server and etcd")
 	}
-	r := runFence(t, cli.serve.url, nil, "", tinyBench...)
-	wantCode(t, "fence bench", r, exitOK)
+	r := runBenchCmd(t, nil, tinyBench...)
+	wantCode(t, "fence-bench", r, exitOK)
 	lines := strings.Split(r.stdout, "\n")
 	if len(lines) < 2+len(bench.Rows) {
 		t.Fatalf("stdout:\n%s\nwant a header, a rule and %d rows", r.stdout, len(bench.Rows))
@@ -73,8 +143,8 @@ func TestBench_TinyRun_JSONOfEveryRow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server and etcd")
 	}
-	r := runFence(t, cli.serve.url, nil, "", append([]string{"-o", "json"}, tinyBench...)...)
-	wantCode(t, "fence -o json bench", r, exitOK)
+	r := runBenchCmd(t, nil, append([]string{"-o", "json"}, tinyBench...)...)
+	wantCode(t, "fence-bench -o json", r, exitOK)
 	var got struct {
 		Clients    int   `json:"clients"`
 		DurationMS int64 `json:"duration_ms"`
@@ -115,8 +185,8 @@ func TestBench_TinyRun_JSONOfEveryRow(t *testing.T) {
 
 // --rows picks rows, in the table's order; the bolt row needs no outside server.
 func TestBench_Rows(t *testing.T) {
-	r := runFence(t, cli.serve.url, nil, "", "-o", "json", "bench", "--rows", "fence-bolt", "--rounds", "2", "--duration", "50ms", "--clients", "3")
-	wantCode(t, "fence bench --rows fence-bolt", r, exitOK)
+	r := runBenchCmd(t, nil, "-o", "json", "--rows", "fence-bolt", "--rounds", "2", "--duration", "50ms", "--clients", "3")
+	wantCode(t, "fence-bench --rows fence-bolt", r, exitOK)
 	var got bench.Report
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("decode %q: %v", r.stdout, err)
@@ -128,9 +198,9 @@ func TestBench_Rows(t *testing.T) {
 
 // Without redis-server, the Redis rows fail with one line saying what to install.
 func TestBench_NoRedisServer_SaysWhatToInstall(t *testing.T) {
-	r := runFence(t, cli.serve.url, []string{"PATH=" + t.TempDir()}, "", "bench", "--rows", "fence-redis", "--rounds", "1", "--duration", "50ms")
-	wantCode(t, "fence bench without redis-server", r, exitError)
-	if line := oneLineStderr(t, "fence bench without redis-server", r); !strings.Contains(line, "redis-server not found: apt-get install redis-server") {
+	r := runBenchCmd(t, []string{"PATH=" + t.TempDir()}, "--rows", "fence-redis", "--rounds", "1", "--duration", "50ms")
+	wantCode(t, "fence-bench without redis-server", r, exitError)
+	if line := oneLineStderr(t, "fence-bench without redis-server", r); !strings.Contains(line, "redis-server not found: apt-get install redis-server") {
 		t.Fatalf("stderr %q; want it to name apt-get install redis-server", line)
 	}
 }
@@ -140,22 +210,22 @@ func TestBench_UsageErrors_Exit2(t *testing.T) {
 		args []string
 		want string // in the error line
 	}{
-		{[]string{"bench", "--clients", "0"}, "--clients must be at least 1"},
-		{[]string{"bench", "--rounds", "0"}, "--rounds must be at least 1"},
-		{[]string{"bench", "--duration", "0s"}, "--duration must be positive"},
-		{[]string{"bench", "--duration", "soon"}, "duration"},
-		{[]string{"bench", "--rows", "fence-mysql"}, `unknown row "fence-mysql"`},
-		{[]string{"bench", "extra"}, `unexpected argument "extra"`},
-		{[]string{"-o", "yaml", "bench"}, "-o must be text or json"},
+		{[]string{"--clients", "0"}, "--clients must be at least 1"},
+		{[]string{"--rounds", "0"}, "--rounds must be at least 1"},
+		{[]string{"--duration", "0s"}, "--duration must be positive"},
+		{[]string{"--duration", "soon"}, "duration"},
+		{[]string{"--rows", "fence-mysql"}, `unknown row "fence-mysql"`},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-o", "yaml"}, "-o must be text or json"},
 	} {
-		what := fmt.Sprintf("fence %q", tc.args)
-		r := runFence(t, cli.serve.url, nil, "", tc.args...)
+		what := fmt.Sprintf("fence-bench %q", tc.args)
+		r := runBenchCmd(t, nil, tc.args...)
 		wantCode(t, what, r, exitUsage)
 		if line := oneLineStderr(t, what, r); !strings.Contains(line, tc.want) {
 			t.Errorf("%s: want an error saying %s, got %q", what, tc.want, line)
 		}
 		if r.stdout != "" {
-			t.Errorf("fence %q: stdout %q, want nothing", tc.args, r.stdout)
+			t.Errorf("fence-bench %q: stdout %q, want nothing", tc.args, r.stdout)
 		}
 	}
 }
@@ -164,8 +234,7 @@ func TestBench_UsageErrors_Exit2(t *testing.T) {
 func TestBench_Interrupted_Exit130(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, cli.bin, "bench", "--rows", "fence-bolt", "--rounds", "100", "--duration", "1s")
-	cmd.Env = cleanEnv()
+	cmd := exec.CommandContext(ctx, benchBin, "--rows", "fence-bolt", "--rounds", "100", "--duration", "1s")
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	stderr, err := cmd.StderrPipe()
@@ -192,7 +261,7 @@ func TestBench_Interrupted_Exit130(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 130 {
 		t.Errorf("exit status %d, want 130", code)
 	}
-	if len(rest) != 1 || !strings.Contains(rest[0], "fence: bench: interrupted (SIGINT)") {
+	if len(rest) != 1 || !strings.Contains(rest[0], "fence-bench: interrupted (SIGINT)") {
 		t.Errorf("stderr besides the progress %q, want one line saying it was interrupted", rest)
 	}
 	if out.Len() != 0 {
