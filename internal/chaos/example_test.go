@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/chaos"
+	"github.com/fencelock/fence/internal/chaos"
 )
 
 // Check judges a history: here the pause-past-TTL timeline without fencing. Worker 0

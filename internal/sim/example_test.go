@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/fencelock/fence/sim"
+	"github.com/fencelock/fence/internal/sim"
 )
 
 // The seed's race with fencing on: the guard rejects the paused worker's write.

@@ -108,6 +108,6 @@ func TestGolden_DocsDiagram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkGolden(t, filepath.Join("..", "docs", "pause-past-ttl.svg"), render(t, rep, WriteSVG))
-	checkGolden(t, filepath.Join("..", "docs", "pause-past-ttl.mmd"), render(t, rep, WriteMermaid))
+	checkGolden(t, filepath.Join("..", "..", "docs", "pause-past-ttl.svg"), render(t, rep, WriteSVG))
+	checkGolden(t, filepath.Join("..", "..", "docs", "pause-past-ttl.mmd"), render(t, rep, WriteMermaid))
 }

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 			}
 			defer os.RemoveAll(dir)
 			fenceBin = filepath.Join(dir, "fence")
-			out, err := exec.Command("go", "build", "-tags", FaultClockTag, "-o", fenceBin, "../cmd/fence").CombinedOutput()
+			out, err := exec.Command("go", "build", "-tags", FaultClockTag, "-o", fenceBin, "../../cmd/fence").CombinedOutput()
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "chaos: go build ./cmd/fence: %v\n%s", err, out)
 				return 1
