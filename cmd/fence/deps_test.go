@@ -24,7 +24,7 @@ func TestBinary_LinksNoTestMachineryNorPeers(t *testing.T) {
 		// Test machinery: the testing package, the test wrappers of the server
 		// starters, and the conformance suites.
 		"testing",
-		"github.com/fencelock/fence/internal/testserv",
+		"github.com/fencelock/fence/internal/servers/servertest",
 		"github.com/fencelock/fence/internal/sqlguardtest",
 		"github.com/fencelock/fence/internal/fencedtest",
 		"github.com/fencelock/fence/internal/diskfulltest",
@@ -40,7 +40,7 @@ func TestBinary_LinksNoTestMachineryNorPeers(t *testing.T) {
 	// etcd-member`). fence serve --store etcd:// needs only the client, so the
 	// member starter is the one package of the module that may import the server.
 	const etcdServer = "go.etcd.io/etcd/server/"
-	etcdServerImporters := map[string]bool{"github.com/fencelock/fence/internal/etcdmember": true}
+	etcdServerImporters := map[string]bool{"github.com/fencelock/fence/internal/servers/etcdmember": true}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		dep, imports := fields[0], fields[1:]

@@ -6,7 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/fencelock/fence/internal/etcdmember"
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 )
 
 // NemesisMember kills the etcd leader (SIGKILL) under `fence serve --store etcd://`
@@ -17,7 +18,7 @@ const NemesisMember = "member"
 const etcdMinTTL = etcdmember.MinLeaseTTL
 
 // EtcdMemberConfig is what one etcd member process needs (the flags of the hidden
-// `fence chaos etcd-member` mode); the members run internal/etcdmember's embedded
+// `fence chaos etcd-member` mode); the members run internal/servers/etcdmember's embedded
 // configuration, the same as the test helpers' clusters.
 type EtcdMemberConfig = etcdmember.Config
 
@@ -27,7 +28,7 @@ type EtcdMemberConfig = etcdmember.Config
 func RunEtcdMember(ctx context.Context, m EtcdMemberConfig) error {
 	cfg, err := m.Embed()
 	if err != nil {
-		return fmt.Errorf("chaos: %w", err)
+		return fmt.Errorf("chaos: %w: %w", fence.ErrInvalid, err)
 	}
 	if err := etcdmember.Serve(ctx, cfg); err != nil {
 		return fmt.Errorf("chaos: etcd member %s: %w", m.Name, err)

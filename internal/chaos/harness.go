@@ -18,8 +18,8 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
-	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 )
 
 // The lock the workers take and the key of their counter.

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 )
 
 // The test binary doubles as the netns test's processes: with netnsHelperEnv set to

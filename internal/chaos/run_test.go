@@ -15,7 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // fenceBin is the fence binary built once for the package's runs ("" under -short).
@@ -127,7 +127,7 @@ func TestRun_PostgresResource_FencedPassesControlFails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL; skipped under -short")
 	}
-	pg := testserv.Postgres(t)
+	pg := servertest.Postgres(t)
 	dsn := pg.CreateDatabase(t)
 	sum := runChaos(t, Config{Workers: 3, Duration: 6 * time.Second, Interval: 1500 * time.Millisecond, MaxFaults: 3,
 		Nemeses: []string{NemesisPause, NemesisKill}, Fencing: true, Seed: 5, Resource: ResourcePostgres, Postgres: dsn})
@@ -151,7 +151,7 @@ func TestRun_PostgresResource_FencedPassesControlFails(t *testing.T) {
 	}
 }
 
-// RunEtcdMember passes on the config checks of internal/etcdmember (whose tests cover
+// RunEtcdMember passes on the config checks of internal/servers/etcdmember (whose tests cover
 // every bad field) as fence.ErrInvalid, before it starts anything.
 func TestRunEtcdMember_BadConfig_Invalid(t *testing.T) {
 	m := EtcdMemberConfig{Name: "m0", Dir: t.TempDir(), ClientURL: "127.0.0.1:1", PeerURL: "http://127.0.0.1:2", InitialCluster: "m0=http://127.0.0.1:2"}

@@ -12,8 +12,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 	fenceredis "github.com/fencelock/fence/redis"
 )
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -65,4 +66,58 @@ func startEmbed(cfg *embed.Config) (*embed.Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("not ready after %v", servers.StartTimeout)
 	}
+}
+
+// DefaultMinLeaseTTL is the shortest lease TTL of an etcd member with etcd's default
+// timing (100 ms ticks, 1 s election timeout), as StartDefaultTiming starts: 1.5
+// election timeouts, rounded up to whole seconds.
+const DefaultMinLeaseTTL = 2 * time.Second
+
+// Server is a throwaway single-member etcd embedded in this process, listening on
+// free ports of 127.0.0.1, with its data in a fresh temporary directory.
+type Server struct {
+	Endpoints []string // client URLs, e.g. "http://127.0.0.1:PORT"
+	Dir       string   // removed by Close
+
+	once sync.Once
+	e    *embed.Etcd
+}
+
+// Start starts a single-member embedded etcd with the timing of Config.Embed and
+// waits until it serves clients. Its logs are discarded. The caller must Close it.
+// It returns an error if no free port could be bound or the server did not become
+// ready within servers.StartTimeout.
+func Start() (*Server, error) { return start(false) }
+
+// StartDefaultTiming is Start with etcd's default Raft timing instead of the faster
+// one of Config.Embed, for measuring what users of an etcd configured by default get
+// (its minimum lease TTL is DefaultMinLeaseTTL).
+func StartDefaultTiming() (*Server, error) { return start(true) }
+
+func start(defaultTiming bool) (*Server, error) {
+	dir, err := servers.MakeDir("etcd")
+	if err != nil {
+		return nil, err
+	}
+	var adjust func(*embed.Config)
+	if defaultTiming {
+		adjust = func(cfg *embed.Config) {
+			def := embed.NewConfig()
+			cfg.TickMs, cfg.ElectionMs = def.TickMs, def.ElectionMs
+		}
+	}
+	e, url, err := StartSingle(dir, "single", "etcd-single", adjust)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("etcdmember: %w", err)
+	}
+	return &Server{Endpoints: []string{url}, Dir: dir, e: e}, nil
+}
+
+// Close stops the server and removes its directory. It is idempotent.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		s.e.Close()
+		os.RemoveAll(s.Dir)
+	})
 }

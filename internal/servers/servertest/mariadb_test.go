@@ -1,4 +1,4 @@
-package testserv_test
+package servertest_test
 
 import (
 	"context"
@@ -6,13 +6,13 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // TestMariaDB runs its subtests against one server, as a backend's TestMain would.
 func TestMariaDB(t *testing.T) {
-	testserv.SkipIfShort(t)
-	srv := testserv.MariaDB(t)
+	servertest.SkipIfShort(t)
+	srv := servertest.MariaDB(t)
 	wantOwnPort(t, srv.Port, 3306)
 	s := &sqlServer{srv: srv, driver: "mysql", admin: srv.DSN(""),
 		dsnHas:       []string{"root@tcp(127.0.0.1:", "clientFoundRows=true", "parseTime=true"},

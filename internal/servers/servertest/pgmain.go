@@ -1,4 +1,4 @@
-package testserv
+package servertest
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func Pool(t testing.TB, dsn string) *pgxpool.Pool {
 	SkipIfShort(t)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
-		t.Fatalf("testserv: pool on %s: %v", dsn, err)
+		t.Fatalf("servertest: pool on %s: %v", dsn, err)
 	}
 	t.Cleanup(pool.Close)
 	return pool

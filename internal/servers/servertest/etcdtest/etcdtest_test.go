@@ -1,4 +1,4 @@
-package etcdserv
+package etcdtest
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 func etcdClient(t *testing.T, endpoints []string) *clientv3.Client {
@@ -23,7 +24,7 @@ func etcdClient(t *testing.T, endpoints []string) *clientv3.Client {
 }
 
 func TestStart_ServesThenCloseRemovesDir(t *testing.T) {
-	s, err := Start()
+	s, err := etcdmember.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestStart_ServesThenCloseRemovesDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(MinLeaseTTL / time.Second); g.TTL != want {
+	if want := int64(etcdmember.MinLeaseTTL / time.Second); g.TTL != want {
 		t.Errorf("Grant(1s).TTL = %d; want %d (MinLeaseTTL)", g.TTL, want)
 	}
 	s.Close()
@@ -53,7 +54,7 @@ func TestStart_ServesThenCloseRemovesDir(t *testing.T) {
 }
 
 func TestStartDefaultTiming_MinLeaseTTL(t *testing.T) {
-	s, err := StartDefaultTiming()
+	s, err := etcdmember.StartDefaultTiming()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,13 +65,13 @@ func TestStartDefaultTiming_MinLeaseTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(DefaultMinLeaseTTL / time.Second); g.TTL != want {
+	if want := int64(etcdmember.DefaultMinLeaseTTL / time.Second); g.TTL != want {
 		t.Errorf("Grant(1s).TTL = %d; want %d (DefaultMinLeaseTTL)", g.TTL, want)
 	}
 }
 
 func TestCluster_LeaderKilled_NewLeaderServes(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	c := NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

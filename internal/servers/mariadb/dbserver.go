@@ -1,4 +1,4 @@
-package testserv
+package mariadb
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/fencelock/fence/internal/servers"
 )
 
-// dbServer is MariaDBServer's server core (PostgreSQL's is servers.Postgres): a port and a directory fixed
+// dbServer is Server's core: a port and a directory fixed
 // for the server's life, a data directory made from the template cache, the Lifecycle
 // that crashes, restarts and closes the server on them, and statements run through
 // the database/sql driver of its kind.
@@ -43,13 +43,13 @@ func (s *dbServer) ping(dsn string) error {
 func (s *dbServer) exec(dsn, query string) error {
 	db, err := sql.Open(s.driver, dsn)
 	if err != nil {
-		return fmt.Errorf("testserv: %s: %w", s.kind, err)
+		return fmt.Errorf("%s: %w", s.kind, err)
 	}
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := db.ExecContext(ctx, query); err != nil {
-		return fmt.Errorf("testserv: %s: %s: %w", s.kind, query, err)
+		return fmt.Errorf("%s: %s: %w", s.kind, query, err)
 	}
 	return nil
 }

@@ -3,8 +3,6 @@ package etcdmember
 import (
 	"errors"
 	"testing"
-
-	"github.com/fencelock/fence"
 )
 
 func TestConfig_Embed_BadConfig_Invalid(t *testing.T) {
@@ -21,8 +19,8 @@ func TestConfig_Embed_BadConfig_Invalid(t *testing.T) {
 	} {
 		c := good
 		mut(&c)
-		if _, err := c.Embed(); !errors.Is(err, fence.ErrInvalid) {
-			t.Errorf("%s: Embed() error = %v; want fence.ErrInvalid", name, err)
+		if _, err := c.Embed(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: Embed() error = %v; want ErrConfig", name, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package testserv_test
+package servertest_test
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 func TestRedis_StartAnswersClient(t *testing.T) {
-	testserv.SkipIfShort(t)
-	srv := testserv.Redis(t)
+	servertest.SkipIfShort(t)
+	srv := servertest.Redis(t)
 	wantOwnPort(t, srv.Port, 6379)
 	if want := "127.0.0.1:" + strconv.Itoa(srv.Port); srv.Addr != want {
 		t.Fatalf("Addr = %q, want %q", srv.Addr, want)
@@ -42,8 +43,8 @@ func TestRedis_StartAnswersClient(t *testing.T) {
 }
 
 func TestRedis_ExtraArgsApplied(t *testing.T) {
-	testserv.SkipIfShort(t)
-	srv := testserv.Redis(t, "--maxmemory-policy", "noeviction", "--appendonly", "yes")
+	servertest.SkipIfShort(t)
+	srv := servertest.Redis(t, "--maxmemory-policy", "noeviction", "--appendonly", "yes")
 	got, err := srv.Do("CONFIG", "GET", "appendonly")
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestRedis_ExtraArgsApplied(t *testing.T) {
 // Kill then Restart keeps the port and directory; a key written before the crash is
 // there afterwards with AOF fsync always, and gone with the default (no persistence).
 func TestRedis_KillThenRestart_SamePortDataOnlyIfPersistent(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	for _, c := range []struct {
 		name     string
 		args     []string
@@ -66,7 +67,7 @@ func TestRedis_KillThenRestart_SamePortDataOnlyIfPersistent(t *testing.T) {
 		{"NoPersistence_LosesData", nil, "0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			srv := testserv.Redis(t, c.args...)
+			srv := servertest.Redis(t, c.args...)
 			port, dir := srv.Port, srv.Dir
 			if _, err := srv.Do("SET", "k", "1"); err != nil {
 				t.Fatal(err)
@@ -89,12 +90,12 @@ func TestRedis_KillThenRestart_SamePortDataOnlyIfPersistent(t *testing.T) {
 }
 
 func TestRedis_Replica_FollowsPrimary(t *testing.T) {
-	testserv.SkipIfShort(t)
-	primary := testserv.Redis(t)
+	servertest.SkipIfShort(t)
+	primary := servertest.Redis(t)
 	if _, err := primary.Do("SET", "before", "1"); err != nil {
 		t.Fatal(err)
 	}
-	replica := testserv.RedisReplica(t, primary)
+	replica := servertest.RedisReplica(t, primary)
 	if got, err := replica.Do("GET", "before"); err != nil || got != "1" {
 		t.Fatalf("replica GET before = %q, %v; want %q after initial sync", got, err, "1")
 	}
@@ -104,8 +105,8 @@ func TestRedis_Replica_FollowsPrimary(t *testing.T) {
 }
 
 func TestRedis_CloseTwiceAndRestartAfterClose(t *testing.T) {
-	testserv.SkipIfShort(t)
-	srv, err := testserv.StartRedis()
+	servertest.SkipIfShort(t)
+	srv, err := servers.StartRedis()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +123,8 @@ func TestRedis_CloseTwiceAndRestartAfterClose(t *testing.T) {
 }
 
 func TestFindBinary_Missing_NamesPackage(t *testing.T) {
-	_, err := testserv.FindBinary("no-such-server-binary", "no-such-package")
-	if !errors.Is(err, testserv.ErrNotFound) {
+	_, err := servers.FindBinary("no-such-server-binary", "no-such-package")
+	if !errors.Is(err, servers.ErrNotFound) {
 		t.Fatalf("error = %v, want ErrNotFound", err)
 	}
 	if want := "servers: no-such-server-binary not found: apt-get install no-such-package"; !strings.Contains(err.Error(), want) {
@@ -133,19 +134,19 @@ func TestFindBinary_Missing_NamesPackage(t *testing.T) {
 
 func TestStartRedis_BinaryMissing_SaysWhatToInstall(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // redis-server lives in /usr/bin, found only through PATH
-	srv, err := testserv.StartRedis()
+	srv, err := servers.StartRedis()
 	if err == nil {
 		srv.Close()
 		t.Fatal("StartRedis with redis-server not in PATH succeeded, want an error")
 	}
-	if want := "redis-server not found: apt-get install redis-server"; !errors.Is(err, testserv.ErrNotFound) || !strings.Contains(err.Error(), want) {
+	if want := "redis-server not found: apt-get install redis-server"; !errors.Is(err, servers.ErrNotFound) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error = %q, want ErrNotFound saying %q", err, want)
 	}
 }
 
 func TestFreePort_NeverReserved(t *testing.T) {
 	for i := 0; i < 20; i++ {
-		p, err := testserv.FreePort()
+		p, err := servers.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}

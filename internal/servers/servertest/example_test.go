@@ -1,4 +1,4 @@
-package testserv_test
+package servertest_test
 
 import (
 	"context"
@@ -8,15 +8,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // A backend package starts one server for all its tests in TestMain. (Examples without
 // an Output comment are compiled, not run.)
-func ExampleStartRedis() {
+func Example_testMain() {
 	var m *testing.M // the argument of TestMain
 
-	srv, err := testserv.StartRedis("--appendonly", "yes")
+	srv, err := servers.StartRedis("--appendonly", "yes")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err) // e.g. "redis-server not found: apt-get install redis-server"
 		os.Exit(1)
@@ -28,8 +29,8 @@ func ExampleStartRedis() {
 
 // Each test gets its own database on the package's shared server.
 func ExamplePostgresServer_CreateDatabase() {
-	var srv *testserv.PostgresServer // started in TestMain with StartPostgres
-	var t *testing.T                 // the test
+	var srv *servertest.PostgresServer // started in TestMain with StartPostgres
+	var t *testing.T                   // the test
 
 	dsn := srv.CreateDatabase(t) // dropped when t ends
 	conn, err := pgx.Connect(context.Background(), dsn)

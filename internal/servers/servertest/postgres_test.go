@@ -1,4 +1,4 @@
-package testserv_test
+package servertest_test
 
 import (
 	"context"
@@ -6,13 +6,13 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // TestPostgres runs its subtests against one server, as a backend's TestMain would.
 func TestPostgres(t *testing.T) {
-	testserv.SkipIfShort(t)
-	srv := testserv.Postgres(t)
+	servertest.SkipIfShort(t)
+	srv := servertest.Postgres(t)
 	wantOwnPort(t, srv.Port, 5432)
 	s := &sqlServer{srv: srv, driver: "pgx", admin: srv.DSN("postgres"),
 		dsnHas:       []string{"postgres://postgres@127.0.0.1:"},

@@ -1,4 +1,4 @@
-package testserv_test
+package servertest_test
 
 import (
 	"context"

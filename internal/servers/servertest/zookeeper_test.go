@@ -1,29 +1,30 @@
-package testserv_test
+package servertest_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 func TestZooKeeper_StandaloneServesAndCloses(t *testing.T) {
-	testserv.SkipIfShort(t)
-	s := testserv.ZooKeeper(t)
-	mode, err := testserv.ZooKeeperMode(s.Addr)
+	servertest.SkipIfShort(t)
+	s := servertest.ZooKeeper(t)
+	mode, err := servers.ZooKeeperMode(s.Addr)
 	if err != nil || mode != "standalone" {
 		t.Fatalf("ZooKeeperMode(%s) = %q, %v; want \"standalone\", nil", s.Addr, mode, err)
 	}
 	s.Close()
-	if _, err := testserv.ZooKeeperMode(s.Addr); err == nil {
+	if _, err := servers.ZooKeeperMode(s.Addr); err == nil {
 		t.Fatalf("ZooKeeperMode(%s) after Close = nil error; want the server gone", s.Addr)
 	}
 }
 
 func TestZooKeeperEnsemble_LeaderKilled_NewLeaderElectedOldRejoins(t *testing.T) {
-	testserv.SkipIfShort(t)
-	e := testserv.NewZooKeeperEnsemble(t, 3)
+	servertest.SkipIfShort(t)
+	e := servertest.NewZooKeeperEnsemble(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	old, err := e.Leader(ctx)
@@ -45,7 +46,7 @@ func TestZooKeeperEnsemble_LeaderKilled_NewLeaderElectedOldRejoins(t *testing.T)
 	if err := old.Restart(); err != nil {
 		t.Fatalf("Restart of member %d: %v", old.ID, err)
 	}
-	if mode, err := testserv.ZooKeeperMode(old.Addr); err != nil || mode != "follower" {
+	if mode, err := servers.ZooKeeperMode(old.Addr); err != nil || mode != "follower" {
 		t.Fatalf("member %d after Restart: mode %q, %v; want \"follower\" of member %d", old.ID, mode, err, nu.ID)
 	}
 }

@@ -1,4 +1,9 @@
-package testserv
+// Package mariadb starts throwaway MariaDB servers for tests and tools: each on a free
+// port of 127.0.0.1, its data directory copied from a cached template, in its own
+// process group, stopped and removed by Close. It is apart from internal/servers so
+// that only what starts MariaDB links the MySQL driver. It never imports testing;
+// tests use the wrappers of internal/servers/servertest.
+package mariadb
 
 import (
 	"fmt"
@@ -7,17 +12,16 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/fencelock/fence/internal/servers"
 )
 
-// MariaDBServer is a throwaway MariaDB server on 127.0.0.1 whose root user has an empty
+// Server is a throwaway MariaDB server on 127.0.0.1 whose root user has an empty
 // password and ordinary (not unix-socket) authentication. Its fields are fixed for its
 // whole life, across Kill and Restart.
-type MariaDBServer struct {
+type Server struct {
 	dbServer // Port, Dir; Kill, Restart, Close
 
 	bin      string // mariadbd
@@ -25,12 +29,12 @@ type MariaDBServer struct {
 
 }
 
-// StartMariaDB creates a fresh data directory (mariadb-install-db) in a temporary
+// Start creates a fresh data directory (mariadb-install-db) in a temporary
 // directory and starts mariadbd for it on a free port of 127.0.0.1, waiting until it
 // accepts connections. The caller must Close it. It returns an error matching
-// ErrNotFound if MariaDB is not installed, or one with the tail of the log if the server
+// servers.ErrNotFound if MariaDB is not installed, or one with the tail of the log if the server
 // does not start.
-func StartMariaDB() (*MariaDBServer, error) {
+func Start() (*Server, error) {
 	install, err := servers.FindAny("mariadb-server", "mariadb-install-db", "mysql_install_db")
 	if err != nil {
 		return nil, err
@@ -43,7 +47,7 @@ func StartMariaDB() (*MariaDBServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &MariaDBServer{dbServer: dbServer{Dir: dir, kind: "mariadb", driver: "mysql"}, bin: bin, rootUser: os.Geteuid() == 0}
+	s := &Server{dbServer: dbServer{Dir: dir, kind: "mariadb", driver: "mysql"}, bin: bin, rootUser: os.Geteuid() == 0}
 	s.life.Dir = dir
 	s.life.Launch = s.launch
 	s.life.StopSig = syscall.SIGTERM // a clean shutdown
@@ -55,23 +59,16 @@ func StartMariaDB() (*MariaDBServer, error) {
 	return s, nil
 }
 
-// MariaDB starts a server like StartMariaDB for the test t, and stops it and removes its
-// directory when t ends. It fails t if the server cannot start.
-func MariaDB(t testing.TB) *MariaDBServer {
-	t.Helper()
-	return ForTest(t, StartMariaDB)
-}
-
-func (s *MariaDBServer) logPath() string { return filepath.Join(s.Dir, "mariadb.log") }
+func (s *Server) logPath() string { return filepath.Join(s.Dir, "mariadb.log") }
 
 // serverOptions are the mariadbd options shared by install and start.
-func (s *MariaDBServer) serverOptions() []string {
+func (s *Server) serverOptions() []string {
 	return append([]string{"--datadir=" + s.dataDir(), "--tmpdir=" + s.Dir}, s.installArgs()...)
 }
 
 // installArgs are the options that shape the data directory, apart from its path (they
 // are the template cache key).
-func (s *MariaDBServer) installArgs() []string {
+func (s *Server) installArgs() []string {
 	opts := []string{
 		"--skip-name-resolve",
 		"--character-set-server=utf8mb4",
@@ -99,18 +96,18 @@ func (s *MariaDBServer) installArgs() []string {
 var installOnlyArgs = []string{"--auth-root-authentication-method=normal", "--skip-test-db"}
 
 // installDB creates the system tables in s.Dir/data.
-func (s *MariaDBServer) installDB(install string) error {
+func (s *Server) installDB(install string) error {
 	args := append([]string{"--no-defaults"}, // must come first
 		append(installOnlyArgs, s.serverOptions()...)...)
 	out, err := servers.RunTool(install, args, s.Dir, nil)
 	if err != nil {
-		return fmt.Errorf("testserv: mariadb: %s: %w:\n%s", filepath.Base(install), err, out)
+		return fmt.Errorf("mariadb: %s: %w:\n%s", filepath.Base(install), err, out)
 	}
 	return nil
 }
 
 // launch starts mariadbd on s.Port and waits until it accepts connections.
-func (s *MariaDBServer) launch() (*servers.Process, error) {
+func (s *Server) launch() (*servers.Process, error) {
 	args := append([]string{
 		"--no-defaults", // must come first
 		"--port=" + strconv.Itoa(s.Port),
@@ -126,7 +123,7 @@ func (s *MariaDBServer) launch() (*servers.Process, error) {
 // root@tcp(127.0.0.1:PORT)/db?clientFoundRows=true&parseTime=true&multiStatements=false.
 // clientFoundRows makes UPDATE report matched rather than changed rows, so an update
 // writing the same value still counts as applied. db may be "" for no default database.
-func (s *MariaDBServer) DSN(db string) string {
+func (s *Server) DSN(db string) string {
 	cfg := mysql.NewConfig()
 	cfg.User = "root"
 	cfg.Net = "tcp"
@@ -140,14 +137,22 @@ func (s *MariaDBServer) DSN(db string) string {
 
 // Exec runs query (e.g. a CREATE or ALTER statement) as root with no default database.
 // It returns an error with the statement if it fails.
-func (s *MariaDBServer) Exec(query string) error { return s.exec(s.DSN(""), query) }
+func (s *Server) Exec(query string) error { return s.exec(s.DSN(""), query) }
 
-// CreateDatabase creates a database with a unique name for the test t and returns its
-// DSN; it is dropped when t ends. It fails t if the database cannot be created.
-func (s *MariaDBServer) CreateDatabase(t testing.TB) string {
-	t.Helper()
-	name := servers.UniqueName("test")
-	createDatabase(t, s.life.Running, func() error { return s.Exec("CREATE DATABASE `" + name + "`") },
-		func() error { return s.Exec("DROP DATABASE IF EXISTS `" + name + "`") })
-	return s.DSN(name)
+// CreateDatabase creates the database name and returns its DSN (see DSN). It returns
+// Exec's error if the database cannot be created.
+func (s *Server) CreateDatabase(name string) (string, error) {
+	if err := s.Exec("CREATE DATABASE `" + name + "`"); err != nil {
+		return "", err
+	}
+	return s.DSN(name), nil
 }
+
+// DropDatabase drops the database name if it exists. It returns Exec's error.
+func (s *Server) DropDatabase(name string) error {
+	return s.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+}
+
+// Running reports whether the server runs: false after Kill (until Restart) and
+// after Close.
+func (s *Server) Running() bool { return s.life.Running() }

@@ -1,10 +1,12 @@
-// Package etcdmember holds what the throwaway etcd members of the project share: the
-// test helpers' servers and clusters (internal/testserv/etcdserv) and the chaos
-// harness's cluster (chaos) run the same embedded configuration (Config, Serve), as
-// processes of one Cluster that finds its leader the same way.
+// Package etcdmember starts throwaway etcd members: a single member embedded in this
+// process (Start, StartSingle), or a Cluster whose members are processes the caller
+// chooses (StartCluster), all on the same embedded configuration (Config, Serve) and
+// finding their leader the same way. The chaos harness's clusters (members are the
+// fence binary) and the tests' (members are the test binary, see
+// internal/servers/servertest/etcdtest) both use it.
 //
-// It is for programs as well as tests and must never import testing. Only what starts
-// etcd imports it, since it links the etcd server.
+// It is for programs as well as tests and must never import testing. It is apart from
+// internal/servers because it links the etcd server: only what starts etcd imports it.
 package etcdmember
 
 import (
@@ -17,8 +19,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-
-	"github.com/fencelock/fence"
 )
 
 // Raft timing of the members: 50 ms ticks and a 500 ms election timeout, so a new
@@ -29,6 +29,11 @@ const (
 	ElectionMs  = 500
 	MinLeaseTTL = time.Second
 )
+
+// ErrConfig matches (errors.Is) the errors of Config.Embed for a configuration a
+// member cannot start with. The package imports nothing of fence's domain, so a
+// caller that reports it as fence.ErrInvalid wraps it so.
+var ErrConfig = errors.New("bad etcd member configuration")
 
 // Config is what one member needs to start. It is plain data, so a parent can pass
 // it to a member process (as flags or JSON).
@@ -43,20 +48,20 @@ type Config struct {
 }
 
 // Embed returns the embed configuration of c: loopback URLs, the timing above, logs
-// at error level on stderr. It returns an error matching fence.ErrInvalid for a
+// at error level on stderr. It returns an error matching ErrConfig for a
 // missing name, data directory or initial cluster, or a client or peer URL without
 // a host.
 func (c Config) Embed() (*embed.Config, error) {
 	if c.Name == "" || c.Dir == "" || c.InitialCluster == "" {
-		return nil, fmt.Errorf("etcdmember: %w: name, data dir and initial cluster are required", fence.ErrInvalid)
+		return nil, fmt.Errorf("etcdmember: %w: name, data dir and initial cluster are required", ErrConfig)
 	}
 	curl, err := url.Parse(c.ClientURL)
 	if err != nil || curl.Host == "" {
-		return nil, fmt.Errorf("etcdmember %s: %w: bad client URL %q", c.Name, fence.ErrInvalid, c.ClientURL)
+		return nil, fmt.Errorf("etcdmember %s: %w: bad client URL %q", c.Name, ErrConfig, c.ClientURL)
 	}
 	purl, err := url.Parse(c.PeerURL)
 	if err != nil || purl.Host == "" {
-		return nil, fmt.Errorf("etcdmember %s: %w: bad peer URL %q", c.Name, fence.ErrInvalid, c.PeerURL)
+		return nil, fmt.Errorf("etcdmember %s: %w: bad peer URL %q", c.Name, ErrConfig, c.PeerURL)
 	}
 	cfg := embed.NewConfig()
 	cfg.Name = c.Name
