@@ -12,14 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/internal/fencedtest"
 	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/postgres"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // snapshotDDL is the resource of the FencedTx tests: a snapshot row per id,
