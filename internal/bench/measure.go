@@ -3,7 +3,7 @@
 // it starts itself: one redis-server (internal/servers) and one single-member
 // embedded etcd (internal/servers/etcdmember) shared by every row that needs them, fence
 // serve's handler in process over an embedded bolt store, and a bolt store in
-// process. `fence bench` prints its table; the package's `go test -bench`
+// process. `fence-bench` prints its table; the package's `go test -bench`
 // benchmarks run the same measurements, so the two agree.
 //
 // Three figures per row:
