@@ -14,7 +14,7 @@ import (
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 )
 
 // Run both sets in one run, on the same embedded etcd, so the ratios are fair:
@@ -100,7 +100,7 @@ func BenchmarkExpiryHandoff(b *testing.B) {
 		fencetest.BenchmarkExpiryHandoff(b, etcd.NewLocker(client(b), nil), etcd.NewLocker(client(b), nil), ttl)
 	})
 	b.Run("default-timing", func(b *testing.B) {
-		s, err := etcdserv.StartDefaultTiming()
+		s, err := etcdmember.StartDefaultTiming()
 		if err != nil {
 			b.Fatal(err)
 		}

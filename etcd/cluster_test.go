@@ -11,8 +11,9 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
-	"github.com/fencelock/fence/internal/testserv"
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
+	"github.com/fencelock/fence/internal/servers/servertest"
+	"github.com/fencelock/fence/internal/servers/servertest/etcdtest"
 )
 
 // grant is one lease a client of the cluster test held, by its own clock.
@@ -30,8 +31,8 @@ type grant struct {
 // ordered by token, each holder stopped relying on its lease (release or deadline)
 // before the next one got it, and grants continued under the new leader.
 func TestCluster_LeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
-	testserv.SkipIfShort(t)
-	c := etcdserv.NewCluster(t, 3)
+	servertest.SkipIfShort(t)
+	c := etcdtest.NewCluster(t, 3)
 	endpoints := c.Endpoints()
 	name := "cluster-" + driver.NewLeaseID()[:12]
 	const ttl = 2 * time.Second
@@ -173,8 +174,8 @@ func kind(err error) string {
 // and writes through the first: A's write is rejected with B's token as the highest,
 // and B's value stays.
 func TestStore_TwoServersOneCluster_StaleWriteRejected(t *testing.T) {
-	testserv.SkipIfShort(t)
-	c := etcdserv.NewCluster(t, 3)
+	servertest.SkipIfShort(t)
+	c := etcdtest.NewCluster(t, 3)
 	ctx := testCtx(t)
 	open := func(endpoint string) *etcd.Store {
 		s, err := etcd.Open(ctx, []string{endpoint}, nil)
@@ -226,8 +227,8 @@ func TestStore_TwoServersOneCluster_StaleWriteRejected(t *testing.T) {
 // Acquire gives up when its context ends (fence.ErrNotAcquired and the context's
 // error: the Engine's wording of an acquire that ctx ended).
 func TestCluster_WaiterRidesOutLeaderKill_DoneClosesWhenQuorumLost(t *testing.T) {
-	testserv.SkipIfShort(t)
-	c := etcdserv.NewCluster(t, 3)
+	servertest.SkipIfShort(t)
+	c := etcdtest.NewCluster(t, 3)
 	ctx := testCtx(t)
 	endpoints := c.Endpoints()
 	holder := etcd.NewLocker(newClient(t, endpoints), nil)
@@ -306,15 +307,15 @@ func TestCluster_WaiterRidesOutLeaderKill_DoneClosesWhenQuorumLost(t *testing.T)
 // before its fallback read would have timed out. Once the members are back, the
 // watch is made anew and a grant is seen.
 func TestCluster_WatchedMemberLosesLeader_ErrUnavailableThenRecovers(t *testing.T) {
-	testserv.SkipIfShort(t)
-	c := etcdserv.NewCluster(t, 3)
+	servertest.SkipIfShort(t)
+	c := etcdtest.NewCluster(t, 3)
 	ctx := testCtx(t)
 	leader, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var follower *etcdserv.Member
-	var others []*etcdserv.Member
+	var follower *etcdmember.Member
+	var others []*etcdmember.Member
 	for _, m := range c.Members {
 		if m != leader && follower == nil {
 			follower = m

@@ -6,7 +6,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 )
 
 // The expiry tests use etcd's minimum lease TTL: leases are counted in whole seconds,
@@ -14,7 +14,7 @@ import (
 func TestLocker_Conformance(t *testing.T) {
 	fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
 		return etcd.NewLocker(client(t), nil)
-	}, fencetest.WithShortTTL(etcdserv.MinLeaseTTL))
+	}, fencetest.WithShortTTL(etcdmember.MinLeaseTTL))
 }
 
 func TestKV_Conformance(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
-	"github.com/fencelock/fence/internal/testserv"
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 )
 
 func uniq(prefix string) string { return prefix + "-" + driver.NewLeaseID()[:12] }
@@ -73,7 +73,7 @@ func TestOpen_NoEndpoints_ErrInvalid(t *testing.T) {
 }
 
 func TestOpen_Unreachable_ErrUnavailable(t *testing.T) {
-	port, err := testserv.FreePort() // nothing listens there
+	port, err := servers.FreePort() // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestOpen_Unreachable_ErrUnavailable(t *testing.T) {
 }
 
 func TestLocker_Unreachable_AcquireEndsWithCtxReleaseErrUnavailable(t *testing.T) {
-	port, err := testserv.FreePort()
+	port, err := servers.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,13 +152,13 @@ func TestLocker_TTLBelowEtcdMinimum_HolderDeadlineAsAskedEtcdHoldsLonger(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	if min := int64(etcdserv.MinLeaseTTL / time.Second); ttlResp.GrantedTTL < min {
+	if min := int64(etcdmember.MinLeaseTTL / time.Second); ttlResp.GrantedTTL < min {
 		t.Fatalf("etcd lease granted for %ds; want etcd's minimum, %ds", ttlResp.GrantedTTL, min)
 	}
 	<-a.Done() // the holder's deadline
 	_, tryErr := fence.TryAcquire(ctx, waiter, name, time.Minute)
 	info, infoErr := waiter.Inspect(ctx, name)
-	if time.Since(called) >= etcdserv.MinLeaseTTL {
+	if time.Since(called) >= etcdmember.MinLeaseTTL {
 		t.Skip("inconclusive: the machine took longer than etcd's minimum lease TTL to get here")
 	}
 	if !errors.Is(tryErr, fence.ErrNotAcquired) {
@@ -168,7 +168,7 @@ func TestLocker_TTLBelowEtcdMinimum_HolderDeadlineAsAskedEtcdHoldsLonger(t *test
 		t.Fatalf("Inspect after the holder's deadline = %+v, %v; want held by token %d (etcd still has the key)", info, infoErr, a.Token())
 	}
 	takeOver(t, a, "etcd expired the lease", func() (*fence.Lease, error) {
-		return waiter.Acquire(ctx, name, time.Minute, fence.WithWait(etcdserv.MinLeaseTTL+10*time.Second))
+		return waiter.Acquire(ctx, name, time.Minute, fence.WithWait(etcdmember.MinLeaseTTL+10*time.Second))
 	})
 }
 

@@ -10,17 +10,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 )
 
 // srv is the package's single-member etcd, shared by every test and example (each
 // uses its own lock names and keys). It is embedded, so it needs no binary and runs
 // under -short too; only the multi-process cluster tests skip there.
-var srv *etcdserv.Server
+var srv *etcdmember.Server
 
 func TestMain(m *testing.M) {
 	var err error
-	if srv, err = etcdserv.Start(); err != nil {
+	if srv, err = etcdmember.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/etcd"
-	"github.com/fencelock/fence/internal/testserv"
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
+	"github.com/fencelock/fence/internal/servers/servertest/etcdtest"
 )
 
 // pending is an Acquire running in a goroutine: its lease and error arrive once.
@@ -510,8 +510,8 @@ func TestLocker_Semaphore_PrefixNames_Independent(t *testing.T) {
 // acquire the shared lease), their holders renew and release them, and the next
 // grant's token is above theirs.
 func TestCluster_Restart_PermitsAndSharedLeasesSurvive(t *testing.T) {
-	testserv.SkipIfShort(t)
-	c := etcdserv.NewCluster(t, 1)
+	servertest.SkipIfShort(t)
+	c := etcdtest.NewCluster(t, 1)
 	ctx := testCtx(t)
 	cli := newClient(t, c.Endpoints())
 	l := etcd.NewLocker(cli, nil)

@@ -19,8 +19,8 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
-	"github.com/fencelock/fence/internal/testserv"
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // promptly bounds how soon a watcher must see a change that etcd signalled: well
@@ -288,7 +288,7 @@ func TestLocker_Watch_ConnectionCut_ResumedWatchSeesChange(t *testing.T) {
 // and, after watchTimeout, yields fence.ErrUnavailable instead of hanging; once the
 // link is back it yields the state again.
 func TestLocker_Watch_LinkDown_ErrUnavailableThenRecovers(t *testing.T) {
-	testserv.SkipIfShort(t) // about 15s: the fallback read's wait and timeout, then the client's reconnection
+	servertest.SkipIfShort(t) // about 15s: the fallback read's wait and timeout, then the client's reconnection
 	c := newCutWatch(t, "watch-down")
 	c.proxy.Cut()
 	// The fallback read comes after driver.DefaultWatchPoll, its timeout 5s later.
@@ -496,9 +496,9 @@ func TestLocker_Watch_Expiry_NoBusyReads(t *testing.T) {
 	states, _ := startWatch(t, l, name)
 	waitFor(t, states, promptly, "the first state", false, isFree)
 	before := kv.txns.Load()
-	mustAcquire(t, ctx, holder, name, etcdserv.MinLeaseTTL)
+	mustAcquire(t, ctx, holder, name, etcdmember.MinLeaseTTL)
 	waitFor(t, states, promptly, "the grant", false, isHeld)
-	waitFor(t, states, etcdserv.MinLeaseTTL+promptly, "the expiry", false, isFree)
+	waitFor(t, states, etcdmember.MinLeaseTTL+promptly, "the expiry", false, isFree)
 	// The grant's read, at most one more in the lease's last second, the read
 	// after the delete, and one spare for a read that etcd's TTL made necessary.
 	if reads := kv.txns.Load() - before; reads > 4 {

@@ -15,7 +15,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/internal/fencedtest"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -100,8 +100,8 @@ func snapshot(t *testing.T, pool *pgxpool.Pool, id string) (string, fence.Token)
 }
 
 func TestFencedTx_Postgres(t *testing.T) {
-	testserv.SkipIfShort(t)
-	srv := testserv.Postgres(t)
+	servertest.SkipIfShort(t)
+	srv := servertest.Postgres(t)
 
 	newPool := func(t *testing.T, maxConns int32) *pgxpool.Pool {
 		cfg, err := pgxpool.ParseConfig(srv.CreateDatabase(t))

@@ -11,7 +11,7 @@ import (
 	"github.com/fencelock/fence/idempotency/boltstore"
 	"github.com/fencelock/fence/idempotency/pgstore"
 	"github.com/fencelock/fence/inmem"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // dsn is the database of the package's one PostgreSQL server (empty under -short);
@@ -19,7 +19,7 @@ import (
 var dsn string
 
 func TestMain(m *testing.M) {
-	os.Exit(testserv.RunWithPostgres(m, "idempotency", &dsn))
+	os.Exit(servertest.RunWithPostgres(m, "idempotency", &dsn))
 }
 
 // testStore is a Store under test with a way to move its clock forward.
@@ -43,8 +43,8 @@ func stores(t *testing.T) []testStore {
 	if testing.Short() {
 		return out
 	}
-	table := testserv.TableName(t)
-	pool := testserv.Pool(t, dsn)
+	table := servertest.TableName(t)
+	pool := servertest.Pool(t, dsn)
 	ps := pgstore.New(pool, &pgstore.Options{Table: table})
 	ctx := context.Background()
 	if err := ps.CreateSchema(ctx); err != nil {

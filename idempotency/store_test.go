@@ -13,7 +13,7 @@ import (
 	"github.com/fencelock/fence/idempotency"
 	"github.com/fencelock/fence/idempotency/boltstore"
 	"github.com/fencelock/fence/idempotency/pgstore"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 const (
@@ -186,7 +186,7 @@ func TestStore_BadInput_Invalid(t *testing.T) {
 }
 
 func TestPostgresStore_MissingTableAndBadName(t *testing.T) {
-	pool := testserv.Pool(t, dsn)
+	pool := servertest.Pool(t, dsn)
 	ctx := context.Background()
 	_, err := pgstore.New(pool, &pgstore.Options{Table: "no_such_table"}).Begin(ctx, "k", "fp", lockTO, retention)
 	if !errors.Is(err, pgstore.ErrSchema) {
@@ -210,7 +210,7 @@ func TestBoltStore_Closed_ErrClosed(t *testing.T) {
 }
 
 func TestPostgresStore_ClosedPool_ErrClosed(t *testing.T) {
-	pool := testserv.Pool(t, dsn)
+	pool := servertest.Pool(t, dsn)
 	s := pgstore.New(pool, nil)
 	pool.Close()
 	if _, err := s.Begin(context.Background(), "k", "fp", lockTO, retention); !errors.Is(err, fence.ErrClosed) {

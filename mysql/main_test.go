@@ -8,8 +8,8 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/internal/sqlguardtest"
-	"github.com/fencelock/fence/internal/testserv"
 )
 
 // One MariaDB server serves the whole package; each test uses its own resources
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 // db returns the shared database, skipping under -short.
 func db(t testing.TB) *sql.DB {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	return testDB
 }
 

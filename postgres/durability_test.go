@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/postgres"
 )
 
@@ -22,8 +22,8 @@ import (
 // statement committed asynchronously just before the kill is lost: the control
 // that shows the kill would have caught a Locker that commits asynchronously.
 func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testing.T) {
-	testserv.SkipIfShort(t)
-	srv := testserv.Postgres(t) // its own server: this test kills it
+	servertest.SkipIfShort(t)
+	srv := servertest.Postgres(t) // its own server: this test kills it
 	dsn := srv.CreateDatabase(t)
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -106,7 +106,7 @@ func TestLocker_SynchronousCommitOff_KillNine_TokensRiseLeaseStaysHeld(t *testin
 // middle of a test: calls fail with ErrUnavailable, the holder's Done closes, and
 // after the restart tokens continue above every token granted before.
 func TestLocker_PostgresKilledAndRestarted_KeepsCounters(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	ctx := ctxT(t)
 	pool := freshDB(t)
 	l := lockerOn(t, pool, &postgres.LockerOptions{PollInterval: time.Hour})

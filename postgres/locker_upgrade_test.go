@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/postgres"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // previousLockerDDLFile is the file of the lock table's DDL before owners, as
@@ -142,7 +143,7 @@ func TestLocker_PreviousVersionOnTheNewTable_GrantsWithoutOwner(t *testing.T) {
 // upgrade: the older release notifies as before, so it is seen promptly; the
 // older grant notifies nothing, so it is seen by the watch's fallback poll.
 func TestLocker_Watch_PreviousVersion_ReleaseSeenPromptlyGrantAtThePoll(t *testing.T) {
-	testserv.SkipIfShort(t) // waits for the fallback poll
+	servertest.SkipIfShort(t) // waits for the fallback poll
 	ctx, l, name := lockTest(t, nil)
 	states, _, _ := startWatch(t, ctx, l, name)
 	awaitState(t, states, watchPromptly, "the first state", isFree)

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fence/postgres"
 )
 
-// pgServer is the part of testserv.PostgresServer the tests use.
+// pgServer is the part of servertest.PostgresServer the tests use.
 type pgServer interface {
 	DSN(db string) string
 	CreateDatabase(t testing.TB) string

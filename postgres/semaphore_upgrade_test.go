@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/testserv"
-	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/internal/servers/servertest"
+	"github.com/fencelock/fence/postgres"
 )
 
 // ownerLockerDDLFile is the lock table's DDL with owners and before semaphores,
@@ -147,8 +148,8 @@ func TestLocker_OwnerVersionOnTheNewTable_NeverGrantsOverPermitsRevokesThem(t *t
 // restart they are still held, in their slots, and their holders renew and
 // release them; tokens carry on above them.
 func TestLocker_PostgresKilledAndRestarted_PermitsAndSharedLeasesSurvive(t *testing.T) {
-	testserv.SkipIfShort(t)
-	srv := testserv.Postgres(t) // its own server: this test kills it
+	servertest.SkipIfShort(t)
+	srv := servertest.Postgres(t) // its own server: this test kills it
 	ctx := ctxT(t)
 	pool := newPool(t, srv.CreateDatabase(t))
 	l := lockerOn(t, pool, &postgres.LockerOptions{PollInterval: time.Hour})

@@ -46,7 +46,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) { benchParallel(b, false) }
 // redislock client) of its own, as separate processes would be: nothing is
 // batched, so it measures what one call costs client and server (the
 // server-cpu-us/pair and client-cpu-us/pair figures are the steadiest on a
-// loaded machine), as `fence bench` does with its default 16 clients:
+// loaded machine), as `go run ./cmd/fence-bench` does with its default 16 clients:
 //
 //	go test -run '^$' -bench AcquireReleaseSeparate -benchtime 100x -count 5 ./redis/
 func BenchmarkAcquireReleaseSeparate(b *testing.B) { benchParallel(b, true) }

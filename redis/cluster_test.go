@@ -13,23 +13,24 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // cluster is a real Redis Cluster of three masters, no replicas.
 type cluster struct {
-	nodes  []*testserv.RedisServer
+	nodes  []*servers.Redis
 	client *goredis.ClusterClient
 }
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	testserv.SkipIfShort(t)
-	testserv.RequireBinary(t, "redis-cli", "redis-tools")
+	servertest.SkipIfShort(t)
+	servertest.RequireBinary(t, "redis-cli", "redis-tools")
 	c := &cluster{}
 	var addrs []string
 	for i := 0; i < 3; i++ {
-		n := testserv.Redis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		n := servertest.Redis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000")
 		c.nodes = append(c.nodes, n)
 		addrs = append(addrs, n.Addr)
@@ -94,7 +95,7 @@ func (c *cluster) topology(t *testing.T) []clusterNode {
 	return nodes
 }
 
-func (c *cluster) server(port int) *testserv.RedisServer {
+func (c *cluster) server(port int) *servers.Redis {
 	for _, n := range c.nodes {
 		if n.Port == port {
 			return n
@@ -142,7 +143,7 @@ func (c *cluster) moveSlot(t *testing.T, slot int, keys ...string) int {
 	s, d := c.server(src.port), c.server(dst.port)
 	sl := strconv.Itoa(slot)
 	steps := []struct {
-		on   *testserv.RedisServer
+		on   *servers.Redis
 		args []string
 	}{
 		{d, []string{"CLUSTER", "SETSLOT", sl, "IMPORTING", src.id}},

@@ -9,7 +9,8 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/inmem"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // acquirePut acquires name, writes value under its fence to g, releases, and returns
@@ -29,7 +30,7 @@ func acquirePut(t *testing.T, ctx context.Context, l *Locker, g *inmem.Guard, na
 }
 
 // waitCounter waits until the server's counter of name reads want (replication).
-func waitCounter(t *testing.T, s *testserv.RedisServer, l *Locker, name, want string) {
+func waitCounter(t *testing.T, s *servers.Redis, l *Locker, name, want string) {
 	t.Helper()
 	waitFor(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if got, err := s.CLI("GET", l.keysFor(name).token); err != nil || got != want {
@@ -41,17 +42,17 @@ func waitCounter(t *testing.T, s *testserv.RedisServer, l *Locker, name, want st
 
 // replicated starts a primary and its replica for a failover test, and returns them
 // with a context that ends after 25s. It skips the test under -short.
-func replicated(t *testing.T) (context.Context, *testserv.RedisServer, *testserv.RedisServer) {
+func replicated(t *testing.T) (context.Context, *servers.Redis, *servers.Redis) {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	t.Cleanup(cancel)
-	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0") // no 5s wait for the full sync
-	return ctx, primary, testserv.RedisReplica(t, primary)
+	primary := servertest.Redis(t, "--repl-diskless-sync-delay", "0") // no 5s wait for the full sync
+	return ctx, primary, servertest.RedisReplica(t, primary)
 }
 
 // lockerAt returns a Locker with opts on its own client of s, closed when t ends.
-func lockerAt(t *testing.T, s *testserv.RedisServer, opts *Options) *Locker {
+func lockerAt(t *testing.T, s *servers.Redis, opts *Options) *Locker {
 	t.Helper()
 	l, err := NewLocker(newClient(t, s.Addr), opts)
 	if err != nil {
@@ -62,7 +63,7 @@ func lockerAt(t *testing.T, s *testserv.RedisServer, opts *Options) *Locker {
 }
 
 // detach makes replica a primary of its own, so it misses what follows.
-func detach(t *testing.T, replica *testserv.RedisServer) {
+func detach(t *testing.T, replica *servers.Redis) {
 	t.Helper()
 	if out, err := replica.CLI("REPLICAOF", "NO", "ONE"); err != nil || out != "OK" {
 		t.Fatalf("REPLICAOF NO ONE = %q, %v", out, err)

@@ -14,7 +14,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/redis"
 )
 
@@ -267,7 +267,7 @@ func grantedFences(t *testing.T, s fence.Locker) (lo, hi fence.Fence) {
 // issuedStoreOf opens a Store on the package's server under a prefix of its own.
 func issuedStoreOf(t *testing.T) *redis.Store {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	return openStore(t, "redis://"+redis.ServerAddrForExamples(), &redis.Options{Prefix: redis.PrefixForExamples()})
 }
 
@@ -310,7 +310,7 @@ func TestStore_DeletePurge(t *testing.T) {
 
 // A KV made by NewKV checks no issuance: it deletes and purges with made-up fences.
 func TestKV_DeletePurge(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	c := goredis.NewClient(&goredis.Options{Addr: redis.ServerAddrForExamples()})
 	t.Cleanup(func() { _ = c.Close() })
 	kv, err := redis.NewKV(c, &redis.Options{Prefix: redis.PrefixForExamples()})
@@ -325,7 +325,7 @@ func TestKV_DeletePurge(t *testing.T) {
 // the holder of a token above it is refused as unissued until a heal raises the
 // counter to its token, as the package documentation says.
 func TestStore_Issued_LossyFailover_HealFixes(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	prefix := redis.PrefixForExamples()
 	s := openStore(t, "redis://"+redis.ServerAddrForExamples(), &redis.Options{Prefix: prefix})
 	ctx := issuedCtx(t)

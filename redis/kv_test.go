@@ -13,7 +13,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // newKV returns a KV on the package's server under a prefix of its own, with the
@@ -259,10 +259,10 @@ func TestKV_Unreachable_ErrUnavailable(t *testing.T) {
 // replicas acknowledge than asked, the Put says ErrUnavailable (written on the
 // primary, fate unknown) instead of claiming success.
 func TestKV_Put_WaitReplicas(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	ctx := ctxT(t)
-	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0")
-	replica := testserv.RedisReplica(t, primary)
+	primary := servertest.Redis(t, "--repl-diskless-sync-delay", "0")
+	replica := servertest.RedisReplica(t, primary)
 	pc, rc := newClient(t, primary.Addr), newClient(t, replica.Addr)
 	// Empty the script cache first: the pipelined EVALSHA+WAIT must fall back to EVAL.
 	if err := pc.ScriptFlush(ctx).Err(); err != nil {

@@ -17,11 +17,12 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // srv is the one redis-server of this package's tests (nil with -short).
-var srv *testserv.RedisServer
+var srv *servers.Redis
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 	// where only its absence is tolerated: the examples, which need it, are then
 	// left out and the integration tests skip.
 	var err error
-	if srv, err = testserv.StartRedis(); err != nil {
+	if srv, err = servers.StartRedis(); err != nil {
 		if !testing.Short() {
 			fmt.Fprintln(os.Stderr, "redis tests:", err)
 			os.Exit(1)
@@ -48,9 +49,9 @@ func TestMain(m *testing.M) {
 }
 
 // server returns the package's redis-server, skipping the test under -short.
-func server(t testing.TB) *testserv.RedisServer {
+func server(t testing.TB) *servers.Redis {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	return srv
 }
 
@@ -659,8 +660,8 @@ func TestLocker_BadInput(t *testing.T) {
 }
 
 func TestLocker_Unreachable(t *testing.T) {
-	testserv.SkipIfShort(t)
-	port, err := testserv.FreePort()
+	servertest.SkipIfShort(t)
+	port, err := servers.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -903,9 +904,9 @@ func TestLocker_Durability_FailsClosed(t *testing.T) {
 }
 
 func TestLocker_ServerRestart_ScriptCacheLost_AOFKeepsCounter(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	// AOF with fsync always: the counter survives the restart; the script cache does not.
-	s := testserv.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
+	s := servertest.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
 	l, err := NewLocker(newClient(t, s.Addr), nil)
 	if err != nil {
 		t.Fatal(err)

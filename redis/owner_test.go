@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // The acquire and inspect scripts of the version before owners, verbatim, to show
@@ -232,7 +232,7 @@ func TestLocker_Revoke_WaitReplicas(t *testing.T) {
 		t.Errorf("holder's Release after the unacknowledged Revoke = %v, want fence.ErrNotHeld (ended on the primary)", err)
 	}
 
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	rctx, primary, replica := replicated(t)
 	pl, err := NewLocker(newClient(t, primary.Addr), &Options{WaitReplicas: 1, WaitTimeout: 5 * time.Second})
 	if err != nil {

@@ -16,16 +16,17 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // startSentinel runs one redis-server in sentinel mode (it needs a writable config
-// file, which testserv's servers do not have) monitoring primary as "mymaster" with
+// file, which the servers of internal/servers do not have) monitoring primary as "mymaster" with
 // quorum 1, and stops it when t ends. It returns the sentinel's address.
-func startSentinel(t *testing.T, primary *testserv.RedisServer) string {
+func startSentinel(t *testing.T, primary *servers.Redis) string {
 	t.Helper()
-	bin := testserv.RequireBinary(t, "redis-server", "redis-server")
-	port, err := testserv.FreePort()
+	bin := servertest.RequireBinary(t, "redis-server", "redis-server")
+	port, err := servers.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,11 +81,11 @@ sentinel failover-timeout mymaster 5000
 // fails over with SENTINEL FAILOVER, and shows the same Locker granting on the new
 // primary with tokens that keep increasing, and waking waiters and watchers there.
 func TestSentinel_ClientFollowsFailover(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Second)
 	defer cancel()
-	primary := testserv.Redis(t, "--repl-diskless-sync-delay", "0")
-	replica := testserv.RedisReplica(t, primary, "--repl-diskless-sync-delay", "0")
+	primary := servertest.Redis(t, "--repl-diskless-sync-delay", "0")
+	replica := servertest.RedisReplica(t, primary, "--repl-diskless-sync-delay", "0")
 	sentinel := startSentinel(t, primary)
 
 	client := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel}})

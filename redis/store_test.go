@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/redis"
 )
 
@@ -31,7 +31,7 @@ func openStore(t *testing.T, rawURL string, opts *redis.Options) *redis.Store {
 
 // Two Stores on one server (two `fence serve` processes) share locks and data.
 func TestOpen_TwoStores_ShareLocksAndData(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	ctx := context.Background()
 	opts := &redis.Options{Prefix: redis.PrefixForExamples()}
 	one := openStore(t, "redis://"+redis.ServerAddrForExamples(), opts)
@@ -71,7 +71,7 @@ func TestOpen_TwoStores_ShareLocksAndData(t *testing.T) {
 
 // The database number of the URL is used: a Store on /3 does not see /0's data.
 func TestOpen_URLDatabase_Used(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	ctx := context.Background()
 	prefix := redis.PrefixForExamples()
 	addr := redis.ServerAddrForExamples()
@@ -140,7 +140,7 @@ func TestOpen_Unreachable_ErrUnavailable(t *testing.T) {
 // help, and the message does not show it); the right one opens the Store. The user
 // is made with ACL SETUSER on the package's server, which keeps its default user.
 func TestOpen_Password_CheckedByPing(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	ctx := context.Background()
 	addr := redis.ServerAddrForExamples()
 	admin := goredis.NewClient(&goredis.Options{Addr: addr})
@@ -163,7 +163,7 @@ func TestOpen_Password_CheckedByPing(t *testing.T) {
 
 // After Close, every call says fence.ErrClosed; Close again returns the same.
 func TestStore_Close_ErrClosed(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	ctx := context.Background()
 	s, err := redis.Open(ctx, "redis://"+redis.ServerAddrForExamples(), &redis.Options{Prefix: redis.PrefixForExamples()})
 	if err != nil {

@@ -14,7 +14,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // promptly bounds how soon a watcher must see a change in these tests: well under
@@ -212,7 +213,7 @@ func relayConns(l *Locker) int {
 }
 
 // pubSubClients counts the pub/sub connections of s.
-func pubSubClients(t *testing.T, s *testserv.RedisServer) int {
+func pubSubClients(t *testing.T, s *servers.Redis) int {
 	t.Helper()
 	out, err := s.CLI("CLIENT", "LIST", "TYPE", "pubsub")
 	if err != nil {
@@ -222,7 +223,7 @@ func pubSubClients(t *testing.T, s *testserv.RedisServer) int {
 }
 
 // shardChannels counts the sharded channels subscribed on s.
-func shardChannels(t *testing.T, s *testserv.RedisServer) int {
+func shardChannels(t *testing.T, s *servers.Redis) int {
 	t.Helper()
 	out, err := s.CLI("PUBSUB", "SHARDCHANNELS")
 	if err != nil {
@@ -234,7 +235,7 @@ func shardChannels(t *testing.T, s *testserv.RedisServer) int {
 // Watchers of many names on one Locker share one pub/sub connection; once their
 // contexts end, no connection, subscription or goroutine is left.
 func TestLocker_Watch_ManyNames_OneConnection_NothingLeaks(t *testing.T) {
-	s := testserv.Redis(t) // its own server, so that only this test's clients count
+	s := servertest.Redis(t) // its own server, so that only this test's clients count
 	c := newClient(t, s.Addr)
 	l, err := NewLocker(c, nil)
 	if err != nil {
@@ -281,7 +282,7 @@ func TestLocker_Watch_ManyNames_OneConnection_NothingLeaks(t *testing.T) {
 // never unsubscribes), at most maxIdleChannels of them: then it is replaced, and
 // a watch still running goes on seeing changes on the new one.
 func TestLocker_Watch_IdleChannelsBounded_LongWatchSurvives(t *testing.T) {
-	s := testserv.Redis(t)
+	s := servertest.Redis(t)
 	l, err := NewLocker(newClient(t, s.Addr), nil)
 	if err != nil {
 		t.Fatal(err)

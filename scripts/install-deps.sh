@@ -4,7 +4,7 @@
 # Idempotent: it checks first and installs only what is missing, with apt-get on Debian
 # (running `apt-get update` once, and only if something is missing). It never starts or
 # stops the machine's services: the tests start their own throwaway servers on free
-# ports (internal/testserv). While it installs, a policy-rc.d stops Debian's packages
+# ports (internal/servers). While it installs, a policy-rc.d stops Debian's packages
 # from starting their services.
 #
 # Needs:

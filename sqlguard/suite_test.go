@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/internal/sqlguardtest"
-	"github.com/fencelock/fence/internal/testserv"
 	"github.com/fencelock/fence/mysql"
 	"github.com/fencelock/fence/sqlguard"
 	"github.com/fencelock/fence/sqlite"
@@ -37,12 +37,12 @@ var (
 		Name: "mysql",
 		DB: func(t testing.TB) *sql.DB {
 			t.Helper()
-			testserv.SkipIfShort(t)
+			servertest.SkipIfShort(t)
 			return mariaDB
 		},
 		Open: func(t testing.TB) *sql.DB {
 			t.Helper()
-			testserv.SkipIfShort(t)
+			servertest.SkipIfShort(t)
 			d, err := mysql.Open(dsn)
 			if err != nil {
 				t.Fatal(err)

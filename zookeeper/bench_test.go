@@ -16,7 +16,7 @@ import (
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 )
 
 // Run every set in one run, so the figures sit side by side on the same machine:
@@ -34,7 +34,7 @@ import (
 
 var (
 	etcdOnce sync.Once
-	etcdSrv  *etcdserv.Server
+	etcdSrv  *etcdmember.Server
 	etcdErr  error
 )
 
@@ -42,7 +42,7 @@ var (
 // benchmarks (and stopped when the test binary exits).
 func etcdLocker(b *testing.B) fence.Locker {
 	b.Helper()
-	etcdOnce.Do(func() { etcdSrv, etcdErr = etcdserv.Start() })
+	etcdOnce.Do(func() { etcdSrv, etcdErr = etcdmember.Start() })
 	if etcdErr != nil {
 		b.Fatal(etcdErr)
 	}

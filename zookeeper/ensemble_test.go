@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/zookeeper"
 )
 
@@ -18,8 +18,8 @@ import (
 // SIGKILLed: the tokens they are granted keep increasing across the new leader's
 // epoch, no two holders are ever inside at once, and grants go on after the failover.
 func TestLocker_EnsembleLeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
-	testserv.SkipIfShort(t)
-	e := testserv.NewZooKeeperEnsemble(t, 3)
+	servertest.SkipIfShort(t)
+	e := servertest.NewZooKeeperEnsemble(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 

@@ -10,7 +10,8 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/zookeeper"
 )
 
@@ -139,7 +140,7 @@ func TestOpen_BadInput(t *testing.T) {
 	if _, err := zookeeper.NewLocker(nil, nil, nil); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("NewLocker(nil conn) = %v; want ErrInvalid", err)
 	}
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	for _, root := range []string{"relative", "/", "/a//b"} {
 		if _, err := zookeeper.Open([]string{srv.Addr}, &zookeeper.Options{Root: root}); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("Open with root %q = %v; want ErrInvalid", root, err)
@@ -148,7 +149,7 @@ func TestOpen_BadInput(t *testing.T) {
 }
 
 func TestOpen_NoServer_ErrUnavailable(t *testing.T) {
-	port, err := testserv.FreePort()
+	port, err := servers.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +167,8 @@ func TestOpen_NoServer_ErrUnavailable(t *testing.T) {
 // sees it), the lease's Done closes with ErrNotHeld long before its TTL: another
 // client may hold the lock by now.
 func TestLease_Done_ClosesWhenDisconnectOutlastsSession(t *testing.T) {
-	testserv.SkipIfShort(t)
-	own := testserv.ZooKeeper(t)
+	servertest.SkipIfShort(t)
+	own := servertest.ZooKeeper(t)
 	l, err := zookeeper.Open([]string{own.Addr}, &zookeeper.Options{SessionTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +259,7 @@ func TestLocker_Waiters_WatchOnlyPredecessor(t *testing.T) {
 		err error
 	)
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		out, err = testserv.ZooKeeperCommand(srv.Addr, "wchp")
+		out, err = servers.ZooKeeperCommand(srv.Addr, "wchp")
 		if err != nil {
 			t.Fatalf("wchp = %v", err)
 		}

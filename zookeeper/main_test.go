@@ -13,20 +13,21 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/zookeeper"
 )
 
 // srv is the package's standalone ZooKeeper, shared by every test, example and
 // benchmark (each uses its own lock names). Under -short none is started and the
 // tests that need it skip.
-var srv *testserv.ZooKeeperServer
+var srv *servers.ZooKeeper
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if !testing.Short() {
 		var err error
-		if srv, err = testserv.StartZooKeeper(); err != nil {
+		if srv, err = servers.StartZooKeeper(); err != nil {
 			fmt.Fprintln(os.Stderr, "zookeeper tests:", err)
 			os.Exit(1)
 		}
@@ -48,7 +49,7 @@ func open(t testing.TB, opts *zookeeper.Options) *zookeeper.Locker {
 // session, closed at cleanup.
 func start[T io.Closer](t testing.TB, open func([]string, *zookeeper.Options) (T, error), opts *zookeeper.Options) T {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	c, err := open([]string{srv.Addr}, opts)
 	if err != nil {
 		t.Fatalf("open(%s) = %v; want a connected locker", srv.Addr, err)
@@ -61,7 +62,7 @@ func start[T io.Closer](t testing.TB, open func([]string, *zookeeper.Options) (T
 // cleanup.
 func rawConn(t testing.TB) *zk.Conn {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	c, _, err := zk.Connect([]string{srv.Addr}, 10*time.Second, zk.WithLogInfo(false))
 	if err != nil {
 		t.Fatal(err)

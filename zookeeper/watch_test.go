@@ -14,7 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/zookeeper"
 )
 
@@ -101,7 +101,7 @@ type rig struct {
 // and root; everything is closed at cleanup.
 func newRig(t *testing.T, session time.Duration, root string) *rig {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	f := &netFault{}
 	conn, events, err := zk.Connect([]string{srv.Addr}, session, zk.WithDialer(f.dial), zk.WithLogInfo(false), zk.WithLogger(quiet{}))
 	if err != nil {

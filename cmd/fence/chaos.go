@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/chaos"
+	"github.com/fencelock/fence/internal/chaos"
 )
 
 func newChaosCmd() *cobra.Command {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/chaos"
+	"github.com/fencelock/fence/internal/chaos"
 )
 
 // matrixFlags are the flags of fence chaos --matrix.

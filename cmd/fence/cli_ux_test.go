@@ -577,3 +577,24 @@ func TestCLI_KVPut_AlwaysSendsFenceLock(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// `fence bench` is in the contract, but the benchmark is its own command: the
+// product answers with a usage error that says how to run it, whatever the flags.
+func TestCLI_Bench_SaysWhereItWent(t *testing.T) {
+	for _, args := range [][]string{{"bench"}, {"bench", "--rows", "fence-bolt", "--rounds", "1"}, {"-o", "json", "bench"}} {
+		what := fmt.Sprintf("fence %q", args)
+		r := runFence(t, cli.serve.url, nil, "", args...)
+		wantCode(t, what, r, exitUsage)
+		if r.stdout != "" {
+			t.Errorf("%s: stdout %q, want nothing", what, r.stdout)
+		}
+		if !strings.Contains(r.stderr, "go run ./cmd/fence-bench") {
+			t.Errorf("%s: stderr %q, want it to name go run ./cmd/fence-bench", what, r.stderr)
+		}
+	}
+	r := runFence(t, cli.serve.url, nil, "", "bench", "--help")
+	wantCode(t, "fence bench --help", r, exitOK)
+	if !strings.Contains(r.stdout, "go run ./cmd/fence-bench") {
+		t.Errorf("fence bench --help: stdout %q, want it to name go run ./cmd/fence-bench", r.stdout)
+	}
+}

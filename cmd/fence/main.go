@@ -1,6 +1,7 @@
 // Command fence is the fence binary: a lock server, a CLI for it, and the demo,
-// simulator, chaos and benchmark tools. It holds wiring only; the logic lives in the
-// packages it imports.
+// simulator and chaos tools. It holds wiring only; the logic lives in the packages it
+// imports. The side-by-side benchmark, which links other lock libraries, is a command
+// of its own (cmd/fence-bench): this binary links none of them.
 //
 // Each subcommand is built by a constructor in its own file; newRootCmd calls them
 // all (subcommands), so that every run of the command line starts from fresh flag

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/sim"
+	"github.com/fencelock/fence/internal/sim"
 )
 
 // simulateFormats are the --format values, each with its writer.

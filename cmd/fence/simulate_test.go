@@ -58,7 +58,7 @@ func golden(t *testing.T, path ...string) string {
 func TestSimulate_NoFlags_PrintsTheSeedScenarioFencingOffThenOn(t *testing.T) {
 	r := simulateCLI(t, "simulate")
 	wantStatus(t, "fence simulate", r, 0)
-	want := golden(t, "sim", "testdata", "pause-past-ttl-fencing-off.txt") + "\n" + golden(t, "sim", "testdata", "pause-past-ttl-fencing-on.txt")
+	want := golden(t, "internal", "sim", "testdata", "pause-past-ttl-fencing-off.txt") + "\n" + golden(t, "internal", "sim", "testdata", "pause-past-ttl-fencing-on.txt")
 	if r.stdout != want {
 		t.Errorf("fence simulate: want the pause-past-ttl timeline fencing off then on\nwant:\n%s\ngot:\n%s", want, r.stdout)
 	}
@@ -78,8 +78,8 @@ func TestSimulate_EachFormat_ByteIdenticalToTheGoldenFile(t *testing.T) {
 		if first.stdout != second.stdout {
 			t.Errorf("--format %s: two runs with the same flags differ", f.format)
 		}
-		if want := golden(t, "sim", "testdata", "payments-fencing-on."+f.ext); first.stdout != want {
-			t.Errorf("--format %s: output differs from sim/testdata/payments-fencing-on.%s", f.format, f.ext)
+		if want := golden(t, "internal", "sim", "testdata", "payments-fencing-on."+f.ext); first.stdout != want {
+			t.Errorf("--format %s: output differs from internal/sim/testdata/payments-fencing-on.%s", f.format, f.ext)
 		}
 	}
 }

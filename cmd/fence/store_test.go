@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fence/internal/testserv"
-	"github.com/fencelock/fence/internal/testserv/etcdserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
+	"github.com/fencelock/fence/internal/servers/servertest/etcdtest"
 )
 
 // playRaceAcrossServers plays the seed's race with A on server one and B on server
@@ -62,17 +62,17 @@ func playRaceAcrossServers(t *testing.T, store string) {
 // TestServe_Store_TwoServersShareLocksAndData plays the race across two servers on
 // each shared --store backend (etcd as a three-member cluster).
 func TestServe_Store_TwoServersShareLocksAndData(t *testing.T) {
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	for _, tc := range []struct {
 		name  string
 		store func(t *testing.T) string // the --store URL of a fresh server
 	}{
-		{"postgres", func(t *testing.T) string { return testserv.Postgres(t).CreateDatabase(t) }},
-		{"redis", func(t *testing.T) string { return "redis://" + testserv.Redis(t).Addr }},
-		{"zookeeper", func(t *testing.T) string { return "zk://" + testserv.ZooKeeper(t).Addr }},
+		{"postgres", func(t *testing.T) string { return servertest.Postgres(t).CreateDatabase(t) }},
+		{"redis", func(t *testing.T) string { return "redis://" + servertest.Redis(t).Addr }},
+		{"zookeeper", func(t *testing.T) string { return "zk://" + servertest.ZooKeeper(t).Addr }},
 		{"etcd", func(t *testing.T) string {
 			var hosts []string
-			for _, ep := range etcdserv.NewCluster(t, 3).Endpoints() {
+			for _, ep := range etcdtest.NewCluster(t, 3).Endpoints() {
 				hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
 			}
 			return "etcd://" + strings.Join(hosts, ",") + "/fence-cli-test/"

@@ -17,7 +17,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // dsn is the database the tests share (each test uses its own snapshot ids).
@@ -25,7 +25,7 @@ import (
 var dsn string
 
 func TestMain(m *testing.M) {
-	os.Exit(testserv.RunWithPostgres(m, "inventory", &dsn))
+	os.Exit(servertest.RunWithPostgres(m, "inventory", &dsn))
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -37,7 +37,7 @@ func ctxFor(t *testing.T) context.Context {
 // startService serves the inventory on a real 127.0.0.1 listener.
 func startService(t *testing.T) (*httptest.Server, *pgxpool.Pool) {
 	t.Helper()
-	pool := testserv.Pool(t, dsn)
+	pool := servertest.Pool(t, dsn)
 	svc, err := newService(ctxFor(t), pool)
 	if err != nil {
 		t.Fatalf("newService: %v", err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // dsn is the database all tests share (every run uses its own batch id, so runs
@@ -22,13 +22,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envInstance) != "" {
 		os.Exit(runInstanceFromEnv())
 	}
-	os.Exit(testserv.RunWithPostgres(m, "payments", &dsn))
+	os.Exit(servertest.RunWithPostgres(m, "payments", &dsn))
 }
 
 // testConfig is a small batch with a short TTL, so a run takes about two seconds.
 func testConfig(t *testing.T) config {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	cfg := config{DSN: dsn, Instances: 2, Batch: 8, PauseLine: 3, TTL: time.Second, Pause: time.Second}
 	if testing.Verbose() {
 		cfg.Log = os.Stderr

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // dsn is the database the tests share (every run uses its own election and job
@@ -22,13 +22,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envInstance) != "" {
 		os.Exit(runInstanceFromEnv())
 	}
-	os.Exit(testserv.RunWithPostgres(m, "scheduler", &dsn))
+	os.Exit(servertest.RunWithPostgres(m, "scheduler", &dsn))
 }
 
 // testConfig is a 1s term and a job every 100ms: a run takes about 3 seconds.
 func testConfig(t *testing.T) config {
 	t.Helper()
-	testserv.SkipIfShort(t)
+	servertest.SkipIfShort(t)
 	cfg := config{DSN: dsn, TTL: time.Second, Every: 100 * time.Millisecond, PauseAfter: 3, Pause: time.Second, After: 2}
 	if testing.Verbose() {
 		cfg.Log = os.Stderr

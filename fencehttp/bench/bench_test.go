@@ -23,7 +23,7 @@ import (
 	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
 	"github.com/fencelock/fence/internal/watchtest"
 )
 
@@ -61,7 +61,7 @@ func fenceServerOn(b *testing.B, opts *bolt.Options, configure func(*http.Server
 // client and peer ports of etcdServer must differ.
 func freePort(b *testing.B) int {
 	b.Helper()
-	port, err := testserv.FreePort()
+	port, err := servers.FreePort()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,7 +19,8 @@ import (
 
 	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencehttp"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/servertest"
 )
 
 // vsRedislockClients is the figure: 16 clients, each on its own name.
@@ -50,8 +51,8 @@ const vsRedislockPhase = 500 * time.Millisecond
 //
 //	go test -run '^$' -bench VsRedislock -benchtime 10x ./fencehttp/bench/
 func BenchmarkVsRedislock(b *testing.B) {
-	testserv.SkipIfShort(b)
-	rs := testserv.Redis(b)
+	servertest.SkipIfShort(b)
+	rs := servertest.Redis(b)
 	rc := goredis.NewClient(&goredis.Options{Addr: rs.Addr})
 	b.Cleanup(func() { _ = rc.Close() })
 	rl := redislock.New(rc)
@@ -86,7 +87,7 @@ func BenchmarkVsRedislock(b *testing.B) {
 		})
 	}
 	b.Run("store=bolt/peer=redislock-aof", func(b *testing.B) {
-		aof := testserv.Redis(b, "--appendonly", "yes", "--appendfsync", "always")
+		aof := servertest.Redis(b, "--appendonly", "yes", "--appendfsync", "always")
 		ac := goredis.NewClient(&goredis.Options{Addr: aof.Addr})
 		b.Cleanup(func() { _ = ac.Close() })
 		_, base := fenceServerOn(b, nil, nil)
@@ -248,7 +249,7 @@ func procCPU(b *testing.B, pid int) time.Duration {
 }
 
 // redisPid returns the process id of rs, as its INFO reports it.
-func redisPid(b *testing.B, rs *testserv.RedisServer) int {
+func redisPid(b *testing.B, rs *servers.Redis) int {
 	info, err := rs.Do("INFO", "server")
 	if err != nil {
 		b.Fatal(err)

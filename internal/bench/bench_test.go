@@ -1,6 +1,6 @@
 package bench
 
-// The benchmarks run the measurements of `fence bench` (Pair, Handoff, Throughput
+// The benchmarks run the measurements of `fence-bench` (Pair, Handoff, Throughput
 // on the rows' clients of one Env), one sub-benchmark per row, so their figures
 // and the command's agree:
 //
@@ -8,7 +8,7 @@ package bench
 //	go test -run '^$' -bench 'Pairs/row=fence-redis' ./internal/bench/
 //
 // Sub-benchmarks run one after another, so on a busy machine their figures drift
-// with the load; `fence bench` interleaves the rows round by round and is the
+// with the load; `fence-bench` interleaves the rows round by round and is the
 // figure to compare rows by.
 
 import (

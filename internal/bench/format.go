@@ -20,7 +20,7 @@ type Setup struct {
 	LoadTo   float64 // and at the end
 }
 
-// Report is a run's results in the shape of `fence bench -o json`.
+// Report is a run's results in the shape of `fence-bench -o json`.
 type Report struct {
 	Clients    int         `json:"clients"`
 	Shared     bool        `json:"shared_client"` // the pairs/s clients were one client

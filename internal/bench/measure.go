@@ -1,9 +1,9 @@
 // Package bench measures fence's lockers side by side with the libraries users pick
 // instead (bsm/redislock, redsync, etcd's concurrency.Mutex), on throwaway servers
 // it starts itself: one redis-server (internal/servers) and one single-member
-// embedded etcd (internal/etcdmember) shared by every row that needs them, fence
+// embedded etcd (internal/servers/etcdmember) shared by every row that needs them, fence
 // serve's handler in process over an embedded bolt store, and a bolt store in
-// process. `fence bench` prints its table; the package's `go test -bench`
+// process. `fence-bench` prints its table; the package's `go test -bench`
 // benchmarks run the same measurements, so the two agree.
 //
 // Three figures per row:

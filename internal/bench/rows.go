@@ -26,8 +26,8 @@ import (
 	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencehttp"
-	"github.com/fencelock/fence/internal/etcdmember"
 	"github.com/fencelock/fence/internal/servers"
+	"github.com/fencelock/fence/internal/servers/etcdmember"
 	fenceredis "github.com/fencelock/fence/redis"
 )
 
@@ -169,7 +169,7 @@ func Start(ctx context.Context, rows []string) (_ *Env, err error) {
 	return e, nil
 }
 
-// startEtcd starts the single-member embedded etcd of internal/etcdmember (fast
+// startEtcd starts the single-member embedded etcd of internal/servers/etcdmember (fast
 // raft timing, durable: every write is fsynced) on free ports.
 func (e *Env) startEtcd() (err error) {
 	e.etcd, e.etcdURL, err = etcdmember.StartSingle(e.dir, "bench", "fence-bench", nil)

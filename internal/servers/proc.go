@@ -371,7 +371,7 @@ func StartOnFreePort(setPort func(port int), start func() error, rebuild func() 
 }
 
 // Lifecycle is what a server with a fixed port and directory needs (Redis here;
-// PostgreSQL and MariaDB in internal/testserv): at most one process at a time, on a port
+// PostgreSQL and MariaDB (internal/servers/mariadb)): at most one process at a time, on a port
 // and directory fixed for the server's life; Kill crashes it, Stop and Restart shut it
 // down with a signal (Restart then launches it again), Close ends it and removes the
 // directory. Its methods are safe for concurrent use. Set its fields before the first

@@ -1,14 +1,17 @@
-// Package servers starts throwaway real servers (Redis, PostgreSQL, ZooKeeper, and the
-// process machinery any other server needs) for the project's tools and tests: each on a free port of
-// 127.0.0.1, with its data in a fresh temporary directory, in its own process group,
-// stopped and its directory removed by Close.
+// Package servers is the one implementation that starts throwaway real servers
+// (Redis, PostgreSQL, ZooKeeper, and the process machinery any other server needs) for
+// the project's tools and tests: each on a free port of 127.0.0.1, with its data in a
+// fresh temporary directory, in its own process group, stopped and its directory
+// removed by Close. Two subpackages hold the servers whose dependencies must stay out
+// of importers that do not start them: mariadb (the MySQL driver) and etcdmember (the
+// embedded etcd server).
 //
 // It is for programs as well as tests, and must never import testing: the chaos harness
 // (fence chaos) runs its Redis failover pair, its PostgreSQL and its ZooKeeper
-// ensemble with it (killing them with SIGKILL and restarting them on their data), and a benchmark command (fence
-// bench) that needs its own redis-server or etcd belongs here too. internal/testserv is
-// the layer for tests over it: helpers that take a testing.TB, fail the test and register
-// the cleanup.
+// ensemble with it (killing them with SIGKILL and restarting them on their data), and
+// the benchmark command (cmd/fence-bench) its redis-servers. servers/servertest is the
+// thin layer for tests over it: helpers that take a testing.TB, fail the test and
+// register the cleanup.
 //
 //	srv, err := servers.StartRedis()
 //	if err != nil {

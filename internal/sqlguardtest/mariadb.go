@@ -7,14 +7,14 @@ import (
 	"os"
 	"testing"
 
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/mysql"
 )
 
 // MariaDB is the one MariaDB server of a test binary, with the database
 // fence_test that its tests share (each test uses its own resources and tables).
 type MariaDB struct {
-	Server *testserv.MariaDBServer
+	Server *servertest.MariaDBServer
 	// DB is an open database fence_test (clientFoundRows=true) holding the mysql
 	// dialect's default fences and KV tables.
 	DB *sql.DB
@@ -24,10 +24,10 @@ type MariaDB struct {
 
 // StartMariaDB starts a MariaDB server for a TestMain and creates the database
 // fence_test with the default fences and KV tables. The caller must Close it. It
-// returns testserv.StartMariaDB's error (matching testserv.ErrNotFound if MariaDB
+// returns servertest.StartMariaDB's error (matching servers.ErrNotFound if MariaDB
 // is not installed), or one saying which step of the set-up failed.
 func StartMariaDB() (*MariaDB, error) {
-	server, err := testserv.StartMariaDB()
+	server, err := servertest.StartMariaDB()
 	if err != nil {
 		return nil, err
 	}

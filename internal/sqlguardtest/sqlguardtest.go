@@ -14,7 +14,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
-	"github.com/fencelock/fence/internal/testserv"
+	"github.com/fencelock/fence/internal/servers/servertest"
 	"github.com/fencelock/fence/sqlguard"
 )
 
@@ -85,11 +85,11 @@ func WantToken[D sqlguard.Dialector](t testing.TB, g *sqlguard.Guard[D], resourc
 	}
 }
 
-// UniqueTable returns a fresh table name for t (testserv.TableName), created in d by
+// UniqueTable returns a fresh table name for t (servertest.TableName), created in d by
 // ddl (with %s for the quoted name) unless ddl is empty, and dropped in cleanup.
 func UniqueTable(t testing.TB, d *sql.DB, ddl string) string {
 	t.Helper()
-	name := testserv.TableName(t)
+	name := servertest.TableName(t)
 	if ddl != "" {
 		if _, err := d.Exec(fmt.Sprintf(ddl, "`"+name+"`")); err != nil {
 			t.Fatalf("create table %s: %v", name, err)
