@@ -20,7 +20,7 @@ import (
 // TestLayers until it is placed here.
 var layers = []layerSpec{
 	{"helpers: standard library and outside modules only", []string{
-		"internal/core", "internal/gate", "internal/httpbuf", "fencehttp/ui",
+		"internal/gate", "internal/httpbuf", "fencehttp/ui",
 		"internal/servers", // the one package that starts throwaway servers, for tools and tests; never imports testing
 	}},
 	{"server starters over internal/servers, apart for their heavy dependencies", []string{
