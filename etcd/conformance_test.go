@@ -1,7 +1,9 @@
 package etcd_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/etcd"
@@ -31,4 +33,17 @@ func TestStore_GuardConformance(t *testing.T) {
 
 func TestStore_IssuedKV(t *testing.T) {
 	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return openStore(t) })
+}
+
+// openStore opens a Store on the shared server, closed at the test's end.
+func openStore(t *testing.T) *etcd.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	s, err := etcd.Open(ctx, srv.Endpoints, nil)
+	if err != nil {
+		t.Fatalf("Open = %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -132,11 +132,13 @@ func (b *brokenLocker) Release(ctx context.Context, name, leaseID string) error 
 
 // brokenGuard is a KV with a wrong admission rule; the rest is as inmem's.
 // deleteBug injects a fault into Delete: "drops-fence" (the fence goes with the
-// value) or "unfenced" (the fence is not checked). issued, if set, is the P9
+// value) or "unfenced" (the fence is not checked); purgeBug into Purge:
+// "keeps-fence" (only the value goes). issued, if set, is the P9
 // check run after validation, before the admission rule.
 type brokenGuard struct {
 	admit     func(resource string, highest, next fence.Fence) error
 	deleteBug string
+	purgeBug  string
 	issued    func(f fence.Fence) error
 	mu        sync.Mutex
 	items     map[string]fence.Item
@@ -201,8 +203,13 @@ func (g *brokenGuard) Purge(ctx context.Context, key string) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, ok := g.items[key]; !ok {
+	it, ok := g.items[key]
+	if !ok || (g.purgeBug == "keeps-fence" && it.Value == nil) {
 		return fmt.Errorf("broken: purge %q: %w", key, fence.ErrNotFound)
+	}
+	if g.purgeBug == "keeps-fence" {
+		g.items[key] = fence.Item{Fence: it.Fence} // Bug: the fence stays.
+		return nil
 	}
 	delete(g.items, key)
 	return nil
@@ -465,7 +472,7 @@ var brokenCases = map[string]brokenCase{
 		run: guardCase(fence.Admit),
 		wantPass: []string{"Put_LowerToken_RejectedWithHighest", "Put_EqualTokenOtherLease_Rejected", "Concurrent_16Goroutines_HighestWins",
 			"Delete_RemovesValue_KeepsFence_StaleWriterRefused", "Delete_UnderTheWritersLease_Accepted", "Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept",
-			"Delete_NoValue_ErrNotFound_NothingChanged", "Delete_BadKeysAndFences_RejectedWithErrInvalid"},
+			"Delete_NoValue_ErrNotFound_NothingChanged", "Delete_BadKeysAndFences_RejectedWithErrInvalid", "Purge_RemovesValueAndFence_LowerTokenAdmittedAfter"},
 	},
 	// The control for the P9 suite, and TestGuard drawing real fences from it,
 	// one store per subtest and one store for all (OneStore).
@@ -474,7 +481,8 @@ var brokenCases = map[string]brokenCase{
 		wantPass: []string{"TokenAboveLastIssued_Refused_NothingWritten", "LockNeverGranted_Refused_NothingWritten", "OtherLeaseForLiveLeasesToken_Refused",
 			"RealHoldersFence_Admitted", "Delete_KeepsFence_StaleWriterRefused_NeverWrittenNotFound", "Purge_RemovesValueAndFence",
 			"Put_EqualTokenOtherLease_Rejected", "Fence_LowerOrOtherLease_Rejected", "Concurrent_16Goroutines_HighestWins", "Put_HigherToken_Accepted_TokensMaySkip",
-			"Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept", "OneStore"},
+			"Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept", "Purge_RemovesValueAndFence_LowerTokenAdmittedAfter",
+			"Permit_OtherPermitsLease_Refused_EachOwnAdmitted", "OneStore"},
 	},
 	"issuing-kv-skips-issued-check": {
 		run:      issuingCase("skips-issued-check"),
@@ -483,7 +491,7 @@ var brokenCases = map[string]brokenCase{
 	},
 	"issuing-kv-ignores-lease": {
 		run:      issuingCase("ignores-lease"),
-		wantFail: []string{"OtherLeaseForLiveLeasesToken_Refused"},
+		wantFail: []string{"OtherLeaseForLiveLeasesToken_Refused", "Permit_OtherPermitsLease_Refused_EachOwnAdmitted"},
 		wantPass: []string{"TokenAboveLastIssued_Refused_NothingWritten", "LockNeverGranted_Refused_NothingWritten", "RealHoldersFence_Admitted"},
 	},
 	"guard-delete-drops-fence": {
@@ -495,6 +503,15 @@ var brokenCases = map[string]brokenCase{
 		run:      guardDeleteCase(fence.Admit, "unfenced"),
 		wantFail: []string{"Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept"},
 		wantPass: []string{"Delete_RemovesValue_KeepsFence_StaleWriterRefused", "Delete_BadKeysAndFences_RejectedWithErrInvalid", "Put_LowerToken_RejectedWithHighest"},
+	},
+	"guard-purge-keeps-fence": {
+		run: func(t *testing.T) {
+			fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded {
+				return &brokenGuard{admit: fence.Admit, purgeBug: "keeps-fence", items: map[string]fence.Item{}}
+			})
+		},
+		wantFail: []string{"Purge_RemovesValueAndFence_LowerTokenAdmittedAfter"},
+		wantPass: []string{"Delete_RemovesValue_KeepsFence_StaleWriterRefused", "Put_LowerToken_RejectedWithHighest"},
 	},
 	"healer-heals-every-name": {
 		run: func(t *testing.T) {

@@ -19,7 +19,9 @@ import (
 // changed nothing; a fence of another lock name is rejected with ErrNamespace;
 // Fence advances a resource without data and fences off older writers; Delete
 // removes a value under the same rule and keeps the fence, and gives
-// ErrNotFound for a key holding no value; bad keys and fences are rejected with
+// ErrNotFound for a key holding no value; Purge (when the guard is a
+// fence.Purger) removes value and fence, so a lower token is admitted after it,
+// and gives ErrNotFound for a key with neither; bad keys and fences are rejected with
 // ErrInvalid; resources are independent; and under 16 goroutines writing
 // interleaved tokens the highest token's value wins and no lower token is
 // accepted after a higher one was.
@@ -69,6 +71,7 @@ func TestGuard(t *testing.T, newGuard func(t *testing.T) Guarded, opts ...Option
 		{"Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept", guardDeleteRefused},
 		{"Delete_NoValue_ErrNotFound_NothingChanged", guardDeleteNotFound},
 		{"Delete_BadKeysAndFences_RejectedWithErrInvalid", guardDeleteBadInput},
+		{"Purge_RemovesValueAndFence_LowerTokenAdmittedAfter", guardPurge},
 	})
 }
 
@@ -533,6 +536,33 @@ func guardDeleteBadInput(t *testing.T, g *guardT) {
 		wantInvalid(t, fmt.Sprintf("Delete with a key %s", bn.desc), g.Delete(ctx, bn.name, good), "key")
 	}
 	wantValue(t, g, key, "kept", good.Token)
+}
+
+func guardPurge(t *testing.T, g *guardT) {
+	p, ok := g.Guarded.(fence.Purger)
+	if !ok {
+		t.Skipf("%T is not a fence.Purger", g.Guarded)
+	}
+	ctx := testContext(t)
+	fc := newFencer(t, g)
+	key, fenced := uniqueName(t, "key"), uniqueName(t, "fenced")
+	mustPut(t, g, key, "v5", fc.at(5))
+	if err := g.Fence(ctx, fenced, fc.at(5)); err != nil {
+		t.Fatalf("Fence(5) of a new key = %v; want nil", err)
+	}
+	for _, k := range []string{key, fenced} {
+		if err := p.Purge(ctx, k); err != nil {
+			t.Fatalf("Purge(%q) = %v; want nil", k, err)
+		}
+		_, err := g.Get(ctx, k)
+		wantErrIs(t, "Get after Purge", err, fence.ErrNotFound)
+		wantErrIs(t, "a second Purge", p.Purge(ctx, k), fence.ErrNotFound)
+		// The fence went with the value: a lower token is admitted again.
+		mustPut(t, g, k, "v3", fc.at(3))
+		wantValue(t, g, k, "v3", fc.tok(3))
+	}
+	wantErrIs(t, "Purge of a never-written key", p.Purge(ctx, uniqueName(t, "never")), fence.ErrNotFound)
+	wantInvalid(t, "Purge of an empty key", p.Purge(ctx, ""), "key")
 }
 
 // guardConcurrent has 16 goroutines write interleaved tokens to one key. It checks

@@ -34,6 +34,9 @@ type IssuingKV interface {
 //   - the holder's own fence, and its token without a lease id, are admitted;
 //     a released holder's fence is stale once a later grant wrote
 //     (*fence.StaleTokenError), not unissued;
+//   - on a store that declares Features.Semaphores, a permit's token under
+//     another live permit's lease id, or a fresh one, is refused with
+//     OtherLease set, and each permit's own fence is admitted;
 //   - Delete removes the value and keeps the fence (Get: nil value, the
 //     Delete's fence), a stale Put after it is refused with a
 //     *fence.StaleTokenError, and a key never written gives fence.ErrNotFound;
@@ -53,6 +56,7 @@ func TestIssuedKV(t *testing.T, newKV func(t *testing.T) IssuingKV, opts ...Opti
 		{"RealHoldersFence_Admitted", issuedRealHolder},
 		{"Delete_KeepsFence_StaleWriterRefused_NeverWrittenNotFound", issuedDelete},
 		{"Purge_RemovesValueAndFence", issuedPurge},
+		{"Permit_OtherPermitsLease_Refused_EachOwnAdmitted", issuedPermitOtherLease},
 	})
 }
 
@@ -265,4 +269,26 @@ func issuedPurge(t *testing.T, kv IssuingKV) {
 	}
 	wantErrIs(t, "Purge of a never-written key", p.Purge(ctx, uniqueName(t, "never")), fence.ErrNotFound)
 	wantInvalid(t, "Purge of an empty key", p.Purge(ctx, ""), "key")
+}
+
+func issuedPermitOtherLease(t *testing.T, kv IssuingKV) {
+	needSemaphores(t, kv)
+	ctx := testContext(t)
+	name, key := uniqueName(t, "sem"), uniqueName(t, "key")
+	a := acquire(t, kv, name, longTTL, fence.WithLimit(3))
+	b := acquire(t, kv, name, longTTL, fence.WithLimit(3))
+	for _, f := range []fence.Fence{
+		{Name: name, Token: a.Token(), LeaseID: b.ID()},
+		{Name: name, Token: a.Token(), LeaseID: driver.NewLeaseID()},
+	} {
+		wantUnissued(t, "Put with a permit's token under another lease id", kv.Put(ctx, key, []byte("forged"), f), name, a.Token(), 0, true)
+		_, err := kv.Get(ctx, key)
+		wantErrIs(t, "Get of a key only refused writes went to", err, fence.ErrNotFound)
+	}
+	for _, l := range []*fence.Lease{a, b} {
+		if err := kv.Put(ctx, key, []byte(l.ID()), l.Fence()); err != nil {
+			t.Fatalf("Put with permit %d's own fence = %v; want nil", l.Slot(), err)
+		}
+		wantItem(t, kv, key, []byte(l.ID()), name, l.Token())
+	}
 }
