@@ -87,10 +87,10 @@ func FuzzValidate(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		check(t, "name", s, driver.ValidateName(s), validName(s))
-		check(t, "key", s, driver.ValidateKey(s), validName(s))
-		check(t, "owner", s, driver.ValidateOwner(s), validOwner(s))
-		check(t, "lease id", s, driver.ValidateLeaseID(s), validLeaseID(s))
+		check(t, "name", s, fence.ValidateName(s), validName(s))
+		check(t, "key", s, fence.ValidateKey(s), validName(s))
+		check(t, "owner", s, fence.ValidateOwner(s), validOwner(s))
+		check(t, "lease id", s, fence.ValidateLeaseID(s), validLeaseID(s))
 		if id := driver.NewLeaseID(); !validLeaseID(id) || driver.ValidateLease(s, id) != nil && validName(s) {
 			t.Fatalf("NewLeaseID() = %q: refused with name %q", id, s)
 		}
@@ -137,12 +137,12 @@ func FuzzValidateLimitTTL(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v int64) {
 		n := int(v)
-		if err := driver.ValidateLimit(n); (err == nil) != (n >= 1 && n <= fence.MaxLimit) || err != nil && !errors.Is(err, fence.ErrInvalid) {
+		if err := fence.ValidateLimit(n); (err == nil) != (n >= 1 && n <= fence.MaxLimit) || err != nil && !errors.Is(err, fence.ErrInvalid) {
 			t.Fatalf("ValidateLimit(%d): %v", n, err)
 		}
 		d := time.Duration(v)
 		want := d >= fence.MinTTL && d <= fence.MaxTTL && d%time.Millisecond == 0
-		if err := driver.ValidateTTL(d); (err == nil) != want || err != nil && !errors.Is(err, fence.ErrInvalid) {
+		if err := fence.ValidateTTL(d); (err == nil) != want || err != nil && !errors.Is(err, fence.ErrInvalid) {
 			t.Fatalf("ValidateTTL(%v): %v, want valid %v", d, err, want)
 		}
 	})

@@ -122,33 +122,33 @@ func TestFence_Validate(t *testing.T) {
 func TestValidateName(t *testing.T) {
 	good := []string{"a", "job/42", "with space", "ünïcødé-锁", strings.Repeat("n", fence.MaxNameLen)}
 	for _, n := range good {
-		if err := driver.ValidateName(n); err != nil {
+		if err := fence.ValidateName(n); err != nil {
 			t.Errorf("ValidateName(%q) = %v; want nil", n, err)
 		}
 	}
 	bad := []string{"", strings.Repeat("n", fence.MaxNameLen+1), "\xff", "a\nb", "a\x00", "a\tb", "\x7f", "a\u0085b"}
 	for _, n := range bad {
-		err := driver.ValidateName(n)
+		err := fence.ValidateName(n)
 		var ie *fence.InvalidError
 		if !errors.As(err, &ie) || ie.Field != "name" || !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("ValidateName(%q) = %v; want an *InvalidError for field \"name\" matching ErrInvalid", n, err)
 		}
 	}
 	var ie *fence.InvalidError
-	if err := driver.ValidateKey(""); !errors.As(err, &ie) || ie.Field != "key" {
+	if err := fence.ValidateKey(""); !errors.As(err, &ie) || ie.Field != "key" {
 		t.Errorf("ValidateKey(\"\") = %v; want an *InvalidError for field \"key\"", err)
 	}
 }
 
 func TestValidateTTL(t *testing.T) {
 	for _, ttl := range []time.Duration{fence.MinTTL, time.Second, 1500 * time.Millisecond, fence.MaxTTL} {
-		if err := driver.ValidateTTL(ttl); err != nil {
+		if err := fence.ValidateTTL(ttl); err != nil {
 			t.Errorf("ValidateTTL(%v) = %v; want nil", ttl, err)
 		}
 	}
 	for _, ttl := range []time.Duration{0, -time.Second, 999 * time.Microsecond, 1500 * time.Microsecond, fence.MaxTTL + time.Millisecond} {
 		var ie *fence.InvalidError
-		if err := driver.ValidateTTL(ttl); !errors.As(err, &ie) || ie.Field != "ttl" {
+		if err := fence.ValidateTTL(ttl); !errors.As(err, &ie) || ie.Field != "ttl" {
 			t.Errorf("ValidateTTL(%v) = %v; want an *InvalidError for field \"ttl\"", ttl, err)
 		}
 	}
@@ -156,12 +156,12 @@ func TestValidateTTL(t *testing.T) {
 
 func TestValidateToken(t *testing.T) {
 	for _, tok := range []fence.Token{1, 2, fence.MaxToken} {
-		if err := driver.ValidateToken(tok); err != nil {
+		if err := fence.ValidateToken(tok); err != nil {
 			t.Errorf("ValidateToken(%d) = %v; want nil", tok, err)
 		}
 	}
 	for _, tok := range []fence.Token{0, fence.MaxToken + 1, 1<<64 - 1} {
-		if err := driver.ValidateToken(tok); !errors.Is(err, fence.ErrInvalid) {
+		if err := fence.ValidateToken(tok); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("ValidateToken(%d) = %v; want ErrInvalid", tok, err)
 		}
 	}
@@ -169,13 +169,13 @@ func TestValidateToken(t *testing.T) {
 
 func TestValidateLeaseID(t *testing.T) {
 	for _, id := range []string{"a", "!", "~", strings.Repeat("x", fence.MaxLeaseIDLen), driver.NewLeaseID()} {
-		if err := driver.ValidateLeaseID(id); err != nil {
+		if err := fence.ValidateLeaseID(id); err != nil {
 			t.Errorf("ValidateLeaseID(%q) = %v; want nil", id, err)
 		}
 	}
 	for _, id := range []string{"", " ", "a b", "a\tb", "\x7f", "ü", strings.Repeat("x", fence.MaxLeaseIDLen+1)} {
 		var ie *fence.InvalidError
-		if err := driver.ValidateLeaseID(id); !errors.As(err, &ie) || ie.Field != "lease" {
+		if err := fence.ValidateLeaseID(id); !errors.As(err, &ie) || ie.Field != "lease" {
 			t.Errorf("ValidateLeaseID(%q) = %v; want an *InvalidError for field \"lease\"", id, err)
 		}
 	}
@@ -229,7 +229,7 @@ func TestErrors_IsAndAs(t *testing.T) {
 			inMsg: []string{`"a"`, `"b"`},
 		},
 		"InvalidError": {
-			err: wrap(driver.ValidateName("")), is: fence.ErrInvalid,
+			err: wrap(fence.ValidateName("")), is: fence.ErrInvalid,
 			isNot:   []error{fence.ErrNotFound},
 			asCheck: func(e error) bool { var x *fence.InvalidError; return errors.As(e, &x) && x.Field == "name" },
 			inMsg:   []string{"invalid name", "is empty"},
@@ -280,7 +280,7 @@ func TestErrors_IsAndAs(t *testing.T) {
 }
 
 func TestInvalidError_TruncatesLongValues(t *testing.T) {
-	err := driver.ValidateName(strings.Repeat("n", 300))
+	err := fence.ValidateName(strings.Repeat("n", 300))
 	msg := err.Error()
 	if strings.Contains(msg, strings.Repeat("n", 65)) || !strings.Contains(msg, strings.Repeat("n", 64)+"...") {
 		t.Fatalf("message %q; want the value cut to 64 bytes and \"...\"", msg)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -107,7 +106,7 @@ func (s *Store) Delete(ctx context.Context, key string, f fence.Fence) error {
 // fence.ErrUnavailable if the file could not be written, and fence.ErrClosed
 // after Close.
 func (s *Store) Purge(ctx context.Context, key string) error {
-	if err := checkArgs(ctx, "purge", key, driver.ValidateKey(key), nil); err != nil {
+	if err := checkArgs(ctx, "purge", key, fence.ValidateKey(key), nil); err != nil {
 		return err
 	}
 	s.life.RLock()
@@ -137,7 +136,7 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 // fence admits f for key and stores it: with value if value is not nil, without
 // the key's value for op "delete", else with the key's value.
 func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value []byte) error {
-	if err := checkArgs(ctx, op, key, driver.ValidateKey(key), f.Validate()); err != nil {
+	if err := checkArgs(ctx, op, key, fence.ValidateKey(key), f.Validate()); err != nil {
 		return err
 	}
 	// P9. What the check finds, once true, stays true (a name's last token only
@@ -239,7 +238,7 @@ func (s *Store) checkIssued(f fence.Fence) error {
 // fence.ErrUnavailable if the file could not be read, and fence.ErrClosed after
 // Close.
 func (s *Store) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := checkArgs(ctx, "get", key, driver.ValidateKey(key), nil); err != nil {
+	if err := checkArgs(ctx, "get", key, fence.ValidateKey(key), nil); err != nil {
 		return fence.Item{}, err
 	}
 	var it fence.Item

@@ -296,7 +296,7 @@ func (s *Store) lockOpen() bool {
 // TTL, fence.ErrUnavailable if the file could not be written (the lease keeps its
 // previous expiry), and fence.ErrClosed after Close.
 func (s *Store) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := checkArgs(ctx, "renew", name, driver.ValidateLease(name, leaseID), driver.ValidateTTL(ttl)); err != nil {
+	if err := checkArgs(ctx, "renew", name, driver.ValidateLease(name, leaseID), fence.ValidateTTL(ttl)); err != nil {
 		return err
 	}
 	id, ok := parseLeaseID(leaseID)
@@ -381,7 +381,7 @@ func (s *Store) Release(ctx context.Context, name, leaseID string) error {
 // revocation could not be written (it took effect in memory; after a crash the
 // lease would be honoured until its expiry), and fence.ErrClosed after Close.
 func (s *Store) Revoke(ctx context.Context, name string) error {
-	if err := checkArgs(ctx, "revoke", name, driver.ValidateName(name), nil); err != nil {
+	if err := checkArgs(ctx, "revoke", name, fence.ValidateName(name), nil); err != nil {
 		return err
 	}
 	if !s.lockOpen() {
@@ -425,7 +425,7 @@ func (s *Store) Revoke(ctx context.Context, name string) error {
 // fence.MaxToken], fence.ErrUnavailable if the file could not be read or written,
 // and fence.ErrClosed after Close.
 func (s *Store) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := checkArgs(ctx, "heal", name, driver.ValidateName(name), driver.ValidateToken(seen)); err != nil {
+	if err := checkArgs(ctx, "heal", name, fence.ValidateName(name), fence.ValidateToken(seen)); err != nil {
 		return err
 	}
 	if !s.lockOpen() {
@@ -522,7 +522,7 @@ func (s *Store) fillLocked(info *fence.LockInfo, e *entry, now int64) {
 // fence.ErrInvalid for a bad name, fence.ErrUnavailable if the file could not be
 // read, and fence.ErrClosed after Close.
 func (s *Store) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := checkArgs(ctx, "inspect", name, driver.ValidateName(name), nil); err != nil {
+	if err := checkArgs(ctx, "inspect", name, fence.ValidateName(name), nil); err != nil {
 		return fence.LockInfo{}, err
 	}
 	info := fence.LockInfo{Name: name}

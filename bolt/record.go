@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 )
 
 // lockRec is a record of the locks bucket.
@@ -138,7 +137,7 @@ func decodeLock(v []byte) (lockFields, error) {
 	case len(v) >= lockRecLease+lockRecOwner && v[0] == flagLease|flagOwner:
 		n := int(binary.BigEndian.Uint16(v[lockRecLease:]))
 		h.owner = string(v[lockRecLease+lockRecOwner:])
-		if n == 0 || len(h.owner) != n || driver.ValidateOwner(h.owner) != nil {
+		if n == 0 || len(h.owner) != n || fence.ValidateOwner(h.owner) != nil {
 			return bad("bad owner")
 		}
 	default:
@@ -157,7 +156,7 @@ func decodeLock(v []byte) (lockFields, error) {
 // decodeNamed decodes the lock record v of the locks bucket's key k: an error
 // matching ErrCorrupt if v is malformed or k is not a lock name (a damaged key).
 func decodeNamed(k, v []byte) (lockFields, error) {
-	if err := driver.ValidateName(string(k)); err != nil {
+	if err := fence.ValidateName(string(k)); err != nil {
 		return lockFields{}, fmt.Errorf("the key is not a lock name: %v: %w", err, ErrCorrupt)
 	}
 	return decodeLock(v)
@@ -205,7 +204,7 @@ func decodeMulti(v []byte, bad func(string) (lockFields, error)) (lockFields, er
 			return bad(fmt.Sprintf("lease %d has token %d, last token %d", i, h.token, r.last))
 		case r.shared && h.slot != 0, !r.shared && (h.slot >= r.limit || used[h.slot]):
 			return bad(fmt.Sprintf("lease %d has slot %d", i, h.slot))
-		case n > 0 && driver.ValidateOwner(h.owner) != nil:
+		case n > 0 && fence.ValidateOwner(h.owner) != nil:
 			return bad(fmt.Sprintf("lease %d has a bad owner", i))
 		}
 		used[h.slot] = true

@@ -66,37 +66,13 @@ func ApplyOptions(opts ...fence.AcquireOption) AcquireOptions {
 	return o
 }
 
-// ValidateName returns nil if name is usable as a lock name: 1 to fence.MaxNameLen
-// bytes of valid UTF-8 without control characters. Otherwise it returns a
-// *fence.InvalidError (matching fence.ErrInvalid) naming "name".
-func ValidateName(name string) error { return fence.ValidateName(name) }
-
-// ValidateKey is ValidateName for the keys of a fenced store; the error names "key".
-func ValidateKey(key string) error { return fence.ValidateKey(key) }
-
-// ValidateTTL returns nil if ttl is a whole number of milliseconds in
-// [fence.MinTTL, fence.MaxTTL], and a *fence.InvalidError naming "ttl" otherwise.
-func ValidateTTL(ttl time.Duration) error { return fence.ValidateTTL(ttl) }
-
-// ValidateToken returns nil if t is in [1, fence.MaxToken], and a
-// *fence.InvalidError naming "token" otherwise. Zero is never a token.
-func ValidateToken(t fence.Token) error { return fence.ValidateToken(t) }
-
-// ValidateLeaseID returns nil if id is 1 to fence.MaxLeaseIDLen bytes of printable
-// ASCII without spaces, and a *fence.InvalidError naming "lease" otherwise.
-func ValidateLeaseID(id string) error { return fence.ValidateLeaseID(id) }
-
-// ValidateOwner returns nil if owner is "" or at most fence.MaxOwnerLen bytes of
-// printable UTF-8, and a *fence.InvalidError naming "owner" otherwise.
-func ValidateOwner(owner string) error { return fence.ValidateOwner(owner) }
-
 // ValidateLease validates the name and lease id of a Renew or Release: a
 // *fence.InvalidError for a bad name, or for a bad lease id with the name before it.
 func ValidateLease(name, leaseID string) error {
-	if err := ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return err
 	}
-	if err := ValidateLeaseID(leaseID); err != nil {
+	if err := fence.ValidateLeaseID(leaseID); err != nil {
 		return fmt.Errorf("%q: %w", name, err)
 	}
 	return nil
@@ -106,7 +82,7 @@ func ValidateLease(name, leaseID string) error {
 // *fence.InvalidError for a bad key, or for a bad fence (see fence.Fence.Validate)
 // with the key before it.
 func ValidateFence(key string, f fence.Fence) error {
-	if err := ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := f.Validate(); err != nil {
@@ -114,10 +90,6 @@ func ValidateFence(key string, f fence.Fence) error {
 	}
 	return nil
 }
-
-// ValidateLimit returns nil if n is 1 to fence.MaxLimit, and a *fence.InvalidError
-// naming "limit" otherwise.
-func ValidateLimit(n int) error { return fence.ValidateLimit(n) }
 
 // ListLimit returns limit, or fence.DefaultListLimit if limit <= 0: the number of
 // locks an Inspector's List returns at most.

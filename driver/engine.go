@@ -164,14 +164,14 @@ type Granter interface {
 // Grant is Acquire without the lease: it returns the grant that Acquire would make
 // a lease of, with the same errors. A backend's Granter method is one call of it.
 func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts []fence.AcquireOption, try TryFunc) (Grant, error) {
-	if err := ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return Grant{}, fmt.Errorf("%s: acquire: %w", e.Backend, err)
 	}
-	if err := ValidateTTL(ttl); err != nil {
+	if err := fence.ValidateTTL(ttl); err != nil {
 		return Grant{}, e.wrap(name, err)
 	}
 	o := ApplyOptions(opts...)
-	if err := ValidateOwner(o.Owner); err != nil {
+	if err := fence.ValidateOwner(o.Owner); err != nil {
 		return Grant{}, e.wrap(name, err)
 	}
 	if err := e.kind(&o); err != nil {
@@ -273,7 +273,7 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 // refuses the kinds of grant the backend does not make.
 func (e *Engine) kind(o *AcquireOptions) error {
 	if o.LimitSet {
-		if err := ValidateLimit(o.Limit); err != nil {
+		if err := fence.ValidateLimit(o.Limit); err != nil {
 			return err
 		}
 		if o.Shared && o.Limit > 1 {

@@ -42,7 +42,7 @@ func TestEngine_Grant_LeaseFromTheTry(t *testing.T) {
 	if lease.Token() != 7 || lease.ID() != id || lease.Name() != "job" {
 		t.Errorf("lease = %s id %q; want job#7 with the request's id %q", lease.Fence(), lease.ID(), id)
 	}
-	if err := driver.ValidateLeaseID(id); err != nil || len(id) != 32 {
+	if err := fence.ValidateLeaseID(id); err != nil || len(id) != 32 {
 		t.Errorf("request id %q: %v; want 32 hex digits", id, err)
 	}
 	if d := lease.Deadline(); d.Before(before.Add(time.Minute)) || d.After(time.Now().Add(time.Minute)) {

@@ -42,7 +42,7 @@ const DefaultWatchPoll = 5 * time.Second
 // "BACKEND: watch NAME: ERR".
 func (e *Engine) Watch(ctx context.Context, name string, subscribe SubscribeFunc, inspect InspectFunc) iter.Seq2[fence.LockInfo, error] {
 	return func(yield func(fence.LockInfo, error) bool) {
-		if err := ValidateName(name); err != nil {
+		if err := fence.ValidateName(name); err != nil {
 			yield(fence.LockInfo{}, fmt.Errorf("%s: watch: %w", e.Backend, err))
 			return
 		}

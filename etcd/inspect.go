@@ -77,7 +77,7 @@ func (l *Locker) fill(ctx context.Context, info *fence.LockInfo, lock, owner *mv
 		if err != nil {
 			return err
 		}
-		if _, who, ok := strings.Cut(string(kv.Value), "\x00"); !ok || driver.ValidateOwner(who) != nil {
+		if _, who, ok := strings.Cut(string(kv.Value), "\x00"); !ok || fence.ValidateOwner(who) != nil {
 			return fmt.Errorf("holder key %q: %w", kv.Key, ErrCorrupt)
 		}
 		st.holders = append(st.holders, h)
@@ -131,7 +131,7 @@ func (l *Locker) fillHeld(ctx context.Context, info *fence.LockInfo, lock, owner
 	var who string
 	if owner != nil {
 		who = string(owner.Value)
-		if driver.ValidateOwner(who) != nil {
+		if fence.ValidateOwner(who) != nil {
 			return fmt.Errorf("owner key %q: %w", owner.Key, ErrCorrupt)
 		}
 	}
@@ -181,7 +181,7 @@ func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.Lock
 		return nil, fmt.Errorf("etcd: list %q: %w", prefix, fence.ErrClosed)
 	}
 	if prefix != "" {
-		if err := driver.ValidateName(prefix); err != nil {
+		if err := fence.ValidateName(prefix); err != nil {
 			return nil, fmt.Errorf("etcd: list %q: %w", prefix, err)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 )
 
 // MaxValueSize is the largest value KV.Put accepts, in bytes. etcd refuses requests
@@ -177,7 +176,7 @@ func (s *KV) Purge(ctx context.Context, key string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("etcd: purge %q: %w", key, fence.ErrClosed)
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fmt.Errorf("etcd: purge %q: %w", key, err)
 	}
 	resp, err := s.cli.Delete(ctx, s.keys.kv(key))
@@ -201,7 +200,7 @@ func (s *KV) update(ctx context.Context, key string, f fence.Fence, size int, ch
 	if s.closed.Load() {
 		return fence.ErrClosed
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return err
 	}
 	if err := f.Validate(); err != nil {
@@ -323,7 +322,7 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if s.closed.Load() {
 		return fence.Item{}, fmt.Errorf("etcd: get %q: %w", key, fence.ErrClosed)
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("etcd: get %q: %w", key, err)
 	}
 	resp, err := s.cli.Get(ctx, s.keys.kv(key))

@@ -169,7 +169,7 @@ func (l *Locker) check(name string) error {
 	if l.closed.Load() {
 		return fence.ErrClosed
 	}
-	return driver.ValidateName(name)
+	return fence.ValidateName(name)
 }
 
 // checkLease is check, and ErrInvalid for a bad lease id.
@@ -177,7 +177,7 @@ func (l *Locker) checkLease(name, leaseID string) error {
 	if err := l.check(name); err != nil {
 		return err
 	}
-	return driver.ValidateLeaseID(leaseID)
+	return fence.ValidateLeaseID(leaseID)
 }
 
 // Renew extends the lease (name, leaseID) to ttl from now (see fence.Locker), a
@@ -193,7 +193,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := l.checkLease(name, leaseID); err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, err)
 	}
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := fence.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, err)
 	}
 	key, holder := l.keys.leaseKey(name, leaseID)

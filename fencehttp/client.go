@@ -404,7 +404,7 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 	case err != nil:
 		return driver.Result{}, err
 	}
-	if resp.Name != r.Name || driver.ValidateToken(resp.Token) != nil || driver.ValidateLeaseID(resp.ID) != nil || resp.TTLms != ttlMs || resp.WaitedMs < 0 ||
+	if resp.Name != r.Name || fence.ValidateToken(resp.Token) != nil || fence.ValidateLeaseID(resp.ID) != nil || resp.TTLms != ttlMs || resp.WaitedMs < 0 ||
 		!slotFits(resp.Slot, r.Options.Limit) {
 		return driver.Result{}, c.malformed(op, r.Name)
 	}
@@ -447,7 +447,7 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := validateLeaseArgs(op, name, leaseID); err != nil {
 		return err
 	}
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := fence.ValidateTTL(ttl); err != nil {
 		return invalidArg(op, name, err)
 	}
 	ttlMs := ms(ttl)
@@ -473,10 +473,10 @@ func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 // reached (healing again is safe: it never lowers a counter).
 func (c *Client) Heal(ctx context.Context, name string, seen fence.Token) error {
 	const op = "heal"
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return invalidArg(op, "", err)
 	}
-	if err := driver.ValidateToken(seen); err != nil {
+	if err := fence.ValidateToken(seen); err != nil {
 		return invalidArg(op, name, err)
 	}
 	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/heal", healRequest{Seen: seen}, nil, 0)
@@ -492,17 +492,17 @@ func (c *Client) Heal(ctx context.Context, name string, seen fence.Token) error 
 // granted since, which fencing keeps as safe as the first).
 func (c *Client) Revoke(ctx context.Context, name string) error {
 	const op = "revoke"
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return invalidArg(op, "", err)
 	}
 	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/revoke", revokeRequest{}, nil, 0)
 }
 
 func validateLeaseArgs(op, name, leaseID string) error {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return invalidArg(op, "", err)
 	}
-	if err := driver.ValidateLeaseID(leaseID); err != nil {
+	if err := fence.ValidateLeaseID(leaseID); err != nil {
 		return invalidArg(op, name, err)
 	}
 	return nil
@@ -515,7 +515,7 @@ func validateLeaseArgs(op, name, leaseID string) error {
 // report state, fence.ErrUnavailable when the server cannot be reached.
 func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
 	const op = "inspect"
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fence.LockInfo{}, invalidArg(op, "", err)
 	}
 	var li LockInfo
@@ -546,7 +546,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (fence.LockInfo, erro
 // so on. When ctx ends, the watch ends without an error.
 func (c *Client) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInfo, error] {
 	return func(yield func(fence.LockInfo, error) bool) {
-		if err := driver.ValidateName(name); err != nil {
+		if err := fence.ValidateName(name); err != nil {
 			yield(fence.LockInfo{}, invalidArg("watch", "", err))
 			return
 		}
@@ -667,7 +667,7 @@ func fenceHeader(f fence.Fence) http.Header {
 // validateWrite checks the key and fence of a fenced write (Put, Fence) before any
 // request: a fence must name its lock (the namespace of its token).
 func validateWrite(op, key string, f fence.Fence) error {
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return invalidArg(op, "", err)
 	}
 	if err := f.Validate(); err != nil {
@@ -753,7 +753,7 @@ func (c *Client) Delete(ctx context.Context, key string, f fence.Fence) error {
 // be reached.
 func (c *Client) Purge(ctx context.Context, key string) error {
 	const op = "purge"
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return invalidArg(op, "", err)
 	}
 	resp, err := c.do(ctx, op, key, http.MethodDelete, "/v1/kv/"+EscapeName(key)+"?purge=true", nil, nil, 0)
@@ -775,7 +775,7 @@ func (c *Client) Purge(ctx context.Context, key string) error {
 // fence.ErrUnavailable when the server cannot be reached.
 func (c *Client) Get(ctx context.Context, key string) (fence.Item, error) {
 	const op = "get"
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, invalidArg(op, "", err)
 	}
 	resp, err := c.do(ctx, op, key, http.MethodGet, "/v1/kv/"+EscapeName(key), nil, nil, 0)

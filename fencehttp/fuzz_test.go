@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
@@ -125,7 +124,7 @@ func FuzzLockName(f *testing.F) {
 			}
 			return
 		}
-		if driver.ValidateName(name) != nil {
+		if fence.ValidateName(name) != nil {
 			if status != http.StatusBadRequest {
 				t.Fatalf("invalid name %q: want 400, got %d %v", name, status, resp)
 			}

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence"
 )
 
 // parseRoute, the one reading of a request's path that the router, the scope
@@ -65,7 +65,7 @@ func FuzzParseRoute_EscapedNamesRoundTrip(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		if driver.ValidateName(name) != nil {
+		if fence.ValidateName(name) != nil {
 			return
 		}
 		esc := "/v1/locks/" + EscapeName(name)

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 )
 
 // Rights are what a scoped bearer token may do, as a set of bits.
@@ -189,7 +188,7 @@ func validPattern(p string) error {
 	if strings.Contains(base, "*") {
 		return fmt.Errorf("pattern %q: '*' may only end a pattern", p)
 	}
-	if err := driver.ValidateName(base); err != nil {
+	if err := fence.ValidateName(base); err != nil {
 		return fmt.Errorf("pattern %q: %v", p, err)
 	}
 	return nil

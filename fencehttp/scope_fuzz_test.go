@@ -31,7 +31,7 @@ func effective(r fencehttp.Rights) fencehttp.Rights {
 // followed by '*'.
 func validPattern(p string) bool {
 	base, _ := strings.CutSuffix(p, "*")
-	return p == "*" || !strings.Contains(base, "*") && driver.ValidateName(base) == nil
+	return p == "*" || !strings.Contains(base, "*") && fence.ValidateName(base) == nil
 }
 
 // FuzzParseAuthTokens: a token file parses to one token per line that is neither

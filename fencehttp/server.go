@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp/ui"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -116,7 +115,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = DefaultTTL
 	}
-	if err := driver.ValidateTTL(cfg.DefaultTTL); err != nil {
+	if err := fence.ValidateTTL(cfg.DefaultTTL); err != nil {
 		return nil, fmt.Errorf("fencehttp: new server: default TTL: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, held: newHeldSet(cfg.Locker)}
@@ -365,9 +364,9 @@ func unescapeName(field, escaped string) (string, error) {
 		}
 	}
 	if field == "key" {
-		err = driver.ValidateKey(name)
+		err = fence.ValidateKey(name)
 	} else {
-		err = driver.ValidateName(name)
+		err = fence.ValidateName(name)
 	}
 	if err != nil {
 		return "", err
@@ -394,7 +393,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
 			return err
 		}
-		return driver.ValidateLeaseID(req.Lease)
+		return fence.ValidateLeaseID(req.Lease)
 	}) {
 		return
 	}
@@ -414,7 +413,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	var req releaseRequest
-	if !s.readBody(w, r, "release", name, &req, func() error { return driver.ValidateLeaseID(req.Lease) }) {
+	if !s.readBody(w, r, "release", name, &req, func() error { return fence.ValidateLeaseID(req.Lease) }) {
 		return
 	}
 	if err := s.cfg.Locker.Release(r.Context(), name, req.Lease); err != nil {
@@ -457,7 +456,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, name string) {
 // heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
 func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 	var req healRequest
-	if !s.readBody(w, r, "heal", name, &req, func() error { return driver.ValidateToken(req.Seen) }) {
+	if !s.readBody(w, r, "heal", name, &req, func() error { return fence.ValidateToken(req.Seen) }) {
 		return
 	}
 	h, ok := s.cfg.Locker.(fence.Healer)
@@ -538,7 +537,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix := q.Get("prefix")
 	if prefix != "" {
-		if err := driver.ValidateName(prefix); err != nil {
+		if err := fence.ValidateName(prefix); err != nil {
 			reason := err.Error()
 			var inv *fence.InvalidError
 			if errors.As(err, &inv) {
@@ -657,7 +656,7 @@ func fenceFromHeaders(r *http.Request) (fence.Fence, error) {
 	if err != nil {
 		return f, &fence.InvalidError{Field: HeaderLock, Value: vs[0], Reason: "is not a valid escaped lock name"}
 	}
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return f, asField(HeaderLock, err)
 	}
 	f.Name = name
@@ -666,7 +665,7 @@ func fenceFromHeaders(r *http.Request) (fence.Fence, error) {
 		return f, &fence.InvalidError{Field: HeaderLease, Reason: "must be given at most once"}
 	case len(vs) == 1:
 		f.LeaseID = strings.TrimSpace(vs[0])
-		if err := driver.ValidateLeaseID(f.LeaseID); err != nil {
+		if err := fence.ValidateLeaseID(f.LeaseID); err != nil {
 			return f, asField(HeaderLease, err)
 		}
 	}

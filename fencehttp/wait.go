@@ -100,7 +100,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		}
 		// Checked here as well as by the engine: a Locker that is no driver.Engine
 		// must not store an owner the API promises to refuse.
-		if err := driver.ValidateOwner(req.Owner); err != nil {
+		if err := fence.ValidateOwner(req.Owner); err != nil {
 			return err
 		}
 		return s.checkKind(req)
@@ -244,7 +244,7 @@ func (s *Server) checkKind(req acquireRequest) error {
 	limit := 0
 	if req.Limit != nil {
 		limit = *req.Limit
-		if err := driver.ValidateLimit(limit); err != nil {
+		if err := fence.ValidateLimit(limit); err != nil {
 			return err
 		}
 	}

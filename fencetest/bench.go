@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/election"
 )
 
@@ -320,7 +319,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // the same Locker; two (two connections, two sessions) are closer to real use.
 func BenchmarkExpiryHandoff(b *testing.B, holder, waiter fence.Locker, ttl time.Duration) {
 	b.Helper()
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := fence.ValidateTTL(ttl); err != nil {
 		b.Fatal(err)
 	}
 	late := make([]time.Duration, 0, b.N)

@@ -161,7 +161,7 @@ func admitsLower(res string, hi, next fence.Fence) error {
 }
 
 func (g *brokenGuard) check(key string, f fence.Fence) (fence.Item, error) {
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, err
 	}
 	if err := f.Validate(); err != nil {
@@ -198,7 +198,7 @@ func (g *brokenGuard) Delete(ctx context.Context, key string, f fence.Fence) err
 }
 
 func (g *brokenGuard) Purge(ctx context.Context, key string) error {
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return err
 	}
 	g.mu.Lock()
@@ -314,7 +314,7 @@ func (g *brokenGuard) Put(ctx context.Context, key string, value []byte, f fence
 }
 
 func (g *brokenGuard) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, err
 	}
 	g.mu.Lock()
@@ -838,7 +838,7 @@ func (s *semLocker) Renew(ctx context.Context, name, leaseID string, ttl time.Du
 	if err != nil {
 		return err
 	}
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := fence.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("sem: renew %q: %w", name, err)
 	}
 	st.live[i].Expires = time.Now().Add(ttl)
@@ -858,7 +858,7 @@ func (s *semLocker) Release(ctx context.Context, name, leaseID string) error {
 }
 
 func (s *semLocker) Revoke(ctx context.Context, name string) error {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fmt.Errorf("sem: revoke: %w", err)
 	}
 	s.mu.Lock()
@@ -879,7 +879,7 @@ func (st *semState) endLocked() {
 }
 
 func (s *semLocker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("sem: inspect: %w", err)
 	}
 	s.mu.Lock()

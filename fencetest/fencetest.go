@@ -88,10 +88,10 @@ func newConfig(opts []Option) config {
 
 // WithShortTTL sets the TTL the expiry tests use (default 150ms). Backends whose
 // lease clocks are coarse raise it: etcd counts lease TTLs in whole seconds.
-// Values that driver.ValidateTTL rejects are ignored.
+// Values that fence.ValidateTTL rejects are ignored.
 func WithShortTTL(d time.Duration) Option {
 	return func(c *config) {
-		if driver.ValidateTTL(d) == nil {
+		if fence.ValidateTTL(d) == nil {
 			c.shortTTL = d
 		}
 	}

@@ -188,10 +188,10 @@ func (s *lockerSuite) acquireWellFormed(t *testing.T, l fence.Locker) {
 	if lease.Name() != name {
 		t.Errorf("lease.Name() = %q; want %q", lease.Name(), name)
 	}
-	if err := driver.ValidateToken(lease.Token()); err != nil {
+	if err := fence.ValidateToken(lease.Token()); err != nil {
 		t.Errorf("lease.Token() = %d: %v; want a token in [1, MaxToken]", lease.Token(), err)
 	}
-	if err := driver.ValidateLeaseID(lease.ID()); err != nil {
+	if err := fence.ValidateLeaseID(lease.ID()); err != nil {
 		t.Errorf("lease.ID() = %q: %v; want a valid lease id", lease.ID(), err)
 	}
 	if got, want := lease.Fence(), (fence.Fence{Name: name, Token: lease.Token(), LeaseID: lease.ID()}); got != want {

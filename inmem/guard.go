@@ -122,7 +122,7 @@ var errNoValue = fmt.Errorf("key holds no value: %w", fence.ErrNotFound)
 // wrong lock. It returns fence.ErrNotFound if key has neither a value nor a
 // fence, and fence.ErrInvalid for a bad key.
 func (g *Guard) Purge(ctx context.Context, key string) error {
-	if err := precheck(ctx, "purge", key, driver.ValidateKey(key)); err != nil {
+	if err := precheck(ctx, "purge", key, fence.ValidateKey(key)); err != nil {
 		return err
 	}
 	g.mu.Lock()
@@ -147,7 +147,7 @@ func (g *Guard) Purge(ctx context.Context, key string) error {
 // fence.ErrNotFound if key was never fenced nor written, and fence.ErrInvalid for a
 // bad key.
 func (g *Guard) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := precheck(ctx, "get", key, driver.ValidateKey(key)); err != nil {
+	if err := precheck(ctx, "get", key, fence.ValidateKey(key)); err != nil {
 		return fence.Item{}, err
 	}
 	g.mu.Lock()
@@ -171,7 +171,7 @@ func (g *Guard) Get(ctx context.Context, key string) (fence.Item, error) {
 // Highest returns the highest fence resource has accepted, and false if it has
 // accepted none. It returns fence.ErrInvalid for a bad resource.
 func (g *Guard) Highest(resource string) (fence.Fence, bool, error) {
-	if err := driver.ValidateKey(resource); err != nil {
+	if err := fence.ValidateKey(resource); err != nil {
 		return fence.Fence{}, false, fmt.Errorf("inmem: highest: %w", err)
 	}
 	g.mu.Lock()

@@ -170,7 +170,7 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 // expired, was released or never existed (another holder's lease is never
 // touched), and fence.ErrInvalid for a bad name, lease id or TTL.
 func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
-	if err := precheck(ctx, "renew", name, driver.ValidateLease(name, leaseID), driver.ValidateTTL(ttl)); err != nil {
+	if err := precheck(ctx, "renew", name, driver.ValidateLease(name, leaseID), fence.ValidateTTL(ttl)); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -222,7 +222,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 // fence.ErrNotHeld if no unexpired lease is held, and fence.ErrInvalid for a bad
 // name.
 func (l *Locker) Revoke(ctx context.Context, name string) error {
-	if err := precheck(ctx, "revoke", name, driver.ValidateName(name)); err != nil {
+	if err := precheck(ctx, "revoke", name, fence.ValidateName(name)); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -252,7 +252,7 @@ func (l *Locker) endLocked(name string, st *lockState) {
 // fence.ErrInvalid) and nothing changes. It returns fence.ErrInvalid for a bad
 // name or a seen outside [1, fence.MaxToken].
 func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := precheck(ctx, "heal", name, driver.ValidateName(name), driver.ValidateToken(seen)); err != nil {
+	if err := precheck(ctx, "heal", name, fence.ValidateName(name), fence.ValidateToken(seen)); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -283,7 +283,7 @@ func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInf
 // Inspect returns the state of name. A lock never acquired is reported with Held
 // false and LastToken 0. It returns fence.ErrInvalid for a bad name.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := precheck(ctx, "inspect", name, driver.ValidateName(name)); err != nil {
+	if err := precheck(ctx, "inspect", name, fence.ValidateName(name)); err != nil {
 		return fence.LockInfo{}, err
 	}
 	l.mu.Lock()

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/postgres"
 	"github.com/jackc/pgx/v5"
@@ -63,7 +62,7 @@ func (kv *resourceKV) Delete(ctx context.Context, key string, f fence.Fence) err
 }
 
 func (kv *resourceKV) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, err
 	}
 	var it fence.Item

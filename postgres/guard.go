@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -187,7 +186,7 @@ func (g *Guard) Highest(ctx context.Context, resource string) (fence.Fence, erro
 	if g.err != nil {
 		return fence.Fence{}, g.err
 	}
-	if err := driver.ValidateKey(resource); err != nil {
+	if err := fence.ValidateKey(resource); err != nil {
 		return fence.Fence{}, fmt.Errorf("postgres: highest: %w", err)
 	}
 	f, err := g.highest(ctx, g.db, resource)

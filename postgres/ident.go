@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -82,7 +81,7 @@ func admitSQL(name, token, lease, newName, newToken, newLease string) string {
 
 // validateFence checks a resource (or key) and a fence before any statement.
 func validateFence(resource string, f fence.Fence) error {
-	if err := driver.ValidateKey(resource); err != nil {
+	if err := fence.ValidateKey(resource); err != nil {
 		return err
 	}
 	if err := f.Validate(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -186,7 +185,7 @@ func (kv *KV) Purge(ctx context.Context, key string) error {
 	if kv.err != nil {
 		return kv.err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fmt.Errorf("postgres: purge: %w", err)
 	}
 	tag, err := kv.db.Exec(ctx, kv.purge, key)
@@ -296,7 +295,7 @@ func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if kv.err != nil {
 		return fence.Item{}, kv.err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("postgres: get: %w", err)
 	}
 	it, err := kv.read(ctx, key)

@@ -472,7 +472,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := driver.ValidateLease(name, leaseID); err != nil {
 		return fmt.Errorf("postgres: renew: %w", err)
 	}
-	err := driver.ValidateTTL(ttl)
+	err := fence.ValidateTTL(ttl)
 	if err == nil {
 		err = l.usable()
 	}
@@ -529,7 +529,7 @@ func (l *Locker) release(ctx context.Context, name, leaseID string) error {
 // held, fence.ErrInvalid for a bad name, fence.ErrUnavailable if the database
 // cannot be reached, and fence.ErrClosed after Close.
 func (l *Locker) Revoke(ctx context.Context, name string) error {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fmt.Errorf("postgres: revoke: %w", err)
 	}
 	err := l.usable()
@@ -561,7 +561,7 @@ func (l *Locker) change(ctx context.Context, sql string, args ...any) error {
 // fence.ErrUnavailable if the database cannot be reached and fence.ErrClosed
 // after Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("postgres: inspect: %w", err)
 	}
 	info, err := l.inspect(ctx, name)
@@ -628,7 +628,7 @@ func (l *Locker) Watch(ctx context.Context, name string) iter.Seq2[fence.LockInf
 func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
 	prefix := opts.Prefix
 	if len(prefix) > fence.MaxNameLen {
-		return nil, fmt.Errorf("postgres: list: %w", driver.ValidateName(prefix))
+		return nil, fmt.Errorf("postgres: list: %w", fence.ValidateName(prefix))
 	}
 	if err := l.usable(); err != nil {
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)

@@ -12,7 +12,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 )
 
 var (
@@ -177,7 +176,7 @@ func (s *KV) Purge(ctx context.Context, key string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("redis: purge %q: %w", key, fence.ErrClosed)
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fmt.Errorf("redis: purge %q: %w", key, err)
 	}
 	n, err := kvPurgeScript.Run(ctx, s.client, []string{s.recordKey(key)}).Int64()
@@ -209,7 +208,7 @@ func (s *KV) check(key string, f fence.Fence) error {
 	if s.closed.Load() {
 		return fence.ErrClosed
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return err
 	}
 	return f.Validate()
@@ -313,7 +312,7 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 	if s.closed.Load() {
 		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, fence.ErrClosed)
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("redis: get %q: %w", key, err)
 	}
 	rk := s.recordKey(key)

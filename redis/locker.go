@@ -431,7 +431,7 @@ func (l *Locker) runAcquire(ctx context.Context, k keys, r *driver.Request, scri
 			l.releaseLater(k, r.ID)
 		}
 		return grant{}, true, fmt.Errorf("token %d: %s; lock released: %w", t, problem, ErrNotReplicated)
-	case driver.ValidateToken(fence.Token(t)) != nil:
+	case fence.ValidateToken(fence.Token(t)) != nil:
 		l.releaseLater(k, r.ID)
 		return grant{}, true, fmt.Errorf("%w: script issued token %d", fence.ErrUnavailable, t)
 	}
@@ -628,7 +628,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := driver.ValidateLease(name, leaseID); err != nil {
 		return fmt.Errorf("redis: renew: %w", err)
 	}
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := fence.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("redis: renew %q: %w", name, err)
 	}
 	if l.isClosed() {
@@ -729,7 +729,7 @@ func (l *Locker) runWrite(ctx context.Context, script *goredis.Script, keys []st
 // Revoke again to be sure only if you accept ending a newer holder's lease too);
 // fence.ErrClosed after Close.
 func (l *Locker) Revoke(ctx context.Context, name string) error {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fmt.Errorf("redis: revoke %q: %w", name, err)
 	}
 	if l.isClosed() {
@@ -769,10 +769,10 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 // ErrWrongType if the counter key holds foreign data, fence.ErrUnavailable when Redis
 // cannot be reached, and fence.ErrClosed after Close.
 func (l *Locker) Heal(ctx context.Context, name string, seen fence.Token) error {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fmt.Errorf("redis: heal %q: %w", name, err)
 	}
-	if err := driver.ValidateToken(seen); err != nil {
+	if err := fence.ValidateToken(seen); err != nil {
 		return fmt.Errorf("redis: heal %q: %w", name, err)
 	}
 	if l.isClosed() {
@@ -820,7 +820,7 @@ func healBound(err error) (fence.Token, bool) {
 // data, fence.ErrUnavailable when Redis cannot be reached, and fence.ErrClosed after
 // Close.
 func (l *Locker) Inspect(ctx context.Context, name string) (fence.LockInfo, error) {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fence.LockInfo{}, fmt.Errorf("redis: inspect %q: %w", name, err)
 	}
 	if l.isClosed() {
@@ -923,7 +923,7 @@ type clusterScanner interface {
 func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.LockInfo, error) {
 	prefix := opts.Prefix
 	if prefix != "" {
-		if err := driver.ValidateName(prefix); err != nil {
+		if err := fence.ValidateName(prefix); err != nil {
 			return nil, fmt.Errorf("redis: list %q: %w", prefix, err)
 		}
 	}
@@ -942,7 +942,7 @@ func (l *Locker) List(ctx context.Context, opts fence.ListOptions) ([]fence.Lock
 			}
 			for _, key := range ks {
 				tag := strings.TrimSuffix(strings.TrimPrefix(key, l.prefix+"{"), "}"+tokenSuffix)
-				if name, err := unescapeName(tag); err == nil && driver.ValidateName(name) == nil {
+				if name, err := unescapeName(tag); err == nil && fence.ValidateName(name) == nil {
 					mu.Lock()
 					names[name] = true
 					mu.Unlock()

@@ -207,7 +207,7 @@ func (g *Guard[D]) Highest(ctx context.Context, resource string) (fence.Fence, e
 	if g.err != nil {
 		return fence.Fence{}, g.err
 	}
-	if err := driver.ValidateKey(resource); err != nil {
+	if err := fence.ValidateKey(resource); err != nil {
 		return fence.Fence{}, g.d.errorf("highest: %w", err)
 	}
 	f, err := g.d.scanFence(g.db.QueryRowContext(ctx, g.readSQL, resource), false)
@@ -227,7 +227,7 @@ func (g *Guard[D]) validate(q Querier, resource string, f fence.Fence) error {
 	if q == nil {
 		return g.d.errorf("fence %q: %w", resource, &fence.InvalidError{Field: "tx", Value: "<nil>", Reason: "is nil"})
 	}
-	if err := driver.ValidateKey(resource); err != nil {
+	if err := fence.ValidateKey(resource); err != nil {
 		return g.d.errorf("fence: %w", err)
 	}
 	if err := f.Validate(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 )
 
 // KVOptions configure a KV. The zero value (or nil) uses DefaultKVTable.
@@ -79,7 +78,7 @@ func (kv *KV[D]) Put(ctx context.Context, key string, value []byte, f fence.Fenc
 	if kv.err != nil {
 		return kv.err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return kv.d.errorf("put: %w", err)
 	}
 	if len(value) > MaxValueLen {
@@ -99,7 +98,7 @@ func (kv *KV[D]) Get(ctx context.Context, key string) (fence.Item, error) {
 	if kv.err != nil {
 		return fence.Item{}, kv.err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, kv.d.errorf("get: %w", err)
 	}
 	it, err := kv.read(ctx, key)
@@ -140,7 +139,7 @@ func (kv *KV[D]) Delete(ctx context.Context, key string, f fence.Fence) error {
 	if kv.err != nil {
 		return kv.err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return kv.d.errorf("delete: %w", err)
 	}
 	if err := f.Validate(); err != nil {
@@ -189,7 +188,7 @@ func (kv *KV[D]) Purge(ctx context.Context, key string) error {
 	if kv.err != nil {
 		return kv.err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return kv.d.errorf("purge: %w", err)
 	}
 	what := fmt.Sprintf("purge %q", key)
@@ -209,7 +208,7 @@ func (kv *KV[D]) Fence(ctx context.Context, key string, f fence.Fence) error {
 	if kv.err != nil {
 		return kv.err
 	}
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return kv.d.errorf("fence: %w", err)
 	}
 	return kv.row.fenceOnly(ctx, kv.db, f, key)

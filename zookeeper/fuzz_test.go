@@ -109,7 +109,7 @@ func FuzzDecodeName(f *testing.F) {
 	f.Add("%2f")
 	f.Add("%")
 	f.Fuzz(func(t *testing.T, s string) {
-		if driver.ValidateName(s) == nil {
+		if fence.ValidateName(s) == nil {
 			if got, ok := decodeName(encodeName(s)); !ok || got != s {
 				t.Fatalf("decodeName(encodeName(%q)) = %q, %v", s, got, ok)
 			}

@@ -120,7 +120,7 @@ func (l *Locker) endHeld(h heldNode) (again bool, err error) {
 
 // checkName returns the error of op on name for a bad name or a closed Locker.
 func (l *Locker) checkName(op, name string) error {
-	if err := driver.ValidateName(name); err != nil {
+	if err := fence.ValidateName(name); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", op, err)
 	}
 	if err := l.checkOpen(); err != nil {

@@ -142,7 +142,7 @@ func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 // answer, fence.ErrClosed after the connection was closed, and ctx's error if ctx
 // is done.
 func (kv *KV) Purge(ctx context.Context, key string) error {
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fmt.Errorf("zookeeper: purge: %w", err)
 	}
 	if err := kv.check(ctx); err != nil {
@@ -240,7 +240,7 @@ func (kv *KV) create(path string, data []byte) error {
 // or a znode whose data is not a KV record, fence.ErrUnavailable if ZooKeeper does not
 // answer and fence.ErrClosed after the connection was closed.
 func (kv *KV) Get(ctx context.Context, key string) (fence.Item, error) {
-	if err := driver.ValidateKey(key); err != nil {
+	if err := fence.ValidateKey(key); err != nil {
 		return fence.Item{}, fmt.Errorf("zookeeper: get: %w", err)
 	}
 	if err := kv.check(ctx); err != nil {

@@ -254,7 +254,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := l.checkLease("renew", name, leaseID); err != nil {
 		return err
 	}
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := fence.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("zookeeper: renew %q: %w", name, err)
 	}
 	notHeld := fmt.Errorf("zookeeper: renew %q: %w", name, fence.ErrNotHeld)

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -71,7 +70,7 @@ usage errors.`,
 }
 
 // checkOwner returns a usage error if --owner is not an owner the server takes.
-func checkOwner(owner string) error { return invalidUsage("--owner", driver.ValidateOwner(owner)) }
+func checkOwner(owner string) error { return invalidUsage("--owner", fence.ValidateOwner(owner)) }
 
 // acquireLease acquires name, waiting up to wait (fence.WaitForever: until ctx is
 // done). It tries once first, so that a server that cannot be reached is reported
@@ -250,7 +249,7 @@ func leaseFlag(lease string) (string, error) {
 	if lease == "" {
 		return "", usagef("--lease is required (or $%s)", envLease)
 	}
-	if err := invalidUsage("--lease", driver.ValidateLeaseID(lease)); err != nil {
+	if err := invalidUsage("--lease", fence.ValidateLeaseID(lease)); err != nil {
 		return "", err
 	}
 	return lease, nil

@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -188,7 +187,7 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 
 // checkTTL returns a usage error if --ttl is not a TTL the server grants.
 func checkTTL(ttl time.Duration) error {
-	if err := driver.ValidateTTL(ttl); err != nil {
+	if err := fence.ValidateTTL(ttl); err != nil {
 		return usagef("--ttl %v: must be a whole number of milliseconds between %v and %v", ttl, fence.MinTTL, fence.MaxTTL)
 	}
 	return nil
@@ -196,7 +195,7 @@ func checkTTL(ttl time.Duration) error {
 
 // checkName returns a usage error naming what if name is not a valid lock name.
 func checkName(what, name string) error {
-	return invalidUsage(what, driver.ValidateName(name))
+	return invalidUsage(what, fence.ValidateName(name))
 }
 
 // checkLockAndTTL checks the lock NAME argument and the --ttl of the commands that

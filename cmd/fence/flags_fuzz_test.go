@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence"
 )
 
 // FuzzTTLFlag: the --ttl of acquire, renew and lock parses as time.ParseDuration
@@ -37,7 +37,7 @@ func FuzzTTLFlag(f *testing.F) {
 			if err != nil || ttl != want {
 				t.Fatalf("%s --ttl=%q = %v, %v; want %v", c.Name(), s, ttl, err, want)
 			}
-			valid := driver.ValidateName(name) == nil && driver.ValidateTTL(ttl) == nil
+			valid := fence.ValidateName(name) == nil && fence.ValidateTTL(ttl) == nil
 			err = checkLockAndTTL(name, ttl)
 			var ue usageError
 			if (err == nil) != valid || err != nil && !errors.As(err, &ue) {

@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 )
@@ -124,7 +123,7 @@ func TestDefaultOwner_AlwaysAValidOwner(t *testing.T) {
 		{"too long, ASCII", []string{strings.Repeat("a", 300)}, ""},
 	} {
 		got := defaultOwner(tc.argv)
-		if err := driver.ValidateOwner(got); err != nil {
+		if err := fence.ValidateOwner(got); err != nil {
 			t.Errorf("%s: defaultOwner = %q, not a valid owner: %v", tc.what, got, err)
 			continue
 		}

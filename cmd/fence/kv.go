@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -99,7 +98,7 @@ func (f *fenceFlags) fence(op string) (fence.Fence, error) {
 		lease = os.Getenv(envLease)
 	}
 	if lease != "" {
-		if err := invalidUsage("--lease", driver.ValidateLeaseID(lease)); err != nil {
+		if err := invalidUsage("--lease", fence.ValidateLeaseID(lease)); err != nil {
 			return fence.Fence{}, err
 		}
 	}
@@ -128,7 +127,7 @@ usage errors.`,
 		Args: exactArgs("a KEY", "a VALUE (or - to read standard input)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, valueArg := args[0], args[1]
-			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
+			if err := invalidUsage("key", fence.ValidateKey(key)); err != nil {
 				return err
 			}
 			f, err := ff.fence("kv put")
@@ -178,7 +177,7 @@ refuses the delete; 2 for usage errors.`,
 		Args: exactArgs("a KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
+			if err := invalidUsage("key", fence.ValidateKey(key)); err != nil {
 				return err
 			}
 			f, err := ff.fence("kv delete")
@@ -218,7 +217,7 @@ refuses; 2 for usage errors.`,
 		Args: exactArgs("a KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
+			if err := invalidUsage("key", fence.ValidateKey(key)); err != nil {
 				return err
 			}
 			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error {
@@ -249,7 +248,7 @@ names the fence the key keeps).`,
 		Args: exactArgs("a KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if err := invalidUsage("key", driver.ValidateKey(key)); err != nil {
+			if err := invalidUsage("key", fence.ValidateKey(key)); err != nil {
 				return err
 			}
 			var item fence.Item

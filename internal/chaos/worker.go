@@ -62,7 +62,7 @@ func (c WorkerConfig) Validate() error {
 	case c.ID < 0:
 		return fmt.Errorf("chaos: worker: %w: id %d is negative", fence.ErrInvalid, c.ID)
 	}
-	if err := driver.ValidateName(c.Lock); err != nil {
+	if err := fence.ValidateName(c.Lock); err != nil {
 		return fmt.Errorf("chaos: worker: lock: %w", err)
 	}
 	if c.Key == "" {
