@@ -207,6 +207,13 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
+// Validate returns an error matching fence.ErrInvalid (a *fence.InvalidError
+// naming the field) if Start would refuse c, without opening anything.
+func (c Config) Validate() error {
+	_, _, err := c.embed()
+	return err
+}
+
 // embed returns the embed configuration of c and every node's peer URL by name,
 // or an error matching fence.ErrInvalid.
 func (c Config) embed() (*embed.Config, map[string]string, error) {
