@@ -368,10 +368,14 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 			log.Error("closing the store", "store", st.desc, "err", err)
 		}
 	}
-	srv, err := fencehttp.NewServer(fencehttp.Config{
+	hcfg := fencehttp.Config{
 		Locker: st.locker, KV: st.kv, Logger: log, Tokens: c.tokens,
 		MaxValueBytes: c.maxValue, MaxWait: c.maxWait, MaxWaiters: c.maxWaiters,
-	})
+	}
+	if node != nil { // never a nil *cluster.Node in the interface
+		hcfg.Cluster = node
+	}
+	srv, err := fencehttp.NewServer(hcfg)
 	if err != nil {
 		closeStore()
 		if ln != nil {

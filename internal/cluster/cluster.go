@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -125,6 +126,7 @@ type Node struct {
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	closed    atomic.Bool // set by Close: the member's server must not be called after it
 	closeOnce sync.Once
 	closeErr  error
 
@@ -189,6 +191,7 @@ func (n *Node) Done() <-chan struct{} { return n.etcd.Server.StopNotify() }
 // returns the same.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		n.closed.Store(true)
 		n.mu.Lock()
 		id := n.lease
 		n.mu.Unlock()
@@ -485,8 +488,12 @@ func (n *Node) clearNoSpace(ctx context.Context) error {
 // lease extension) ago. When this node cannot make a linearizable read (it is
 // cut off from the majority), every member is reported unhealthy and none as
 // leader: the node knows nothing current. It returns an error matching
-// fence.ErrUnavailable if even this node's member list cannot be read.
+// fence.ErrUnavailable if even this node's member list cannot be read, and
+// fence.ErrClosed after Close (as AddMember, RemoveMember and Snapshot do).
 func (n *Node) Status(ctx context.Context) ([]fencehttp.ClusterMember, error) {
+	if err := n.check("status"); err != nil {
+		return nil, err
+	}
 	ml, err := n.cli.MemberList(ctx, clientv3.WithSerializable())
 	if err != nil {
 		return nil, fmt.Errorf("cluster: status: %w", unavailable(err))
@@ -532,6 +539,9 @@ func (n *Node) Status(ctx context.Context) ([]fencehttp.ClusterMember, error) {
 // has, and fence.ErrUnavailable if the cluster cannot take the change (no
 // quorum, or etcd's check that the change leaves a quorum of started members).
 func (n *Node) AddMember(ctx context.Context, name, peer string) error {
+	if err := n.check("add"); err != nil {
+		return err
+	}
 	if err := checkName(name); err != nil {
 		return fmt.Errorf("cluster: add: %w", &fence.InvalidError{Field: "name", Value: name, Reason: err.Error()})
 	}
@@ -569,6 +579,9 @@ func (n *Node) AddMember(ctx context.Context, name, peer string) error {
 // member stops). It returns an error matching fence.ErrNotFound if no member
 // has that name, and fence.ErrUnavailable if the cluster cannot take the change.
 func (n *Node) RemoveMember(ctx context.Context, name string) error {
+	if err := n.check("remove"); err != nil {
+		return err
+	}
 	ml, err := n.cli.MemberList(ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: remove %s: %w", name, unavailable(err))
@@ -600,6 +613,9 @@ func (n *Node) RemoveMember(ctx context.Context, name string) error {
 // etcdutl restores it) to w. It returns an error matching fence.ErrUnavailable
 // if the member cannot send one, or w's error.
 func (n *Node) Snapshot(ctx context.Context, w io.Writer) error {
+	if err := n.check("snapshot"); err != nil {
+		return err
+	}
 	rc, err := n.cli.Snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot: %w", unavailable(err))
@@ -607,6 +623,15 @@ func (n *Node) Snapshot(ctx context.Context, w io.Writer) error {
 	defer rc.Close()
 	if _, err := io.Copy(w, rc); err != nil {
 		return fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	return nil
+}
+
+// check returns an error matching fence.ErrClosed after Close: the in-process
+// client would call into a stopped member.
+func (n *Node) check(op string) error {
+	if n.closed.Load() {
+		return fmt.Errorf("cluster: %s: node %s: %w", op, n.cfg.Name, fence.ErrClosed)
 	}
 	return nil
 }
