@@ -18,13 +18,14 @@ import (
 
 // testCluster is a cluster of `fence serve --node` processes on 127.0.0.1.
 type testCluster struct {
-	t     *testing.T
-	dir   string
-	peers string   // the --peers flag
-	names []string // node names, "n0", "n1", ...
-	extra []string // flags every node gets
-	mu    sync.Mutex
-	procs map[string]*serveProc // the running node of each name
+	t        *testing.T
+	dir      string
+	peers    string              // the --peers flag
+	names    []string            // node names, "n0", "n1", ...
+	extra    []string            // flags every node gets
+	extraFor map[string][]string // flags of one node
+	mu       sync.Mutex
+	procs    map[string]*serveProc // the running node of each name
 }
 
 // startCluster starts n nodes at once on free ports, with extra flags, and
@@ -32,17 +33,7 @@ type testCluster struct {
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, dir: t.TempDir(), extra: extra, procs: map[string]*serveProc{}}
-	var entries []string
-	for i := 0; i < n; i++ {
-		port, err := servers.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := fmt.Sprintf("n%d", i)
-		c.names = append(c.names, name)
-		entries = append(entries, fmt.Sprintf("%s=127.0.0.1:%d", name, port))
-	}
-	c.peers = strings.Join(entries, ",")
+	c.peers, c.names = clusterPeers(t, n)
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -52,6 +43,23 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	})
 	c.start(c.names...)
 	return c
+}
+
+// clusterPeers returns a --peers flag of n nodes ("n0", ...) on free ports of
+// 127.0.0.1, and their names.
+func clusterPeers(t *testing.T, n int) (string, []string) {
+	t.Helper()
+	var entries, names []string
+	for i := 0; i < n; i++ {
+		port, err := servers.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("n%d", i)
+		names = append(names, name)
+		entries = append(entries, fmt.Sprintf("%s=127.0.0.1:%d", name, port))
+	}
+	return strings.Join(entries, ","), names
 }
 
 // start starts the named nodes at once (each waits for a majority before it
@@ -65,6 +73,7 @@ func (c *testCluster) start(names ...string) {
 		go func() {
 			defer wg.Done()
 			args := append([]string{"--node", name, "--peers", c.peers}, c.extra...)
+			args = append(args, c.extraFor[name]...)
 			p, err := startServe(filepath.Join(c.dir, name), args...)
 			errs[i] = err
 			if err == nil {
