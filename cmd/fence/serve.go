@@ -343,15 +343,24 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	)
 	switch {
 	case c.cluster != nil:
-		// Listen first: the node publishes its API URL, port included.
-		if ln, err = net.Listen("tcp", c.listen); err != nil {
-			return fmt.Errorf("serve: %w", err)
+		// The node publishes its API URL, port included: with --listen's port 0
+		// the port is known once listening, so listen first (requests then wait
+		// for the majority); otherwise listen once the node is ready, so that a
+		// client is refused at once meanwhile and tries another node.
+		addr := c.listen
+		if _, port, _ := net.SplitHostPort(c.listen); port == "0" {
+			if ln, err = net.Listen("tcp", c.listen); err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			addr = ln.Addr().String()
 		}
 		cfg := *c.cluster
-		cfg.APIURL = apiURL(scheme, ln.Addr(), cfg.Peers[cfg.Name])
+		cfg.APIURL = apiURL(scheme, addr, cfg.Peers[cfg.Name])
 		log.Info("cluster mode: starting this node's member, waiting for a majority of the nodes", "node", cfg.Name, "peers", len(cfg.Peers), "data", cfg.Dir)
 		if st, node, err = openClusterStore(ctx, cfg); err != nil {
-			ln.Close()
+			if ln != nil {
+				ln.Close()
+			}
 			return err
 		}
 		nodeDone = node.Done()
