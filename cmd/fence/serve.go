@@ -340,6 +340,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		ln       net.Listener
 		node     *cluster.Node
 		nodeDone <-chan struct{} // closed when the cluster member stops on its own; nil outside cluster mode
+		nodeErr  <-chan error    // the cluster member's fatal errors; nil outside cluster mode
 	)
 	switch {
 	case c.cluster != nil:
@@ -363,7 +364,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 			}
 			return err
 		}
-		nodeDone = node.Done()
+		nodeDone, nodeErr = node.Done(), node.Err()
 	case c.externalLocks:
 		st, err = openExternalLocksStore(c.store, c.data)
 	default:
@@ -436,6 +437,9 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-nodeDone:
 		err = errors.New("serve: this node's cluster member stopped (removed from the cluster, or failed; see the log)")
+		log.Error(err.Error())
+	case merr := <-nodeErr:
+		err = fmt.Errorf("serve: this node's cluster member failed: %w", merr)
 		log.Error(err.Error())
 	case <-ctx.Done():
 	}

@@ -192,6 +192,11 @@ func (n *Node) Client() *clientv3.Client { return n.cli }
 // removed from the cluster, or failed.
 func (n *Node) Done() <-chan struct{} { return n.etcd.Server.StopNotify() }
 
+// Err returns the channel on which the member reports an error that stops it
+// serving its peers (its peer listener failed). The node is then of no use
+// to the cluster: its owner should close it.
+func (n *Node) Err() <-chan error { return n.etcd.Err() }
+
 // Close revokes the node's registration (so Status shows it unhealthy at once),
 // stops its loops, its client and its member. The member's data stays in Dir,
 // for a restart. It returns the client's close error, if any; calling it again
