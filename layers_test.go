@@ -39,6 +39,9 @@ var layers = []layerSpec{
 		"mysql", "sqlite",
 		"internal/faultclock", // the product's clock under -tags faultclock, over driver's
 	}},
+	{"cluster mode: the embedded etcd member over the etcd backend", []string{
+		"internal/cluster", // fence serve --node; fence cluster restore and migrate
+	}},
 	{"conformance suites and the test wrappers of the server starters", []string{
 		"fencetest", "internal/fencedtest", "internal/diskfulltest", "internal/servers/servertest",
 	}},
@@ -68,6 +71,7 @@ var backends = []string{"inmem", "bolt", "redis", "etcd", "postgres", "zookeeper
 // backends together", kept explicit so that a new one is a decision.
 var multiBackend = map[string]string{
 	"internal/bench":      "the benchmark's fence rows run the bolt, etcd and redis Lockers in process; only cmd/fence-bench imports it",
+	"internal/cluster":    "fence cluster migrate reads the single node's bolt store and writes its KV through etcd's; only cmd/fence imports it",
 	"internal/chaos":      "the harness's workers lock through redis.Locker on the Redis store and write through postgres.Guard; only cmd/fence imports it",
 	"internal/fencedtest": "the resource-side middlewares' tests run over the real guards of inmem and bolt; tests only",
 }
