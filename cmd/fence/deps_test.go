@@ -35,12 +35,16 @@ func TestBinary_LinksNoTestMachineryNorPeers(t *testing.T) {
 		"github.com/bsm/redislock",
 		"github.com/go-redsync/redsync",
 	}
-	// The embedded etcd server is linked for one reason only: `fence chaos --store
+	// The embedded etcd server is linked for two reasons only: `fence chaos --store
 	// etcd` runs its etcd members as this binary (the hidden `fence chaos
-	// etcd-member`). fence serve --store etcd:// needs only the client, so the
-	// member starter is the one package of the module that may import the server.
+	// etcd-member`), and cluster mode (internal/cluster: fence serve --node, fence
+	// cluster restore and migrate) embeds a member. fence serve --store etcd://
+	// needs only the client, so those are the packages that may import the server.
 	const etcdServer = "go.etcd.io/etcd/server/"
-	etcdServerImporters := map[string]bool{"github.com/fencelock/fence/internal/servers/etcdmember": true}
+	etcdServerImporters := map[string]bool{
+		"github.com/fencelock/fence/internal/servers/etcdmember": true,
+		"github.com/fencelock/fence/internal/cluster":            true,
+	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		dep, imports := fields[0], fields[1:]
