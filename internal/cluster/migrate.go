@@ -205,7 +205,7 @@ func withMember(ctx context.Context, dir, name string, f func(*member) error) er
 // withMemberAt starts the single member name with its data in dir (new or
 // restored) and its peer listener on addr, runs f on it and closes it.
 func withMemberAt(ctx context.Context, dir, name, addr string, f func(*member) error) error {
-	m, err := startMember(ctx, memberSpec{name: name, dir: dir, peers: map[string]string{name: addr}})
+	m, err := startMember(ctx, memberSpec{name: name, dir: dir, peers: map[string]string{name: addr}, noSync: true})
 	if err != nil {
 		return err
 	}
