@@ -118,7 +118,7 @@ func TestClusterMigrateRestore_CLI(t *testing.T) {
 		} else if !strings.Contains(out, "restored node "+n) || !strings.Contains(out, "fence serve --node "+n+" --peers "+peers) {
 			t.Fatalf("restore text output %q: want what was done and the serve command", out)
 		}
-		if _, err := os.Stat(filepath.Join(data, "cluster", "member")); err != nil {
+		if _, err := os.Stat(filepath.Join(data, "cluster", "etcd", "member")); err != nil {
 			t.Fatalf("restore %s wrote no member directory: %v", n, err)
 		}
 	}

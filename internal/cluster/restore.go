@@ -58,8 +58,9 @@ type RestoreConfig struct {
 	// Peers are the cluster's nodes, name -> HOST:PORT of their peer traffic:
 	// the same --peers map every node is started with.
 	Peers map[string]string
-	// Dir is the member directory to create (DATA/cluster). It must not exist or
-	// be empty: Restore never overwrites a member's data.
+	// Dir is the node's cluster directory, DATA/cluster, as Config.Dir. Restore
+	// writes the etcd member's data in it, where Start looks for it (Dir/etcd),
+	// which must not exist or be empty: Restore never overwrites a member's data.
 	Dir string
 	// ClusterToken is the initial cluster token; "" means DefaultClusterToken.
 	ClusterToken string
@@ -70,7 +71,7 @@ type RestoreConfig struct {
 	Bump uint64
 }
 
-// Restore writes the member data directory cfg.Dir of node cfg.Name from the
+// Restore writes the member data of node cfg.Name into cfg.Dir from the
 // snapshot file cfg.Snapshot, with the revision raised by cfg.Bump and every
 // revision up to the new one marked compacted, so that the tokens the restored
 // cluster issues exceed every token issued before the loss (P1). Each node of
@@ -104,14 +105,15 @@ func Restore(ctx context.Context, cfg RestoreConfig) error {
 	if bump > uint64(fence.MaxToken) || uint64(rev)+bump > uint64(fence.MaxToken) {
 		return fmt.Errorf("cluster: restore: bump %d on revision %d passes the largest token %d: %w", bump, rev, uint64(fence.MaxToken), fence.ErrInvalid)
 	}
-	if err := emptyOrMissing(cfg.Dir); err != nil {
+	dir := etcdDataDir(cfg.Dir)
+	if err := emptyOrMissing(dir); err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
-	existed := dirExists(cfg.Dir)
+	existed, parentExisted := dirExists(dir), dirExists(cfg.Dir)
 	err = snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
 		SnapshotPath:        cfg.Snapshot,
 		Name:                cfg.Name,
-		OutputDataDir:       cfg.Dir,
+		OutputDataDir:       dir,
 		PeerURLs:            []string{self},
 		InitialCluster:      initial,
 		InitialClusterToken: orDefault(cfg.ClusterToken, DefaultClusterToken),
@@ -119,7 +121,10 @@ func Restore(ctx context.Context, cfg RestoreConfig) error {
 		MarkCompacted:       true,
 	})
 	if err != nil {
-		clearDir(cfg.Dir, existed)
+		clearDir(dir, existed)
+		if !parentExisted {
+			_ = os.Remove(cfg.Dir) // empty now, unless someone else wrote there
+		}
 		if strings.Contains(err.Error(), "sha256") || strings.Contains(err.Error(), "hash") {
 			return fmt.Errorf("cluster: restore: snapshot %s is damaged (%v): %w", cfg.Snapshot, err, fence.ErrInvalid)
 		}
@@ -234,6 +239,10 @@ func emptyOrMissing(dir string) error {
 	}
 	return nil
 }
+
+// etcdDataDir is where the etcd member of a node with cluster directory dir
+// (Config.Dir) keeps its data, as Start lays it out.
+func etcdDataDir(dir string) string { return filepath.Join(dir, "etcd") }
 
 func dirExists(dir string) bool {
 	fi, err := os.Stat(dir)

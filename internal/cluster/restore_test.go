@@ -40,7 +40,8 @@ func peersOn(t *testing.T, names ...string) map[string]string {
 	return peers
 }
 
-// startMembers starts the members of peers (data in dirs[name]) together, as a
+// startMembers starts the members of peers (cluster directory dirs[name], the
+// member's data in it where Start keeps it) together, as a
 // cluster needs a majority up to elect a leader, and closes them at cleanup.
 func startMembers(t *testing.T, peers map[string]string, dirs map[string]string) map[string]*member {
 	t.Helper()
@@ -53,7 +54,7 @@ func startMembers(t *testing.T, peers map[string]string, dirs map[string]string)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m, err := startMember(ctx, memberSpec{name: n, dir: dirs[n], peers: peers})
+			m, err := startMember(ctx, memberSpec{name: n, dir: etcdDataDir(dirs[n]), peers: peers})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -374,7 +375,7 @@ func TestRestoreMigrate_BadInput(t *testing.T) {
 		flipped[i] ^= 0xff
 	}
 	used := filepath.Join(dir, "used")
-	if err := os.MkdirAll(filepath.Join(used, "member"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(used, "etcd", "member"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -408,7 +409,7 @@ func TestRestoreMigrate_BadInput(t *testing.T) {
 			}
 		}
 	}
-	if ents, _ := os.ReadDir(used); len(ents) != 1 {
+	if ents, _ := os.ReadDir(filepath.Join(used, "etcd")); len(ents) != 1 {
 		t.Errorf("the existing member dir was changed: %v", ents)
 	}
 
