@@ -65,7 +65,7 @@ type Report struct {
 // on a free port of 127.0.0.1 for its peer traffic only, removed at the end.
 //
 // It returns an error matching fence.ErrInvalid if cfg.From holds no fence store
-// or cfg.Out exists, bolt.ErrNotStore or bolt.ErrCorrupt for a store it cannot
+// or cfg.Out exists or its directory does not, bolt.ErrNotStore or bolt.ErrCorrupt for a store it cannot
 // read, fence.ErrUnavailable if the store is in use or the throwaway member
 // could not start, and ctx's error if ctx ends first. A failed Migrate leaves
 // no file at cfg.Out.
@@ -79,6 +79,9 @@ func Migrate(ctx context.Context, cfg MigrateConfig) (Report, error) {
 	}
 	if _, err := os.Lstat(cfg.Out); !errors.Is(err, os.ErrNotExist) {
 		return Report{}, fmt.Errorf("cluster: migrate: %s exists: migrate never overwrites a file; choose another --out: %w", cfg.Out, fence.ErrInvalid)
+	}
+	if !dirExists(filepath.Dir(cfg.Out)) {
+		return Report{}, fmt.Errorf("cluster: migrate: the directory of %s does not exist: %w", cfg.Out, fence.ErrInvalid)
 	}
 	contents, err := bolt.ReadContents(path, cfg.Timeout)
 	if err != nil {
@@ -98,7 +101,11 @@ func Migrate(ctx context.Context, cfg MigrateConfig) (Report, error) {
 		return Report{}, fmt.Errorf("cluster: migrate %s: %w", path, err)
 	}
 	rep.Revision = rev
-	if err := os.Rename(filepath.Join(work, "out.db"), cfg.Out); err != nil {
+	// A link, unlike a rename, never replaces a file created at cfg.Out meanwhile.
+	if err := os.Link(filepath.Join(work, "out.db"), cfg.Out); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			err = fmt.Errorf("%s was created meanwhile: %w", cfg.Out, fence.ErrInvalid)
+		}
 		return Report{}, fmt.Errorf("cluster: migrate: %w", err)
 	}
 	return rep, nil

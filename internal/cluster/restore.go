@@ -125,9 +125,6 @@ func Restore(ctx context.Context, cfg RestoreConfig) error {
 		if !parentExisted {
 			_ = os.Remove(cfg.Dir) // empty now, unless someone else wrote there
 		}
-		if strings.Contains(err.Error(), "sha256") || strings.Contains(err.Error(), "hash") {
-			return fmt.Errorf("cluster: restore: snapshot %s is damaged (%v): %w", cfg.Snapshot, err, fence.ErrInvalid)
-		}
 		return fmt.Errorf("cluster: restore %s into %s: %w", cfg.Snapshot, cfg.Dir, err)
 	}
 	return nil

@@ -421,6 +421,9 @@ func TestRestoreMigrate_BadInput(t *testing.T) {
 	if _, err := Migrate(testCtx(t), MigrateConfig{From: dir, Out: sc.snap}); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("Migrate onto an existing file: %v; want fence.ErrInvalid", err)
 	}
+	if _, err := Migrate(testCtx(t), MigrateConfig{From: dir, Out: filepath.Join(dir, "no-dir", "m.db")}); !errors.Is(err, fence.ErrInvalid) {
+		t.Errorf("Migrate into a missing directory: %v; want fence.ErrInvalid", err)
+	}
 	bdir := t.TempDir()
 	s, err := bolt.Open(filepath.Join(bdir, "fence.db"), nil)
 	if err != nil {
