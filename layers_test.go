@@ -70,6 +70,7 @@ var backends = []string{"inmem", "bolt", "redis", "etcd", "postgres", "zookeeper
 // backends together", kept explicit so that a new one is a decision.
 var multiBackend = map[string]string{
 	"internal/bench":      "the benchmark's fence rows run the bolt, etcd and redis Lockers in process; only cmd/fence-bench imports it",
+	"internal/cluster":    "fence serve --node runs etcd's store; fence cluster migrate reads the single node's bolt store and writes its KV through etcd's; only cmd/fence imports it",
 	"internal/chaos":      "the harness's workers lock through redis.Locker on the Redis store and write through postgres.Guard; only cmd/fence imports it",
 	"internal/fencedtest": "the resource-side middlewares' tests run over the real guards of inmem and bolt; tests only",
 }

@@ -122,6 +122,11 @@
 // together. After a clean Close the bbolt file alone is complete, so a copy of
 // it taken then opens without the log.
 //
+// ReadContents reads what a stopped store holds beyond its leases (the token
+// ceiling, each name's last token with heal floors, the KV items) from the file
+// and its log without writing to either: `fence cluster migrate` carries it to a
+// cluster.
+//
 // Owners, semaphores, shared locks and heal floors came after schema version 1
 // without changing it. A file without them opens in earlier releases; an
 // earlier release refuses a file holding a lease with an owner or a semaphore's

@@ -36,11 +36,11 @@ any one of them ($FENCE_SERVER or --server): no etcd tool and no etcd port.
 See docs/cluster.md.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return argsError(cmd, "missing a subcommand: status, add, remove or backup")
+			return argsError(cmd, "missing a subcommand: status, add, remove, backup, restore or migrate")
 		},
 	}
 	cmd.AddCommand(newClusterStatusCmd(), newClusterAddCmd(), newClusterRemoveCmd(), newClusterBackupCmd())
-	// The local operations on data directories (restore, migrate) are added here: cmd.AddCommand(clusterRestoreCommands()...)
+	cmd.AddCommand(clusterRestoreCommands()...) // restore and migrate: local operations on data directories
 	return cmd
 }
 

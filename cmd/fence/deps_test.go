@@ -36,7 +36,7 @@ func TestBinary_LinksNoTestMachineryNorPeers(t *testing.T) {
 		"github.com/go-redsync/redsync",
 	}
 	// The embedded etcd server is linked for two reasons only: cluster mode
-	// (`fence serve --node`, whose node embeds a member: internal/cluster), and
+	// (`fence serve --node`, whose node embeds a member, and `fence cluster restore` and `migrate`: internal/cluster), and
 	// `fence chaos --store etcd`, which runs its etcd members as this binary (the
 	// hidden `fence chaos etcd-member`). fence serve --store etcd:// needs only the
 	// client, so these two are the packages of the module that may import the server.

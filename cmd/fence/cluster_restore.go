@@ -1,0 +1,159 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fencelock/fence/internal/cluster"
+)
+
+// clusterRestoreCommands returns `restore` and `migrate`, the subcommands of
+// `fence cluster` that work on data directories and files on this machine, with
+// no server running.
+func clusterRestoreCommands() []*cobra.Command {
+	return []*cobra.Command{newClusterRestoreCmd(), newClusterMigrateCmd()}
+}
+
+func newClusterRestoreCmd() *cobra.Command {
+	var (
+		node, peers, data string
+		bump              uint64
+		peerTLS           bool
+	)
+	cmd := &cobra.Command{
+		Use:   "restore SNAPSHOT --node NAME --peers a=HOST:PORT,... [--data ./fence-data] [--bump N]",
+		Short: "Write a node's cluster data from a backup or migration snapshot, tokens bumped",
+		Long: `restore writes DATA/cluster, the cluster data of node --node, from SNAPSHOT (written by
+'fence cluster backup' or 'fence cluster migrate'). Run it on every node, with the same
+SNAPSHOT and the same --peers the nodes are started with, then start each node with
+'fence serve --node NAME --peers ... --data DATA'.
+
+A restore takes the cluster back to the snapshot, so its revision, of which tokens
+are made, would go back too and tokens issued after the backup would be issued again.
+restore raises the revision by --bump (default 1000000000) and marks every older revision
+compacted: the tokens of the restored cluster start above the snapshot's revision
+plus --bump. The bump must exceed every revision (grant, renewal, release, KV write)
+the lost cluster wrote after the backup: the default covers a day of 10,000 writes a second;
+raise it for an older backup or a busier cluster.
+
+restore refuses a DATA/cluster that holds anything: stop the node and move its old
+data away first. With -o json it prints {"node","dir","snapshot","revision","bump",
+"tokens_above"}.`,
+		Args: exactArgs("a SNAPSHOT file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			peerMap, err := parsePeerList(peers)
+			if err != nil {
+				return err
+			}
+			if node == "" {
+				return usagef("restore: --node is required: the name of this node in --peers")
+			}
+			if _, ok := peerMap[node]; !ok {
+				return usagef("restore: --node %q is not in --peers (%s)", node, strings.Join(slices.Sorted(maps.Keys(peerMap)), ", "))
+			}
+			if data == "" {
+				return usagef("restore: --data is empty: want the node's data directory")
+			}
+			if bump == 0 {
+				return usagef("restore: --bump 0 would hand out again the tokens issued after the backup; leave it out for the default %d", uint64(cluster.DefaultRevisionBump))
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			cfg := cluster.RestoreConfig{
+				Snapshot: args[0], Name: node, Peers: peerMap, Dir: filepath.Join(data, "cluster"),
+				PeerTLS: peerTLS, Bump: bump,
+			}
+			if err := cluster.Restore(ctx, cfg); err != nil {
+				return err
+			}
+			rev, err := cluster.SnapshotRevision(cfg.Snapshot)
+			if err != nil {
+				return err
+			}
+			above := uint64(rev) + bump
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{
+					"node": node, "dir": cfg.Dir, "snapshot": cfg.Snapshot,
+					"revision": rev, "bump": bump, "tokens_above": above,
+				})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored node %s into %s from %s: revision %d raised by %d, tokens start above %d\nstart it with: fence serve --node %s --peers %s --data %s\n",
+				node, cfg.Dir, cfg.Snapshot, rev, bump, above, node, peers, data)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&node, "node", "", "this node's name in --peers; required")
+	f.StringVar(&peers, "peers", "", "every node as NAME=HOST:PORT (peer address), comma-separated, as the nodes are started with; required")
+	f.StringVar(&data, "data", "./fence-data", "the node's data directory; restore writes DATA/cluster")
+	f.Uint64Var(&bump, "bump", cluster.DefaultRevisionBump, "how far to raise the revision (and so the tokens) above the snapshot's: more than the writes made after the backup")
+	f.BoolVar(&peerTLS, "peer-tls", false, "the nodes run with --peer-cert, --peer-key and --peer-ca (https peer URLs)")
+	return cmd
+}
+
+func newClusterMigrateCmd() *cobra.Command {
+	var from, out string
+	cmd := &cobra.Command{
+		Use:   "migrate --from OLD_DATA_DIR --out SNAPSHOT",
+		Short: "Write a cluster snapshot from a single node's embedded store, tokens kept rising",
+		Long: `migrate reads the embedded store of a single node (OLD_DATA_DIR/fence.db, the --data
+of its 'fence serve', which must be stopped) and writes SNAPSHOT, from which
+'fence cluster restore' makes every node of a new cluster. The cluster keeps every
+fenced KV key with its value and fence, and every lock name's next token is above
+every token the single node issued (heal floors included): the snapshot's revision
+is already past them. Leases are not carried over; the single node's holders are
+fenced off by the first writes of the cluster's.
+
+It writes nothing to OLD_DATA_DIR and refuses an existing SNAPSHOT. With -o json it
+prints {"from","snapshot","names","items","max_token","revision"}.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" || out == "" {
+				return usagef("migrate: --from and --out are required: migrate --from OLD_DATA_DIR --out SNAPSHOT")
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			rep, err := cluster.Migrate(ctx, cluster.MigrateConfig{From: from, Out: out})
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), rep)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "migrated %d lock names and %d keys from %s into %s: highest token %d, snapshot revision %d\nnext, on every node: fence cluster restore %s --node NAME --peers a=HOST:PORT,... --data DIR\n",
+				rep.Names, rep.Items, rep.From, rep.Snapshot, rep.MaxToken, rep.Revision, rep.Snapshot)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&from, "from", "", "the single node's data directory (its --data), or its store file; required")
+	f.StringVar(&out, "out", "", "snapshot file to write (must not exist); required")
+	return cmd
+}
+
+// parsePeerList parses --peers: NAME=HOST:PORT,... with distinct names, or returns
+// a usage error saying what is wrong.
+func parsePeerList(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, usagef("--peers is required: every node as NAME=HOST:PORT, comma-separated")
+	}
+	peers := map[string]string{}
+	for _, p := range strings.Split(s, ",") {
+		name, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
+		host, port, err := net.SplitHostPort(addr)
+		if !ok || name == "" || err != nil || host == "" || port == "" {
+			return nil, usagef("--peers: %q: want NAME=HOST:PORT", p)
+		}
+		if _, dup := peers[name]; dup {
+			return nil, usagef("--peers: node %q named twice", name)
+		}
+		peers[name] = addr
+	}
+	return peers, nil
+}
