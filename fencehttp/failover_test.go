@@ -227,6 +227,52 @@ func TestClient_Failover_LostAnswerReturnsSameGrant(t *testing.T) {
 	}
 }
 
+// A release whose first attempt is applied but whose answer is lost is retried
+// on the next server, which answers 410: the lease is over either way, so
+// Release returns nil. A release of a lease that had already ended, with no
+// attempt lost, still returns ErrNotHeld.
+func TestClient_Failover_ReleaseRetriedAfterLostAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	m := etcdtest.New(t)
+	stores, hss := etcdServers(t, m.Endpoints, 2)
+	s, err := fencehttp.NewServer(fencehttp.Config{Locker: stores[0], KV: stores[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped atomic.Int64
+	dropper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/release") {
+			s.Handler().ServeHTTP(w, r)
+			return
+		}
+		s.Handler().ServeHTTP(httptest.NewRecorder(), r) // released, answer lost
+		dropped.Add(1)
+		panic(http.ErrAbortHandler)
+	}))
+	t.Cleanup(dropper.Close)
+
+	c := mustClient(t, dropper.URL+","+hss[1].URL, nil)
+	lease, err := c.Acquire(ctxFor(t), "fo-release", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctxFor(t), "fo-release", lease.ID()); err != nil {
+		t.Fatalf("Release whose first attempt was applied and its answer lost = %v; want nil", err)
+	}
+	if dropped.Load() != 1 {
+		t.Fatalf("the dropping server lost %d release answers; want 1", dropped.Load())
+	}
+	info, err := stores[1].Inspect(ctxFor(t), "fo-release")
+	if err != nil || info.Held {
+		t.Fatalf("after the release: Inspect = %+v, %v; want the lock free", info, err)
+	}
+	if err := c.Release(ctxFor(t), "fo-release", lease.ID()); !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("Release of an ended lease (the client now on the second server) = %v; want ErrNotHeld", err)
+	}
+}
+
 // A server that answers 503 unavailable (its store is closed, as a node cut off
 // from the majority refuses) moves the request to the next server, and the
 // client then sticks to the one that answered.
