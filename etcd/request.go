@@ -3,7 +3,9 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -137,4 +139,52 @@ func (l *Locker) holderRetried(ctx context.Context, r *driver.Request, kind stri
 		return 0, res, ok, err
 	}
 	return max(resp.Header.Revision, 1), driver.Result{}, false, nil
+}
+
+var _ driver.RetryFinder = (*Locker)(nil)
+
+// FindRetried returns the live grant of name made under the request id of opts,
+// renewed to ttl from now, and true, or false if there is none (see
+// driver.RetryFinder). It reads the name's lock key, request key and holder keys
+// in one transaction and grants nothing. It returns fence.ErrInvalid for a bad
+// name, TTL or request id, ErrCorrupt for a holder key this package did not
+// write, fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after
+// Close.
+func (l *Locker) FindRetried(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, bool, error) {
+	r := driver.RetryRequest(name, ttl, opts)
+	if err := l.check(name); err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	}
+	if err := fence.ValidateTTL(ttl); err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	}
+	if r.Options.RequestID == "" {
+		return driver.Grant{}, false, nil
+	}
+	if err := fence.ValidateRequestID(r.Options.RequestID); err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	}
+	hFrom, hTo := l.keys.holders(name)
+	resp, err := l.cli.Txn(ctx).Then(
+		clientv3.OpGet(l.keys.lock(name)),
+		clientv3.OpGet(hFrom, clientv3.WithRange(hTo)),
+		clientv3.OpGet(l.keys.request(name)),
+	).Commit()
+	if err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, storeErr(err))
+	}
+	reqKV := only(resp.Responses[2].GetResponseRange().GetKvs())
+	resp.Responses = resp.Responses[:2]
+	st, err := l.parseState(name, resp)
+	if err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	}
+	res, ok, err := l.retried(ctx, r, st, reqKV)
+	switch {
+	case err != nil:
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	case !ok || res.Token == 0: // none, or it ended as it was renewed
+		return driver.Grant{}, false, nil
+	}
+	return driver.Grant{Token: res.Token, ID: res.ID, Start: res.Start, Slot: res.Slot}, true, nil
 }

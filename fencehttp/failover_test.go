@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,6 +18,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/inmem"
 	"github.com/fencelock/fence/internal/servers/servertest/etcdtest"
 )
 
@@ -342,4 +344,61 @@ func TestNewClient_ServerList(t *testing.T) {
 	if _, err := fencehttp.NewClient("", &fencehttp.ClientOptions{Servers: []string{"http://a:1"}}); err != nil {
 		t.Errorf("NewClient(\"\", Servers: [http://a:1]) = %v; want a client of that server", err)
 	}
+}
+
+// A retry of an acquire (same request id) that arrives while other acquires of
+// the name wait at the server gets its grant at once: it neither queues behind
+// waiters who wait for that very grant, nor is answered held.
+func TestServer_RetryWhileOthersWait_GetsItsGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		locker func(t *testing.T) fence.Locker
+	}{
+		{"inmem", func(t *testing.T) fence.Locker { return inmem.NewLocker(inmem.Options{}) }},
+		{"etcd", func(t *testing.T) fence.Locker {
+			if testing.Short() {
+				t.Skip("starts etcd")
+			}
+			stores, _ := etcdServers(t, etcdtest.New(t).Endpoints, 1)
+			return stores[0]
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, hs := newServer(t, fencehttp.Config{Locker: tc.locker(t)})
+			c := mustClient(t, hs.URL, nil)
+			const rid = "retry-while-others-wait-0123456789abcdef"
+			for _, kind := range [][]fence.AcquireOption{nil, {fence.WithLimit(1)}, {fence.WithShared()}} {
+				name := "fo-queue-" + kindName(kind)
+				first := mustAcquire(t, c, name, 10*time.Second, append([]fence.AcquireOption{fence.WithRequestID(rid)}, kind...)...)
+				wctx, cancel := context.WithCancel(ctxFor(t))
+				waiterDone := make(chan error, 1)
+				go func() {
+					_, err := c.Acquire(wctx, name, 10*time.Second, fence.WithWait(20*time.Second))
+					waiterDone <- err
+				}()
+				time.Sleep(300 * time.Millisecond) // the waiter is in the server's queue
+				retry, err := c.Acquire(ctxFor(t), name, 10*time.Second, append([]fence.AcquireOption{fence.WithRequestID(rid), fence.WithWait(0)}, kind...)...)
+				if err != nil {
+					t.Fatalf("%s: a retry with the grant's request id while another acquire waits = %v; want that grant", name, err)
+				}
+				if retry.ID() != first.ID() || retry.Token() != first.Token() {
+					t.Fatalf("%s: the retry got token %d; want the first grant's %d and lease id", name, retry.Token(), first.Token())
+				}
+				cancel()
+				<-waiterDone
+				if err := first.Release(ctxFor(t)); err != nil {
+					t.Fatalf("%s: Release = %v", name, err)
+				}
+			}
+		})
+	}
+}
+
+// kindName names a kind of acquire options, for a lock name.
+func kindName(opts []fence.AcquireOption) string {
+	var o fence.AcquireOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return fmt.Sprintf("l%d-s%v", o.Limit, o.Shared)
 }
