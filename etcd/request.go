@@ -114,14 +114,16 @@ func (l *Locker) retried(ctx context.Context, r *driver.Request, st nameState, r
 // grant that follows then depends on no holder key having changed after that
 // read (since, the read's revision), so an earlier attempt still in flight that
 // commits meanwhile fails the grant, and the grant transaction's reads find
-// it. For a lock, or without a request id, it returns since 0 and false: a
+// it. One that commits only after this grant is not caught (docs/etcd.md). For a lock, or without a request id, it returns since 0 and false: a
 // lock's grant fails while any lease holds the name, its own included.
 func (l *Locker) holderRetried(ctx context.Context, r *driver.Request, kind string, c *acquireCall) (since int64, res driver.Result, ok bool, err error) {
 	if kind == "" || r.Options.RequestID == "" {
 		return 0, driver.Result{}, false, nil
 	}
 	hFrom, hTo := l.keys.holders(r.Name)
-	resp, err := l.cli.Get(ctx, hFrom, clientv3.WithRange(hTo))
+	// Serializable: no round trip to the leader. A stale read is safe, as the
+	// grant compares against its revision: a holder it missed fails the grant.
+	resp, err := l.cli.Get(ctx, hFrom, clientv3.WithRange(hTo), clientv3.WithSerializable())
 	if err != nil {
 		return 0, driver.Result{}, false, storeErr(err)
 	}
