@@ -2,10 +2,7 @@ package main
 
 import (
 	"fmt"
-	"maps"
-	"net"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -47,7 +44,10 @@ data away first. With -o json it prints {"node","dir","snapshot","revision","bum
 "tokens_above"}.`,
 		Args: exactArgs("a SNAPSHOT file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			peerMap, err := parsePeerList(peers)
+			if peers == "" {
+				return usagef("restore: --peers is required: every node as NAME=HOST:PORT, comma-separated")
+			}
+			peerMap, err := parsePeers(peers)
 			if err != nil {
 				return err
 			}
@@ -55,7 +55,7 @@ data away first. With -o json it prints {"node","dir","snapshot","revision","bum
 				return usagef("restore: --node is required: the name of this node in --peers")
 			}
 			if _, ok := peerMap[node]; !ok {
-				return usagef("restore: --node %q is not in --peers (%s)", node, strings.Join(slices.Sorted(maps.Keys(peerMap)), ", "))
+				return usagef("restore: --node %q is not in --peers (%s)", node, strings.Join(sortedNames(peerMap), ", "))
 			}
 			if data == "" {
 				return usagef("restore: --data is empty: want the node's data directory")
@@ -135,25 +135,4 @@ prints {"from","snapshot","names","items","max_token","revision"}.`,
 	f.StringVar(&from, "from", "", "the single node's data directory (its --data), or its store file; required")
 	f.StringVar(&out, "out", "", "snapshot file to write (must not exist); required")
 	return cmd
-}
-
-// parsePeerList parses --peers: NAME=HOST:PORT,... with distinct names, or returns
-// a usage error saying what is wrong.
-func parsePeerList(s string) (map[string]string, error) {
-	if s == "" {
-		return nil, usagef("--peers is required: every node as NAME=HOST:PORT, comma-separated")
-	}
-	peers := map[string]string{}
-	for _, p := range strings.Split(s, ",") {
-		name, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
-		host, port, err := net.SplitHostPort(addr)
-		if !ok || name == "" || err != nil || host == "" || port == "" {
-			return nil, usagef("--peers: %q: want NAME=HOST:PORT", p)
-		}
-		if _, dup := peers[name]; dup {
-			return nil, usagef("--peers: node %q named twice", name)
-		}
-		peers[name] = addr
-	}
-	return peers, nil
 }

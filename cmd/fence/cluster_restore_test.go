@@ -134,7 +134,7 @@ func TestClusterRestore_CLIUsageErrors(t *testing.T) {
 		{[]string{"cluster", "restore", snap, "--peers", "a=127.0.0.1:1"}, "--node is required"},
 		{[]string{"cluster", "restore", snap, "--node", "a"}, "--peers is required"},
 		{[]string{"cluster", "restore", snap, "--node", "z", "--peers", "a=127.0.0.1:1,b=127.0.0.1:2"}, `"z" is not in --peers (a, b)`},
-		{[]string{"cluster", "restore", snap, "--node", "a", "--peers", "a=127.0.0.1"}, "want NAME=HOST:PORT"},
+		{[]string{"cluster", "restore", snap, "--node", "a", "--peers", "a=127.0.0.1"}, "want HOST:PORT"},
 		{[]string{"cluster", "restore", snap, "--node", "a", "--peers", "a=127.0.0.1:1,a=127.0.0.1:2"}, "named twice"},
 		{[]string{"cluster", "restore", snap, "--node", "a", "--peers", "a=127.0.0.1:1", "--bump", "0"}, "--bump 0"},
 		{[]string{"cluster", "restore", snap, "--node", "a", "--peers", "a=127.0.0.1:1", "--bump", "-1"}, "--bump"},

@@ -78,8 +78,6 @@ const (
 	// addedPrefix names members added by AddMember, by member id, until their
 	// node starts and registers under its own name.
 	addedPrefix = "fence/cluster/added/"
-	// clusterToken is the initial cluster token of every fence cluster.
-	clusterToken = "fence-cluster"
 	// alarmCheck is how often a node looks for a NOSPACE alarm.
 	alarmCheck = time.Second
 )
@@ -303,7 +301,7 @@ func (c Config) embed() (*embed.Config, map[string]string, error) {
 	cfg.AdvertiseClientUrls = nil
 	cfg.ListenMetricsUrls = nil
 	cfg.InitialCluster = strings.Join(initial, ",")
-	cfg.InitialClusterToken = clusterToken
+	cfg.InitialClusterToken = DefaultClusterToken
 	// "new" on a first start; etcd ignores the state when the data directory
 	// already has a write-ahead log, so a restart with the same flags rejoins.
 	cfg.ClusterState = embed.ClusterStateFlagNew

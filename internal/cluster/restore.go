@@ -43,9 +43,10 @@ import (
 // restores.
 const DefaultRevisionBump = 1_000_000_000
 
-// DefaultClusterToken is the initial cluster token Restore gives the restored
-// members when RestoreConfig.ClusterToken is empty. Every node of one cluster
-// must be restored with the same token.
+// DefaultClusterToken is the initial cluster token of every fence cluster: the
+// one Start gives a new member, and the one Restore gives the restored members
+// when RestoreConfig.ClusterToken is empty. Every node of one cluster must be
+// restored with the same token.
 const DefaultClusterToken = "fence-cluster"
 
 // RestoreConfig says what Restore restores and where.
