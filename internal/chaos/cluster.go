@@ -99,6 +99,21 @@ func (r *run) startNodes() error {
 	return nil
 }
 
+// stopNodes shuts every node down at once (SIGTERM, then SIGKILL after
+// servers.StopTimeout): one by one, the last ones would wait for a majority that is
+// gone.
+func (r *run) stopNodes() {
+	var wg sync.WaitGroup
+	for _, n := range r.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.stop()
+		}()
+	}
+	wg.Wait()
+}
+
 // clusterMember is one member in the answer of GET /v1/cluster.
 type clusterMember struct {
 	Name    string `json:"name"`

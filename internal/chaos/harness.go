@@ -210,9 +210,7 @@ func (r *run) startServers() error {
 		r.onClose(r.srv.stop)
 		return nil
 	}
-	for _, n := range r.nodes {
-		r.onClose(n.stop)
-	}
+	r.onClose(r.stopNodes)
 	return r.startNodes()
 }
 
