@@ -47,7 +47,9 @@ var layers = []layerSpec{
 		"internal/servers/servertest/etcdtest", // etcd's test wrapper over servertest's
 	}},
 	{"the HTTP API and the libraries over a Locker", []string{"fencehttp", "idempotency"}},
-	{"adapters over those", []string{"fencegrpc", "idempotency/boltstore", "idempotency/pgstore"}},
+	{"adapters over those", []string{"fencegrpc", "idempotency/boltstore", "idempotency/pgstore",
+		"internal/cluster", // cluster mode's node: an embedded etcd member, offering fencehttp.Cluster; only cmd/fence imports it
+	}},
 	{"the engines of the tools, each imported by one command", []string{
 		"internal/chaos", "internal/sim", "internal/demo", // cmd/fence's chaos, simulate and demo
 		"internal/bench", // cmd/fence-bench's table

@@ -119,14 +119,27 @@ func Open(ctx context.Context, endpoints []string, opts *Options) (*Store, error
 	return &Store{Locker: NewLocker(cli, opts), KV: kv, cli: cli}, nil
 }
 
+// NewStore returns a Store on cli, a client the caller made and keeps (Close does
+// not close it): the Store of `fence serve` in cluster mode, on its node's
+// in-process client. Like Open's, its KV takes only fences its grants issued.
+func NewStore(cli *clientv3.Client, opts *Options) *Store {
+	kv := NewKV(cli, opts)
+	kv.issued = true // the Store grants the locks its KV fences for (P9)
+	return &Store{Locker: NewLocker(cli, opts), KV: kv}
+}
+
 // Close ends waits in progress (they return fence.ErrClosed) and closes the client
-// Open made. Leases granted through the Store stay held until they expire. It
-// returns the client's close error, if any; calling it again returns nil.
+// Open made (not NewStore's). Leases granted through the Store stay held until
+// they expire. It returns the client's close error, if any; calling it again
+// returns nil.
 func (s *Store) Close() error {
 	if s.Locker.closeOnce() {
 		return nil
 	}
 	s.KV.closed.Store(true)
+	if s.cli == nil {
+		return nil
+	}
 	if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("etcd: close: %w", err)
 	}

@@ -38,6 +38,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	defer closeTestCluster()
 	store, err := bolt.Open(filepath.Join(dir, "fence.db"), nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -170,7 +170,7 @@ var commonResponses = map[string]bool{"MethodNotAllowed": true, "Internal": true
 // The dashboard's files are text the validator has no decoder for: they are checked
 // as opaque strings (their content is the dashboard's own tests' concern).
 func init() {
-	for _, ct := range []string{"text/html", "text/css", "text/javascript", "image/svg+xml"} {
+	for _, ct := range []string{"text/html", "text/css", "text/javascript", "image/svg+xml", "application/octet-stream"} {
 		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.FileBodyDecoder)
 	}
 }
@@ -592,15 +592,19 @@ type servers struct {
 	drainSrv  *fencehttp.Server
 	broken    *target // a store that panics
 	scoped    *target // the auth server with a token that may only read the lock "nonesuch"
+	// main and auth are nodes of the package's test cluster; clusterClosed is a
+	// node that was closed.
+	clusterClosed *target
 }
 
 func startServers(t *testing.T) *servers {
 	t.Helper()
 	var s servers
-	srv, hs, _ := newBoltServer(t, fencehttp.Config{MaxBodyBytes: 256, MaxValueBytes: 16})
+	live, closedNode := clusterNodes(t)
+	srv, hs, _ := newBoltServer(t, fencehttp.Config{MaxBodyBytes: 256, MaxValueBytes: 16, Cluster: live})
 	s.main, s.mainSrv = &target{url: hs.URL}, srv
 	_, s.auth = startTarget(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard(),
-		AuthTokens: [][]byte{[]byte("s3cret")}, Tokens: []fencehttp.AuthToken{{Secret: []byte("scoped"), Rights: fencehttp.RightRead, Names: []string{"nonesuch"}}}})
+		Cluster: live, AuthTokens: [][]byte{[]byte("s3cret")}, Tokens: []fencehttp.AuthToken{{Secret: []byte("scoped"), Rights: fencehttp.RightRead, Names: []string{"nonesuch"}}}})
 	s.authOK = &target{url: s.auth.url, auth: true, token: "s3cret"}
 	s.scoped = &target{url: s.auth.url, auth: true, token: "scoped"}
 	_, s.bare = startTarget(t, fencehttp.Config{Locker: lockerOnly{inmem.NewLocker(inmem.Options{})}})
@@ -614,6 +618,7 @@ func startServers(t *testing.T) *servers {
 	_, s.exhausted = startTarget(t, fencehttp.Config{Locker: exhaustedLocker{inmem.NewLocker(inmem.Options{})}, KV: inmem.NewGuard()})
 	s.drainSrv, s.draining = startTarget(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), KV: inmem.NewGuard()})
 	_, s.broken = startTarget(t, fencehttp.Config{Locker: panicLocker{inmem.NewLocker(inmem.Options{})}})
+	_, s.clusterClosed = startTarget(t, fencehttp.Config{Locker: inmem.NewLocker(inmem.Options{}), Cluster: closedNode})
 	return &s
 }
 
@@ -856,6 +861,8 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "dashboard, no such file", on: m, method: "GET", path: "/ui/nope.js", status: 404, code: "not_found"})
 	c.do(exchange{what: "openapi, wrong token", on: &target{url: s.auth.url, auth: true, token: "guess"}, method: "GET", path: "/v1/openapi.json", status: 401, code: "unauthorized"})
 	c.do(exchange{what: "openapi, no token", on: s.auth, method: "GET", path: "/v1/openapi.json", req: reqViolates, status: 401, code: "unauthorized"})
+
+	exerciseCluster(t, c, s)
 
 	// answers no operation has
 	c.do(exchange{what: "empty segment", on: m, method: "POST", path: "/v1/locks//acquire", global: "BadPath", status: 400, code: "invalid"})
@@ -1117,4 +1124,50 @@ func TestOpenAPI_EveryOperationHas405And500AndFlatErrors(t *testing.T) {
 	if errs < 15 {
 		t.Errorf("only %d error schemas", errs)
 	}
+}
+
+// exerciseCluster drives the cluster routes into every status the document
+// gives them: on main and auth (nodes of the test cluster), bare (not in
+// cluster mode) and clusterClosed (a closed node).
+func exerciseCluster(t *testing.T, c *checker, s *servers) {
+	t.Helper()
+	m := s.main
+	peer, err := freePeers(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := peer["n0"]
+	each := func(op string, x exchange) {
+		noToken, scoped, closed, plain := x, x, x, x
+		noToken.what, noToken.on, noToken.req, noToken.status, noToken.code = op+", no token", s.auth, reqViolates, 401, "unauthorized"
+		c.do(noToken)
+		if x.method != "GET" || x.path != "/v1/cluster" {
+			scoped.what, scoped.on, scoped.status, scoped.code = op+", token out of scope", s.scoped, 403, "forbidden"
+			c.do(scoped)
+		}
+		closed.what, closed.on, closed.status, closed.code = op+", node closed", s.clusterClosed, 503, "unavailable"
+		c.do(closed)
+		plain.what, plain.on, plain.status, plain.code = op+", not cluster mode", s.bare, 404, "not_found"
+		c.do(plain)
+	}
+	c.do(exchange{what: "cluster status", on: m, method: "GET", path: "/v1/cluster", status: 200})
+	c.do(exchange{what: "cluster status, scoped token", on: s.scoped, method: "GET", path: "/v1/cluster", status: 200})
+	each("cluster status", exchange{method: "GET", path: "/v1/cluster"})
+
+	add := fmt.Sprintf(`{"name":"oa1","peer":%q}`, addr)
+	c.do(exchange{what: "add member", on: m, method: "POST", path: "/v1/cluster/members", body: add, status: 200})
+	c.do(exchange{what: "add member, name taken", on: m, method: "POST", path: "/v1/cluster/members", body: add, status: 400, code: "invalid"})
+	c.do(exchange{what: "add member, no peer", on: m, method: "POST", path: "/v1/cluster/members", body: `{"name":"oa2"}`, req: reqViolates, status: 400, code: "invalid"})
+	c.do(exchange{what: "add member, body too large", on: m, method: "POST", path: "/v1/cluster/members",
+		body: `{"name":"oa2","peer":"` + strings.Repeat("h", 300) + `:1"}`, req: reqUnchecked, status: 413, code: "too_large"})
+	each("add member", exchange{method: "POST", path: "/v1/cluster/members", body: `{"name":"oa3","peer":"127.0.0.1:1"}`})
+
+	c.do(exchange{what: "remove member", on: m, method: "DELETE", path: "/v1/cluster/members/oa1", status: 200})
+	c.do(exchange{what: "remove member, unknown", on: m, method: "DELETE", path: "/v1/cluster/members/oa1", status: 404, code: "not_found"})
+	each("remove member", exchange{method: "DELETE", path: "/v1/cluster/members/oa1"})
+
+	if a := c.do(exchange{what: "snapshot", on: m, method: "GET", path: "/v1/cluster/snapshot", status: 200}); len(a.body) == 0 {
+		c.failf("snapshot: an empty body")
+	}
+	each("snapshot", exchange{method: "GET", path: "/v1/cluster/snapshot"})
 }

@@ -30,7 +30,16 @@ const (
 	routeLockAction                  // /v1/locks/{name}/{action}
 	routeKV                          // /v1/kv/{key}
 	routeFences                      // /v1/fences/{key}
+
+	// The routes of cluster mode (Config.Cluster); without it they are 404.
+	routeCluster         // /v1/cluster: the members
+	routeClusterMembers  // /v1/cluster/members: add one
+	routeClusterMember   // /v1/cluster/members/{name}: remove it
+	routeClusterSnapshot // /v1/cluster/snapshot: a backup of the store
 )
+
+// cluster reports whether k is a route of cluster mode.
+func (k routeKind) cluster() bool { return k >= routeCluster && k <= routeClusterSnapshot }
 
 // allowed is the methods each route serves, as its Allow header lists them: a
 // request with any other method is answered 405 with this list, before any
@@ -47,6 +56,11 @@ var allowed = [...]string{
 	routeLockAction: "POST",
 	routeKV:         "GET, HEAD, PUT, DELETE",
 	routeFences:     "POST",
+
+	routeCluster:         "GET, HEAD",
+	routeClusterMembers:  "POST",
+	routeClusterMember:   "DELETE",
+	routeClusterSnapshot: "GET, HEAD",
 }
 
 // lockActions are the words that, as the last raw segment of a path under
@@ -95,6 +109,14 @@ func parseRoute(method, escaped string) route {
 		rt.kind, rt.esc = routeKV, escaped[len("/v1/kv/"):]
 	case strings.HasPrefix(escaped, "/v1/fences/"):
 		rt.kind, rt.esc = routeFences, escaped[len("/v1/fences/"):]
+	case escaped == "/v1/cluster":
+		rt.kind = routeCluster
+	case escaped == "/v1/cluster/members":
+		rt.kind = routeClusterMembers
+	case escaped == "/v1/cluster/snapshot":
+		rt.kind = routeClusterSnapshot
+	case strings.HasPrefix(escaped, "/v1/cluster/members/") && !strings.Contains(escaped[len("/v1/cluster/members/"):], "/"):
+		rt.kind, rt.esc = routeClusterMember, escaped[len("/v1/cluster/members/"):]
 	}
 	rt.served = listed(allowed[rt.kind], method)
 	return rt
@@ -164,6 +186,12 @@ func (rt route) label() string {
 		return "metrics"
 	case routeOpenAPI:
 		return "openapi"
+	case routeCluster:
+		return "cluster"
+	case routeClusterMembers, routeClusterMember:
+		return "cluster/members"
+	case routeClusterSnapshot:
+		return "cluster/snapshot"
 	}
 	return "other"
 }

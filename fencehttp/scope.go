@@ -293,6 +293,12 @@ func permitRoute(t *AuthToken, r *http.Request, rt route) error {
 		}
 	case routeFences:
 		what, right = "key", RightWrite
+	case routeCluster:
+		return nil // any token may read the members
+	case routeClusterMembers, routeClusterMember, routeClusterSnapshot:
+		// Unscoped admins passed above: a member change or a backup concerns
+		// every name.
+		return because(ErrForbidden, "this token may not change or back up the cluster: that needs admin on every name (it has %s %s)", t.Rights, scopeOf(t))
 	default: // the redirect, /healthz, the dashboard, /v1/openapi.json
 		return nil
 	}

@@ -73,6 +73,11 @@ type Config struct {
 	// Registry receives the server's metrics and is served on /metrics; nil means a
 	// new registry with the Go runtime and process collectors.
 	Registry *prometheus.Registry
+	// Cluster, if set, is the cluster this server is a node of (fence serve in
+	// cluster mode): it serves GET /v1/cluster, POST /v1/cluster/members, DELETE
+	// /v1/cluster/members/{name} and GET /v1/cluster/snapshot (see Cluster). Nil
+	// answers those routes 404 "not_found".
+	Cluster Cluster
 }
 
 // Server serves the HTTP API v1 over a Locker and a KV. It keeps no lock state of its
@@ -174,6 +179,8 @@ func (s *Server) routes() http.Handler {
 			metrics.ServeHTTP(w, r)
 		case routeOpenAPI:
 			s.handleOpenAPI(w, r)
+		case routeCluster, routeClusterMembers, routeClusterMember, routeClusterSnapshot:
+			s.handleCluster(w, r, rt)
 		}
 	}
 	return s.recoverPanics(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -182,12 +189,17 @@ func (s *Server) routes() http.Handler {
 			return
 		}
 		rt := requestRoute(r)
+		hint := ""
+		if rt.kind.cluster() && s.cfg.Cluster == nil {
+			// No such route outside cluster mode, whatever the method.
+			rt, hint = route{kind: routeNone}, " (this server is not in cluster mode: fence serve --node)"
+		}
 		switch rt.kind {
 		case routeNone:
 			if !s.authenticated(w, r, rt) {
 				return
 			}
-			s.fail(w, r, "", "", because(errNoRoute, "no such route: %s %s", r.Method, r.URL.EscapedPath()))
+			s.fail(w, r, "", "", because(errNoRoute, "no such route: %s %s%s", r.Method, r.URL.EscapedPath(), hint))
 			return
 		case routeRoot, routeHealth, routeUI:
 			// Without auth: /healthz is for load balancers, and a browser cannot send

@@ -22,6 +22,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/internal/cluster"
 )
 
 // servedStore is what `fence serve` serves: a Locker, the fenced KV that lives in the
@@ -160,9 +161,10 @@ func newServeCmd() *cobra.Command {
 		maxWaiters, gcPercent                                    int
 		externalLocks                                            bool
 		maxWait, shutdownTimeout, headerTimeout, readTimeout     time.Duration
+		cf                                                       clusterFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "serve [--listen 127.0.0.1:7420] [--data ./fence-data] [--store URL]",
+		Use:   "serve [--listen 127.0.0.1:7420] [--data ./fence-data] [--store URL | --node NAME --peers NAME=HOST:PORT,...]",
 		Short: "Run the fence lock server (HTTP API v1) over the embedded store or --store",
 		Long: `serve runs the lock server: fenced locks and a fenced key-value store over HTTP (see
 package fencehttp for the API). Without --store it keeps everything in the embedded
@@ -190,6 +192,17 @@ right) or scoped: "TOKEN RIGHTS [NAME...]", RIGHTS from read, lock, write, admin
 in '*' ("jobs/*"); a token is refused (403) what its scope does not cover. --tls-cert and
 --tls-key serve HTTPS, over HTTP/1.1 or HTTP/2; without them the server speaks HTTP/1.1
 and HTTP/2 with prior knowledge (h2c). Logs go to stderr (JSON with -o json).
+
+Cluster mode: --node NAME --peers a=HOST:PORT,b=HOST:PORT,c=HOST:PORT on three (or
+five) machines, each naming itself with --node, makes the servers one cluster: each
+node embeds an etcd member (peer traffic on its --peers address, data in
+DATA/cluster, no etcd client port) and serves the whole API from the cluster's
+store, so any node answers any request and the cluster keeps serving while a
+majority of its nodes runs. A node cut off from the majority answers 503 to grants
+and writes, within 5 election timeouts. Restarting a node with the same flags and
+data rejoins it; --join starts a node just added with fence cluster add. Peer TLS:
+--peer-cert, --peer-key and --peer-ca (every peer's certificate must chain to the
+CA, in both directions). See docs/cluster.md.
 
 Waiting acquires of a lock are granted in the order they reached this server, and
 none is jumped by a newcomer; with --store shared by several servers each server
@@ -240,6 +253,10 @@ closed cleanly.`,
 			if maxValue <= 0 || maxWait <= 0 || shutdownTimeout <= 0 || headerTimeout <= 0 || readTimeout <= 0 {
 				return usagef("--max-value, --max-wait, --header-timeout, --read-timeout and --shutdown-timeout must be positive")
 			}
+			clusterCfg, err := cf.config(cmd.Flags(), store, data, externalLocks)
+			if err != nil {
+				return err
+			}
 			var toks []fencehttp.AuthToken
 			if authFile != "" {
 				var err error
@@ -265,6 +282,7 @@ closed cleanly.`,
 				listen: addr, data: data, store: store, tls: tlsConf, tokens: toks,
 				maxValue: maxValue, maxWait: maxWait, shutdownTimeout: shutdownTimeout,
 				headerTimeout: headerTimeout, readTimeout: readTimeout, maxWaiters: maxWaiters, externalLocks: externalLocks,
+				cluster: clusterCfg,
 			})
 		},
 	}
@@ -283,6 +301,7 @@ closed cleanly.`,
 	f.DurationVar(&headerTimeout, "header-timeout", 10*time.Second, "longest time a client may take to send a request's headers (then the connection is closed)")
 	f.DurationVar(&readTimeout, "read-timeout", time.Minute, "longest time a client may take to send a whole request, headers and body (then 503); a long poll's wait is not counted")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown waits for requests in flight")
+	cf.add(f)
 	f.BoolVar(&externalLocks, "external-locks", false, "the KV's fences come from another locker (say a Redis the clients lock on), not from this server: the embedded store then admits tokens it never issued, by the guard rule alone")
 	return cmd
 }
@@ -304,17 +323,41 @@ type serveConfig struct {
 	headerTimeout       time.Duration // http.Server.ReadHeaderTimeout
 	readTimeout         time.Duration // http.Server.ReadTimeout
 	maxWaiters          int
-	externalLocks       bool // --external-locks
+	externalLocks       bool            // --external-locks
+	cluster             *cluster.Config // cluster mode (--node), or nil
 }
 
 func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var st *servedStore
-	var err error
-	if c.externalLocks {
+	scheme := "http"
+	if c.tls != nil {
+		scheme = "https"
+	}
+	var (
+		st       *servedStore
+		err      error
+		ln       net.Listener
+		node     *cluster.Node
+		nodeDone <-chan struct{} // closed when the cluster member stops on its own; nil outside cluster mode
+	)
+	switch {
+	case c.cluster != nil:
+		// Listen first: the node publishes its API URL, port included.
+		if ln, err = net.Listen("tcp", c.listen); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		cfg := *c.cluster
+		cfg.APIURL = apiURL(scheme, ln.Addr(), cfg.Peers[cfg.Name])
+		log.Info("cluster mode: starting this node's member, waiting for a majority of the nodes", "node", cfg.Name, "peers", len(cfg.Peers), "data", cfg.Dir)
+		if st, node, err = openClusterStore(ctx, cfg); err != nil {
+			ln.Close()
+			return err
+		}
+		nodeDone = node.Done()
+	case c.externalLocks:
 		st, err = openExternalLocksStore(c.store, c.data)
-	} else {
+	default:
 		st, err = openStore(ctx, c.store, c.data)
 	}
 	if err != nil {
@@ -325,18 +368,26 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 			log.Error("closing the store", "store", st.desc, "err", err)
 		}
 	}
-	srv, err := fencehttp.NewServer(fencehttp.Config{
+	hcfg := fencehttp.Config{
 		Locker: st.locker, KV: st.kv, Logger: log, Tokens: c.tokens,
 		MaxValueBytes: c.maxValue, MaxWait: c.maxWait, MaxWaiters: c.maxWaiters,
-	})
+	}
+	if node != nil { // never a nil *cluster.Node in the interface
+		hcfg.Cluster = node
+	}
+	srv, err := fencehttp.NewServer(hcfg)
 	if err != nil {
 		closeStore()
+		if ln != nil {
+			ln.Close()
+		}
 		return err
 	}
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		closeStore()
-		return fmt.Errorf("serve: %w", err)
+	if ln == nil {
+		if ln, err = net.Listen("tcp", c.listen); err != nil {
+			closeStore()
+			return fmt.Errorf("serve: %w", err)
+		}
 	}
 	hs := &http.Server{
 		Handler:           srv.Handler(),
@@ -352,10 +403,6 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		// to --max-wait.
 		Protocols: serveProtocols(c.tls != nil),
 		TLSConfig: c.tls,
-	}
-	scheme := "http"
-	if c.tls != nil {
-		scheme = "https"
 	}
 	if len(c.tokens) == 0 {
 		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
@@ -378,8 +425,12 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	case err := <-served: // the listener failed
 		closeStore()
 		return fmt.Errorf("serve: %w", err)
+	case <-nodeDone:
+		err = errors.New("serve: this node's cluster member stopped (removed from the cluster, or failed; see the log)")
+		log.Error(err.Error())
 	case <-ctx.Done():
 	}
+	stopErr := err
 	log.Info("shutting down: finishing requests in flight", "timeout", c.shutdownTimeout)
 	srv.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
@@ -392,10 +443,10 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		log.Warn("serve ended", "err", serr)
 	}
 	if err := st.close(); err != nil {
-		return fmt.Errorf("serve: closing the store: %w", err)
+		return errors.Join(stopErr, fmt.Errorf("serve: closing the store: %w", err))
 	}
 	log.Info("stopped")
-	return nil
+	return stopErr
 }
 
 // serveProtocols are the protocols fence serve speaks: HTTP/1.1 and HTTP/2,
