@@ -121,6 +121,11 @@ type Watcher interface {
 type Features struct {
 	Semaphores bool // WithLimit: at most N leases at once, each with a slot
 	Shared     bool // WithShared: any number of shared holders, or one exclusive
+	// RequestIDs says the Locker keeps WithRequestID's id with a grant, so that a
+	// retried acquire returns the grant it made instead of making another. A
+	// Locker without it validates the id and otherwise ignores it (it is no
+	// error: a retry may then make a second grant, which ends at its TTL).
+	RequestIDs bool
 }
 
 // FeatureLocker is implemented by lockers that make more than exclusive locks;
@@ -208,7 +213,7 @@ func (i LockInfo) Index() uint64 {
 const WaitForever time.Duration = 1<<63 - 1
 
 // AcquireOption is a per-call option of Locker.Acquire: WithWait, WithAutoRenew,
-// WithOwner, WithLimit, WithShared.
+// WithOwner, WithLimit, WithShared, WithRequestID.
 type AcquireOption func(*AcquireOptions)
 
 // AcquireOptions are the per-call options of an acquire, as its AcquireOption
@@ -230,6 +235,12 @@ type AcquireOptions struct {
 	// LimitSet says WithLimit was given, so that WithLimit(0) is refused rather
 	// than taken for a lock.
 	LimitSet bool
+	// RequestID identifies the acquire across its retries (WithRequestID); ""
+	// is none.
+	RequestID string
+	// RequestIDSet says WithRequestID was given, so that WithRequestID("") is
+	// refused rather than taken for none.
+	RequestIDSet bool
 }
 
 // WithWait makes Acquire wait up to d for a held lock to be released or to expire.
@@ -297,6 +308,24 @@ func WithLimit(n int) AcquireOption {
 // holder's resource against a stale shared holder, once the exclusive holder
 // has written or fenced.
 func WithShared() AcquireOption { return func(o *AcquireOptions) { o.Shared = true } }
+
+// WithRequestID names one acquire across its retries, so that a retry whose first
+// attempt's answer was lost (a timeout, a dropped connection, a failover to
+// another server of a cluster) cannot leave a second, orphaned grant: while the
+// name has a live lease granted under the same request id, of the same kind
+// (lock, semaphore of the same limit, or shared), Acquire returns that grant (its
+// lease id, token and slot) instead of granting again, renewed to ttl from now as
+// Renew would. Nothing else changes, so an equal retry is a no-op. Once that lease
+// has ended (released, expired or revoked), the id grants anew, with a new token.
+//
+// id is 1 to MaxRequestIDLen bytes of printable ASCII without spaces; anything
+// else makes Acquire return ErrInvalid. Whoever knows a live grant's request id
+// gets its lease id from a retry, so a request id is a credential as a lease id
+// is: make it unguessable (128 random bits, as the HTTP clients do) and use it for
+// one acquire only. A Locker whose Features lack RequestIDs ignores the id.
+func WithRequestID(id string) AcquireOption {
+	return func(o *AcquireOptions) { o.RequestID, o.RequestIDSet = id, true }
+}
 
 // TryAcquire is Acquire without waiting: it returns an error matching
 // ErrNotAcquired at once if name is held.

@@ -19,6 +19,8 @@ const (
 	MaxTTL = 24 * time.Hour
 	// MaxLeaseIDLen is the longest lease id accepted, in bytes.
 	MaxLeaseIDLen = 128
+	// MaxRequestIDLen is the longest request id (WithRequestID) accepted, in bytes.
+	MaxRequestIDLen = 128
 	// MaxOwnerLen is the longest owner (WithOwner) accepted, in bytes.
 	MaxOwnerLen = 256
 	// MaxLimit is the most permits a semaphore may have (WithLimit), and the most
@@ -92,6 +94,24 @@ func ValidateLeaseID(id string) error {
 	for i := 0; i < len(id); i++ {
 		if id[i] <= ' ' || id[i] > '~' {
 			return invalidf("lease", id, "must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// ValidateRequestID returns nil if id is 1 to MaxRequestIDLen bytes of printable
+// ASCII without spaces (WithRequestID), and an *InvalidError (matching ErrInvalid)
+// naming "request_id" otherwise.
+func ValidateRequestID(id string) error {
+	if id == "" {
+		return invalidf("request_id", id, "is empty")
+	}
+	if len(id) > MaxRequestIDLen {
+		return invalidf("request_id", id, "is %d bytes, longer than %d", len(id), MaxRequestIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return invalidf("request_id", id, "must be printable ASCII without spaces")
 		}
 	}
 	return nil

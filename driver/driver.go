@@ -47,12 +47,13 @@ func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.Afte
 // AcquireOptions is fence.AcquireOptions, the per-call options of an acquire as
 // its fence.AcquireOption values set them: Wait (0 tries once, fence.WaitForever
 // waits until the context ends), AutoRenew, Owner (validated by the Engine; a
-// backend stores it with the grant and reports it in fence.LockInfo.Owner), Limit
-// and Shared.
+// backend stores it with the grant and reports it in fence.LockInfo.Owner), Limit,
+// Shared and RequestID (validated by the Engine, and "" for a backend whose
+// Engine.Features lack RequestIDs; see Retried).
 //
 // In the Request a TryFunc gets, Limit is 0 for a lock (WithLimit(1) included) and
 // 2 to fence.MaxLimit for a semaphore, and Shared is never set with a Limit: the
-// Engine has validated and normalised them (LimitSet is for the Engine only).
+// Engine has validated and normalised them (LimitSet and RequestIDSet are for the Engine only).
 type AcquireOptions = fence.AcquireOptions
 
 // ApplyOptions returns the options that opts set; nil options are skipped.

@@ -177,6 +177,15 @@ func (e *Engine) Grant(ctx context.Context, name string, ttl time.Duration, opts
 	if err := e.kind(&o); err != nil {
 		return Grant{}, e.wrap(name, err)
 	}
+	if o.RequestIDSet {
+		if err := fence.ValidateRequestID(o.RequestID); err != nil {
+			return Grant{}, e.wrap(name, err)
+		}
+	}
+	o.RequestIDSet = false
+	if !e.Features.RequestIDs {
+		o.RequestID = "" // documented: ignored where it cannot be kept
+	}
 	clock := e.Clock
 	if clock == nil {
 		clock = SystemClock

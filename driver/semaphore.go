@@ -34,13 +34,16 @@ import (
 
 // Holding is one lease on a name as a backend that decides grants in Go keeps it.
 type Holding struct {
-	ID      string      // lease id
-	Token   fence.Token // its fencing token
-	Owner   string      // fence.WithOwner, "" if none
-	Slot    int         // the semaphore slot; 0 for a lock or shared lease
-	Limit   int         // the semaphore limit; 0 for a lock or shared lease
-	Shared  bool        // a shared lease
-	Expires time.Time   // its expiry by the backend's clock
+	ID    string      // lease id
+	Token fence.Token // its fencing token
+	Owner string      // fence.WithOwner, "" if none
+	// RequestID is the request id it was granted under (fence.WithRequestID),
+	// "" if none.
+	RequestID string
+	Slot      int       // the semaphore slot; 0 for a lock or shared lease
+	Limit     int       // the semaphore limit; 0 for a lock or shared lease
+	Shared    bool      // a shared lease
+	Expires   time.Time // its expiry by the backend's clock
 }
 
 // Decision is what Decide concluded for one try.

@@ -118,8 +118,14 @@ func (k keys) lowestSlot(name, kind string, deleted []string) int {
 	return low
 }
 
-// holderValue is what a holder key holds: the lease id and the owner.
-func holderValue(leaseID, owner string) string { return leaseID + "\x00" + owner }
+// holderValue is what a holder key holds: the lease id, the owner and, if
+// not empty, the request id (see request.go).
+func holderValue(leaseID, owner, requestID string) string {
+	if requestID == "" {
+		return leaseID + "\x00" + owner
+	}
+	return leaseID + "\x00" + owner + "\x00" + requestID
+}
 
 // heldBy returns the compares that hold while key is held by the lease leaseID:
 // the lock key's value is the id; a holder key's value starts with the id and
@@ -220,7 +226,7 @@ func (st nameState) holdings(expires func(*mvccpb.KeyValue) (time.Time, bool)) (
 		if !h.shared {
 			d.Slot = h.slot
 		}
-		if _, owner, ok := strings.Cut(string(h.kv.Value), "\x00"); ok {
+		if _, owner, _, ok := splitHolderValue(string(h.kv.Value)); ok {
 			d.Owner = owner
 		}
 		hs = append(hs, d)
@@ -293,6 +299,9 @@ type acquireCall struct {
 	waiter string // the key of this call's exclusive-waiter record
 	marked bool   // an exclusive try that waits failed: the record may exist
 	hint   int    // the semaphore slot to try first; -1: none
+	// retried says the try's grant is an earlier one of the same request id
+	// (see request.go), which holds its own etcd lease, not the call's.
+	retried bool
 }
 
 // try makes one try of r under etcd lease el: one transaction that grants if the
@@ -312,8 +321,12 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 		slot = c.hint
 	}
 	c.hint = -1
+	since, res, ok, err := l.holderRetried(ctx, r, kind, c)
+	if ok || err != nil {
+		return res, err
+	}
 	for attempt := 1; ; attempt++ {
-		resp, err := l.grantTxn(ctx, r, el, c, kind, slot)
+		resp, err := l.grantTxn(ctx, r, el, c, kind, slot, since)
 		if err != nil {
 			// The key may or may not have been created; if it was, it is under el
 			// and the caller's revocation of el deletes it.
@@ -337,9 +350,17 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 		if kind == "" && r.Waiting {
 			c.marked = true
 		}
+		reqKV := takeRequest(r, resp)
 		st, err := l.parseState(r.Name, resp)
 		if err != nil {
 			return driver.Result{}, err
+		}
+		if res, ok, err := l.retried(ctx, r, st, reqKV); ok || err != nil {
+			c.retried = ok && err == nil && res.Token != 0
+			return res, err
+		}
+		if since > 0 {
+			since = resp.Header.Revision
 		}
 		now := l.clock.Now()
 		far := func(*mvccpb.KeyValue) (time.Time, bool) { return now.Add(time.Hour), true }
@@ -402,7 +423,10 @@ func (l *Locker) heldFor(ctx context.Context, r *driver.Request, st nameState) t
 // holder keys, and for a shared acquire the waiter records or,
 // for an exclusive acquire that waits, the recording of its waiter record when
 // only shared leases hold the name.
-func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.LeaseID, c *acquireCall, kind string, slot int) (*clientv3.TxnResponse, error) {
+//
+// A positive since (see holderRetried) makes the grant also depend on no holder
+// key of the name having changed after revision since.
+func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.LeaseID, c *acquireCall, kind string, slot int, since int64) (*clientv3.TxnResponse, error) {
 	name := r.Name
 	lk := l.keys.lock(name)
 	hFrom, hTo := l.keys.holders(name)
@@ -433,12 +457,18 @@ func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.Le
 		kFrom, kTo := l.keys.kinds(name, kind)
 		key := l.keys.holder(name, kind, slot)
 		cmps = append(cmps, none(hFrom, kFrom), none(kTo, hTo), clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
-		then = append(then, clientv3.OpPut(key, holderValue(holderID(r.ID, kind, slot), r.Options.Owner), clientv3.WithLease(el)))
+		if since > 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hFrom), "<", since+1).WithRange(hTo))
+		}
+		then = append(then, clientv3.OpPut(key, holderValue(holderID(r.ID, kind, slot), r.Options.Owner, r.Options.RequestID), clientv3.WithLease(el)))
 		if kind == sharedKind {
 			wFrom, wTo := l.keys.waiters(name)
 			cmps = append(cmps, none(wFrom, wTo))
 			els = append(els, clientv3.OpGet(wFrom, clientv3.WithRange(wTo)))
 		}
+	}
+	if kind == "" {
+		then, els = l.lockRequest(r, el, then, els)
 	}
 	return l.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 }

@@ -77,7 +77,7 @@ func (l *Locker) fill(ctx context.Context, info *fence.LockInfo, lock, owner *mv
 		if err != nil {
 			return err
 		}
-		if _, who, ok := strings.Cut(string(kv.Value), "\x00"); !ok || fence.ValidateOwner(who) != nil {
+		if _, who, rid, ok := splitHolderValue(string(kv.Value)); !ok || fence.ValidateOwner(who) != nil || rid != "" && fence.ValidateRequestID(rid) != nil {
 			return fmt.Errorf("holder key %q: %w", kv.Key, ErrCorrupt)
 		}
 		st.holders = append(st.holders, h)

@@ -133,6 +133,9 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			return driver.Result{}, transient(err)
 		}
 		if res.Token != 0 {
+			if c.retried { // the grant keeps its own etcd lease; el stays the call's
+				return res, nil
+			}
 			l.track(el, leaseSeconds(r.TTL), start)
 			el = 0
 			res.Start = start
@@ -160,9 +163,11 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	})
 }
 
-// Features reports that a Locker makes semaphores and shared locks (see
-// fence.FeatureLocker).
-func (l *Locker) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
+// Features reports that a Locker makes semaphores and shared locks and keeps
+// request ids (fence.WithRequestID; see request.go) (see fence.FeatureLocker).
+func (l *Locker) Features() fence.Features {
+	return fence.Features{Semaphores: true, Shared: true, RequestIDs: true}
+}
 
 // check returns ErrClosed after Close and ErrInvalid for a bad name.
 func (l *Locker) check(name string) error {
@@ -263,7 +268,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	key, holder := l.keys.leaseKey(name, leaseID)
 	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV())}
 	if !holder {
-		del = append(del, clientv3.OpDelete(l.keys.owner(name)))
+		del = append(del, clientv3.OpDelete(l.keys.owner(name)), clientv3.OpDelete(l.keys.request(name)))
 	}
 	if err := l.end(ctx, heldBy(key, leaseID, holder), del, true); err != nil {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
@@ -294,6 +299,7 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 		clientv3.OpDelete(l.keys.lock(name), clientv3.WithPrevKV()),
 		clientv3.OpDelete(hFrom, clientv3.WithRange(hTo), clientv3.WithPrevKV()),
 		clientv3.OpDelete(l.keys.owner(name)),
+		clientv3.OpDelete(l.keys.request(name)),
 	}
 	if err := l.end(ctx, nil, del, false); err != nil {
 		return fmt.Errorf("etcd: revoke %q: %w", name, err)

@@ -58,8 +58,8 @@ func wantNotAcquired(t *testing.T, ctx context.Context, l fence.Locker, name, wh
 
 func TestLocker_Features_SemaphoresAndShared(t *testing.T) {
 	l := etcd.NewLocker(client(t), nil)
-	if got := fence.FeaturesOf(l); got != (fence.Features{Semaphores: true, Shared: true}) {
-		t.Fatalf("FeaturesOf = %+v; want semaphores and shared locks", got)
+	if got := fence.FeaturesOf(l); got != (fence.Features{Semaphores: true, Shared: true, RequestIDs: true}) {
+		t.Fatalf("FeaturesOf = %+v; want semaphores, shared locks and request ids", got)
 	}
 	var s fence.Locker = &etcd.Store{Locker: l}
 	if !fence.FeaturesOf(s).Semaphores {

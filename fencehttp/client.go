@@ -1,7 +1,6 @@
 package fencehttp
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -15,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,6 +25,7 @@ import (
 // Client defaults.
 const (
 	DefaultRequestTimeout = 30 * time.Second // bound of one request, beyond its long poll
+	DefaultAttemptTimeout = 5 * time.Second  // bound of one attempt on one of several servers, beyond its long poll
 	DefaultMaxPoll        = 30 * time.Second // longest wait asked of the server in one poll
 	maxResponseBytes      = 64 << 20
 )
@@ -41,9 +42,19 @@ type ClientOptions struct {
 	HTTPClient *http.Client
 	// Clock measures the local deadlines of leases; nil means driver.SystemClock.
 	Clock driver.Clock
-	// RequestTimeout bounds each request, beyond the long poll of a waiting acquire;
-	// 0 means 30s. The caller's context bounds it too.
+	// RequestTimeout bounds each request, all its attempts on the servers
+	// together, beyond the long poll of a waiting acquire or blocking query; 0
+	// means 30s. The caller's context bounds it too.
 	RequestTimeout time.Duration
+	// Servers are more servers of the same cluster (or of one store), tried
+	// after those of NewClient's baseURL: see Client for how a request fails over.
+	// Each is an http:// or https:// URL, as baseURL.
+	Servers []string
+	// AttemptTimeout bounds one attempt of a request on one server, beyond its
+	// long poll: when it passes, the request moves to the next server. 0 means
+	// RequestTimeout with one server, and DefaultAttemptTimeout (or RequestTimeout,
+	// if shorter) with several.
+	AttemptTimeout time.Duration
 	// MaxPoll is the longest wait asked of the server in one long poll; a longer wait
 	// is several polls. 0 means 30s (below common proxy idle timeouts).
 	MaxPoll time.Duration
@@ -70,8 +81,34 @@ type ClientOptions struct {
 // REASON` (connection refused, timeout, connection reset, EOF, ...). Arguments the
 // Client refuses before any request read as the server's would (`release "job1":
 // invalid lease: is empty`) and match fence.ErrInvalid and *fence.InvalidError.
+//
+// # Several servers
+//
+// A Client given several servers (the nodes of a cluster, or several servers on
+// one store) sends each request to the server that last answered, and moves it
+// to the next server in the list, each server once per request, when the
+// attempt cannot connect, fails without an answer (a reset connection, EOF),
+// passes ClientOptions.AttemptTimeout, or is answered 502, 503 or 504 (503
+// unavailable: a node cut off from the majority, or a server shutting down).
+// Long polls (a waiting acquire, Watch's blocking queries) move the same way.
+// When no server answers, the error names every server tried (`cannot reach the
+// fence server at URL1: REASON; at URL2: REASON`), or is the last 503 answer.
+//
+// A request retried on another server may repeat work whose first answer was
+// lost. That is safe: every acquire carries a request id (fence.WithRequestID:
+// the caller's, or 128 random bits), the same on each attempt and each poll of
+// one Acquire, so a store that keeps request ids (etcd, cluster mode) answers a
+// retry with the grant the lost answer carried, never a second grant. A renewal
+// twice is one renewal. A release whose earlier attempt's outcome is unknown
+// and whose retry is answered 410 returns nil: the lease is not held either way
+// (the lost attempt released it, or it had ended), and a release never touches
+// another lease (it compares the lease id), so nothing is left to do. A retried
+// revoke, delete or purge may likewise be answered 404 for its own first
+// attempt's work; those errors are returned as they are.
 type Client struct {
-	base    string // scheme://host[/path], without a trailing slash
+	servers []string     // scheme://host[/path], without a trailing slash; at least one
+	cur     atomic.Int64 // index in servers of the server that last answered
+	attempt time.Duration
 	hc      *http.Client
 	auth    string
 	clock   driver.Clock
@@ -92,26 +129,25 @@ var (
 	_ fence.Purger        = (*Client)(nil)
 )
 
-// NewClient returns a client of the server at baseURL (e.g. http://127.0.0.1:7420).
-// It returns an error matching fence.ErrInvalid if baseURL is not an absolute http
-// or https URL without query or fragment.
+// NewClient returns a client of the server at baseURL (e.g. http://127.0.0.1:7420),
+// or of several servers: baseURL may be a comma-separated list of URLs (as
+// FENCE_SERVER is), and ClientOptions.Servers adds more (see Client). It returns
+// an error matching fence.ErrInvalid if a URL is not an absolute http or https
+// URL without query or fragment, or if there is none.
 func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
-	badURL := &clientError{msg: fmt.Sprintf("invalid server URL %q: want http://HOST:PORT or https://HOST:PORT", baseURL), causes: []error{fence.ErrInvalid}}
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return nil, badURL
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, badURL
-	}
 	if opts == nil {
 		opts = &ClientOptions{}
 	}
-	if opts.RequestTimeout < 0 || opts.MaxPoll < 0 {
+	servers, err := parseServers(baseURL, opts.Servers)
+	if err != nil {
+		return nil, err
+	}
+	if opts.RequestTimeout < 0 || opts.MaxPoll < 0 || opts.AttemptTimeout < 0 {
 		return nil, &clientError{msg: "invalid client options: negative timeout", causes: []error{fence.ErrInvalid}}
 	}
 	c := &Client{
-		base:    strings.TrimSuffix(u.String(), "/"),
+		servers: servers,
+		attempt: opts.AttemptTimeout,
 		hc:      opts.HTTPClient,
 		auth:    opts.AuthToken,
 		clock:   opts.Clock,
@@ -141,6 +177,12 @@ func NewClient(baseURL string, opts *ClientOptions) (*Client, error) {
 	if c.timeout == 0 {
 		c.timeout = DefaultRequestTimeout
 	}
+	if c.attempt == 0 {
+		c.attempt = c.timeout
+		if len(c.servers) > 1 {
+			c.attempt = min(c.timeout, DefaultAttemptTimeout)
+		}
+	}
 	if c.maxPoll == 0 {
 		c.maxPoll = DefaultMaxPoll
 	}
@@ -156,39 +198,11 @@ type response struct {
 	status int
 	header http.Header
 	body   []byte
-}
-
-// do sends one request for op on name (for messages) and reads the whole answer.
-// A transport failure is a *clientError matching fence.ErrUnavailable: "cannot
-// reach the fence server at URL: REASON", or, when ctx ended the request,
-// "OP NAME: context canceled" matching ctx.Err() as well.
-func (c *Client) do(ctx context.Context, op, name, method, path string, header http.Header, body []byte, extra time.Duration) (*response, error) {
-	rctx, cancel := context.WithTimeout(ctx, c.timeout+extra)
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(rctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, &clientError{msg: fmt.Sprintf("%s: cannot build the request: %v", opName(op, name), err), causes: []error{fence.ErrInvalid, err}}
-	}
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
-	if c.auth != "" {
-		req.Header.Set("Authorization", "Bearer "+c.auth)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, c.transportError(ctx, op, name, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return nil, c.transportError(ctx, op, name, err)
-	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
+	base   string // the server that answered
+	// uncertain says an earlier attempt of the request, on another server, may
+	// have been applied: it failed after it may have been sent, or was answered
+	// 502, 503 or 504.
+	uncertain bool
 }
 
 // opName is the "<op> "<name>"" that starts a message.
@@ -200,13 +214,14 @@ func opName(op, name string) string {
 }
 
 // transportError is the error of a request that got no answer. ctx is the caller's:
-// if it ended, that is the reason; otherwise the server could not be reached (or
-// did not answer within RequestTimeout).
-func (c *Client) transportError(ctx context.Context, op, name string, err error) error {
+// if it ended, that is the reason; otherwise no server could be reached (or
+// answered within the timeouts): fails says why, "at URL: REASON" for each
+// server tried, and err is the last attempt's error.
+func (c *Client) transportError(ctx context.Context, op, name string, fails []string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return &clientError{msg: fmt.Sprintf("%s: %v", opName(op, name), cerr), causes: []error{fence.ErrUnavailable, cerr}}
 	}
-	return &clientError{msg: fmt.Sprintf("cannot reach the fence server at %s: %s", c.base, reachReason(err)), causes: []error{fence.ErrUnavailable, err}}
+	return &clientError{msg: "cannot reach the fence server " + strings.Join(fails, "; "), causes: []error{fence.ErrUnavailable, err}}
 }
 
 // reachReason says in a few words why a request got no answer, without the chain of
@@ -295,7 +310,7 @@ func (c *Client) decodeAnswer(op, name string, resp *response, out any) error {
 
 // malformed is the error of a 200 answer the Client cannot read.
 func (c *Client) malformed(op, name string) error {
-	return &clientError{msg: fmt.Sprintf("%s: malformed answer from the fence server at %s", opName(op, name), c.base), causes: []error{fence.ErrUnavailable}}
+	return &clientError{msg: fmt.Sprintf("%s: malformed answer from the fence server at %s", opName(op, name), c.current()), causes: []error{fence.ErrUnavailable}}
 }
 
 // answerError decodes an error answer into a *ServerError. A body that is not fence's
@@ -309,7 +324,7 @@ func (c *Client) answerError(r *response) error {
 	status := fmt.Sprintf("%d %s", r.status, http.StatusText(r.status))
 	switch r.status {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return &ServerError{Status: r.status, Message: fmt.Sprintf("cannot reach the fence server at %s: %s", c.base, status)}
+		return &ServerError{Status: r.status, Message: fmt.Sprintf("cannot reach the fence server at %s: %s", r.base, status)}
 	}
 	msg := strings.Join(strings.Fields(string(r.body)), " ")
 	if len(msg) > 200 {
@@ -318,7 +333,7 @@ func (c *Client) answerError(r *response) error {
 	if msg != "" {
 		status += ": " + msg
 	}
-	return &ServerError{Status: r.status, Message: fmt.Sprintf("unexpected answer from %s (not a fence server?): %s", c.base, status)}
+	return &ServerError{Status: r.status, Message: fmt.Sprintf("unexpected answer from %s (not a fence server?): %s", r.base, status)}
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -348,8 +363,20 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 // granted a lease nobody will learn of; it expires after ttl). While a wait lasts,
 // an unavailable or restarting server is retried with backoff (50ms to 1s), so a
 // waiter survives a graceful restart of the server.
+//
+// Every call sends a request id ("request_id", fence.WithRequestID): the
+// caller's, or 128 bits from crypto/rand, the same on every attempt and poll of
+// the call, so that a store keeping request ids answers a retry whose first
+// answer was lost (a failover to another server, a timeout) with the same grant
+// instead of a second one.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
-	lease, err := c.engine.Acquire(ctx, name, ttl, opts, c.try)
+	rid := driver.ApplyOptions(opts...).RequestID
+	if rid == "" {
+		rid = driver.NewLeaseID() // an invalid one given by the caller is refused by the engine
+	}
+	lease, err := c.engine.Acquire(ctx, name, ttl, opts, func(ctx context.Context, r *driver.Request) (driver.Result, error) {
+		return c.try(ctx, r, rid)
+	})
 	if err == nil || errors.Is(err, fence.ErrNotAcquired) {
 		return lease, err
 	}
@@ -366,11 +393,11 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, op
 	return nil, err
 }
 
-// try sends one acquire request (see driver.TryFunc). A waiting call asks the server
-// to wait what is left of its wait, at most MaxPoll; when the server's wait ends
-// before the call's, try reports the lock held with Again, and the engine polls
-// again at once.
-func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, error) {
+// try sends one acquire request under request id rid (see driver.TryFunc). A
+// waiting call asks the server to wait what is left of its wait, at most MaxPoll;
+// when the server's wait ends before the call's, try reports the lock held with
+// Again, and the engine polls again at once.
+func (c *Client) try(ctx context.Context, r *driver.Request, rid string) (driver.Result, error) {
 	const op = "acquire"
 	var poll time.Duration
 	if r.Waiting {
@@ -383,7 +410,7 @@ func (c *Client) try(ctx context.Context, r *driver.Request) (driver.Result, err
 	ttlMs := ms(r.TTL)
 	var resp leaseResponse
 	start := c.clock.Now()
-	req := acquireRequest{TTLms: &ttlMs, WaitMs: ms(poll), Owner: r.Options.Owner, Shared: r.Options.Shared}
+	req := acquireRequest{TTLms: &ttlMs, WaitMs: ms(poll), Owner: r.Options.Owner, Shared: r.Options.Shared, RequestID: rid}
 	if limit := r.Options.Limit; limit > 1 {
 		req.Limit = &limit
 	}
@@ -436,7 +463,9 @@ func slotFits(slot *int, limit int) bool {
 
 // Features returns both kinds of grant beyond locks: the Client sends what the
 // caller asks for, and the server answers 501 (fence.ErrNotImplemented) when its
-// store lacks the kind.
+// store lacks the kind. It does not declare RequestIDs: the Client sends one with
+// every acquire, but whether a retry finds its grant depends on the server's
+// store, which ignores the id if it cannot keep it.
 func (c *Client) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
 
 // Renew extends the lease to ttl from now by the server's store (see fence.Locker).
@@ -457,13 +486,26 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 // Release ends the lease and wakes the server's waiters (see fence.Locker). It
 // returns fence.ErrNotHeld if the lease is no longer held (or not yours),
 // fence.ErrInvalid for bad arguments, fence.ErrUnavailable when the server cannot be
-// reached (retrying is safe).
+// reached (retrying is safe). With several servers, a release whose earlier
+// attempt may have been applied and whose retry on another server is answered
+// 410 returns nil (see Client): the lease is not held either way.
 func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 	const op = "release"
 	if err := validateLeaseArgs(op, name, leaseID); err != nil {
 		return err
 	}
-	return c.doJSON(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/release", releaseRequest{Lease: leaseID}, nil, 0)
+	body, err := c.encode(op, name, releaseRequest{Lease: leaseID})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, op, name, http.MethodPost, "/v1/locks/"+EscapeName(name)+"/release", http.Header{"Content-Type": {"application/json"}}, body, 0)
+	if err != nil {
+		return err
+	}
+	if resp.status == http.StatusGone && resp.uncertain {
+		return nil
+	}
+	return c.decodeAnswer(op, name, resp, nil)
 }
 
 // Heal reports to the server that a guard saw token seen for lock name, so the next
@@ -614,7 +656,7 @@ func (c *Client) blockingQuery(ctx context.Context, name string, index uint64) (
 		// A server older than blocking queries ignores index and answers at once:
 		// asking again would be a busy loop.
 		return fence.LockInfo{}, 0, &clientError{
-			msg:    fmt.Sprintf("%s: the fence server at %s does not answer blocking queries (no %s header): it is older than this client", opName(op, name), c.base, HeaderIndex),
+			msg:    fmt.Sprintf("%s: the fence server at %s does not answer blocking queries (no %s header): it is older than this client", opName(op, name), resp.base, HeaderIndex),
 			causes: []error{ErrNotImplemented},
 		}
 	}

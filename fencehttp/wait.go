@@ -103,6 +103,11 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 		if err := fence.ValidateOwner(req.Owner); err != nil {
 			return err
 		}
+		if req.RequestID != "" {
+			if err := fence.ValidateRequestID(req.RequestID); err != nil {
+				return err
+			}
+		}
 		return s.checkKind(req)
 	}) {
 		return
@@ -113,6 +118,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	if req.Owner != "" {
 		a.opts = append(a.opts, fence.WithOwner(req.Owner))
+	}
+	if req.RequestID != "" {
+		// A store whose Features lack RequestIDs ignores it (see openapi.json).
+		a.opts = append(a.opts, fence.WithRequestID(req.RequestID))
 	}
 	switch {
 	case req.Limit != nil && *req.Limit > 1:

@@ -34,6 +34,9 @@ type acquireRequest struct {
 	Limit *int `json:"limit,omitempty"`
 	// Shared asks for a shared lease (fence.WithShared); omitted when false.
 	Shared bool `json:"shared,omitempty"`
+	// RequestID names the acquire across its retries (fence.WithRequestID);
+	// omitted when "", so older servers take the request.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // renewRequest is the body of POST /v1/locks/{name}/renew.

@@ -88,6 +88,7 @@ func TestLocker(t *testing.T, newLocker func(t *testing.T) fence.Locker, opts ..
 		{"Election_CancelledCampaignLeavesNothing", s.electionCancelledCampaign},
 	}
 	cases = append(cases, s.semaphoreCases()...)
+	cases = append(cases, s.requestCases()...)
 	runCases(t, "Locker", newLocker, append(cases, s.sharedCases()...))
 }
 

@@ -98,8 +98,11 @@ func NewLocker(opts Options) *Locker {
 	return l
 }
 
-// Features reports that the Locker makes semaphores and shared locks.
-func (l *Locker) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
+// Features reports that the Locker makes semaphores and shared locks and keeps
+// request ids (fence.WithRequestID).
+func (l *Locker) Features() fence.Features {
+	return fence.Features{Semaphores: true, Shared: true, RequestIDs: true}
+}
 
 // Clock returns the clock the Locker judges expiry by.
 func (l *Locker) Clock() driver.Clock { return l.clock }
@@ -140,7 +143,17 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 	defer l.mu.Unlock()
 	st := l.stateLocked(r.Name)
 	now := l.clock.Now()
-	d, err := driver.Decide(r, st.live(now), now, st.waiterUntil)
+	live := st.live(now)
+	if h, ok := driver.Retried(r, live); ok {
+		// A retry of a grant whose answer was lost: the same grant, renewed.
+		for i := range st.leases {
+			if st.leases[i].ID == h.ID {
+				st.leases[i].Expires = now.Add(r.TTL)
+			}
+		}
+		return driver.Result{Token: h.Token, ID: h.ID, Slot: h.Slot}, nil
+	}
+	d, err := driver.Decide(r, live, now, st.waiterUntil)
 	if err != nil {
 		return driver.Result{}, err
 	}
@@ -155,7 +168,7 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 	}
 	st.counter++
 	st.leases = append(st.leases, driver.Holding{
-		ID: r.ID, Token: st.counter, Owner: r.Options.Owner, Slot: d.Slot,
+		ID: r.ID, Token: st.counter, Owner: r.Options.Owner, RequestID: r.Options.RequestID, Slot: d.Slot,
 		Limit: r.Options.Limit, Shared: r.Options.Shared, Expires: now.Add(r.TTL),
 	})
 	if !r.Options.Shared && r.Options.Limit == 0 {

@@ -25,7 +25,7 @@ import (
 // Environment of the client commands (acquire, renew, release, status, kv, lock,
 // elect, leader).
 const (
-	envServer    = "FENCE_SERVER"     // server URL; default defaultServer
+	envServer    = "FENCE_SERVER"     // server URL, or a comma-separated list of a cluster's; default defaultServer
 	envAuthToken = "FENCE_AUTH_TOKEN" // bearer token, if the server wants one
 	envCACert    = "FENCE_CA_CERT"    // PEM file of the CA that signed the server's certificate
 	envLock      = "FENCE_LOCK"       // set by `fence lock` and `fence elect` for their child: the lock name
@@ -54,11 +54,15 @@ type clientFlags struct {
 	server        string
 	caCert        string
 	authTokenFile string
+	// renewTTL, set by the commands that keep a lease renewed (lock, elect), is
+	// its TTL: with several servers an attempt on one then gets at most a third
+	// of it (see client).
+	renewTTL time.Duration
 }
 
 func addClientFlags(cmd *cobra.Command) *clientFlags {
 	cf := &clientFlags{}
-	cmd.Flags().StringVar(&cf.server, "server", "", "server URL, or a bare HOST:PORT (http; https when a CA is given) (default $"+envServer+", else "+defaultServer+")")
+	cmd.Flags().StringVar(&cf.server, "server", "", "server URL, or a bare HOST:PORT (http; https when a CA is given); a comma-separated list names the servers of one cluster, and requests fail over between them (default $"+envServer+", else "+defaultServer+")")
 	cmd.Flags().StringVar(&cf.caCert, "ca-cert", "", "PEM file of the CA of an https server (default $"+envCACert+")")
 	cmd.Flags().StringVar(&cf.authTokenFile, "auth-token-file", "", "file holding the bearer token (default $"+envAuthToken+")")
 	return cf
@@ -74,7 +78,9 @@ func (cf *clientFlags) caFile() string {
 
 // serverURL returns the server the command talks to: --server, $FENCE_SERVER, or the
 // default. A bare HOST:PORT means http://HOST:PORT, or https://HOST:PORT when a CA
-// certificate is given (it is only of use for https).
+// certificate is given (it is only of use for https). A comma-separated list names
+// several servers (the nodes of a cluster): it returns them normalised, in order,
+// comma-separated, as fencehttp.NewClient takes them.
 func (cf *clientFlags) serverURL() (string, error) {
 	s, from := cf.server, "--server"
 	if s == "" {
@@ -83,19 +89,27 @@ func (cf *clientFlags) serverURL() (string, error) {
 	if s == "" {
 		return defaultServer, nil
 	}
-	full := s
-	if !strings.Contains(s, "://") {
-		scheme := "http://"
-		if cf.caFile() != "" {
-			scheme = "https://"
+	var out []string
+	for _, one := range strings.Split(s, ",") {
+		one = strings.TrimSpace(one)
+		full := one
+		if !strings.Contains(one, "://") {
+			scheme := "http://"
+			if cf.caFile() != "" {
+				scheme = "https://"
+			}
+			full = scheme + one
 		}
-		full = scheme + s
+		u, err := url.Parse(full)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			if one != s {
+				return "", usagef("%s %q: server %q: want http://HOST:PORT, https://HOST:PORT or HOST:PORT, comma-separated", from, s, one)
+			}
+			return "", usagef("%s %q: want http://HOST:PORT, https://HOST:PORT or HOST:PORT", from, s)
+		}
+		out = append(out, strings.TrimSuffix(full, "/"))
 	}
-	u, err := url.Parse(full)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return "", usagef("%s %q: want http://HOST:PORT, https://HOST:PORT or HOST:PORT", from, s)
-	}
-	return strings.TrimSuffix(full, "/"), nil
+	return strings.Join(out, ","), nil
 }
 
 // authToken returns the bearer token: the content of --auth-token-file (trimmed),
@@ -133,6 +147,11 @@ func (cf *clientFlags) client() (*fencehttp.Client, error) {
 		return nil, err
 	}
 	opts := &fencehttp.ClientOptions{AuthToken: tok}
+	if cf.renewTTL > 0 && strings.Contains(server, ",") {
+		// A renewal is sent at a third of the TTL with two thirds left; a node
+		// that hangs must leave time for the next one: two attempts fit in that.
+		opts.AttemptTimeout = max(min(fencehttp.DefaultAttemptTimeout, cf.renewTTL/3), minRenewedTTL/3)
+	}
 	if ca := cf.caFile(); ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {

@@ -85,6 +85,7 @@ elect led, and whether the last one was lost.`,
 			if err := checkRenewedTTL(ttl); err != nil {
 				return err
 			}
+			flags.renewTTL = ttl
 			if grace < 0 {
 				return usagef("--grace %v: must not be negative", grace)
 			}

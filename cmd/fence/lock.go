@@ -38,7 +38,7 @@ when CMD exits. --wait D gives up after D (exit 75); --wait 0 tries once. CMD ge
   FENCE_LOCK    the lock name
   FENCE_TOKEN   the fencing token: send it with every write to the protected resource
   FENCE_LEASE   the lease id
-  FENCE_SERVER  the server URL
+  FENCE_SERVER  the server URL (or the list of them)
 
 so that 'fence kv put KEY VALUE' inside CMD is fenced without flags (and
 FENCE_CA_CERT and FENCE_AUTH_TOKEN when --ca-cert or --auth-token-file gave them).
@@ -68,6 +68,13 @@ expires in 3s"); --quiet silences it.
 --ttl is at least 100ms: the lease is renewed at a third of it, and a shorter one
 would run out before a renewal could reach the server.
 
+--server (or FENCE_SERVER) may list the servers of a cluster, comma-separated:
+the acquire, every renewal and the release go to the server that last answered,
+and move on to the next when one cannot be reached, does not answer within a
+third of --ttl (at most 5s), or answers 503 (a node cut off from the majority).
+CMD keeps running while any of them answers; the acquire carries a request id,
+so a retry on another node gets the same lease, never a second one.
+
 Without CMD, lock prints the lease (as 'fence acquire' does) and holds it, renewing
 it, until SIGINT, SIGTERM or SIGHUP; then it releases it and exits 0.
 
@@ -92,6 +99,7 @@ With -o json a summary {"name","token","exit_code","lease_lost"} goes to stderr.
 			if err := checkRenewedTTL(ttl); err != nil {
 				return err
 			}
+			flags.renewTTL = ttl
 			if wait < 0 || grace < 0 {
 				return usagef("--wait and --grace must not be negative")
 			}

@@ -1,0 +1,140 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
+)
+
+// Request ids (fence.WithRequestID). A grant made under a request id keeps it, so
+// that a retry of the acquire (its first answer lost) finds the grant and returns
+// it instead of granting again:
+//
+//	request/NAME                    a lock's request id, written with the lock key
+//	                                under its etcd lease
+//	lock/NAME\x00h<KIND>\x00<SLOT>  a semaphore or shared lease: the value is
+//	                                lease id \x00 owner [\x00 request id]
+//
+// A request key belongs to the lock key only if it was written in the lock key's
+// grant (its mod revision is the lock key's create revision): one left by an
+// earlier grant is stale and never matches. Holder values written without a
+// request id (by earlier versions, or by acquires without one) have two fields.
+
+func (k keys) request(name string) string { return k.prefix + "request/" + name }
+
+// splitHolderValue returns the lease id, the owner and the request id ("" if
+// none) of a holder key's value, and false if it is not one this package wrote.
+func splitHolderValue(v string) (leaseID, owner, requestID string, ok bool) {
+	leaseID, rest, ok := strings.Cut(v, "\x00")
+	if !ok {
+		return "", "", "", false
+	}
+	owner, requestID, _ = strings.Cut(rest, "\x00")
+	return leaseID, owner, requestID, true
+}
+
+// lockRequest adds to a lock's grant transaction the write of its request id (in
+// then) and the read of the name's request key (last in els), if r has one.
+func (l *Locker) lockRequest(r *driver.Request, el clientv3.LeaseID, then, els []clientv3.Op) ([]clientv3.Op, []clientv3.Op) {
+	if r.Options.RequestID == "" {
+		return then, els
+	}
+	key := l.keys.request(r.Name)
+	return append(then, clientv3.OpPut(key, r.Options.RequestID, clientv3.WithLease(el))), append(els, clientv3.OpGet(key))
+}
+
+// takeRequest removes from the reads of a failed lock grant transaction the read
+// of the request key that lockRequest added, and returns the key (nil: none).
+func takeRequest(r *driver.Request, resp *clientv3.TxnResponse) *mvccpb.KeyValue {
+	if r.Options.RequestID == "" || kindOf(r.Options) != "" || len(resp.Responses) == 0 {
+		return nil
+	}
+	last := len(resp.Responses) - 1
+	kv := only(resp.Responses[last].GetResponseRange().GetKvs())
+	resp.Responses = resp.Responses[:last]
+	return kv
+}
+
+// retried returns the grant of st that an earlier attempt of r made under r's
+// request id, renewed to r.TTL from now (so that the holder's deadline, counted
+// from the renewal's start, is never later than etcd's expiry), and true; or
+// false if st has none. reqKV is the name's request key as read with st (nil:
+// none). A grant that ends before its renewal is no longer there to return: the
+// caller looks again (Result.Again).
+func (l *Locker) retried(ctx context.Context, r *driver.Request, st nameState, reqKV *mvccpb.KeyValue) (driver.Result, bool, error) {
+	id := r.Options.RequestID
+	if id == "" {
+		return driver.Result{}, false, nil
+	}
+	var res driver.Result
+	switch {
+	case kindOf(r.Options) == "":
+		if st.lock == nil || reqKV == nil || string(reqKV.Value) != id || reqKV.ModRevision != st.lock.CreateRevision {
+			return driver.Result{}, false, nil
+		}
+		res = driver.Result{Token: fence.Token(st.lock.CreateRevision), ID: string(st.lock.Value)}
+	default:
+		found := false
+		for _, h := range st.holders {
+			leaseID, _, rid, ok := splitHolderValue(string(h.kv.Value))
+			if ok && rid == id && h.limit == r.Options.Limit && h.shared == r.Options.Shared {
+				res, found = driver.Result{Token: fence.Token(h.kv.CreateRevision), ID: leaseID}, true
+				if h.limit > 0 {
+					res.Slot = h.slot
+				}
+				break
+			}
+		}
+		if !found {
+			return driver.Result{}, false, nil
+		}
+	}
+	res.Start = l.clock.Now()
+	if err := l.Renew(ctx, r.Name, res.ID, r.TTL); err != nil {
+		if errors.Is(err, fence.ErrNotHeld) {
+			return driver.Result{Again: true}, true, nil
+		}
+		return driver.Result{}, true, err
+	}
+	return res, true, nil
+}
+
+// holderRetried looks, before a semaphore or shared grant of r under a request
+// id, for the holder key an earlier attempt of r made, and returns its grant
+// (see retried) with true. A semaphore with a free permit or a shared lock
+// grants without reading its holders, so the look is a read of its own; the
+// grant that follows then depends on no holder key having changed after that
+// read (since, the read's revision), so an earlier attempt still in flight that
+// commits meanwhile fails the grant, and the grant transaction's reads find
+// it. For a lock, or without a request id, it returns since 0 and false: a
+// lock's grant fails while any lease holds the name, its own included.
+func (l *Locker) holderRetried(ctx context.Context, r *driver.Request, kind string, c *acquireCall) (since int64, res driver.Result, ok bool, err error) {
+	if kind == "" || r.Options.RequestID == "" {
+		return 0, driver.Result{}, false, nil
+	}
+	hFrom, hTo := l.keys.holders(r.Name)
+	resp, err := l.cli.Get(ctx, hFrom, clientv3.WithRange(hTo))
+	if err != nil {
+		return 0, driver.Result{}, false, storeErr(err)
+	}
+	var st nameState
+	for _, kv := range resp.Kvs {
+		h, err := l.keys.parseHolder(r.Name, kv)
+		if err != nil {
+			return 0, driver.Result{}, false, err
+		}
+		st.holders = append(st.holders, h)
+	}
+	res, ok, err = l.retried(ctx, r, st, nil)
+	if ok || err != nil {
+		c.retried = ok && err == nil && res.Token != 0
+		return 0, res, ok, err
+	}
+	return max(resp.Header.Revision, 1), driver.Result{}, false, nil
+}
