@@ -55,22 +55,28 @@ func (c *Client) RemoveMember(ctx context.Context, name string) ([]ClusterMember
 // whole snapshot).
 func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 	const op = "snapshot"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/cluster/snapshot", nil)
+	// One server, the one that last answered: a snapshot broken off halfway is not
+	// retried on another.
+	base := c.current()
+	fail := func(err error) error {
+		return c.transportError(ctx, op, "", []string{"at " + base + ": " + reachReason(err)}, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/cluster/snapshot", nil)
 	if err != nil {
-		return 0, c.transportError(ctx, op, "", err)
+		return 0, fail(err)
 	}
 	if c.auth != "" {
 		req.Header.Set("Authorization", "Bearer "+c.auth)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, c.transportError(ctx, op, "", err)
+		return 0, fail(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 		if err != nil {
-			return 0, c.transportError(ctx, op, "", err)
+			return 0, fail(err)
 		}
 		return 0, c.answerError(&response{status: resp.StatusCode, header: resp.Header, body: data})
 	}
@@ -78,7 +84,7 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 	n, err := io.Copy(w, body)
 	switch {
 	case body.err != nil:
-		return n, fmt.Errorf("%s: broken off after %d bytes: %w", op, n, c.transportError(ctx, op, "", body.err))
+		return n, fmt.Errorf("%s: broken off after %d bytes: %w", op, n, fail(body.err))
 	case err != nil:
 		return n, fmt.Errorf("%s: writing: %w", op, err)
 	}
