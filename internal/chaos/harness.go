@@ -214,20 +214,29 @@ func (r *run) startServers() error {
 	return r.startNodes()
 }
 
-// harnessClient returns the harness's own client of fence serve: it tells which
-// token holds the lock and reads the counter at the end.
+// harnessClient returns the harness's own client of fence serve, or of every node
+// (it fails over between them, an attempt on a node that does not answer cut short
+// at 300ms): it tells which token holds the lock and reads the counter at the end.
 func (r *run) harnessClient() (*fencehttp.Client, error) {
-	c, err := fencehttp.NewClient(r.servers()[0].url(), &fencehttp.ClientOptions{RequestTimeout: time.Second})
+	var urls []string
+	for _, s := range r.servers() {
+		urls = append(urls, s.url())
+	}
+	opts := &fencehttp.ClientOptions{RequestTimeout: time.Second}
+	if len(urls) > 1 {
+		opts.AttemptTimeout = 300 * time.Millisecond
+	}
+	c, err := fencehttp.NewClient(strings.Join(urls, ","), opts)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	return c, nil
 }
 
-// workerServer returns the --server of worker i: fence serve's URL, or on the
-// cluster store one node's, each node in turn.
-func (r *run) workerServer(i int) string {
-	return r.workerURLs[i%len(r.workerURLs)]
+// workerServer returns the workers' --server: fence serve's URL, or on the cluster
+// store every node's, a comma-separated list their client fails over along.
+func (r *run) workerServer() string {
+	return strings.Join(r.workerURLs, ",")
 }
 
 // mode names a run in its folder and progress lines: "fenced" or "control".
@@ -249,7 +258,7 @@ func (r *run) startWorkers(start int64) error {
 	for i := range r.workers {
 		w := &worker{id: i, logPath: filepath.Join(r.dir, fmt.Sprintf("worker-%d.jsonl", i))}
 		cmd := r.command(fmt.Sprintf("worker-%d", i), r.cfg.Binary, "chaos", "worker",
-			"--server", r.workerServer(i), "--lock", runLock, "--key", runKey, "--id", strconv.Itoa(i),
+			"--server", r.workerServer(), "--lock", runLock, "--key", runKey, "--id", strconv.Itoa(i),
 			"--ttl", r.cfg.TTL.String(), "--hold", r.cfg.Hold.String(), "--wait", (4 * r.cfg.TTL).String(),
 			"--fencing", fencing, "--start", strconv.FormatInt(start, 10), "--log", w.logPath)
 		cmd.Args = append(cmd.Args, r.workerArgs...)
