@@ -263,7 +263,7 @@ func newChaosWorkerCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&wc.ID, "id", 0, "worker number")
-	fl.StringVar(&wc.Server, "server", "", "base URL of fence serve")
+	fl.StringVar(&wc.Server, "server", "", "base URL of fence serve, or a comma-separated list of a cluster's nodes")
 	fl.StringVar(&wc.Postgres, "postgres", "", "PostgreSQL DSN of the counter's table (default: the server's KV)")
 	fl.StringVar(&wc.Redis, "redis", "", "host:port of the Redis granting the locks (default: the server)")
 	fl.StringVar(&wc.Lock, "lock", "chaos", "lock name")
