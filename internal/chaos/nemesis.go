@@ -145,25 +145,48 @@ func (n *pauseNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, erro
 	}}, nil
 }
 
-// pauseNode stops a random node of the cluster store (SIGSTOP) for 3 TTLs.
+// pauseNode stops a node of the cluster store (SIGSTOP) for 3 TTLs: one drawn at
+// random among those running (the kill nemesis may have one down). The heal resumes
+// that process, unless the kill nemesis killed it meanwhile (a stopped process dies
+// of SIGKILL too), when there is nothing left to resume.
 func (n *pauseNemesis) pauseNode(rng *rand.Rand) (*fault, error) {
-	target := n.r.nodes[rng.IntN(len(n.r.nodes))]
-	signal := func(sig syscall.Signal) error {
-		return target.life.WithProcess(func(p *servers.Process) error {
+	var (
+		target  *node
+		stopped *servers.Process
+	)
+	for _, i := range rng.Perm(len(n.r.nodes)) {
+		m := n.r.nodes[i]
+		err := m.life.WithProcess(func(p *servers.Process) error {
 			if p == nil {
-				return fmt.Errorf("node %s is not running", target.name)
+				return nil
 			}
-			return p.Signal(sig)
+			if err := p.Signal(syscall.SIGSTOP); err != nil {
+				return err
+			}
+			stopped = p
+			return nil
 		})
+		if err != nil {
+			return nil, fmt.Errorf("chaos: pause node %s: %w", m.name, err)
+		}
+		if stopped != nil {
+			target = m
+			break
+		}
 	}
-	if err := signal(syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("chaos: pause node %s: %w", target.name, err)
+	if target == nil {
+		return nil, fmt.Errorf("chaos: pause node: no node runs")
 	}
 	return &fault{kind: "node", hold: 3 * n.r.cfg.TTL, heal: func() error {
-		if err := signal(syscall.SIGCONT); err != nil {
-			return fmt.Errorf("chaos: resume node %s: %w", target.name, err)
-		}
-		return nil
+		return target.life.WithProcess(func(p *servers.Process) error {
+			if p != stopped {
+				return nil // killed meanwhile: gone, or a new process
+			}
+			if err := p.Signal(syscall.SIGCONT); err != nil {
+				return fmt.Errorf("chaos: resume node %s: %w", target.name, err)
+			}
+			return nil
+		})
 	}}, nil
 }
 
