@@ -5,24 +5,27 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/internal/servers"
 )
 
 // testCluster is a cluster of `fence serve --node` processes on 127.0.0.1.
 type testCluster struct {
-	t     *testing.T
-	dir   string
-	peers string   // the --peers flag
-	names []string // node names, "n0", "n1", ...
-	extra []string // flags every node gets
-	mu    sync.Mutex
-	procs map[string]*serveProc // the running node of each name
+	t        *testing.T
+	dir      string
+	peers    string              // the --peers flag
+	names    []string            // node names, "n0", "n1", ...
+	extra    []string            // flags every node gets
+	extraFor map[string][]string // flags of one node
+	mu       sync.Mutex
+	procs    map[string]*serveProc // the running node of each name
 }
 
 // startCluster starts n nodes at once on free ports, with extra flags, and
@@ -30,17 +33,7 @@ type testCluster struct {
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, dir: t.TempDir(), extra: extra, procs: map[string]*serveProc{}}
-	var entries []string
-	for i := 0; i < n; i++ {
-		port, err := servers.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := fmt.Sprintf("n%d", i)
-		c.names = append(c.names, name)
-		entries = append(entries, fmt.Sprintf("%s=127.0.0.1:%d", name, port))
-	}
-	c.peers = strings.Join(entries, ",")
+	c.peers, c.names = clusterPeers(t, n)
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -50,6 +43,23 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	})
 	c.start(c.names...)
 	return c
+}
+
+// clusterPeers returns a --peers flag of n nodes ("n0", ...) on free ports of
+// 127.0.0.1, and their names.
+func clusterPeers(t *testing.T, n int) (string, []string) {
+	t.Helper()
+	var entries, names []string
+	for i := 0; i < n; i++ {
+		port, err := servers.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("n%d", i)
+		names = append(names, name)
+		entries = append(entries, fmt.Sprintf("%s=127.0.0.1:%d", name, port))
+	}
+	return strings.Join(entries, ","), names
 }
 
 // start starts the named nodes at once (each waits for a majority before it
@@ -63,6 +73,7 @@ func (c *testCluster) start(names ...string) {
 		go func() {
 			defer wg.Done()
 			args := append([]string{"--node", name, "--peers", c.peers}, c.extra...)
+			args = append(args, c.extraFor[name]...)
 			p, err := startServe(filepath.Join(c.dir, name), args...)
 			errs[i] = err
 			if err == nil {
@@ -212,5 +223,220 @@ func TestServeCluster_FlagMistakesAreUsageErrors(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("fence %s: got exit %d, stderr %q; want exit 2 saying %q", strings.Join(args, " "), r.code, r.stderr, tc.want)
 		}
+	}
+}
+
+// clusterStatus runs `fence cluster status -o json` against server.
+func clusterStatus(t *testing.T, server string) []fencehttp.ClusterMember {
+	t.Helper()
+	r := runFence(t, server, nil, "", "cluster", "status", "-o", "json")
+	wantCode(t, "fence cluster status -o json", r, 0)
+	var st fencehttp.ClusterStatus
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("fence cluster status -o json: %v\n%s", err, r.stdout)
+	}
+	return st.Members
+}
+
+// waitMembers polls `fence cluster status -o json` at server until ok accepts
+// the members, for up to 15 s.
+func waitMembers(t *testing.T, server string, ok func([]fencehttp.ClusterMember) bool) []fencehttp.ClusterMember {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ms := clusterStatus(t, server)
+		if ok(ms) {
+			return ms
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster status at %s not as expected within 15s: %+v", server, ms)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// healthy accepts n members, all healthy, one of them the leader.
+func healthy(n int) func([]fencehttp.ClusterMember) bool {
+	return func(ms []fencehttp.ClusterMember) bool {
+		h, l := 0, 0
+		for _, m := range ms {
+			if m.Healthy {
+				h++
+			}
+			if m.Leader {
+				l++
+			}
+		}
+		return len(ms) == n && h == n && l == 1
+	}
+}
+
+func leaderOf(ms []fencehttp.ClusterMember) string {
+	for _, m := range ms {
+		if m.Leader {
+			return m.Name
+		}
+	}
+	return ""
+}
+
+func TestServeCluster_LeaderKilled_SurvivorGrantsWithin2s(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	c := startCluster(t, 3)
+	ms := waitMembers(t, c.node("n0").url, healthy(3))
+	for _, m := range ms {
+		if want := c.node(m.Name).url; m.API != want {
+			t.Errorf("member %s: api %q; want %q", m.Name, m.API, want)
+		}
+	}
+	last := uint64(0)
+	rising := func(g grant, where string) {
+		t.Helper()
+		if g.Token <= last {
+			t.Fatalf("token %s: got %d; want above %d", where, g.Token, last)
+		}
+		last = g.Token
+	}
+	for _, name := range c.names {
+		rising(mustAcquire(t, c.node(name).url, "before-"+name), "before the kill, on "+name)
+	}
+
+	leader := leaderOf(ms)
+	survivor := "n0"
+	if leader == survivor {
+		survivor = "n1"
+	}
+	url := c.node(survivor).url
+	killed := time.Now()
+	c.kill(leader)
+	var g grant
+	for {
+		code, got := acquire(t, url, "fresh-after-leader-kill", 3*time.Second)
+		if code == http.StatusOK {
+			g = got
+			break
+		}
+		if time.Since(killed) > 10*time.Second {
+			t.Fatalf("no grant on %s within 10s of killing the leader %s: last %d %+v", survivor, leader, code, got)
+		}
+	}
+	took := time.Since(killed)
+	t.Logf("leader %s killed with -9: a fresh name granted on %s after %v (token %d)", leader, survivor, took, g.Token)
+	if took > 2*time.Second {
+		t.Errorf("grant after the leader's kill took %v; want at most 2s", took)
+	}
+	rising(g, "after the leader's kill")
+
+	after := waitMembers(t, url, func(ms []fencehttp.ClusterMember) bool {
+		for _, m := range ms {
+			if m.Name == leader && m.Healthy || m.Leader && m.Name == leader {
+				return false
+			}
+		}
+		return leaderOf(ms) != ""
+	})
+	t.Logf("status after the kill: %+v", after)
+
+	c.start(leader)
+	waitMembers(t, url, healthy(3))
+	for _, name := range c.names {
+		rising(mustAcquire(t, c.node(name).url, "after-rejoin-"+name), "after the rejoin, on "+name)
+	}
+}
+
+func TestServeCluster_FiveNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a five-node cluster")
+	}
+	c := startCluster(t, 5)
+	ms := waitMembers(t, c.node("n4").url, healthy(5))
+	if len(ms) != 5 {
+		t.Fatalf("five nodes: got %d members", len(ms))
+	}
+	r := runFence(t, c.node("n2").url, nil, "", "cluster", "status")
+	wantCode(t, "fence cluster status", r, 0)
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 6 || !strings.HasPrefix(lines[0], "NAME") || strings.Count(r.stdout, "leader") != 1 {
+		t.Fatalf("fence cluster status: want a header, five rows, one leader; got\n%s", r.stdout)
+	}
+}
+
+func TestServeCluster_AddRemoveBackup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a four-node cluster")
+	}
+	c := startCluster(t, 3)
+	url := c.node("n0").url
+	waitMembers(t, url, healthy(3))
+	port, err := servers.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// etcd takes a new member once the others have been connected a few seconds.
+	var r result
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		r = runFence(t, url, nil, "", "cluster", "add", fmt.Sprintf("n3=127.0.0.1:%d", port))
+		if r.code == 0 || time.Now().After(deadline) || !strings.Contains(r.stderr, "unavailable") {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	wantCode(t, "fence cluster add", r, 0)
+	want := fmt.Sprintf("fence serve --node n3 --peers %s,n3=127.0.0.1:%d --join", c.peers, port)
+	if !strings.Contains(r.stdout, want) {
+		t.Fatalf("fence cluster add: want the command line %q in\n%s", want, r.stdout)
+	}
+	ms := clusterStatus(t, url)
+	if len(ms) != 4 || ms[3].Name != "n3" || ms[3].Healthy {
+		t.Fatalf("after the add: %+v; want n3 fourth, not yet healthy", ms)
+	}
+	// Start n3 with the printed command line.
+	line := want[len("fence serve "):]
+	p, err := startServe(filepath.Join(c.dir, "n3"), strings.Fields(line)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.procs["n3"] = p
+	c.mu.Unlock()
+	waitMembers(t, p.url, healthy(4))
+	g := mustAcquire(t, p.url, "on-the-new-node")
+
+	file := filepath.Join(t.TempDir(), "backup.db")
+	r = runFence(t, p.url, nil, "", "cluster", "backup", file, "-o", "json")
+	wantCode(t, "fence cluster backup", r, 0)
+	var b struct {
+		File  string `json:"file"`
+		Bytes int64  `json:"bytes"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &b); err != nil || b.File != file || b.Bytes < 1024 {
+		t.Fatalf("fence cluster backup -o json: %q (%v); want the file and its size", r.stdout, err)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil || int64(len(data)) != b.Bytes || !bytes.Contains(data, []byte("on-the-new-node")) {
+		t.Fatalf("backup file: %d bytes (%v); want %d holding the lock taken (token %d)", len(data), err, b.Bytes, g.Token)
+	}
+	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o600 {
+		t.Errorf("backup file mode %v; want 0600", fi.Mode().Perm())
+	}
+	r = runFence(t, p.url, nil, "", "cluster", "backup", file)
+	wantCode(t, "fence cluster backup to an existing file", r, 1)
+
+	r = runFence(t, url, nil, "", "cluster", "remove", "n3")
+	wantCode(t, "fence cluster remove", r, 0)
+	select {
+	case <-p.done:
+		t.Logf("the removed node exited: %v", p.err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the removed node's fence serve did not exit within 15s")
+	}
+	c.mu.Lock()
+	delete(c.procs, "n3")
+	c.mu.Unlock()
+	waitMembers(t, url, healthy(3))
+	r = runFence(t, url, nil, "", "cluster", "remove", "n3")
+	if r.code != 1 || !strings.Contains(r.stderr, "n3") {
+		t.Fatalf("removing n3 again: exit %d, stderr %q; want 1 naming n3", r.code, r.stderr)
 	}
 }

@@ -57,7 +57,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // by name, whatever the order here.
 var subcommands = []func() *cobra.Command{
 	newAcquireCmd, newRenewCmd, newReleaseCmd, newRevokeCmd, newStatusCmd,
-	newBenchCmd, newChaosCmd, newDemoCmd, newElectCmd, newKVCmd, newLeaderCmd, newLockCmd, newServeCmd, newSimulateCmd,
+	newBenchCmd, newChaosCmd, newClusterCmd, newDemoCmd, newElectCmd, newKVCmd, newLeaderCmd, newLockCmd, newServeCmd, newSimulateCmd,
 }
 
 // output is the value of the global -o flag: "text" or "json".

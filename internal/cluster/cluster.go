@@ -16,9 +16,11 @@
 //     alarm and refuses writes; the node's alarm loop then compacts at the
 //     current revision, defragments its own member and disarms the alarm, so the
 //     cluster takes writes again.
-//   - Request timeouts: every KV and lease request of Client gets at most
+//   - Request bounds: every KV and lease request of Client gets at most
 //     RequestTimeout, so a node cut off from the majority answers
-//     fence.ErrUnavailable in bounded time instead of waiting on a quorum.
+//     fence.ErrUnavailable in bounded time instead of waiting on a quorum; and
+//     the requests in flight when a new leader is elected end then, since a
+//     proposal sent to a dead leader is never answered.
 //
 // The package is product code: it never imports testing.
 package cluster
@@ -168,12 +170,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			cfg.Name, len(cfg.Peers), fence.ErrUnavailable, ctx.Err())
 	}
 	n := &Node{cfg: cfg, etcd: e, peerURLs: peerURLs}
-	n.cli = withTimeouts(v3client.New(e.Server), cfg.requestTimeout())
+	b := newBound(cfg.requestTimeout())
+	n.cli = withTimeouts(v3client.New(e.Server), b)
 	lctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.register(lctx)
 	go n.alarms(lctx)
+	go n.leaderChanges(lctx, b)
 	return n, nil
 }
 
@@ -418,6 +422,20 @@ func (n *Node) publish(ctx context.Context) (<-chan *clientv3.LeaseKeepAliveResp
 	n.lease = g.ID
 	n.mu.Unlock()
 	return ch, nil
+}
+
+// leaderChanges ends the requests in flight whenever a new leader is elected
+// (see bound), until ctx ends.
+func (n *Node) leaderChanges(ctx context.Context, b *bound) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.etcd.Server.LeaderChangedNotify():
+			b.leaderChanged()
+		}
+	}
 }
 
 // alarms handles the NOSPACE alarm until ctx ends: see Package cluster.
