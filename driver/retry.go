@@ -1,5 +1,12 @@
 package driver
 
+import (
+	"context"
+	"time"
+
+	"github.com/fencelock/fence"
+)
+
 // Retried returns the holding of hs that an earlier attempt of r granted: one
 // with r's request id (fence.WithRequestID) and of r's kind (a lock, a semaphore
 // of r's limit, or a shared lease), and whether there is one. It finds none when
@@ -17,4 +24,30 @@ func Retried(r *Request, hs []Holding) (Holding, bool) {
 		}
 	}
 	return Holding{}, false
+}
+
+// RetryFinder is a Locker that keeps request ids (fence.Features.RequestIDs) and
+// can look up the grant of one without granting anything. A fence server calls it
+// for an acquire that carries a request id and arrives while other acquires of
+// the name wait at the server: its fair queue lets no new acquire try the store
+// ahead of the waiters, but a retry whose first answer was lost must get its
+// grant at once, or the waiters ahead of it would wait for that grant to expire.
+type RetryFinder interface {
+	// FindRetried returns the live grant of name made under the request id of
+	// opts (fence.WithRequestID) and of their kind, extended to ttl from now as
+	// Renew does, and true; or false if there is none (or no request id). It
+	// grants nothing. Errors are those of Renew: fence.ErrUnavailable, ...
+	FindRetried(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (Grant, bool, error)
+}
+
+// RetryRequest returns the Request of a FindRetried: name, ttl and the options of
+// opts normalised as the Engine normalises them for a TryFunc (a limit of 1 is a
+// lock).
+func RetryRequest(name string, ttl time.Duration, opts []fence.AcquireOption) *Request {
+	o := ApplyOptions(opts...)
+	if o.Limit == 1 {
+		o.Limit = 0
+	}
+	o.LimitSet, o.RequestIDSet = false, false
+	return &Request{Name: name, TTL: ttl, Options: o}
 }

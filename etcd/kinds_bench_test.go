@@ -13,7 +13,8 @@ import (
 //	go test -run '^$' -bench 'Kinds' -benchtime 100x -count 3 ./etcd/
 //
 // BenchmarkKinds_AcquireRelease times one uncontended acquire+release pair
-// (ns/op) of a lock, of a permit of a semaphore of 3 and of a shared lease.
+// (ns/op) of a lock, of a permit of a semaphore of 3 and of a shared lease, each
+// also with a request id (fence.WithRequestID).
 // BenchmarkKinds_Handoff reports the median and p90 handoff (handoff-median-ms) of
 // a lock, of a permit of a full semaphore of 3 to a waiting permit
 // (fencetest.BenchmarkPermitHandoff), and of a shared lease to a waiting writer.
@@ -25,6 +26,14 @@ func BenchmarkKinds_AcquireRelease(b *testing.B) {
 	b.Run("lock", pairs())
 	b.Run("semaphore-3", pairs(fence.WithLimit(3)))
 	b.Run("shared", pairs(fence.WithShared()))
+	// With a request id, as every HTTP client's acquire has: a lock writes and
+	// reads one key more in its transactions; a permit or shared lease first
+	// reads its holders (serializable). One id for every pair: each pair's
+	// acquire comes after the last one's release, so each is a new grant.
+	const rid = "bench-request-id"
+	b.Run("lock-request-id", pairs(fence.WithRequestID(rid)))
+	b.Run("semaphore-3-request-id", pairs(fence.WithLimit(3), fence.WithRequestID(rid)))
+	b.Run("shared-request-id", pairs(fence.WithShared(), fence.WithRequestID(rid)))
 }
 
 func BenchmarkKinds_Handoff(b *testing.B) {

@@ -3,7 +3,9 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -112,14 +114,16 @@ func (l *Locker) retried(ctx context.Context, r *driver.Request, st nameState, r
 // grant that follows then depends on no holder key having changed after that
 // read (since, the read's revision), so an earlier attempt still in flight that
 // commits meanwhile fails the grant, and the grant transaction's reads find
-// it. For a lock, or without a request id, it returns since 0 and false: a
+// it. One that commits only after this grant is not caught (docs/etcd.md). For a lock, or without a request id, it returns since 0 and false: a
 // lock's grant fails while any lease holds the name, its own included.
 func (l *Locker) holderRetried(ctx context.Context, r *driver.Request, kind string, c *acquireCall) (since int64, res driver.Result, ok bool, err error) {
 	if kind == "" || r.Options.RequestID == "" {
 		return 0, driver.Result{}, false, nil
 	}
 	hFrom, hTo := l.keys.holders(r.Name)
-	resp, err := l.cli.Get(ctx, hFrom, clientv3.WithRange(hTo))
+	// Serializable: no round trip to the leader. A stale read is safe, as the
+	// grant compares against its revision: a holder it missed fails the grant.
+	resp, err := l.cli.Get(ctx, hFrom, clientv3.WithRange(hTo), clientv3.WithSerializable())
 	if err != nil {
 		return 0, driver.Result{}, false, storeErr(err)
 	}
@@ -137,4 +141,52 @@ func (l *Locker) holderRetried(ctx context.Context, r *driver.Request, kind stri
 		return 0, res, ok, err
 	}
 	return max(resp.Header.Revision, 1), driver.Result{}, false, nil
+}
+
+var _ driver.RetryFinder = (*Locker)(nil)
+
+// FindRetried returns the live grant of name made under the request id of opts,
+// renewed to ttl from now, and true, or false if there is none (see
+// driver.RetryFinder). It reads the name's lock key, request key and holder keys
+// in one transaction and grants nothing. It returns fence.ErrInvalid for a bad
+// name, TTL or request id, ErrCorrupt for a holder key this package did not
+// write, fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after
+// Close.
+func (l *Locker) FindRetried(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, bool, error) {
+	r := driver.RetryRequest(name, ttl, opts)
+	if err := l.check(name); err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	}
+	if err := fence.ValidateTTL(ttl); err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	}
+	if r.Options.RequestID == "" {
+		return driver.Grant{}, false, nil
+	}
+	if err := fence.ValidateRequestID(r.Options.RequestID); err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	}
+	hFrom, hTo := l.keys.holders(name)
+	resp, err := l.cli.Txn(ctx).Then(
+		clientv3.OpGet(l.keys.lock(name)),
+		clientv3.OpGet(hFrom, clientv3.WithRange(hTo)),
+		clientv3.OpGet(l.keys.request(name)),
+	).Commit()
+	if err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, storeErr(err))
+	}
+	reqKV := only(resp.Responses[2].GetResponseRange().GetKvs())
+	resp.Responses = resp.Responses[:2]
+	st, err := l.parseState(name, resp)
+	if err != nil {
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	}
+	res, ok, err := l.retried(ctx, r, st, reqKV)
+	switch {
+	case err != nil:
+		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
+	case !ok || res.Token == 0: // none, or it ended as it was renewed
+		return driver.Grant{}, false, nil
+	}
+	return driver.Grant{Token: res.Token, ID: res.ID, Start: res.Start, Slot: res.Slot}, true, nil
 }

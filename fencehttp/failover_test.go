@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,6 +18,7 @@ import (
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/inmem"
 	"github.com/fencelock/fence/internal/servers/servertest/etcdtest"
 )
 
@@ -102,9 +104,11 @@ func TestClient_Failover_ServerKilledMidRun(t *testing.T) {
 
 	kill(hss[0])
 
+	renewStart := time.Now()
 	if err := held.Renew(ctx, 10*time.Second); err != nil {
 		t.Fatalf("Renew after server 0 was killed = %v; want nil through another server", err)
 	}
+	t.Logf("the first renewal after the kill took %v (server 0 refused, server 1 renewed)", time.Since(renewStart).Round(time.Microsecond))
 	fresh := mustAcquire(t, c, "fo-fresh", 10*time.Second)
 	if err := fresh.Release(ctx); err != nil {
 		t.Fatalf("Release after server 0 was killed = %v; want nil", err)
@@ -195,7 +199,9 @@ func TestClient_Failover_LostAnswerReturnsSameGrant(t *testing.T) {
 	} {
 		// A client of its own: after a failover a client sticks to the next server.
 		c := mustClient(t, dropper.URL+","+hss[1].URL, nil)
+		begin := time.Now()
 		lease, err := c.Acquire(ctxFor(t), tc.name, 10*time.Second, tc.opts...)
+		t.Logf("%s: acquire with its first answer lost took %v", tc.name, time.Since(begin).Round(time.Microsecond))
 		if err != nil {
 			t.Fatalf("%s: Acquire through a server that loses its answer = %v; want the grant through the next server", tc.name, err)
 		}
@@ -224,6 +230,52 @@ func TestClient_Failover_LostAnswerReturnsSameGrant(t *testing.T) {
 		if err := lease.Release(ctxFor(t)); err != nil {
 			t.Fatalf("%s: Release = %v; want nil", tc.name, err)
 		}
+	}
+}
+
+// A release whose first attempt is applied but whose answer is lost is retried
+// on the next server, which answers 410: the lease is over either way, so
+// Release returns nil. A release of a lease that had already ended, with no
+// attempt lost, still returns ErrNotHeld.
+func TestClient_Failover_ReleaseRetriedAfterLostAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	m := etcdtest.New(t)
+	stores, hss := etcdServers(t, m.Endpoints, 2)
+	s, err := fencehttp.NewServer(fencehttp.Config{Locker: stores[0], KV: stores[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped atomic.Int64
+	dropper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/release") {
+			s.Handler().ServeHTTP(w, r)
+			return
+		}
+		s.Handler().ServeHTTP(httptest.NewRecorder(), r) // released, answer lost
+		dropped.Add(1)
+		panic(http.ErrAbortHandler)
+	}))
+	t.Cleanup(dropper.Close)
+
+	c := mustClient(t, dropper.URL+","+hss[1].URL, nil)
+	lease, err := c.Acquire(ctxFor(t), "fo-release", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctxFor(t), "fo-release", lease.ID()); err != nil {
+		t.Fatalf("Release whose first attempt was applied and its answer lost = %v; want nil", err)
+	}
+	if dropped.Load() != 1 {
+		t.Fatalf("the dropping server lost %d release answers; want 1", dropped.Load())
+	}
+	info, err := stores[1].Inspect(ctxFor(t), "fo-release")
+	if err != nil || info.Held {
+		t.Fatalf("after the release: Inspect = %+v, %v; want the lock free", info, err)
+	}
+	if err := c.Release(ctxFor(t), "fo-release", lease.ID()); !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("Release of an ended lease (the client now on the second server) = %v; want ErrNotHeld", err)
 	}
 }
 
@@ -296,4 +348,61 @@ func TestNewClient_ServerList(t *testing.T) {
 	if _, err := fencehttp.NewClient("", &fencehttp.ClientOptions{Servers: []string{"http://a:1"}}); err != nil {
 		t.Errorf("NewClient(\"\", Servers: [http://a:1]) = %v; want a client of that server", err)
 	}
+}
+
+// A retry of an acquire (same request id) that arrives while other acquires of
+// the name wait at the server gets its grant at once: it neither queues behind
+// waiters who wait for that very grant, nor is answered held.
+func TestServer_RetryWhileOthersWait_GetsItsGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		locker func(t *testing.T) fence.Locker
+	}{
+		{"inmem", func(t *testing.T) fence.Locker { return inmem.NewLocker(inmem.Options{}) }},
+		{"etcd", func(t *testing.T) fence.Locker {
+			if testing.Short() {
+				t.Skip("starts etcd")
+			}
+			stores, _ := etcdServers(t, etcdtest.New(t).Endpoints, 1)
+			return stores[0]
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, hs := newServer(t, fencehttp.Config{Locker: tc.locker(t)})
+			c := mustClient(t, hs.URL, nil)
+			const rid = "retry-while-others-wait-0123456789abcdef"
+			for _, kind := range [][]fence.AcquireOption{nil, {fence.WithLimit(1)}, {fence.WithShared()}} {
+				name := "fo-queue-" + kindName(kind)
+				first := mustAcquire(t, c, name, 10*time.Second, append([]fence.AcquireOption{fence.WithRequestID(rid)}, kind...)...)
+				wctx, cancel := context.WithCancel(ctxFor(t))
+				waiterDone := make(chan error, 1)
+				go func() {
+					_, err := c.Acquire(wctx, name, 10*time.Second, fence.WithWait(20*time.Second))
+					waiterDone <- err
+				}()
+				time.Sleep(300 * time.Millisecond) // the waiter is in the server's queue
+				retry, err := c.Acquire(ctxFor(t), name, 10*time.Second, append([]fence.AcquireOption{fence.WithRequestID(rid), fence.WithWait(0)}, kind...)...)
+				if err != nil {
+					t.Fatalf("%s: a retry with the grant's request id while another acquire waits = %v; want that grant", name, err)
+				}
+				if retry.ID() != first.ID() || retry.Token() != first.Token() {
+					t.Fatalf("%s: the retry got token %d; want the first grant's %d and lease id", name, retry.Token(), first.Token())
+				}
+				cancel()
+				<-waiterDone
+				if err := first.Release(ctxFor(t)); err != nil {
+					t.Fatalf("%s: Release = %v", name, err)
+				}
+			}
+		})
+	}
+}
+
+// kindName names a kind of acquire options, for a lock name.
+func kindName(opts []fence.AcquireOption) string {
+	var o fence.AcquireOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return fmt.Sprintf("l%d-s%v", o.Limit, o.Shared)
 }

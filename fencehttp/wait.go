@@ -149,7 +149,18 @@ type acquireCall struct {
 // waiters before it. Without a wait it tries once, and only if no acquire
 // waits. The wait ends with ctx (the client going away), a.wait, or the
 // server's drain (errShuttingDown).
+//
+// An acquire with a request id that arrives while the name has waiters first
+// asks the store (a driver.RetryFinder) for the grant an earlier attempt of it
+// made: a retry whose answer was lost gets that grant at once, instead of
+// queueing behind waiters who wait for it to expire. Nothing is granted by that
+// look, so no acquire jumps the queue.
 func (s *Server) grantInTurn(ctx context.Context, w http.ResponseWriter, a *acquireCall) (driver.Grant, error) {
+	if rf, ok := s.cfg.Locker.(driver.RetryFinder); ok && a.req.RequestID != "" && s.queues.waiting(a.name) {
+		if g, found, err := rf.FindRetried(ctx, a.name, a.ttl, a.opts...); err != nil || found {
+			return g, err
+		}
+	}
 	if a.wait <= 0 {
 		if s.queues.waiting(a.name) {
 			return driver.Grant{}, s.heldNow(ctx, a.name, a.limit, nil)

@@ -178,6 +178,38 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 	return driver.Result{Token: st.counter, Slot: d.Slot}, nil
 }
 
+var _ driver.RetryFinder = (*Locker)(nil)
+
+// FindRetried returns the live grant of name made under the request id of opts,
+// extended to ttl from now, and true, or false if there is none (see
+// driver.RetryFinder); it grants nothing. It returns fence.ErrInvalid for a bad
+// name, TTL or request id.
+func (l *Locker) FindRetried(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, bool, error) {
+	r := driver.RetryRequest(name, ttl, opts)
+	if err := precheck(ctx, "acquire", name, fence.ValidateName(name), fence.ValidateTTL(ttl)); err != nil {
+		return driver.Grant{}, false, err
+	}
+	if r.Options.RequestID == "" {
+		return driver.Grant{}, false, nil
+	}
+	if err := fence.ValidateRequestID(r.Options.RequestID); err != nil {
+		return driver.Grant{}, false, fmt.Errorf("inmem: acquire %q: %w", name, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.locks[name]
+	if st == nil {
+		return driver.Grant{}, false, nil
+	}
+	now := l.clock.Now()
+	h, ok := driver.Retried(r, st.live(now))
+	if !ok {
+		return driver.Grant{}, false, nil
+	}
+	st.leases[st.find(h.ID, now)].Expires = now.Add(ttl)
+	return driver.Grant{Token: h.Token, ID: h.ID, Start: now, Slot: h.Slot}, true, nil
+}
+
 // Renew extends the lease identified by name and leaseID to ttl from now, by the
 // Locker's clock. It returns an error matching fence.ErrNotHeld if that lease
 // expired, was released or never existed (another holder's lease is never

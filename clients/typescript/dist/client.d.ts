@@ -6,14 +6,24 @@ export declare const DEFAULT_SERVER = "http://127.0.0.1:7420";
 export interface FenceClientOptions {
     /**
      * The server: `http://HOST:PORT` or `https://HOST:PORT` (a path prefix is kept), or
-     * a bare `HOST:PORT` for `http://HOST:PORT`. Default: `$FENCE_SERVER`, else
+     * a bare `HOST:PORT` for `http://HOST:PORT`; a comma-separated list names several
+     * servers of one cluster, which the client fails over between (see
+     * {@link FenceClient}). Default: `$FENCE_SERVER` (which may be such a list), else
      * http://127.0.0.1:7420.
      */
     server?: string;
+    /** More servers of the same cluster, tried after those of `server`. */
+    servers?: string[];
     /** The bearer token sent as `Authorization: Bearer TOKEN`. Default: `$FENCE_AUTH_TOKEN`. */
     authToken?: string;
-    /** The bound of one request beyond its long poll, in ms. Default 30000. */
+    /** The bound of one request, all its attempts together, beyond its long poll, in ms. Default 30000. */
     requestTimeoutMs?: number;
+    /**
+     * The bound of one attempt of a request on one server, beyond its long poll, in ms:
+     * when it passes, the request moves to the next server. Default: requestTimeoutMs
+     * with one server, 5000 (or requestTimeoutMs if shorter) with several.
+     */
+    attemptTimeoutMs?: number;
     /** The longest wait asked of the server in one long poll, in ms; a longer wait is several polls. Default 30000. */
     maxPollMs?: number;
 }
@@ -49,6 +59,14 @@ export interface AcquireOptions {
      * a limit above 1. Sent only when true.
      */
     shared?: boolean;
+    /**
+     * Names this acquire across its retries: 1 to 128 bytes of printable ASCII without
+     * spaces. While the name has a live lease granted under it, a retry answers with that
+     * lease instead of a second one (where the server's store keeps request ids: etcd,
+     * cluster mode). Default: 128 random bits, the same on every attempt and poll of the
+     * call. Whoever knows a live grant's request id gets its lease: keep it secret.
+     */
+    requestId?: string;
 }
 /** Options of {@link FenceClient.withLock}: those of acquire, but waitMs defaults to Infinity. */
 export interface WithLockOptions extends AcquireOptions {
@@ -188,11 +206,23 @@ export type Value = string | Uint8Array | ArrayBuffer;
  * URL: REASON`. Bad arguments give an {@link InvalidError} before any request
  * (thrown at the call by watch and observeLeader, which return iterables). A
  * caller's aborted signal rejects with the signal's reason, as fetch does.
+ *
+ * Several servers (the nodes of a cluster): each request goes to the server that
+ * last answered, and moves to the next one, each server once per request, when it
+ * cannot connect or fails without an answer, passes attemptTimeoutMs, or is
+ * answered 502, 503 or 504 (503: a node cut off from the majority, a server shutting
+ * down). Long polls move too. When no server answers, the error names each server
+ * tried (`cannot reach the fence server at URL1: REASON; at URL2: REASON`), or is the
+ * last 503. A retry is safe: an acquire carries a request id, the same on every
+ * attempt, so a store that keeps request ids answers it with the grant whose answer
+ * was lost; a renewal twice is one; a release whose earlier attempt may have been
+ * applied and whose retry is answered 410 resolves (the lease is over either way,
+ * and a release never touches another lease).
  */
 export declare class FenceClient {
     #private;
-    /** The server's base URL, without a trailing slash. */
-    readonly server: string;
+    /** The servers, in the order the client tries them, each without a trailing slash. */
+    readonly servers: readonly string[];
     /** The fenced key-value store of the server. */
     readonly kv: KV;
     /**
@@ -201,6 +231,8 @@ export declare class FenceClient {
      * http(s) URL or HOST:PORT, or a timeout is not a positive number.
      */
     constructor(options?: FenceClientOptions | string);
+    /** The server that last answered (the first, before any answer), without a trailing slash. */
+    get server(): string;
     /**
      * Acquires the lock `name` and resolves with its {@link Lease}, which renews itself
      * unless autoRenew is false.
@@ -238,7 +270,9 @@ export declare class FenceClient {
      * Releases the lease `leaseId` of `name` and wakes the server's waiters. Most callers
      * use {@link Lease.release}. Rejects with a {@link NotHeldError} if the lease is no
      * longer held (or not yours), an {@link InvalidError} for bad arguments, an
-     * {@link UnavailableError} if the server cannot be reached (retrying is safe).
+     * {@link UnavailableError} if the server cannot be reached (retrying is safe). With
+     * several servers, a release whose earlier attempt may have been applied and whose
+     * retry is answered 410 resolves: the lease is not held either way.
      */
     release(name: string, leaseId: string): Promise<void>;
     /**

@@ -1,6 +1,6 @@
 import { FenceError, HeldError, InvalidError, LeaseReleasedError, NotHeldError, NotImplementedError, UnavailableError, errorFromBody } from "./errors.js";
 import { Lease } from "./lease.js";
-import { checkLeaseId, checkLimit, checkName, checkOwner, checkQueryWait, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
+import { checkLeaseId, checkLimit, checkName, checkOwner, checkQueryWait, checkRequestId, checkToken, checkTTL, checkWait, escapeSegment, invalid, opName, quote } from "./validate.js";
 /** The server a client talks to when neither the options nor FENCE_SERVER name one. */
 export const DEFAULT_SERVER = "http://127.0.0.1:7420";
 const MIN_BACKOFF_MS = 50;
@@ -18,13 +18,27 @@ const textDecoder = new TextDecoder();
  * URL: REASON`. Bad arguments give an {@link InvalidError} before any request
  * (thrown at the call by watch and observeLeader, which return iterables). A
  * caller's aborted signal rejects with the signal's reason, as fetch does.
+ *
+ * Several servers (the nodes of a cluster): each request goes to the server that
+ * last answered, and moves to the next one, each server once per request, when it
+ * cannot connect or fails without an answer, passes attemptTimeoutMs, or is
+ * answered 502, 503 or 504 (503: a node cut off from the majority, a server shutting
+ * down). Long polls move too. When no server answers, the error names each server
+ * tried (`cannot reach the fence server at URL1: REASON; at URL2: REASON`), or is the
+ * last 503. A retry is safe: an acquire carries a request id, the same on every
+ * attempt, so a store that keeps request ids answers it with the grant whose answer
+ * was lost; a renewal twice is one; a release whose earlier attempt may have been
+ * applied and whose retry is answered 410 resolves (the lease is over either way,
+ * and a release never touches another lease).
  */
 export class FenceClient {
-    /** The server's base URL, without a trailing slash. */
-    server;
+    /** The servers, in the order the client tries them, each without a trailing slash. */
+    servers;
     /** The fenced key-value store of the server. */
     kv;
     #auth;
+    #cur = 0;
+    #attemptMs;
     #timeoutMs;
     #maxPollMs;
     #ops;
@@ -36,15 +50,22 @@ export class FenceClient {
     constructor(options = {}) {
         if (typeof options === "string")
             options = { server: options };
-        this.server = parseServer(options.server ?? env("FENCE_SERVER") ?? DEFAULT_SERVER);
+        const first = options.server ?? (options.servers?.length ? undefined : env("FENCE_SERVER") ?? DEFAULT_SERVER);
+        const all = [...(first === undefined ? [] : String(first).split(",")), ...(options.servers ?? [])];
+        this.servers = Object.freeze(all.map((s) => parseServer(typeof s === "string" ? s.trim() : s)));
         this.#auth = options.authToken ?? env("FENCE_AUTH_TOKEN");
         this.#timeoutMs = positive("requestTimeoutMs", options.requestTimeoutMs ?? 30_000);
+        this.#attemptMs = positive("attemptTimeoutMs", options.attemptTimeoutMs ?? (this.servers.length > 1 ? Math.min(5_000, this.#timeoutMs) : this.#timeoutMs));
         this.#maxPollMs = positive("maxPollMs", options.maxPollMs ?? 30_000);
         this.kv = new KV(this);
         this.#ops = {
             renew: (name, id, o) => this.renew(name, id, o),
             release: (name, id) => this.release(name, id),
         };
+    }
+    /** The server that last answered (the first, before any answer), without a trailing slash. */
+    get server() {
+        return this.servers[this.#cur];
     }
     /**
      * Acquires the lock `name` and resolves with its {@link Lease}, which renews itself
@@ -82,6 +103,7 @@ export class FenceClient {
         if (shared && limit > 1) {
             throw invalid(op, name, "shared", "true", `cannot be combined with limit ${limit}: a semaphore's permits are not shared`);
         }
+        const requestId = opts.requestId === undefined ? randomId() : checkRequestId(op, name, opts.requestId);
         // A lock is sent as before (no limit, no shared), so older servers take it.
         const kind = { ...(limit > 1 && { limit }), ...(shared && { shared }) };
         const signal = opts.signal;
@@ -95,7 +117,7 @@ export class FenceClient {
             const start = now();
             let err;
             try {
-                const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll, ...(owner !== "" && { owner }), ...kind }, signal, extraMs: poll });
+                const resp = await this.#json(op, name, "POST", path, { json: { ttl_ms: ttlMs, wait_ms: poll, ...(owner !== "" && { owner }), ...kind, request_id: requestId }, signal, extraMs: poll });
                 return this.#lease(op, name, resp, start, opts.autoRenew ?? true, limit);
             }
             catch (e) {
@@ -151,13 +173,20 @@ export class FenceClient {
      * Releases the lease `leaseId` of `name` and wakes the server's waiters. Most callers
      * use {@link Lease.release}. Rejects with a {@link NotHeldError} if the lease is no
      * longer held (or not yours), an {@link InvalidError} for bad arguments, an
-     * {@link UnavailableError} if the server cannot be reached (retrying is safe).
+     * {@link UnavailableError} if the server cannot be reached (retrying is safe). With
+     * several servers, a release whose earlier attempt may have been applied and whose
+     * retry is answered 410 resolves: the lease is not held either way.
      */
     async release(name, leaseId) {
         const op = "release";
         checkName(op, "name", name);
         checkLeaseId(op, name, leaseId);
-        await this.#json(op, name, "POST", `/v1/locks/${escapeSegment(name)}/release`, { json: { lease: leaseId } });
+        const r = await this.request("POST", `/v1/locks/${escapeSegment(name)}/release`, { json: { lease: leaseId } });
+        if (r.status === 410 && r.uncertain)
+            return;
+        if (r.status !== 200)
+            throw this.#answerError(r);
+        this.#objectOf(op, name, r);
     }
     /**
      * Tells the server that a resource saw token `seen` for lock `name`, so that its next
@@ -404,8 +433,9 @@ export class FenceClient {
         return v;
     }
     /**
-     * Sends one request and reads its whole answer, whatever its status. Used by KV; not
-     * part of the public API.
+     * Sends one request and reads its whole answer, whatever its status, failing over
+     * between the servers (see {@link FenceClient}). Used by KV; not part of the public
+     * API.
      * @internal
      */
     async request(method, path, init) {
@@ -417,20 +447,46 @@ export class FenceClient {
         }
         if (this.#auth)
             headers["Authorization"] = `Bearer ${this.#auth}`;
-        const timeout = AbortSignal.timeout(this.#timeoutMs + (init.extraMs ?? 0));
-        const signal = init.signal ? AbortSignal.any([init.signal, timeout]) : timeout;
-        try {
-            // Never follow a redirect: the server sends none, and one from elsewhere (a
-            // proxy cleaning a path) could point the request at another lock.
-            const res = await fetch(this.server + path, { method, headers, body, signal, redirect: "manual" });
-            const data = new Uint8Array(await res.arrayBuffer());
-            return { status: res.status, headers: res.headers, body: data };
+        const extra = init.extraMs ?? 0;
+        const whole = AbortSignal.timeout(this.#timeoutMs + extra);
+        const n = this.servers.length;
+        const first = this.#cur;
+        const fails = [];
+        let lastErr;
+        let lastAnswer;
+        let uncertain = false;
+        for (let i = 0; i < n; i++) {
+            const k = (first + i) % n;
+            const server = this.servers[k];
+            const attempt = AbortSignal.timeout(this.#attemptMs + extra);
+            const signal = AbortSignal.any(init.signal ? [init.signal, whole, attempt] : [whole, attempt]);
+            try {
+                // Never follow a redirect: the server sends none, and one from elsewhere (a
+                // proxy cleaning a path) could point the request at another lock.
+                const res = await fetch(server + path, { method, headers, body, signal, redirect: "manual" });
+                const data = new Uint8Array(await res.arrayBuffer());
+                const answer = { status: res.status, headers: res.headers, body: data, server, uncertain };
+                if (n === 1 || !FAILOVER_STATUS.has(res.status)) {
+                    this.#cur = k;
+                    return answer;
+                }
+                uncertain = true;
+                lastAnswer = { ...answer, uncertain };
+                fails.push(`at ${server}: ${res.status} ${STATUS_TEXT[res.status] ?? ""}`.trimEnd());
+            }
+            catch (err) {
+                if (init.signal?.aborted)
+                    throw init.signal.reason;
+                lastErr = err;
+                uncertain ||= !notSent(err);
+                fails.push(`at ${server}: ${reachReason(err)}`);
+            }
+            if (whole.aborted)
+                break; // requestTimeoutMs is over: no time for another server
         }
-        catch (err) {
-            if (init.signal?.aborted)
-                throw init.signal.reason;
-            throw new UnavailableError("unavailable", undefined, `cannot reach the fence server at ${this.server}: ${reachReason(err)}`, { cause: err });
-        }
+        if (lastAnswer)
+            return lastAnswer;
+        throw new UnavailableError("unavailable", undefined, `cannot reach the fence server ${fails.join("; ")}`, { cause: lastErr });
     }
     /** Returns the error of a non-200 answer: the server's error, or a description of a foreign answer. */
     #answerError(r) {
@@ -447,12 +503,12 @@ export class FenceClient {
             return errorFromBody(r.status, body);
         const status = `${r.status} ${STATUS_TEXT[r.status] ?? ""}`.trimEnd();
         if (r.status === 502 || r.status === 503 || r.status === 504) {
-            return new UnavailableError("unavailable", r.status, `cannot reach the fence server at ${this.server}: ${status}`);
+            return new UnavailableError("unavailable", r.status, `cannot reach the fence server at ${r.server}: ${status}`);
         }
         let text = textDecoder.decode(r.body).split(/\s+/).filter(Boolean).join(" ");
         if (text.length > 200)
             text = text.slice(0, 200) + "...";
-        return new FenceError("unexpected", r.status, `unexpected answer from ${this.server} (not a fence server?): ${status}${text ? ": " + text : ""}`);
+        return new FenceError("unexpected", r.status, `unexpected answer from ${r.server} (not a fence server?): ${status}${text ? ": " + text : ""}`);
     }
     /** @internal */
     answerError(r) {
@@ -649,6 +705,20 @@ function parseServer(s) {
         throw bad();
     }
     return (u.origin + u.pathname).replace(/\/+$/, "");
+}
+/** The statuses that move a request to the next server: the server cannot serve it now, or a proxy cannot reach it. */
+const FAILOVER_STATUS = new Set([502, 503, 504]);
+/** notSent reports whether fetch failed to connect, so that nothing of the request can have been applied. */
+function notSent(err) {
+    const e = err;
+    const code = e?.cause?.code ?? e?.cause?.errors?.find((x) => x?.code)?.code;
+    return code === "ECONNREFUSED" || code === "UND_ERR_CONNECT_TIMEOUT" || code === "ENOTFOUND" || code === "EHOSTUNREACH" || code === "ENETUNREACH";
+}
+/** randomId returns a request id: 128 bits from crypto.getRandomValues, as 32 hex digits. */
+function randomId() {
+    const b = new Uint8Array(16);
+    globalThis.crypto.getRandomValues(b);
+    return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 function positive(field, v) {
     if (typeof v !== "number" || !(v > 0) || !Number.isFinite(v)) {

@@ -27,6 +27,11 @@ export declare function checkName(op: string, field: "name" | "key", v: unknown)
  * server's to say (it answers 400 naming the field "owner").
  */
 export declare function checkOwner(op: string, name: string, v: unknown): string;
+/**
+ * checkRequestId throws the InvalidError of a bad request id (field "requestId"): not
+ * 1 to 128 bytes of printable ASCII without spaces.
+ */
+export declare function checkRequestId(op: string, name: string, v: unknown): string;
 /** checkTTL throws the InvalidError of a ttlMs that is not an integer in [1, 86400000]. */
 export declare function checkTTL(op: string, name: string, v: unknown): number;
 /** checkLimit throws the InvalidError of a limit that is not an integer in [1, 1024]. */

@@ -71,6 +71,21 @@ export function checkOwner(op, name, v) {
         throw invalid(op, name, "owner", v, `is ${n} bytes, longer than ${MAX_OWNER_BYTES}`);
     return v;
 }
+/**
+ * checkRequestId throws the InvalidError of a bad request id (field "requestId"): not
+ * 1 to 128 bytes of printable ASCII without spaces.
+ */
+export function checkRequestId(op, name, v) {
+    if (typeof v !== "string")
+        throw invalid(op, name, "requestId", undefined, `must be a string, not ${typeName(v)}`);
+    if (v === "")
+        throw invalid(op, name, "requestId", v, "is empty");
+    if (v.length > 128)
+        throw invalid(op, name, "requestId", v, `is ${v.length} bytes, longer than 128`);
+    if (!/^[!-~]+$/.test(v))
+        throw invalid(op, name, "requestId", v, "must be printable ASCII without spaces");
+    return v;
+}
 /** checkTTL throws the InvalidError of a ttlMs that is not an integer in [1, 86400000]. */
 export function checkTTL(op, name, v) {
     if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > MAX_TTL_MS) {

@@ -74,6 +74,18 @@ export function checkOwner(op: string, name: string, v: unknown): string {
   return v;
 }
 
+/**
+ * checkRequestId throws the InvalidError of a bad request id (field "requestId"): not
+ * 1 to 128 bytes of printable ASCII without spaces.
+ */
+export function checkRequestId(op: string, name: string, v: unknown): string {
+  if (typeof v !== "string") throw invalid(op, name, "requestId", undefined, `must be a string, not ${typeName(v)}`);
+  if (v === "") throw invalid(op, name, "requestId", v, "is empty");
+  if (v.length > 128) throw invalid(op, name, "requestId", v, `is ${v.length} bytes, longer than 128`);
+  if (!/^[!-~]+$/.test(v)) throw invalid(op, name, "requestId", v, "must be printable ASCII without spaces");
+  return v;
+}
+
 /** checkTTL throws the InvalidError of a ttlMs that is not an integer in [1, 86400000]. */
 export function checkTTL(op: string, name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > MAX_TTL_MS) {

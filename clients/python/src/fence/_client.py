@@ -8,6 +8,7 @@ import ipaddress
 import json
 import math
 import os
+import secrets
 import socket
 import ssl
 import threading
@@ -44,6 +45,7 @@ MAX_TOKEN = (1 << 53) - 1
 MAX_NAME_BYTES = 255
 MAX_LEASE_ID_BYTES = 128
 MAX_OWNER_BYTES = 256
+MAX_REQUEST_ID_BYTES = 128
 MAX_LIMIT = 1024
 MIN_TTL = 0.001
 MAX_TTL = 86400.0
@@ -193,6 +195,21 @@ def _check_owner(op: str, name: str, owner: Any) -> str:
     return owner
 
 
+def _check_request_id(op: str, name: str, request_id: Any) -> str:
+    """Returns a request id: 1 to 128 bytes of printable ASCII without spaces."""
+    if not isinstance(request_id, str):
+        raise _invalid(op, name, "request_id", None, "must be a string, got %s" % type(request_id).__name__)
+    if request_id == "":
+        raise _invalid(op, name, "request_id", None, "is empty")
+    if len(request_id) > MAX_REQUEST_ID_BYTES:
+        raise _invalid(
+            op, name, "request_id", request_id, "is %d bytes, longer than %d" % (len(request_id), MAX_REQUEST_ID_BYTES)
+        )
+    if any(not ("!" <= c <= "~") for c in request_id):
+        raise _invalid(op, name, "request_id", request_id, "must be printable ASCII without spaces")
+    return request_id
+
+
 def _check_kind(op: str, name: str, limit: Any, shared: Any) -> Dict[str, Any]:
     """Returns the acquire body's fields of the kind of grant: {"limit": N} for a
     semaphore of N > 1, {"shared": True} for a shared lease, {} for a lock (sent as
@@ -230,14 +247,28 @@ def _escape_header(name: str) -> str:
 # --- the server URL -----------------------------------------------------------------
 
 
-def _server_url(server: Optional[str]) -> str:
-    """Returns the normalised base URL: server, else $FENCE_SERVER, else the default.
-    A bare HOST:PORT means http://HOST:PORT."""
+def _server_urls(server: Optional[str], servers: Optional[List[str]] = None) -> List[str]:
+    """Returns the normalised base URLs: those of server (a comma-separated list),
+    else of $FENCE_SERVER, else the default; then those of servers."""
     given, source = server, "server"
+    if (given is None or given == "") and servers:
+        return [_server_url(s, "servers") for s in servers]
     if given is None or given == "":
         given, source = os.environ.get("FENCE_SERVER", ""), "FENCE_SERVER"
     if given == "":
-        return DEFAULT_SERVER
+        return [DEFAULT_SERVER] + [_server_url(s, "servers") for s in servers or []]
+    if not isinstance(given, str):
+        raise InvalidError(
+            "invalid server: must be a string, got %s" % type(given).__name__, field="server", reason="must be a string"
+        )
+    return [_server_url(one.strip(), source) for one in given.split(",")] + [
+        _server_url(s, "servers") for s in servers or []
+    ]
+
+
+def _server_url(given: Any, source: str) -> str:
+    """Returns the normalised base URL of one server. A bare HOST:PORT means
+    http://HOST:PORT."""
     if not isinstance(given, str):
         raise InvalidError(
             "invalid server: must be a string, got %s" % type(given).__name__, field="server", reason="must be a string"
@@ -255,9 +286,18 @@ def _server_url(server: Optional[str]) -> str:
         raise bad from None
     if u.scheme not in ("http", "https") or not u.hostname or u.query or u.fragment or "@" in u.netloc:
         raise bad
-    if any(c.isspace() for c in full):
+    if given == "" or any(c.isspace() for c in full):
         raise bad
     return full.rstrip("/")
+
+
+def _not_sent(exc: BaseException) -> bool:
+    """Reports whether a request failed to connect, so nothing of it was applied."""
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        exc = exc.reason
+    return isinstance(exc, (ConnectionRefusedError, socket.gaierror)) or (
+        isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
+    )
 
 
 def _is_loopback(host: str) -> bool:
@@ -485,10 +525,14 @@ class Client:
     several threads.
 
     ``server`` is the server's URL: ``http://HOST:PORT``, ``https://HOST:PORT`` or a
-    bare ``HOST:PORT`` (http); None means $FENCE_SERVER, else
-    ``http://127.0.0.1:7420``. ``token`` is the bearer token sent with every request;
-    None means $FENCE_AUTH_TOKEN (none if unset). ``timeout`` bounds one request in
-    seconds, beyond the long poll of a waiting acquire. ``max_poll`` is the longest
+    bare ``HOST:PORT`` (http), or a comma-separated list of the servers of one
+    cluster; ``servers`` adds more; None means $FENCE_SERVER (which may be such a
+    list), else ``http://127.0.0.1:7420``. ``token`` is the bearer token sent with
+    every request; None means $FENCE_AUTH_TOKEN (none if unset). ``timeout`` bounds
+    one request in seconds, all its attempts together, beyond the long poll of a
+    waiting acquire. ``attempt_timeout`` bounds one attempt on one server (then the
+    request moves to the next); None means ``timeout`` with one server, and 5
+    seconds (or ``timeout`` if shorter) with several. ``max_poll`` is the longest
     wait asked of the server in one long poll (the server caps it too, at its
     --max-wait); a longer wait is several polls. ``ssl_context`` verifies an https
     server (e.g. ``ssl.create_default_context(cafile=...)`` for a private CA).
@@ -499,6 +543,20 @@ class Client:
     an answer (its message the server's "error" verbatim), UnavailableError
     (``cannot reach the fence server at URL: REASON``) when there is no answer, and
     InvalidError for arguments refused before any request.
+
+    Several servers: each request goes to the server that last answered
+    (``server``), and moves to the next one, each server once per request, when it
+    cannot connect or fails without an answer, passes ``attempt_timeout``, or is
+    answered 502, 503 or 504 (503: a node cut off from the majority, a server
+    shutting down); long polls move too. When no server answers, the error names
+    each one tried (``cannot reach the fence server at URL1: REASON; at URL2:
+    REASON``), or is the last 503. Retrying is safe: every acquire carries a request
+    id (``request_id``: the caller's, or 128 random bits), the same on every attempt
+    and poll, so a store that keeps request ids (etcd, cluster mode) answers a retry
+    with the grant whose answer was lost, never a second one; a renewal twice is
+    one; a release whose earlier attempt may have been applied and whose retry is
+    answered 410 returns (the lease is over either way, and a release never
+    touches another lease).
     """
 
     def __init__(
@@ -509,9 +567,12 @@ class Client:
         timeout: float = 30.0,
         max_poll: float = 30.0,
         ssl_context: Optional[ssl.SSLContext] = None,
+        servers: Optional[List[str]] = None,
+        attempt_timeout: Optional[float] = None,
     ) -> None:
-        self.server: str = _server_url(server)
-        """The normalised base URL of the server, without a trailing slash."""
+        self.servers: Tuple[str, ...] = tuple(_server_urls(server, servers))
+        """The normalised base URLs of the servers, in the order they are tried."""
+        self._cur = 0  # index in servers of the server that last answered
         if token is None:
             token = os.environ.get("FENCE_AUTH_TOKEN") or None
         if token is not None and (not isinstance(token, str) or token.strip() == "" or any(c in token for c in "\r\n")):
@@ -522,7 +583,15 @@ class Client:
                 raise InvalidError("invalid %s %r: must be a positive number of seconds" % (field, v), field=field)
         self.timeout: float = float(timeout)
         self.max_poll: float = float(max_poll)
-        self._direct = _is_loopback(urllib.parse.urlsplit(self.server).hostname or "")
+        if attempt_timeout is None:
+            attempt_timeout = self.timeout if len(self.servers) == 1 else min(5.0, self.timeout)
+        if not _is_number(attempt_timeout) or not (0 < attempt_timeout < math.inf):
+            raise InvalidError(
+                "invalid attempt_timeout %r: must be a positive number of seconds" % (attempt_timeout,),
+                field="attempt_timeout",
+            )
+        self.attempt_timeout: float = float(attempt_timeout)
+        self._direct = all(_is_loopback(urllib.parse.urlsplit(s).hostname or "") for s in self.servers)
         self._ssl_context = ssl_context
         self._opener = self._new_opener()
 
@@ -539,8 +608,14 @@ class Client:
             handlers.append(urllib.request.HTTPSHandler(context=self._ssl_context))
         return urllib.request.build_opener(*handlers)
 
+    @property
+    def server(self) -> str:
+        """The base URL of the server that last answered (the first, before any
+        answer), without a trailing slash."""
+        return self.servers[self._cur]
+
     def __repr__(self) -> str:
-        return "fence.Client(%r)" % self.server
+        return "fence.Client(%r)" % ",".join(self.servers)
 
     # --- transport ---
 
@@ -556,36 +631,68 @@ class Client:
         timeout: Optional[float] = None,
         opener: Optional[urllib.request.OpenerDirector] = None,
         fenced_404: bool = False,
+        gone_ok: bool = False,
     ) -> Tuple[int, http.client.HTTPMessage, bytes]:
-        """Sends one request (with opener, else the client's) and returns (status,
-        headers, body) of a 200 answer, and with fenced_404 of a 404 that carries a
-        key's fence (Fence-Token and Fence-Lock). Raises the FenceError of any other
-        answer, UnavailableError without one."""
+        """Sends one request (with opener, else the client's), failing over between
+        the servers, and returns (status, headers, body) of a 200 answer, and with
+        fenced_404 of a 404 that carries a key's fence (Fence-Token and Fence-Lock),
+        and with gone_ok of a 410 after an attempt that may have been applied (a
+        release's retry). Raises the FenceError of any other answer,
+        UnavailableError without one. timeout, if given, is the client's timeout
+        plus the long poll asked of the server."""
         h = dict(headers or {})
         if self._auth:
             h["Authorization"] = "Bearer " + self._auth
         if body is None and method in ("POST", "PUT"):
             body = b""
-        req = urllib.request.Request(self.server + path, data=body, headers=h, method=method)
-        t = self.timeout if timeout is None else max(timeout, 0.001)
-        try:
-            with (opener or self._opener).open(req, timeout=t) as resp:
-                data = resp.read(_MAX_RESPONSE_BYTES)
-                return resp.status, resp.headers, data
-        except urllib.error.HTTPError as e:
+        extra = 0.0 if timeout is None else max(timeout - self.timeout, 0.0)
+        end = time.monotonic() + self.timeout + extra
+        n = len(self.servers)
+        first = self._cur
+        fails: List[str] = []
+        last_exc: Optional[BaseException] = None
+        last_answer: Optional[FenceError] = None
+        uncertain = False
+        for i in range(n):
+            k = (first + i) % n
+            server = self.servers[k]
+            req = urllib.request.Request(server + path, data=body, headers=h, method=method)
+            t = max(min(self.attempt_timeout + extra, end - time.monotonic()), 0.001)
             try:
-                data = e.read(_MAX_RESPONSE_BYTES)
-            except (OSError, http.client.HTTPException):
-                data = b""
-            finally:
-                e.close()
-            if fenced_404 and e.code == 404 and e.headers.get(HEADER_TOKEN) and e.headers.get(HEADER_LOCK):
-                return e.code, e.headers, b""
-            raise self._answer_error(e.code, data) from None
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
-            raise UnavailableError("cannot reach the fence server at %s: %s" % (self.server, _reach_reason(e))) from e
+                with (opener or self._opener).open(req, timeout=t) as resp:
+                    data = resp.read(_MAX_RESPONSE_BYTES)
+                    self._cur = k
+                    return resp.status, resp.headers, data
+            except urllib.error.HTTPError as e:
+                try:
+                    data = e.read(_MAX_RESPONSE_BYTES)
+                except (OSError, http.client.HTTPException):
+                    data = b""
+                finally:
+                    e.close()
+                if n > 1 and e.code in (502, 503, 504):
+                    uncertain = True
+                    last_answer = self._answer_error(e.code, data, server)
+                    fails.append("at %s: %d %s" % (server, e.code, http.client.responses.get(e.code, "")))
+                else:
+                    self._cur = k
+                    if fenced_404 and e.code == 404 and e.headers.get(HEADER_TOKEN) and e.headers.get(HEADER_LOCK):
+                        return e.code, e.headers, b""
+                    if gone_ok and uncertain and e.code == 410:
+                        return e.code, e.headers, b"{}"
+                    raise self._answer_error(e.code, data, server) from None
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+                last_exc = e
+                uncertain = uncertain or not _not_sent(e)
+                fails.append("at %s: %s" % (server, _reach_reason(e)))
+            if time.monotonic() >= end:
+                break  # the request's timeout is over: no time for another server
+        if last_answer is not None:
+            raise last_answer
+        raise UnavailableError("cannot reach the fence server " + "; ".join(fails)) from last_exc
 
-    def _answer_error(self, status: int, data: bytes) -> FenceError:
+    def _answer_error(self, status: int, data: bytes, server: Optional[str] = None) -> FenceError:
+        server = server or self.server
         body: Any = None
         try:
             body = json.loads(data.decode("utf-8"))
@@ -596,20 +703,33 @@ class Client:
         reason = "%d %s" % (status, http.client.responses.get(status, ""))
         reason = reason.strip()
         if status in (502, 503, 504):
-            return error_for_status(status, "cannot reach the fence server at %s: %s" % (self.server, reason))
+            return error_for_status(status, "cannot reach the fence server at %s: %s" % (server, reason))
         text = " ".join(data.decode("utf-8", "replace").split())
         if len(text) > 200:
             text = text[:200] + "..."
         if text:
             reason += ": " + text
-        return error_for_status(status, "unexpected answer from %s (not a fence server?): %s" % (self.server, reason))
+        return error_for_status(status, "unexpected answer from %s (not a fence server?): %s" % (server, reason))
 
     def _post_json(
-        self, op: str, name: str, path: str, payload: Dict[str, Any], timeout: Optional[float] = None
+        self,
+        op: str,
+        name: str,
+        path: str,
+        payload: Dict[str, Any],
+        timeout: Optional[float] = None,
+        gone_ok: bool = False,
     ) -> Dict[str, Any]:
         data = json.dumps(payload).encode("utf-8")
         _, _, raw = self._request(
-            op, name, "POST", path, body=data, headers={"Content-Type": "application/json"}, timeout=timeout
+            op,
+            name,
+            "POST",
+            path,
+            body=data,
+            headers={"Content-Type": "application/json"},
+            timeout=timeout,
+            gone_ok=gone_ok,
         )
         return self._object(op, name, raw)
 
@@ -638,6 +758,7 @@ class Client:
         owner: Optional[str] = None,
         limit: Optional[int] = None,
         shared: bool = False,
+        request_id: Optional[str] = None,
     ) -> Lease:
         """Acquires the lock ``name`` for ``ttl`` seconds and returns its Lease.
 
@@ -667,6 +788,13 @@ class Client:
         find the lock held, so readers cannot starve a writer. Each is sent only when
         set.
 
+        ``request_id`` names this acquire across its retries (1 to 128 bytes of
+        printable ASCII without spaces; None: 128 random bits). Every attempt and
+        poll of the call sends it, so that where the server's store keeps request
+        ids (etcd, cluster mode) a retry whose first answer was lost (a timeout, a
+        failover to another node) gets that grant, not a second one. Whoever knows a
+        live grant's request id gets its lease: keep it secret.
+
         Raises HeldError (with expires_in_ms) if the lock is still held when the wait
         is over (for a semaphore: all its permits), LimitMismatchError (an
         InvalidError) if the name's live leases have another limit, InvalidError for a
@@ -682,6 +810,7 @@ class Client:
         wait_s = _check_wait(op, name, wait)
         owner = _check_owner(op, name, owner)
         kind = _check_kind(op, name, limit, shared)
+        rid = secrets.token_hex(16) if request_id is None else _check_request_id(op, name, request_id)
         path = "/v1/locks/%s/acquire" % escape_name(name)
         forever = math.isinf(wait_s)
         wait_end = time.monotonic() + (0.0 if forever else wait_s)
@@ -698,7 +827,7 @@ class Client:
                 poll = 0.0
             poll_ms = int(poll * 1000)
             sent = time.monotonic()
-            payload: Dict[str, Any] = {"ttl_ms": ttl_ms, "wait_ms": poll_ms}
+            payload: Dict[str, Any] = {"ttl_ms": ttl_ms, "wait_ms": poll_ms, "request_id": rid}
             if owner:
                 payload["owner"] = owner
             payload.update(kind)
@@ -1295,7 +1424,7 @@ class Lease:
                     return
             try:
                 self._client._post_json(
-                    op, self.name, "/v1/locks/%s/release" % escape_name(self.name), {"lease": self.id}
+                    op, self.name, "/v1/locks/%s/release" % escape_name(self.name), {"lease": self.id}, gone_ok=True
                 )
             except NotHeldError as e:
                 self._lose(e)
