@@ -2,9 +2,14 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/fencehttp"
 )
 
 // The cluster store's kill of the leader reaches the cluster: with the leader killed,
@@ -101,5 +106,101 @@ func TestRun_FencingOn_Cluster_AllNemeses_NoViolation(t *testing.T) {
 	}
 	if sum.Report.Writes < 10 {
 		t.Errorf("accepted writes = %d, want at least 10 (workers made no progress?)", sum.Report.Writes)
+	}
+}
+
+// The cluster store's leader partition reaches the cluster: the two other nodes
+// elect a leader of their own; the cut-off node, which the workers still reach,
+// refuses a grant as unavailable within a bound rather than granting it; and once
+// healed the three nodes agree on one leader again.
+func TestCluster_LeaderPartition_MajorityElectsIsolatedRefuses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three fence serve nodes in network namespaces; skipped under -short")
+	}
+	r := &run{cfg: Config{Binary: fenceBin, Store: StoreCluster, TTL: etcdMinTTL}, dir: t.TempDir()}
+	defer r.close()
+	layer, err := newNetLayer()
+	if err != nil {
+		t.Fatalf("newNetLayer: %v", err)
+	}
+	r.net = layer
+	r.onClose(layer.close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := (clusterStore{}).setup(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.startServers(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := r.leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partitionNemesis{}
+	if err := p.setup(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	p.n, p.first = 1, 2 // clusterCut sees n 2: kind (2+2-1)%3, "leader"
+	f, err := p.inject(ctx, rand.New(rand.NewPCG(1, 2)))
+	if err != nil || f == nil || f.kind != "leader" {
+		t.Fatalf("inject = %+v, %v; want a leader partition", f, err)
+	}
+	var others []*node
+	for _, m := range r.nodes {
+		if m != old {
+			others = append(others, m)
+			if !slices.Contains(layer.cuts, [2]string{old.host, m.host}) {
+				t.Fatalf("cuts %v: the leader %s is not cut off from %s (leadership moved before the fault?)", layer.cuts, old.host, m.host)
+			}
+		}
+	}
+	// The two others agree on a leader among themselves (at most about 10 s).
+	var now [2]*node
+	for try := 0; try < 100; try++ {
+		now[0], _ = r.leaderOf(ctx, others[0])
+		now[1], _ = r.leaderOf(ctx, others[1])
+		if now[0] != nil && now[0] == now[1] && now[0] != old {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if now[0] == nil || now[0] != now[1] || now[0] == old {
+		t.Fatalf("while %s was cut off, the others name leaders %v and %v; want one of them", old.name, now[0], now[1])
+	}
+	// The cut-off node, asked directly, refuses a grant.
+	c, err := fencehttp.NewClient(old.url(), &fencehttp.ClientOptions{RequestTimeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	l, err := c.Acquire(ctx, "partitioned", 5*time.Second, fence.WithWait(0))
+	took := time.Since(began)
+	if err == nil {
+		t.Fatalf("the cut-off node %s granted token %d", old.name, l.Token())
+	}
+	if !errors.Is(err, fence.ErrUnavailable) || took > 10*time.Second {
+		t.Errorf("acquire on the cut-off node: %v after %v; want fence.ErrUnavailable within 10s", err, took)
+	}
+	t.Logf("the cut-off node refused a grant after %v: %v", took.Round(time.Millisecond), err)
+	if err := f.heal(); err != nil {
+		t.Fatal(err)
+	}
+	var leaders []string
+	for _, m := range r.nodes {
+		var l *node
+		for try := 0; try < 100; try++ {
+			if l, err = r.leaderOf(ctx, m); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("node %s after the heal: %v", m.name, err)
+		}
+		leaders = append(leaders, l.name)
+	}
+	if leaders[0] != leaders[1] || leaders[1] != leaders[2] {
+		t.Errorf("leaders the nodes name after the heal = %q, want one", leaders)
 	}
 }
