@@ -111,8 +111,8 @@ func jitter(rng *rand.Rand, d time.Duration) time.Duration {
 // and another worker takes the lock, then SIGCONTs it. On the cluster store with
 // fencing on, every second fault ("node", counted as "pause/node"; the holder's is
 // "pause/worker") stops a node instead, drawn at random, for 3 TTLs: a leader stopped
-// loses its term to the others, and a node's own timers (its waiters' judgement of a
-// holder's silence) fire late when it wakes. The control run (fencing off) pauses the
+// loses its term to the others, and a node's requests in flight and its own timers
+// carry on late when it wakes. The control run (fencing off) pauses the
 // holder every time: its pauses are there to make stale writes, which a node's pause
 // does not.
 type pauseNemesis struct {
