@@ -43,6 +43,13 @@
 //	GET  /ui              -> the live dashboard (package ui; its files need no auth)
 //	GET  /                -> 302 to /ui (needs no auth)
 //
+// In cluster mode (Config.Cluster: fence serve --node), and 404 "not_found" otherwise:
+//
+//	GET    /v1/cluster                 -> 200 {"members":[{"name","peer","leader","healthy","api"}]}
+//	POST   /v1/cluster/members         {"name","peer"} (admin) -> 200 the members | 400 | 503
+//	DELETE /v1/cluster/members/{name}  (admin) -> 200 the members | 404 unknown member | 503
+//	GET    /v1/cluster/snapshot        (admin) -> 200 application/octet-stream: the store's snapshot
+//
 // The OpenAPI document describes every route, header, status and error code above
 // and is checked against the server by this package's tests. HEAD is answered as GET
 // without a body, and a method a route does not serve is 405 "method_not_allowed"

@@ -340,21 +340,31 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		ln       net.Listener
 		node     *cluster.Node
 		nodeDone <-chan struct{} // closed when the cluster member stops on its own; nil outside cluster mode
+		nodeErr  <-chan error    // the cluster member's fatal errors; nil outside cluster mode
 	)
 	switch {
 	case c.cluster != nil:
-		// Listen first: the node publishes its API URL, port included.
-		if ln, err = net.Listen("tcp", c.listen); err != nil {
-			return fmt.Errorf("serve: %w", err)
+		// The node publishes its API URL, port included: with --listen's port 0
+		// the port is known once listening, so listen first (requests then wait
+		// for the majority); otherwise listen once the node is ready, so that a
+		// client is refused at once meanwhile and tries another node.
+		addr := c.listen
+		if _, port, _ := net.SplitHostPort(c.listen); port == "0" {
+			if ln, err = net.Listen("tcp", c.listen); err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			addr = ln.Addr().String()
 		}
 		cfg := *c.cluster
-		cfg.APIURL = apiURL(scheme, ln.Addr(), cfg.Peers[cfg.Name])
+		cfg.APIURL = apiURL(scheme, addr, cfg.Peers[cfg.Name])
 		log.Info("cluster mode: starting this node's member, waiting for a majority of the nodes", "node", cfg.Name, "peers", len(cfg.Peers), "data", cfg.Dir)
 		if st, node, err = openClusterStore(ctx, cfg); err != nil {
-			ln.Close()
+			if ln != nil {
+				ln.Close()
+			}
 			return err
 		}
-		nodeDone = node.Done()
+		nodeDone, nodeErr = node.Done(), node.Err()
 	case c.externalLocks:
 		st, err = openExternalLocksStore(c.store, c.data)
 	default:
@@ -427,6 +437,9 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-nodeDone:
 		err = errors.New("serve: this node's cluster member stopped (removed from the cluster, or failed; see the log)")
+		log.Error(err.Error())
+	case merr := <-nodeErr:
+		err = fmt.Errorf("serve: this node's cluster member failed: %w", merr)
 		log.Error(err.Error())
 	case <-ctx.Done():
 	}

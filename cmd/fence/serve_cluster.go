@@ -120,10 +120,10 @@ func sortedNames(m map[string]string) []string {
 // apiURL is the URL a cluster node publishes for its API: the listener's
 // address, with the host of the node's --peers entry when it listens on every
 // interface (an unspecified address is no use to a client).
-func apiURL(scheme string, addr net.Addr, peer string) string {
-	host, port, err := net.SplitHostPort(addr.String())
+func apiURL(scheme, addr, peer string) string {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return scheme + "://" + addr.String()
+		return scheme + "://" + addr
 	}
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host, _, _ = net.SplitHostPort(peer)

@@ -72,6 +72,9 @@ const (
 	// NodesPrefix is the etcd key prefix of the nodes' registrations (value: the
 	// node's API URL).
 	NodesPrefix = "fence/cluster/nodes/"
+	// apiPrefix keeps each node's last published API URL, without a lease, so
+	// that Status can name it while the node is down.
+	apiPrefix = "fence/cluster/api/"
 	// addedPrefix names members added by AddMember, by member id, until their
 	// node starts and registers under its own name.
 	addedPrefix = "fence/cluster/added/"
@@ -188,6 +191,11 @@ func (n *Node) Client() *clientv3.Client { return n.cli }
 // Done returns a channel closed when the node's member has stopped on its own:
 // removed from the cluster, or failed.
 func (n *Node) Done() <-chan struct{} { return n.etcd.Server.StopNotify() }
+
+// Err returns the channel on which the member reports an error that stops it
+// serving its peers (its peer listener failed). The node is then of no use
+// to the cluster: its owner should close it.
+func (n *Node) Err() <-chan error { return n.etcd.Err() }
 
 // Close revokes the node's registration (so Status shows it unhealthy at once),
 // stops its loops, its client and its member. The member's data stays in Dir,
@@ -411,7 +419,10 @@ func (n *Node) publish(ctx context.Context) (<-chan *clientv3.LeaseKeepAliveResp
 	if err != nil {
 		return nil, err
 	}
-	if _, err := n.cli.Put(ctx, NodesPrefix+n.cfg.Name, n.cfg.APIURL, clientv3.WithLease(g.ID)); err != nil {
+	if _, err := n.cli.Txn(ctx).Then(
+		clientv3.OpPut(NodesPrefix+n.cfg.Name, n.cfg.APIURL, clientv3.WithLease(g.ID)),
+		clientv3.OpPut(apiPrefix+n.cfg.Name, n.cfg.APIURL),
+	).Commit(); err != nil {
 		return nil, err
 	}
 	ch, err := n.cli.KeepAlive(ctx, g.ID)
@@ -499,7 +510,7 @@ func (n *Node) clearNoSpace(ctx context.Context) error {
 
 // Status returns every member of the cluster as this node sees it: its name,
 // peer URL, whether it is the leader this node follows, whether it is healthy,
-// and its published API URL. A member is healthy when its node's registration
+// and the API URL its node last published. A member is healthy when its node's registration
 // key (NodesPrefix+NAME, on a lease of RegistrationTTL that the node renews
 // through the leader) is present in a linearizable read: its node runs and
 // reaches the majority, as of at most RegistrationTTL (plus a leader change's
@@ -519,12 +530,15 @@ func (n *Node) Status(ctx context.Context) ([]fencehttp.ClusterMember, error) {
 	rctx, cancel := context.WithTimeout(ctx, n.cfg.requestTimeout())
 	defer cancel()
 	nodes, nerr := n.cli.Get(rctx, "fence/cluster/", clientv3.WithPrefix())
+	registered := map[string]bool{}
 	api := map[string]string{}
 	added := map[string]string{}
 	if nerr == nil {
 		for _, kv := range nodes.Kvs {
 			k := string(kv.Key)
 			if name, ok := strings.CutPrefix(k, NodesPrefix); ok {
+				registered[name] = true
+			} else if name, ok := strings.CutPrefix(k, apiPrefix); ok {
 				api[name] = string(kv.Value)
 			} else if id, ok := strings.CutPrefix(k, addedPrefix); ok {
 				added[id] = string(kv.Value)
@@ -538,9 +552,8 @@ func (n *Node) Status(ctx context.Context) ([]fencehttp.ClusterMember, error) {
 		if name == "" {
 			name = added[strconv.FormatUint(m.ID, 16)]
 		}
-		_, registered := api[m.Name]
 		cm := fencehttp.ClusterMember{Name: name, API: api[m.Name], Leader: nerr == nil && m.ID == leader,
-			Healthy: nerr == nil && m.Name != "" && registered}
+			Healthy: nerr == nil && m.Name != "" && registered[m.Name]}
 		if len(m.PeerURLs) > 0 {
 			cm.Peer = m.PeerURLs[0]
 		}
@@ -622,6 +635,7 @@ func (n *Node) RemoveMember(ctx context.Context, name string) error {
 		}
 		_, _ = n.cli.Delete(ctx, addedPrefix+hexID)
 		_, _ = n.cli.Delete(ctx, NodesPrefix+name)
+		_, _ = n.cli.Delete(ctx, apiPrefix+name)
 		return nil
 	}
 	return fmt.Errorf("cluster: remove %s: %w: no member of that name", name, fence.ErrNotFound)

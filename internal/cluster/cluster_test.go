@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/etcd"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/internal/cluster"
 	"github.com/fencelock/fence/internal/servers"
@@ -127,6 +128,37 @@ func TestStart_ThreeNodes_StatusShowsEveryMember(t *testing.T) {
 	g, err := nodes[2].Client().Get(ctx, "k")
 	if err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != "v" {
 		t.Fatalf("read on another node: got %v, %v; want k=v", g, err)
+	}
+
+	// A stopped node is unhealthy, and its last API URL stays known.
+	nodes[2].Close()
+	ms = waitStatus(t, nodes[0], func(ms []fencehttp.ClusterMember) bool { return len(ms) == 3 && !ms[2].Healthy })
+	if ms[2].API != "http://api-n2" || !ms[0].Healthy || !ms[1].Healthy {
+		t.Fatalf("n2 stopped: got %+v; want n2 unhealthy with its API URL, n0 and n1 healthy", ms)
+	}
+}
+
+func TestNode_ServesPackageEtcdStore_StoreCloseKeepsTheClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd member")
+	}
+	dir, p := t.TempDir(), peers(t, 1)
+	n := startAll(t, config(dir, "n0", p))[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := etcd.NewStore(n.Client(), nil)
+	l, err := s.Acquire(ctx, "job", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, "k", []byte("v"), l.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client().Get(ctx, "k"); err != nil {
+		t.Fatalf("the node's client after the store's Close: %v; want it still open", err)
 	}
 }
 
