@@ -69,10 +69,10 @@ func openBroken(path string, o *Options, broken string) (*Store, error) {
 	case forgetOwners:
 		forget = func(r *recovered) {
 			for _, e := range r.restored {
-				e.h.setOwner("")
+				e.h.setOwner("", "")
 				if e.x != nil {
 					for _, h := range e.x.holds {
-						h.setOwner("")
+						h.setOwner("", "")
 					}
 				}
 			}

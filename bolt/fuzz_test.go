@@ -116,7 +116,7 @@ func encodeFields(r lockFields) []byte {
 			e.x.holds = append(e.x.holds, h)
 		}
 		h.id, h.token, h.slot, h.expires, h.hidx = f.id, f.token, int32(f.slot), f.wallExp, 0
-		h.setOwner(f.owner)
+		h.setOwner(f.owner, "")
 	}
 	return s.encodeLock(e)
 }

@@ -44,8 +44,13 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, opt
 
 // Features returns the kinds of grant the store makes beyond locks: semaphores
 // (fence.WithLimit) and shared locks (fence.WithShared), both native, durable
-// and decided by driver.Decide as locks are (see the package doc).
-func (s *Store) Features() fence.Features { return fence.Features{Semaphores: true, Shared: true} }
+// and decided by driver.Decide as locks are (see the package doc); and that it
+// keeps request ids (fence.WithRequestID), in memory only: after a restart, a
+// retry of a grant made before it finds the name held (or grants anew once that
+// lease ended), as without a request id.
+func (s *Store) Features() fence.Features {
+	return fence.Features{Semaphores: true, Shared: true, RequestIDs: true}
+}
 
 // Grant is Acquire without the *fence.Lease (see driver.Granter): the token, lease
 // id and start of the grant, with Acquire's errors. `fence serve` grants through it,
@@ -59,10 +64,13 @@ func (s *Store) Grant(ctx context.Context, name string, ttl time.Duration, opts 
 // be raised first. If the lock is held it reports the holder's time left and the
 // channel that closes when the lock may be free (its release or expiry, or the
 // end of the grace period after a crash).
-func (s *Store) try(_ context.Context, r *driver.Request) (driver.Result, error) {
+func (s *Store) try(ctx context.Context, r *driver.Request) (driver.Result, error) {
 	id, ok := parseLeaseID(r.ID)
 	if !ok {
 		return driver.Result{}, fmt.Errorf("lease id %q: %w", r.ID, fence.ErrInvalid)
+	}
+	if res, found, err := s.retried(ctx, r); found || err != nil {
+		return res, err
 	}
 	for {
 		// The grant is timed from start, taken before the request: the holder's
@@ -179,7 +187,7 @@ func (s *Store) grantLocked(r *driver.Request, id [16]byte, now int64) (driver.R
 		e.x.holds = append(e.x.holds, h)
 	}
 	h.id, h.token, h.expires = id, fence.Token(t), now+int64(r.TTL)
-	h.setOwner(r.Options.Owner)
+	h.setOwner(r.Options.Owner, r.Options.RequestID)
 	h.slot = int32(d.Slot)
 	e.last, e.limit, e.shared = h.token, int16(r.Options.Limit), r.Options.Shared
 	if e.x != nil && r.Options.Limit == 0 && !r.Options.Shared {
@@ -228,7 +236,7 @@ func (s *Store) endLeaseLocked(h *hold) {
 			e.x.holds = hs[:len(hs)-1]
 		}
 	}
-	h.id, h.token, h.owner, h.expires, h.slot = [16]byte{}, 0, nil, 0, 0
+	h.id, h.token, h.meta, h.expires, h.slot = [16]byte{}, 0, nil, 0, 0
 	if !e.held() {
 		s.held--
 	}

@@ -332,7 +332,7 @@ func restore(name string, r lockFields, nowWall int64) *entry {
 			e.x.holds = append(e.x.holds, h)
 		}
 		h.id, h.token, h.slot = f.id, f.token, int32(f.slot)
-		h.setOwner(f.owner)
+		h.setOwner(f.owner, "") // request ids live in memory only
 		h.expires, h.hidx = f.wallExp-nowWall, -1
 	}
 	if e.h.token == 0 {

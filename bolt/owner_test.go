@@ -54,7 +54,7 @@ func TestLockRecord_WithoutOwner_IsTheEarlierLayout(t *testing.T) {
 	s.mu.Lock()
 	plain := s.encodeLock(e)
 	wallExp := s.wallAt(e.h.expires)
-	e.h.setOwner("host:42 job ü")
+	e.h.setOwner("host:42 job ü", "")
 	owned := s.encodeLock(e)
 	s.mu.Unlock()
 	if want := earlierLeaseRecord(7, 7, wallExp, id); !bytes.Equal(plain, want) {

@@ -169,7 +169,7 @@ type hold struct {
 	e       *entry
 	id      [16]byte    // lease id
 	token   fence.Token // its token
-	owner   *string     // its owner (fence.WithOwner), nil if none (most leases: a pointer keeps entry within 96 bytes)
+	meta    *holdMeta   // its owner and request id, nil if neither (most leases: a pointer keeps entry within 96 bytes)
 	expires int64       // its expiry, lease time
 	hidx    int32       // index in the expiry heap; -1: ended
 	slot    int32       // its semaphore slot; 0 for a lock or shared lease
@@ -192,21 +192,37 @@ type extra struct {
 	waiterUntil int64
 }
 
-// ownerName returns h's owner, "" if none.
-func (h *hold) ownerName() string {
-	if h.owner == nil {
-		return ""
-	}
-	return *h.owner
+// holdMeta is what a lease may have beyond its token and expiry: its owner
+// (fence.WithOwner), on disk, and its request id (fence.WithRequestID), in
+// memory only.
+type holdMeta struct {
+	owner     string
+	requestID string
 }
 
-// setOwner sets h's owner ("": none) to a copy of owner, which may be cut from
-// a larger string (a request body) that would otherwise stay in memory.
-func (h *hold) setOwner(owner string) {
-	h.owner = nil
-	if owner != "" {
-		o := strings.Clone(owner)
-		h.owner = &o
+// ownerName returns h's owner, "" if none.
+func (h *hold) ownerName() string {
+	if h.meta == nil {
+		return ""
+	}
+	return h.meta.owner
+}
+
+// requestID returns h's request id, "" if none.
+func (h *hold) requestID() string {
+	if h.meta == nil {
+		return ""
+	}
+	return h.meta.requestID
+}
+
+// setOwner sets h's owner ("": none) and request id ("": none) to copies of
+// theirs, which may be cut from a larger string (a request body) that would
+// otherwise stay in memory.
+func (h *hold) setOwner(owner, requestID string) {
+	h.meta = nil
+	if owner != "" || requestID != "" {
+		h.meta = &holdMeta{owner: strings.Clone(owner), requestID: strings.Clone(requestID)}
 	}
 }
 

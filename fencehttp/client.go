@@ -97,8 +97,8 @@ type ClientOptions struct {
 // A request retried on another server may repeat work whose first answer was
 // lost. That is safe: every acquire carries a request id (fence.WithRequestID:
 // the caller's, or 128 random bits), the same on each attempt and each poll of
-// one Acquire, so a store that keeps request ids (etcd, cluster mode) answers a
-// retry with the grant the lost answer carried, never a second grant. A renewal
+// one Acquire, so a store that keeps request ids (the embedded store, etcd,
+// cluster mode) answers a retry with the grant the lost answer carried, never a second grant. A renewal
 // twice is one renewal. A release whose earlier attempt's outcome is unknown
 // and whose retry is answered 410 returns nil: the lease is not held either way
 // (the lost attempt released it, or it had ended), and a release never touches

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -405,4 +407,57 @@ func kindName(opts []fence.AcquireOption) string {
 		f(&o)
 	}
 	return fmt.Sprintf("l%d-s%v", o.Limit, o.Shared)
+}
+
+// A server that accepts connections and never answers (a hung node) costs a
+// request its AttemptTimeout, then the request moves to the next server.
+func TestClient_Failover_HungServerCostsOneAttemptTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	stop, accepting := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() {
+		ln.Close()
+		<-accepting // no Add after this
+		close(stop)
+		conns.Wait()
+	})
+	go func() {
+		defer close(accepting)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() { // read the request, never answer
+				defer conns.Done()
+				defer conn.Close()
+				go func() { _, _ = io.Copy(io.Discard, conn) }()
+				<-stop
+			}()
+		}
+	}()
+	_, good := newServer(t, fencehttp.Config{})
+	const attempt = 300 * time.Millisecond
+	c := mustClient(t, "http://"+ln.Addr().String()+","+good.URL, &fencehttp.ClientOptions{AttemptTimeout: attempt})
+	begin := time.Now()
+	lease, err := c.Acquire(ctxFor(t), "fo-hung", 10*time.Second)
+	took := time.Since(begin)
+	if err != nil {
+		t.Fatalf("Acquire with a hung server first = %v; want the next server's grant", err)
+	}
+	t.Logf("acquire past a hung server took %v (attempt timeout %v)", took.Round(time.Millisecond), attempt)
+	if took < attempt || took > attempt+5*time.Second {
+		t.Fatalf("Acquire took %v; want about the attempt timeout %v", took, attempt)
+	}
+	begin = time.Now()
+	if err := lease.Release(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took >= attempt {
+		t.Fatalf("Release took %v; want it sent straight to the server that answered, well under %v", took, attempt)
+	}
 }

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import unittest
+import urllib.request
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -62,7 +63,46 @@ class _CutOff(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _dropping(target: str) -> type:
+    """Returns the handler of a stand-in for a server whose acquire answers are
+    lost: it passes each acquire on to the real server at target, keeps the
+    answer, and closes the connection without sending it."""
+
+    class _Dropping(http.server.BaseHTTPRequestHandler):
+        answers: List[Dict[str, Any]] = []
+
+        def do_POST(self) -> None:  # noqa: N802
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            req = urllib.request.Request(
+                target + self.path, data=raw, headers={"Content-Type": "application/json"}, method="POST"
+            )
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=10) as resp:
+                _Dropping.answers.append(json.loads(resp.read()))
+            self.close_connection = True  # no answer: the client sees the connection end
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return _Dropping
+
+
 class FailoverTest(unittest.TestCase):
+    def test_acquire_whose_answer_is_lost_gets_the_same_grant_from_the_retry(self) -> None:
+        srv = FenceServer()
+        self.addCleanup(srv.close)
+        handler = _dropping(srv.url)
+        drop = serve_stand_in(self, handler)
+        c = fence.Client("%s,%s" % (drop, srv.url))
+        name = unique("fo-lost")
+        lease = c.acquire(name, ttl=10)
+        self.assertEqual(len(handler.answers), 1, handler.answers)
+        lost = handler.answers[0]
+        self.assertEqual((lease.token, lease.id), (lost["token"], lost["lease"]), "the retry's grant is the lost one")
+        state = fence.Client(srv.url).status(name)
+        self.assertTrue(state["held"])
+        self.assertEqual((state["token"], state.get("last_token")), (lease.token, lease.token), "no second grant")
+        lease.release()
+
     def test_503_moves_on_with_the_same_request_id_and_the_answering_server_is_kept(self) -> None:
         srv = FenceServer()
         self.addCleanup(srv.close)

@@ -62,8 +62,8 @@ export interface AcquireOptions {
     /**
      * Names this acquire across its retries: 1 to 128 bytes of printable ASCII without
      * spaces. While the name has a live lease granted under it, a retry answers with that
-     * lease instead of a second one (where the server's store keeps request ids: etcd,
-     * cluster mode). Default: 128 random bits, the same on every attempt and poll of the
+     * lease instead of a second one (where the server's store keeps request ids: the
+     * embedded store, etcd, cluster mode). Default: 128 random bits, the same on every attempt and poll of the
      * call. Whoever knows a live grant's request id gets its lease: keep it secret.
      */
     requestId?: string;

@@ -1,13 +1,13 @@
-// Several servers: a request moves to the next when one cannot be reached or
-// answers 503 (a server shutting down ends its long polls so), and the client
-// sticks to the server that answered. Each server here has a store of its own
-// (the single-node store); what a shared store adds (a retried acquire finding
-// its grant by request id) is tested in Go against etcd.
+// Several servers: a request moves to the next when one cannot be reached, fails
+// or answers 503 (a server shutting down ends its long polls so), and the client
+// sticks to the server that answered. An acquire whose answer is lost is retried
+// with its request id and gets the same grant.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { once } from "node:events";
 import { createServer } from "node:net";
+import { createServer as createHTTPServer } from "node:http";
 
 import { FenceClient, InvalidError, UnavailableError } from "../dist/index.js";
 import { startServer, uniqueName } from "./helpers/serve.mjs";
@@ -80,4 +80,42 @@ test("an acquire carries a request id; a bad one is refused before any request",
   for (const bad of ["", "a b", "x".repeat(129), "caf\u00e9", 7]) {
     await assert.rejects(fence.acquire("job", { requestId: bad }), InvalidError, `requestId ${JSON.stringify(bad)}`);
   }
+});
+
+/**
+ * dropping starts a stand-in for a server whose acquire answers are lost: it passes
+ * each request on to the real server at target, keeps the answer, and destroys the
+ * connection instead of answering. Resolves with {url, answers, close}.
+ */
+async function dropping(target) {
+  const answers = [];
+  const srv = createHTTPServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const r = await fetch(target + req.url, { method: req.method, headers: { "Content-Type": "application/json" }, body: Buffer.concat(chunks) });
+    answers.push(await r.json());
+    req.socket.destroy(); // the answer is lost
+    void res;
+  });
+  srv.listen(0, "127.0.0.1");
+  await once(srv, "listening");
+  const close = () => new Promise((r) => { srv.closeAllConnections(); srv.close(r); });
+  return { url: `http://127.0.0.1:${srv.address().port}`, answers, close };
+}
+
+test("an acquire whose answer is lost gets the same grant from its retry", async (t) => {
+  const server = await startServer();
+  t.after(() => server.stop());
+  const drop = await dropping(server.url);
+  t.after(() => drop.close());
+  const fence = new FenceClient({ server: `${drop.url},${server.url}` });
+  const name = uniqueName("fo-lost");
+  const lease = await fence.acquire(name, { ttlMs: 10_000, autoRenew: false });
+  assert.equal(drop.answers.length, 1);
+  assert.equal(lease.token, drop.answers[0].token, "the retry's grant is the lost one");
+  assert.equal(lease.id, drop.answers[0].lease);
+  const info = await new FenceClient(server.url).inspect(name);
+  assert.equal(info.held, true);
+  assert.equal(info.lastToken, lease.token, "no second grant");
+  await lease.release();
 });

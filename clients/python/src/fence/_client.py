@@ -552,7 +552,7 @@ class Client:
     each one tried (``cannot reach the fence server at URL1: REASON; at URL2:
     REASON``), or is the last 503. Retrying is safe: every acquire carries a request
     id (``request_id``: the caller's, or 128 random bits), the same on every attempt
-    and poll, so a store that keeps request ids (etcd, cluster mode) answers a retry
+    and poll, so a store that keeps request ids (the embedded store, etcd, cluster mode) answers a retry
     with the grant whose answer was lost, never a second one; a renewal twice is
     one; a release whose earlier attempt may have been applied and whose retry is
     answered 410 returns (the lease is over either way, and a release never
@@ -791,7 +791,7 @@ class Client:
         ``request_id`` names this acquire across its retries (1 to 128 bytes of
         printable ASCII without spaces; None: 128 random bits). Every attempt and
         poll of the call sends it, so that where the server's store keeps request
-        ids (etcd, cluster mode) a retry whose first answer was lost (a timeout, a
+        ids (the embedded store, etcd, cluster mode) a retry whose first answer was lost (a timeout, a
         failover to another node) gets that grant, not a second one. Whoever knows a
         live grant's request id gets its lease: keep it secret.
 
