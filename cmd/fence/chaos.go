@@ -40,7 +40,10 @@ holder from fence serve, the etcd leader cut off from the other members, the Red
 primary from its replica and the workers; healed after 3 TTLs) and clock (the clock
 of fence serve on the bolt store, also across a kill and restart, or of the lock
 holder, stepped forward and backward by seconds; it needs a binary built with -tags
-faultclock). With --resource postgres --postgres DSN the counter is a row of a
+faultclock). --store cluster runs three fence serve --node processes as one cluster
+instead of a single fence serve: kill then takes down the leader or any node,
+partition cuts the leader or a follower off from the other nodes, pause also stops a
+node, link slows or cuts one node's proxy. With --resource postgres --postgres DSN the counter is a row of a
 PostgreSQL table written through postgres.Guard instead of fence serve's KV;
 --store postgres does that on its own database by default. Then every recorded
 operation is checked: linearizability of the fenced key (porcupine),
@@ -260,7 +263,7 @@ func newChaosWorkerCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&wc.ID, "id", 0, "worker number")
-	fl.StringVar(&wc.Server, "server", "", "base URL of fence serve")
+	fl.StringVar(&wc.Server, "server", "", "base URL of fence serve, or a comma-separated list of a cluster's nodes")
 	fl.StringVar(&wc.Postgres, "postgres", "", "PostgreSQL DSN of the counter's table (default: the server's KV)")
 	fl.StringVar(&wc.Redis, "redis", "", "host:port of the Redis granting the locks (default: the server)")
 	fl.StringVar(&wc.Lock, "lock", "chaos", "lock name")

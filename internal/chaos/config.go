@@ -34,9 +34,9 @@ type Config struct {
 	Binary   string        // the fence binary (its serve and chaos worker modes)
 	Workers  int           // worker processes, MinWorkers to MaxWorkers; default 4
 	Duration time.Duration // how long the workers run; default 30s
-	// TTL is the lease TTL; default 400ms. On the etcd store it is at least 1s, etcd's
-	// minimum lease TTL there, so that pauses (3 TTLs) outlast the etcd lease that
-	// really holds the lock.
+	// TTL is the lease TTL; default 400ms. On the etcd and cluster stores it is at
+	// least 1s, etcd's minimum lease TTL there, so that pauses (3 TTLs) outlast the
+	// etcd lease that really holds the lock.
 	TTL     time.Duration
 	Hold    time.Duration // time between a worker's read and write; default 20ms
 	Nemeses []string      // subset of Nemeses; empty means none
@@ -137,7 +137,7 @@ func (c *Config) defaults() error {
 			return err
 		}
 	}
-	if c.Store == StoreEtcd && c.TTL < etcdMinTTL {
+	if (c.Store == StoreEtcd || c.Store == StoreCluster) && c.TTL < etcdMinTTL {
 		c.TTL = etcdMinTTL
 	}
 	if c.Store == StorePostgres && c.Resource == "" {

@@ -55,6 +55,17 @@
 //     on a 3-server ensemble, the counter in fence serve's KV on it) the leader, found
 //     by the mode its srvr four-letter command reports.
 //
+// With Config.Store cluster there is no single fence serve: three `fence serve --node`
+// processes form a cluster (each an embedded etcd member, the Raft timing of the etcd
+// store's members), started together, each with its own data directory and log, and
+// the workers are given the nodes' URLs. The nemeses act on the nodes: kill takes
+// down the leader (found through GET /v1/cluster) or any node and restarts it with
+// the same flags and data after about 2 TTLs; pause stops, every second fault with
+// fencing on, a node rather than the holder; link puts a proxy before each node and
+// slows or cuts one node's at a time; partition cuts the leader or a follower off
+// from the other nodes (the workers still reach it), or the leader off from the
+// nodes and the workers; clock steps the workers' clocks.
+//
 // The counter lives in the fenced KV of `fence serve`, or with Config.Resource
 // ResourcePostgres in a PostgreSQL table whose row is written through
 // postgres.Guard (the resource fence advanced in the same transaction as the row

@@ -30,11 +30,12 @@ const runLock, runKey = "chaos", "chaos/counter"
 // is read-only (the workers guard their counters with their own locks).
 type run struct {
 	cfg        Config
-	dir        string // the run's folder
-	srv        *server
+	dir        string              // the run's folder
+	srv        *server             // fence serve; nil on the cluster store
+	nodes      []*node             // the cluster store's nodes; nil on other stores
 	storeName  string              // fence serve's store in the backend label: "bolt", "etcd x3"
 	locks      string              // who grants the workers' locks: "" for fence serve, "redis"
-	workerURL  string              // where the workers reach fence serve
+	workerURLs []string            // where the workers reach fence serve: its URL, or the nodes' (workerServer)
 	workerArgs []string            // extra flags of every worker
 	hostEnv    map[string][]string // extra environment of a host's processes, by host (r.command)
 	inspector  fence.Inspector     // tells which token holds the lock; nil until the run starts means fence serve
@@ -106,19 +107,23 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		r.net = n
 		r.onClose(n.close) // last: after every process of the run is gone
 	}
-	host, err := r.hostAddr("serve")
-	if err != nil {
-		return nil, err
+	if cfg.Store != StoreCluster {
+		host, err := r.hostAddr("serve")
+		if err != nil {
+			return nil, err
+		}
+		addr, err := freeAddr(host)
+		if err != nil {
+			return nil, err
+		}
+		r.srv = newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))
+		r.srv.command = func(bin string, args ...string) *exec.Cmd { return r.command("serve", bin, args...) }
 	}
-	addr, err := freeAddr(host)
-	if err != nil {
-		return nil, err
-	}
-	r.srv = newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))
-	r.srv.command = func(bin string, args ...string) *exec.Cmd { return r.command("serve", bin, args...) }
-	r.workerURL = r.srv.url()
 	if err := st.setup(ctx, r); err != nil {
 		return nil, err
+	}
+	for _, s := range r.servers() {
+		r.workerURLs = append(r.workerURLs, s.url())
 	}
 	nemeses := make([]nemesis, len(cfg.Nemeses))
 	for i, name := range cfg.Nemeses {
@@ -127,13 +132,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 	}
-	if err := r.srv.start(); err != nil {
+	if err := r.startServers(); err != nil {
 		return nil, err
 	}
-	r.onClose(r.srv.stop)
-	client, err := fencehttp.NewClient(r.srv.url(), &fencehttp.ClientOptions{RequestTimeout: time.Second})
+	client, err := r.harnessClient()
 	if err != nil {
-		return nil, fmt.Errorf("chaos: %w", err)
+		return nil, err
 	}
 	if r.inspector == nil {
 		r.inspector = client
@@ -183,6 +187,58 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	return sum, nil
 }
 
+// servers returns the fence serve processes of the run: the cluster's nodes, or the
+// one server.
+func (r *run) servers() []*server {
+	if r.srv != nil {
+		return []*server{r.srv}
+	}
+	out := make([]*server, len(r.nodes))
+	for i, n := range r.nodes {
+		out[i] = n.server
+	}
+	return out
+}
+
+// startServers starts fence serve, or every node of the cluster at once (none serves
+// before a majority runs), waits until each is healthy and registers their shutdown.
+func (r *run) startServers() error {
+	if r.srv != nil {
+		if err := r.srv.start(); err != nil {
+			return err
+		}
+		r.onClose(r.srv.stop)
+		return nil
+	}
+	r.onClose(r.stopNodes)
+	return r.startNodes()
+}
+
+// harnessClient returns the harness's own client of fence serve, or of every node
+// (it fails over between them, an attempt on a node that does not answer cut short
+// at 300ms): it tells which token holds the lock and reads the counter at the end.
+func (r *run) harnessClient() (*fencehttp.Client, error) {
+	var urls []string
+	for _, s := range r.servers() {
+		urls = append(urls, s.url())
+	}
+	opts := &fencehttp.ClientOptions{RequestTimeout: time.Second}
+	if len(urls) > 1 {
+		opts.AttemptTimeout = 300 * time.Millisecond
+	}
+	c, err := fencehttp.NewClient(strings.Join(urls, ","), opts)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	return c, nil
+}
+
+// workerServer returns the workers' --server: fence serve's URL, or on the cluster
+// store every node's, a comma-separated list their client fails over along.
+func (r *run) workerServer() string {
+	return strings.Join(r.workerURLs, ",")
+}
+
 // mode names a run in its folder and progress lines: "fenced" or "control".
 func (c *Config) mode() string {
 	if c.Fencing {
@@ -202,7 +258,7 @@ func (r *run) startWorkers(start int64) error {
 	for i := range r.workers {
 		w := &worker{id: i, logPath: filepath.Join(r.dir, fmt.Sprintf("worker-%d.jsonl", i))}
 		cmd := r.command(fmt.Sprintf("worker-%d", i), r.cfg.Binary, "chaos", "worker",
-			"--server", r.workerURL, "--lock", runLock, "--key", runKey, "--id", strconv.Itoa(i),
+			"--server", r.workerServer(), "--lock", runLock, "--key", runKey, "--id", strconv.Itoa(i),
 			"--ttl", r.cfg.TTL.String(), "--hold", r.cfg.Hold.String(), "--wait", (4 * r.cfg.TTL).String(),
 			"--fencing", fencing, "--start", strconv.FormatInt(start, 10), "--log", w.logPath)
 		cmd.Args = append(cmd.Args, r.workerArgs...)

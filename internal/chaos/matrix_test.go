@@ -55,7 +55,8 @@ func TestMatrix_Cells_EveryStoreEveryApplyingNemesisAndAControl(t *testing.T) {
 		t.Errorf("cells = %v, want %v", got, want)
 	}
 	// Today's rows, spelled out, so that an empty table cannot pass the loop above.
-	for _, c := range []string{"bolt/pause", "bolt/kill", "bolt/link", "bolt/disk", "bolt/control", "redis/failover", "redis/control", "etcd/member", "etcd/control"} {
+	for _, c := range []string{"bolt/pause", "bolt/kill", "bolt/link", "bolt/disk", "bolt/control", "redis/failover", "redis/control", "etcd/member", "etcd/control",
+		"cluster/pause", "cluster/kill", "cluster/link", "cluster/partition", "cluster/control"} {
 		if !slices.Contains(cellNames(cells), c) {
 			t.Errorf("cells = %v, want %s among them", cellNames(cells), c)
 		}

@@ -26,16 +26,21 @@ const NemesisPartition = "partition"
 //     serve goes on with it); "split", the leader cut off from the other members
 //     alone, so fence serve still reaches an isolated member that cannot commit;
 //   - redis: "primary", the Redis primary cut off from its replica, the workers and
-//     the proxy they reach it through.
+//     the proxy they reach it through;
+//   - cluster: "leader", the leader node cut off from the other nodes while the
+//     workers still reach it; "follower", a follower likewise; "leader-all", the
+//     leader cut off from the other nodes and the workers (see clusterCut; three
+//     kinds in turn).
 //
 // When the workers reach fence serve through the link nemesis's proxy (or Redis
 // through the redis store's), which runs in the harness, the harness is on the
 // workers' side of the cut.
 type partitionNemesis struct {
-	r    *run
-	hold time.Duration
-	odd  bool // which of the store's two kinds is next; set at random at the first fault
-	n    int  // faults injected
+	r     *run
+	hold  time.Duration
+	odd   bool // which of the store's two kinds is next; set at random at the first fault
+	first int  // the cluster store's first kind, drawn at the first fault
+	n     int  // faults injected
 }
 
 func (*partitionNemesis) name() string { return NemesisPartition }
@@ -78,6 +83,11 @@ func (n *partitionNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, 
 			kind = "leader"
 			b = append(b, "serve")
 		}
+	case StoreCluster:
+		var err error
+		if kind, a, b, err = n.clusterCut(ctx, rng); err != nil || kind == "" {
+			return nil, err
+		}
 	case StoreRedis:
 		// The primary is where the proxy sends the workers (the failover nemesis
 		// retargets it, and swaps the pair's fields in its own goroutine).
@@ -109,6 +119,53 @@ func (n *partitionNemesis) inject(ctx context.Context, rng *rand.Rand) (*fault, 
 	}}, nil
 }
 
+// clusterCut returns the kind and sides of a partition of the cluster store, the
+// kinds in turn from a random one: "leader", the leader cut off from the other nodes
+// (the workers still reach it, and must be refused, not granted); "follower", a
+// follower drawn at random cut off from the other nodes (likewise); "leader-all", the
+// leader cut off from the other nodes and from the workers (their requests to it time
+// out). It returns an empty kind and no error if ctx ended while a leader was being
+// elected.
+func (n *partitionNemesis) clusterCut(ctx context.Context, rng *rand.Rand) (kind string, a, b []string, err error) {
+	kinds := []string{"leader", "follower", "leader-all"}
+	if n.n == 1 {
+		n.first = rng.IntN(len(kinds))
+	}
+	kind = kinds[(n.first+n.n-1)%len(kinds)]
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	leader, err := n.r.leader(lctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", nil, nil, nil
+		}
+		return "", nil, nil, fmt.Errorf("chaos: partition: %w", err)
+	}
+	target := leader
+	if kind == "follower" {
+		var followers []*node
+		for _, m := range n.r.nodes {
+			if m != leader {
+				followers = append(followers, m)
+			}
+		}
+		target = followers[rng.IntN(len(followers))]
+	}
+	a = []string{target.host}
+	for _, m := range n.r.nodes {
+		if m != target {
+			b = append(b, m.host)
+		}
+	}
+	if kind == "leader-all" {
+		b = append(b, n.r.workerHosts()...)
+		if n.r.viaHarness() {
+			b = append(b, hostHarness)
+		}
+	}
+	return kind, a, b, nil
+}
+
 // workerHosts returns the host names of the workers.
 func (r *run) workerHosts() []string {
 	out := make([]string, len(r.workers))
@@ -118,10 +175,10 @@ func (r *run) workerHosts() []string {
 	return out
 }
 
-// viaHarness reports whether the workers reach fence serve through a proxy of the
-// harness rather than at its own address.
+// viaHarness reports whether the workers reach fence serve (or the cluster's nodes)
+// through proxies of the harness rather than at its own address.
 func (r *run) viaHarness() bool {
-	u, err := url.Parse(r.workerURL)
+	u, err := url.Parse(r.workerURLs[0])
 	if err != nil {
 		return false
 	}

@@ -412,7 +412,7 @@ func TestRun_FencingOn_PartitionWithOthers_NoViolation(t *testing.T) {
 	}
 }
 
-// The partition nemesis applies to the bolt, redis and etcd stores, runs on bolt when no
+// The partition nemesis applies to the bolt, redis, etcd and cluster stores, runs on bolt when no
 // store is given, and refuses the postgres resource, whose server on this machine's
 // loopback the namespaced workers could not reach.
 func TestConfig_Partition(t *testing.T) {
@@ -420,7 +420,7 @@ func TestConfig_Partition(t *testing.T) {
 	if err := c.resolveStore(); err != nil || c.Store != StoreBolt {
 		t.Errorf("partition alone: store %q, err %v; want bolt", c.Store, err)
 	}
-	for _, s := range []string{StoreBolt, StoreRedis, StoreEtcd} {
+	for _, s := range []string{StoreBolt, StoreRedis, StoreEtcd, StoreCluster} {
 		if !Applies(s, NemesisPartition) {
 			t.Errorf("Applies(%q, partition) = false, want true", s)
 		}

@@ -33,7 +33,7 @@ const (
 )
 
 // Stores lists the implemented stores.
-var Stores = []string{StoreBolt, StoreRedis, StoreEtcd, StoreZooKeeper, StorePostgres}
+var Stores = []string{StoreBolt, StoreRedis, StoreEtcd, StoreZooKeeper, StorePostgres, StoreCluster}
 
 // storeNemeses lists, per store, the nemeses that apply to it: the ones that act on
 // what that store runs. pause, kill and link act on the workers and fence serve,
@@ -46,6 +46,9 @@ var storeNemeses = map[string][]string{
 	// crash kills the database server (PostgreSQL, the ZooKeeper leader).
 	StorePostgres:  {NemesisPause, NemesisKill, NemesisLink, NemesisCrash, NemesisClock},
 	StoreZooKeeper: {NemesisPause, NemesisKill, NemesisLink, NemesisCrash, NemesisClock},
+	// On the cluster, kill, pause, link and partition act on its nodes (one at a
+	// time, the leader or any); clock on the workers.
+	StoreCluster: {NemesisPause, NemesisKill, NemesisLink, NemesisClock, NemesisPartition},
 }
 
 // Applies reports whether the nemesis acts on something the store runs, so that a run
@@ -78,6 +81,8 @@ func newStore(name string) store {
 		return postgresStore{}
 	case StoreZooKeeper:
 		return zookeeperStore{}
+	case StoreCluster:
+		return clusterStore{}
 	}
 	return nil
 }

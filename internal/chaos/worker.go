@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,8 +35,10 @@ func MonoNow() int64 {
 
 // WorkerConfig configures one worker process (`fence chaos worker`).
 type WorkerConfig struct {
-	ID     int    // worker number, recorded in every Op
-	Server string // base URL of the `fence serve` server (the fenced KV, and the locks unless Redis is set)
+	ID int // worker number, recorded in every Op
+	// Server is the base URL of the `fence serve` server (the fenced KV, and the locks
+	// unless Redis is set), or a comma-separated list of a cluster's nodes.
+	Server string
 	Redis  string // host:port of a Redis whose redis.Locker grants the locks; "" means the server
 	// Postgres is the DSN of a PostgreSQL whose table holds the counter, written
 	// through postgres.Guard; "" means the server's KV.
@@ -134,7 +137,13 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, out io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	c, err := fencehttp.NewClient(cfg.Server, &fencehttp.ClientOptions{RequestTimeout: 2*time.Second + cfg.Wait, Clock: cfg.Clock})
+	opts := &fencehttp.ClientOptions{RequestTimeout: 2*time.Second + cfg.Wait, Clock: cfg.Clock}
+	if strings.Contains(cfg.Server, ",") {
+		// Several servers (a cluster's nodes): a node that does not answer within a
+		// TTL is passed over for the next, while the lease can still be used.
+		opts.AttemptTimeout = cfg.TTL
+	}
+	c, err := fencehttp.NewClient(cfg.Server, opts)
 	if err != nil {
 		return fmt.Errorf("chaos: worker: %w", err)
 	}
