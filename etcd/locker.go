@@ -21,6 +21,8 @@ type Locker struct {
 	keys   keys
 	clock  driver.Clock
 	engine driver.Engine
+	fast   bool // Options.FastExpiry
+	fifo   bool // Options.FIFO
 
 	closed atomic.Bool
 	mu     sync.Mutex
@@ -48,7 +50,7 @@ var (
 // NewLocker returns a Locker that keeps its locks in etcd through cli, under
 // opts.Prefix. The caller keeps ownership of cli: Locker.Close does not close it.
 func NewLocker(cli *clientv3.Client, opts *Options) *Locker {
-	l := &Locker{cli: cli, keys: keys{opts.prefix()}, clock: opts.clock(), done: make(chan struct{})}
+	l := &Locker{cli: cli, keys: keys{opts.prefix()}, clock: opts.clock(), done: make(chan struct{}), fast: opts.fast(), fifo: opts.fifo()}
 	l.wctx, l.wcancel = context.WithCancel(context.Background())
 	l.engine = driver.Engine{Backend: "etcd", Locker: l, Clock: l.clock, Poll: fallbackPoll, Closed: l.done, Features: l.Features()}
 	return l
@@ -102,6 +104,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		if w != nil {
 			w.cancel()
 		}
+		c.stopWaiting()
 		if el != 0 && c.marked { // no grant: the waiter record goes before el is pooled
 			l.unmark(c.waiter)
 		}
@@ -119,8 +122,9 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		var res driver.Result
 		if start, err = l.prepareLease(ctx, &el, r.TTL); err == nil {
 			if res, err = l.try(ctx, r, el, &c, last); err != nil {
-				l.revoke(el) // a key the try may have created goes with it
-				el = 0
+				c.stopWaiting()
+				l.revoke(el) // a key the try may have created goes with it (so does a waiter key)
+				el, c.queued = 0, 0
 			}
 		}
 		if err != nil {
@@ -133,6 +137,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			return driver.Result{}, transient(err)
 		}
 		if res.Token != 0 {
+			c.stopWaiting()
 			l.track(el, leaseSeconds(r.TTL), start)
 			el = 0
 			res.Start = start
@@ -148,7 +153,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			if w != nil {
 				w.cancel()
 			}
-			if w, err = l.watch(ctx, r.Name, r.WaitLeft); err != nil {
+			if w, err = l.watch(ctx, r.Name, r.WaitLeft, &c.beats); err != nil {
 				return driver.Result{}, transient(err)
 			}
 			if w != nil {
@@ -198,9 +203,15 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	}
 	key, holder := l.keys.leaseKey(name, leaseID)
 	held := heldBy(key, leaseID, holder)
+	// With FastExpiry the renewal writes the key's beat: a Raft write, which waiters
+	// see (see expiry.go). Without, the read shows whether the key has one.
+	beat := clientv3.OpGet(l.keys.beat(key), clientv3.WithCountOnly())
+	if l.fast {
+		beat = l.keys.touchBeat(key, ttl)
+	}
 	resp, err := l.cli.Txn(ctx).
 		If(held...).
-		Then(clientv3.OpGet(key), clientv3.OpGet(l.keys.owner(name))).
+		Then(clientv3.OpGet(key), clientv3.OpGet(l.keys.owner(name)), beat).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, storeErr(err))
@@ -211,6 +222,11 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
 	if len(kvs) != 1 || kvs[0].Lease == 0 {
 		return fmt.Errorf("etcd: renew %q: lease key has no etcd lease: %w", name, ErrCorrupt)
+	}
+	if !l.fast && resp.Responses[2].GetResponseRange().GetCount() > 0 {
+		if err := l.renewBeat(ctx, key, held, ttl); err != nil {
+			return fmt.Errorf("etcd: renew %q: %w", name, storeErr(err))
+		}
 	}
 	old := clientv3.LeaseID(kvs[0].Lease)
 	kaStart := l.clock.Now()
@@ -229,7 +245,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("etcd: renew %q: grant: %w", name, storeErr(err))
 	}
 	// A lock's owner key goes along, so that it lives as long as the lock key.
-	move := []clientv3.Op{clientv3.OpPut(key, string(kvs[0].Value), clientv3.WithLease(g.ID))}
+	move := []clientv3.Op{clientv3.OpPut(key, string(kvs[0].Value), clientv3.WithLease(g.ID)), l.keys.moveBeat(key, g.ID)}
 	if owner := grantOwner(kvs[0], only(resp.Responses[1].GetResponseRange().GetKvs())); owner != nil && !holder {
 		move = append(move, clientv3.OpPut(string(owner.Key), string(owner.Value), clientv3.WithLease(g.ID)))
 	}
@@ -261,7 +277,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
 	}
 	key, holder := l.keys.leaseKey(name, leaseID)
-	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV())}
+	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.beat(key))}
 	if !holder {
 		del = append(del, clientv3.OpDelete(l.keys.owner(name)))
 	}
@@ -290,10 +306,12 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 		return fmt.Errorf("etcd: revoke %q: %w", name, err)
 	}
 	hFrom, hTo := l.keys.holders(name)
+	bFrom, bTo := l.keys.beats(name)
 	del := []clientv3.Op{
 		clientv3.OpDelete(l.keys.lock(name), clientv3.WithPrevKV()),
 		clientv3.OpDelete(hFrom, clientv3.WithRange(hTo), clientv3.WithPrevKV()),
 		clientv3.OpDelete(l.keys.owner(name)),
+		clientv3.OpDelete(bFrom, clientv3.WithRange(bTo)),
 	}
 	if err := l.end(ctx, nil, del, false); err != nil {
 		return fmt.Errorf("etcd: revoke %q: %w", name, err)
