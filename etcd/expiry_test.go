@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fence"
@@ -236,5 +237,62 @@ func TestLocker_FIFO_GrantedInArrivalOrder(t *testing.T) {
 	}
 	for _, c := range cancels {
 		c()
+	}
+}
+
+// beatKey returns the beat key of name's lock key as etcd has it (nil: none).
+func beatKey(t *testing.T, ctx context.Context, cli *clientv3.Client, name string) *mvccpb.KeyValue {
+	t.Helper()
+	resp, err := cli.Get(ctx, etcd.DefaultPrefix+"beat/"+name)
+	if err != nil {
+		t.Fatalf("Get beat key = %v", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	return resp.Kvs[0]
+}
+
+// Each renewal writes the beat (a new revision); a renewal to another TTL moves the
+// beat with the lock key to the new etcd lease, and the TTL a beat holds rises
+// but never falls (a shorter renewal whose reply is lost leaves the holder the
+// longer deadline). A Locker without FastExpiry writes the beat of such a grant
+// too; Release deletes it.
+func TestLocker_FastExpiry_RenewWritesBeat(t *testing.T) {
+	ctx, cli, name := setup(t, "fast-beat")
+	l := etcd.NewLocker(client(t), fastOpts)
+	a := mustAcquire(t, ctx, l, name, 2*time.Second)
+	b0 := beatKey(t, ctx, cli, name)
+	if b0 == nil || string(b0.Value) != "000000002000" || b0.Lease != lockKey(t, ctx, cli, name).Lease {
+		t.Fatalf("beat after the grant = %v; want 000000002000 under the lock key's etcd lease", b0)
+	}
+	steps := []struct {
+		l     *etcd.Locker
+		ttl   time.Duration
+		value string
+	}{
+		{l, 2 * time.Second, "000000002000"},
+		{l, 5 * time.Second, "000000005000"}, // a new etcd lease
+		{l, time.Second, "000000005000"},     // shorter: the beat keeps the longer TTL
+		{etcd.NewLocker(client(t), nil), 5 * time.Second, "000000005000"},
+	}
+	prev := b0
+	for i, s := range steps {
+		if err := s.l.Renew(ctx, name, a.ID(), s.ttl); err != nil {
+			t.Fatalf("step %d: Renew(%v) = %v", i, s.ttl, err)
+		}
+		b := beatKey(t, ctx, cli, name)
+		lk := lockKey(t, ctx, cli, name)
+		if b == nil || b.ModRevision <= prev.ModRevision || string(b.Value) != s.value || b.Lease != lk.Lease {
+			t.Fatalf("step %d: beat after Renew(%v) = %v; want a newer revision than %d holding %s under the lock key's etcd lease %x",
+				i, s.ttl, b, prev.ModRevision, s.value, lk.Lease)
+		}
+		prev = b
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	if b := beatKey(t, ctx, cli, name); b != nil {
+		t.Fatalf("beat after Release = %v; want none", b)
 	}
 }

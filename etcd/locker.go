@@ -84,7 +84,10 @@ func (l *Locker) closeOnce() bool {
 // returned lease's deadline is the requested ttl from when the request was sent.
 // A waiting call sleeps until its watch reports a delete of one of the name's
 // keys, and tries again at least every 5 s without one; it rides out
-// fence.ErrUnavailable, backing off, until its wait ends.
+// fence.ErrUnavailable, backing off, until its wait ends. With Options.FIFO a
+// waiting call keeps its place in the name's queue across its tries; with
+// Options.FastExpiry it ends a grant whose holder has fallen silent (see the
+// package documentation).
 //
 // It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the lock
 // stayed held, also matching ctx.Err() when ctx ended the wait or a request;
@@ -189,7 +192,11 @@ func (l *Locker) checkLease(name, leaseID string) error {
 // lock's, a semaphore permit's or a shared lease's alike. etcd renews a lease to
 // the TTL it was granted with, so when ttl is longer than that, or less than half
 // of it, Renew moves the lease's key to a new etcd lease of ttl (the key keeps its
-// create revision, so the token is unchanged) and revokes the old one.
+// create revision, so the token is unchanged) and revokes the old one. With
+// Options.FastExpiry the transaction that checks the lease also writes its beat
+// key (a Raft write), the renewal that waiters count a silent holder's TTL from; a
+// Locker without it writes the beat of a grant that has one in a second
+// transaction.
 //
 // It returns fence.ErrNotHeld if that lease expired, was released or never existed,
 // fence.ErrInvalid for bad arguments, fence.ErrUnavailable if etcd cannot be reached
