@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/etcd"
@@ -294,5 +295,57 @@ func TestLocker_FastExpiry_RenewWritesBeat(t *testing.T) {
 	}
 	if b := beatKey(t, ctx, cli, name); b != nil {
 		t.Fatalf("beat after Release = %v; want none", b)
+	}
+}
+
+// A waiter whose process dies (here its client closes under it, so that neither
+// its keep-alives nor its clean-up reach etcd) leaves the queue when its short
+// waiter lease expires (etcd's minimum lease TTL plus up to 500ms), not after the
+// TTL it asked for: the waiter behind it is granted within a few seconds of the
+// release, though the dead waiter asked for 30s.
+func TestLocker_FIFO_DeadWaiterLeavesSoon(t *testing.T) {
+	ctx, cli, name := setup(t, "fifo-dead")
+	h := mustAcquire(t, ctx, etcd.NewLocker(client(t), fastOpts), name, 30*time.Second)
+	dyingCli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dyingCli.Close() })
+	dying := etcd.NewLocker(dyingCli, fastOpts)
+	dead := make(chan error, 1)
+	go func() {
+		_, err := dying.Acquire(ctx, name, 30*time.Second, fence.WithWait(time.Minute))
+		dead <- err
+	}()
+	waitWaiters(t, ctx, cli, name, 1)
+	got := make(chan error, 1)
+	go func() {
+		a, err := etcd.NewLocker(client(t), fastOpts).Acquire(ctx, name, 30*time.Second, fence.WithWait(time.Minute))
+		if err == nil {
+			a.Release(ctx)
+		}
+		got <- err
+	}()
+	waitWaiters(t, ctx, cli, name, 2)
+	time.Sleep(100 * time.Millisecond) // the first waiter's key is on its waiter lease by now
+	died := time.Now()
+	dyingCli.Close()
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("holder: Release = %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("second waiter: Acquire = %v", err)
+		}
+		if d := time.Since(died); d > 3*time.Second {
+			t.Fatalf("second waiter granted %v after the first died; want < 3s", d)
+		}
+		t.Logf("granted %v after the first waiter died", time.Since(died))
+	case <-time.After(10 * time.Second):
+		t.Fatal("second waiter not granted within 10s of the release: the dead waiter's key holds the queue")
+	}
+	if err := <-dead; err == nil {
+		t.Fatal("the dying waiter was granted the lock")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -295,7 +296,9 @@ type acquireCall struct {
 	hint   int    // the semaphore slot to try first; -1: none
 
 	queued int64              // FIFO: the create revision of waiter, its place; 0: none
-	stopKA context.CancelFunc // FIFO: ends the keep-alives of a queued call's etcd lease
+	wl     clientv3.LeaseID   // FIFO: the waiter lease that holds waiter; 0: none yet
+	stopKA context.CancelFunc // FIFO: ends the keep-alives of wl
+	kaAt   atomic.Int64       // FIFO: when a keep-alive of wl was last answered (UnixNano)
 	beats  beatLog            // FastExpiry: the holders' beats this call saw
 }
 
@@ -360,8 +363,9 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 		}
 		turn := true // FIFO: no waiter is ahead of this call
 		if l.fifo {
-			if turn = c.turn(resp.Responses[lay.queue].GetResponseRange().GetKvs()); c.queued > 0 {
-				l.keepWaiting(c, el)
+			turn = c.turn(resp.Responses[lay.queue].GetResponseRange().GetKvs())
+			if err := l.holdPlace(ctx, c); err != nil {
+				return driver.Result{}, err
 			}
 		}
 		now := l.clock.Now()
@@ -511,9 +515,11 @@ func (l *Locker) parseState(name string, resp *clientv3.TxnResponse, lay txnLayo
 }
 
 // unmark deletes the exclusive-waiter record key of a call that ends without a
-// grant, best effort: if it fails, the record ends with the call's etcd lease.
-func (l *Locker) unmark(key string) {
+// grant, best effort: if it fails (the error says so), the record ends with its
+// etcd lease.
+func (l *Locker) unmark(key string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_, _ = l.cli.Delete(ctx, key)
+	_, err := l.cli.Delete(ctx, key)
+	return err
 }

@@ -107,7 +107,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		if w != nil {
 			w.cancel()
 		}
-		c.stopWaiting()
+		l.leaveQueue(&c)
 		if el != 0 && c.marked { // no grant: the waiter record goes before el is pooled
 			l.unmark(c.waiter)
 		}
@@ -125,9 +125,8 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		var res driver.Result
 		if start, err = l.prepareLease(ctx, &el, r.TTL); err == nil {
 			if res, err = l.try(ctx, r, el, &c, last); err != nil {
-				c.stopWaiting()
-				l.revoke(el) // a key the try may have created goes with it (so does a waiter key)
-				el, c.queued = 0, 0
+				l.revoke(el) // a key the try may have created goes with it
+				el = 0
 			}
 		}
 		if err != nil {
@@ -140,7 +139,9 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			return driver.Result{}, transient(err)
 		}
 		if res.Token != 0 {
-			c.stopWaiting()
+			if l.fifo && c.queued > 0 {
+				c.marked = false // the grant deleted the waiter key
+			}
 			l.track(el, leaseSeconds(r.TTL), start)
 			el = 0
 			res.Start = start

@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -11,14 +13,22 @@ import (
 
 // FIFO waiting (Options.FIFO; docs/etcd.md, "FIFO waiting"). A waiting acquire
 // keeps one waiter key (lock/NAME\x00w<ID>, the key of exclusive-waiter records)
-// under the etcd lease it will hold the grant with, from its first try that found
-// the name held to its grant, which deletes it, or to its end, which deletes it at
-// once. Its create revision is the waiter's place in the queue: a grant compares
-// that no waiter key has a lower one (an acquire with no key: that there is no
-// waiter key at all), so a new arrival, or a waiter woken before its turn, cannot
-// be granted past an earlier waiter. A keep-alive keeps the etcd lease alive while
-// the call waits, so a waiter that sleeps long keeps its place, and one whose
-// process dies leaves the queue when etcd expires that lease.
+// from its first try that found the name held to its grant, which deletes it, or
+// to its end, which deletes it at once. Its create revision is the waiter's place
+// in the queue: a grant compares that no waiter key has a lower one (an acquire
+// with no key: that there is no waiter key at all), so a new arrival, or a waiter
+// woken before its turn, cannot be granted past an earlier waiter. The first try
+// writes the key under the etcd lease of the call's grant (so an acquire that
+// finds the name free pays nothing); the call then moves it, keeping its create
+// revision, to a waiter lease of its own, of waiterSecs, which a keep-alive keeps
+// alive while the call waits: a waiter that sleeps long keeps its place, and one
+// whose process dies leaves the queue when etcd expires that short lease, not
+// after the grant's TTL.
+
+// waiterSecs is the TTL of a waiter lease: etcd raises it to its minimum lease
+// TTL (1.5 election timeouts), and a waiter that died holds its place until then,
+// plus up to 500ms.
+const waiterSecs = 1
 
 // queueOps returns the compares, the grant's operations and the failure's
 // operations that FIFO adds to a try of call c under el: the queue compare; the
@@ -36,9 +46,13 @@ func (l *Locker) queueOps(r *driver.Request, el clientv3.LeaseID, c *acquireCall
 		cmps = []clientv3.Cmp{none(wFrom, wTo)}
 	}
 	if r.Waiting {
+		lease := el
+		if c.wl != 0 {
+			lease = c.wl
+		}
 		els = append(els, clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.waiter), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(c.waiter, "", clientv3.WithLease(el))}, nil))
+			[]clientv3.Op{clientv3.OpPut(c.waiter, "", clientv3.WithLease(lease))}, nil))
 	}
 	els = append(els, clientv3.OpGet(wFrom, clientv3.WithRange(wTo)))
 	return cmps, then, els
@@ -63,28 +77,88 @@ func (c *acquireCall) turn(queue []*mvccpb.KeyValue) bool {
 	return head == 0 || head == c.queued
 }
 
-// keepWaiting keeps the etcd lease el of a queued call alive until stopWaiting,
-// with the client's keep-alives (not Raft writes): the call's tries may be far
-// apart, and its waiter key must outlive them.
-func (l *Locker) keepWaiting(c *acquireCall, el clientv3.LeaseID) {
-	if c.stopKA != nil || el == 0 {
+// holdPlace moves the waiter key of a queued call c (c.queued > 0) that has no
+// waiter lease yet to one, pooled or granted, keeping its create revision, and
+// keeps that lease alive until leaveQueue. If the key is gone meanwhile, c is no
+// longer queued: its next try joins the queue again.
+func (l *Locker) holdPlace(ctx context.Context, c *acquireCall) error {
+	if c.wl != 0 || c.queued == 0 {
+		return nil
+	}
+	wl := l.getLease(waiterSecs)
+	if wl != 0 {
+		if _, err := l.cli.KeepAliveOnce(ctx, wl); err != nil {
+			l.revoke(wl)
+			wl = 0
+		}
+	}
+	if wl == 0 {
+		g, err := l.cli.Grant(ctx, waiterSecs)
+		if err != nil {
+			return fmt.Errorf("waiter lease: %w", storeErr(err))
+		}
+		wl = g.ID
+	}
+	c.wl = wl
+	resp, err := l.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(c.waiter), "=", c.queued)).
+		Then(clientv3.OpPut(c.waiter, "", clientv3.WithLease(wl))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("waiter key: %w", storeErr(err))
+	}
+	if !resp.Succeeded {
+		c.queued = 0
+	}
+	l.keepWaiting(c, wl)
+	return nil
+}
+
+// leaveQueue ends c's waiting: it stops the keep-alives of its waiter lease,
+// deletes its waiter key unless its grant did, and pools the emptied waiter
+// lease (revokes it if the key may remain: a pooled lease must have no key).
+func (l *Locker) leaveQueue(c *acquireCall) {
+	c.stopWaiting()
+	if c.wl == 0 {
 		return
 	}
+	empty := true
+	if c.marked {
+		empty = l.unmark(c.waiter) == nil
+		c.marked = false
+	}
+	if empty {
+		l.putLease(c.wl, waiterSecs, time.Unix(0, c.kaAt.Load()))
+	} else {
+		l.revoke(c.wl)
+	}
+	c.wl = 0
+}
+
+// keepWaiting keeps the waiter lease wl of a queued call alive until
+// stopWaiting, with the client's keep-alives (not Raft writes): the call's tries
+// may be far apart, and its waiter key must outlive them. c.kaAt records when
+// the last one was answered, for the pool.
+func (l *Locker) keepWaiting(c *acquireCall, wl clientv3.LeaseID) {
+	if c.stopKA != nil {
+		return
+	}
+	c.kaAt.Store(l.clock.Now().UnixNano())
 	ctx, cancel := context.WithCancel(l.wctx)
-	ch, err := l.cli.KeepAlive(ctx, el)
+	ch, err := l.cli.KeepAlive(ctx, wl)
 	if err != nil {
 		cancel()
-		return // the tries' keep-alives still refresh it
+		return // the lease ends, and with it the key: the call joins the queue again
 	}
 	go func() {
 		for range ch {
+			c.kaAt.Store(l.clock.Now().UnixNano())
 		}
 	}()
 	c.stopKA = cancel
 }
 
-// stopWaiting ends keepWaiting's keep-alives: at a grant (the holder's renewals
-// keep the lease from then on), when el is revoked, and when the call ends.
+// stopWaiting ends keepWaiting's keep-alives: at a grant, and when the call ends.
 func (c *acquireCall) stopWaiting() {
 	if c.stopKA != nil {
 		c.stopKA()
