@@ -203,9 +203,14 @@ func TestLocker_FIFO_GrantedInArrivalOrder(t *testing.T) {
 		}()
 		waitWaiters(t, ctx, cli, name, int64(i+1))
 	}
-	// Waiter 2 gives up: its key goes as its Acquire returns.
+	// Waiter 2 gives up: its key goes as its Acquire returns, well before its
+	// waiter lease could expire (etcd's minimum lease TTL, 1s here).
+	gaveUp := time.Now()
 	cancels[2]()
 	waitWaiters(t, ctx, cli, name, waiters-1)
+	if d := time.Since(gaveUp); d > 500*time.Millisecond {
+		t.Fatalf("the waiter that gave up left the queue after %v; want < 500ms", d)
+	}
 
 	arrival := etcd.NewLocker(client(t), fastOpts)
 	arrived := make(chan fence.Token, 1)
