@@ -354,3 +354,50 @@ func TestLocker_FIFO_DeadWaiterLeavesSoon(t *testing.T) {
 		t.Fatal("the dying waiter was granted the lock")
 	}
 }
+
+// A queued waiter sends a transaction only when its turn may have come (a waiter
+// ahead of it left), not at every release and grant: a chain of handoffs through
+// n waiters costs O(n) transactions, not one per waiter and handoff (O(n²)).
+func TestLocker_FIFO_OnlyTheHeadTries(t *testing.T) {
+	const waiters = 8
+	ctx, cli, name := setup(t, "fifo-herd")
+	h := mustAcquire(t, ctx, etcd.NewLocker(client(t), fastOpts), name, 10*time.Second)
+	var counts []*countingKV
+	txns := func() (n int64) {
+		for _, c := range counts {
+			n += c.txns.Load()
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	for i := range waiters {
+		wcli := client(t)
+		counts = append(counts, countTxns(wcli))
+		l := etcd.NewLocker(wcli, fastOpts)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := l.Acquire(ctx, name, 10*time.Second, fence.WithWait(20*time.Second))
+			if err != nil {
+				t.Errorf("waiter %d: Acquire = %v", i, err)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			a.Release(ctx)
+		}()
+		waitWaiters(t, ctx, cli, name, int64(i+1))
+	}
+	before := txns()
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("holder: Release = %v", err)
+	}
+	wg.Wait()
+	// Per waiter: its grant, its release, and a try when the waiter ahead left
+	// (at its grant) and one when it released; a herd would add a failed try per
+	// waiter behind at each of them.
+	got := txns() - before
+	if limit := int64(5 * waiters); got > limit {
+		t.Fatalf("%d transactions for %d handoffs; want at most %d", got, waiters, limit)
+	}
+	t.Logf("%d transactions for %d handoffs", got, waiters)
+}

@@ -295,11 +295,14 @@ type acquireCall struct {
 	marked bool   // an exclusive try that waits failed: the record may exist
 	hint   int    // the semaphore slot to try first; -1: none
 
-	queued int64              // FIFO: the create revision of waiter, its place; 0: none
-	wl     clientv3.LeaseID   // FIFO: the waiter lease that holds waiter; 0: none yet
-	stopKA context.CancelFunc // FIFO: ends the keep-alives of wl
-	kaAt   atomic.Int64       // FIFO: when a keep-alive of wl was last answered (UnixNano)
-	beats  beatLog            // FastExpiry: the holders' beats this call saw
+	queued    int64              // FIFO: the create revision of waiter, its place; 0: none
+	wl        clientv3.LeaseID   // FIFO: the waiter lease that holds waiter; 0: none yet
+	stopKA    context.CancelFunc // FIFO: ends the keep-alives of wl
+	kaAt      atomic.Int64       // FIFO: when a keep-alive of wl was last answered (UnixNano)
+	ahead     map[string]bool    // FIFO: the waiter keys ahead of waiter at the last try
+	due       time.Time          // when the last try that found the name held asked to try again
+	expiresIn time.Duration      // what that try reported of the holders' time left
+	beats     beatLog            // FastExpiry: the holders' beats this call saw
 }
 
 // try makes one try of r under etcd lease el: one transaction that grants if the
@@ -398,6 +401,7 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 		if last {
 			res.ExpiresIn = l.heldFor(ctx, r, st)
 		}
+		c.due, c.expiresIn = now.Add(res.Retry), res.ExpiresIn
 		return res, nil
 	}
 }

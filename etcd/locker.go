@@ -118,7 +118,12 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		watching := false
 		if w != nil {
 			wake, watching = w.next()
-			c.hint = l.keys.lowestSlot(name, kindOf(r.Options), w.freed())
+			freed := w.freed()
+			c.hint = l.keys.lowestSlot(name, kindOf(r.Options), freed)
+			if watching && c.notForMe(freed) {
+				// FIFO: no waiter ahead left; only the head's try could succeed.
+				return driver.Result{Wake: wake, Retry: max(c.due.Sub(l.clock.Now()), time.Millisecond), ExpiresIn: c.expiresIn}, nil
+			}
 		}
 		last := !r.Waiting || r.WaitLeft != fence.WaitForever && r.WaitLeft <= fallbackPoll
 		var err error

@@ -74,7 +74,38 @@ func (c *acquireCall) turn(queue []*mvccpb.KeyValue) bool {
 			head = kv.CreateRevision
 		}
 	}
+	clear(c.ahead)
+	if c.queued > 0 {
+		for _, kv := range queue {
+			if kv.CreateRevision < c.queued {
+				if c.ahead == nil {
+					c.ahead = map[string]bool{}
+				}
+				c.ahead[string(kv.Key)] = true
+			}
+		}
+	}
 	return head == 0 || head == c.queued
+}
+
+// notForMe reports whether the deletes a queued call c was woken by (freed, the
+// keys its watch saw deleted since its last try) cannot have brought its turn:
+// some waiter that was ahead of it at its last try is still there. Later arrivals
+// only join behind it, and a waiter ahead leaves only by the deletion of its key,
+// which c's watch reports; so c strikes each one reported off, and its turn can
+// come only when none is left. Until then only a waiter ahead can be granted, and
+// c sends no transaction at a release or at a waiter's grant (a herd of one
+// failed transaction per waiter and handoff). A wake-up without deletes (a
+// timer), or with more than the watch keeps, is not judged here; a broken watch
+// is not consulted at all.
+func (c *acquireCall) notForMe(freed []string) bool {
+	if len(freed) == 0 || len(c.ahead) == 0 || len(freed) >= maxFreed {
+		return false
+	}
+	for _, k := range freed {
+		delete(c.ahead, k)
+	}
+	return len(c.ahead) > 0
 }
 
 // holdPlace moves the waiter key of a queued call c (c.queued > 0) that has no
