@@ -121,7 +121,8 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			freed := w.freed()
 			c.hint = l.keys.lowestSlot(name, kindOf(r.Options), freed)
 			if watching && c.notForMe(freed) {
-				// FIFO: no waiter ahead left; only the head's try could succeed.
+				// FIFO: a waiter ahead is still queued, so this try could not
+				// succeed: sleep again, until the next delete or the last try's retry.
 				return driver.Result{Wake: wake, Retry: max(c.due.Sub(l.clock.Now()), time.Millisecond), ExpiresIn: c.expiresIn}, nil
 			}
 		}

@@ -68,7 +68,7 @@ func (l *Locker) watch(ctx context.Context, name string, waitLeft time.Duration,
 	}
 	select {
 	case wr, ok := <-ch:
-		created, over := l.beatsCreated(bch, waitEnd, ctx)
+		created, over := l.beatsCreated(ctx, bch, waitEnd)
 		if over {
 			break
 		}
@@ -99,7 +99,7 @@ func (l *Locker) watch(ctx context.Context, name string, waitLeft time.Duration,
 
 // beatsCreated waits for etcd to confirm the beat watch bch (nil: none) and reports
 // whether it did, or whether the acquire is over (ctx, its wait, Close).
-func (l *Locker) beatsCreated(bch clientv3.WatchChan, waitEnd <-chan time.Time, ctx context.Context) (created, over bool) {
+func (l *Locker) beatsCreated(ctx context.Context, bch clientv3.WatchChan, waitEnd <-chan time.Time) (created, over bool) {
 	if bch == nil {
 		return true, false
 	}
