@@ -29,9 +29,15 @@ type grant struct {
 // lock in a loop against a three-member cluster whose members are separate
 // processes, kills the leader with SIGKILL in the middle, and checks every grant:
 // ordered by token, each holder stopped relying on its lease (release or deadline)
-// before the next one got it, and grants continued under the new leader.
+// before the next one got it, and grants continued under the new leader. It runs
+// with the default options and with those of cluster mode (fast expiry, FIFO).
 func TestCluster_LeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
 	servertest.SkipIfShort(t)
+	t.Run("default", func(t *testing.T) { leaderKilledNoOverlap(t, nil) })
+	t.Run("fast-expiry-fifo", func(t *testing.T) { leaderKilledNoOverlap(t, fastOpts) })
+}
+
+func leaderKilledNoOverlap(t *testing.T, opts *etcd.Options) {
 	c := etcdtest.NewCluster(t, 3)
 	endpoints := c.Endpoints()
 	name := "cluster-" + driver.NewLeaseID()[:12]
@@ -47,7 +53,7 @@ func TestCluster_LeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
 		afterKl int
 	)
 	for i := 0; i < 3; i++ {
-		l := etcd.NewLocker(newClient(t, endpoints), nil)
+		l := etcd.NewLocker(newClient(t, endpoints), opts)
 		wg.Add(1)
 		go func(id int) {
 			defer wg.Done()
