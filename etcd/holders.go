@@ -299,6 +299,7 @@ type acquireCall struct {
 	wl        clientv3.LeaseID   // FIFO: the waiter lease that holds waiter; 0: none yet
 	stopKA    context.CancelFunc // FIFO: ends the keep-alives of wl
 	kaAt      atomic.Int64       // FIFO: when a keep-alive of wl was last answered (UnixNano)
+	kaLost    atomic.Bool        // FIFO: the client gave up keeping wl alive
 	ahead     map[string]bool    // FIFO: the waiter keys ahead of waiter at the last try
 	due       time.Time          // when the last try that found the name held asked to try again
 	expiresIn time.Duration      // what that try reported of the holders' time left

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -129,11 +130,20 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		last := !r.Waiting || r.WaitLeft != fence.WaitForever && r.WaitLeft <= fallbackPoll
 		var err error
 		var res driver.Result
-		if start, err = l.prepareLease(ctx, &el, r.TTL); err == nil {
+		if err = l.checkPlace(ctx, &c); err == nil {
+			start, err = l.prepareLease(ctx, &el, r.TTL)
+		}
+		if err == nil {
 			if res, err = l.try(ctx, r, el, &c, last); err != nil {
 				l.revoke(el) // a key the try may have created goes with it
 				el = 0
 			}
+		}
+		if err != nil && r.Waiting && c.wl != 0 && errors.Is(err, fence.ErrNotHeld) {
+			// The waiter lease expired under the try (a leader change longer than
+			// its TTL): the place went with it; the next try joins the queue again.
+			l.dropPlace(&c)
+			return driver.Result{}, driver.Transient(err)
 		}
 		if err != nil {
 			// A waiter rides out a leader election or a short partition; its watch

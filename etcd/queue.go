@@ -2,12 +2,14 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
 )
 
@@ -181,12 +183,45 @@ func (l *Locker) keepWaiting(c *acquireCall, wl clientv3.LeaseID) {
 		cancel()
 		return // the lease ends, and with it the key: the call joins the queue again
 	}
+	c.kaLost.Store(false)
 	go func() {
 		for range ch {
 			c.kaAt.Store(l.clock.Now().UnixNano())
 		}
+		// The client gives up on a lease it could not renew within its TTL (a
+		// leader change longer than that): the next try looks at it again.
+		c.kaLost.Store(ctx.Err() == nil)
 	}()
 	c.stopKA = cancel
+}
+
+// checkPlace runs before each try of a queued call whose waiter lease's
+// keep-alives stopped (the client gave up on them): it renews the lease and keeps
+// it alive again, or, if etcd has let it expire, forgets it and the place (its
+// waiter key went with it): the next try joins the queue again. Its errors are
+// the keep-alive's.
+func (l *Locker) checkPlace(ctx context.Context, c *acquireCall) error {
+	if c.wl == 0 || !c.kaLost.Load() {
+		return nil
+	}
+	c.stopWaiting()
+	if _, err := l.cli.KeepAliveOnce(ctx, c.wl); err != nil {
+		if err = storeErr(err); errors.Is(err, fence.ErrNotHeld) {
+			l.dropPlace(c)
+			return nil
+		}
+		return fmt.Errorf("waiter lease: %w", err)
+	}
+	l.keepWaiting(c, c.wl)
+	return nil
+}
+
+// dropPlace forgets the waiter lease of c, which etcd let expire, and with it
+// c's place: its waiter key is gone.
+func (l *Locker) dropPlace(c *acquireCall) {
+	c.stopWaiting()
+	c.wl, c.queued, c.marked = 0, 0, false
+	clear(c.ahead)
 }
 
 // stopWaiting ends keepWaiting's keep-alives: at a grant, and when the call ends.
