@@ -60,6 +60,11 @@ func BenchmarkHandoff(b *testing.B) {
 	b.Run("fence", func(b *testing.B) {
 		fencetest.BenchmarkHandoff(b, etcd.NewLocker(client(b), nil), etcd.NewLocker(client(b), nil))
 	})
+	// With the options cluster mode turns on: the waiter keeps a waiter key, and
+	// the grant writes a beat key and deletes the waiter key.
+	b.Run("fence-fast-expiry-fifo", func(b *testing.B) {
+		fencetest.BenchmarkHandoff(b, etcd.NewLocker(client(b), clusterOpts), etcd.NewLocker(client(b), clusterOpts))
+	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		pfx := "bench-mutex/" + benchName()
 		fencetest.BenchmarkMutexHandoff(b, concurrency.NewMutex(session(b), pfx), concurrency.NewMutex(session(b), pfx))
@@ -80,6 +85,9 @@ func session(b *testing.B) *concurrency.Session {
 
 func benchName() string { return "bench-" + driver.NewLeaseID()[:12] }
 
+// clusterOpts are the options that cluster mode turns on.
+var clusterOpts = &etcd.Options{FastExpiry: true, FIFO: true}
+
 // BenchmarkExpiryHandoff measures the handoff after an expiry (see
 // fencetest.BenchmarkExpiryHandoff): a holder never releases a 100ms lease, a waiter
 // on its own client is already waiting. etcd cannot expire that precisely: it raises
@@ -91,7 +99,11 @@ func benchName() string { return "bench-" + driver.NewLeaseID()[:12] }
 // "fast-timing" is the package's
 // test member (500ms election timeout: 1s minimum); "default-timing" a member with
 // etcd's defaults (1s election timeout: 2s minimum), what an unconfigured cluster
-// gives.
+// gives. The "fast-expiry" rows run with Options.FastExpiry and FIFO (what
+// cluster mode turns on): the waiter ends the silent holder's grant its TTL, plus
+// 1% and 50ms, after it saw the holder's last renewal (here its grant), by its own
+// clock; "-1s" rows use a TTL of 1s (etcd's own expiry then comes 0 to 500ms after
+// the deadline on the fast-timing member, 1 to 1.5s with default timing).
 //
 //	go test -run '^$' -bench ExpiryHandoff -benchtime 10x ./etcd/
 func BenchmarkExpiryHandoff(b *testing.B) {
@@ -99,16 +111,59 @@ func BenchmarkExpiryHandoff(b *testing.B) {
 	b.Run("fast-timing", func(b *testing.B) {
 		fencetest.BenchmarkExpiryHandoff(b, etcd.NewLocker(client(b), nil), etcd.NewLocker(client(b), nil), ttl)
 	})
+	b.Run("fast-timing-1s", func(b *testing.B) {
+		fencetest.BenchmarkExpiryHandoff(b, etcd.NewLocker(client(b), nil), etcd.NewLocker(client(b), nil), time.Second)
+	})
+	b.Run("fast-timing-fast-expiry", func(b *testing.B) {
+		fencetest.BenchmarkExpiryHandoff(b, etcd.NewLocker(client(b), clusterOpts), etcd.NewLocker(client(b), clusterOpts), ttl)
+	})
+	b.Run("fast-timing-fast-expiry-1s", func(b *testing.B) {
+		fencetest.BenchmarkExpiryHandoff(b, etcd.NewLocker(client(b), clusterOpts), etcd.NewLocker(client(b), clusterOpts), time.Second)
+	})
 	b.Run("default-timing", func(b *testing.B) {
 		s, err := etcdmember.StartDefaultTiming()
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(s.Close)
-		holder := etcd.NewLocker(newClient(b, s.Endpoints), nil)
-		waiter := etcd.NewLocker(newClient(b, s.Endpoints), nil)
-		fencetest.BenchmarkExpiryHandoff(b, holder, waiter, ttl)
+		b.Run("100ms", func(b *testing.B) {
+			holder := etcd.NewLocker(newClient(b, s.Endpoints), nil)
+			waiter := etcd.NewLocker(newClient(b, s.Endpoints), nil)
+			fencetest.BenchmarkExpiryHandoff(b, holder, waiter, ttl)
+		})
+		b.Run("fast-expiry-1s", func(b *testing.B) {
+			holder := etcd.NewLocker(newClient(b, s.Endpoints), clusterOpts)
+			waiter := etcd.NewLocker(newClient(b, s.Endpoints), clusterOpts)
+			fencetest.BenchmarkExpiryHandoff(b, holder, waiter, time.Second)
+		})
 	})
+}
+
+// BenchmarkRenew times one renewal of a held lock (ns/op): a read-only
+// transaction and a keep-alive by default, a transaction that writes the beat (a
+// Raft write) and a keep-alive with FastExpiry.
+//
+//	go test -run '^$' -bench Renew -benchtime 2s ./etcd/
+func BenchmarkRenew(b *testing.B) {
+	for _, c := range []struct {
+		what string
+		opts *etcd.Options
+	}{{"default", nil}, {"fast-expiry", clusterOpts}} {
+		b.Run(c.what, func(b *testing.B) {
+			ctx := context.Background()
+			l := etcd.NewLocker(client(b), c.opts)
+			lease, err := l.Acquire(ctx, benchName(), 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lease.Release(ctx)
+			for b.Loop() {
+				if err := lease.Renew(ctx, 10*time.Second); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // watchedLocker is a Locker whose first Acquire starts watchers watches of the

@@ -29,9 +29,15 @@ type grant struct {
 // lock in a loop against a three-member cluster whose members are separate
 // processes, kills the leader with SIGKILL in the middle, and checks every grant:
 // ordered by token, each holder stopped relying on its lease (release or deadline)
-// before the next one got it, and grants continued under the new leader.
+// before the next one got it, and grants continued under the new leader. It runs
+// with the default options and with those of cluster mode (fast expiry, FIFO).
 func TestCluster_LeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
 	servertest.SkipIfShort(t)
+	t.Run("default", func(t *testing.T) { leaderKilledNoOverlap(t, nil) })
+	t.Run("fast-expiry-fifo", func(t *testing.T) { leaderKilledNoOverlap(t, fastOpts) })
+}
+
+func leaderKilledNoOverlap(t *testing.T, opts *etcd.Options) {
 	c := etcdtest.NewCluster(t, 3)
 	endpoints := c.Endpoints()
 	name := "cluster-" + driver.NewLeaseID()[:12]
@@ -47,7 +53,7 @@ func TestCluster_LeaderKilled_TokensIncreaseNoOverlap(t *testing.T) {
 		afterKl int
 	)
 	for i := 0; i < 3; i++ {
-		l := etcd.NewLocker(newClient(t, endpoints), nil)
+		l := etcd.NewLocker(newClient(t, endpoints), opts)
 		wg.Add(1)
 		go func(id int) {
 			defer wg.Done()
@@ -356,4 +362,62 @@ func TestCluster_WatchedMemberLosesLeader_ErrUnavailableThenRecovers(t *testing.
 	if got := waitFor(t, states, 10*time.Second, "the grant once the leader is back", true, isHeld); got.info.Token != a.Token() {
 		t.Fatalf("state after recovery = %+v; want token %d", got.info, a.Token())
 	}
+}
+
+// TestCluster_FastExpiry_SilentHolderAcrossLeaderKill: with cluster mode's options,
+// a holder that falls silent is still replaced after its deadline, never before
+// (P6), when the leader is SIGKILLed while the waiter waits: the waiter's watch
+// breaks and is made anew, and its count of the holder's silence, on its own
+// clock, goes on. The bound is loose: a request that reached a member as the leader
+// died (the waiter's try, or its watch being created) waits for etcd's request
+// timeout (5s plus two election timeouts) before it fails and is tried again, so
+// the handoff comes about 4.5s after the deadline in most runs, not 70ms.
+func TestCluster_FastExpiry_SilentHolderAcrossLeaderKill(t *testing.T) {
+	servertest.SkipIfShort(t)
+	c := etcdtest.NewCluster(t, 3)
+	ctx := testCtx(t)
+	endpoints := c.Endpoints()
+	holder := etcd.NewLocker(newClient(t, endpoints), fastOpts)
+	waiter := etcd.NewLocker(newClient(t, endpoints), fastOpts)
+	name := uniq("silent-kill")
+	const ttl = 1500 * time.Millisecond
+
+	h, err := holder.Acquire(ctx, name, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *fence.Lease
+		at    time.Time
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name, 10*time.Second, fence.WithWait(30*time.Second))
+		got <- result{l, time.Now(), err}
+	}()
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Kill()
+	var w result
+	select {
+	case w = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter not granted 20s after the leader was killed")
+	}
+	if w.err != nil {
+		t.Fatalf("waiter's Acquire across the leader kill = %v; want a lease", w.err)
+	}
+	if !w.at.After(h.Deadline()) {
+		t.Fatalf("waiter granted %v before the silent holder's deadline (P6)", h.Deadline().Sub(w.at))
+	}
+	if late := w.at.Sub(h.Deadline()); late > 10*time.Second {
+		t.Fatalf("waiter granted %v after the silent holder's deadline; want < 10s", late)
+	}
+	if w.lease.Token() <= h.Token() {
+		t.Fatalf("waiter's token %d; want > holder's %d", w.lease.Token(), h.Token())
+	}
+	t.Logf("granted %v after the silent holder's deadline, across the leader kill", w.at.Sub(h.Deadline()))
 }

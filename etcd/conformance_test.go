@@ -19,6 +19,13 @@ func TestLocker_Conformance(t *testing.T) {
 	}, fencetest.WithShortTTL(etcdmember.MinLeaseTTL))
 }
 
+// The same suite with fast expiry and FIFO waiting on, as cluster mode runs them.
+func TestLocker_Conformance_FastExpiryFIFO(t *testing.T) {
+	fencetest.TestLocker(t, func(t *testing.T) fence.Locker {
+		return etcd.NewLocker(client(t), &etcd.Options{FastExpiry: true, FIFO: true})
+	}, fencetest.WithShortTTL(etcdmember.MinLeaseTTL))
+}
+
 func TestKV_Conformance(t *testing.T) {
 	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded {
 		return etcd.NewKV(client(t), nil)

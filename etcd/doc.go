@@ -35,6 +35,23 @@
 // ends early rather than late, and Inspect reports the lock held, with etcd's
 // whole seconds left, until etcd deletes the key. A release hands over at once.
 //
+// # Fast expiry and FIFO waiting
+//
+// [Options].FastExpiry lifts that floor for waiters: each renewal writes a beat
+// key beside the lease's key (one Raft write per renewal), and a waiter that has
+// seen no new revision of it for the holder's TTL, plus 1% and 50ms, on its own
+// monotonic clock ends the grant with a transaction that compares the revision
+// it saw: a renewal that raced in wins, and the holder's clock, whose deadline
+// runs from when it sent its last renewal, always ends its lease first (P6), as
+// long as the clocks' rates differ by less than that margin. A holder that
+// stops renewing is replaced about 60 to 90ms after its deadline. With no waiter,
+// etcd's lease expires it as before. [Options].FIFO grants waiters in the order
+// they started to wait (P10): each waiting acquire keeps a waiter key whose create
+// revision is its place, and only the lowest may be granted; a new arrival cannot
+// jump the queue, and a waiter that gives up deletes its key as it returns. Both
+// are off by default; cluster mode turns them on. docs/etcd.md has the
+// transactions, the argument and the measurements.
+//
 // Renew sends a keep-alive for the grant's etcd lease (a different TTL moves
 // the key to a new etcd lease, keeping its token); Release and Revoke delete
 // the key in a transaction that compares the lease id (Revoke: that the lock is
@@ -46,7 +63,7 @@
 // A waiter watches the lock key from the current revision and tries again when
 // a release or expiry deletes it, so a handoff costs the release's write, one
 // watch notification and the waiter's grant. Every waiter on a name is woken
-// and they race: waiting is not FIFO. A waiter whose try fails because etcd is
+// and they race: waiting is not FIFO unless [Options].FIFO is set. A waiter whose try fails because etcd is
 // unavailable (a leader election, a short partition) backs off and tries again
 // until its wait ends; TryAcquire returns fence.ErrUnavailable at once. A
 // broken watch is made anew, and every waiter and watcher reads again at least

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -302,6 +303,16 @@ type acquireCall struct {
 	// retried says the try's grant is an earlier one of the same request id
 	// (see request.go), which holds its own etcd lease, not the call's.
 	retried bool
+
+	queued    int64              // FIFO: the create revision of waiter, its place; 0: none
+	wl        clientv3.LeaseID   // FIFO: the waiter lease that holds waiter; 0: none yet
+	stopKA    context.CancelFunc // FIFO: ends the keep-alives of wl
+	kaAt      atomic.Int64       // FIFO: when a keep-alive of wl was last answered (UnixNano)
+	kaLost    atomic.Bool        // FIFO: the client gave up keeping wl alive
+	ahead     map[string]bool    // FIFO: the waiter keys ahead of waiter at the last try
+	due       time.Time          // when the last try that found the name held asked to try again
+	expiresIn time.Duration      // what that try reported of the holders' time left
+	beats     beatLog            // FastExpiry: the holders' beats this call saw
 }
 
 // try makes one try of r under etcd lease el: one transaction that grants if the
@@ -326,7 +337,8 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 		return res, err
 	}
 	for attempt := 1; ; attempt++ {
-		resp, err := l.grantTxn(ctx, r, el, c, kind, slot, since)
+		resp, lay, err := l.grantTxn(ctx, r, el, c, kind, slot, since)
+		replied := l.clock.Now()
 		if err != nil {
 			// The key may or may not have been created; if it was, it is under el
 			// and the caller's revocation of el deletes it.
@@ -351,7 +363,7 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 			c.marked = true
 		}
 		reqKV := takeRequest(r, resp)
-		st, err := l.parseState(r.Name, resp)
+		st, err := l.parseState(r.Name, resp, lay)
 		if err != nil {
 			return driver.Result{}, err
 		}
@@ -362,6 +374,25 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 		if since > 0 {
 			since = resp.Header.Revision
 		}
+		var silentFor time.Duration // FastExpiry: until a holder's silence may be over
+		if l.fast && r.Waiting {
+			silent, next := c.beats.judge(resp.Responses[lay.beats].GetResponseRange().GetKvs(), replied)
+			ended, err := l.expire(ctx, r.Name, silent)
+			if err != nil {
+				return driver.Result{}, err
+			}
+			if ended && attempt < maxAttempts {
+				continue
+			}
+			silentFor = next
+		}
+		turn := true // FIFO: no waiter is ahead of this call
+		if l.fifo {
+			turn = c.turn(resp.Responses[lay.queue].GetResponseRange().GetKvs())
+			if err := l.holdPlace(ctx, c); err != nil {
+				return driver.Result{}, err
+			}
+		}
 		now := l.clock.Now()
 		far := func(*mvccpb.KeyValue) (time.Time, bool) { return now.Add(time.Hour), true }
 		hs, until := st.holdings(far)
@@ -369,7 +400,7 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 		if err != nil {
 			return driver.Result{}, err
 		}
-		if d.Grant {
+		if d.Grant && turn {
 			if attempt < maxAttempts {
 				slot = d.Slot
 				if kind == sharedKind {
@@ -386,9 +417,13 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 			// again before it lapses (el lasts at least WaiterFor(r)).
 			res.Retry = min(fallbackPoll, d.Retry)
 		}
+		if silentFor > 0 {
+			res.Retry = min(res.Retry, silentFor)
+		}
 		if last {
 			res.ExpiresIn = l.heldFor(ctx, r, st)
 		}
+		c.due, c.expiresIn = now.Add(res.Retry), res.ExpiresIn
 		return res, nil
 	}
 }
@@ -417,21 +452,33 @@ func (l *Locker) heldFor(ctx context.Context, r *driver.Request, st nameState) t
 	return d.ExpiresIn.Truncate(time.Second)
 }
 
+// txnLayout says where a failed grant transaction's optional reads are among its
+// responses; -1: not read.
+type txnLayout struct {
+	waiters int // the waiter records, for a shared acquire without FIFO
+	beats   int // the beat keys (FastExpiry)
+	queue   int // the waiter keys (FIFO)
+}
+
 // grantTxn sends the one transaction of an attempt: If the name's keys allow a
 // grant of kind in slot, Then the grant's writes (the token key, and the lock key
 // and owner key or the holder key, under el), Else reads of the lock key, the
 // holder keys, and for a shared acquire the waiter records or,
 // for an exclusive acquire that waits, the recording of its waiter record when
-// only shared leases hold the name.
+// only shared leases hold the name. FastExpiry adds the beat's write and a read of
+// the beats; FIFO the queue's compares and operations (see queueOps); a request
+// id the request key's write and, last, its read (see takeRequest).
 //
 // A positive since (see holderRetried) makes the grant also depend on no holder
 // key of the name having changed after revision since.
-func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.LeaseID, c *acquireCall, kind string, slot int, since int64) (*clientv3.TxnResponse, error) {
+func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.LeaseID, c *acquireCall, kind string, slot int, since int64) (*clientv3.TxnResponse, txnLayout, error) {
+	lay := txnLayout{waiters: -1, beats: -1, queue: -1}
 	name := r.Name
 	lk := l.keys.lock(name)
 	hFrom, hTo := l.keys.holders(name)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}
 	then := []clientv3.Op{clientv3.OpPut(l.keys.token(name), "")}
+	key := lk // the key of the grant
 	els := []clientv3.Op{clientv3.OpGet(lk), clientv3.OpGet(hFrom, clientv3.WithRange(hTo))}
 	switch kind {
 	case "":
@@ -440,10 +487,10 @@ func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.Le
 		if r.Options.Owner != "" {
 			then = append(then, clientv3.OpPut(l.keys.owner(name), r.Options.Owner, clientv3.WithLease(el)))
 		}
-		if c.marked {
+		if c.marked && !l.fifo {
 			then = append(then, clientv3.OpDelete(c.waiter))
 		}
-		if r.Waiting {
+		if r.Waiting && !l.fifo {
 			semTo, _ := l.keys.kinds(name, sharedKind)
 			els = append(els, clientv3.OpTxn(
 				[]clientv3.Cmp{
@@ -455,26 +502,40 @@ func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.Le
 		}
 	default:
 		kFrom, kTo := l.keys.kinds(name, kind)
-		key := l.keys.holder(name, kind, slot)
+		key = l.keys.holder(name, kind, slot)
 		cmps = append(cmps, none(hFrom, kFrom), none(kTo, hTo), clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
 		if since > 0 {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hFrom), "<", since+1).WithRange(hTo))
 		}
 		then = append(then, clientv3.OpPut(key, holderValue(holderID(r.ID, kind, slot), r.Options.Owner, r.Options.RequestID), clientv3.WithLease(el)))
-		if kind == sharedKind {
+		if kind == sharedKind && !l.fifo {
 			wFrom, wTo := l.keys.waiters(name)
 			cmps = append(cmps, none(wFrom, wTo))
+			lay.waiters = len(els)
 			els = append(els, clientv3.OpGet(wFrom, clientv3.WithRange(wTo)))
 		}
 	}
+	if l.fast {
+		then = append(then, l.keys.putBeat(key, r.TTL, el))
+		bFrom, bTo := l.keys.beats(name)
+		lay.beats = len(els)
+		els = append(els, clientv3.OpGet(bFrom, clientv3.WithRange(bTo)))
+	}
+	if l.fifo {
+		qc, qt, qe := l.queueOps(r, el, c)
+		cmps, then, els = append(cmps, qc...), append(then, qt...), append(els, qe...)
+		lay.queue = len(els) - 1
+	}
 	if kind == "" {
+		// Last: takeRequest reads the request key from the last read.
 		then, els = l.lockRequest(r, el, then, els)
 	}
-	return l.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	resp, err := l.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	return resp, lay, err
 }
 
 // parseState decodes the reads of a failed grant transaction.
-func (l *Locker) parseState(name string, resp *clientv3.TxnResponse) (nameState, error) {
+func (l *Locker) parseState(name string, resp *clientv3.TxnResponse, lay txnLayout) (nameState, error) {
 	var st nameState
 	st.lock = only(resp.Responses[0].GetResponseRange().GetKvs())
 	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
@@ -484,16 +545,18 @@ func (l *Locker) parseState(name string, resp *clientv3.TxnResponse) (nameState,
 		}
 		st.holders = append(st.holders, h)
 	}
-	if len(resp.Responses) > 2 {
-		st.waiters = resp.Responses[2].GetResponseRange().GetKvs()
+	if lay.waiters >= 0 {
+		st.waiters = resp.Responses[lay.waiters].GetResponseRange().GetKvs()
 	}
 	return st, nil
 }
 
 // unmark deletes the exclusive-waiter record key of a call that ends without a
-// grant, best effort: if it fails, the record ends with the call's etcd lease.
-func (l *Locker) unmark(key string) {
+// grant, best effort: if it fails (the error says so), the record ends with its
+// etcd lease.
+func (l *Locker) unmark(key string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_, _ = l.cli.Delete(ctx, key)
+	_, err := l.cli.Delete(ctx, key)
+	return err
 }

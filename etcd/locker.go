@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,8 @@ type Locker struct {
 	keys   keys
 	clock  driver.Clock
 	engine driver.Engine
+	fast   bool // Options.FastExpiry
+	fifo   bool // Options.FIFO
 
 	closed atomic.Bool
 	mu     sync.Mutex
@@ -48,7 +51,7 @@ var (
 // NewLocker returns a Locker that keeps its locks in etcd through cli, under
 // opts.Prefix. The caller keeps ownership of cli: Locker.Close does not close it.
 func NewLocker(cli *clientv3.Client, opts *Options) *Locker {
-	l := &Locker{cli: cli, keys: keys{opts.prefix()}, clock: opts.clock(), done: make(chan struct{})}
+	l := &Locker{cli: cli, keys: keys{opts.prefix()}, clock: opts.clock(), done: make(chan struct{}), fast: opts.fast(), fifo: opts.fifo()}
 	l.wctx, l.wcancel = context.WithCancel(context.Background())
 	l.engine = driver.Engine{Backend: "etcd", Locker: l, Clock: l.clock, Poll: fallbackPoll, Closed: l.done, Features: l.Features()}
 	return l
@@ -82,7 +85,10 @@ func (l *Locker) closeOnce() bool {
 // returned lease's deadline is the requested ttl from when the request was sent.
 // A waiting call sleeps until its watch reports a delete of one of the name's
 // keys, and tries again at least every 5 s without one; it rides out
-// fence.ErrUnavailable, backing off, until its wait ends.
+// fence.ErrUnavailable, backing off, until its wait ends. With Options.FIFO a
+// waiting call keeps its place in the name's queue across its tries; with
+// Options.FastExpiry it ends a grant whose holder has fallen silent (see the
+// package documentation).
 //
 // It returns an error matching fence.ErrNotAcquired (a *fence.HeldError) if the lock
 // stayed held, also matching ctx.Err() when ctx ended the wait or a request;
@@ -102,6 +108,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		if w != nil {
 			w.cancel()
 		}
+		l.leaveQueue(&c)
 		if el != 0 && c.marked { // no grant: the waiter record goes before el is pooled
 			l.unmark(c.waiter)
 		}
@@ -112,16 +119,31 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		watching := false
 		if w != nil {
 			wake, watching = w.next()
-			c.hint = l.keys.lowestSlot(name, kindOf(r.Options), w.freed())
+			freed := w.freed()
+			c.hint = l.keys.lowestSlot(name, kindOf(r.Options), freed)
+			if watching && c.notForMe(freed) {
+				// FIFO: a waiter ahead is still queued, so this try could not
+				// succeed: sleep again, until the next delete or the last try's retry.
+				return driver.Result{Wake: wake, Retry: max(c.due.Sub(l.clock.Now()), time.Millisecond), ExpiresIn: c.expiresIn}, nil
+			}
 		}
 		last := !r.Waiting || r.WaitLeft != fence.WaitForever && r.WaitLeft <= fallbackPoll
 		var err error
 		var res driver.Result
-		if start, err = l.prepareLease(ctx, &el, r.TTL); err == nil {
+		if err = l.checkPlace(ctx, &c); err == nil {
+			start, err = l.prepareLease(ctx, &el, r.TTL)
+		}
+		if err == nil {
 			if res, err = l.try(ctx, r, el, &c, last); err != nil {
 				l.revoke(el) // a key the try may have created goes with it
 				el = 0
 			}
+		}
+		if err != nil && r.Waiting && c.wl != 0 && errors.Is(err, fence.ErrNotHeld) {
+			// The waiter lease expired under the try (a leader change longer than
+			// its TTL): the place went with it; the next try joins the queue again.
+			l.dropPlace(&c)
+			return driver.Result{}, driver.Transient(err)
 		}
 		if err != nil {
 			// A waiter rides out a leader election or a short partition; its watch
@@ -135,6 +157,9 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		if res.Token != 0 {
 			if c.retried { // the grant keeps its own etcd lease; el stays the call's
 				return res, nil
+			}
+			if l.fifo && c.queued > 0 {
+				c.marked = false // the grant deleted the waiter key
 			}
 			l.track(el, leaseSeconds(r.TTL), start)
 			el = 0
@@ -151,7 +176,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			if w != nil {
 				w.cancel()
 			}
-			if w, err = l.watch(ctx, r.Name, r.WaitLeft); err != nil {
+			if w, err = l.watch(ctx, r.Name, r.WaitLeft, &c.beats); err != nil {
 				return driver.Result{}, transient(err)
 			}
 			if w != nil {
@@ -189,7 +214,11 @@ func (l *Locker) checkLease(name, leaseID string) error {
 // lock's, a semaphore permit's or a shared lease's alike. etcd renews a lease to
 // the TTL it was granted with, so when ttl is longer than that, or less than half
 // of it, Renew moves the lease's key to a new etcd lease of ttl (the key keeps its
-// create revision, so the token is unchanged) and revokes the old one.
+// create revision, so the token is unchanged) and revokes the old one. With
+// Options.FastExpiry the transaction that checks the lease also writes its beat
+// key (a Raft write), the renewal that waiters count a silent holder's TTL from; a
+// Locker without it writes the beat of a grant that has one in a second
+// transaction.
 //
 // It returns fence.ErrNotHeld if that lease expired, was released or never existed,
 // fence.ErrInvalid for bad arguments, fence.ErrUnavailable if etcd cannot be reached
@@ -203,9 +232,15 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	}
 	key, holder := l.keys.leaseKey(name, leaseID)
 	held := heldBy(key, leaseID, holder)
+	// With FastExpiry the renewal writes the key's beat: a Raft write, which waiters
+	// see (see expiry.go). Without, the read shows whether the key has one.
+	beat := clientv3.OpGet(l.keys.beat(key), clientv3.WithCountOnly())
+	if l.fast {
+		beat = l.keys.touchBeat(key, ttl)
+	}
 	resp, err := l.cli.Txn(ctx).
 		If(held...).
-		Then(clientv3.OpGet(key), clientv3.OpGet(l.keys.owner(name))).
+		Then(clientv3.OpGet(key), clientv3.OpGet(l.keys.owner(name)), beat).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, storeErr(err))
@@ -216,6 +251,11 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
 	if len(kvs) != 1 || kvs[0].Lease == 0 {
 		return fmt.Errorf("etcd: renew %q: lease key has no etcd lease: %w", name, ErrCorrupt)
+	}
+	if !l.fast && resp.Responses[2].GetResponseRange().GetCount() > 0 {
+		if err := l.renewBeat(ctx, key, held, ttl); err != nil {
+			return fmt.Errorf("etcd: renew %q: %w", name, storeErr(err))
+		}
 	}
 	old := clientv3.LeaseID(kvs[0].Lease)
 	kaStart := l.clock.Now()
@@ -234,7 +274,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return fmt.Errorf("etcd: renew %q: grant: %w", name, storeErr(err))
 	}
 	// A lock's owner key goes along, so that it lives as long as the lock key.
-	move := []clientv3.Op{clientv3.OpPut(key, string(kvs[0].Value), clientv3.WithLease(g.ID))}
+	move := []clientv3.Op{clientv3.OpPut(key, string(kvs[0].Value), clientv3.WithLease(g.ID)), l.keys.moveBeat(key, g.ID)}
 	if owner := grantOwner(kvs[0], only(resp.Responses[1].GetResponseRange().GetKvs())); owner != nil && !holder {
 		move = append(move, clientv3.OpPut(string(owner.Key), string(owner.Value), clientv3.WithLease(g.ID)))
 	}
@@ -266,7 +306,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
 	}
 	key, holder := l.keys.leaseKey(name, leaseID)
-	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV())}
+	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.beat(key))}
 	if !holder {
 		del = append(del, clientv3.OpDelete(l.keys.owner(name)), clientv3.OpDelete(l.keys.request(name)))
 	}
@@ -295,11 +335,13 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 		return fmt.Errorf("etcd: revoke %q: %w", name, err)
 	}
 	hFrom, hTo := l.keys.holders(name)
+	bFrom, bTo := l.keys.beats(name)
 	del := []clientv3.Op{
 		clientv3.OpDelete(l.keys.lock(name), clientv3.WithPrevKV()),
 		clientv3.OpDelete(hFrom, clientv3.WithRange(hTo), clientv3.WithPrevKV()),
 		clientv3.OpDelete(l.keys.owner(name)),
 		clientv3.OpDelete(l.keys.request(name)),
+		clientv3.OpDelete(bFrom, clientv3.WithRange(bTo)),
 	}
 	if err := l.end(ctx, nil, del, false); err != nil {
 		return fmt.Errorf("etcd: revoke %q: %w", name, err)

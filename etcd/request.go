@@ -177,7 +177,7 @@ func (l *Locker) FindRetried(ctx context.Context, name string, ttl time.Duration
 	}
 	reqKV := only(resp.Responses[2].GetResponseRange().GetKvs())
 	resp.Responses = resp.Responses[:2]
-	st, err := l.parseState(name, resp)
+	st, err := l.parseState(name, resp, txnLayout{waiters: -1, beats: -1, queue: -1})
 	if err != nil {
 		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, err)
 	}

@@ -35,6 +35,24 @@ type Options struct {
 	DialTimeout time.Duration
 	// Username and Password, if set, authenticate Open's client.
 	Username, Password string
+	// FastExpiry makes a lock that its holder stops renewing change hands about
+	// its TTL after the holder's last renewal, instead of when etcd expires the
+	// holder's etcd lease (whole seconds, at least etcd's minimum lease TTL, plus
+	// up to 500 ms): each renewal is written (one Raft write per renewal), and a
+	// waiter that has seen no renewal for the holder's TTL, plus a margin, on its
+	// own monotonic clock ends the grant in a transaction that compares the
+	// renewal it saw (see "Fast expiry" in docs/etcd.md). Every Locker that
+	// renews leases on the prefix should set it alike: a Locker without it
+	// still writes the renewals of grants made with it, one extra request each.
+	FastExpiry bool
+	// FIFO makes waiters on a name be granted in the order they started to wait
+	// (P10): each waiter keeps a waiter key, and only the waiter whose key has the
+	// lowest create revision may be granted, as etcd's concurrency.Mutex does; an
+	// acquire that does not wait, or first tries, is not granted past a waiter.
+	// Every Locker that acquires on the prefix should set it alike: one without
+	// it does not look at the queue (beyond the waiter keys' hold on shared
+	// acquires).
+	FIFO bool
 }
 
 func (o *Options) prefix() string {
@@ -43,6 +61,9 @@ func (o *Options) prefix() string {
 	}
 	return o.Prefix
 }
+
+func (o *Options) fast() bool { return o != nil && o.FastExpiry }
+func (o *Options) fifo() bool { return o != nil && o.FIFO }
 
 func (o *Options) clock() driver.Clock {
 	if o == nil || o.Clock == nil {

@@ -47,7 +47,11 @@ type watch struct {
 // "the failed try's revision + 1" as soon as any other write happened since)
 // lands in the unsynced group, which a background loop serves every 100 ms: that
 // loop, not the network, is most of concurrency.Mutex's handoff time.
-func (l *Locker) watch(ctx context.Context, name string, waitLeft time.Duration) (*watch, error) {
+//
+// With FastExpiry it also watches the name's beat keys and notes each renewal in
+// beats as it arrives, so that a waiter's wait for a silent holder starts at its
+// last renewal, not at the waiter's next try.
+func (l *Locker) watch(ctx context.Context, name string, waitLeft time.Duration, beats *beatLog) (*watch, error) {
 	var waitEnd <-chan time.Time
 	if waitLeft != fence.WaitForever {
 		t := time.NewTimer(waitLeft)
@@ -57,11 +61,23 @@ func (l *Locker) watch(ctx context.Context, name string, waitLeft time.Duration)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	from, to := l.keys.name(name)
 	ch := l.cli.Watch(wctx, from, clientv3.WithRange(to), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	var bch clientv3.WatchChan
+	if l.fast {
+		bFrom, bTo := l.keys.beats(name)
+		bch = l.cli.Watch(wctx, bFrom, clientv3.WithRange(bTo), clientv3.WithFilterDelete(), clientv3.WithCreatedNotify())
+	}
 	select {
 	case wr, ok := <-ch:
-		if ok && wr.Err() == nil && wr.Created {
+		created, over := l.beatsCreated(ctx, bch, waitEnd)
+		if over {
+			break
+		}
+		if ok && wr.Err() == nil && wr.Created && created {
 			w := &watch{cancel: cancel, wake: make(chan struct{})}
 			go w.run(ch)
+			if bch != nil {
+				go l.noteBeats(bch, beats, cancel)
+			}
 			return w, nil
 		}
 		cancel()
@@ -79,6 +95,38 @@ func (l *Locker) watch(ctx context.Context, name string, waitLeft time.Duration)
 	}
 	cancel()
 	return nil, nil
+}
+
+// beatsCreated waits for etcd to confirm the beat watch bch (nil: none) and reports
+// whether it did, or whether the acquire is over (ctx, its wait, Close).
+func (l *Locker) beatsCreated(ctx context.Context, bch clientv3.WatchChan, waitEnd <-chan time.Time) (created, over bool) {
+	if bch == nil {
+		return true, false
+	}
+	select {
+	case wr, ok := <-bch:
+		return ok && wr.Err() == nil && wr.Created, false
+	case <-waitEnd:
+	case <-ctx.Done():
+	case <-l.done:
+	}
+	return false, true
+}
+
+// noteBeats notes in beats each beat written, as its event arrives, until the
+// watch ends; a beat watch that ends early ends the waiter's watch too (cancel),
+// which the waiter then makes anew.
+func (l *Locker) noteBeats(bch clientv3.WatchChan, beats *beatLog, cancel context.CancelFunc) {
+	defer cancel()
+	for wr := range bch {
+		if wr.Err() != nil || wr.Canceled {
+			return
+		}
+		at := l.clock.Now()
+		for _, ev := range wr.Events {
+			beats.observe(string(ev.Kv.Key), ev.Kv.ModRevision, at)
+		}
+	}
 }
 
 // run wakes the waiter at each delete event of ch until the watch ends.

@@ -134,13 +134,21 @@ func apiURL(scheme, addr, peer string) string {
 // openClusterStore starts the node of cfg (waiting, until ctx ends, for a
 // majority of the cluster) and returns the store served over its in-process
 // client: package etcd's Locker and KV under etcd.DefaultPrefix, as --store
-// etcd:// would serve them.
+// etcd:// would serve them, with cluster mode's options on: FastExpiry (a
+// waiter ends a holder silent for its whole TTL, on the waiter's own clock,
+// rather than after etcd's whole-second lease) and FIFO (waiters granted in
+// the order of their create revisions, across every node). Every node runs the
+// same options, as package etcd requires of Lockers sharing a prefix.
 func openClusterStore(ctx context.Context, cfg cluster.Config) (*servedStore, *cluster.Node, error) {
+	clock, err := processClock()
+	if err != nil {
+		return nil, nil, err
+	}
 	node, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	s := etcd.NewStore(node.Client(), &etcd.Options{Prefix: etcd.DefaultPrefix})
+	s := etcd.NewStore(node.Client(), &etcd.Options{Prefix: etcd.DefaultPrefix, Clock: clock, FastExpiry: true, FIFO: true})
 	closeAll := func() error {
 		return errors.Join(s.Close(), node.Close())
 	}
