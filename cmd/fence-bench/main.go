@@ -1,7 +1,7 @@
 // Command fence-bench measures fence and the locks users pick instead (bsm/redislock,
 // redsync, etcd's concurrency.Mutex), side by side in one run:
 //
-//	go run ./cmd/fence-bench [-o json] [--clients 16] [--duration 1s] [--rounds 5] [--rows fence-redis,redislock,...]
+//	go run ./cmd/fence-bench [-o json] [--clients 16] [--duration 1s] [--rounds 5] [--rows fence-redis,redislock,...] [--fence PATH]
 //
 // It is a command of its own, apart from the fence binary, so that the product links
 // no other lock library and none of the benchmark's load machinery (as etcd's
@@ -21,8 +21,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,7 +42,7 @@ const (
 	exitUsage = 2
 )
 
-const help = `usage: go run ./cmd/fence-bench [-o json] [--clients 16] [--duration 1s] [--rounds 5] [--rows fence-redis,redislock,...]
+const help = `usage: go run ./cmd/fence-bench [-o json] [--clients 16] [--duration 1s] [--rounds 5] [--rows fence-redis,redislock,...] [--fence PATH]
 
 fence-bench starts its own throwaway servers (a redis-server on a free port of
 127.0.0.1, a single-member embedded etcd, fence serve's HTTP handler in this
@@ -59,7 +63,21 @@ redis-server with appendonly yes and appendfsync always, which like fence serve'
 embedded store has every write on disk before it answers: the peer of the
 durable rows), redsync (v4 defaults), etcd-mutex (etcd's concurrency.Mutex),
 fence-redis, fence-etcd, fence-serve (over HTTP with the Go client fencehttp),
-fence-bolt. A progress line goes to stderr, rewritten in place on a terminal.
+fence-bolt.
+
+Cluster mode and its peers are measured only when named (--rows cluster-rows, or
+some of them), each server a process of its own: etcd3-mutex (etcd's
+concurrency.Mutex on a three-member etcd on 127.0.0.1, its members this program
+re-executed), fence-serve-etcd3 (a fence serve --store etcd:// process on that
+etcd, over HTTP), cluster (three fence serve --node processes, each client given
+all three, a follower first and the leader last, so its writes are forwarded to
+the leader), cluster-leader (the same nodes, each client's list starting at the
+leader). They run the fence binary (--fence, or built with go build) and add a
+fourth figure, the handoff after an expiry: a holder with a 1s TTL stops without
+releasing, and the time from its acquire call until a waiter already waiting holds
+the lock is measured (one sample, over a second, per round).
+
+A progress line goes to stderr, rewritten in place on a terminal.
 SIGINT or SIGTERM stops the run (exit 128+N, no table) and its servers.
 
 Only the servers of the chosen rows are started; the Redis rows need redis-server
@@ -84,6 +102,7 @@ func (e signalError) Error() string {
 }
 
 func main() {
+	bench.MemberMain() // an etcd member of the cluster rows: serves until killed, never returns
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -125,7 +144,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&cfg.Shared, "shared-client", false, "the pairs/s clients share one client (connection pool, Locker), as goroutines of one process do; default one each, as processes")
 	fs.DurationVar(&cfg.Duration, "duration", time.Second, "time of each measurement of each row in each round")
 	fs.IntVar(&cfg.Rounds, "rounds", 5, "rounds; the table shows the medians over them")
-	fs.StringVar(&rows, "rows", "all", "rows to measure, comma-separated: "+strings.Join(bench.Rows, ", ")+" (or all)")
+	fs.StringVar(&rows, "rows", "all", "rows to measure, comma-separated: "+strings.Join(append(slices.Clone(bench.Rows), bench.ClusterRows...), ", ")+" (or all: the first "+strconv.Itoa(len(bench.Rows))+"; cluster-rows: the last "+strconv.Itoa(len(bench.ClusterRows))+")")
+	fs.StringVar(&cfg.Fence, "fence", "", "the fence binary, for the rows that run fence serve processes ("+bench.RowFenceServeEtcd3+", "+bench.RowCluster+", "+bench.RowClusterLeader+"); default: built with go build from the module in the current directory")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, help)
@@ -150,6 +170,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var err error
 	if cfg.Rows, err = bench.ParseRows(rows); err != nil {
 		return usageError{err}
+	}
+	if cfg.Fence == "" && bench.NeedsFence(cfg.Rows) {
+		dir, err := os.MkdirTemp("", "fence-bench-bin-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if cfg.Fence, err = buildFence(ctx, dir); err != nil {
+			return err
+		}
 	}
 	progress := newProgressLine(stderr, isTerminal(stderr))
 	cfg.Progress = func(p bench.Progress) {
@@ -195,6 +225,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return enc.Encode(bench.NewReport(results, setup))
 	}
 	return bench.FormatTable(stdout, results, setup)
+}
+
+// buildFence builds the fence binary of the module in the current directory into
+// dir with the go command and returns its path, or an error naming --fence.
+func buildFence(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "fence")
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/fencelock/fence/cmd/fence").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building the fence binary for the fence serve rows: %v: %s (run in the fence module, or pass --fence PATH)",
+			err, strings.TrimSpace(string(out)))
+	}
+	return bin, nil
 }
 
 func sigName(sig syscall.Signal) string {

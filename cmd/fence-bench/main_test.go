@@ -268,3 +268,41 @@ func TestBench_Interrupted_Exit130(t *testing.T) {
 		t.Errorf("stdout %q, want no table", out.String())
 	}
 }
+
+// The cluster rows (etcd members: the command re-executed; fence serve and the
+// cluster's nodes: the fence binary it builds when --fence is not given) measure
+// the four figures, the handoff after an expiry no shorter than its TTL.
+func TestBench_ClusterRows_BuildFence_JSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member etcd, fence serve and a three-node cluster")
+	}
+	rows := bench.ClusterRows
+	r := runBenchCmd(t, nil, "-o", "json", "--rows", "cluster-rows", "--rounds", "1", "--duration", "100ms", "--clients", "2")
+	wantCode(t, "fence-bench --rows cluster-rows", r, exitOK)
+	var got bench.Report
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("decode %q: %v", r.stdout, err)
+	}
+	if len(got.Rows) != len(rows) {
+		t.Fatalf("report %+v; want the rows %v", got, rows)
+	}
+	for i, row := range got.Rows {
+		if row.Row != rows[i] || row.PairMedianUS <= 0 || row.HandoffMedianUS <= 0 || row.PairsPerSec <= 0 || len(row.ExpiryUS) != 1 {
+			t.Errorf("row %d: %+v; want %s with positive figures and one handoff after expiry", i, row, rows[i])
+		}
+		if ttl := float64(bench.ExpiryTTL / time.Microsecond); row.ExpiryMedianUS < ttl {
+			t.Errorf("row %s: handoff after expiry %.0f us; want at least the TTL, %.0f us", row.Row, row.ExpiryMedianUS, ttl)
+		}
+	}
+}
+
+// A fence binary that is not there is a usage error naming it, before any server
+// starts.
+func TestBench_MissingFenceBinary_Exit2(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "fence-missing")
+	r := runBenchCmd(t, nil, "--rows", bench.RowFenceServeEtcd3, "--fence", missing, "--rounds", "1", "--duration", "50ms")
+	wantCode(t, "fence-bench --fence "+missing, r, exitUsage)
+	if line := oneLineStderr(t, "fence-bench --fence "+missing, r); !strings.Contains(line, missing) {
+		t.Errorf("stderr %q; want it to name %s", line, missing)
+	}
+}

@@ -29,6 +29,7 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	MemberMain() // the three-member etcd's members are this binary re-executed
 	code := m.Run()
 	if shared.env != nil {
 		if err := shared.env.Close(); err != nil {

@@ -43,6 +43,10 @@ type ReportRow struct {
 	PairUS          []float64 `json:"pair_us"`
 	HandoffUS       []float64 `json:"handoff_us"`
 	PairsPerSecs    []float64 `json:"pairs_per_sec_rounds"`
+	// The handoff after an expiry of a holder with ExpiryTTL, on the rows that
+	// measure it (ClusterRows); absent on the others.
+	ExpiryMedianUS float64   `json:"expiry_handoff_median_us,omitempty"`
+	ExpiryUS       []float64 `json:"expiry_handoff_us,omitempty"`
 }
 
 // NewReport returns the Report of results, measured as setup says.
@@ -60,6 +64,12 @@ func NewReport(results []Result, setup Setup) Report {
 		}
 		for _, d := range res.Handoff {
 			row.HandoffUS = append(row.HandoffUS, us(d))
+		}
+		if len(res.Expiry) > 0 {
+			row.ExpiryMedianUS = us(res.ExpiryMedian())
+			for _, d := range res.Expiry {
+				row.ExpiryUS = append(row.ExpiryUS, us(d))
+			}
 		}
 		r.Rows = append(r.Rows, row)
 	}
@@ -88,19 +98,42 @@ func LoadAverage() float64 {
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // FormatTable writes results as a Markdown table (a column of medians over
-// rounds for each figure), then lines saying how and on what they were measured.
+// rounds for each figure; the handoff after an expiry only if a row measured it,
+// "-" on the others), then lines saying how and on what they were measured.
 // It returns the writer's error.
 func FormatTable(w io.Writer, results []Result, setup Setup) error {
 	clients, duration, rounds := setup.Clients, setup.Duration, setup.Rounds
-	var b strings.Builder
-	fmt.Fprintf(&b, "| | pair median | handoff median | pairs/s at %d clients |\n", clients)
-	b.WriteString("|---|---|---|---|\n")
+	expiry := false
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", Label(r.Row), FormatDuration(r.PairMedian()),
+		expiry = expiry || len(r.Expiry) > 0
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| | pair median | handoff median | pairs/s at %d clients |", clients)
+	if expiry {
+		fmt.Fprintf(&b, " handoff after expiry (TTL %v) |", ExpiryTTL)
+	}
+	b.WriteString("\n|---|---|---|---|")
+	if expiry {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |", Label(r.Row), FormatDuration(r.PairMedian()),
 			FormatDuration(r.HandoffMedian()), FormatRate(r.PairsPerSecMedian()))
+		if expiry {
+			e := "-"
+			if len(r.Expiry) > 0 {
+				e = FormatDuration(r.ExpiryMedian())
+			}
+			fmt.Fprintf(&b, " %s |", e)
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "\nmedians over %d round(s) of %v per measurement, rows interleaved in a shuffled order;\n", rounds, duration)
 	fmt.Fprintf(&b, "pair: acquire+release on one client; handoff: release called until the waiter holds the lock;\n")
+	if expiry {
+		fmt.Fprintf(&b, "handoff after expiry: a holder with TTL %v stops without releasing; its acquire call until the waiter holds the lock;\n", ExpiryTTL)
+	}
 	fmt.Fprintf(&b, "pairs/s: %d clients on distinct names", clients)
 	if setup.Shared {
 		b.WriteString(", goroutines sharing one client (--shared-client)")

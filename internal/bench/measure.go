@@ -178,6 +178,53 @@ func handoff(ctx context.Context, holder, waiter Lock) (time.Duration, error) {
 	return d, nil
 }
 
+// ExpiryTTL is the TTL of the holder that Expiry abandons: etcd's smallest lease
+// TTL with the members' timing (etcdmember.MinLeaseTTL) and cluster mode's default.
+const ExpiryTTL = time.Second
+
+// Expiry measures handoffs after an expiry on the lock name within bud: in each
+// round holder takes it with ExpiryTTL and abandons it (never renews nor releases
+// it), the waiter, a handle on name of another client, at once starts waiting; the
+// sample is the time from the holder's acquire call until the waiter holds the
+// lock, which it then releases. It returns the median and the number of rounds, or
+// an error if a call fails or the waiter got the lock before ExpiryTTL had passed
+// since the holder's call (a second holder while the first one's lease was live).
+func Expiry(ctx context.Context, holder Abandoner, name string, waiter Lock, bud Budget) (median time.Duration, n int, err error) {
+	var samples []time.Duration
+	start := time.Now()
+	for !bud.done(len(samples), start) && len(samples) < maxSamples {
+		d, err := expiry(ctx, holder, name, waiter)
+		if err != nil {
+			return 0, len(samples), err
+		}
+		samples = append(samples, d)
+	}
+	return medianOf(samples), len(samples), nil
+}
+
+// expiry is one round of Expiry.
+func expiry(ctx context.Context, holder Abandoner, name string, waiter Lock) (time.Duration, error) {
+	t0 := time.Now()
+	if err := holder.Abandon(ctx, name, ExpiryTTL); err != nil {
+		return 0, fmt.Errorf("holder: acquire: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	err := waiter.Acquire(wctx, true)
+	d := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("waiter: acquire: %w", err)
+	}
+	if d < ExpiryTTL {
+		_ = waiter.Release(ctx)
+		return 0, fmt.Errorf("the waiter got the lock %v after the holder's acquire call, before its TTL of %v had passed", d, ExpiryTTL)
+	}
+	if err := waiter.Release(ctx); err != nil {
+		return 0, fmt.Errorf("waiter: release: %w", err)
+	}
+	return d, nil
+}
+
 // Throughput measures acquire+release pairs of locks, each on a client and name of
 // its own, all at once (one goroutine each) within bud, bud.N counting the pairs of
 // all of them together; every lock first makes one pair of warm-up. It returns the

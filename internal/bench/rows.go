@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -44,10 +45,26 @@ const (
 	RowFenceEtcd    = "fence-etcd"  // fence's etcd.Locker
 	RowFenceServe   = "fence-serve" // fence serve over HTTP (bolt store), Go client fencehttp
 	RowFenceBolt    = "fence-bolt"  // the embedded bolt store in process
+
+	// The cluster rows (ClusterRows) run their servers as processes: three etcd
+	// members (this program re-executed, see MemberMain) and fence serve.
+	RowEtcd3Mutex      = "etcd3-mutex"       // etcd's concurrency.Mutex on a three-member etcd
+	RowFenceServeEtcd3 = "fence-serve-etcd3" // fence serve --store etcd:// on that etcd, over HTTP
+	RowCluster         = "cluster"           // three fence serve --node processes, the Go client given all three, a follower first
+	RowClusterLeader   = "cluster-leader"    // the same cluster, the Go client given all three, the leader first
 )
 
-// Rows are all the rows, in the order of the table.
+// Rows are the rows of the default table ("all"), in its order.
 var Rows = []string{RowRedislock, RowRedislockAOF, RowRedsync, RowEtcdMutex, RowFenceRedis, RowFenceEtcd, RowFenceServe, RowFenceBolt}
+
+// ClusterRows are the rows of cluster mode and its peers, measured only when named
+// (--rows): they start six server processes and need the fence binary
+// (Options.Fence), and each of their rounds adds a handoff after an expiry of a
+// second or more. ParseRows takes "cluster-rows" for all of them.
+var ClusterRows = []string{RowEtcd3Mutex, RowFenceServeEtcd3, RowCluster, RowClusterLeader}
+
+// knownRows are every row, in the order of the table.
+var knownRows = append(slices.Clone(Rows), ClusterRows...)
 
 var labels = map[string]string{
 	RowRedislock:    "bsm/redislock (LinearBackoff 10 ms)",
@@ -58,6 +75,11 @@ var labels = map[string]string{
 	RowFenceEtcd:    "fence etcd",
 	RowFenceServe:   "fence serve over HTTP (embedded store)",
 	RowFenceBolt:    "fence bolt in process",
+
+	RowEtcd3Mutex:      "etcd concurrency.Mutex, 3 members",
+	RowFenceServeEtcd3: "fence serve --store etcd://, 3 members",
+	RowCluster:         "fence cluster, 3 nodes, clients on a follower",
+	RowClusterLeader:   "fence cluster, 3 nodes, clients on the leader",
 }
 
 // Label returns the table's label of row ("fence redis"), or row itself if it is
@@ -69,9 +91,10 @@ func Label(row string) string {
 	return row
 }
 
-// ParseRows parses a comma-separated list of row names ("" or "all": every row)
-// into rows in the table's order, without repeats. It returns an error matching
-// fence.ErrInvalid that names the known rows for an unknown one.
+// ParseRows parses a comma-separated list of row names ("" or "all": Rows;
+// "cluster-rows": ClusterRows) into rows in the table's order, without repeats. It
+// returns an error matching fence.ErrInvalid that names the known rows for an
+// unknown one.
 func ParseRows(list string) ([]string, error) {
 	if strings.TrimSpace(list) == "" || strings.TrimSpace(list) == "all" {
 		return slices.Clone(Rows), nil
@@ -79,16 +102,26 @@ func ParseRows(list string) ([]string, error) {
 	want := map[string]bool{}
 	for _, r := range strings.Split(list, ",") {
 		r = strings.TrimSpace(r)
-		if r == "" {
+		switch {
+		case r == "":
 			continue
-		}
-		if !slices.Contains(Rows, r) {
-			return nil, fmt.Errorf("bench: %w: unknown row %q: want a comma-separated list of %s", fence.ErrInvalid, r, strings.Join(Rows, ","))
+		case r == "all":
+			for _, k := range Rows {
+				want[k] = true
+			}
+			continue
+		case r == "cluster-rows":
+			for _, k := range ClusterRows {
+				want[k] = true
+			}
+			continue
+		case !slices.Contains(knownRows, r):
+			return nil, fmt.Errorf("bench: %w: unknown row %q: want a comma-separated list of %s (or all, cluster-rows)", fence.ErrInvalid, r, strings.Join(knownRows, ","))
 		}
 		want[r] = true
 	}
 	var rows []string
-	for _, r := range Rows {
+	for _, r := range knownRows {
 		if want[r] {
 			rows = append(rows, r)
 		}
@@ -113,15 +146,31 @@ type Env struct {
 	http      *http.Server
 	httpURL   string
 
+	etcd3         *etcdmember.Cluster // three members, processes
+	serveEtcd3URL string              // fence serve --store etcd:// on etcd3
+	clusterURLs   []string            // the three fence serve --node processes
+	// The cluster rows' server lists (comma-separated): a follower first and the
+	// leader last, or the leader first.
+	clusterFollowerFirst, clusterLeaderFirst string
+	procs                                    []*servers.Process // the fence serve processes
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// Start starts the servers rows need. It returns an error matching
+// Start is StartWith without Options: it cannot start the rows that run the fence
+// binary (fence-serve-etcd3, cluster).
+func Start(ctx context.Context, rows []string) (*Env, error) {
+	return StartWith(ctx, rows, Options{})
+}
+
+// StartWith starts the servers rows need. It returns an error matching
 // servers.ErrNotFound, whose message names the package to install, if
-// redis-server is missing, or the error of a server that does not start. The
-// caller must Close the Env.
-func Start(ctx context.Context, rows []string) (_ *Env, err error) {
+// redis-server is missing, one matching fence.ErrInvalid if a row needs
+// opts.Fence and it is empty or not an executable, or the error of a server that does not start. The
+// three-member etcd's members are this program re-executed: it must call
+// MemberMain first. The caller must Close the Env.
+func StartWith(ctx context.Context, rows []string, opts Options) (_ *Env, err error) {
 	e := &Env{}
 	defer func() {
 		if err != nil {
@@ -166,6 +215,29 @@ func Start(ctx context.Context, rows []string) (_ *Env, err error) {
 			return nil, fmt.Errorf("bench: fence serve: %w", err)
 		}
 	}
+	if NeedsFence(rows) {
+		if opts.Fence == "" {
+			return nil, fmt.Errorf("bench: %w: rows %s run the fence binary: give its path (--fence)", fence.ErrInvalid, strings.Join(fenceRows, ", "))
+		}
+		if _, err := exec.LookPath(opts.Fence); err != nil {
+			return nil, fmt.Errorf("bench: %w: --fence %s: not an executable fence binary: %v", fence.ErrInvalid, opts.Fence, err)
+		}
+	}
+	if need(RowEtcd3Mutex, RowFenceServeEtcd3) {
+		if err = e.startEtcd3(ctx); err != nil {
+			return nil, fmt.Errorf("bench: three-member etcd: %w", err)
+		}
+	}
+	if need(RowFenceServeEtcd3) {
+		if err = e.startServeEtcd3(opts.Fence); err != nil {
+			return nil, fmt.Errorf("bench: fence serve --store etcd://: %w", err)
+		}
+	}
+	if need(RowCluster, RowClusterLeader) {
+		if err = e.startCluster(ctx, opts.Fence); err != nil {
+			return nil, fmt.Errorf("bench: fence cluster: %w", err)
+		}
+	}
 	return e, nil
 }
 
@@ -207,6 +279,12 @@ func (e *Env) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			errs = append(errs, ignoreClosed(e.http.Shutdown(ctx)))
 			cancel()
+		}
+		for _, p := range e.procs {
+			p.Kill()
+		}
+		if e.etcd3 != nil {
+			e.etcd3.Close()
 		}
 		for _, s := range []*bolt.Store{e.serveBolt, e.bolt} {
 			if s != nil {
@@ -286,16 +364,14 @@ func (e *Env) NewClient(row string) (Client, error) {
 		if e.http == nil {
 			return nil, fmt.Errorf("bench: %s: no fence serve started", row)
 		}
-		c, err := fencehttp.NewClient(e.httpURL, nil)
-		if err != nil {
-			return nil, err
-		}
-		return &lockerClient{l: c, close: func() error { c.CloseIdleConnections(); return nil }}, nil
+		return newHTTPClient(e.httpURL)
 	case RowFenceBolt:
 		if e.bolt == nil {
 			return nil, fmt.Errorf("bench: %s: no bolt store opened", row)
 		}
 		return &lockerClient{l: e.bolt, close: func() error { return nil }}, nil
+	case RowEtcd3Mutex, RowFenceServeEtcd3, RowCluster, RowClusterLeader:
+		return e.newClusterRowClient(row)
 	}
 	return nil, fmt.Errorf("bench: %w: unknown row %q", fence.ErrInvalid, row)
 }

@@ -22,6 +22,9 @@ type Config struct {
 	// separate processes. A batching client (fence's Redis Locker pipelines
 	// concurrent calls) gains only when shared.
 	Shared bool
+	// Fence is the path of the fence binary, for the rows fence-serve-etcd3 and
+	// cluster (Options.Fence).
+	Fence string
 	// Progress, if set, is called before each measurement.
 	Progress func(Progress)
 }
@@ -31,7 +34,7 @@ type Progress struct {
 	Round, Rounds int    // from 1
 	Step, Steps   int    // measurements of the whole run, from 1
 	Row           string // e.g. RowFenceRedis
-	Measure       string // "pair", "handoff" or "pairs/s"
+	Measure       string // "pair", "handoff", "pairs/s" or "expiry"
 }
 
 // Result is one row's figures: in each of its slices, one per round.
@@ -40,7 +43,12 @@ type Result struct {
 	Pair        []time.Duration // median pair latency of each round
 	Handoff     []time.Duration // median handoff of each round
 	PairsPerSec []float64       // pairs/s of the clients together, each round
+	Expiry      []time.Duration // median handoff after an expiry of each round; nil for a row without (ClusterRows have it)
 }
+
+// ExpiryMedian returns the median over rounds of the handoff after an expiry, 0
+// for a row that does not measure it.
+func (r Result) ExpiryMedian() time.Duration { return medianOf(r.Expiry) }
 
 // PairMedian returns the median over rounds of the pair latency.
 func (r Result) PairMedian() time.Duration { return medianOf(r.Pair) }
@@ -77,20 +85,22 @@ func (c Config) withDefaults() (Config, error) {
 		c.Rows = slices.Clone(Rows)
 	}
 	for _, r := range c.Rows {
-		if !slices.Contains(Rows, r) {
+		if !slices.Contains(knownRows, r) {
 			return c, fmt.Errorf("bench: %w: unknown row %q", fence.ErrInvalid, r)
 		}
 	}
 	return c, nil
 }
 
-// measures are the measurements of a round, in order.
-var measures = []string{"pair", "handoff", "pairs/s"}
+// measures are the measurements of a round, in order; "expiry" is made only on
+// the rows hasExpiry names.
+var measures = []string{"pair", "handoff", "pairs/s", "expiry"}
 
-// Run starts the servers cfg.Rows need (see Start), makes max(cfg.Clients, 2)
+// Run starts the servers cfg.Rows need (see StartWith), makes max(cfg.Clients, 2)
 // clients of each row, and measures cfg.Rounds rounds: in each, every
-// measurement of every row, the rows in a fresh shuffled order each time, each
-// measurement taking cfg.Duration. It returns the rows' results in cfg.Rows'
+// measurement of every row (the handoff after an expiry only on ClusterRows), the
+// rows in a fresh shuffled order each time, each measurement taking cfg.Duration
+// (an expiry's at least one sample of over ExpiryTTL). It returns the rows' results in cfg.Rows'
 // order. It returns an error matching fence.ErrInvalid for a bad cfg, the error
 // of Start, or the first error of a client or a measurement (naming the row);
 // ctx ending stops it with ctx's error.
@@ -99,7 +109,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := Start(ctx, cfg.Rows)
+	env, err := StartWith(ctx, cfg.Rows, Options{Fence: cfg.Fence})
 	if err != nil {
 		return nil, err
 	}
@@ -127,13 +137,23 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	for i := range order {
 		order[i] = i
 	}
-	step, steps := 0, cfg.Rounds*len(measures)*len(cfg.Rows)
+	perRound := 0
+	for _, row := range cfg.Rows {
+		perRound += len(measures) - 1
+		if hasExpiry(row) {
+			perRound++
+		}
+	}
+	step, steps := 0, cfg.Rounds*perRound
 	for round := 1; round <= cfg.Rounds; round++ {
 		for _, m := range measures {
 			rng.Shuffle(len(order), func(x, y int) { order[x], order[y] = order[y], order[x] })
 			for _, k := range order {
 				if err := ctx.Err(); err != nil {
 					return nil, err
+				}
+				if m == "expiry" && rigs[k].abandoner == nil {
+					continue
 				}
 				step++
 				if cfg.Progress != nil {
@@ -159,6 +179,12 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 						return nil, g.fail(m, err)
 					}
 					r.PairsPerSec = append(r.PairsPerSec, ps)
+				case "expiry":
+					d, _, err := Expiry(ctx, g.abandoner, "expiry", g.expiryWaiter, bud)
+					if err != nil {
+						return nil, g.fail(m, err)
+					}
+					r.Expiry = append(r.Expiry, d)
 				}
 			}
 		}
@@ -166,15 +192,18 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return results, nil
 }
 
-// rig is one row's clients and locks: pair, holder and waiter, and parallel
-// (one lock per client, each on a name of its own). The measurements never run
-// at the same time, so they share the clients.
+// rig is one row's clients and locks: pair, holder and waiter, parallel (one
+// lock per client, each on a name of its own), and on the rows that measure it
+// the expiry's abandoning holder and its waiter. The measurements never run at
+// the same time, so they share the clients.
 type rig struct {
 	row            string
 	clients        []Client
 	pair           Lock
 	holder, waiter Lock
 	parallel       []Lock
+	abandoner      Abandoner // nil: the row does not measure Expiry
+	expiryWaiter   Lock
 }
 
 // newRig makes max(n, 2) clients of row on env (2 if shared: the parallel locks then
@@ -196,6 +225,9 @@ func newRig(env *Env, row string, n int, shared bool) (*rig, error) {
 	g.pair = g.clients[0].Lock("pair")
 	g.holder = g.clients[0].Lock("handoff")
 	g.waiter = g.clients[1].Lock("handoff")
+	if a, ok := g.clients[0].(Abandoner); ok && hasExpiry(row) {
+		g.abandoner, g.expiryWaiter = a, g.clients[1].Lock("expiry")
+	}
 	for i := 0; i < n; i++ {
 		c := g.clients[0]
 		if !shared {
