@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -32,9 +34,30 @@ func TestLock_FailoverServerKilled_JobKeepsRunningAndExitsWithItsStatus(t *testi
 		t.Cleanup(p.kill)
 		procs = append(procs, p)
 	}
-	servers := procs[0].url + "," + procs[1].url
-	survivor := procs[1].url
-	name := "failover/job"
+	lockJobAcrossKill(t, procs[0].url+","+procs[1].url, procs[0], procs[1].url, "failover/job", procs[1].log)
+}
+
+// TestServeCluster_LockJobKeepsRunningWhenItsNodeIsKilled is the same on a
+// cluster: FENCE_SERVER lists the three nodes, and the node `fence lock` talks
+// to (the first) is killed with -9 while the job runs.
+func TestServeCluster_LockJobKeepsRunningWhenItsNodeIsKilled(t *testing.T) {
+	servertest.SkipIfShort(t)
+	c := startCluster(t, 3)
+	var urls []string
+	for _, n := range c.names {
+		urls = append(urls, c.node(n).url)
+	}
+	survivor := c.node(c.names[1])
+	lockJobAcrossKill(t, strings.Join(urls, ","), c.node(c.names[0]), survivor.url, "cluster/job", survivor.log)
+}
+
+// lockJobAcrossKill runs a job of 6s under `fence lock --ttl 3s` with
+// FENCE_SERVER set to servers, kills victim (the first of servers) with -9 after
+// the first renewal, checks through survivor, once a second, that the lock stays
+// the job's and that nobody else is granted it, and that the job ends with its
+// own status, 7. survivorLog is shown when it does not.
+func lockJobAcrossKill(t *testing.T, servers string, victim *serveProc, survivor, name string, survivorLog func() string) {
+	t.Helper()
 
 	job := exec.Command(cli.bin, "lock", name, "--ttl", "3s", "--wait", "10s", "--",
 		"sh", "-c", `echo "started $FENCE_TOKEN $FENCE_SERVER"; sleep 6; echo "finished $FENCE_TOKEN"; exit 7`)
@@ -71,7 +94,10 @@ func TestLock_FailoverServerKilled_JobKeepsRunningAndExitsWithItsStatus(t *testi
 
 	// Past the first renewal (at 1s), kill -9 the server `fence lock` uses.
 	time.Sleep(1200 * time.Millisecond)
-	procs[0].kill()
+	victim.kill()
+	// If the victim led a cluster, the survivor answers 503 until a new leader is
+	// elected (about a second): wait for its first answer about the lock.
+	waitAnswers(t, survivor+"/v1/locks/"+url.PathEscape(name), 5*time.Second)
 	// Through the survivor, the lock stays the job's for the rest of its run
 	// (several renewals: one a second) and nobody else is granted it.
 	for i := 0; i < 3; i++ {
@@ -95,13 +121,33 @@ func TestLock_FailoverServerKilled_JobKeepsRunningAndExitsWithItsStatus(t *testi
 	}
 	if code := job.ProcessState.ExitCode(); code != 7 {
 		t.Fatalf("job under fence lock across the kill: want its own exit status 7, got %d (%v)\nstdout after start: %q\nstderr: %s\nsurvivor's log:\n%s",
-			code, err, rest, stderr.String(), procs[1].log())
+			code, err, rest, stderr.String(), survivorLog())
 	}
 	if want := "finished " + token; len(rest) != 1 || rest[0] != want {
 		t.Fatalf("job's output after start: want [%q], got %q", want, rest)
 	}
 	// Released on exit through the survivor: granted again at once.
 	wantCode(t, "acquire after the job", runFence(t, survivor, nil, "", "acquire", name, "--wait", "0"), 0)
+}
+
+// waitAnswers polls GET u until it answers anything but 503, within limit.
+func waitAnswers(t *testing.T, u string, limit time.Duration) {
+	t.Helper()
+	client := http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(limit)
+	for {
+		resp, err := client.Get(u)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: still unavailable after %v (%v)", u, limit, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // FENCE_SERVER and --server take a comma-separated list; each entry is checked.
