@@ -84,34 +84,25 @@ func ValidateToken(t Token) error {
 // ValidateLeaseID returns nil if id is 1 to MaxLeaseIDLen bytes of printable ASCII
 // without spaces, and an *InvalidError (matching ErrInvalid) naming "lease"
 // otherwise.
-func ValidateLeaseID(id string) error {
-	if id == "" {
-		return invalidf("lease", id, "is empty")
-	}
-	if len(id) > MaxLeaseIDLen {
-		return invalidf("lease", id, "is %d bytes, longer than %d", len(id), MaxLeaseIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] <= ' ' || id[i] > '~' {
-			return invalidf("lease", id, "must be printable ASCII without spaces")
-		}
-	}
-	return nil
-}
+func ValidateLeaseID(id string) error { return validateID("lease", id, MaxLeaseIDLen) }
 
 // ValidateRequestID returns nil if id is 1 to MaxRequestIDLen bytes of printable
 // ASCII without spaces (WithRequestID), and an *InvalidError (matching ErrInvalid)
 // naming "request_id" otherwise.
-func ValidateRequestID(id string) error {
+func ValidateRequestID(id string) error { return validateID("request_id", id, MaxRequestIDLen) }
+
+// validateID returns nil if id is 1 to max bytes of printable ASCII without
+// spaces, and an *InvalidError naming field otherwise.
+func validateID(field, id string, max int) error {
 	if id == "" {
-		return invalidf("request_id", id, "is empty")
+		return invalidf(field, id, "is empty")
 	}
-	if len(id) > MaxRequestIDLen {
-		return invalidf("request_id", id, "is %d bytes, longer than %d", len(id), MaxRequestIDLen)
+	if len(id) > max {
+		return invalidf(field, id, "is %d bytes, longer than %d", len(id), max)
 	}
 	for i := 0; i < len(id); i++ {
 		if id[i] <= ' ' || id[i] > '~' {
-			return invalidf("request_id", id, "must be printable ASCII without spaces")
+			return invalidf(field, id, "must be printable ASCII without spaces")
 		}
 	}
 	return nil
