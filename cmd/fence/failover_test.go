@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -59,38 +56,8 @@ func TestServeCluster_LockJobKeepsRunningWhenItsNodeIsKilled(t *testing.T) {
 func lockJobAcrossKill(t *testing.T, servers string, victim *serveProc, survivor, name string, survivorLog func() string) {
 	t.Helper()
 
-	job := exec.Command(cli.bin, "lock", name, "--ttl", "3s", "--wait", "10s", "--",
-		"sh", "-c", `echo "started $FENCE_TOKEN $FENCE_SERVER"; sleep 6; echo "finished $FENCE_TOKEN"; exit 7`)
-	job.Env = append(cleanEnv(), "FENCE_SERVER="+servers)
-	var stderr bytes.Buffer
-	job.Stderr = &stderr
-	out, err := job.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = job.Process.Kill() }) // after Wait, harmless
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var token string
-	select {
-	case line := <-lines:
-		f := strings.Fields(line)
-		if len(f) != 3 || f[0] != "started" || f[2] != servers {
-			t.Fatalf("job's first line: want %q, got %q (stderr: %s)", "started TOKEN "+servers, line, stderr.String())
-		}
-		token = f[1]
-	case <-time.After(20 * time.Second):
-		t.Fatalf("job did not start within 20s; stderr: %s", stderr.String())
-	}
+	job := startLockJob(t, servers, name, 6*time.Second)
+	token := job.token
 
 	// Past the first renewal (at 1s), kill -9 the server `fence lock` uses.
 	time.Sleep(1200 * time.Millisecond)
@@ -108,24 +75,7 @@ func lockJobAcrossKill(t *testing.T, servers string, victim *serveProc, survivor
 		time.Sleep(time.Second)
 	}
 
-	done := make(chan error, 1)
-	go func() { done <- job.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("job did not end within 30s; stderr: %s", stderr.String())
-	}
-	var rest []string
-	for line := range lines {
-		rest = append(rest, line)
-	}
-	if code := job.ProcessState.ExitCode(); code != 7 {
-		t.Fatalf("job under fence lock across the kill: want its own exit status 7, got %d (%v)\nstdout after start: %q\nstderr: %s\nsurvivor's log:\n%s",
-			code, err, rest, stderr.String(), survivorLog())
-	}
-	if want := "finished " + token; len(rest) != 1 || rest[0] != want {
-		t.Fatalf("job's output after start: want [%q], got %q", want, rest)
-	}
+	job.wait(t, "across the kill", survivorLog)
 	// Released on exit through the survivor: granted again at once.
 	wantCode(t, "acquire after the job", runFence(t, survivor, nil, "", "acquire", name, "--wait", "0"), 0)
 }

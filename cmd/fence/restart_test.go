@@ -67,37 +67,8 @@ func TestServe_Kill9UnderRunningLock_JobSurvivesAndExitsWithItsStatus(t *testing
 	server := p.url
 	name := fmt.Sprintf("%s/job", t.Name())
 
-	job := exec.Command(cli.bin, "lock", name, "--ttl", "3s", "--wait", "10s", "--",
-		"sh", "-c", `echo "started $FENCE_TOKEN"; sleep 8; echo "finished $FENCE_TOKEN"; exit 7`)
-	job.Env = append(cleanEnv(), "FENCE_SERVER="+server)
-	var stderr bytes.Buffer
-	job.Stderr = &stderr
-	out, err := job.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := job.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = job.Process.Kill() }() // after Wait, harmless
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var token string
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, "started ") {
-			t.Fatalf("job's first line: want %q, got %q (stderr: %s)", "started TOKEN", line, stderr.String())
-		}
-		token = strings.TrimPrefix(line, "started ")
-	case <-time.After(20 * time.Second):
-		t.Fatalf("job did not start within 20s; stderr: %s", stderr.String())
-	}
+	job := startLockJob(t, server, name, 8*time.Second)
+	token := job.token
 	if st := restartLockState(t, server, name); !st.Held || fmt.Sprint(st.Token) != token {
 		t.Fatalf("before the kill: want %q held with token %s, got %+v", name, token, st)
 	}
@@ -128,24 +99,7 @@ func TestServe_Kill9UnderRunningLock_JobSurvivesAndExitsWithItsStatus(t *testing
 		t.Fatalf("after a clean restart: want %q held with token %s, got %+v", name, token, st)
 	}
 
-	done := make(chan error, 1)
-	go func() { done <- job.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("job did not end within 30s; stderr: %s", stderr.String())
-	}
-	var rest []string
-	for line := range lines {
-		rest = append(rest, line)
-	}
-	if code := job.ProcessState.ExitCode(); code != 7 {
-		t.Fatalf("job under fence lock across the restarts: want its own exit status 7, got %d (%v)\nstdout after start: %q\nstderr: %s\nserver log:\n%s",
-			code, err, rest, stderr.String(), p.log())
-	}
-	if want := "finished " + token; len(rest) != 1 || rest[0] != want {
-		t.Fatalf("job's output after start: want [%q], got %q", want, rest)
-	}
+	job.wait(t, "across the restarts", p.log)
 	// Released on exit: the next grant is at once and its token greater.
 	r := runFence(t, server, nil, "", "-o", "json", "acquire", name, "--wait", "0")
 	wantCode(t, "acquire after the job", r, 0)
@@ -159,5 +113,78 @@ func TestServe_Kill9UnderRunningLock_JobSurvivesAndExitsWithItsStatus(t *testing
 	fmt.Sscan(token, &tok)
 	if next.Token <= tok {
 		t.Fatalf("token after the job: want greater than %d, got %d", tok, next.Token)
+	}
+}
+
+// lockJob is a `fence lock NAME --ttl 3s` whose job prints "started $FENCE_TOKEN
+// $FENCE_SERVER", sleeps, prints "finished $FENCE_TOKEN" and exits 7.
+type lockJob struct {
+	cmd    *exec.Cmd
+	stderr bytes.Buffer
+	lines  chan string // the job's stdout after its first line
+	token  string      // its FENCE_TOKEN
+}
+
+// startLockJob starts a lockJob on name through servers (FENCE_SERVER) whose
+// job sleeps for sleep, and returns once the job has printed its first line,
+// which must name servers; it fails the test otherwise, or after 20s.
+func startLockJob(t *testing.T, servers, name string, sleep time.Duration) *lockJob {
+	t.Helper()
+	j := &lockJob{lines: make(chan string, 16)}
+	j.cmd = exec.Command(cli.bin, "lock", name, "--ttl", "3s", "--wait", "10s", "--", "sh", "-c",
+		fmt.Sprintf(`echo "started $FENCE_TOKEN $FENCE_SERVER"; sleep %g; echo "finished $FENCE_TOKEN"; exit 7`, sleep.Seconds()))
+	j.cmd.Env = append(cleanEnv(), "FENCE_SERVER="+servers)
+	j.cmd.Stderr = &j.stderr
+	out, err := j.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.cmd.Process.Kill() }) // after Wait, harmless
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			j.lines <- sc.Text()
+		}
+		close(j.lines)
+	}()
+	select {
+	case line := <-j.lines:
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "started" || f[2] != servers {
+			t.Fatalf("job's first line: want %q, got %q (stderr: %s)", "started TOKEN "+servers, line, j.stderr.String())
+		}
+		j.token = f[1]
+	case <-time.After(20 * time.Second):
+		t.Fatalf("job did not start within 20s; stderr: %s", j.stderr.String())
+	}
+	return j
+}
+
+// wait waits up to 30s for the job to end and fails the test unless it exited
+// with its own status, 7, after printing only "finished TOKEN". what says what
+// the job went through; log is the server log shown on a failure.
+func (j *lockJob) wait(t *testing.T, what string, log func() string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- j.cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("job did not end within 30s; stderr: %s", j.stderr.String())
+	}
+	var rest []string
+	for line := range j.lines {
+		rest = append(rest, line)
+	}
+	if code := j.cmd.ProcessState.ExitCode(); code != 7 {
+		t.Fatalf("job under fence lock %s: want its own exit status 7, got %d (%v)\nstdout after start: %q\nstderr: %s\nserver log:\n%s",
+			what, code, err, rest, j.stderr.String(), log())
+	}
+	if want := "finished " + j.token; len(rest) != 1 || rest[0] != want {
+		t.Fatalf("job's output after start: want [%q], got %q", want, rest)
 	}
 }

@@ -63,25 +63,8 @@ func TestCluster_KillLeader_SurvivorsElectRestartedRejoins(t *testing.T) {
 	if err := old.healthy(); err != nil {
 		t.Errorf("node %s after its restart: %v", old.name, err)
 	}
-	// Each node, the restarted one included, names the same leader (asked again for
-	// up to 10 s while the restarted node catches up).
-	var leaders []string
-	for _, n := range r.nodes {
-		var m *node
-		for try := 0; try < 100; try++ {
-			if m, err = r.leaderOf(ctx, n); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("node %s after the heal: %v", n.name, err)
-		}
-		leaders = append(leaders, m.name)
-	}
-	if leaders[0] != leaders[1] || leaders[1] != leaders[2] {
-		t.Errorf("leaders the nodes name after the heal = %q, want one", leaders)
-	}
+	// Each node, the restarted one included, names the same leader.
+	wantOneLeader(ctx, t, r)
 }
 
 // Every nemesis of the cluster store together, as the soak runs them (a short run
@@ -186,17 +169,25 @@ func TestCluster_LeaderPartition_MajorityElectsIsolatedRefuses(t *testing.T) {
 	if err := f.heal(); err != nil {
 		t.Fatal(err)
 	}
+	wantOneLeader(ctx, t, r)
+}
+
+// wantOneLeader fails the test unless every node of r names the same leader,
+// asking each again for up to 10 s while a restarted or healed node catches up.
+func wantOneLeader(ctx context.Context, t *testing.T, r *run) {
+	t.Helper()
 	var leaders []string
-	for _, m := range r.nodes {
+	for _, n := range r.nodes {
 		var l *node
+		var err error
 		for try := 0; try < 100; try++ {
-			if l, err = r.leaderOf(ctx, m); err == nil {
+			if l, err = r.leaderOf(ctx, n); err == nil {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err != nil {
-			t.Fatalf("node %s after the heal: %v", m.name, err)
+			t.Fatalf("node %s after the heal: %v", n.name, err)
 		}
 		leaders = append(leaders, l.name)
 	}
