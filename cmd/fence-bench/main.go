@@ -31,6 +31,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/internal/bench"
 )
@@ -98,7 +100,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 type signalError struct{ sig syscall.Signal }
 
 func (e signalError) Error() string {
-	return fmt.Sprintf("interrupted (%s) while measuring (no table)", sigName(e.sig))
+	return fmt.Sprintf("interrupted (%s) while measuring (no table)", unix.SignalName(e.sig))
 }
 
 func main() {
@@ -237,18 +239,6 @@ func buildFence(ctx context.Context, dir string) (string, error) {
 			err, strings.TrimSpace(string(out)))
 	}
 	return bin, nil
-}
-
-func sigName(sig syscall.Signal) string {
-	switch sig {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	}
-	return sig.String()
 }
 
 // oneLine returns err's message on one line (drivers put newlines and tabs in

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp"
@@ -164,19 +165,7 @@ func notAcquired(subject string, wait time.Duration, err error) error {
 // status for a job killed by signal N (130 for SIGINT, 143 for SIGTERM). The
 // message is `SUBJECT: interrupted (SIGINT) while DOING`.
 func interrupted(subject, doing string, sig syscall.Signal) error {
-	return &exitCodeError{code: 128 + int(sig), err: fmt.Errorf("%s: interrupted (%v) while %s", subject, sigName(sig), doing)}
-}
-
-func sigName(sig syscall.Signal) string {
-	switch sig {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	}
-	return sig.String()
+	return &exitCodeError{code: 128 + int(sig), err: fmt.Errorf("%s: interrupted (%v) while %s", subject, unix.SignalName(sig), doing)}
 }
 
 // roundDuration rounds d for a message: to 100ms above a second, else to 1ms.

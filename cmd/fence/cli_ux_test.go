@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fencelock/fence/internal/servers"
 )
 
@@ -219,7 +221,7 @@ func TestCLI_Lock_SignalWhileWaiting_143And130(t *testing.T) {
 			code := f.wait(t, "fence "+c.verb)
 			var rest []byte
 			f.within(t, "fence "+c.verb+"'s output", func() { rest, _ = io.ReadAll(f.out) })
-			want := fmt.Sprintf("fence: %s %q: interrupted (%s) while %s\n", c.subject, name, sigName(tc.sig), c.doing)
+			want := fmt.Sprintf("fence: %s %q: interrupted (%s) while %s\n", c.subject, name, unix.SignalName(tc.sig), c.doing)
 			if code != tc.code || len(rest) != 0 || f.stderr.String() != want {
 				t.Fatalf("%v to fence %s while waiting: want exit %d, nothing run, stderr %q; got %d, stdout %q, stderr %q", tc.sig, c.verb, tc.code, want, code, rest, f.stderr)
 			}
