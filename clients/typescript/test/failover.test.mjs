@@ -6,22 +6,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { once } from "node:events";
-import { createServer } from "node:net";
 import { createServer as createHTTPServer } from "node:http";
 
 import { FenceClient, InvalidError, UnavailableError } from "../dist/index.js";
-import { startServer, uniqueName } from "./helpers/serve.mjs";
-
-/** closedPort returns a 127.0.0.1 port that nothing listens on (it was free a moment ago). */
-async function closedPort() {
-  const srv = createServer();
-  srv.listen(0, "127.0.0.1");
-  await once(srv, "listening");
-  const { port } = srv.address();
-  srv.close();
-  await once(srv, "close");
-  return port;
-}
+import { closedPort, startServer, uniqueName } from "./helpers/serve.mjs";
 
 test("a list of servers: the unreachable one is passed over, the one that answered is kept", async (t) => {
   const server = await startServer();

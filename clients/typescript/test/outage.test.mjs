@@ -3,25 +3,12 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { once } from "node:events";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { DEFAULT_SERVER, FenceClient, InvalidError, LeaseExpiredError, UnauthorizedError, UnavailableError } from "../dist/index.js";
-import { abortedWithin, startServer, uniqueName } from "./helpers/serve.mjs";
-
-/** closedPort returns a 127.0.0.1 port that nothing listens on (it was free a moment ago). */
-async function closedPort() {
-  const srv = createServer();
-  srv.listen(0, "127.0.0.1");
-  await once(srv, "listening");
-  const { port } = srv.address();
-  srv.close();
-  await once(srv, "close");
-  return port;
-}
+import { abortedWithin, closedPort, startServer, uniqueName } from "./helpers/serve.mjs";
 
 test("a lease whose server stopped is lost at its local deadline, saying why", async (t) => {
   const server = await startServer();

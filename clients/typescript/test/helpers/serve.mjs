@@ -3,6 +3,8 @@
 // this repository with `go build` into a temp dir once per test process.
 
 import { spawn, execFileSync } from "node:child_process";
+import { once } from "node:events";
+import { createServer } from "node:net";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -95,4 +97,15 @@ export function abortedWithin(signal, ms) {
       resolve(signal.reason);
     }, { once: true });
   });
+}
+
+/** closedPort returns a 127.0.0.1 port that nothing listens on (it was free a moment ago). */
+export async function closedPort() {
+  const srv = createServer();
+  srv.listen(0, "127.0.0.1");
+  await once(srv, "listening");
+  const { port } = srv.address();
+  srv.close();
+  await once(srv, "close");
+  return port;
 }
