@@ -49,21 +49,51 @@ func leaseSeconds(ttl time.Duration) int64 {
 	return int64((ttl + time.Second - 1) / time.Second)
 }
 
-// prepareLease makes *el an etcd lease with ttl's seconds left, and returns when the
-// request that started its countdown was sent (the lease's Start: the holder's
-// deadline is never later than etcd's expiry). The first try takes a spare lease
+// grantSeconds is the TTL of the etcd lease of a grant of ttl: leaseSeconds, and
+// with FastExpiry one spare second. The spare lets a pooled lease taken within
+// about a second of its last countdown start be granted on without a keep-alive
+// (see prepareLease), which on a follower is a round trip to the leader. It
+// delays nothing that waits: with FastExpiry a waiter ends a silent holder's
+// grant by its beats, not by etcd's expiry. Only a grant nobody waits for
+// lingers, at most a second longer, in Inspect and List.
+func (l *Locker) grantSeconds(ttl time.Duration) int64 {
+	if l.fast {
+		return leaseSeconds(ttl) + 1
+	}
+	return leaseSeconds(ttl)
+}
+
+// reuseMargin is what a pooled etcd lease must have left, beyond a grant's TTL,
+// to be granted on without a keep-alive: 1% of the lease's TTL for the rates of
+// this process's clock and the etcd leader's, which count the lease apart, plus
+// 50 ms (the margin of the waiters' silence rule, see expiry.go).
+func reuseMargin(secs int64) time.Duration {
+	return time.Duration(secs)*10*time.Millisecond + 50*time.Millisecond
+}
+
+// prepareLease makes *el an etcd lease that outlives a grant of ttl made now, and
+// returns the grant's start (the holder's deadline is its start plus ttl, never
+// later than etcd's expiry) and when the lease's countdown last started (no later
+// than the request that started it was sent). The first try takes a spare lease
 // of the Locker's pool, or grants one; a waiter keeps it while it waits. A kept or
-// spare lease is refreshed with a keep-alive, which is not a Raft write (so a handoff
-// or an uncontended acquire costs one write less than with a grant); a new one is
-// granted only if it expired meanwhile.
-func (l *Locker) prepareLease(ctx context.Context, el *clientv3.LeaseID, ttl time.Duration) (time.Time, error) {
+// spare lease whose time left by this process's clock covers ttl and
+// reuseMargin is used as it is: the start is now. One that does not is refreshed
+// with a keep-alive, which is not a Raft write (so a handoff or an uncontended
+// acquire costs one write less than with a grant): both times are when the
+// keep-alive was sent. A new one is granted only if it expired meanwhile.
+func (l *Locker) prepareLease(ctx context.Context, el *clientv3.LeaseID, from *time.Time, ttl time.Duration) (time.Time, error) {
+	secs := l.grantSeconds(ttl)
 	if *el == 0 {
-		*el = l.getLease(leaseSeconds(ttl))
+		*el, *from = l.getLease(secs)
 	}
 	if *el != 0 {
 		start := l.clock.Now()
+		if left := time.Duration(secs)*time.Second - start.Sub(*from); left >= ttl+reuseMargin(secs) {
+			return start, nil
+		}
 		_, err := l.cli.KeepAliveOnce(ctx, *el)
 		if err == nil {
+			*from = start
 			return start, nil
 		}
 		if err = storeErr(err); !errors.Is(err, fence.ErrNotHeld) {
@@ -74,17 +104,18 @@ func (l *Locker) prepareLease(ctx context.Context, el *clientv3.LeaseID, ttl tim
 		*el = 0 // expired: etcd removed it
 	}
 	start := l.clock.Now()
-	g, err := l.cli.Grant(ctx, leaseSeconds(ttl))
+	g, err := l.cli.Grant(ctx, secs)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("grant: %w", storeErr(err))
 	}
-	*el = g.ID
+	*el, *from = g.ID, start
 	return start, nil
 }
 
 // getLease returns a pooled etcd lease of secs seconds that has not expired by the
-// local clock (with a margin), or 0. Expired ones are dropped: etcd removed them.
-func (l *Locker) getLease(secs int64) clientv3.LeaseID {
+// local clock (with a margin), and when its countdown last started; or 0. Expired
+// ones are dropped: etcd removed them.
+func (l *Locker) getLease(secs int64) (clientv3.LeaseID, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ls := l.pool[secs]
@@ -94,11 +125,11 @@ func (l *Locker) getLease(secs int64) clientv3.LeaseID {
 		l.pooled--
 		if l.clock.Now().Sub(pl.renewed) < time.Duration(secs)*time.Second-500*time.Millisecond {
 			l.pool[secs] = ls
-			return pl.id
+			return pl.id, pl.renewed
 		}
 	}
 	delete(l.pool, secs)
-	return 0
+	return 0, time.Time{}
 }
 
 // putLease keeps etcd lease id, whose countdown of secs seconds started no later than

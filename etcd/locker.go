@@ -100,7 +100,8 @@ func (l *Locker) closeOnce() bool {
 func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	var (
 		el    clientv3.LeaseID // the etcd lease for the grant, kept across tries
-		start time.Time        // when el's countdown last started
+		from  time.Time        // when el's countdown last started
+		start time.Time        // the last try's start: the grant's, if it grants
 		w     *watch           // a waiting call's watch, registered after its first held try
 		c     = acquireCall{waiter: l.keys.waiter(name, driver.NewLeaseID()), hint: -1}
 	)
@@ -112,7 +113,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		if el != 0 && c.marked { // no grant: the waiter record goes before el is pooled
 			l.unmark(c.waiter)
 		}
-		l.putLease(el, leaseSeconds(ttl), start) // 0 after a grant: its key holds it
+		l.putLease(el, l.grantSeconds(ttl), from) // 0 after a grant: its key holds it
 	}()
 	return l.engine.Acquire(ctx, name, ttl, opts, func(ctx context.Context, r *driver.Request) (driver.Result, error) {
 		var wake <-chan struct{} // taken before the look: a delete after it closes wake
@@ -131,7 +132,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		var err error
 		var res driver.Result
 		if err = l.checkPlace(ctx, &c); err == nil {
-			start, err = l.prepareLease(ctx, &el, r.TTL)
+			start, err = l.prepareLease(ctx, &el, &from, r.TTL)
 		}
 		if err == nil {
 			if res, err = l.try(ctx, r, el, &c, last); err != nil {
@@ -161,7 +162,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			if l.fifo && c.queued > 0 {
 				c.marked = false // the grant deleted the waiter key
 			}
-			l.track(el, leaseSeconds(r.TTL), start)
+			l.track(el, l.grantSeconds(r.TTL), from)
 			el = 0
 			res.Start = start
 			return res, nil
@@ -269,7 +270,7 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 		return nil
 	}
 	// Move the keys to a lease of the new TTL, if the lease is still ours on the old one.
-	g, err := l.cli.Grant(ctx, want)
+	g, err := l.cli.Grant(ctx, l.grantSeconds(ttl))
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: grant: %w", name, storeErr(err))
 	}

@@ -118,7 +118,7 @@ func (l *Locker) holdPlace(ctx context.Context, c *acquireCall) error {
 	if c.wl != 0 || c.queued == 0 {
 		return nil
 	}
-	wl := l.getLease(waiterSecs)
+	wl, _ := l.getLease(waiterSecs)
 	if wl != 0 {
 		if _, err := l.cli.KeepAliveOnce(ctx, wl); err != nil {
 			l.revoke(wl)

@@ -44,6 +44,9 @@ type Options struct {
 	// renewal it saw (see "Fast expiry" in docs/etcd.md). Every Locker that
 	// renews leases on the prefix should set it alike: a Locker without it
 	// still writes the renewals of grants made with it, one extra request each.
+	// The etcd lease of each grant then has one spare second, so that a pooled
+	// lease taken again soon needs no keep-alive: a grant nobody waits for stays
+	// up to a second longer before etcd deletes it.
 	FastExpiry bool
 	// FIFO makes waiters on a name be granted in the order they started to wait
 	// (P10): each waiter keeps a waiter key, and only the waiter whose key has the
