@@ -467,7 +467,8 @@ type txnLayout struct {
 // for an exclusive acquire that waits, the recording of its waiter record when
 // only shared leases hold the name. FastExpiry adds the beat's write and a read of
 // the beats; FIFO the queue's compares and operations (see queueOps); a request
-// id the request key's write and, last, its read (see takeRequest).
+// id, for a lock, the token key's read, last (see takeRequest); the token key's
+// write carries a lock's request id.
 //
 // A positive since (see holderRetried) makes the grant also depend on no holder
 // key of the name having changed after revision since.
@@ -477,7 +478,7 @@ func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.Le
 	lk := l.keys.lock(name)
 	hFrom, hTo := l.keys.holders(name)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}
-	then := []clientv3.Op{clientv3.OpPut(l.keys.token(name), "")}
+	then := []clientv3.Op{clientv3.OpPut(l.keys.token(name), tokenValue(r))}
 	key := lk // the key of the grant
 	els := []clientv3.Op{clientv3.OpGet(lk), clientv3.OpGet(hFrom, clientv3.WithRange(hTo))}
 	switch kind {
@@ -527,8 +528,8 @@ func (l *Locker) grantTxn(ctx context.Context, r *driver.Request, el clientv3.Le
 		lay.queue = len(els) - 1
 	}
 	if kind == "" {
-		// Last: takeRequest reads the request key from the last read.
-		then, els = l.lockRequest(r, el, then, els)
+		// Last: takeRequest reads the token key from the last read.
+		els = l.lockRequest(r, els)
 	}
 	resp, err := l.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 	return resp, lay, err

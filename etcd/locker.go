@@ -309,7 +309,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	key, holder := l.keys.leaseKey(name, leaseID)
 	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.beat(key))}
 	if !holder {
-		del = append(del, clientv3.OpDelete(l.keys.owner(name)), clientv3.OpDelete(l.keys.request(name)))
+		del = append(del, clientv3.OpDelete(l.keys.owner(name)))
 	}
 	if err := l.end(ctx, heldBy(key, leaseID, holder), del, true); err != nil {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
@@ -341,7 +341,6 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 		clientv3.OpDelete(l.keys.lock(name), clientv3.WithPrevKV()),
 		clientv3.OpDelete(hFrom, clientv3.WithRange(hTo), clientv3.WithPrevKV()),
 		clientv3.OpDelete(l.keys.owner(name)),
-		clientv3.OpDelete(l.keys.request(name)),
 		clientv3.OpDelete(bFrom, clientv3.WithRange(bTo)),
 	}
 	if err := l.end(ctx, nil, del, false); err != nil {

@@ -18,17 +18,17 @@ import (
 // that a retry of the acquire (its first answer lost) finds the grant and returns
 // it instead of granting again:
 //
-//	request/NAME                    a lock's request id, written with the lock key
-//	                                under its etcd lease
+//	token/NAME                      a lock's request id is the token key's value,
+//	                                which every grant writes ("" without one)
 //	lock/NAME\x00h<KIND>\x00<SLOT>  a semaphore or shared lease: the value is
 //	                                lease id \x00 owner [\x00 request id]
 //
-// A request key belongs to the lock key only if it was written in the lock key's
-// grant (its mod revision is the lock key's create revision): one left by an
-// earlier grant is stale and never matches. Holder values written without a
-// request id (by earlier versions, or by acquires without one) have two fields.
-
-func (k keys) request(name string) string { return k.prefix + "request/" + name }
+// The token key's request id belongs to the lock key only if it was written in
+// the lock key's grant (its mod revision is the lock key's create revision): one
+// left by an earlier grant is stale and never matches. Riding on a write every
+// grant makes anyway, it costs a lock no write of its own, at grant or release.
+// Holder values written without a request id (by earlier versions, or by acquires
+// without one) have two fields.
 
 // splitHolderValue returns the lease id, the owner and the request id ("" if
 // none) of a holder key's value, and false if it is not one this package wrote.
@@ -41,18 +41,27 @@ func splitHolderValue(v string) (leaseID, owner, requestID string, ok bool) {
 	return leaseID, owner, requestID, true
 }
 
-// lockRequest adds to a lock's grant transaction the write of its request id (in
-// then) and the read of the name's request key (last in els), if r has one.
-func (l *Locker) lockRequest(r *driver.Request, el clientv3.LeaseID, then, els []clientv3.Op) ([]clientv3.Op, []clientv3.Op) {
-	if r.Options.RequestID == "" {
-		return then, els
+// tokenValue is what a grant of r writes to the name's token key: a lock's
+// request id, else "".
+func tokenValue(r *driver.Request) string {
+	if kindOf(r.Options) != "" {
+		return ""
 	}
-	key := l.keys.request(r.Name)
-	return append(then, clientv3.OpPut(key, r.Options.RequestID, clientv3.WithLease(el))), append(els, clientv3.OpGet(key))
+	return r.Options.RequestID
+}
+
+// lockRequest adds to a lock's grant transaction the read of the name's token
+// key (last in els), which holds the request id of the grant that wrote it, if
+// r has a request id.
+func (l *Locker) lockRequest(r *driver.Request, els []clientv3.Op) []clientv3.Op {
+	if r.Options.RequestID == "" {
+		return els
+	}
+	return append(els, clientv3.OpGet(l.keys.token(r.Name)))
 }
 
 // takeRequest removes from the reads of a failed lock grant transaction the read
-// of the request key that lockRequest added, and returns the key (nil: none).
+// of the token key that lockRequest added, and returns the key (nil: none).
 func takeRequest(r *driver.Request, resp *clientv3.TxnResponse) *mvccpb.KeyValue {
 	if r.Options.RequestID == "" || kindOf(r.Options) != "" || len(resp.Responses) == 0 {
 		return nil
@@ -66,7 +75,7 @@ func takeRequest(r *driver.Request, resp *clientv3.TxnResponse) *mvccpb.KeyValue
 // retried returns the grant of st that an earlier attempt of r made under r's
 // request id, renewed to r.TTL from now (so that the holder's deadline, counted
 // from the renewal's start, is never later than etcd's expiry), and true; or
-// false if st has none. reqKV is the name's request key as read with st (nil:
+// false if st has none. reqKV is the name's token key as read with st (nil:
 // none). A grant that ends before its renewal is no longer there to return: the
 // caller looks again (Result.Again).
 func (l *Locker) retried(ctx context.Context, r *driver.Request, st nameState, reqKV *mvccpb.KeyValue) (driver.Result, bool, error) {
@@ -147,7 +156,7 @@ var _ driver.RetryFinder = (*Locker)(nil)
 
 // FindRetried returns the live grant of name made under the request id of opts,
 // renewed to ttl from now, and true, or false if there is none (see
-// driver.RetryFinder). It reads the name's lock key, request key and holder keys
+// driver.RetryFinder). It reads the name's lock key, token key and holder keys
 // in one transaction and grants nothing. It returns fence.ErrInvalid for a bad
 // name, TTL or request id, ErrCorrupt for a holder key this package did not
 // write, fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after
@@ -170,7 +179,7 @@ func (l *Locker) FindRetried(ctx context.Context, name string, ttl time.Duration
 	resp, err := l.cli.Txn(ctx).Then(
 		clientv3.OpGet(l.keys.lock(name)),
 		clientv3.OpGet(hFrom, clientv3.WithRange(hTo)),
-		clientv3.OpGet(l.keys.request(name)),
+		clientv3.OpGet(l.keys.token(name)),
 	).Commit()
 	if err != nil {
 		return driver.Grant{}, false, fmt.Errorf("etcd: acquire %q: %w", name, storeErr(err))
