@@ -114,3 +114,36 @@ func TestLocker_FastExpiry_PooledLeaseOutlivesItsHolder(t *testing.T) {
 		})
 	}
 }
+
+// A lock's request id is kept on the name's token key, not under the grant's
+// etcd lease: a renewal to another TTL, which moves the lock key to a new etcd
+// lease, keeps it, so a retry of the acquire still finds the grant; and another
+// grant's token write makes it stale.
+func TestLocker_RequestID_SurvivesARenewalThatMovesTheLease(t *testing.T) {
+	ctx, cli, name := setup(t, "reqmove")
+	l := etcd.NewLocker(cli, fastOpts)
+	id := "req-" + uniq("move")
+	first := mustAcquire(t, ctx, l, name, 10*time.Second, fence.WithRequestID(id))
+	before := lockKey(t, ctx, cli, name).Lease
+	if err := first.Renew(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if after := lockKey(t, ctx, cli, name).Lease; after == before {
+		t.Fatalf("the renewal to another TTL kept etcd lease %x; want the lock key moved to a new one", before)
+	}
+	retry, err := fence.TryAcquire(ctx, l, name, 30*time.Second, fence.WithRequestID(id))
+	if err != nil {
+		t.Fatalf("retry after the renewal = %v; want the live grant", err)
+	}
+	if retry.ID() != first.ID() || retry.Token() != first.Token() {
+		t.Fatalf("retry got token %d; want the first grant's %d, same lease id", retry.Token(), first.Token())
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := mustAcquire(t, ctx, l, name, 10*time.Second)
+	defer other.Release(ctx)
+	if _, err := fence.TryAcquire(ctx, l, name, 10*time.Second, fence.WithRequestID(id)); !errors.Is(err, fence.ErrNotAcquired) {
+		t.Fatalf("the request id of an ended grant while another holds the name = %v; want ErrNotAcquired", err)
+	}
+}
