@@ -88,7 +88,38 @@ func (e *Env) startEtcd3(ctx context.Context) error {
 		return cmd
 	}
 	e.etcd3, err = etcdmember.StartCluster(ctx, filepath.Join(e.dir, "etcd3"), "fence-bench-"+filepath.Base(e.dir), 3, command)
+	if err != nil {
+		return err
+	}
+	e.etcd3Follower, e.etcd3Leader, err = etcd3Roles(ctx, e.etcd3.Endpoints())
 	return err
+}
+
+// etcd3Roles returns the first of endpoints whose member is not the leader, and
+// the leader's, as the members' Status tells, for RowEtcd3MutexFollower and
+// RowEtcd3MutexLeader.
+func etcd3Roles(ctx context.Context, endpoints []string) (follower, leader string, err error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return "", "", err
+	}
+	defer cli.Close()
+	for _, ep := range endpoints {
+		st, err := cli.Status(ctx, ep)
+		if err != nil {
+			return "", "", fmt.Errorf("status of %s: %w", ep, err)
+		}
+		switch {
+		case st.Leader == st.Header.MemberId:
+			leader = ep
+		case follower == "":
+			follower = ep
+		}
+	}
+	if follower == "" || leader == "" {
+		return "", "", fmt.Errorf("members %v: no leader and follower among them", endpoints)
+	}
+	return follower, leader, nil
 }
 
 // etcd3Hosts returns the members' client addresses, HOST:PORT.
@@ -228,11 +259,18 @@ func healthz(url string) error {
 // newClusterRowClient returns a client of one of ClusterRows.
 func (e *Env) newClusterRowClient(row string) (Client, error) {
 	switch row {
-	case RowEtcd3Mutex:
+	case RowEtcd3Mutex, RowEtcd3MutexFollower, RowEtcd3MutexLeader:
 		if e.etcd3 == nil {
 			return nil, fmt.Errorf("bench: %s: no three-member etcd started", row)
 		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: e.etcd3.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		endpoints := e.etcd3.Endpoints()
+		switch row {
+		case RowEtcd3MutexFollower:
+			endpoints = []string{e.etcd3Follower}
+		case RowEtcd3MutexLeader:
+			endpoints = []string{e.etcd3Leader}
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			return nil, err
 		}

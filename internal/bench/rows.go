@@ -48,10 +48,12 @@ const (
 
 	// The cluster rows (ClusterRows) run their servers as processes: three etcd
 	// members (this program re-executed, see MemberMain) and fence serve.
-	RowEtcd3Mutex      = "etcd3-mutex"       // etcd's concurrency.Mutex on a three-member etcd
-	RowFenceServeEtcd3 = "fence-serve-etcd3" // fence serve --store etcd:// on that etcd, over HTTP
-	RowCluster         = "cluster"           // three fence serve --node processes, the Go client given all three, a follower first
-	RowClusterLeader   = "cluster-leader"    // the same cluster, the Go client given all three, the leader first
+	RowEtcd3Mutex         = "etcd3-mutex"          // etcd's concurrency.Mutex on a three-member etcd
+	RowEtcd3MutexFollower = "etcd3-mutex-follower" // the same Mutex, each client given one follower's endpoint only
+	RowEtcd3MutexLeader   = "etcd3-mutex-leader"   // the same Mutex, each client given the leader's endpoint only
+	RowFenceServeEtcd3    = "fence-serve-etcd3"    // fence serve --store etcd:// on that etcd, over HTTP
+	RowCluster            = "cluster"              // three fence serve --node processes, the Go client given all three, a follower first
+	RowClusterLeader      = "cluster-leader"       // the same cluster, the Go client given all three, the leader first
 )
 
 // Rows are the rows of the default table ("all"), in its order.
@@ -61,7 +63,7 @@ var Rows = []string{RowRedislock, RowRedislockAOF, RowRedsync, RowEtcdMutex, Row
 // (--rows): they start six server processes and need the fence binary
 // (Options.Fence), and each of their rounds adds a handoff after an expiry of a
 // second or more. ParseRows takes "cluster-rows" for all of them.
-var ClusterRows = []string{RowEtcd3Mutex, RowFenceServeEtcd3, RowCluster, RowClusterLeader}
+var ClusterRows = []string{RowEtcd3Mutex, RowEtcd3MutexFollower, RowEtcd3MutexLeader, RowFenceServeEtcd3, RowCluster, RowClusterLeader}
 
 // knownRows are every row, in the order of the table.
 var knownRows = append(slices.Clone(Rows), ClusterRows...)
@@ -76,10 +78,12 @@ var labels = map[string]string{
 	RowFenceServe:   "fence serve over HTTP (embedded store)",
 	RowFenceBolt:    "fence bolt in process",
 
-	RowEtcd3Mutex:      "etcd concurrency.Mutex, 3 members",
-	RowFenceServeEtcd3: "fence serve --store etcd://, 3 members",
-	RowCluster:         "fence cluster, 3 nodes, clients on a follower",
-	RowClusterLeader:   "fence cluster, 3 nodes, clients on the leader",
+	RowEtcd3Mutex:         "etcd concurrency.Mutex, 3 members",
+	RowEtcd3MutexFollower: "etcd concurrency.Mutex, 3 members, clients on a follower",
+	RowEtcd3MutexLeader:   "etcd concurrency.Mutex, 3 members, clients on the leader",
+	RowFenceServeEtcd3:    "fence serve --store etcd://, 3 members",
+	RowCluster:            "fence cluster, 3 nodes, clients on a follower",
+	RowClusterLeader:      "fence cluster, 3 nodes, clients on the leader",
 }
 
 // Label returns the table's label of row ("fence redis"), or row itself if it is
@@ -146,9 +150,11 @@ type Env struct {
 	http      *http.Server
 	httpURL   string
 
-	etcd3         *etcdmember.Cluster // three members, processes
-	serveEtcd3URL string              // fence serve --store etcd:// on etcd3
-	clusterURLs   []string            // the three fence serve --node processes
+	etcd3 *etcdmember.Cluster // three members, processes
+	// The client URLs of a member of etcd3 that is not its leader, and of its leader.
+	etcd3Follower, etcd3Leader string
+	serveEtcd3URL              string   // fence serve --store etcd:// on etcd3
+	clusterURLs                []string // the three fence serve --node processes
 	// The cluster rows' server lists (comma-separated): a follower first and the
 	// leader last, or the leader first.
 	clusterFollowerFirst, clusterLeaderFirst string
@@ -223,7 +229,7 @@ func StartWith(ctx context.Context, rows []string, opts Options) (_ *Env, err er
 			return nil, fmt.Errorf("bench: %w: --fence %s: not an executable fence binary: %v", fence.ErrInvalid, opts.Fence, err)
 		}
 	}
-	if need(RowEtcd3Mutex, RowFenceServeEtcd3) {
+	if need(RowEtcd3Mutex, RowEtcd3MutexFollower, RowEtcd3MutexLeader, RowFenceServeEtcd3) {
 		if err = e.startEtcd3(ctx); err != nil {
 			return nil, fmt.Errorf("bench: three-member etcd: %w", err)
 		}
@@ -370,7 +376,7 @@ func (e *Env) NewClient(row string) (Client, error) {
 			return nil, fmt.Errorf("bench: %s: no bolt store opened", row)
 		}
 		return &lockerClient{l: e.bolt, close: func() error { return nil }}, nil
-	case RowEtcd3Mutex, RowFenceServeEtcd3, RowCluster, RowClusterLeader:
+	case RowEtcd3Mutex, RowEtcd3MutexFollower, RowEtcd3MutexLeader, RowFenceServeEtcd3, RowCluster, RowClusterLeader:
 		return e.newClusterRowClient(row)
 	}
 	return nil, fmt.Errorf("bench: %w: unknown row %q", fence.ErrInvalid, row)
