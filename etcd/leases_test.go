@@ -147,3 +147,49 @@ func TestLocker_RequestID_SurvivesARenewalThatMovesTheLease(t *testing.T) {
 		t.Fatalf("the request id of an ended grant while another holds the name = %v; want ErrNotAcquired", err)
 	}
 }
+
+// A permit's or shared lease's first attempt that is applied only after its
+// retry's grant (held up in flight past the client's attempt timeout) grants
+// nothing: one grant per request id, as for a lock.
+func TestLocker_RequestID_LateFirstAttemptGrantsNothing(t *testing.T) {
+	for _, c := range []struct {
+		what   string
+		limit  int
+		shared bool
+	}{
+		{"semaphore", 3, false},
+		{"shared", 0, true},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			ctx, cli, name := setup(t, "late-"+c.what)
+			first, retry := etcd.NewLocker(cli, fastOpts), etcd.NewLocker(client(t), fastOpts)
+			rid := "req-" + uniq("late")
+			send, err := first.FirstAttemptForTest(ctx, name, 10*time.Second, c.limit, c.shared, rid, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := []fence.AcquireOption{fence.WithRequestID(rid)}
+			if c.shared {
+				opts = append(opts, fence.WithShared())
+			} else {
+				opts = append(opts, fence.WithLimit(c.limit))
+			}
+			granted := mustAcquire(t, ctx, retry, name, 10*time.Second, opts...)
+			defer granted.Release(ctx)
+			late, err := send()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if late {
+				t.Fatal("the first attempt, applied after its retry's grant, granted a second lease for the request id")
+			}
+			info, err := retry.Inspect(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.Holders) != 1 {
+				t.Fatalf("Inspect = %+v; want one holder, the retry's grant", info)
+			}
+		})
+	}
+}

@@ -123,8 +123,11 @@ func (l *Locker) retried(ctx context.Context, r *driver.Request, st nameState, r
 // grant that follows then depends on no holder key having changed after that
 // read (since, the read's revision), so an earlier attempt still in flight that
 // commits meanwhile fails the grant, and the grant transaction's reads find
-// it. One that commits only after this grant is not caught (docs/etcd.md). For a lock, or without a request id, it returns since 0 and false: a
-// lock's grant fails while any lease holds the name, its own included.
+// it. Every attempt makes that look, so one that commits only after this grant
+// fails too: this grant's holder key changed after its look
+// (TestLocker_RequestID_LateFirstAttemptGrantsNothing). For a lock, or without a
+// request id, it returns since 0 and false: a lock's grant fails while any lease
+// holds the name, its own included.
 func (l *Locker) holderRetried(ctx context.Context, r *driver.Request, kind string, c *acquireCall) (since int64, res driver.Result, ok bool, err error) {
 	if kind == "" || r.Options.RequestID == "" {
 		return 0, driver.Result{}, false, nil
