@@ -13,11 +13,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
 	"github.com/fencelock/fence/etcd"
 )
+
+// migrateWriters bounds the KV writes Migrate has in flight: each is a
+// transaction of its own (the KV's fenced write), and etcd commits those in
+// flight together, so a store's items are carried over several times faster than
+// one by one (BenchmarkMigrate_KVItems).
+const migrateWriters = 32
 
 // MigratedKey is the etcd key under which a snapshot written by Migrate records
 // what it carried over (a JSON Report). Its revision is the snapshot's, above
@@ -125,16 +132,24 @@ func migrate(ctx context.Context, work string, contents *bolt.Contents, rep *Rep
 	first := filepath.Join(work, "first.db")
 	err := withMember(ctx, filepath.Join(work, "m1"), name, func(m *member) error {
 		kv := etcd.NewKV(m.cli, nil)
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(migrateWriters)
 		for key, it := range contents.Items {
-			var err error
-			if it.Value != nil {
-				err = kv.Put(ctx, key, it.Value, it.Fence)
-			} else {
-				err = kv.Fence(ctx, key, it.Fence)
-			}
-			if err != nil {
-				return fmt.Errorf("key %q: %w", key, err)
-			}
+			g.Go(func() error {
+				var err error
+				if it.Value != nil {
+					err = kv.Put(gctx, key, it.Value, it.Fence)
+				} else {
+					err = kv.Fence(gctx, key, it.Fence)
+				}
+				if err != nil {
+					return fmt.Errorf("key %q: %w", key, err)
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
 		}
 		return saveSnapshot(ctx, m.cli, first)
 	})
