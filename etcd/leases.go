@@ -88,7 +88,10 @@ func (l *Locker) prepareLease(ctx context.Context, el *clientv3.LeaseID, from *t
 	}
 	if *el != 0 {
 		start := l.clock.Now()
-		if left := time.Duration(secs)*time.Second - start.Sub(*from); left >= ttl+reuseMargin(secs) {
+		// A clock seen to run back (a fault clock; never a monotonic one) is not
+		// trusted for what is left.
+		elapsed := start.Sub(*from)
+		if elapsed >= 0 && time.Duration(secs)*time.Second-elapsed >= ttl+reuseMargin(secs) {
 			return start, nil
 		}
 		_, err := l.cli.KeepAliveOnce(ctx, *el)

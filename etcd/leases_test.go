@@ -193,3 +193,33 @@ func TestLocker_RequestID_LateFirstAttemptGrantsNothing(t *testing.T) {
 		})
 	}
 }
+
+// steppedClock is the system clock plus an offset a test sets.
+type steppedClock struct{ off atomic.Int64 }
+
+func (c *steppedClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *steppedClock) AfterFunc(d time.Duration, f func()) fence.Timer {
+	return time.AfterFunc(d, f)
+}
+
+// A Locker whose clock has run back since a pooled lease's countdown started
+// does not trust it for the time left: it refreshes the lease with a keep-alive
+// before granting on it.
+func TestLocker_FastExpiry_ClockRunBack_KeepAliveFirst(t *testing.T) {
+	ctx := testCtx(t)
+	name := uniq("stepback")
+	cli, kas := countingClient(t)
+	clock := &steppedClock{}
+	l := etcd.NewLocker(cli, &etcd.Options{FastExpiry: true, FIFO: true, Clock: clock})
+	first := mustAcquire(t, ctx, l, name, 1500*time.Millisecond)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.off.Store(int64(-2 * time.Second))
+	before := kas.Load()
+	a := mustAcquire(t, ctx, l, name, 1500*time.Millisecond)
+	defer a.Release(ctx)
+	if sent := kas.Load() - before; sent != 1 {
+		t.Fatalf("keep-alives sent by the acquire after the clock ran back 2s = %d; want 1", sent)
+	}
+}
