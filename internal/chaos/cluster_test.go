@@ -21,18 +21,7 @@ func TestCluster_KillLeader_SurvivorsElectRestartedRejoins(t *testing.T) {
 	}
 	r := &run{cfg: Config{Binary: fenceBin, Store: StoreCluster, TTL: etcdMinTTL}, dir: t.TempDir()}
 	defer r.close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := (clusterStore{}).setup(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.startServers(); err != nil {
-		t.Fatal(err)
-	}
-	old, err := r.leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, old := startCluster(t, r)
 	k := &killNemesis{}
 	if err := k.setup(ctx, r); err != nil {
 		t.Fatal(err)
@@ -108,18 +97,7 @@ func TestCluster_LeaderPartition_MajorityElectsIsolatedRefuses(t *testing.T) {
 	}
 	r.net = layer
 	r.onClose(layer.close)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := (clusterStore{}).setup(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.startServers(); err != nil {
-		t.Fatal(err)
-	}
-	old, err := r.leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, old := startCluster(t, r)
 	p := &partitionNemesis{}
 	if err := p.setup(ctx, r); err != nil {
 		t.Fatal(err)
@@ -174,6 +152,25 @@ func TestCluster_LeaderPartition_MajorityElectsIsolatedRefuses(t *testing.T) {
 
 // wantOneLeader fails the test unless every node of r names the same leader,
 // asking each again for up to 10 s while a restarted or healed node catches up.
+// startCluster sets up and starts r's three nodes and returns a context of a
+// minute, ended at t's cleanup, and their leader.
+func startCluster(t *testing.T, r *run) (context.Context, *node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if err := (clusterStore{}).setup(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.startServers(); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := r.leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, leader
+}
+
 func wantOneLeader(ctx context.Context, t *testing.T, r *run) {
 	t.Helper()
 	var leaders []string
