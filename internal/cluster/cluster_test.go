@@ -138,14 +138,21 @@ func TestStart_ThreeNodes_StatusShowsEveryMember(t *testing.T) {
 	}
 }
 
+// startOne starts a one-node cluster in a temporary directory and returns it with
+// a context of 10 s, ended at t's cleanup.
+func startOne(t *testing.T) (*cluster.Node, context.Context) {
+	t.Helper()
+	n := startAll(t, config(t.TempDir(), "n0", peers(t, 1)))[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return n, ctx
+}
+
 func TestNode_ServesPackageEtcdStore_StoreCloseKeepsTheClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an etcd member")
 	}
-	dir, p := t.TempDir(), peers(t, 1)
-	n := startAll(t, config(dir, "n0", p))[0]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	n, ctx := startOne(t)
 	s := etcd.NewStore(n.Client(), nil)
 	l, err := s.Acquire(ctx, "job", 5*time.Second)
 	if err != nil {
@@ -319,10 +326,7 @@ func TestNode_Snapshot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an etcd member")
 	}
-	dir, p := t.TempDir(), peers(t, 1)
-	n := startAll(t, config(dir, "n0", p))[0]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	n, ctx := startOne(t)
 	marker := "snapshot-marker-" + strings.Repeat("m", 32)
 	if _, err := n.Client().Put(ctx, "k", marker, clientv3.WithPrevKV()); err != nil {
 		t.Fatal(err)
