@@ -229,8 +229,8 @@ func (n *Node) Close() error {
 // member whose node is registered (by this member's own view: no quorum is
 // needed to look), within two election timeouts. A node stopped on its own (a
 // rolling restart) then costs the cluster no election; when every node stops at
-// once nobody is registered or can take over, and the member stops without
-// waiting.
+// once nobody can take over, and the member stops at that bound rather than
+// etcd's own (5 s plus two election timeouts).
 func (n *Node) handOver() {
 	s := n.etcd.Server
 	if s.Leader() != s.MemberID() {
