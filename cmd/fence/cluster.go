@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencelock/fence/fencehttp"
+	"github.com/fencelock/fence/internal/cluster"
 )
 
 func newClusterCmd() *cobra.Command {
@@ -112,7 +113,9 @@ func newClusterAddCmd() *cobra.Command {
 cluster, then prints the command line that starts its node: 'fence serve --node
 NAME --peers <every member>,NAME=HOST:PORT --join', to which you add the --listen,
 --data, auth and TLS flags the other nodes use. Until that node starts, the cluster
-counts a member that does not answer: start it soon, or remove it.
+counts a member that does not answer: start it soon, or remove it. A node whose
+peers speak plain HTTP refuses a member off loopback unless it runs with
+--allow-plain-peers, and the line then carries that flag too.
 
 etcd refuses the change (exit 1, "unavailable") when it would leave fewer started
 members than a quorum, and within a few seconds of a member's start: try again.
@@ -147,8 +150,11 @@ Needs an admin token. With -o json: {"name","peer","command","members"}.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "added %s (peer %s). Start its node with:\n\n  %s\n\n", name, peer, line)
 			fmt.Fprintln(out, "adding the --listen, --data and auth flags the other nodes use.")
-			if tls {
+			switch {
+			case tls:
 				fmt.Fprintln(out, "The cluster uses peer TLS: give the node a certificate for its address, its key, and the cluster's CA.")
+			case strings.Contains(line, "--allow-plain-peers"):
+				fmt.Fprintln(out, "The cluster's peers speak plain HTTP beyond loopback, as its nodes allow with --allow-plain-peers: keep that network private, or move the cluster to peer TLS.")
 			}
 			return nil
 		},
@@ -160,21 +166,27 @@ Needs an admin token. With -o json: {"name","peer","command","members"}.`,
 // joinCommand returns the `fence serve` command line that starts the node of
 // the member named name, just added: every member's peer address in --peers,
 // and --join; and whether the peers speak TLS (the line then names the
-// certificate flags with placeholders).
+// certificate flags with placeholders). Plain peers off loopback get
+// --allow-plain-peers on the line, as the running nodes must have it: the node
+// would refuse to start without it.
 func joinCommand(name string, ms []fencehttp.ClusterMember) (string, bool) {
 	var peers []string
-	tls := false
+	tls, offLoopback := false, false
 	for _, m := range ms {
 		u, err := url.Parse(m.Peer)
 		if err != nil || m.Name == "" {
 			continue // a member added and never started, under no name the cluster knows
 		}
 		tls = tls || u.Scheme == "https"
+		offLoopback = offLoopback || cluster.PeerOffLoopback(u.Host)
 		peers = append(peers, m.Name+"="+u.Host)
 	}
 	line := fmt.Sprintf("fence serve --node %s --peers %s --join", name, strings.Join(peers, ","))
-	if tls {
+	switch {
+	case tls:
 		line += " --peer-cert CERT --peer-key KEY --peer-ca CA"
+	case offLoopback:
+		line += " --allow-plain-peers"
 	}
 	return line, tls
 }

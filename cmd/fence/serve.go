@@ -159,7 +159,7 @@ func newServeCmd() *cobra.Command {
 		listen, data, store, tlsCert, tlsKey, authFile, logLevel string
 		maxValue                                                 int64
 		maxWaiters, gcPercent                                    int
-		externalLocks                                            bool
+		externalLocks, allowNoAuth                               bool
 		maxWait, shutdownTimeout, headerTimeout, readTimeout     time.Duration
 		cf                                                       clusterFlags
 	)
@@ -188,10 +188,15 @@ write here: the embedded store then admits their tokens by the guard rule alone.
 --auth-token-file makes every request but /healthz need Authorization: Bearer TOKEN
 (clients read $FENCE_AUTH_TOKEN). The file has one token a line, alone (every
 right) or scoped: "TOKEN RIGHTS [NAME...]", RIGHTS from read, lock, write, admin
-(revoke, heal, /metrics) or all, each NAME a lock name or key, or a prefix ending
+(revoke, heal, /metrics; unscoped, cluster backups and member changes) or all, each NAME a lock name or key, or a prefix ending
 in '*' ("jobs/*"); a token is refused (403) what its scope does not cover. --tls-cert and
 --tls-key serve HTTPS, over HTTP/1.1 or HTTP/2; without them the server speaks HTTP/1.1
 and HTTP/2 with prior knowledge (h2c). Logs go to stderr (JSON with -o json).
+
+Closed by default: --listen beyond loopback (":PORT", 0.0.0.0, ::, a host name
+other than localhost, an address outside 127.0.0.0/8 and ::1; judged without DNS)
+needs --auth-token-file, or --allow-no-auth to say that the network is private;
+otherwise serve exits 2 before it opens anything.
 
 Cluster mode: --node NAME --peers a=HOST:PORT,b=HOST:PORT,c=HOST:PORT on three (or
 five) machines, each naming itself with --node, makes the servers one cluster: each
@@ -202,7 +207,10 @@ majority of its nodes runs. A node cut off from the majority answers 503 to gran
 and writes, within 5 election timeouts. Restarting a node with the same flags and
 data rejoins it; --join starts a node just added with fence cluster add. Peer TLS:
 --peer-cert, --peer-key and --peer-ca (every peer's certificate must chain to the
-CA, in both directions). See docs/cluster.md.
+CA, in both directions). A peer address off loopback (any host name, localhost
+included, since a node listens on every interface for a name) without peer TLS
+is refused (exit 2) unless --allow-plain-peers says the network between the nodes
+is private. See docs/cluster.md.
 
 Waiting acquires of a lock are granted in the order they reached this server, and
 none is jumped by a newcomer; with --store shared by several servers each server
@@ -232,6 +240,9 @@ closed cleanly.`,
 			// named as such, not as the store's refusal (another server holding it).
 			addr, err := listenAddr(listen)
 			if err != nil {
+				return err
+			}
+			if err := refuseOpenListener("--listen", addr, authFile != "", allowNoAuth); err != nil {
 				return err
 			}
 			if (tlsCert == "") != (tlsKey == "") {
@@ -293,6 +304,7 @@ closed cleanly.`,
 	f.StringVar(&tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS")
 	f.StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&authFile, "auth-token-file", "", "file of accepted bearer tokens, one a line: TOKEN [RIGHTS [NAME|PREFIX* ...]]")
+	f.BoolVar(&allowNoAuth, "allow-no-auth", false, "the network is private: serve without --auth-token-file on an address beyond loopback (refused otherwise), with a warning at each start")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.Int64Var(&maxValue, "max-value", fencehttp.DefaultMaxValueBytes, "largest KV value, in bytes (413 beyond)")
 	f.DurationVar(&maxWait, "max-wait", fencehttp.DefaultMaxWait, "longest single long poll of a waiting acquire or blocking query (GET /v1/locks/NAME?index=N)")
@@ -357,6 +369,9 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		}
 		cfg := *c.cluster
 		cfg.APIURL = apiURL(scheme, addr, cfg.Peers[cfg.Name])
+		if name, peer, open := plainPeerOffLoopback(cfg.Peers); open && cfg.PeerTLS == (cluster.TLSFiles{}) {
+			log.Warn("peer traffic leaves loopback in plain HTTP (--allow-plain-peers): anyone who reaches a peer port can read the replicated store, every lease id included, and send this node Raft messages; keep the network private or use --peer-cert, --peer-key and --peer-ca", "peer", name+"="+peer)
+		}
 		log.Info("cluster mode: starting this node's member, waiting for a majority of the nodes", "node", cfg.Name, "peers", len(cfg.Peers), "data", cfg.Dir)
 		if st, node, err = openClusterStore(ctx, cfg); err != nil {
 			if ln != nil {
@@ -414,12 +429,8 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		Protocols: serveProtocols(c.tls != nil),
 		TLSConfig: c.tls,
 	}
-	if len(c.tokens) == 0 {
-		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
-			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-				log.Warn("listening beyond loopback without --auth-token-file: anyone who can connect can take and release locks")
-			}
-		}
+	if len(c.tokens) == 0 && (offLoopback(c.listen) || offLoopback(ln.Addr().String())) {
+		log.Warn("listening beyond loopback without auth tokens (--allow-no-auth): anyone who can connect can take, release and revoke locks, read and write every value, and in cluster mode back up the whole store and change its members")
 	}
 	served := make(chan error, 1)
 	go func() {

@@ -24,7 +24,7 @@ import (
 type clusterFlags struct {
 	node, peers, peerCert, peerKey, peerCA string
 	heartbeat, election                    time.Duration
-	join                                   bool
+	join, allowPlainPeers                  bool
 }
 
 func (f *clusterFlags) add(fs *pflag.FlagSet) {
@@ -35,6 +35,7 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.peerCA, "peer-ca", "", "cluster mode: PEM CA that every peer's certificate must chain to (both directions verified)")
 	fs.DurationVar(&f.heartbeat, "heartbeat", cluster.DefaultHeartbeat, "cluster mode: Raft heartbeat interval")
 	fs.DurationVar(&f.election, "election-timeout", cluster.DefaultElectionTimeout, "cluster mode: Raft election timeout, at least 5 times --heartbeat")
+	fs.BoolVar(&f.allowPlainPeers, "allow-plain-peers", false, "cluster mode: the network between the nodes is private, so peer traffic may leave loopback without peer TLS (plain HTTP: anyone who reaches a peer port can read the replicated store); logged as a warning at each start")
 	fs.BoolVar(&f.join, "join", false, "cluster mode: this node was just added to a running cluster (fence cluster add); not needed on a restart")
 }
 
@@ -42,7 +43,7 @@ func (f *clusterFlags) add(fs *pflag.FlagSet) {
 // configuration, or nil outside cluster mode. Every mistake is a usage error.
 func (f *clusterFlags) config(fs *pflag.FlagSet, store, data string, externalLocks bool) (*cluster.Config, error) {
 	if f.node == "" {
-		for _, name := range []string{"peers", "peer-cert", "peer-key", "peer-ca", "heartbeat", "election-timeout", "join"} {
+		for _, name := range []string{"peers", "peer-cert", "peer-key", "peer-ca", "heartbeat", "election-timeout", "join", "allow-plain-peers"} {
 			if fs.Changed(name) {
 				return nil, usagef("--%s is for cluster mode: it needs --node NAME (and --peers)", name)
 			}
@@ -76,8 +77,13 @@ func (f *clusterFlags) config(fs *pflag.FlagSet, store, data string, externalLoc
 			}
 		}
 	}
+	if tlsFiles == (cluster.TLSFiles{}) && !f.allowPlainPeers {
+		if name, addr, open := plainPeerOffLoopback(peers); open {
+			return nil, usagef("--peers %s=%s is off loopback, and plain peer traffic lets anyone who reaches a peer port read the replicated store and send Raft messages: give --peer-cert, --peer-key and --peer-ca, or --allow-plain-peers if the network is private", name, addr)
+		}
+	}
 	cfg := &cluster.Config{Name: f.node, Peers: peers, Dir: filepath.Join(data, "cluster"), PeerTLS: tlsFiles,
-		Heartbeat: f.heartbeat, ElectionTimeout: f.election, Join: f.join}
+		Heartbeat: f.heartbeat, ElectionTimeout: f.election, Join: f.join, AllowPlainPeers: f.allowPlainPeers}
 	if err := cfg.Validate(); err != nil {
 		var inv *fence.InvalidError
 		if errors.As(err, &inv) {
@@ -86,6 +92,18 @@ func (f *clusterFlags) config(fs *pflag.FlagSet, store, data string, externalLoc
 		return nil, usageError{err}
 	}
 	return cfg, nil
+}
+
+// plainPeerOffLoopback returns the first peer, by name, whose address is off
+// loopback (cluster.PeerOffLoopback), and whether there is one: without peer
+// TLS, every node's traffic to it would leave the machine in the clear.
+func plainPeerOffLoopback(peers map[string]string) (name, addr string, found bool) {
+	for _, n := range sortedNames(peers) {
+		if cluster.PeerOffLoopback(peers[n]) {
+			return n, peers[n], true
+		}
+	}
+	return "", "", false
 }
 
 // parsePeers reads --peers: NAME=HOST:PORT,... with distinct names and addresses.

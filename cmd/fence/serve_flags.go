@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -24,4 +25,39 @@ func listenAddr(listen string) (string, error) {
 		return "", usagef("--listen %q: port %q: want a number from 0 to 65535", listen, port)
 	}
 	return addr, nil
+}
+
+// offLoopback reports whether a listener on addr (HOST:PORT, as listenAddr
+// returns it) may be reached from beyond this machine, which then needs
+// --auth-token-file or --allow-no-auth (P12). It is decided from the text
+// alone, without DNS and before anything is opened: every interface (":PORT",
+// 0.0.0.0, ::), any host name but localhost, and any address outside
+// 127.0.0.0/8 and ::1 (a zone or an IPv4-mapped form judged as its address)
+// count as off loopback. An addr it cannot read counts as off loopback too.
+// Every listener of fence serve's API (--listen, and any later one such as
+// --resp) is judged by it.
+func offLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return true
+	}
+	if strings.EqualFold(host, "localhost") {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return true // a host name: whatever it resolves to, now or later
+	}
+	return !ip.Unmap().IsLoopback()
+}
+
+// refuseOpenListener returns the usage error of a listener flag (say
+// "--listen") whose address addr is off loopback (offLoopback) while the server
+// has no auth tokens and no --allow-no-auth, else nil. The error names both
+// ways out.
+func refuseOpenListener(flag, addr string, tokens, allowNoAuth bool) error {
+	if tokens || allowNoAuth || !offLoopback(addr) {
+		return nil
+	}
+	return usagef("%s %s is reachable beyond loopback, and without auth tokens anyone who connects could take and revoke locks and read every value: give --auth-token-file FILE, or --allow-no-auth if the network is private", flag, addr)
 }

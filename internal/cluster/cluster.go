@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -108,6 +109,12 @@ type Config struct {
 	// RequestTimeout bounds each KV and lease request of Client; zero means 5
 	// times ElectionTimeout (2.5 s by default).
 	RequestTimeout time.Duration
+	// AllowPlainPeers lets peer traffic without PeerTLS go beyond loopback (a
+	// peer address for which PeerOffLoopback is true): only on a network that
+	// nobody else reaches. Without it such a Config is refused: anyone who
+	// reaches a plain peer port can read the replicated store and send the
+	// member Raft messages (docs/cluster.md).
+	AllowPlainPeers bool
 	// Join starts a node that AddMember added to a running cluster (initial
 	// cluster state "existing"). A restart on existing data ignores it: etcd
 	// rejoins from its write-ahead log either way.
@@ -315,6 +322,9 @@ func (c Config) embed() (*embed.Config, map[string]string, error) {
 		if err != nil {
 			return nil, nil, bad("peers", name+"="+c.Peers[name], err.Error())
 		}
+		if !tlsOn && !c.AllowPlainPeers && PeerOffLoopback(c.Peers[name]) {
+			return nil, nil, bad("peers", name+"="+c.Peers[name], errPlainPeer)
+		}
 		peerURLs[name] = u
 		initial = append(initial, name+"="+u)
 	}
@@ -400,6 +410,27 @@ func checkName(name string) error {
 		}
 	}
 	return nil
+}
+
+// errPlainPeer says why a peer address off loopback without peer TLS is refused.
+const errPlainPeer = "off loopback, and without peer TLS anyone who reaches a peer port can read the replicated store and send Raft messages: set peer TLS, or allow plain peers if the network is private"
+
+// PeerOffLoopback reports whether the peer traffic of a node at addr
+// (HOST:PORT, an entry of Config.Peers) may leave this machine, decided from
+// the text alone, without DNS. Any host name counts, localhost included: a
+// node listens on every interface for a name (see Config.Peers); so does any
+// address outside 127.0.0.0/8 and ::1 (a zone or an IPv4-mapped form judged as
+// its address), and an addr it cannot read.
+func PeerOffLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return true
+	}
+	return !ip.Unmap().IsLoopback()
 }
 
 // PeerURL returns the peer URL of addr (HOST:PORT) with scheme ("http" or
@@ -600,8 +631,10 @@ func (n *Node) Status(ctx context.Context) ([]fencehttp.ClusterMember, error) {
 // AddMember adds a member named name with peer address peer (HOST:PORT, same
 // scheme as this node's peers) to the cluster. Its node is then started with
 // the cluster's --peers plus its own entry and --join. It returns an error
-// matching fence.ErrInvalid for a bad name or address, or one a member already
-// has, and fence.ErrUnavailable if the cluster cannot take the change (no
+// matching fence.ErrInvalid for a bad name or address, one a member already
+// has, or an address off loopback (PeerOffLoopback) on a node whose peers speak
+// plain HTTP without Config.AllowPlainPeers; and fence.ErrUnavailable if the
+// cluster cannot take the change (no
 // quorum, or etcd's check that the change leaves a quorum of started members).
 func (n *Node) AddMember(ctx context.Context, name, peer string) error {
 	if err := n.check("add"); err != nil {
@@ -617,6 +650,12 @@ func (n *Node) AddMember(ctx context.Context, name, peer string) error {
 	u, err := PeerURL(scheme, peer)
 	if err != nil {
 		return fmt.Errorf("cluster: add: %w", &fence.InvalidError{Field: "peer", Value: peer, Reason: err.Error()})
+	}
+	if scheme == "http" && !n.cfg.AllowPlainPeers && PeerOffLoopback(peer) {
+		// This node's peer traffic would leave loopback in the clear: the
+		// cluster was started with none off it, and no node may change that.
+		return fmt.Errorf("cluster: add: %w", &fence.InvalidError{Field: "peer", Value: peer,
+			Reason: "off loopback, and this node's peers speak plain HTTP (no peer TLS, no allowance for plain peers): its peer traffic would leave the machine unencrypted"})
 	}
 	members, err := n.Status(ctx)
 	if err != nil {
