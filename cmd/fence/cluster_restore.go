@@ -20,11 +20,11 @@ func clusterRestoreCommands() []*cobra.Command {
 func newClusterRestoreCmd() *cobra.Command {
 	var (
 		node, peers, data string
-		bump              uint64
+		bump, above       uint64
 		peerTLS           bool
 	)
 	cmd := &cobra.Command{
-		Use:   "restore SNAPSHOT --node NAME --peers a=HOST:PORT,... [--data ./fence-data] [--bump N]",
+		Use:   "restore SNAPSHOT --node NAME --peers a=HOST:PORT,... [--data ./fence-data] [--bump N] [--above TOKEN]",
 		Short: "Write a node's cluster data from a backup or migration snapshot, tokens bumped",
 		Long: `restore writes DATA/cluster, the cluster data of node --node, from SNAPSHOT (written by
 'fence cluster backup' or 'fence cluster migrate'). Run it on every node, with the same
@@ -39,9 +39,17 @@ plus --bump. The bump must exceed every revision (grant, renewal, release, KV wr
 the lost cluster wrote after the backup: the default covers a day of 10,000 writes a second;
 raise it for an older backup or a busier cluster.
 
+A snapshot knows nothing of what happened after it, earlier restores included:
+restoring a backup taken before another restore would raise the revision only
+by --bump above that backup's, below the tokens the later cluster issued.
+--above TOKEN gives the floor: the highest token the cluster reached, counting
+earlier bumps (the "tokens_above" of the last restore plus the writes since, or
+the highest token a guard has seen). The bump is then counted from the larger of
+the snapshot's revision and TOKEN.
+
 restore refuses a DATA/cluster that holds anything: stop the node and move its old
 data away first. With -o json it prints {"node","dir","snapshot","revision","bump",
-"tokens_above"}.`,
+"above","tokens_above"}.`,
 		Args: exactArgs("a SNAPSHOT file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if peers == "" {
@@ -67,7 +75,7 @@ data away first. With -o json it prints {"node","dir","snapshot","revision","bum
 			defer stop()
 			cfg := cluster.RestoreConfig{
 				Snapshot: args[0], Name: node, Peers: peerMap, Dir: filepath.Join(data, "cluster"),
-				PeerTLS: peerTLS, Bump: bump,
+				PeerTLS: peerTLS, Bump: bump, Above: above,
 			}
 			if err := cluster.Restore(ctx, cfg); err != nil {
 				return err
@@ -76,15 +84,19 @@ data away first. With -o json it prints {"node","dir","snapshot","revision","bum
 			if err != nil {
 				return err
 			}
-			above := uint64(rev) + bump
+			tokensAbove := cfg.TokensAbove(rev)
 			if output == "json" {
 				return printJSON(cmd.OutOrStdout(), map[string]any{
 					"node": node, "dir": cfg.Dir, "snapshot": cfg.Snapshot,
-					"revision": rev, "bump": bump, "tokens_above": above,
+					"revision": rev, "bump": bump, "above": above, "tokens_above": tokensAbove,
 				})
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored node %s into %s from %s: revision %d raised by %d, tokens start above %d\nstart it with: fence serve --node %s --peers %s --data %s\n",
-				node, cfg.Dir, cfg.Snapshot, rev, bump, above, node, peers, data)
+			from := fmt.Sprintf("revision %d", rev)
+			if above > uint64(rev) {
+				from = fmt.Sprintf("revision %d, floor %d (--above),", rev, above)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored node %s into %s from %s: %s raised by %d, tokens start above %d\nstart it with: fence serve --node %s --peers %s --data %s%s\n",
+				node, cfg.Dir, cfg.Snapshot, from, bump, tokensAbove, node, peers, data, serveFlagsForPeers(peerMap, peerTLS))
 			return err
 		},
 	}
@@ -93,8 +105,23 @@ data away first. With -o json it prints {"node","dir","snapshot","revision","bum
 	f.StringVar(&peers, "peers", "", "every node as NAME=HOST:PORT (peer address), comma-separated, as the nodes are started with; required")
 	f.StringVar(&data, "data", "./fence-data", "the node's data directory; restore writes DATA/cluster")
 	f.Uint64Var(&bump, "bump", cluster.DefaultRevisionBump, "how far to raise the revision (and so the tokens) above the snapshot's: more than the writes made after the backup")
+	f.Uint64Var(&above, "above", 0, "the highest token the cluster reached, counting earlier bumps: the bump is counted from it when it is above the snapshot's revision (restoring a backup taken before another restore)")
 	f.BoolVar(&peerTLS, "peer-tls", false, "the nodes run with --peer-cert, --peer-key and --peer-ca (https peer URLs)")
 	return cmd
+}
+
+// serveFlagsForPeers returns the flags that the serve line a restore prints
+// needs for its peers: the certificate flags with peer TLS, --allow-plain-peers
+// for plain peers off loopback (the node refuses to start otherwise), else
+// nothing.
+func serveFlagsForPeers(peers map[string]string, peerTLS bool) string {
+	if peerTLS {
+		return " --peer-cert CERT --peer-key KEY --peer-ca CA"
+	}
+	if _, _, open := plainPeerOffLoopback(peers); open {
+		return " --allow-plain-peers"
+	}
+	return ""
 }
 
 func newClusterMigrateCmd() *cobra.Command {

@@ -164,3 +164,60 @@ func runExitCode(err error) int {
 	}
 	return exitError
 }
+
+// --above: the floor the bump is counted from, for a backup taken before an
+// earlier restore. The JSON says it and where the tokens start; the serve line
+// carries what plain peers off loopback need.
+func TestClusterRestore_Above_CLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd members")
+	}
+	old := t.TempDir()
+	s, err := bolt.Open(filepath.Join(old, "fence.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Acquire(context.Background(), "jobs/nightly", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(context.Background())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "migrated.db")
+	if _, err := runClusterCmd(t, "cluster", "migrate", "--from", old, "--out", snap); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	rev, err := cluster.SnapshotRevision(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reached = 3_000_000_123 // a token of a cluster restored earlier
+	peers := "a=" + freeAddr(t)
+	out, err := runClusterCmd(t, "cluster", "restore", snap, "--node", "a", "--peers", peers, "--data", t.TempDir(), "--above", "3000000123", "-o", "json")
+	if err != nil {
+		t.Fatalf("restore --above: %v", err)
+	}
+	var got struct {
+		Revision    int64  `json:"revision"`
+		Bump        uint64 `json:"bump"`
+		Above       uint64 `json:"above"`
+		TokensAbove uint64 `json:"tokens_above"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("restore -o json printed %q: %v", out, err)
+	}
+	if got.Revision != rev || got.Above != reached || got.TokensAbove != reached+cluster.DefaultRevisionBump {
+		t.Fatalf("restore --above %d -o json = %+v; want revision %d, above %d, tokens above %d", reached, got, rev, reached, reached+cluster.DefaultRevisionBump)
+	}
+
+	// Text, with peers off loopback: the serve line says what they need.
+	out, err = runClusterCmd(t, "cluster", "restore", snap, "--node", "a", "--peers", "a=10.0.0.1:7431,b=10.0.0.2:7431", "--data", t.TempDir(), "--above", "3000000123")
+	if err != nil {
+		t.Fatalf("restore --above: %v", err)
+	}
+	if !strings.Contains(out, "floor 3000000123 (--above)") || !strings.Contains(out, "tokens start above 4000000123") || !strings.Contains(out, "--allow-plain-peers") {
+		t.Fatalf("restore --above text output %q: want the floor, where tokens start, and --allow-plain-peers on the serve line", out)
+	}
+}

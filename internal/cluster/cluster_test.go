@@ -184,6 +184,8 @@ func TestStart_BadConfig_IsInvalid(t *testing.T) {
 		{"half a TLS", cluster.Config{Name: "a", Peers: p, Dir: dir, PeerTLS: cluster.TLSFiles{Cert: "c.pem"}}, "all three"},
 		{"bad address", cluster.Config{Name: "a", Peers: map[string]string{"a": "nohostport"}, Dir: dir}, "HOST:PORT"},
 		{"bad peer name", cluster.Config{Name: "a", Peers: map[string]string{"a": "127.0.0.1:1", "b/c": "127.0.0.1:2"}, Dir: dir}, "node name"},
+		{"plain peer off loopback", cluster.Config{Name: "a", Peers: map[string]string{"a": "127.0.0.1:1", "b": "10.0.0.2:1"}, Dir: dir}, "off loopback"},
+		{"plain peer named localhost", cluster.Config{Name: "a", Peers: map[string]string{"a": "localhost:1"}, Dir: dir}, "off loopback"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := cluster.Start(context.Background(), tc.cfg)
@@ -194,6 +196,38 @@ func TestStart_BadConfig_IsInvalid(t *testing.T) {
 				t.Fatalf("got %v; want fence.ErrInvalid saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A node whose peers speak plain HTTP on loopback refuses to add a member off
+// loopback (P12): its traffic to that member would leave the machine in the
+// clear. With AllowPlainPeers the same change passes that check and reaches
+// etcd, which refuses it for its own reason (a member that never started would
+// leave one node of two started, short of a quorum) before any traffic to it.
+func TestNode_AddMember_PlainPeerOffLoopback_Refused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd member")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	n := startAll(t, config(dir, "n0", peers(t, 1)))[0]
+	err := n.AddMember(ctx, "n1", "10.0.0.2:7431")
+	var inv *fence.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "peer" || !strings.Contains(err.Error(), "off loopback") {
+		t.Fatalf("AddMember off loopback on a plain loopback cluster: %v; want a fence.InvalidError on the peer saying it is off loopback", err)
+	}
+	ms, err := n.Status(ctx)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("members after the refused add: %+v, %v; want the one node", ms, err)
+	}
+
+	cfg := config(t.TempDir(), "n0", peers(t, 1))
+	cfg.AllowPlainPeers = true
+	open := startAll(t, cfg)[0]
+	err = open.AddMember(ctx, "n1", "10.0.0.2:7431")
+	if errors.As(err, &inv) || !errors.Is(err, fence.ErrUnavailable) {
+		t.Fatalf("AddMember off loopback with AllowPlainPeers: %v; want it past the check, refused by etcd's quorum rule (fence.ErrUnavailable)", err)
 	}
 }
 

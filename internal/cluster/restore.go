@@ -70,19 +70,45 @@ type RestoreConfig struct {
 	// Bump is how far the restored revision is raised above the snapshot's; 0
 	// means DefaultRevisionBump (see there for how to choose it).
 	Bump uint64
+	// Above is a floor under the bump: the highest token the cluster reached,
+	// counting earlier bumps. The revision is raised by Bump above the larger
+	// of the snapshot's revision and Above, so that the tokens of the restored
+	// cluster start above both (see TokensAbove). A snapshot taken before an
+	// earlier restore knows nothing of that restore's bump: restored again
+	// without Above, the cluster would issue again tokens it already issued.
+	// 0: the snapshot's revision alone.
+	Above uint64
+}
+
+// TokensAbove returns the token above which the tokens of a cluster restored
+// with cfg from a snapshot of revision rev start: the larger of rev and
+// cfg.Above, plus the bump (cfg.Bump, or DefaultRevisionBump for 0). The
+// caller checks that it stays within fence.MaxToken (Restore does).
+func (cfg RestoreConfig) TokensAbove(rev int64) uint64 {
+	return max(uint64(max(rev, 0)), cfg.Above) + cfg.bump()
+}
+
+func (cfg RestoreConfig) bump() uint64 {
+	if cfg.Bump == 0 {
+		return DefaultRevisionBump
+	}
+	return cfg.Bump
 }
 
 // Restore writes the member data of node cfg.Name into cfg.Dir from the
-// snapshot file cfg.Snapshot, with the revision raised by cfg.Bump and every
+// snapshot file cfg.Snapshot, with the revision raised by cfg.Bump (above
+// cfg.Above when that is higher than the snapshot's revision) and every
 // revision up to the new one marked compacted, so that the tokens the restored
-// cluster issues exceed every token issued before the loss (P1). Each node of
+// cluster issues exceed every token issued before the loss (P1), those of
+// earlier restores included when cfg.Above names them. Each node of
 // the cluster restores from the same file with the same Peers; then each starts
 // with its usual flags.
 //
 // It returns an error matching fence.ErrInvalid for a missing or damaged
 // snapshot, a name not in Peers, a bad peer address, a Dir that already holds
-// data, or a bump that would take tokens past fence.MaxToken; ctx's error if ctx
-// ended before it began; an error of the file system otherwise. A failed
+// data, or a bump (from the snapshot's revision or cfg.Above) that would take
+// tokens past fence.MaxToken; ctx's error if ctx ended before it began; an
+// error of the file system otherwise. A failed
 // Restore removes what it wrote.
 func Restore(ctx context.Context, cfg RestoreConfig) error {
 	if err := ctx.Err(); err != nil {
@@ -99,13 +125,12 @@ func Restore(ctx context.Context, cfg RestoreConfig) error {
 	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
-	bump := cfg.Bump
-	if bump == 0 {
-		bump = DefaultRevisionBump
+	bump, floor := cfg.bump(), max(uint64(rev), cfg.Above)
+	if bump > uint64(fence.MaxToken) || floor > uint64(fence.MaxToken) || floor+bump > uint64(fence.MaxToken) {
+		return fmt.Errorf("cluster: restore: bump %d above %d passes the largest token %d: %w", bump, floor, uint64(fence.MaxToken), fence.ErrInvalid)
 	}
-	if bump > uint64(fence.MaxToken) || uint64(rev)+bump > uint64(fence.MaxToken) {
-		return fmt.Errorf("cluster: restore: bump %d on revision %d passes the largest token %d: %w", bump, rev, uint64(fence.MaxToken), fence.ErrInvalid)
-	}
+	// etcd raises the snapshot's revision by what it is given: from the floor.
+	bump += floor - uint64(rev)
 	dir := etcdDataDir(cfg.Dir)
 	if err := emptyOrMissing(dir); err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)

@@ -478,3 +478,64 @@ func BenchmarkMigrate_KVItems(b *testing.B) {
 	}
 	b.ReportMetric(float64(items*b.N)/b.Elapsed().Seconds(), "items/s")
 }
+
+// Two restores: the cluster restored once (its tokens past the snapshot's
+// revision plus the bump) is lost again and restored from the same older
+// backup. With the default bump alone the second cluster issues again tokens
+// the first one issued: the snapshot knows nothing of the first bump. Above,
+// the highest token reached, counting that bump, is the floor the second bump
+// is counted from.
+func TestRestore_Twice_AboveKeepsTokensRising(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd members")
+	}
+	sc := newBackupScene(t)
+	rev, err := SnapshotRevision(sc.snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The first restore, and the tokens its cluster issued before it was lost.
+	peers := peersOn(t, "a")
+	first := startMembers(t, peers, restoreAll(t, sc.snap, t.TempDir(), peers, 0))["a"]
+	var reached fence.Token
+	l := newLocker(t, first)
+	for i := range 10 {
+		reached = max(reached, grant(t, l, fmt.Sprintf("job/%d", i%3)))
+	}
+	first.close()
+
+	// The control: restored again from the older backup with the default bump.
+	peers = peersOn(t, "a")
+	again := startMembers(t, peers, restoreAll(t, sc.snap, t.TempDir(), peers, 0))["a"]
+	if tok := grant(t, newLocker(t, again), "job/0"); tok > reached {
+		t.Fatalf("second restore with the default bump: token %d; expected one at most %d, already issued: the control shows nothing", tok, reached)
+	}
+	again.close()
+
+	// With the floor: every token above every one issued, by the whole bump.
+	peers = peersOn(t, "a")
+	cfg := RestoreConfig{Snapshot: sc.snap, Name: "a", Peers: peers, Dir: filepath.Join(t.TempDir(), "a", "cluster"), Above: uint64(reached)}
+	if err := Restore(testCtx(t), cfg); err != nil {
+		t.Fatalf("Restore with Above %d: %v", reached, err)
+	}
+	if want := uint64(reached) + DefaultRevisionBump; cfg.TokensAbove(rev) != want {
+		t.Fatalf("TokensAbove(%d) with Above %d = %d; want %d", rev, reached, cfg.TokensAbove(rev), want)
+	}
+	floor := startMembers(t, peers, map[string]string{"a": cfg.Dir})["a"]
+	l = newLocker(t, floor)
+	for _, name := range []string{"job/0", "job/1", "fresh"} {
+		if tok := grant(t, l, name); uint64(tok) <= cfg.TokensAbove(rev) {
+			t.Errorf("%s after the restore with Above %d: token %d; want above %d, past every token issued (P1)", name, reached, tok, cfg.TokensAbove(rev))
+		}
+	}
+
+	// A floor that would take tokens past the largest is refused, nothing written.
+	bad := RestoreConfig{Snapshot: sc.snap, Name: "a", Peers: peers, Dir: filepath.Join(t.TempDir(), "cluster"), Above: uint64(fence.MaxToken)}
+	if err := Restore(testCtx(t), bad); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("Restore with Above at the largest token: %v; want fence.ErrInvalid", err)
+	}
+	if _, err := os.Stat(bad.Dir); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore left %s: %v", bad.Dir, err)
+	}
+}
