@@ -134,3 +134,55 @@ func TestServeCluster_AllowPlainPeers_StartsWithWarning(t *testing.T) {
 		t.Errorf("node with loopback peers warned of plain peers:\n%s", log)
 	}
 }
+
+// P12's last sentence: with auth on, admin data (snapshots, member changes)
+// needs the admin right on every name: no token is 401, a token with every
+// other right, unscoped, is 403, and only an unscoped admin backs up.
+func TestServeCluster_AdminData_NeedsAdminWhenAuthIsOn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster node")
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("ops admin\nworker read,lock,write\njobadmin admin jobs/*\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 1, "--auth-token-file", tokens)
+	base := c.node("n0").url
+	for _, tc := range []struct {
+		method, path, body string
+	}{
+		{http.MethodGet, "/v1/cluster/snapshot", ""},
+		{http.MethodHead, "/v1/cluster/snapshot", ""},
+		{http.MethodPost, "/v1/cluster/members", `{"name":"x","peer":"127.0.0.1:1"}`},
+		{http.MethodDelete, "/v1/cluster/members/n0", ""},
+	} {
+		for _, who := range []struct {
+			token string
+			want  int
+		}{{"", http.StatusUnauthorized}, {"worker", http.StatusForbidden}, {"jobadmin", http.StatusForbidden}} {
+			req, err := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if who.token != "" {
+				req.Header.Set("Authorization", "Bearer "+who.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != who.want {
+				t.Errorf("%s %s with token %q: got %d; want %d", tc.method, tc.path, who.token, resp.StatusCode, who.want)
+			}
+		}
+	}
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	r := runFence(t, base, []string{"FENCE_AUTH_TOKEN=worker"}, "", "cluster", "backup", backup)
+	wantCode(t, "fence cluster backup with a token without admin", r, exitError)
+	r = runFence(t, base, []string{"FENCE_AUTH_TOKEN=ops"}, "", "cluster", "backup", backup)
+	wantCode(t, "fence cluster backup with the admin token", r, 0)
+	if fi, err := os.Stat(backup); err != nil || fi.Size() == 0 {
+		t.Fatalf("backup with the admin token: %v", err)
+	}
+}
