@@ -67,6 +67,7 @@ func (clusterStore) setup(_ context.Context, r *run) error {
 		n.server.command = func(bin string, args ...string) *exec.Cmd { return r.command(n.host, bin, args...) }
 		n.server.flags = []string{"--node", n.name, "--peers", strings.Join(peers, ","),
 			"--heartbeat", clusterHeartbeat.String(), "--election-timeout", clusterElectionTimeout.String()}
+		n.server.flags = append(n.server.flags, r.privateNetFlags()...)
 		r.nodes = append(r.nodes, n)
 	}
 	return nil

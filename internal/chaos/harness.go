@@ -56,6 +56,24 @@ func (r *run) harnessAddr() string {
 	return "127.0.0.1"
 }
 
+// privateNetFlags are the flags fence serve needs on the run's own network: with
+// the partition nemesis every host is in a namespace of its own and listens on
+// its address on the bridge, off loopback, which fence serve refuses without
+// auth tokens and (cluster mode) without peer TLS. That network is the
+// harness's alone (no route or address of the machine overlaps it), so the
+// flags that say so are given; without it everything is on loopback and they
+// are not.
+func (r *run) privateNetFlags() []string {
+	if r.net == nil {
+		return nil
+	}
+	flags := []string{"--allow-no-auth"}
+	if r.cfg.Store == StoreCluster {
+		flags = append(flags, "--allow-plain-peers")
+	}
+	return flags
+}
+
 // onClose registers f to run when the run ends, before what was registered earlier.
 func (r *run) onClose(f func()) { r.closers = append(r.closers, f) }
 
@@ -118,6 +136,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 		r.srv = newServer(cfg.Binary, addr, filepath.Join(dir, "data"), filepath.Join(dir, "server.log"))
 		r.srv.command = func(bin string, args ...string) *exec.Cmd { return r.command("serve", bin, args...) }
+		r.srv.flags = append(r.srv.flags, r.privateNetFlags()...)
 	}
 	if err := st.setup(ctx, r); err != nil {
 		return nil, err
