@@ -268,8 +268,10 @@ func serve(t *testing.T, bin string, args ...string) (*exec.Cmd, *strings.Builde
 	return cmd, &log
 }
 
-// withLocal replaces the value of --listen with a free local port and of --data
-// with a temp dir, so that a packaged command line runs here as it is otherwise.
+// withLocal replaces the value of --listen with a free local port, of --data
+// with a temp dir and of --auth-token-file (a secret mounted in the container)
+// with a token file of its own, so that a packaged command line runs here as
+// it is otherwise.
 func withLocal(t *testing.T, args []string) []string {
 	t.Helper()
 	out := append([]string(nil), args...)
@@ -282,6 +284,11 @@ func withLocal(t *testing.T, args []string) []string {
 		case "--data":
 			out[i+1] = t.TempDir()
 			seen["--data"] = true
+		case "--auth-token-file":
+			out[i+1] = filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(out[i+1], []byte("packaging-test-token\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if !seen["--listen"] || !seen["--data"] {
@@ -428,8 +435,8 @@ func TestContainerfile_Static(t *testing.T) {
 	if want := []string{installedBinary}; strings.Join(entrypoint, " ") != strings.Join(want, " ") {
 		t.Errorf("%s: ENTRYPOINT: want %q, got %q", containerfile, want, entrypoint)
 	}
-	if want := "serve --listen 0.0.0.0:7420 --data /data"; strings.Join(command, " ") != want {
-		t.Errorf("%s: CMD: want %q, got %q", containerfile, want, command)
+	if want := "serve --listen 0.0.0.0:7420 --data /data --auth-token-file " + tokenSecret; strings.Join(command, " ") != want {
+		t.Errorf("%s: CMD: want %q (beyond loopback, so with the mounted token secret), got %q", containerfile, want, command)
 	}
 
 	// The binary as the image has it: static, and its --version and CMD work.
@@ -443,6 +450,57 @@ func TestContainerfile_Static(t *testing.T) {
 	}
 	proc, log := serve(t, bin, withLocal(t, command)...)
 	stopCleanly(t, proc, log, 30*time.Second)
+	refusedBeforeListening(t, bin, command)
+}
+
+// tokenSecret is where the image's command reads its auth tokens: a secret
+// mounted into the container (packaging/README.md).
+const tokenSecret = "/run/secrets/fence-token"
+
+// refusedBeforeListening runs the image's command with its --listen beyond
+// loopback as it is: without the token secret mounted, and with the token flag
+// dropped, fence serve must exit 2 naming the way out, before it listens or
+// makes its data directory (P12: the image is closed by default).
+func refusedBeforeListening(t *testing.T, bin string, command []string) {
+	t.Helper()
+	if _, err := os.Stat(tokenSecret); err == nil {
+		t.Logf("%s exists on this machine: the command would serve on 0.0.0.0; not run without its secret", tokenSecret)
+		return
+	}
+	var noFlag []string
+	for i := 0; i < len(command); i++ {
+		if command[i] == "--auth-token-file" {
+			i++
+			continue
+		}
+		noFlag = append(noFlag, command[i])
+	}
+	for _, tc := range []struct {
+		what string
+		args []string
+		want string
+	}{
+		{"without the secret mounted", command, "--auth-token-file"},
+		{"without --auth-token-file", noFlag, "--allow-no-auth"},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		args := append([]string(nil), tc.args...)
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "--data" {
+				args[i+1] = data
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "listening") {
+			t.Errorf("the image's command %s (%q): got %v, %q; want exit 2 naming %s, before listening", tc.what, args, err, out, tc.want)
+		}
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			t.Errorf("the image's command %s made its data directory before it was refused: %v", tc.what, err)
+		}
+	}
 }
 
 // checkStatic returns an error if the ELF file at path needs a dynamic loader or
