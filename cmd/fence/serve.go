@@ -188,8 +188,9 @@ write here: the embedded store then admits their tokens by the guard rule alone.
 --auth-token-file makes every request but /healthz need Authorization: Bearer TOKEN
 (clients read $FENCE_AUTH_TOKEN). The file has one token a line, alone (every
 right) or scoped: "TOKEN RIGHTS [NAME...]", RIGHTS from read, lock, write, admin
-(revoke, heal, /metrics; unscoped, cluster backups and member changes) or all, each NAME a lock name or key, or a prefix ending
-in '*' ("jobs/*"); a token is refused (403) what its scope does not cover. --tls-cert and
+(revoke, heal, /metrics; unscoped, cluster backups and member changes) or all,
+each NAME a lock name or key, or a prefix ending in '*' ("jobs/*"); a token is
+refused (403) what its scope does not cover. --tls-cert and
 --tls-key serve HTTPS, over HTTP/1.1 or HTTP/2; without them the server speaks HTTP/1.1
 and HTTP/2 with prior knowledge (h2c). Logs go to stderr (JSON with -o json).
 
