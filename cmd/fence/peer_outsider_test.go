@@ -37,7 +37,7 @@ func TestServeCluster_PlainPeerPort_OutsiderReadsTheLog(t *testing.T) {
 	}
 	c := startCluster(t, 3)
 	leader := leaderOf(waitMembers(t, c.node("n0").url, healthy(3)))
-	api := c.node("n0").url
+	api := c.node(leader).url // never the follower paused below
 	peerOf := map[string]string{}
 	for _, e := range strings.Split(c.peers, ",") {
 		name, addr, _ := strings.Cut(e, "=")

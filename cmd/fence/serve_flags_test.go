@@ -1,8 +1,10 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/internal/cluster"
 )
 
@@ -41,6 +43,27 @@ func TestOffLoopback_Table(t *testing.T) {
 		}
 		if got := cluster.PeerOffLoopback(c.addr); got != c.peer {
 			t.Errorf("cluster.PeerOffLoopback(%q) = %v; want %v", c.addr, got, c.peer)
+		}
+	}
+}
+
+// The line `fence cluster add` prints starts the new node as the others run:
+// with the peer TLS flags, or with --allow-plain-peers when plain peers are off
+// loopback (the node refuses to start otherwise), or with neither on loopback.
+func TestJoinCommand_CarriesWhatThePeersNeed(t *testing.T) {
+	for _, tc := range []struct {
+		peers     []string
+		want, not string
+	}{
+		{[]string{"http://127.0.0.1:7431", "http://127.0.0.1:7432"}, "--join", "--allow-plain-peers"},
+		{[]string{"http://10.0.0.1:7431", "http://10.0.0.2:7431"}, "--join --allow-plain-peers", "--peer-cert"},
+		{[]string{"http://127.0.0.1:7431", "http://node-b:7431"}, "--join --allow-plain-peers", "--peer-cert"},
+		{[]string{"https://10.0.0.1:7431", "https://10.0.0.2:7431"}, "--peer-cert CERT --peer-key KEY --peer-ca CA", "--allow-plain-peers"},
+	} {
+		ms := []fencehttp.ClusterMember{{Name: "a", Peer: tc.peers[0]}, {Name: "d", Peer: tc.peers[1]}}
+		line, _ := joinCommand("d", ms)
+		if !strings.Contains(line, tc.want) || strings.Contains(line, tc.not) {
+			t.Errorf("joinCommand with peers %v = %q; want it to contain %q and not %q", tc.peers, line, tc.want, tc.not)
 		}
 	}
 }
