@@ -201,9 +201,8 @@ func TestStart_BadConfig_IsInvalid(t *testing.T) {
 
 // A node whose peers speak plain HTTP on loopback refuses to add a member off
 // loopback (P12): its traffic to that member would leave the machine in the
-// clear. With AllowPlainPeers the same change passes that check and reaches
-// etcd, which refuses it for its own reason (a member that never started would
-// leave one node of two started, short of a quorum) before any traffic to it.
+// clear. (The change with AllowPlainPeers is not made here: etcd takes it, and
+// the node would then dial the new member's address off this machine.)
 func TestNode_AddMember_PlainPeerOffLoopback_Refused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an etcd member")
@@ -220,14 +219,6 @@ func TestNode_AddMember_PlainPeerOffLoopback_Refused(t *testing.T) {
 	ms, err := n.Status(ctx)
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("members after the refused add: %+v, %v; want the one node", ms, err)
-	}
-
-	cfg := config(t.TempDir(), "n0", peers(t, 1))
-	cfg.AllowPlainPeers = true
-	open := startAll(t, cfg)[0]
-	err = open.AddMember(ctx, "n1", "10.0.0.2:7431")
-	if errors.As(err, &inv) || !errors.Is(err, fence.ErrUnavailable) {
-		t.Fatalf("AddMember off loopback with AllowPlainPeers: %v; want it past the check, refused by etcd's quorum rule (fence.ErrUnavailable)", err)
 	}
 }
 
