@@ -358,13 +358,18 @@ func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStar
 // heldNow returns the *fence.HeldError (fence.ErrNotAcquired) of an acquire of
 // name (a semaphore of limit permits, or 0) that did not get its turn, with the
 // time the lock has left as the Locker reports it now (Inspect), or else
-// fallback's figure (none if fallback is nil).
+// fallback's figure (none if fallback is nil). When Inspect shows live leases of
+// another limit it returns their *fence.LimitError instead, as the store's try
+// would have: a wrong limit is refused whether or not the name has waiters.
 func (s *Server) heldNow(ctx context.Context, name string, limit int, fallback *fence.HeldError) error {
 	if in, ok := s.cfg.Locker.(fence.Inspector); ok {
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		info, err := in.Inspect(ictx, name)
 		cancel()
 		if err == nil {
+			if err := limitMismatch(name, info, limit); err != nil {
+				return err
+			}
 			return &fence.HeldError{Name: name, ExpiresIn: heldFor(info, limit), Limit: limit}
 		}
 	}
@@ -372,6 +377,21 @@ func (s *Server) heldNow(ctx context.Context, name string, limit int, fallback *
 		return fallback
 	}
 	return &fence.HeldError{Name: name, Limit: limit}
+}
+
+// limitMismatch returns the *fence.LimitError of an acquire of limit permits (0
+// for a lock or a shared lease, which count as limit 1) on name, whose live
+// leases, as info shows them, have another limit; nil if they agree or none
+// is live. It is driver.Decide's rule, for an answer the server gives without
+// a try.
+func limitMismatch(name string, info fence.LockInfo, limit int) error {
+	if !info.Held {
+		return nil
+	}
+	if held, want := max(info.Limit, 1), max(limit, 1); held != want {
+		return &fence.LimitError{Name: name, Limit: want, Held: held}
+	}
+	return nil
 }
 
 // heldFor is how long info says an acquire of a semaphore of limit (0 for a
