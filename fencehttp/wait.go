@@ -157,7 +157,9 @@ type acquireCall struct {
 // look, so no acquire jumps the queue.
 func (s *Server) grantInTurn(ctx context.Context, w http.ResponseWriter, a *acquireCall) (driver.Grant, error) {
 	if rf, ok := s.cfg.Locker.(driver.RetryFinder); ok && a.req.RequestID != "" && s.queues.waiting(a.name) {
-		if g, found, err := rf.FindRetried(ctx, a.name, a.ttl, a.opts...); err != nil || found {
+		// A look that fails while the call may wait is no answer: its turn in the
+		// queue finds the grant by the request id as well.
+		if g, found, err := rf.FindRetried(ctx, a.name, a.ttl, a.opts...); found || err != nil && !s.ridesOut(ctx, a, err) {
 			return g, err
 		}
 	}
@@ -171,7 +173,7 @@ func (s *Server) grantInTurn(ctx context.Context, w http.ResponseWriter, a *acqu
 	defer s.queues.leave(a.name, e)
 	if head {
 		g, err := s.grant(ctx, a.name, a.ttl, a.opts...)
-		if !errors.Is(err, fence.ErrNotAcquired) || ctx.Err() != nil {
+		if !errors.Is(err, fence.ErrNotAcquired) && !s.ridesOut(ctx, a, err) || ctx.Err() != nil {
 			return g, err
 		}
 	}
@@ -196,6 +198,18 @@ func (s *Server) grantInTurn(ctx context.Context, w http.ResponseWriter, a *acqu
 		}
 	}
 	return s.grantWaiting(ctx, a)
+}
+
+// ridesOut reports whether the acquire a, whose try failed with err, keeps
+// waiting instead of answering err: the store is unavailable for now (a
+// cluster's leader election, a short partition) and a's wait has time left.
+// Its waiting grant then rides the unavailability out as every backend's
+// waiting acquire does (driver.Transient), so that an election costs a waiting
+// acquire only time (DESIGN P11). An acquire without a wait answers at once,
+// and so does one whose client went away or whose server drains.
+func (s *Server) ridesOut(ctx context.Context, a *acquireCall, err error) bool {
+	return err != nil && errors.Is(err, fence.ErrUnavailable) && !errors.Is(err, fence.ErrClosed) &&
+		ctx.Err() == nil && s.drainCtx.Err() == nil && a.wait-time.Since(a.start) > 0
 }
 
 // grantWaiting is the store's wait of the head of a queue, woken by the
