@@ -8,6 +8,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/fencelock/fence"
 )
@@ -76,22 +78,16 @@ func (b *bound) with(ctx context.Context) (context.Context, context.CancelFunc) 
 
 // explain returns the error of a request made with bctx (from with, on the
 // caller's ctx) as the caller should read it: a *fence.UnavailableError saying
-// that the cluster has no leader, or that the leader changed during the
-// request, when that is why it failed; else err as it is. The caller's own end
-// (ctx) is never explained away.
+// that the cluster has no leader, or that it elected a new one during the
+// request, when the request ended for want of a leader (b ended it, or the
+// member refused it for that); else err as it is. An error that is an answer
+// (a lease not found, a request too large) and the caller's own end (ctx) are
+// never explained away.
 func (b *bound) explain(ctx, bctx context.Context, err error) error {
-	if err == nil || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil || !leaderless(err) {
 		return err
 	}
-	cause := context.Cause(bctx)
-	if bctx.Err() == nil {
-		cause = nil
-	}
-	leaderErr := errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrLeaderChanged) ||
-		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail)
-	if cause == nil && !leaderErr {
-		return err
-	}
+	cause := context.Cause(bctx) // nil while bctx is live
 	switch {
 	case !b.hasLeader():
 		return &fence.UnavailableError{Reason: "the cluster has no leader"}
@@ -99,6 +95,28 @@ func (b *bound) explain(ctx, bctx context.Context, err error) error {
 		return &fence.UnavailableError{Reason: "the cluster elected a new leader during the request"}
 	}
 	return err
+}
+
+// leaderless reports whether err is how a request ends for want of a leader:
+// its context ended (by a bound), or the member answered that it has none,
+// that the leader changed, or that the request timed out waiting on one.
+func leaderless(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
+		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable:
+			return true
+		}
+	}
+	return false
 }
 
 type timeoutKV struct {
