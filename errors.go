@@ -148,6 +148,19 @@ func (e *HeldError) Held() string {
 // Is reports whether target is ErrNotAcquired.
 func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
 
+// UnavailableError is the detail of ErrUnavailable when the store knows why it
+// cannot answer now: Reason says it in words a user reads ("the cluster has no
+// leader"). As with ErrUnavailable, the operation may or may not have taken
+// effect; a retry within the caller's wait is how to ride it out.
+type UnavailableError struct {
+	Reason string
+}
+
+func (e *UnavailableError) Error() string { return "fence: store unavailable: " + e.Reason }
+
+// Is reports whether target is ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
 // LimitError is the detail of ErrInvalid when an acquire's limit (WithLimit; 1 for
 // a lock or a shared lock) differs from the limit of the live leases on Name: all
 // acquirers of a semaphore must agree on its number of permits. Nothing was

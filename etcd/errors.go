@@ -26,7 +26,10 @@ func storeErr(err error) error {
 	if err == nil {
 		return nil
 	}
+	var unav *fence.UnavailableError
 	switch {
+	case errors.As(err, &unav):
+		return err // says why already (cluster mode: no leader)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return fmt.Errorf("%w: %w", fence.ErrNotHeld, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -138,6 +138,15 @@
 // Config.MaxWait (the Client's ClientOptions.MaxPoll) is several polls, and each
 // new poll joins the end of the queue.
 //
+// A waiting acquire rides out a store that is unavailable for a while (a
+// cluster electing its leader): a try that fails with fence.ErrUnavailable while
+// the wait has time left does not end the request, which waits on in the
+// store's waiting acquire (driver.Transient) and is granted once the store
+// answers again. Only when the wait ends first is it answered 503, with the
+// store's reason when it gives one (fence.UnavailableError: "acquire "job1":
+// store unavailable: the cluster has no leader"). The Client, in turn, retries
+// a 503 within its own wait.
+//
 // The answer's waited_ms (rounded down) is the time from when the server got the
 // request to when it sent the store the request that granted the lease, which is
 // when the store started counting the TTL (a fence.Lease's deadline is that time

@@ -179,6 +179,7 @@ func userMessage(op, name string, err error) string {
 		lim   *fence.LimitError
 		bound *fence.HealBoundError
 		unis  *fence.UnissuedTokenError
+		unav  *fence.UnavailableError
 	)
 	status, code := statusOf(err)
 	var fact string
@@ -238,6 +239,8 @@ func userMessage(op, name string, err error) string {
 		fact = "unauthorized"
 	case errors.Is(err, fence.ErrClosed):
 		fact = "store closed"
+	case code == "unavailable" && errors.As(err, &unav):
+		fact = "store unavailable: " + unav.Reason
 	case errors.Is(err, context.DeadlineExceeded):
 		fact = "store unavailable (timed out)"
 	case errors.Is(err, context.Canceled):

@@ -157,7 +157,9 @@ type acquireCall struct {
 // look, so no acquire jumps the queue.
 func (s *Server) grantInTurn(ctx context.Context, w http.ResponseWriter, a *acquireCall) (driver.Grant, error) {
 	if rf, ok := s.cfg.Locker.(driver.RetryFinder); ok && a.req.RequestID != "" && s.queues.waiting(a.name) {
-		if g, found, err := rf.FindRetried(ctx, a.name, a.ttl, a.opts...); err != nil || found {
+		// A look that fails while the call may wait is no answer: its turn in the
+		// queue finds the grant by the request id as well.
+		if g, found, err := rf.FindRetried(ctx, a.name, a.ttl, a.opts...); found || err != nil && !s.ridesOut(ctx, a, err) {
 			return g, err
 		}
 	}
@@ -171,7 +173,7 @@ func (s *Server) grantInTurn(ctx context.Context, w http.ResponseWriter, a *acqu
 	defer s.queues.leave(a.name, e)
 	if head {
 		g, err := s.grant(ctx, a.name, a.ttl, a.opts...)
-		if !errors.Is(err, fence.ErrNotAcquired) || ctx.Err() != nil {
+		if !errors.Is(err, fence.ErrNotAcquired) && !s.ridesOut(ctx, a, err) || ctx.Err() != nil {
 			return g, err
 		}
 	}
@@ -196,6 +198,18 @@ func (s *Server) grantInTurn(ctx context.Context, w http.ResponseWriter, a *acqu
 		}
 	}
 	return s.grantWaiting(ctx, a)
+}
+
+// ridesOut reports whether the acquire a, whose try failed with err, keeps
+// waiting instead of answering err: the store is unavailable for now (a
+// cluster's leader election, a short partition) and a's wait has time left.
+// Its waiting grant then rides the unavailability out as every backend's
+// waiting acquire does (driver.Transient), so that an election costs a waiting
+// acquire only time (DESIGN P11). An acquire without a wait answers at once,
+// and so does one whose client went away or whose server drains.
+func (s *Server) ridesOut(ctx context.Context, a *acquireCall, err error) bool {
+	return err != nil && errors.Is(err, fence.ErrUnavailable) && !errors.Is(err, fence.ErrClosed) &&
+		ctx.Err() == nil && s.drainCtx.Err() == nil && a.wait-time.Since(a.start) > 0
 }
 
 // grantWaiting is the store's wait of the head of a queue, woken by the
@@ -358,13 +372,18 @@ func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStar
 // heldNow returns the *fence.HeldError (fence.ErrNotAcquired) of an acquire of
 // name (a semaphore of limit permits, or 0) that did not get its turn, with the
 // time the lock has left as the Locker reports it now (Inspect), or else
-// fallback's figure (none if fallback is nil).
+// fallback's figure (none if fallback is nil). When Inspect shows live leases of
+// another limit it returns their *fence.LimitError instead, as the store's try
+// would have: a wrong limit is refused whether or not the name has waiters.
 func (s *Server) heldNow(ctx context.Context, name string, limit int, fallback *fence.HeldError) error {
 	if in, ok := s.cfg.Locker.(fence.Inspector); ok {
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		info, err := in.Inspect(ictx, name)
 		cancel()
 		if err == nil {
+			if err := limitMismatch(name, info, limit); err != nil {
+				return err
+			}
 			return &fence.HeldError{Name: name, ExpiresIn: heldFor(info, limit), Limit: limit}
 		}
 	}
@@ -372,6 +391,21 @@ func (s *Server) heldNow(ctx context.Context, name string, limit int, fallback *
 		return fallback
 	}
 	return &fence.HeldError{Name: name, Limit: limit}
+}
+
+// limitMismatch returns the *fence.LimitError of an acquire of limit permits (0
+// for a lock or a shared lease, which count as limit 1) on name, whose live
+// leases, as info shows them, have another limit; nil if they agree or none
+// is live. It is driver.Decide's rule, for an answer the server gives without
+// a try.
+func limitMismatch(name string, info fence.LockInfo, limit int) error {
+	if !info.Held {
+		return nil
+	}
+	if held, want := max(info.Limit, 1), max(limit, 1); held != want {
+		return &fence.LimitError{Name: name, Limit: want, Held: held}
+	}
+	return nil
 }
 
 // heldFor is how long info says an acquire of a semaphore of limit (0 for a

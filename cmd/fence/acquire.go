@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fencelock/fence"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 )
 
@@ -76,12 +77,17 @@ func checkOwner(owner string) error { return invalidUsage("--owner", fence.Valid
 // acquireLease acquires name, waiting up to wait (fence.WaitForever: until ctx is
 // done). It tries once first, so that a server that cannot be reached is reported
 // at once: a waiting client retries an unavailable server (to ride out a restart),
-// which would hide a wrong address behind a silent wait. While it waits, notice
-// (if not nil) says who holds name.
+// which would hide a wrong address behind a silent wait. A server that answers
+// 503 (a cluster electing its leader) is there, so the wait goes on through it.
+// Both calls carry one request id: a grant whose answer the first lost is the
+// second's, never a second grant. While it waits, notice (if not nil) says who
+// holds name.
 func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wait time.Duration, notice *waitNotice, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	start := time.Now()
+	opts = withOneRequestID(opts)
 	lease, err := c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(0))...)
-	if err == nil || wait == 0 || ctx.Err() != nil || !errors.Is(err, fence.ErrNotAcquired) || errors.Is(err, fence.ErrUnavailable) {
+	held := errors.Is(err, fence.ErrNotAcquired) && !errors.Is(err, fence.ErrUnavailable)
+	if err == nil || wait == 0 || ctx.Err() != nil || !held && !answeredUnavailable(err) {
 		return lease, err
 	}
 	if wait != fence.WaitForever {
@@ -91,6 +97,25 @@ func acquireLease(ctx context.Context, c *fencehttp.Client, name string, ttl, wa
 	}
 	defer notice.start(ctx)()
 	return c.Acquire(ctx, name, ttl, append(opts, fence.WithWait(wait))...)
+}
+
+// withOneRequestID returns opts with a request id (fence.WithRequestID) for
+// every call of one acquire: the caller's, or a new random one.
+func withOneRequestID(opts []fence.AcquireOption) []fence.AcquireOption {
+	if driver.ApplyOptions(opts...).RequestID != "" {
+		return opts
+	}
+	return append(opts, fence.WithRequestID(driver.NewLeaseID()))
+}
+
+// answeredUnavailable reports whether err is a fence server's own answer 503
+// "unavailable": the server was reached, and cannot grant for now (a cluster
+// electing its leader, a node cut off from the majority, a server draining).
+// A waiting acquire rides it out; an answer that is not fence's (a proxy's
+// 503) is reported at once, as an unreachable server is.
+func answeredUnavailable(err error) bool {
+	var se *fencehttp.ServerError
+	return errors.As(err, &se) && se.Code == "unavailable"
 }
 
 // acquireForCommand is the acquire of `fence acquire` and `fence lock`: it checks

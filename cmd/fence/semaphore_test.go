@@ -305,3 +305,39 @@ func TestCLI_Lock_Shared_SeveralRunExclusiveWaits(t *testing.T) {
 		})
 	}
 }
+
+// Item (issue 36, 7): a limit other than the live permits' is refused naming both
+// limits (exit 1) also when the name has a queued waiter: the server's fair queue
+// answers an acquire that does not wait at once, without a try of the store, and
+// that answer must be limit_mismatch, not held (75). Likewise a lock (limit 1).
+func TestCLI_Lock_WrongLimitWithQueuedWaiter_LimitMismatchNotHeld(t *testing.T) {
+	for store, srv := range kindServers(t) {
+		t.Run(store, func(t *testing.T) {
+			name := semName("queued-pool")
+			for range 2 {
+				wantCode(t, "acquire -n 2", runFence(t, srv, nil, "", "acquire", name, "-n", "2", "--ttl", "10m"), 0)
+			}
+			before := metric(t, srv, "fence_waits_total")
+			w := startFence(t, srv, nil, "lock", name, "-n", "2", "--wait", "30s", "--", "true")
+			waitFor(t, "the waiter to queue at the server", func() bool { return metric(t, srv, "fence_waits_total") > before || !w.alive() })
+			if !w.alive() {
+				t.Fatalf("the waiting fence lock -n 2 exited (%d): %s", w.cmd.ProcessState.ExitCode(), w.stderr)
+			}
+			for _, tc := range []struct {
+				args []string
+				want string
+			}{
+				{[]string{"lock", name, "-n", "3", "--wait", "0", "--", "true"}, "held with limit 2, not limit 3"},
+				{[]string{"acquire", name, "-n", "3"}, "held with limit 2, not limit 3"},
+				{[]string{"lock", name, "--wait", "0", "--", "true"}, "held with limit 2, not limit 1 (a lock)"},
+			} {
+				what := strings.Join(tc.args, " ") + " on a live -n 2 with a queued waiter"
+				r := runFence(t, srv, nil, "", tc.args...)
+				wantCode(t, what, r, exitError)
+				if line := oneLineStderr(t, what, r); !strings.Contains(line, tc.want) {
+					t.Fatalf("%s: want %q, got %q", what, tc.want, line)
+				}
+			}
+		})
+	}
+}

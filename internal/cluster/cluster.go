@@ -178,7 +178,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			cfg.Name, len(cfg.Peers), fence.ErrUnavailable, ctx.Err())
 	}
 	n := &Node{cfg: cfg, etcd: e, peerURLs: peerURLs}
-	b := newBound(cfg.requestTimeout())
+	b := newBound(cfg.requestTimeout(), func() bool { return e.Server.Leader() != 0 })
 	n.cli = withTimeouts(v3client.New(e.Server), b)
 	lctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
