@@ -17,7 +17,7 @@ const (
 	MaxAttemptIDLen = 64
 	// MaxWriteAttempts is how many attempt ids a KV remembers per key, under the
 	// key's current fence. Past it the oldest is forgotten: an attempt arriving
-	// after more than MaxWriteAttempts later writes of the same holder to the same
+	// after MaxWriteAttempts or more later writes of the same holder to the same
 	// key is applied as a new write would be (as a write without an attempt id
 	// always is).
 	MaxWriteAttempts = 32
