@@ -126,7 +126,7 @@ RETURNING true`
 	kv.get = `SELECT value, fence_name, fence_token, fence_lease FROM ` + t + ` WHERE key = $1`
 }
 
-// attemptSQL returns, for a write whose attempt id is the parameter id (” for
+// attemptSQL returns, for a write whose attempt id is the parameter id (empty for
 // none) on a row r whose fence is the write's when same holds, the condition
 // that r remembers the id under that fence (the write already applied: it
 // writes nothing, P3), and the row's attempt ids after the write: its own if its
