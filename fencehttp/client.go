@@ -107,8 +107,8 @@ type ClientOptions struct {
 // attempt's work; those errors are returned as they are.
 //
 // Every Put and Delete carries one attempt id on all its attempts
-// (Fence-Attempt, see Put): a store that keeps attempt ids (inmem, the embedded
-// store, etcd, cluster mode) applies the write once, answers a retried Delete
+// (Fence-Attempt, see Put): a store that keeps attempt ids (every store of
+// `fence serve` and inmem) applies the write once, answers a retried Delete
 // 200 rather than 404, and never lets a slow first attempt land over a write
 // the holder made after the retry (P3).
 type Client struct {
