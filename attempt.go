@@ -36,9 +36,11 @@ type attemptKey struct{}
 //
 // id is 1 to MaxAttemptIDLen bytes of printable ASCII without spaces; a KV
 // returns ErrInvalid for any other. Use a new random id (128 bits) per logical
-// write; the HTTP client makes one for each Put and Delete without it. A write
-// whose context carries no id gets no protection against its own late attempt.
-// A KV that does not keep attempt ids ignores it.
+// write; the HTTP client makes one for each Put and Delete without it. An id
+// reused for another write under the same fence makes that write a no-op
+// answered as success: the store cannot tell it from a retry. A write whose
+// context carries no id gets no protection against its own late attempt. A KV
+// that does not keep attempt ids ignores it.
 func WithWriteAttempt(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, attemptKey{}, id)
 }
