@@ -1,6 +1,10 @@
 package fence
 
-import "context"
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+)
 
 // Write attempts (P3 through retries). A fenced write whose first attempt is slow
 // (its server paused, a packet retransmitted after a partition) may be retried
@@ -36,11 +40,13 @@ type attemptKey struct{}
 //
 // id is 1 to MaxAttemptIDLen bytes of printable ASCII without spaces; a KV
 // returns ErrInvalid for any other. Use a new random id (128 bits) per logical
-// write; the HTTP client makes one for each Put and Delete without it. An id
-// reused for another write under the same fence makes that write a no-op
-// answered as success: the store cannot tell it from a retry. A write whose
-// context carries no id gets no protection against its own late attempt. A KV
-// that does not keep attempt ids ignores it.
+// write; the HTTP client makes one for each Put and Delete without it. A KV
+// claims the id with the write's content (AttemptKey): an id reused for a write
+// of other content is another write and is applied, but one reused for the same
+// content under the same fence is taken for a retry, a no-op answered as
+// success, even after other writes changed the key. A write whose context
+// carries no id gets no protection against its own late attempt. A KV that does
+// not keep attempt ids ignores it.
 func WithWriteAttempt(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, attemptKey{}, id)
 }
@@ -57,9 +63,32 @@ func WriteAttempt(ctx context.Context) string {
 // ErrInvalid) naming "attempt" otherwise.
 func ValidateAttemptID(id string) error { return validateID("attempt", id, MaxAttemptIDLen) }
 
-// Replayed reports whether a fenced write of f carrying attempt id is one a key
-// has already applied: id is not empty, the key's fence cur is f itself (name,
-// token and lease), and id is among the attempts the key remembers. A KV answers
+// AttemptKey returns what a KV claims for a write of op ("put" or "delete") of
+// value whose context names it by an attempt id (WithWriteAttempt): the id, '#',
+// and 16 hex digits of a SHA-256 of op and value; "" if ctx names none. A write
+// is its id and its content: an id reused for a write of other content names
+// another write, which is applied as such, never taken for a retry and dropped.
+// It returns an *InvalidError (ErrInvalid) naming "attempt" for a malformed id.
+// The key is at most MaxAttemptIDLen+17 bytes of printable ASCII without spaces.
+func AttemptKey(ctx context.Context, op string, value []byte) (string, error) {
+	id := WriteAttempt(ctx)
+	if id == "" {
+		return "", nil
+	}
+	if err := ValidateAttemptID(id); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write([]byte(op))
+	h.Write([]byte{0})
+	h.Write(value)
+	return id + "#" + hex.EncodeToString(h.Sum(nil)[:8]), nil
+}
+
+// Replayed reports whether a fenced write of f carrying attempt id (its
+// AttemptKey) is one a key has already applied: id is not empty, the key's fence
+// cur is f itself (name, token and lease), and id is among the attempts the key
+// remembers. A KV answers
 // such a write as its success, with nothing written; it checks this after it has
 // checked that f was issued (P9), before Admit.
 func Replayed(cur Fence, attempts []string, f Fence, id string) bool {

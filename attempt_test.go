@@ -82,3 +82,28 @@ func TestRememberAttempt_ClearedWhenFenceMoves_BoundedNewestKept(t *testing.T) {
 		t.Fatalf("after %d ids: %d kept, %q..%q; want the newest %d", fence.MaxWriteAttempts+3, len(ids), ids[0], ids[len(ids)-1], fence.MaxWriteAttempts)
 	}
 }
+
+func TestAttemptKey_TheIDAndTheContent(t *testing.T) {
+	ctx := fence.WithWriteAttempt(context.Background(), strings.Repeat("a", fence.MaxAttemptIDLen))
+	k1, err := fence.AttemptKey(ctx, "put", []byte("v1"))
+	if err != nil {
+		t.Fatalf("AttemptKey = %v", err)
+	}
+	again, _ := fence.AttemptKey(ctx, "put", []byte("v1"))
+	other, _ := fence.AttemptKey(ctx, "put", []byte("v2"))
+	del, _ := fence.AttemptKey(ctx, "delete", nil)
+	empty, _ := fence.AttemptKey(ctx, "put", nil)
+	emptyToo, _ := fence.AttemptKey(ctx, "put", []byte{})
+	if k1 != again || k1 == other || k1 == del || empty != emptyToo || empty == del {
+		t.Fatalf("keys: put v1 %q, again %q, put v2 %q, delete %q, put nil %q, put empty %q; want one key per id and content", k1, again, other, del, empty, emptyToo)
+	}
+	if len(k1) > fence.MaxAttemptIDLen+17 || !strings.HasPrefix(k1, strings.Repeat("a", fence.MaxAttemptIDLen)+"#") {
+		t.Fatalf("key %q: want the id, '#' and 16 hex digits", k1)
+	}
+	if k, err := fence.AttemptKey(context.Background(), "put", []byte("v1")); k != "" || err != nil {
+		t.Fatalf("AttemptKey without an id = %q, %v; want \"\", nil", k, err)
+	}
+	if _, err := fence.AttemptKey(fence.WithWriteAttempt(context.Background(), "a b"), "put", nil); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("AttemptKey of a malformed id = %v; want ErrInvalid", err)
+	}
+}

@@ -193,9 +193,12 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 	if err := checkArgs(ctx, op, key, fence.ValidateKey(key), f.Validate()); err != nil {
 		return err
 	}
-	attempt, err := writeAttempt(ctx, op)
-	if err != nil {
-		return opError(op, key, err)
+	var attempt string // a fence op needs none: advancing to the fence already there changes nothing
+	if op != "fence" {
+		var err error
+		if attempt, err = fence.AttemptKey(ctx, op, value); err != nil {
+			return opError(op, key, err)
+		}
 	}
 	// P9. What the check finds, once true, stays true (a name's last token only
 	// grows, and a token is issued to one lease only), so checking before the
@@ -213,7 +216,7 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 	}
 	del := op == "delete"
 	var refused error
-	err = s.db.Batch(func(tx *bbolt.Tx) error {
+	err := s.db.Batch(func(tx *bbolt.Tx) error {
 		// Batch may run this more than once: start from scratch every time.
 		refused = nil
 		b := tx.Bucket(bucketKV)
@@ -323,19 +326,4 @@ func (s *Store) Get(ctx context.Context, key string) (fence.Item, error) {
 		return fence.Item{}, opError("get", key, fence.ErrNotFound)
 	}
 	return it, nil
-}
-
-// writeAttempt returns the attempt id ctx names a put or delete with
-// (fence.WriteAttempt), "" for a fence op (advancing to the fence already there
-// changes nothing, so a late one needs no id) or none, and fence.ErrInvalid for a
-// malformed one.
-func writeAttempt(ctx context.Context, op string) (string, error) {
-	id := fence.WriteAttempt(ctx)
-	if id == "" || op == "fence" {
-		return "", nil
-	}
-	if err := fence.ValidateAttemptID(id); err != nil {
-		return "", err
-	}
-	return id, nil
 }

@@ -134,7 +134,7 @@ func decodeRecord(b []byte) (record, error) {
 		r.attempts = make([]string, 0, n)
 		for range n {
 			a, ok := str()
-			if !ok || fence.ValidateAttemptID(a) != nil {
+			if !ok || !validAttempt(a) {
 				return record{}, ErrCorrupt
 			}
 			r.attempts = append(r.attempts, a)
@@ -167,7 +167,11 @@ func decodeRecord(b []byte) (record, error) {
 // finds the record changed and reads it anew (P3). A malformed id is
 // fence.ErrInvalid.
 func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
-	if err := s.update(ctx, key, f, fence.WriteAttempt(ctx), len(value), func(r *record) (bool, error) {
+	attempt, err := fence.AttemptKey(ctx, "put", value)
+	if err != nil {
+		return fmt.Errorf("etcd: put %q: %w", key, err)
+	}
+	if err := s.update(ctx, key, f, attempt, len(value), func(r *record) (bool, error) {
 		r.hasValue, r.value = true, value
 		return true, nil
 	}); err != nil {
@@ -184,7 +188,11 @@ func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) e
 // nothing changed. Its other errors are Put's. An attempt id claims and
 // replays as in Put: a later attempt of an applied Delete returns nil.
 func (s *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
-	if err := s.update(ctx, key, f, fence.WriteAttempt(ctx), 0, func(r *record) (bool, error) {
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
+	if err != nil {
+		return fmt.Errorf("etcd: delete %q: %w", key, err)
+	}
+	if err := s.update(ctx, key, f, attempt, 0, func(r *record) (bool, error) {
 		if !r.hasValue {
 			return false, fence.ErrNotFound
 		}
@@ -255,11 +263,6 @@ func (s *KV) update(ctx context.Context, key string, f fence.Fence, attempt stri
 	}
 	if err := f.Validate(); err != nil {
 		return err
-	}
-	if attempt != "" {
-		if err := fence.ValidateAttemptID(attempt); err != nil {
-			return err
-		}
 	}
 	if size > MaxValueSize {
 		return invalid("value", fmt.Sprintf("%d bytes", size), fmt.Sprintf("is longer than %d bytes", MaxValueSize))
@@ -396,4 +399,18 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 		return fence.Item{}, fmt.Errorf("etcd: get %q: %w", key, err)
 	}
 	return fence.Item{Value: r.value, Fence: r.fence}, nil
+}
+
+// validAttempt reports whether a is an attempt key as fence.AttemptKey makes
+// them: 1 to MaxAttemptIDLen+17 bytes of printable ASCII without spaces.
+func validAttempt(a string) bool {
+	if a == "" || len(a) > fence.MaxAttemptIDLen+17 {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if a[i] <= ' ' || a[i] > '~' {
+			return false
+		}
+	}
+	return true
 }

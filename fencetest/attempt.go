@@ -20,7 +20,9 @@ import (
 // with nothing written, so the later value stays. It checks this for Put and
 // Delete; that the ids are those of the key's current fence (after the fence
 // moves, a late attempt of the older fence is refused as stale, and an id may
-// name a write under the new fence); that an id is remembered for
+// name a write under the new fence); that an id reused for other content (another
+// value, or a delete) is another write, applied, not dropped as a retry; that an
+// id is remembered for
 // fence.MaxWriteAttempts - 1 later writes of the same holder; and that a
 // malformed id is refused with ErrInvalid, nothing written.
 func TestWriteAttempts(t *testing.T, newGuard func(t *testing.T) Guarded, opts ...Option) {
@@ -46,6 +48,7 @@ func TestWriteAttempts(t *testing.T, newGuard func(t *testing.T) Guarded, opts .
 		{"Delete_LateAttempt_LaterWriteStays", attemptDeleteLate},
 		{"Delete_RetryAfterApplied_Succeeds", attemptDeleteRetried},
 		{"FenceMoved_LateAttemptStale_IDsForgotten", attemptFenceMoved},
+		{"SameIDOtherContent_AnotherWrite_Applied", attemptSameIDOtherContent},
 		{"Remembered_ForMaxWriteAttemptsWrites", attemptRemembered},
 		{"BadAttemptID_ErrInvalid_NothingChanged", attemptBadID},
 	})
@@ -129,6 +132,34 @@ func attemptFenceMoved(t *testing.T, g *guardT) {
 	err := g.Put(first, key, []byte("v1"), f1)
 	wantStale(t, fmt.Sprintf("Put(v1, token %d) arriving after token %d's write", f1.Token, f2.Token), err, f1.Token, f2.Token)
 	wantValue(t, g, key, "v2", f2.Token)
+}
+
+func attemptSameIDOtherContent(t *testing.T, g *guardT) {
+	fc := newFencer(t, g)
+	key := uniqueName(t, "key")
+	f := fc.at(1)
+	reused, _ := attempt(t)
+	if err := g.Put(reused, key, []byte("v1"), f); err != nil {
+		t.Fatalf("Put(v1) = %v; want nil", err)
+	}
+	// A caller reusing the id for other content: another write, never a retry.
+	if err := g.Put(reused, key, []byte("v2"), f); err != nil {
+		t.Fatalf("Put(v2) with the id of Put(v1) = %v; want nil", err)
+	}
+	wantValue(t, g, key, "v2", f.Token)
+	if err := g.Delete(reused, key, f); err != nil {
+		t.Fatalf("Delete with the id of Put(v1) and Put(v2) = %v; want nil (another write)", err)
+	}
+	wantDeleted(t, g, key, f)
+	other, _ := attempt(t)
+	if err := g.Put(other, key, []byte("v3"), f); err != nil {
+		t.Fatalf("Put(v3) = %v; want nil", err)
+	}
+	// Put(v2)'s late attempt: the same id and content, a retry of a write applied.
+	if err := g.Put(reused, key, []byte("v2"), f); err != nil {
+		t.Fatalf("Put(v2) late = %v; want nil (its write was applied)", err)
+	}
+	wantValue(t, g, key, "v3", f.Token)
 }
 
 func attemptRemembered(t *testing.T, g *guardT) {

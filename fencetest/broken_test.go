@@ -527,7 +527,7 @@ var brokenCases = map[string]brokenCase{
 			})
 		},
 		wantFail: []string{"Put_LateAttempt_LaterWriteStays", "Delete_LateAttempt_LaterWriteStays", "Delete_RetryAfterApplied_Succeeds",
-			"Remembered_ForMaxWriteAttemptsWrites", "BadAttemptID_ErrInvalid_NothingChanged"},
+			"SameIDOtherContent_AnotherWrite_Applied", "Remembered_ForMaxWriteAttemptsWrites", "BadAttemptID_ErrInvalid_NothingChanged"},
 		wantPass: []string{"FenceMoved_LateAttemptStale_IDsForgotten"},
 	},
 	"healer-heals-every-name": {
@@ -679,7 +679,8 @@ var (
 
 // The subtests of TestWriteAttempts, which the control must pass.
 var writeAttemptSubtests = []string{"Put_LateAttempt_LaterWriteStays", "Delete_LateAttempt_LaterWriteStays", "Delete_RetryAfterApplied_Succeeds",
-	"FenceMoved_LateAttemptStale_IDsForgotten", "Remembered_ForMaxWriteAttemptsWrites", "BadAttemptID_ErrInvalid_NothingChanged"}
+	"FenceMoved_LateAttemptStale_IDsForgotten", "SameIDOtherContent_AnotherWrite_Applied", "Remembered_ForMaxWriteAttemptsWrites",
+	"BadAttemptID_ErrInvalid_NothingChanged"}
 
 // TestBrokenSubject is the child side: it runs the suite on the implementation
 // named by $FENCETEST_BROKEN. Outside a child it skips.

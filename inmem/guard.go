@@ -64,7 +64,7 @@ func (g *Guard) recordFor(key string) *record {
 // *fence.NamespaceError (fence.ErrNamespace) if not, in which case nothing changed,
 // and fence.ErrInvalid for a bad resource or fence.
 func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error {
-	return g.do(ctx, "fence", resource, f, nil)
+	return g.do(ctx, "fence", resource, f, "", nil)
 }
 
 // Do runs write under resource's lock if f is admitted, and records f as
@@ -82,7 +82,7 @@ func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write fu
 	if write == nil {
 		return fmt.Errorf("inmem: do %q: nil write function: %w", resource, fence.ErrInvalid)
 	}
-	return g.do(ctx, "do", resource, f, func(*record) error { return write() })
+	return g.do(ctx, "do", resource, f, "", func(*record) error { return write() })
 }
 
 // Put stores a copy of value under key if f is admitted, and records f as key's
@@ -97,7 +97,11 @@ func (g *Guard) Put(ctx context.Context, key string, value []byte, f fence.Fence
 		return fmt.Errorf("inmem: put %q: value is %d bytes, more than %d: %w", key, len(value), MaxValueLen, fence.ErrInvalid)
 	}
 	v := append([]byte{}, value...) // never alias the caller's buffer
-	return g.do(ctx, "put", key, f, func(r *record) error {
+	attempt, err := fence.AttemptKey(ctx, "put", v)
+	if err != nil {
+		return fmt.Errorf("inmem: put %q: %w", key, err)
+	}
+	return g.do(ctx, "put", key, f, attempt, func(r *record) error {
 		r.value, r.written = v, true
 		return nil
 	})
@@ -111,7 +115,11 @@ func (g *Guard) Put(ctx context.Context, key string, value []byte, f fence.Fence
 // fence.ErrInvalid for a bad key or fence; in each of those cases nothing changed.
 // An attempt id claims and replays as in Put.
 func (g *Guard) Delete(ctx context.Context, key string, f fence.Fence) error {
-	return g.do(ctx, "delete", key, f, func(r *record) error {
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
+	if err != nil {
+		return fmt.Errorf("inmem: delete %q: %w", key, err)
+	}
+	return g.do(ctx, "delete", key, f, attempt, func(r *record) error {
 		if !r.written {
 			return errNoValue
 		}
@@ -192,21 +200,12 @@ func (g *Guard) Highest(resource string) (fence.Fence, bool, error) {
 }
 
 // do checks f against key's highest fence and, if admitted, runs apply (if any)
-// and records f, all under the resource's lock. A put or delete whose attempt id
-// (fence.WithWriteAttempt) the key remembers under f is the write already
+// and records f, all under the resource's lock. A put or delete whose attempt
+// (fence.AttemptKey; "" for none) the key remembers under f is the write already
 // applied: do returns nil and changes nothing (P3).
-func (g *Guard) do(ctx context.Context, op, key string, f fence.Fence, apply func(*record) error) error {
+func (g *Guard) do(ctx context.Context, op, key string, f fence.Fence, attempt string, apply func(*record) error) error {
 	if err := precheck(ctx, op, key, driver.ValidateFence(key, f)); err != nil {
 		return err
-	}
-	attempt := ""
-	if op == "put" || op == "delete" {
-		attempt = fence.WriteAttempt(ctx)
-		if attempt != "" {
-			if err := fence.ValidateAttemptID(attempt); err != nil {
-				return fmt.Errorf("inmem: %s %q: %w", op, key, err)
-			}
-		}
 	}
 	r := g.recordFor(key)
 	r.mu.Lock()

@@ -194,7 +194,7 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 	if value == nil {
 		value = []byte{} // NULL means "no value": fenced only, or deleted
 	}
-	attempt, err := writeAttempt(ctx)
+	attempt, err := fence.AttemptKey(ctx, "put", value)
 	if err != nil {
 		return fmt.Errorf("postgres: put %q: %w", key, err)
 	}
@@ -221,7 +221,7 @@ func (kv *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
 	if err := checkFence(kv.err, key, f); err != nil {
 		return fmt.Errorf("postgres: delete: %w", err)
 	}
-	attempt, err := writeAttempt(ctx)
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
 	if err != nil {
 		return fmt.Errorf("postgres: delete %q: %w", key, err)
 	}
@@ -288,19 +288,6 @@ func (kv *KV) write(ctx context.Context, op, stmt, key string, f fence.Fence, va
 			return fmt.Errorf("postgres: %s %q: %w: the row kept changing under concurrent writers", op, key, fence.ErrUnavailable)
 		}
 	}
-}
-
-// writeAttempt returns the attempt id ctx names its write with
-// (fence.WithWriteAttempt), "" for none, or fence.ErrInvalid for a malformed one.
-func writeAttempt(ctx context.Context) (string, error) {
-	id := fence.WriteAttempt(ctx)
-	if id == "" {
-		return "", nil
-	}
-	if err := fence.ValidateAttemptID(id); err != nil {
-		return "", err
-	}
-	return id, nil
 }
 
 // checkIssued is P9's check of f against the lock table as it is now (nil without

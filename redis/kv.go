@@ -149,7 +149,7 @@ func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) e
 			Reason: fmt.Sprintf("is longer than %d bytes", MaxValueLen),
 		})
 	}
-	attempt, err := writeAttempt(ctx)
+	attempt, err := fence.AttemptKey(ctx, "put", value)
 	if err != nil {
 		return fmt.Errorf("redis: put %q: %w", key, err)
 	}
@@ -170,7 +170,7 @@ func (s *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
 	if err := s.check(key, f); err != nil {
 		return fmt.Errorf("redis: delete %q: %w", key, err)
 	}
-	attempt, err := writeAttempt(ctx)
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
 	if err != nil {
 		return fmt.Errorf("redis: delete %q: %w", key, err)
 	}
@@ -266,19 +266,6 @@ func (s *KV) admit(ctx context.Context, key string, f fence.Fence, mode string, 
 		return fmt.Errorf("%w: written on the primary, but %s; a failover may lose it", fence.ErrUnavailable, problem)
 	}
 	return nil
-}
-
-// writeAttempt returns the attempt id ctx names its write with
-// (fence.WithWriteAttempt), "" for none, or fence.ErrInvalid for a malformed one.
-func writeAttempt(ctx context.Context) (string, error) {
-	id := fence.WriteAttempt(ctx)
-	if id == "" {
-		return "", nil
-	}
-	if err := fence.ValidateAttemptID(id); err != nil {
-		return "", err
-	}
-	return id, nil
 }
 
 // kvReply turns a reply of kv_put or kv_issued for f on key into nil (admitted) or

@@ -112,7 +112,11 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 	if value == nil {
 		value = []byte{} // a written key always has a value, so Get tells it from a fenced one
 	}
-	return kv.update(ctx, "put", key, f, fence.WriteAttempt(ctx), func(r *record) error {
+	attempt, err := fence.AttemptKey(ctx, "put", value)
+	if err != nil {
+		return fmt.Errorf("zookeeper: put %q: %w", key, err)
+	}
+	return kv.update(ctx, "put", key, f, attempt, func(r *record) error {
 		w := f
 		r.Writer = &w
 		r.Value = value
@@ -128,7 +132,11 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 // deleted); in each case nothing changed. Its other errors are Put's. An attempt
 // id claims and replays as in Put: a later attempt of an applied Delete returns nil.
 func (kv *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
-	return kv.update(ctx, "delete", key, f, fence.WriteAttempt(ctx), func(r *record) error {
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
+	if err != nil {
+		return fmt.Errorf("zookeeper: delete %q: %w", key, err)
+	}
+	return kv.update(ctx, "delete", key, f, attempt, func(r *record) error {
 		if r.Writer == nil {
 			return fence.ErrNotFound
 		}
@@ -176,11 +184,6 @@ func (kv *KV) Purge(ctx context.Context, key string) error {
 func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, attempt string, change func(*record) error) error {
 	if err := driver.ValidateFence(key, f); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", op, err)
-	}
-	if attempt != "" {
-		if err := fence.ValidateAttemptID(attempt); err != nil {
-			return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
-		}
 	}
 	path := kv.path(key)
 	for range maxCASAttempts {

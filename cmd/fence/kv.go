@@ -127,7 +127,7 @@ id (Fence-Attempt), which the server's store claims: an attempt that lands late
 (a paused server) writes nothing over a later write. --attempt ID gives the id,
 so that running the command again for the same write (after "cannot reach")
 names it too; without it each run makes its own. Never give one ID to two
-writes: the second would exit 0 and write nothing.
+writes: a second write of the same value would exit 0 and write nothing.
 
 Exit status 0 when stored; 1 when the token is stale (the message gives the highest
 token seen), was never issued for the lock, or the server refuses the write; 2 for
