@@ -23,7 +23,8 @@ import (
 // name a write under the new fence); that an id reused for other content (another
 // value, or a delete) is another write, applied, not dropped as a retry; that an
 // id is remembered for
-// fence.MaxWriteAttempts - 1 later writes of the same holder; and that a
+// fence.MaxWriteAttempts - 1 later writes of the same holder, and forgotten
+// after fence.MaxWriteAttempts (the bound: a key keeps no more); and that a
 // malformed id is refused with ErrInvalid, nothing written.
 func TestWriteAttempts(t *testing.T, newGuard func(t *testing.T) Guarded, opts ...Option) {
 	t.Helper()
@@ -50,6 +51,7 @@ func TestWriteAttempts(t *testing.T, newGuard func(t *testing.T) Guarded, opts .
 		{"FenceMoved_LateAttemptStale_IDsForgotten", attemptFenceMoved},
 		{"SameIDOtherContent_AnotherWrite_Applied", attemptSameIDOtherContent},
 		{"Remembered_ForMaxWriteAttemptsWrites", attemptRemembered},
+		{"Bounded_ForgottenAfterMaxWriteAttemptsWrites", attemptForgotten},
 		{"BadAttemptID_ErrInvalid_NothingChanged", attemptBadID},
 	})
 }
@@ -182,6 +184,32 @@ func attemptRemembered(t *testing.T, g *guardT) {
 		t.Fatalf("Put(v0) late, after %d later writes = %v; want nil (its write was applied)", fence.MaxWriteAttempts-1, err)
 	}
 	wantValue(t, g, key, last, f.Token)
+}
+
+// attemptForgotten pins the documented bound: a key keeps the newest
+// fence.MaxWriteAttempts ids, so an attempt arriving after that many later writes
+// is applied as a new write would be.
+func attemptForgotten(t *testing.T, g *guardT) {
+	fc := newFencer(t, g)
+	key := uniqueName(t, "key")
+	f := fc.at(1)
+	first, _ := attempt(t)
+	if err := g.Put(first, key, []byte("v0"), f); err != nil {
+		t.Fatalf("Put(v0) = %v; want nil", err)
+	}
+	for i := 1; i <= fence.MaxWriteAttempts; i++ {
+		ctx, _ := attempt(t)
+		if err := g.Put(ctx, key, []byte(fmt.Sprintf("v%d", i)), f); err != nil {
+			t.Fatalf("Put(v%d) = %v; want nil", i, err)
+		}
+	}
+	if err := g.Put(first, key, []byte("v0"), f); err != nil {
+		t.Fatalf("Put(v0) late, after %d later writes = %v; want nil", fence.MaxWriteAttempts, err)
+	}
+	it, err := g.Get(testContext(t), key)
+	if err != nil || string(it.Value) != "v0" {
+		t.Fatalf("Get after Put(v0)'s attempt came %d writes late = %q, %v; want v0: a key keeps only the newest %d ids", fence.MaxWriteAttempts, it.Value, err, fence.MaxWriteAttempts)
+	}
 }
 
 func attemptBadID(t *testing.T, g *guardT) {

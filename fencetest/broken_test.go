@@ -680,7 +680,7 @@ var (
 // The subtests of TestWriteAttempts, which the control must pass.
 var writeAttemptSubtests = []string{"Put_LateAttempt_LaterWriteStays", "Delete_LateAttempt_LaterWriteStays", "Delete_RetryAfterApplied_Succeeds",
 	"FenceMoved_LateAttemptStale_IDsForgotten", "SameIDOtherContent_AnotherWrite_Applied", "Remembered_ForMaxWriteAttemptsWrites",
-	"BadAttemptID_ErrInvalid_NothingChanged"}
+	"Bounded_ForgottenAfterMaxWriteAttemptsWrites", "BadAttemptID_ErrInvalid_NothingChanged"}
 
 // TestBrokenSubject is the child side: it runs the suite on the implementation
 // named by $FENCETEST_BROKEN. Outside a child it skips.
