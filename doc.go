@@ -89,4 +89,7 @@
 //     holders of a lock at once.
 //   - Lease ids: 1 to [MaxLeaseIDLen] (128) bytes of printable ASCII; the ids fence
 //     makes carry 128 random bits.
+//   - Write attempt ids ([WithWriteAttempt]): 1 to [MaxAttemptIDLen] (64) bytes of
+//     printable ASCII; a KV remembers the newest [MaxWriteAttempts] (32) per key
+//     under the key's fence.
 package fence

@@ -22,3 +22,10 @@ func TestGuard_Conformance(t *testing.T) {
 func TestIssuedKV_Conformance(t *testing.T) {
 	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return openStore(t, nil) })
 }
+
+// A late attempt of a write never replaces a later write of the same holder (P3):
+// a client that retries after its attempt timeout, on this server or another
+// server on the same file, sends the write's attempt id again.
+func TestWriteAttempts_Conformance(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return openStore(t, nil) }, fencetest.WithGuardAsIssuer())
+}

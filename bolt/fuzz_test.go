@@ -150,19 +150,20 @@ func FuzzDecodeLock(f *testing.F) {
 func FuzzDecodeKV(f *testing.F) {
 	seedRecords(f, bucketKV)
 	f.Add([]byte{flagValue, 0, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{flagValue | flagAttempts, 1, 'n', 0, 0, 0, 0, 0, 0, 0, 1, 1, 'l', 2, 1, 'a', 2, 'b', 'c', 'v'})
 	f.Fuzz(func(t *testing.T, v []byte) {
-		it, hasValue, err := decodeKV(v)
+		it, attempts, hasValue, err := decodeKVRecord(v)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("decodeKV(%x): %v, want ErrCorrupt", v, err)
+				t.Fatalf("decodeKVRecord(%x): %v, want ErrCorrupt", v, err)
 			}
 			return
 		}
 		if hasValue != (it.Value != nil) {
-			t.Fatalf("decodeKV(%x): hasValue %v with value %q", v, hasValue, it.Value)
+			t.Fatalf("decodeKVRecord(%x): hasValue %v with value %q", v, hasValue, it.Value)
 		}
-		if got := encodeKV(it.Fence, it.Value, hasValue); !bytes.Equal(got, v) {
-			t.Fatalf("decodeKV(%x) = %+v, which encodes as %x", v, it, got)
+		if got := encodeKVRecord(it.Fence, attempts, it.Value, hasValue); !bytes.Equal(got, v) {
+			t.Fatalf("decodeKVRecord(%x) = %+v, %q, which encodes as %x", v, it, attempts, got)
 		}
 	})
 }

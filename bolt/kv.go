@@ -9,34 +9,64 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-// KV record: flags(1) nameLen(1) name token(8) leaseLen(1) lease [value].
-const flagValue = 1
+// KV record: flags(1) nameLen(1) name token(8) leaseLen(1) lease
+// [count(1) (idLen(1) id)*count] [value]. The attempt ids (flagAttempts) are
+// those the key remembers under its fence (see fence.RememberAttempt).
+const (
+	flagValue    = 1
+	flagAttempts = 2
+)
 
 func encodeKV(f fence.Fence, value []byte, hasValue bool) []byte {
-	b := make([]byte, 0, 11+len(f.Name)+len(f.LeaseID)+len(value))
+	return encodeKVRecord(f, nil, value, hasValue)
+}
+
+func encodeKVRecord(f fence.Fence, attempts []string, value []byte, hasValue bool) []byte {
+	n := 11 + len(f.Name) + len(f.LeaseID) + len(value)
+	for _, a := range attempts {
+		n += 1 + len(a)
+	}
+	b := make([]byte, 0, n+1)
 	var flags byte
 	if hasValue {
 		flags = flagValue
+	}
+	if len(attempts) > 0 {
+		flags |= flagAttempts
 	}
 	b = append(b, flags, byte(len(f.Name)))
 	b = append(b, f.Name...)
 	b = binary.BigEndian.AppendUint64(b, uint64(f.Token))
 	b = append(b, byte(len(f.LeaseID)))
 	b = append(b, f.LeaseID...)
+	if len(attempts) > 0 {
+		b = append(b, byte(len(attempts)))
+		for _, a := range attempts {
+			b = append(b, byte(len(a)))
+			b = append(b, a...)
+		}
+	}
 	return append(b, value...)
 }
 
 // decodeKV decodes a KV record; the value is copied out of the transaction's memory.
 func decodeKV(v []byte) (it fence.Item, hasValue bool, err error) {
+	it, _, hasValue, err = decodeKVRecord(v)
+	return it, hasValue, err
+}
+
+// decodeKVRecord is decodeKV with the attempt ids the record remembers.
+func decodeKVRecord(v []byte) (it fence.Item, attempts []string, hasValue bool, err error) {
 	bad := fmt.Errorf("record of %d bytes is malformed: %w", len(v), ErrCorrupt)
-	if len(v) < 2 || v[0]&^flagValue != 0 {
-		return it, false, bad
+	if len(v) < 2 || v[0]&^(flagValue|flagAttempts) != 0 {
+		return it, nil, false, bad
 	}
 	hasValue = v[0]&flagValue != 0
+	hasAttempts := v[0]&flagAttempts != 0
 	n := int(v[1])
 	v = v[2:]
 	if len(v) < n+9 {
-		return it, false, bad
+		return it, nil, false, bad
 	}
 	it.Fence.Name = string(v[:n])
 	it.Fence.Token = fence.Token(binary.BigEndian.Uint64(v[n:]))
@@ -44,15 +74,31 @@ func decodeKV(v []byte) (it fence.Item, hasValue bool, err error) {
 	m := int(v[0])
 	v = v[1:]
 	if len(v) < m {
-		return it, false, bad
+		return it, nil, false, bad
 	}
 	it.Fence.LeaseID = string(v[:m])
-	if hasValue {
-		it.Value = append([]byte{}, v[m:]...)
-	} else if len(v) > m { // a value whose flag was lost
-		return fence.Item{}, false, bad
+	v = v[m:]
+	if hasAttempts {
+		if len(v) < 1 || v[0] == 0 {
+			return fence.Item{}, nil, false, bad
+		}
+		count := int(v[0])
+		v = v[1:]
+		attempts = make([]string, 0, count)
+		for range count {
+			if len(v) < 1 || v[0] == 0 || len(v) < 1+int(v[0]) {
+				return fence.Item{}, nil, false, bad
+			}
+			attempts = append(attempts, string(v[1:1+int(v[0])]))
+			v = v[1+int(v[0]):]
+		}
 	}
-	return it, hasValue, nil
+	if hasValue {
+		it.Value = append([]byte{}, v...)
+	} else if len(v) > 0 { // a value whose flag was lost
+		return fence.Item{}, nil, false, bad
+	}
+	return it, attempts, hasValue, nil
 }
 
 // Put stores value under key if f is admitted, and records f as the key's fence,
@@ -64,6 +110,11 @@ func decodeKV(v []byte) (it fence.Item, hasValue bool, err error) {
 // refused, in which case nothing changed; fence.ErrInvalid for a bad key or fence
 // or a value longer than MaxValueLen; fence.ErrUnavailable if the file could not
 // be read or written; and fence.ErrClosed after Close.
+//
+// A Put whose context names its write by an attempt id (fence.WithWriteAttempt)
+// claims the id for key in the same transaction; a later attempt with the same
+// id and f, while f is still key's fence, returns nil and writes nothing (P3).
+// A malformed id is fence.ErrInvalid.
 func (s *Store) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	if len(value) > MaxValueLen {
 		return fmt.Errorf("bolt: put %q: value is %d bytes, more than %d: %w", key, len(value), MaxValueLen, fence.ErrInvalid)
@@ -94,7 +145,8 @@ func (s *Store) Fence(ctx context.Context, key string, f fence.Fence) error {
 // refused (these are checked first), and fence.ErrInvalid for a bad key or
 // fence; in each of those cases nothing changed. It returns
 // fence.ErrUnavailable if the file could not be read or written, and
-// fence.ErrClosed after Close.
+// fence.ErrClosed after Close. An attempt id claims and replays as in Put: a
+// later attempt of an applied Delete returns nil, not fence.ErrNotFound.
 func (s *Store) Delete(ctx context.Context, key string, f fence.Fence) error {
 	return s.fence(ctx, "delete", key, f, nil)
 }
@@ -134,10 +186,19 @@ func (s *Store) Purge(ctx context.Context, key string) error {
 }
 
 // fence admits f for key and stores it: with value if value is not nil, without
-// the key's value for op "delete", else with the key's value.
+// the key's value for op "delete", else with the key's value. A put or delete
+// whose attempt id (fence.WithWriteAttempt) the key remembers under f is the
+// write already applied: nothing is written and nil returned (P3).
 func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value []byte) error {
 	if err := checkArgs(ctx, op, key, fence.ValidateKey(key), f.Validate()); err != nil {
 		return err
+	}
+	var attempt string // a fence op needs none: advancing to the fence already there changes nothing
+	if op != "fence" {
+		var err error
+		if attempt, err = fence.AttemptKey(ctx, op, value); err != nil {
+			return opError(op, key, err)
+		}
 	}
 	// P9. What the check finds, once true, stays true (a name's last token only
 	// grows, and a token is issued to one lease only), so checking before the
@@ -161,28 +222,33 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 		b := tx.Bucket(bucketKV)
 		k := []byte(key)
 		var cur fence.Item
+		var attempts []string
 		hasValue := false
 		if v := b.Get(k); v != nil {
 			var err error
-			if cur, hasValue, err = decodeKV(v); err != nil {
+			if cur, attempts, hasValue, err = decodeKVRecord(v); err != nil {
 				refused = err
 				return nil
 			}
+		}
+		if fence.Replayed(cur.Fence, attempts, f, attempt) {
+			return nil // this write's earlier attempt was applied (P3)
 		}
 		if err := fence.Admit(key, cur.Fence, f); err != nil {
 			refused = err
 			return nil
 		}
+		attempts = fence.RememberAttempt(cur.Fence, attempts, f, attempt)
 		switch {
 		case del && !hasValue:
 			refused = fmt.Errorf("key holds no value: %w", fence.ErrNotFound)
 			return nil
 		case del:
-			return b.Put(k, encodeKV(f, nil, false))
+			return b.Put(k, encodeKVRecord(f, attempts, nil, false))
 		case value != nil:
-			return b.Put(k, encodeKV(f, value, true))
+			return b.Put(k, encodeKVRecord(f, attempts, value, true))
 		}
-		return b.Put(k, encodeKV(f, cur.Value, hasValue))
+		return b.Put(k, encodeKVRecord(f, attempts, cur.Value, hasValue))
 	})
 	if err != nil {
 		return fmt.Errorf("bolt: %s %q: %w", op, key, writeError(s.path, err))

@@ -38,6 +38,16 @@ func TestStore_GuardConformance(t *testing.T) {
 	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return openStore(t) }, fencetest.WithGuardAsIssuer())
 }
 
+// A late attempt of a write never replaces a later write of the same holder (P3),
+// on a KV alone and on a Store's KV (cluster mode's).
+func TestKV_WriteAttempts(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return etcd.NewKV(client(t), nil) })
+}
+
+func TestStore_WriteAttempts(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return openStore(t) }, fencetest.WithGuardAsIssuer())
+}
+
 func TestStore_IssuedKV(t *testing.T) {
 	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return openStore(t) })
 }

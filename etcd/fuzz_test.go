@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,6 +27,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		{fence: fence.Fence{Name: "jobs/a", Token: 1, LeaseID: id}, hasValue: true, value: []byte("v")},
 		{fence: fence.Fence{Name: "ünï", Token: fence.MaxToken}, hasValue: true, value: []byte{}},
 		{fence: fence.Fence{Name: "x", Token: 42, LeaseID: id}},
+		{fence: fence.Fence{Name: "a", Token: 3, LeaseID: id}, hasValue: true, value: []byte("v"), attempts: []string{"a1", id}},
 		{fence: fence.Fence{Name: strings.Repeat("n", 200), Token: 7, LeaseID: strings.Repeat("l", 128)}, hasValue: true, value: bytes.Repeat([]byte{0}, 300)},
 	} {
 		f.Add(r.encode())
@@ -46,7 +48,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("decodeRecord(%q): hasValue %v with value %q", b, r.hasValue, r.value)
 		}
 		again, err := decodeRecord(r.encode())
-		if err != nil || again.fence != r.fence || again.hasValue != r.hasValue || !bytes.Equal(again.value, r.value) {
+		if err != nil || again.fence != r.fence || again.hasValue != r.hasValue || !bytes.Equal(again.value, r.value) || !slices.Equal(again.attempts, r.attempts) {
 			t.Fatalf("decodeRecord(%q) = %+v; its encoding decodes as %+v, %v", b, r, again, err)
 		}
 	})

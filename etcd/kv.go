@@ -54,19 +54,34 @@ type record struct {
 	fence    fence.Fence
 	hasValue bool
 	value    []byte
+	// attempts are the attempt ids of the puts and deletes applied under fence
+	// (see fence.RememberAttempt).
+	attempts []string
 }
 
 // Record encoding: magic 'F', version 1, token (8 bytes big-endian), flags (1: has a
 // value), uvarint length + lock name, uvarint length + lease id, then the value.
+// Version 2, written only for a record that remembers attempt ids, has after the
+// lease id a uvarint count (at least 1) of uvarint length + attempt id: a reader
+// of version 1 alone refuses it rather than read the ids as value bytes.
 const (
-	recMagic   = 'F'
-	recVersion = 1
-	flagValue  = 1
+	recMagic          = 'F'
+	recVersion        = 1
+	recVersionAttempt = 2
+	flagValue         = 1
 )
 
 func (r record) encode() []byte {
-	b := make([]byte, 0, 2+8+1+2*binary.MaxVarintLen64+len(r.fence.Name)+len(r.fence.LeaseID)+len(r.value))
-	b = append(b, recMagic, recVersion)
+	n := 2 + 8 + 1 + 3*binary.MaxVarintLen64 + len(r.fence.Name) + len(r.fence.LeaseID) + len(r.value)
+	for _, a := range r.attempts {
+		n += binary.MaxVarintLen64 + len(a)
+	}
+	b := make([]byte, 0, n)
+	version := byte(recVersion)
+	if len(r.attempts) > 0 {
+		version = recVersionAttempt
+	}
+	b = append(b, recMagic, version)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.fence.Token))
 	var flags byte
 	if r.hasValue {
@@ -77,12 +92,19 @@ func (r record) encode() []byte {
 	b = append(b, r.fence.Name...)
 	b = binary.AppendUvarint(b, uint64(len(r.fence.LeaseID)))
 	b = append(b, r.fence.LeaseID...)
+	if len(r.attempts) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(r.attempts)))
+		for _, a := range r.attempts {
+			b = binary.AppendUvarint(b, uint64(len(a)))
+			b = append(b, a...)
+		}
+	}
 	return append(b, r.value...)
 }
 
 func decodeRecord(b []byte) (record, error) {
 	var r record
-	if len(b) < 11 || b[0] != recMagic || b[1] != recVersion {
+	if len(b) < 11 || b[0] != recMagic || (b[1] != recVersion && b[1] != recVersionAttempt) {
 		return r, ErrCorrupt
 	}
 	r.fence.Token = fence.Token(binary.BigEndian.Uint64(b[2:10]))
@@ -102,6 +124,21 @@ func decodeRecord(b []byte) (record, error) {
 	r.fence.LeaseID, ok2 = str()
 	if !ok1 || !ok2 || r.fence.Validate() != nil {
 		return record{}, ErrCorrupt
+	}
+	if b[1] == recVersionAttempt {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || n == 0 || n > uint64(len(rest)) {
+			return record{}, ErrCorrupt
+		}
+		rest = rest[k:]
+		r.attempts = make([]string, 0, n)
+		for range n {
+			a, ok := str()
+			if !ok || !validAttempt(a) {
+				return record{}, ErrCorrupt
+			}
+			r.attempts = append(r.attempts, a)
+		}
 	}
 	if r.hasValue {
 		r.value = bytes.Clone(rest)
@@ -123,8 +160,18 @@ func decodeRecord(b []byte) (record, error) {
 // not one this package wrote; fence.ErrUnavailable if etcd cannot be reached (the
 // write may or may not have been applied) and fence.ErrClosed after the Store is
 // closed.
+//
+// A Put whose context names its write by an attempt id (fence.WithWriteAttempt)
+// claims the id in the record it writes; a later attempt with the same id and f,
+// while f is still key's fence, returns nil and writes nothing, also when it
+// finds the record changed and reads it anew (P3). A malformed id is
+// fence.ErrInvalid.
 func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
-	if err := s.update(ctx, key, f, len(value), func(r *record) (bool, error) {
+	attempt, err := fence.AttemptKey(ctx, "put", value)
+	if err != nil {
+		return fmt.Errorf("etcd: put %q: %w", key, err)
+	}
+	if err := s.update(ctx, key, f, attempt, len(value), func(r *record) (bool, error) {
 		r.hasValue, r.value = true, value
 		return true, nil
 	}); err != nil {
@@ -138,9 +185,14 @@ func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) e
 // fence stays, so a stale writer is still refused, and Get returns the key with a
 // nil value. It returns the refusals of Put first, then fence.ErrNotFound if key
 // holds no value (never written, only fenced or already deleted); in each case
-// nothing changed. Its other errors are Put's.
+// nothing changed. Its other errors are Put's. An attempt id claims and
+// replays as in Put: a later attempt of an applied Delete returns nil.
 func (s *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
-	if err := s.update(ctx, key, f, 0, func(r *record) (bool, error) {
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
+	if err != nil {
+		return fmt.Errorf("etcd: delete %q: %w", key, err)
+	}
+	if err := s.update(ctx, key, f, attempt, 0, func(r *record) (bool, error) {
 		if !r.hasValue {
 			return false, fence.ErrNotFound
 		}
@@ -159,7 +211,8 @@ func (s *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
 // bad key or fence, ErrCorrupt for a record this package did not write,
 // fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after Close.
 func (s *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
-	if err := s.update(ctx, key, f, 0, func(r *record) (bool, error) {
+	// No attempt id: a late Fence at the key's fence changes nothing.
+	if err := s.update(ctx, key, f, "", 0, func(r *record) (bool, error) {
 		return r.fence != f, nil // already fenced at f: nothing to write
 	}); err != nil {
 		return fmt.Errorf("etcd: fence %q: %w", key, err)
@@ -196,7 +249,12 @@ func (s *KV) Purge(ctx context.Context, key string) error {
 // the last token of f.Name; if either compare fails, the transaction returns the
 // reads anew and the check runs again. change reports whether there is anything
 // to write, or an error that ends the call with nothing written.
-func (s *KV) update(ctx context.Context, key string, f fence.Fence, size int, change func(*record) (bool, error)) error {
+//
+// A write named by attempt (fence.WithWriteAttempt; "" for none) claims it in
+// the record it writes; one whose attempt the record remembers under f, as read
+// (or read anew after a failed compare), is the write already applied: update
+// returns nil with nothing written (P3).
+func (s *KV) update(ctx context.Context, key string, f fence.Fence, attempt string, size int, change func(*record) (bool, error)) error {
 	if s.closed.Load() {
 		return fence.ErrClosed
 	}
@@ -231,6 +289,9 @@ func (s *KV) update(ctx context.Context, key string, f fence.Fence, size int, ch
 				return err
 			}
 		}
+		if fence.Replayed(cur.fence, cur.attempts, f, attempt) {
+			return nil // this write's earlier attempt was applied (P3)
+		}
 		if err := fence.Admit(key, cur.fence, f); err != nil {
 			return err
 		}
@@ -238,6 +299,7 @@ func (s *KV) update(ctx context.Context, key string, f fence.Fence, size int, ch
 		if ok, err := change(&next); err != nil || !ok {
 			return err
 		}
+		next.attempts = fence.RememberAttempt(cur.fence, cur.attempts, f, attempt)
 		next.fence = f
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", rev)}
 		if s.issued {
@@ -337,4 +399,18 @@ func (s *KV) Get(ctx context.Context, key string) (fence.Item, error) {
 		return fence.Item{}, fmt.Errorf("etcd: get %q: %w", key, err)
 	}
 	return fence.Item{Value: r.value, Fence: r.fence}, nil
+}
+
+// validAttempt reports whether a is an attempt key as fence.AttemptKey makes
+// them: 1 to MaxAttemptIDLen+17 bytes of printable ASCII without spaces.
+func validAttempt(a string) bool {
+	if a == "" || len(a) > fence.MaxAttemptIDLen+17 {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if a[i] <= ' ' || a[i] > '~' {
+			return false
+		}
+	}
+	return true
 }

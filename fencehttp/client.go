@@ -105,6 +105,12 @@ type ClientOptions struct {
 // another lease (it compares the lease id), so nothing is left to do. A retried
 // revoke, delete or purge may likewise be answered 404 for its own first
 // attempt's work; those errors are returned as they are.
+//
+// Every Put and Delete carries one attempt id on all its attempts
+// (Fence-Attempt, see Put): a store that keeps attempt ids (every store of
+// `fence serve` and inmem) applies the write once, answers a retried Delete
+// 200 rather than 404, and never lets a slow first attempt land over a write
+// the holder made after the retry (P3).
 type Client struct {
 	servers []string     // scheme://host[/path], without a trailing slash; at least one
 	cur     atomic.Int64 // index in servers of the server that last answered
@@ -706,6 +712,21 @@ func fenceHeader(f fence.Fence) http.Header {
 	return h
 }
 
+// setAttempt sets the Fence-Attempt header of a write (Put, Delete) to the
+// attempt id ctx names it with (fence.WithWriteAttempt), or to 128 random bits:
+// one id for every attempt of the call, on every server it is sent to. It
+// returns fence.ErrInvalid for a malformed id.
+func setAttempt(ctx context.Context, h http.Header, op, key string) error {
+	id := fence.WriteAttempt(ctx)
+	if id == "" {
+		id = driver.NewLeaseID()
+	} else if err := fence.ValidateAttemptID(id); err != nil {
+		return invalidArg(op, key, err)
+	}
+	h.Set(HeaderAttempt, id)
+	return nil
+}
+
 // validateWrite checks the key and fence of a fenced write (Put, Fence) before any
 // request: a fence must name its lock (the namespace of its token).
 func validateWrite(op, key string, f fence.Fence) error {
@@ -726,12 +747,23 @@ func validateWrite(op, key string, f fence.Fence) error {
 // fence (an empty lock name included) or a value over the server's limit;
 // ErrNotImplemented if the server has no KV; fence.ErrUnavailable when the server
 // cannot be reached (the write may or may not have happened).
+//
+// Every attempt of one Put, on each server it is sent to, carries one attempt id
+// (Fence-Attempt): the one ctx names (fence.WithWriteAttempt), or 128 random
+// bits. A server whose store keeps attempt ids applies the attempt that reaches
+// it first and answers a later one as its success with nothing written, so a
+// slow first attempt never replaces a write the holder made after the retry
+// (P3). To retry a Put across calls or processes, name it with
+// fence.WithWriteAttempt and send the same id each time.
 func (c *Client) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	const op = "put"
 	if err := validateWrite(op, key, f); err != nil {
 		return err
 	}
 	h := fenceHeader(f)
+	if err := setAttempt(ctx, h, op, key); err != nil {
+		return err
+	}
 	h.Set("Content-Type", "application/octet-stream")
 	if value == nil {
 		value = []byte{}
@@ -770,13 +802,19 @@ func (c *Client) Fence(ctx context.Context, key string, f fence.Fence) error {
 // *fence.UnissuedTokenError, *fence.StaleTokenError or *fence.NamespaceError (in
 // a *ServerError) if f is refused, fence.ErrInvalid for a bad key or fence,
 // ErrForbidden if the auth token may not write key, and fence.ErrUnavailable
-// when the server cannot be reached.
+// when the server cannot be reached. Its attempts carry one attempt id, as Put's
+// do: a late one removes nothing the holder wrote after the retry, and a retry
+// of an applied Delete returns nil rather than fence.ErrNotFound.
 func (c *Client) Delete(ctx context.Context, key string, f fence.Fence) error {
 	const op = "delete"
 	if err := validateWrite(op, key, f); err != nil {
 		return err
 	}
-	resp, err := c.do(ctx, op, key, http.MethodDelete, "/v1/kv/"+EscapeName(key), fenceHeader(f), nil, 0)
+	h := fenceHeader(f)
+	if err := setAttempt(ctx, h, op, key); err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, op, key, http.MethodDelete, "/v1/kv/"+EscapeName(key), h, nil, 0)
 	if err != nil {
 		return err
 	}

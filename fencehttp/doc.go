@@ -218,6 +218,18 @@
 // (DELETE ?purge=true, admin) removes value and fence: the one way a key's fence
 // goes back, for a key fenced by the wrong lock.
 //
+// # Write attempts: the Fence-Attempt header
+//
+// A PUT or DELETE may carry Fence-Attempt, an attempt id naming the logical
+// write across its retries (fence.WithWriteAttempt). The server passes it to
+// its store, which claims it for the key in the same step as the write; a later
+// attempt with the same id and fence, while that fence is still the key's, is
+// answered 200 as that write's success and writes nothing. So a first attempt
+// that lands late never replaces a write the holder made after its retry (P3).
+// The Client sends one per Put and Delete (the id the context names, or 128
+// random bits). A write without the header gets no protection against its own
+// late attempt. A malformed or repeated header is 400 "invalid".
+//
 // # Errors
 //
 // Every error is JSON {"error":"...","code":"..."} with one status per cause (one

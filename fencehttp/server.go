@@ -684,6 +684,25 @@ func fenceFromHeaders(r *http.Request) (fence.Fence, error) {
 	return f, nil
 }
 
+// attemptFromHeader returns the request's context naming its write by the
+// Fence-Attempt header (fence.WithWriteAttempt), or the context as it is without
+// the header; an *fence.InvalidError naming the header if it is repeated or
+// malformed.
+func attemptFromHeader(r *http.Request) (context.Context, error) {
+	vs := r.Header.Values(HeaderAttempt)
+	switch {
+	case len(vs) == 0:
+		return r.Context(), nil
+	case len(vs) > 1:
+		return nil, &fence.InvalidError{Field: HeaderAttempt, Reason: "must be given at most once"}
+	}
+	id := strings.TrimSpace(vs[0])
+	if err := fence.ValidateAttemptID(id); err != nil {
+		return nil, asField(HeaderAttempt, err)
+	}
+	return fence.WithWriteAttempt(r.Context(), id), nil
+}
+
 // missingOrRepeated is the error of a header that must be given exactly once.
 func missingOrRepeated(header string, vs []string) error {
 	if len(vs) == 0 {
@@ -713,12 +732,17 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, r, op, key, err)
 		return
 	}
+	ctx, err := attemptFromHeader(r)
+	if err != nil {
+		s.fail(w, r, op, key, err)
+		return
+	}
 	value, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxValueBytes))
 	if err != nil {
 		s.fail(w, r, op, key, bodyError(err, "value", s.cfg.MaxValueBytes))
 		return
 	}
-	if err := s.cfg.KV.Put(r.Context(), key, value, f); err != nil {
+	if err := s.cfg.KV.Put(ctx, key, value, f); err != nil {
 		s.countRefusal(err, key, f)
 		s.fail(w, r, op, key, err)
 		return
@@ -745,7 +769,12 @@ func (s *Server) del(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, r, op, key, err)
 		return
 	}
-	if err := s.cfg.KV.Delete(r.Context(), key, f); err != nil {
+	ctx, err := attemptFromHeader(r)
+	if err != nil {
+		s.fail(w, r, op, key, err)
+		return
+	}
+	if err := s.cfg.KV.Delete(ctx, key, f); err != nil {
 		s.countRefusal(err, key, f)
 		s.fail(w, r, op, key, err)
 		return

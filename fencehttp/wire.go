@@ -21,6 +21,12 @@ const (
 	// decimal, on every answer of GET /v1/locks/{name}: the index a blocking
 	// query sends back to wait for the next change.
 	HeaderIndex = "Fence-Index"
+	// HeaderAttempt names one fenced write (PUT or DELETE /v1/kv/{key}) across
+	// its attempts (fence.WithWriteAttempt): the same id on each retry, so that
+	// the attempt that lands first claims it and a late one writes nothing.
+	// Optional; a write without it gets no protection against its own late
+	// attempt.
+	HeaderAttempt = "Fence-Attempt"
 )
 
 // acquireRequest is the body of POST /v1/locks/{name}/acquire.

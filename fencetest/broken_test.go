@@ -513,6 +513,23 @@ var brokenCases = map[string]brokenCase{
 		wantFail: []string{"Purge_RemovesValueAndFence_LowerTokenAdmittedAfter"},
 		wantPass: []string{"Delete_RemovesValue_KeepsFence_StaleWriterRefused", "Put_LowerToken_RejectedWithHighest"},
 	},
+	// The control of the write-attempt suite, and a KV that ignores attempt ids.
+	"reference-write-attempts": {
+		run: func(t *testing.T) {
+			fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return inmem.NewGuard() })
+		},
+		wantPass: writeAttemptSubtests,
+	},
+	"kv-ignores-write-attempts": {
+		run: func(t *testing.T) {
+			fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded {
+				return &brokenGuard{admit: fence.Admit, items: map[string]fence.Item{}}
+			})
+		},
+		wantFail: []string{"Put_LateAttempt_LaterWriteStays", "Delete_LateAttempt_LaterWriteStays", "Delete_RetryAfterApplied_Succeeds",
+			"SameIDOtherContent_AnotherWrite_Applied", "Remembered_ForMaxWriteAttemptsWrites", "BadAttemptID_ErrInvalid_NothingChanged"},
+		wantPass: []string{"FenceMoved_LateAttemptStale_IDsForgotten"},
+	},
 	"healer-heals-every-name": {
 		run: func(t *testing.T) {
 			fencetest.TestLocker(t, func(t *testing.T) fence.Locker { return newBrokenHealer("heals-every-name") })
@@ -659,6 +676,11 @@ var (
 		"Shared_OwnerOnlyAndExpiry", "Shared_Inspector_HoldersInTokenOrder", "Shared_Revoker_EndsEveryLease",
 		"Shared_MixedWithLimit_LimitError"}
 )
+
+// The subtests of TestWriteAttempts, which the control must pass.
+var writeAttemptSubtests = []string{"Put_LateAttempt_LaterWriteStays", "Delete_LateAttempt_LaterWriteStays", "Delete_RetryAfterApplied_Succeeds",
+	"FenceMoved_LateAttemptStale_IDsForgotten", "SameIDOtherContent_AnotherWrite_Applied", "Remembered_ForMaxWriteAttemptsWrites",
+	"Bounded_ForgottenAfterMaxWriteAttemptsWrites", "BadAttemptID_ErrInvalid_NothingChanged"}
 
 // TestBrokenSubject is the child side: it runs the suite on the implementation
 // named by $FENCETEST_BROKEN. Outside a child it skips.

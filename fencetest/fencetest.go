@@ -18,6 +18,10 @@
 // Each subtest calls the factory once and uses its own unique lock names and keys,
 // so one server can serve the whole suite. Run it under the race detector.
 //
+// A KV that keeps write attempt ids (fence.WithWriteAttempt: a late attempt of
+// a write never replaces a later write of the same holder, P3) runs
+// TestWriteAttempts, with the options it gives TestGuard.
+//
 // The suite measures time with the system clock, so the implementation under
 // test must judge expiry by real time (not by an injected virtual clock).
 //

@@ -15,3 +15,8 @@ func TestLocker_Conformance(t *testing.T) {
 func TestGuard_Conformance(t *testing.T) {
 	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return inmem.NewGuard() })
 }
+
+// A late attempt of a write never replaces a later write of the same holder (P3).
+func TestWriteAttempts_Conformance(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return inmem.NewGuard() })
+}

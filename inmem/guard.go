@@ -36,6 +36,9 @@ type record struct {
 	highest fence.Fence // zero Token: never fenced
 	value   []byte
 	written bool // a Put stored value
+	// attempts are the attempt ids of the puts and deletes applied under highest
+	// (see fence.RememberAttempt).
+	attempts []string
 }
 
 // NewGuard returns an empty Guard.
@@ -61,7 +64,7 @@ func (g *Guard) recordFor(key string) *record {
 // *fence.NamespaceError (fence.ErrNamespace) if not, in which case nothing changed,
 // and fence.ErrInvalid for a bad resource or fence.
 func (g *Guard) Fence(ctx context.Context, resource string, f fence.Fence) error {
-	return g.do(ctx, "fence", resource, f, nil)
+	return g.do(ctx, "fence", resource, f, "", nil)
 }
 
 // Do runs write under resource's lock if f is admitted, and records f as
@@ -79,20 +82,26 @@ func (g *Guard) Do(ctx context.Context, resource string, f fence.Fence, write fu
 	if write == nil {
 		return fmt.Errorf("inmem: do %q: nil write function: %w", resource, fence.ErrInvalid)
 	}
-	return g.do(ctx, "do", resource, f, func(*record) error { return write() })
+	return g.do(ctx, "do", resource, f, "", func(*record) error { return write() })
 }
 
 // Put stores a copy of value under key if f is admitted, and records f as key's
 // fence, in one step. It returns a *fence.StaleTokenError (fence.ErrStaleToken) or
 // *fence.NamespaceError (fence.ErrNamespace) if f is refused, in which case nothing
 // changed, and fence.ErrInvalid for a bad key or fence or a value longer than
-// MaxValueLen.
+// MaxValueLen. A Put whose context names its write by an attempt id
+// (fence.WithWriteAttempt) claims the id for key; a later attempt with the same
+// id and f, while f is still key's fence, returns nil and changes nothing (P3).
 func (g *Guard) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	if len(value) > MaxValueLen {
 		return fmt.Errorf("inmem: put %q: value is %d bytes, more than %d: %w", key, len(value), MaxValueLen, fence.ErrInvalid)
 	}
 	v := append([]byte{}, value...) // never alias the caller's buffer
-	return g.do(ctx, "put", key, f, func(r *record) error {
+	attempt, err := fence.AttemptKey(ctx, "put", v)
+	if err != nil {
+		return fmt.Errorf("inmem: put %q: %w", key, err)
+	}
+	return g.do(ctx, "put", key, f, attempt, func(r *record) error {
 		r.value, r.written = v, true
 		return nil
 	})
@@ -104,8 +113,13 @@ func (g *Guard) Put(ctx context.Context, key string, value []byte, f fence.Fence
 // or already deleted), a *fence.StaleTokenError (fence.ErrStaleToken) or
 // *fence.NamespaceError (fence.ErrNamespace) if f is refused, and
 // fence.ErrInvalid for a bad key or fence; in each of those cases nothing changed.
+// An attempt id claims and replays as in Put.
 func (g *Guard) Delete(ctx context.Context, key string, f fence.Fence) error {
-	return g.do(ctx, "delete", key, f, func(r *record) error {
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
+	if err != nil {
+		return fmt.Errorf("inmem: delete %q: %w", key, err)
+	}
+	return g.do(ctx, "delete", key, f, attempt, func(r *record) error {
 		if !r.written {
 			return errNoValue
 		}
@@ -136,7 +150,7 @@ func (g *Guard) Purge(ctx context.Context, key string) error {
 	if r.highest.Token == 0 && !r.written {
 		return fmt.Errorf("inmem: purge %q: %w", key, fence.ErrNotFound)
 	}
-	r.highest, r.value, r.written = fence.Fence{}, nil, false
+	r.highest, r.value, r.written, r.attempts = fence.Fence{}, nil, false, nil
 	return nil
 }
 
@@ -186,14 +200,19 @@ func (g *Guard) Highest(resource string) (fence.Fence, bool, error) {
 }
 
 // do checks f against key's highest fence and, if admitted, runs apply (if any)
-// and records f, all under the resource's lock.
-func (g *Guard) do(ctx context.Context, op, key string, f fence.Fence, apply func(*record) error) error {
+// and records f, all under the resource's lock. A put or delete whose attempt
+// (fence.AttemptKey; "" for none) the key remembers under f is the write already
+// applied: do returns nil and changes nothing (P3).
+func (g *Guard) do(ctx context.Context, op, key string, f fence.Fence, attempt string, apply func(*record) error) error {
 	if err := precheck(ctx, op, key, driver.ValidateFence(key, f)); err != nil {
 		return err
 	}
 	r := g.recordFor(key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if fence.Replayed(r.highest, r.attempts, f, attempt) {
+		return nil // this write's earlier attempt was applied (P3)
+	}
 	if err := fence.Admit(key, r.highest, f); err != nil {
 		return fmt.Errorf("inmem: %s %q: %w", op, key, err)
 	}
@@ -204,6 +223,7 @@ func (g *Guard) do(ctx context.Context, op, key string, f fence.Fence, apply fun
 			return fmt.Errorf("inmem: %s %q: write failed, fence not recorded: %w", op, key, err)
 		}
 	}
+	r.attempts = fence.RememberAttempt(r.highest, r.attempts, f, attempt)
 	r.highest = f
 	return nil
 }

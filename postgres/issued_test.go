@@ -31,6 +31,16 @@ func TestKV_LockTable_GuardConformance(t *testing.T) {
 	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return newLockedKV(t) }, fencetest.WithGuardAsIssuer())
 }
 
+// A late attempt of a write never replaces a later write of the same holder (P3),
+// on a KV alone and on one told its lock table.
+func TestKV_WriteAttempts(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return postgres.NewKV(sharedPool, nil) })
+}
+
+func TestKV_LockTable_WriteAttempts(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return newLockedKV(t) }, fencetest.WithGuardAsIssuer())
+}
+
 func TestKV_LockTable_IssuedKV(t *testing.T) {
 	fencetest.TestIssuedKV(t, func(t *testing.T) fencetest.IssuingKV { return newLockedKV(t) })
 }

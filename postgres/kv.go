@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencelock/fence"
 	"github.com/jackc/pgx/v5"
@@ -17,13 +18,19 @@ const MaxValueLen = 1 << 20
 
 // KVSchema is the DDL of a KV's table under its default name (see
 // KV.CreateSchema). A NULL value marks a key that was fenced but never written.
+// fence_attempts are the attempt ids of the puts and deletes applied under the
+// row's fence, oldest first (fence.RememberAttempt); the ALTER TABLE adds the
+// column to a table made by an earlier version's DDL (instantly: a constant
+// default).
 const KVSchema = `CREATE TABLE IF NOT EXISTS fence_kv (
-    key         text PRIMARY KEY,
-    value       bytea,
-    fence_name  text   NOT NULL DEFAULT '',
-    fence_token bigint NOT NULL DEFAULT 0 CHECK (fence_token >= 0),
-    fence_lease text   NOT NULL DEFAULT ''
-)`
+    key            text PRIMARY KEY,
+    value          bytea,
+    fence_name     text   NOT NULL DEFAULT '',
+    fence_token    bigint NOT NULL DEFAULT 0 CHECK (fence_token >= 0),
+    fence_lease    text   NOT NULL DEFAULT '',
+    fence_attempts text[] NOT NULL DEFAULT '{}'
+);
+ALTER TABLE fence_kv ADD COLUMN IF NOT EXISTS fence_attempts text[] NOT NULL DEFAULT '{}'`
 
 // KVOptions configure a KV. The zero value (or nil) is usable.
 type KVOptions struct {
@@ -96,21 +103,45 @@ func (kv *KV) build() {
 	}
 	admit := admitSQL("r.fence_name", "r.fence_token", "r.fence_lease", "$2::text", "$3::bigint", "$4::text")
 	set := `fence_name = $2::text, fence_token = $3::bigint, fence_lease = $4::text`
-	kv.put = `INSERT INTO ` + t + ` AS r (key, fence_name, fence_token, fence_lease, value)
-SELECT $1::text, $2::text, $3::bigint, $4::text, $5::bytea WHERE ` + ok + `
-ON CONFLICT (key) DO UPDATE SET value = $5::bytea, ` + set + `
-WHERE ` + admit + `
+	same := `(r.fence_name = $2::text AND r.fence_token = $3::bigint AND r.fence_lease = $4::text)`
+	putReplayed, putRemember := attemptSQL(same, "$6::text")
+	kv.put = `INSERT INTO ` + t + ` AS r (key, fence_name, fence_token, fence_lease, value, fence_attempts)
+SELECT $1::text, $2::text, $3::bigint, $4::text, $5::bytea, ` + firstAttemptSQL("$6::text") + ` WHERE ` + ok + `
+ON CONFLICT (key) DO UPDATE SET value = CASE WHEN ` + putReplayed + ` THEN r.value ELSE $5::bytea END, ` + set + `,
+    fence_attempts = CASE WHEN ` + putReplayed + ` THEN r.fence_attempts ELSE ` + putRemember + ` END
+WHERE ` + putReplayed + ` OR ` + admit + `
 RETURNING true`
 	kv.fence = `INSERT INTO ` + t + ` AS r (key, fence_name, fence_token, fence_lease)
 SELECT $1::text, $2::text, $3::bigint, $4::text WHERE ` + ok + `
-ON CONFLICT (key) DO UPDATE SET ` + set + `
+ON CONFLICT (key) DO UPDATE SET ` + set + `,
+    fence_attempts = CASE WHEN ` + same + ` THEN r.fence_attempts ELSE '{}'::text[] END
 WHERE ` + admit + `
 RETURNING true`
-	kv.del = `UPDATE ` + t + ` AS r SET value = NULL, ` + set + `
-WHERE r.key = $1::text AND r.value IS NOT NULL AND ` + admit + ` AND ` + ok + `
+	delReplayed, delRemember := attemptSQL(same, "$5::text")
+	kv.del = `UPDATE ` + t + ` AS r SET value = CASE WHEN ` + delReplayed + ` THEN r.value END, ` + set + `,
+    fence_attempts = CASE WHEN ` + delReplayed + ` THEN r.fence_attempts ELSE ` + delRemember + ` END
+WHERE r.key = $1::text AND (` + delReplayed + ` OR (r.value IS NOT NULL AND ` + admit + `)) AND ` + ok + `
 RETURNING true`
 	kv.purge = `DELETE FROM ` + t + ` WHERE key = $1`
 	kv.get = `SELECT value, fence_name, fence_token, fence_lease FROM ` + t + ` WHERE key = $1`
+}
+
+// attemptSQL returns, for a write whose attempt id is the parameter id (empty for
+// none) on a row r whose fence is the write's when same holds, the condition
+// that r remembers the id under that fence (the write already applied: it
+// writes nothing, P3), and the row's attempt ids after the write: its own if its
+// fence stays, none if it moves, then id, the newest fence.MaxWriteAttempts.
+func attemptSQL(same, id string) (replayed, remember string) {
+	replayed = `(` + id + ` <> '' AND ` + same + ` AND ` + id + ` = ANY(r.fence_attempts))`
+	kept := fmt.Sprintf(`(CASE WHEN %s THEN r.fence_attempts[greatest(1, cardinality(r.fence_attempts) - %d):] ELSE '{}'::text[] END)`, same, fence.MaxWriteAttempts-2)
+	remember = `(CASE WHEN ` + id + ` = '' THEN (CASE WHEN ` + same + ` THEN r.fence_attempts ELSE '{}'::text[] END) ELSE ` + kept + ` || ` + id + ` END)`
+	return replayed, remember
+}
+
+// firstAttemptSQL is the attempt ids of a new row written by a write whose
+// attempt id is the parameter id: id, or none.
+func firstAttemptSQL(id string) string {
+	return `(CASE WHEN ` + id + ` = '' THEN '{}'::text[] ELSE ARRAY[` + id + `] END)`
 }
 
 // otherLeaseSQL is the condition that the lock row l records token tok as issued
@@ -130,7 +161,12 @@ func (kv *KV) CreateSchema(ctx context.Context) error {
 	if kv.err != nil {
 		return kv.err
 	}
-	return createTable(ctx, kv.db, KVSchema, DefaultKVTable, kv.table)
+	ddl := strings.NewReplacer(" EXISTS "+DefaultKVTable+" ", " EXISTS "+kv.table+" ",
+		"ALTER TABLE "+DefaultKVTable+" ", "ALTER TABLE "+kv.table+" ").Replace(KVSchema)
+	if _, err := kv.db.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("postgres: create table %s: %w", kv.table, dbErr(err))
+	}
+	return nil
 }
 
 // Put stores value under key with fence f if f is admitted for key, in one
@@ -142,6 +178,12 @@ func (kv *KV) CreateSchema(ctx context.Context) error {
 // into something KV never writes, ErrSchema for a missing table or column,
 // ErrConflict on a serialization failure and fence.ErrUnavailable if the
 // connection failed.
+//
+// A Put whose context names its write by an attempt id (fence.WithWriteAttempt)
+// claims the id in the key's row, in the same statement; a later attempt with
+// the same id and f, while f is still key's fence, returns nil and changes
+// nothing (P3). A malformed id is fence.ErrInvalid. The table needs the
+// fence_attempts column: CreateSchema adds it to a table of an earlier version.
 func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	if err := checkFence(kv.err, key, f); err != nil {
 		return fmt.Errorf("postgres: put: %w", err)
@@ -152,7 +194,11 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 	if value == nil {
 		value = []byte{} // NULL means "no value": fenced only, or deleted
 	}
-	return kv.write(ctx, "put", kv.put, key, f, value)
+	attempt, err := fence.AttemptKey(ctx, "put", value)
+	if err != nil {
+		return fmt.Errorf("postgres: put %q: %w", key, err)
+	}
+	return kv.write(ctx, "put", kv.put, key, f, value, attempt)
 }
 
 // Fence advances key's fence to f without changing its value. It returns what
@@ -169,12 +215,17 @@ func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 // stays, so a stale writer is still refused, and Get returns the key with a nil
 // value. It returns Put's refusals first, then fence.ErrNotFound if key holds no
 // value (never written, only fenced or already deleted); in each case nothing
-// changed. Its other errors are Put's.
+// changed. Its other errors are Put's. An attempt id claims and replays as in
+// Put: a later attempt of an applied Delete returns nil.
 func (kv *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
 	if err := checkFence(kv.err, key, f); err != nil {
 		return fmt.Errorf("postgres: delete: %w", err)
 	}
-	return kv.write(ctx, "delete", kv.del, key, f)
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
+	if err != nil {
+		return fmt.Errorf("postgres: delete %q: %w", key, err)
+	}
+	return kv.write(ctx, "delete", kv.del, key, f, attempt)
 }
 
 // Purge deletes key's row, its value and its fence (see fence.Purger), so the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/fencetest"
 	"github.com/fencelock/fence/internal/servers"
 	"github.com/fencelock/fence/internal/servers/servertest"
 )
@@ -291,6 +292,16 @@ func TestCluster_ThreeMasters(t *testing.T) {
 		if err := kv.Delete(ctx, key, lease.Fence()); err != nil {
 			t.Errorf("holder's Delete = %v", err)
 		}
+	})
+
+	// The record and the lock's keys are on different slots: kv_issued runs
+	// first, and kv_put's attempt section on the record's slot alone (P3).
+	t.Run("IssuedKV_WriteAttempts", func(t *testing.T) {
+		kv, err := NewIssuedKV(c.client, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return kv }, fencetest.WithIssuer(l))
 	})
 
 	t.Run("WaiterWokenBySharedPubSub", func(t *testing.T) {

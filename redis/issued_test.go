@@ -75,3 +75,8 @@ func TestStore_Issued_LossyFailover_HealFixes(t *testing.T) {
 		t.Fatalf("holder's Put after the heal = %v", err)
 	}
 }
+
+// A late attempt of a write never replaces a later write of the same holder (P3).
+func TestStore_WriteAttempts(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return issuedStoreOf(t) }, fencetest.WithGuardAsIssuer())
+}

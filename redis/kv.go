@@ -134,6 +134,11 @@ func (s *KV) recordKey(key string) string {
 // ErrWrongType if the record key holds data this package did not write (it is left
 // alone); fence.ErrUnavailable if Redis cannot be reached (the write may or may not
 // have been applied); and fence.ErrClosed after the Store was closed.
+//
+// A Put whose context names its write by an attempt id (fence.WithWriteAttempt)
+// claims the id in the key's record, in the same script; a later attempt with the
+// same id and f, while f is still key's fence, returns nil and writes nothing (P3).
+// A malformed id is fence.ErrInvalid.
 func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	if err := s.check(key, f); err != nil {
 		return fmt.Errorf("redis: put %q: %w", key, err)
@@ -144,7 +149,11 @@ func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) e
 			Reason: fmt.Sprintf("is longer than %d bytes", MaxValueLen),
 		})
 	}
-	if err := s.admit(ctx, key, f, "1", value); err != nil {
+	attempt, err := fence.AttemptKey(ctx, "put", value)
+	if err != nil {
+		return fmt.Errorf("redis: put %q: %w", key, err)
+	}
+	if err := s.admit(ctx, key, f, "1", value, attempt); err != nil {
 		return fmt.Errorf("redis: put %q: %w", key, err)
 	}
 	return nil
@@ -155,12 +164,17 @@ func (s *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) e
 // stays, so a stale writer is still refused, and Get returns the key with a nil
 // value. It returns Put's refusals first, then fence.ErrNotFound if key holds no
 // value (never written, only fenced or already deleted); in each case nothing
-// changed. Its other errors are Put's.
+// changed. Its other errors are Put's. An attempt id claims and replays as in
+// Put: a later attempt of an applied Delete returns nil.
 func (s *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
 	if err := s.check(key, f); err != nil {
 		return fmt.Errorf("redis: delete %q: %w", key, err)
 	}
-	if err := s.admit(ctx, key, f, "2", nil); err != nil {
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
+	if err != nil {
+		return fmt.Errorf("redis: delete %q: %w", key, err)
+	}
+	if err := s.admit(ctx, key, f, "2", nil, attempt); err != nil {
 		return fmt.Errorf("redis: delete %q: %w", key, err)
 	}
 	return nil
@@ -198,7 +212,7 @@ func (s *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 	if err := s.check(key, f); err != nil {
 		return fmt.Errorf("redis: fence %q: %w", key, err)
 	}
-	if err := s.admit(ctx, key, f, "0", nil); err != nil {
+	if err := s.admit(ctx, key, f, "0", nil, ""); err != nil {
 		return fmt.Errorf("redis: fence %q: %w", key, err)
 	}
 	return nil
@@ -217,7 +231,10 @@ func (s *KV) check(key string, f fence.Fence) error {
 // admit runs the kv_put script in mode ("1" store value, "0" fence only, "2"
 // delete the value) and turns its reply into fence's errors. With P9's check, the
 // script reads the name's keys too, or on a Cluster the kv_issued script does first.
-func (s *KV) admit(ctx context.Context, key string, f fence.Fence, mode string, value []byte) error {
+// attempt is the write's attempt id ("" for none), which the script claims in the
+// key's record, or finds claimed under f and answers as admitted with nothing
+// written (P3).
+func (s *KV) admit(ctx context.Context, key string, f fence.Fence, mode string, value []byte, attempt string) error {
 	if value == nil {
 		value = []byte{}
 	}
@@ -237,7 +254,7 @@ func (s *KV) admit(ctx context.Context, key string, f fence.Fence, mode string, 
 			keys = append(keys, nk.token, nk.lock, nk.holders)
 		}
 	}
-	args := []any{f.Name, tok, f.LeaseID, mode, value}
+	args := []any{f.Name, tok, f.LeaseID, mode, value, attempt}
 	res, problem, err := runWrite(ctx, s.client, &s.opts, kvPutScript, keys, args, false)
 	if err != nil {
 		return kvTranslate(err)

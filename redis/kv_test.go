@@ -35,6 +35,12 @@ func TestKV_Conformance(t *testing.T) {
 	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return kv })
 }
 
+// A late attempt of a write never replaces a later write of the same holder (P3).
+func TestKV_WriteAttempts(t *testing.T) {
+	kv, _ := newKV(t)
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return kv })
+}
+
 // Two KVs on two clients (two servers of `fence serve`) share records: what one
 // accepted fences off the other.
 func TestKV_TwoClients_ShareFences(t *testing.T) {

@@ -42,7 +42,10 @@ const maxCASAttempts = 100
 //
 // where fence is the highest fence admitted for the key, writer the fence of the Put
 // that stored value (absent for a key that was only fenced) and value absent for a
-// key that was only fenced.
+// key that was only fenced. "attempts" (absent for none) are the attempt ids of the
+// puts and deletes applied under fence (fence.RememberAttempt): a Put or Delete
+// whose context names it by one of them, with that fence, returns nil and writes
+// nothing, so a late attempt never replaces a later write of the holder (P3).
 //
 // Put and Fence read the record and its version, apply fence.Admit, and write with
 // Set(path, data, version), or Create when the key has no znode; a concurrent writer
@@ -67,6 +70,8 @@ type record struct {
 	Fence  fence.Fence  `json:"fence"`
 	Writer *fence.Fence `json:"writer,omitempty"`
 	Value  []byte       `json:"value,omitempty"`
+	// Attempts are the attempt ids applied under Fence, oldest first.
+	Attempts []string `json:"attempts,omitempty"`
 }
 
 // NewKV returns a KV that uses conn (which it never closes) with the KV root derived
@@ -97,6 +102,9 @@ func (kv *KV) Root() string { return kv.root }
 // key or fence or a value above MaxValueSize, fence.ErrUnavailable if ZooKeeper does
 // not answer or the key stayed contended for maxCASAttempts writes, fence.ErrClosed
 // after the connection was closed, and ctx's error if ctx ends between attempts.
+// A Put named by an attempt id (fence.WithWriteAttempt) claims it in the key's
+// record; a later attempt with the same id and f, while f is still key's fence,
+// returns nil and writes nothing (P3). A malformed id is fence.ErrInvalid.
 func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
 	if len(value) > MaxValueSize {
 		return fmt.Errorf("zookeeper: put %q: %w", key, &fence.InvalidError{Field: "value", Value: fmt.Sprintf("%d bytes", len(value)), Reason: fmt.Sprintf("is larger than %d bytes", MaxValueSize)})
@@ -104,7 +112,11 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 	if value == nil {
 		value = []byte{} // a written key always has a value, so Get tells it from a fenced one
 	}
-	return kv.update(ctx, "put", key, f, func(r *record) error {
+	attempt, err := fence.AttemptKey(ctx, "put", value)
+	if err != nil {
+		return fmt.Errorf("zookeeper: put %q: %w", key, err)
+	}
+	return kv.update(ctx, "put", key, f, attempt, func(r *record) error {
 		w := f
 		r.Writer = &w
 		r.Value = value
@@ -117,9 +129,14 @@ func (kv *KV) Put(ctx context.Context, key string, value []byte, f fence.Fence) 
 // fence stays, so a stale writer is still refused, and Get returns the key with a
 // nil value and that fence. It returns Put's refusals first, then
 // fence.ErrNotFound if key holds no value (never written, only fenced or already
-// deleted); in each case nothing changed. Its other errors are Put's.
+// deleted); in each case nothing changed. Its other errors are Put's. An attempt
+// id claims and replays as in Put: a later attempt of an applied Delete returns nil.
 func (kv *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
-	return kv.update(ctx, "delete", key, f, func(r *record) error {
+	attempt, err := fence.AttemptKey(ctx, "delete", nil)
+	if err != nil {
+		return fmt.Errorf("zookeeper: delete %q: %w", key, err)
+	}
+	return kv.update(ctx, "delete", key, f, attempt, func(r *record) error {
 		if r.Writer == nil {
 			return fence.ErrNotFound
 		}
@@ -132,7 +149,7 @@ func (kv *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
 // admitted, a *fence.StaleTokenError or *fence.NamespaceError if not (and on a
 // Store's KV a *fence.UnissuedTokenError), and otherwise the errors of Put.
 func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
-	return kv.update(ctx, "fence", key, f, nil)
+	return kv.update(ctx, "fence", key, f, "", nil)
 }
 
 // Purge deletes key's znode, its value and its fence (see fence.Purger), so the
@@ -161,8 +178,10 @@ func (kv *KV) Purge(ctx context.Context, key string) error {
 // update runs the read-Admit-CAS loop: it checks f was issued (on a Store's KV),
 // admits f against key's record, applies change (if any; its error ends the call
 // with nothing written) and writes the record conditionally on the version it
-// read.
-func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change func(*record) error) error {
+// read. A write named by attempt ("" for none) that the record remembers under
+// f, as read on any turn of the loop, is the write already applied: update
+// returns nil with nothing written (P3).
+func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, attempt string, change func(*record) error) error {
 	if err := driver.ValidateFence(key, f); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", op, err)
 	}
@@ -187,12 +206,16 @@ func (kv *KV) update(ctx context.Context, op, key string, f fence.Fence, change 
 				return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
 			}
 		}
+		if exists && fence.Replayed(r.Fence, r.Attempts, f, attempt) {
+			return nil // this write's earlier attempt was applied (P3)
+		}
 		if err := fence.Admit(key, r.Fence, f); err != nil {
 			return fmt.Errorf("zookeeper: %s %q: %w", op, key, err)
 		}
 		if change == nil && exists && r.Fence == f {
 			return nil // already this fence: nothing to write
 		}
+		r.Attempts = fence.RememberAttempt(r.Fence, r.Attempts, f, attempt)
 		r.Fence = f
 		if change != nil {
 			if err := change(&r); err != nil {

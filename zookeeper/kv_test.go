@@ -37,6 +37,16 @@ func TestKV_Conformance(t *testing.T) {
 	fencetest.TestGuard(t, func(t *testing.T) fencetest.Guarded { return openKV(t, nil) })
 }
 
+// A late attempt of a write never replaces a later write of the same holder (P3),
+// on a KV alone and on a Store's KV.
+func TestKV_WriteAttempts(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return openKV(t, nil) })
+}
+
+func TestStore_WriteAttempts(t *testing.T) {
+	fencetest.TestWriteAttempts(t, func(t *testing.T) fencetest.Guarded { return openStore(t, nil) }, fencetest.WithGuardAsIssuer())
+}
+
 func TestKV_Root_DerivedFromLockRoot(t *testing.T) {
 	for _, tc := range []struct{ root, want string }{
 		{"", "/fence/kv"},

@@ -108,6 +108,7 @@ func (f *fenceFlags) fence(op string) (fence.Fence, error) {
 func newKVPutCmd() *cobra.Command {
 	var ff *fenceFlags
 	var flags *clientFlags
+	var attempt *attemptFlag
 	cmd := &cobra.Command{
 		Use:   "put KEY --lock NAME --token N [--lease ID] (VALUE | -)",
 		Short: "Write VALUE (or stdin, with -) under KEY, fenced by a lock's token",
@@ -120,6 +121,13 @@ comparable only within one lock: the server refuses a token of another lock than
 the one that fences KEY. --lease, when given, lets several writes carry the same
 token under one lease, and lets the server check that the token was issued to
 that lease.
+
+Every attempt of the write, on each server it is retried on, carries one attempt
+id (Fence-Attempt), which the server's store claims: an attempt that lands late
+(a paused server) writes nothing over a later write. --attempt ID gives the id,
+so that running the command again for the same write (after "cannot reach")
+names it too; without it each run makes its own. Never give one ID to two
+writes: a second write of the same value would exit 0 and write nothing.
 
 Exit status 0 when stored; 1 when the token is stale (the message gives the highest
 token seen), was never issued for the lock, or the server refuses the write; 2 for
@@ -134,6 +142,9 @@ usage errors.`,
 			if err != nil {
 				return err
 			}
+			if err := attempt.check(); err != nil {
+				return err
+			}
 			var value []byte
 			if valueArg == "-" {
 				if value, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), fencehttp.DefaultMaxValueBytes*64)); err != nil {
@@ -143,7 +154,7 @@ usage errors.`,
 				value = []byte(valueArg)
 			}
 			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error {
-				return c.Put(ctx, key, value, f)
+				return c.Put(attempt.context(ctx), key, value, f)
 			}); err != nil {
 				return err
 			}
@@ -156,12 +167,14 @@ usage errors.`,
 	}
 	flags = addClientFlags(cmd)
 	ff = addFenceFlags(cmd)
+	attempt = addAttemptFlag(cmd)
 	return cmd
 }
 
 func newKVDeleteCmd() *cobra.Command {
 	var ff *fenceFlags
 	var flags *clientFlags
+	var attempt *attemptFlag
 	cmd := &cobra.Command{
 		Use:   "delete KEY --lock NAME --token N [--lease ID]",
 		Short: "Remove the value under KEY, fenced by a lock's token; the key's fence stays",
@@ -170,6 +183,9 @@ $FENCE_LOCK), --token (default $FENCE_TOKEN) and --lease (default $FENCE_LEASE),
 which the server admits as it admits a put. The key keeps the delete's fence, so a
 stale writer is still refused after the value is gone; 'fence kv get KEY' then
 fails, naming that fence.
+
+Its attempts carry one attempt id, as put's do (--attempt ID gives it); a retry
+of a delete that was applied exits 0.
 
 Exit status 0 when deleted; 1 when KEY holds no value (never written, or already
 deleted), when the token is stale or was never issued for the lock, or the server
@@ -184,8 +200,11 @@ refuses the delete; 2 for usage errors.`,
 			if err != nil {
 				return err
 			}
+			if err := attempt.check(); err != nil {
+				return err
+			}
 			if err := flags.call(cmd, func(ctx context.Context, c *fencehttp.Client) error {
-				return c.Delete(ctx, key, f)
+				return c.Delete(attempt.context(ctx), key, f)
 			}); err != nil {
 				return err
 			}
@@ -198,6 +217,7 @@ refuses the delete; 2 for usage errors.`,
 	}
 	flags = addClientFlags(cmd)
 	ff = addFenceFlags(cmd)
+	attempt = addAttemptFlag(cmd)
 	return cmd
 }
 

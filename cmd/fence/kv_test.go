@@ -143,3 +143,27 @@ func TestCLI_Serve_ExternalLocks(t *testing.T) {
 		t.Fatalf("serve --external-locks with another store: want a line naming the flag, got %q", line)
 	}
 }
+
+// A script that runs `fence kv put` again for the same write names it with
+// --attempt: a run of write 1 after write 2 (its first run landing late, or a
+// retry after "cannot reach") changes nothing. A malformed --attempt is a usage
+// error and writes nothing.
+func TestCLI_KV_Attempt_RunAgainAfterLaterWrite_ChangesNothing(t *testing.T) {
+	srv := cli.serve.url
+	name, key := uniqName(t), uniqName(t)+"/ledger"
+	l := acquireJSON(t, srv, name, "--ttl", "1m")
+	env := []string{"FENCE_LOCK=" + name, "FENCE_TOKEN=" + fmt.Sprint(l.Token), "FENCE_LEASE=" + l.Lease}
+	wantCode(t, "kv put v1 --attempt w1", runFence(t, srv, env, "", "kv", "put", key, "--attempt", "w1", "v1"), 0)
+	wantCode(t, "kv put v2 --attempt w2", runFence(t, srv, env, "", "kv", "put", key, "--attempt", "w2", "v2"), 0)
+	wantCode(t, "kv put v1 --attempt w1 again", runFence(t, srv, env, "", "kv", "put", key, "--attempt", "w1", "v1"), 0)
+	if r := runFence(t, srv, nil, "", "kv", "get", key); r.code != 0 || r.stdout != "v2" {
+		t.Fatalf("kv get after write 1 ran again: want v2 (exit 0), got %q (exit %d, %s)", r.stdout, r.code, r.stderr)
+	}
+	r := runFence(t, srv, env, "", "kv", "put", key, "--attempt", "has space", "bad")
+	wantCode(t, "kv put --attempt 'has space'", r, exitUsage)
+	if line := oneLineStderr(t, "kv put --attempt 'has space'", r); !strings.Contains(line, "--attempt") {
+		t.Fatalf("kv put with a malformed --attempt: want one line naming --attempt, got %q", line)
+	}
+	wantCode(t, "kv delete --attempt d1", runFence(t, srv, env, "", "kv", "delete", key, "--attempt", "d1"), 0)
+	wantCode(t, "kv delete --attempt d1 again", runFence(t, srv, env, "", "kv", "delete", key, "--attempt", "d1"), 0)
+}

@@ -80,6 +80,18 @@ export interface FenceSpec {
     /** The lease id; without it, a write with a token equal to the key's highest is refused. */
     lease?: string;
 }
+/** Options of a write to the fenced store ({@link KV.put}, {@link KV.delete}). */
+export interface WriteOptions {
+    /**
+     * The attempt id of the write (sent as Fence-Attempt): 1 to 64 bytes of printable
+     * ASCII without spaces, the same on every attempt of one logical write, so that the
+     * attempt that reaches the store first claims it and a late one writes nothing: a
+     * slow first attempt never replaces a write made after its retry. Default: 128 random
+     * bits, the same on every attempt of the call. Give your own to retry a write across
+     * calls or processes.
+     */
+    attempt?: string;
+}
 /**
  * A key of the fenced store: its value, and its fence (the lock and the highest token
  * the key has admitted: the last write's, or a later fence's or delete's).
@@ -381,9 +393,10 @@ export declare class KV {
      * {@link InvalidError} for a bad key, fence or value; a {@link TooLargeError} for a value
      * over the server's limit; a {@link NotImplementedError} if the server has no store;
      * an {@link UnavailableError} if the server cannot be reached (the write may or may
-     * not have happened).
+     * not have happened). Every attempt of the call carries one attempt id
+     * ({@link WriteOptions.attempt}), so a late first attempt never replaces a later write.
      */
-    put(key: string, value: Value, fence: FenceSpec | Lease): Promise<void>;
+    put(key: string, value: Value, fence: FenceSpec | Lease, opts?: WriteOptions): Promise<void>;
     /**
      * Advances key's fence to `fence` without writing a value. Rejects as
      * {@link KV.put} does, and with a {@link NotImplementedError} if the store cannot fence
@@ -396,9 +409,9 @@ export declare class KV {
      * delete's), so a stale writer is still refused, and {@link KV.get} then resolves
      * with a null value. Rejects with a {@link NotFoundError} if the key holds no value
      * (never written, only fenced, or already deleted; nothing changed), and as
-     * {@link KV.put} does otherwise.
+     * {@link KV.put} does otherwise. Its attempts carry one attempt id, as put's do.
      */
-    delete(key: string, fence: FenceSpec | Lease): Promise<void>;
+    delete(key: string, fence: FenceSpec | Lease, opts?: WriteOptions): Promise<void>;
     /**
      * Purges key: removes its value and its fence, so that the next write under any lock
      * is admitted. An admin's operation (the admin right, with scoped tokens), and the

@@ -540,12 +540,14 @@ export class KV {
      * {@link InvalidError} for a bad key, fence or value; a {@link TooLargeError} for a value
      * over the server's limit; a {@link NotImplementedError} if the server has no store;
      * an {@link UnavailableError} if the server cannot be reached (the write may or may
-     * not have happened).
+     * not have happened). Every attempt of the call carries one attempt id
+     * ({@link WriteOptions.attempt}), so a late first attempt never replaces a later write.
      */
-    async put(key, value, fence) {
+    async put(key, value, fence, opts = {}) {
         const op = "put";
         checkName(op, "key", key);
         const headers = fenceHeaders(op, key, fence);
+        headers["Fence-Attempt"] = attemptId(op, key, opts);
         let body;
         if (typeof value === "string")
             body = new TextEncoder().encode(value);
@@ -579,12 +581,13 @@ export class KV {
      * delete's), so a stale writer is still refused, and {@link KV.get} then resolves
      * with a null value. Rejects with a {@link NotFoundError} if the key holds no value
      * (never written, only fenced, or already deleted; nothing changed), and as
-     * {@link KV.put} does otherwise.
+     * {@link KV.put} does otherwise. Its attempts carry one attempt id, as put's do.
      */
-    async delete(key, fence) {
+    async delete(key, fence, opts = {}) {
         const op = "delete";
         checkName(op, "key", key);
         const headers = fenceHeaders(op, key, fence);
+        headers["Fence-Attempt"] = attemptId(op, key, opts);
         const r = await this.#c.request("DELETE", `/v1/kv/${escapeSegment(key)}`, { headers });
         if (r.status !== 200)
             throw this.#c.answerError(r);
@@ -687,6 +690,23 @@ function fenceHeaders(op, key, f) {
     if (f.lease !== undefined)
         h["Fence-Lease"] = checkLeaseId(op, key, f.lease);
     return h;
+}
+/** attemptId returns a write's attempt id: opts.attempt, checked, or 128 random bits. */
+function attemptId(op, key, opts) {
+    if (opts === null || typeof opts !== "object")
+        throw invalid(op, key, "options", undefined, "must be an object");
+    const v = opts.attempt;
+    if (v === undefined)
+        return randomId();
+    if (typeof v !== "string")
+        throw invalid(op, key, "attempt", undefined, `must be a string, not ${typeof v}`);
+    if (v === "")
+        throw invalid(op, key, "attempt", v, "is empty");
+    if (v.length > 64)
+        throw invalid(op, key, "attempt", v, `is ${v.length} bytes, longer than 64`);
+    if (!/^[!-~]+$/.test(v))
+        throw invalid(op, key, "attempt", v, "must be printable ASCII without spaces");
+    return v;
 }
 /** parseServer returns the base URL of s (http(s)://HOST:PORT[/path], or HOST:PORT), or throws an InvalidError. */
 function parseServer(s) {

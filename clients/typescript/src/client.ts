@@ -86,6 +86,19 @@ export interface FenceSpec {
   lease?: string;
 }
 
+/** Options of a write to the fenced store ({@link KV.put}, {@link KV.delete}). */
+export interface WriteOptions {
+  /**
+   * The attempt id of the write (sent as Fence-Attempt): 1 to 64 bytes of printable
+   * ASCII without spaces, the same on every attempt of one logical write, so that the
+   * attempt that reaches the store first claims it and a late one writes nothing: a
+   * slow first attempt never replaces a write made after its retry. Default: 128 random
+   * bits, the same on every attempt of the call. Give your own to retry a write across
+   * calls or processes.
+   */
+  attempt?: string;
+}
+
 /**
  * A key of the fenced store: its value, and its fence (the lock and the highest token
  * the key has admitted: the last write's, or a later fence's or delete's).
@@ -765,12 +778,14 @@ export class KV {
    * {@link InvalidError} for a bad key, fence or value; a {@link TooLargeError} for a value
    * over the server's limit; a {@link NotImplementedError} if the server has no store;
    * an {@link UnavailableError} if the server cannot be reached (the write may or may
-   * not have happened).
+   * not have happened). Every attempt of the call carries one attempt id
+   * ({@link WriteOptions.attempt}), so a late first attempt never replaces a later write.
    */
-  async put(key: string, value: Value, fence: FenceSpec | Lease): Promise<void> {
+  async put(key: string, value: Value, fence: FenceSpec | Lease, opts: WriteOptions = {}): Promise<void> {
     const op = "put";
     checkName(op, "key", key);
     const headers = fenceHeaders(op, key, fence);
+    headers["Fence-Attempt"] = attemptId(op, key, opts);
     let body: Uint8Array;
     if (typeof value === "string") body = new TextEncoder().encode(value);
     else if (value instanceof Uint8Array) body = value;
@@ -800,12 +815,13 @@ export class KV {
    * delete's), so a stale writer is still refused, and {@link KV.get} then resolves
    * with a null value. Rejects with a {@link NotFoundError} if the key holds no value
    * (never written, only fenced, or already deleted; nothing changed), and as
-   * {@link KV.put} does otherwise.
+   * {@link KV.put} does otherwise. Its attempts carry one attempt id, as put's do.
    */
-  async delete(key: string, fence: FenceSpec | Lease): Promise<void> {
+  async delete(key: string, fence: FenceSpec | Lease, opts: WriteOptions = {}): Promise<void> {
     const op = "delete";
     checkName(op, "key", key);
     const headers = fenceHeaders(op, key, fence);
+    headers["Fence-Attempt"] = attemptId(op, key, opts);
     const r = await this.#c.request("DELETE", `/v1/kv/${escapeSegment(key)}`, { headers });
     if (r.status !== 200) throw this.#c.answerError(r);
   }
@@ -910,6 +926,18 @@ function fenceHeaders(op: string, key: string, f: FenceSpec | Lease): Record<str
   const h: Record<string, string> = { "Fence-Token": String(token), "Fence-Lock": encodeURIComponent(lock) };
   if (f.lease !== undefined) h["Fence-Lease"] = checkLeaseId(op, key, f.lease);
   return h;
+}
+
+/** attemptId returns a write's attempt id: opts.attempt, checked, or 128 random bits. */
+function attemptId(op: string, key: string, opts: WriteOptions): string {
+  if (opts === null || typeof opts !== "object") throw invalid(op, key, "options", undefined, "must be an object");
+  const v: unknown = opts.attempt;
+  if (v === undefined) return randomId();
+  if (typeof v !== "string") throw invalid(op, key, "attempt", undefined, `must be a string, not ${typeof v}`);
+  if (v === "") throw invalid(op, key, "attempt", v, "is empty");
+  if (v.length > 64) throw invalid(op, key, "attempt", v, `is ${v.length} bytes, longer than 64`);
+  if (!/^[!-~]+$/.test(v)) throw invalid(op, key, "attempt", v, "must be printable ASCII without spaces");
+  return v;
 }
 
 /** parseServer returns the base URL of s (http(s)://HOST:PORT[/path], or HOST:PORT), or throws an InvalidError. */

@@ -39,6 +39,7 @@ export {
   type ListOptions,
   type WithLockOptions,
   type FenceSpec,
+  type WriteOptions,
   type KVItem,
   type LockInfo,
   type Holder,

@@ -54,6 +54,11 @@ HEADER_TOKEN = "Fence-Token"
 HEADER_LOCK = "Fence-Lock"
 HEADER_LEASE = "Fence-Lease"
 HEADER_INDEX = "Fence-Index"
+# The attempt id of a write (put, delete): one per logical write, the same on every
+# retry, so that the store applies the first attempt to land and a late one writes
+# nothing (P3).
+HEADER_ATTEMPT = "Fence-Attempt"
+MAX_ATTEMPT_ID_BYTES = 64
 
 _MAX_RESPONSE_BYTES = 64 << 20
 _MIN_BACKOFF = 0.05
@@ -208,6 +213,22 @@ def _check_request_id(op: str, name: str, request_id: Any) -> str:
     if any(not ("!" <= c <= "~") for c in request_id):
         raise _invalid(op, name, "request_id", request_id, "must be printable ASCII without spaces")
     return request_id
+
+
+def _attempt_id(op: str, key: str, attempt: Any) -> str:
+    """Returns a write's attempt id: ``attempt`` (1 to 64 bytes of printable ASCII
+    without spaces), or 128 random bits when it is None."""
+    if attempt is None:
+        return secrets.token_hex(16)
+    if not isinstance(attempt, str):
+        raise _invalid(op, key, "attempt", None, "must be a string, got %s" % type(attempt).__name__)
+    if attempt == "":
+        raise _invalid(op, key, "attempt", None, "is empty")
+    if len(attempt) > MAX_ATTEMPT_ID_BYTES:
+        raise _invalid(op, key, "attempt", attempt, "is %d bytes, longer than %d" % (len(attempt), MAX_ATTEMPT_ID_BYTES))
+    if any(not ("!" <= c <= "~") for c in attempt):
+        raise _invalid(op, key, "attempt", attempt, "must be printable ASCII without spaces")
+    return attempt
 
 
 def _check_kind(op: str, name: str, limit: Any, shared: Any) -> Dict[str, Any]:
@@ -1173,11 +1194,18 @@ class Client:
         token: Optional[int] = None,
         *,
         lease_id: Optional[str] = None,
+        attempt: Optional[str] = None,
     ) -> None:
         """Stores ``value`` (bytes, or str as UTF-8) under ``key`` if the key's fence
         admits the write: pass the ``lease`` it is written under, or the ``lock`` name
         and ``token`` (and optionally ``lease_id``; without it an equal token is
         refused).
+
+        Every attempt of the call carries one attempt id (Fence-Attempt): ``attempt``
+        (1 to 64 bytes of printable ASCII without spaces; give your own to retry a
+        write across calls or processes), or 128 random bits. The store applies the
+        attempt that reaches it first and answers a later one as its success with
+        nothing written, so a slow first attempt never replaces a later write.
 
         Raises StaleTokenError (``highest``: the token the key has accepted) or
         WrongLockError (the key is fenced by another lock) when the write is refused;
@@ -1195,6 +1223,7 @@ class Client:
         else:
             raise _invalid(op, key, "value", None, "must be bytes or str, got %s" % type(value).__name__)
         h = self._fence_headers(op, key, lease, lock, token, lease_id)
+        h[HEADER_ATTEMPT] = _attempt_id(op, key, attempt)
         h["Content-Type"] = "application/octet-stream"
         self._request(op, key, "PUT", "/v1/kv/%s" % escape_name(key), body=data, headers=h)
 
@@ -1226,11 +1255,13 @@ class Client:
         token: Optional[int] = None,
         *,
         lease_id: Optional[str] = None,
+        attempt: Optional[str] = None,
     ) -> None:
         """Removes ``key``'s value if the key's fence admits the delete, as put admits
         a write (pass the ``lease``, or ``lock`` and ``token`` and optionally
         ``lease_id``). The key keeps its fence, now this delete's, so a stale writer is
-        still refused; get then returns an Item whose value is None.
+        still refused; get then returns an Item whose value is None. Its attempts
+        carry one attempt id (``attempt``), as put's do.
 
         Raises NotFoundError if the key holds no value (never written, only fenced, or
         already deleted; nothing changed), and what put raises otherwise.
@@ -1238,6 +1269,7 @@ class Client:
         op = "delete"
         key = _check_name(op, key, field="key")
         h = self._fence_headers(op, key, lease, lock, token, lease_id)
+        h[HEADER_ATTEMPT] = _attempt_id(op, key, attempt)
         self._request(op, key, "DELETE", "/v1/kv/%s" % escape_name(key), headers=h)
 
     def purge(self, key: str) -> None:
