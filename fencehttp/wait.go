@@ -231,12 +231,7 @@ func (s *Server) acquired(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return
 	}
 	if ctx.Err() != nil {
-		// Granted as the client went away: nobody will ever know this lease id, so
-		// free the lock now instead of at expiry.
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rerr := s.cfg.Locker.Release(rctx, a.name, g.ID)
-		cancel()
-		s.log.Info("released a grant whose client went away", "lock", a.name, "token", uint64(g.Token), "err", rerr)
+		s.wentAway(a, g)
 		s.m.acquireError.Observe(elapsed)
 		s.fail(w, r, op, a.name, because(ctx.Err(), "client went away"))
 		return
@@ -255,6 +250,25 @@ func (s *Server) acquired(ctx context.Context, w http.ResponseWriter, r *http.Re
 		resp.Slot = &slot
 	}
 	s.ok(w, r, resp)
+}
+
+// wentAway disposes of the grant g of an acquire a whose client went away
+// before the answer. Without a request id nobody will ever know its lease id,
+// so it is released now instead of at expiry. With one it is left to expire:
+// the client may be retrying on another server (its attempt timed out, its
+// connection was reset), which finds the grant by its request id and returns
+// it with a full TTL; releasing it here would end it under that holder (P6
+// through retries), whatever the store declares. A client that gives up sends
+// an abandon (release with "request_id"), which frees it early.
+func (s *Server) wentAway(a *acquireCall, g driver.Grant) {
+	if a.req.RequestID != "" {
+		s.log.Info("left a grant whose client went away to expire or to its retry", "lock", a.name, "token", uint64(g.Token))
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	rerr := s.cfg.Locker.Release(rctx, a.name, g.ID)
+	cancel()
+	s.log.Info("released a grant whose client went away", "lock", a.name, "token", uint64(g.Token), "err", rerr)
 }
 
 // checkKind validates the kind of grant an acquire asks for: "limit" 1 to
