@@ -136,7 +136,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		}
 		if err == nil {
 			if res, err = l.try(ctx, r, el, &c, last); err != nil {
-				l.revoke(el) // a key the try may have created goes with it
+				l.dropTried(r, el)
 				el = 0
 			}
 		}
@@ -187,6 +187,20 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		}
 		return res, nil
 	})
+}
+
+// dropTried disposes of the etcd lease el of a try of r that failed: its grant
+// transaction may have committed all the same (its answer lost to a timeout, a
+// reset connection, a leader change), so el may hold a grant. Without a request
+// id nobody can find that grant, and el is revoked: the key goes with it. With
+// one, a retry of the acquire (here or through another Locker) finds the grant
+// and returns it with a full TTL, so el is never revoked: what the try may have
+// granted ends at its expiry, or by its holder's release. Either way el is
+// never pooled.
+func (l *Locker) dropTried(r *driver.Request, el clientv3.LeaseID) {
+	if r.Options.RequestID == "" {
+		l.revoke(el)
+	}
 }
 
 // Features reports that a Locker makes semaphores and shared locks and keeps
