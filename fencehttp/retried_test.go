@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/bolt"
+	"github.com/fencelock/fence/driver"
 	"github.com/fencelock/fence/fencehttp"
 	"github.com/fencelock/fence/inmem"
 	"github.com/fencelock/fence/internal/servers/servertest/etcdtest"
@@ -117,5 +118,118 @@ func TestServer_GrantWhoseClientWentAway_RetriedElsewhere_StaysHeld(t *testing.T
 				t.Fatalf("Release = %v; want nil", err)
 			}
 		})
+	}
+}
+
+// lateFinder is lateAnswer over a store that keeps request ids, which it
+// passes on (driver.RetryFinder), so that the server can serve an abandon.
+type lateFinder struct {
+	lateAnswer
+	rf driver.RetryFinder
+}
+
+func (s lateFinder) FindRetried(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, bool, error) {
+	return s.rf.FindRetried(ctx, name, ttl, opts...)
+}
+
+// A waiter gives up just as it is granted: the server's answer comes only after
+// the client has gone (a slow store), and the server leaves a grant with a
+// request id to its retry. The Client's abandon frees it at once: the next
+// acquire (through a second server on the store) is granted before the late
+// server has even finished, not a full TTL later.
+func TestClient_GivesUpAsGranted_AbandonFreesTheLockAtOnce(t *testing.T) {
+	for _, tc := range grantStores {
+		t.Run(tc.name, func(t *testing.T) {
+			store := tc.open(t)
+			answer := make(chan struct{})
+			s, err := fencehttp.NewServer(fencehttp.Config{Locker: lateFinder{lateAnswer{store, answer}, store.(driver.RetryFinder)}, KV: inmem.NewGuard()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, hs := newServerOf(t, s)
+			defer close(answer)
+			name := uniq(t, "abandoned")
+			ctx, cancel := context.WithCancel(ctxFor(t))
+			gaveUp := make(chan error, 1)
+			go func() {
+				_, err := mustClient(t, hs.URL, nil).Acquire(ctx, name, 20*time.Second, fence.WithWait(10*time.Second))
+				gaveUp <- err
+			}()
+			waitHeld(t, store.(fence.Inspector), name)
+			cancel()
+			if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Acquire whose context ended = %v; want context.Canceled", err)
+			}
+			// Through another server: the late one still holds the given-up
+			// acquire in its queue, which answers a new acquire 409 at once.
+			_, b := newServer(t, fencehttp.Config{Locker: store})
+			next, err := mustClient(t, b.URL, nil).Acquire(ctxFor(t), name, 10*time.Second)
+			if err != nil {
+				t.Fatalf("Acquire after the waiter gave up = %v; want a grant at once: the abandoned grant was left to expire", err)
+			}
+			if err := next.Release(ctxFor(t)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// newServerOf serves s as newServer serves the server it makes.
+func newServerOf(t *testing.T, s *fencehttp.Server) (*fencehttp.Server, *httptest.Server) {
+	t.Helper()
+	hs := startHTTP(s)
+	t.Cleanup(hs.Close)
+	return s, hs
+}
+
+// waitHeld waits, at most 10 s, until name is held in the store in.
+func waitHeld(t *testing.T, in fence.Inspector, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if info, err := in.Inspect(ctxFor(t), name); err == nil && info.Held {
+			return
+		}
+	}
+	t.Fatalf("%q never held", name)
+}
+
+// An abandon (a release with "request_id") ends the grant of that request id
+// only, of the acquire's kind; it answers 410 when there is none, 501 on a store
+// that keeps no request ids, and 400 for a body that names a lease too or sends
+// an acquire's fields without a request id.
+func TestServer_ReleaseByRequestID_EndsThatGrantOnly(t *testing.T) {
+	store := inmem.NewLocker(inmem.Options{})
+	_, hs := newServer(t, fencehttp.Config{Locker: store})
+	c := mustClient(t, hs.URL, nil)
+	sem := uniq(t, "sem")
+	mine := mustAcquire(t, c, sem, 10*time.Second, fence.WithLimit(2), fence.WithRequestID("abandon-mine-0001"))
+	theirs := mustAcquire(t, c, sem, 10*time.Second, fence.WithLimit(2), fence.WithRequestID("abandon-theirs-0001"))
+	release := hs.URL + "/v1/locks/" + fencehttp.EscapeName(sem) + "/release"
+
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"request_id":"abandon-mine-0001","ttl_ms":10000}`, http.StatusGone}, // a lock: not the permit's kind
+		{`{"request_id":"abandon-nobody-0001","ttl_ms":10000,"limit":2}`, http.StatusGone},
+		{`{"request_id":"abandon-mine-0001","lease":"` + mine.ID() + `"}`, http.StatusBadRequest},
+		{`{"lease":"` + mine.ID() + `","limit":2}`, http.StatusBadRequest},
+		{`{"request_id":"abandon-mine-0001","ttl_ms":10000,"limit":2}`, http.StatusOK},
+		{`{"request_id":"abandon-mine-0001","ttl_ms":10000,"limit":2}`, http.StatusGone}, // done already
+	} {
+		if resp, body := post(t, release, tc.body); resp.StatusCode != tc.want {
+			t.Fatalf("release %s = %d %s; want %d", tc.body, resp.StatusCode, body, tc.want)
+		}
+	}
+	if err := mine.Renew(ctxFor(t), 10*time.Second); !errors.Is(err, fence.ErrNotHeld) {
+		t.Fatalf("Renew of the abandoned permit = %v; want fence.ErrNotHeld", err)
+	}
+	if err := theirs.Renew(ctxFor(t), 10*time.Second); err != nil {
+		t.Fatalf("Renew of another request id's permit = %v; want nil: an abandon ends its own grant only", err)
+	}
+
+	_, plain := newServer(t, fencehttp.Config{Locker: lateAnswer{Locker: store}})
+	if resp, body := post(t, plain.URL+"/v1/locks/x/release", `{"request_id":"abandon-mine-0001"}`); resp.StatusCode != http.StatusNotImplemented {
+		t.Fatalf("abandon on a store that keeps no request ids = %d %s; want 501", resp.StatusCode, body)
 	}
 }
