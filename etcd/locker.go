@@ -110,8 +110,12 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			w.cancel()
 		}
 		l.leaveQueue(&c)
-		if el != 0 && c.marked { // no grant: the waiter record goes before el is pooled
-			l.unmark(c.waiter)
+		if el != 0 && c.marked && l.unmark(c.waiter) != nil {
+			// No grant: the waiter record under el goes before el is pooled. If
+			// it could not be deleted it lives while el does, holding off shared
+			// acquires of the name: el is revoked, which ends it.
+			l.revoke(el)
+			el = 0
 		}
 		l.putLease(el, l.grantSeconds(ttl), from) // 0 after a grant: its key holds it
 	}()
