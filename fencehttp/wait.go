@@ -254,21 +254,35 @@ func (s *Server) acquired(ctx context.Context, w http.ResponseWriter, r *http.Re
 
 // wentAway disposes of the grant g of an acquire a whose client went away
 // before the answer. Without a request id nobody will ever know its lease id,
-// so it is released now instead of at expiry. With one it is left to expire:
-// the client may be retrying on another server (its attempt timed out, its
-// connection was reset), which finds the grant by its request id and returns
-// it with a full TTL; releasing it here would end it under that holder (P6
-// through retries), whatever the store declares. A client that gives up sends
-// an abandon (release with "request_id"), which frees it early.
+// so it is released now instead of at expiry. With one, the client may be
+// retrying on another server (its attempt timed out, its connection was reset),
+// which finds the grant by its request id and returns it with a full TTL: it is
+// never released unconditionally here (P6 through retries), whatever the store
+// declares. A store that records which grants a retry claimed
+// (driver.UnclaimedReleaser) releases it only if no retry has, in one store
+// operation that the claim is serialized with; on any other store, or if that
+// fails, it is left to expire (a client that gives up also sends an abandon,
+// which frees it early).
 func (s *Server) wentAway(a *acquireCall, g driver.Grant) {
-	if a.req.RequestID != "" {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if a.req.RequestID == "" {
+		rerr := s.cfg.Locker.Release(rctx, a.name, g.ID)
+		s.log.Info("released a grant whose client went away", "lock", a.name, "token", uint64(g.Token), "err", rerr)
+		return
+	}
+	ur, ok := s.cfg.Locker.(driver.UnclaimedReleaser)
+	if !ok {
 		s.log.Info("left a grant whose client went away to expire or to its retry", "lock", a.name, "token", uint64(g.Token))
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	rerr := s.cfg.Locker.Release(rctx, a.name, g.ID)
-	cancel()
-	s.log.Info("released a grant whose client went away", "lock", a.name, "token", uint64(g.Token), "err", rerr)
+	released, err := ur.ReleaseUnclaimed(rctx, a.name, g.ID, a.req.RequestID)
+	switch {
+	case released && err == nil:
+		s.log.Info("released a grant whose client went away and that no retry claimed", "lock", a.name, "token", uint64(g.Token))
+	default:
+		s.log.Info("left a grant whose client went away to its retry or to expire", "lock", a.name, "token", uint64(g.Token), "err", err)
+	}
 }
 
 // checkKind validates the kind of grant an acquire asks for: "limit" 1 to
