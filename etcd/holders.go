@@ -368,6 +368,9 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 			return driver.Result{}, err
 		}
 		if res, ok, err := l.retried(ctx, r, st, reqKV); ok || err != nil {
+			if err == nil && res.Again && attempt < maxAttempts {
+				continue // the grant ended as it was claimed: the name may be free
+			}
 			c.retried = ok && err == nil && res.Token != 0
 			return res, err
 		}

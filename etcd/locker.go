@@ -197,14 +197,17 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 // transaction may have committed all the same (its answer lost to a timeout, a
 // reset connection, a leader change), so el may hold a grant. Without a request
 // id nobody can find that grant, and el is revoked: the key goes with it. With
-// one, a retry of the acquire (here or through another Locker) finds the grant
-// and returns it with a full TTL, so el is never revoked: what the try may have
-// granted ends at its expiry, or by its holder's release. Either way el is
-// never pooled.
+// one, a retry of the acquire (here or through another Locker) may have found
+// the grant and returned it with a full TTL: el is revoked only if no retry
+// claimed the grant (drop); if one did, or etcd could not be reached, what the
+// try may have granted ends by its holder's release or at its expiry. Either
+// way el is never pooled.
 func (l *Locker) dropTried(r *driver.Request, el clientv3.LeaseID) {
 	if r.Options.RequestID == "" {
 		l.revoke(el)
+		return
 	}
+	l.drop(r, el)
 }
 
 // Features reports that a Locker makes semaphores and shared locks and keeps
@@ -325,7 +328,8 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
 	}
 	key, holder := l.keys.leaseKey(name, leaseID)
-	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.beat(key))}
+	// The claim record (request.go) goes too: the etcd lease may be pooled.
+	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.beat(key)), clientv3.OpDelete(l.keys.claimKey(name, leaseID))}
 	if !holder {
 		del = append(del, clientv3.OpDelete(l.keys.owner(name)))
 	}
