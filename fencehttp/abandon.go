@@ -15,13 +15,21 @@ import (
 // lease id (its wait ended, its context was cancelled, every server it tried
 // timed out), if that acquire was granted after all.
 //
-// A server never releases a grant that carries a request id when its client
-// goes away before the answer (see wentAway): the client may be retrying
-// elsewhere, and the retry returns that very grant. Only the client knows
-// when it has given up; the abandon it then sends frees the lock at once
-// instead of at the grant's expiry, which would otherwise cost every waiter
-// behind it a full TTL. It is best effort: an attempt still in flight,
-// granted after the abandon was served, ends at its expiry.
+// A server never releases unconditionally a grant that carries a request id
+// when its client goes away before the answer (see wentAway): the client may
+// be retrying elsewhere, and the retry returns that very grant. It releases
+// one that no retry claimed, on a store that records claims
+// (driver.UnclaimedReleaser); on any other, only the client knows when it has
+// given up, and the abandon it then sends frees the lock at once instead of at
+// the grant's expiry, which would otherwise cost every waiter behind it a full
+// TTL. It is best effort: an attempt still in flight, granted after the
+// abandon was served, is released by its server if nobody claimed it, and
+// otherwise ends at its expiry.
+//
+// The abandon itself is a plain release of the grant it finds, not a
+// conditional one: it comes from the acquire's own client, which has given up,
+// so no other retry can hold that grant for it. Finding the grant claims it
+// (FindRetried), so a conditional release would always refuse.
 //
 // The server finds the grant as a retry of the acquire would (a store that
 // keeps request ids, a driver.RetryFinder), extended to the acquire's ttl_ms as

@@ -125,18 +125,25 @@
 // at Config.MaxWait (60s by default); the Client polls again until its own wait is
 // over, so fence.WaitForever works. A grant made just as its client went away is
 // released at once if its acquire had no request_id. One with a request_id is
-// never released by the attempt that lost its answer, whatever the store
-// declares: the client may be retrying on another server (its attempt timed
-// out, its connection was reset), and that retry finds the grant by its request
-// id and returns it with a full TTL. It is ended by its holder, by its expiry,
-// or by the client's abandon: POST /v1/locks/{name}/release with
+// never released unconditionally by the attempt that lost its answer, whatever
+// the store declares: the client may be retrying on another server (its attempt
+// timed out, its connection was reset), and that retry finds the grant by its
+// request id and returns it with a full TTL. A store that records which grants
+// a retry claimed (driver.UnclaimedReleaser: inmem, bolt, etcd) claims the grant
+// in the operation that returns it to the retry, and the server releases the
+// grant only if nobody claimed it, in one store operation serialized with the
+// claim: so a grant whose client is gone for good (killed, or one that never
+// retries) frees the lock at once, and a retried one stays its holder's. On
+// any other store it is left to expire. It is also ended by its holder, or by
+// the client's abandon: POST /v1/locks/{name}/release with
 // {"request_id","ttl_ms"[,"limit"|"shared"]} instead of {"lease"}, which the
 // Client sends when it gives up on an acquire whose outcome it does not know
 // (its wait ended mid-poll, no server answered), so that a waiter giving up
 // just as it is granted costs the queue behind it no TTL. The server releases
 // the live grant of that request id, found as a retry would find it (410 if
 // none, 501 if the store keeps no request ids); an attempt granted after the
-// abandon was served ends at its expiry.
+// abandon was served is released by its server if nobody claimed it, else it
+// expires.
 //
 // Waiters are served in the order they arrived (P10): the waiting acquires of a
 // name queue in the server, only the head of the queue tries the store, and a
