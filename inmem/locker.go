@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -462,6 +463,7 @@ func (l *Locker) Snapshot() Snapshot {
 	for name, st := range l.locks {
 		c := *st
 		c.leases = slices.Clone(st.leases)
+		c.claimed = maps.Clone(st.claimed) // a replica has the claims with the leases
 		c.released = nil
 		s.locks[name] = c
 	}
@@ -485,6 +487,7 @@ func (l *Locker) Restore(s Snapshot) {
 	for name, st := range s.locks {
 		c := st
 		c.leases = slices.Clone(st.leases)
+		c.claimed = maps.Clone(st.claimed)
 		c.released = make(chan struct{})
 		l.locks[name] = &c
 	}
