@@ -83,12 +83,14 @@ func TestLocker_RequestID_LostAnswerNobodyClaimed_FreedAtOnce(t *testing.T) {
 	}
 }
 
-// The failed try's cleanup and a retry's claim on another Locker, at once:
-// etcd serializes them, so whichever the retry gets (the claimed grant, or a
+// The failed try's cleanup and a retry's claim on another Locker, close
+// together, in either order: etcd serializes them, so whichever the retry gets (the claimed grant, or a
 // fresh one after the cleanup) stays its own: renewable, and the lock is
 // nobody else's while it lasts.
 func TestLocker_RequestID_CleanupRacesTheRetry_RetryKeepsItsGrant(t *testing.T) {
 	ctx := testCtx(t)
+	var claimed, fresh int // the rounds where the claim came first, and the others
+	defer func() { t.Logf("the claim came first in %d rounds, the cleanup in %d", claimed, fresh) }()
 	for i := range 10 {
 		name := uniq("cleanup-race")
 		committed, proceed := make(chan struct{}), make(chan struct{})
@@ -102,6 +104,10 @@ func TestLocker_RequestID_CleanupRacesTheRetry_RetryKeepsItsGrant(t *testing.T) 
 			firstErr <- err
 		}()
 		<-committed
+		firstGrant, err := other.Inspect(ctx, name)
+		if err != nil || !firstGrant.Held {
+			t.Fatalf("round %d: Inspect after the first attempt committed = %+v, %v; want it held", i, firstGrant, err)
+		}
 		retried := make(chan *fence.Lease, 1)
 		go func() {
 			lease, err := retry.Acquire(ctx, name, 20*time.Second, append(opts, fence.WithWait(5*time.Second))...)
@@ -110,6 +116,9 @@ func TestLocker_RequestID_CleanupRacesTheRetry_RetryKeepsItsGrant(t *testing.T) 
 			}
 			retried <- lease
 		}()
+		// The first attempt fails 0 to 9 ms after the retry starts: the early
+		// rounds' cleanup tends to come first, the late rounds' claim.
+		time.Sleep(time.Duration(i) * time.Millisecond)
 		close(proceed)
 		if err := <-firstErr; err == nil {
 			t.Fatalf("round %d: the first attempt, whose answer was lost, returned a lease; want its error", i)
@@ -120,6 +129,11 @@ func TestLocker_RequestID_CleanupRacesTheRetry_RetryKeepsItsGrant(t *testing.T) 
 		}
 		if err := lease.Renew(ctx, 20*time.Second); err != nil {
 			t.Fatalf("round %d: Renew of the retry's grant (token %d) after the cleanup = %v; want nil", i, lease.Token(), err)
+		}
+		if lease.Token() == firstGrant.Token {
+			claimed++
+		} else {
+			fresh++
 		}
 		if l2, err := other.Acquire(ctx, name, 10*time.Second); err == nil {
 			t.Fatalf("round %d: another Locker was granted token %d while the retry holds token %d", i, l2.Token(), lease.Token())
