@@ -88,9 +88,9 @@ func takeRequest(r *driver.Request, resp *clientv3.TxnResponse) *mvccpb.KeyValue
 }
 
 // retried returns the grant of st that an earlier attempt of r made under r's
-// request id, claimed (see claim) and renewed to r.TTL from now (so that the holder's deadline, counted
-// from the renewal's start, is never later than etcd's expiry), and true; or
-// false if st has none. reqKV is the name's token key as read with st (nil:
+// request id, claimed (see claim) and renewed to r.TTL from now (so that the
+// holder's deadline, counted from the renewal's start, is never later than
+// etcd's expiry), and true; or false if st has none. reqKV is the name's token key as read with st (nil:
 // none). A grant that ends before its claim or renewal is no longer there to
 // return: the caller looks again (Result.Again). One that its attempt dropped
 // (claim) is not returned: it is about to end, or it expires.
@@ -258,7 +258,7 @@ const (
 // under the grant's etcd lease if there is none and the key is still kv's
 // grant. It returns claimHeld if the grant is claimed, now or before; claimGone
 // if the grant ended; claimDropped if its attempt dropped it first; and
-// fence.ErrUnavailable if etcd cannot be reached.
+// fence.ErrUnavailable if etcd cannot be reached, fence.ErrClosed after Close.
 func (l *Locker) claim(ctx context.Context, name, leaseID string, kv *mvccpb.KeyValue) (int, error) {
 	key := l.keys.claimKey(name, leaseID)
 	resp, err := l.cli.Txn(ctx).If(
