@@ -198,6 +198,7 @@ type extra struct {
 type holdMeta struct {
 	owner     string
 	requestID string
+	claimed   bool // a retry of its acquire returned it (see driver.UnclaimedReleaser)
 }
 
 // ownerName returns h's owner, "" if none.

@@ -36,7 +36,8 @@ type RetryFinder interface {
 	// FindRetried returns the live grant of name made under the request id of
 	// opts (fence.WithRequestID) and of their kind, extended to ttl from now as
 	// Renew does, and true; or false if there is none (or no request id). It
-	// grants nothing. Errors are those of Renew: fence.ErrUnavailable, ...
+	// grants nothing. A store that is an UnclaimedReleaser claims the grant it
+	// returns, in the same store operation. Errors are those of Renew: fence.ErrUnavailable, ...
 	FindRetried(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (Grant, bool, error)
 }
 
@@ -50,4 +51,25 @@ func RetryRequest(name string, ttl time.Duration, opts []fence.AcquireOption) *R
 	}
 	o.LimitSet, o.RequestIDSet = false, false
 	return &Request{Name: name, TTL: ttl, Options: o}
+}
+
+// UnclaimedReleaser is a Locker that keeps request ids and records which of their
+// grants a retry has claimed: a retry of an acquire (an Acquire that returns an
+// earlier attempt's grant, or FindRetried) claims the grant in the same store
+// operation that finds it. The attempt that lost its answer (its client went
+// away, its transaction's outcome is unknown) may then end the grant only while
+// nobody claimed it, so that a grant nobody will ever learn of frees its name at
+// once, and one a retry returned is never ended under its holder. The store
+// serializes the claim and the release: either the release ran first and the
+// retry finds no grant (it grants afresh), or the claim ran first and the
+// release touches nothing.
+type UnclaimedReleaser interface {
+	// ReleaseUnclaimed releases the lease leaseID of name, granted under
+	// requestID, in one store operation, and returns true, if no retry of its
+	// acquire has claimed it. It returns false and touches nothing if a retry
+	// claimed it, if the lease is no longer held, or if it was not granted under
+	// requestID. Errors: fence.ErrInvalid for bad arguments,
+	// fence.ErrUnavailable if the store could not be reached (the lease may or
+	// may not have been released; if not, it expires), fence.ErrClosed.
+	ReleaseUnclaimed(ctx context.Context, name, leaseID, requestID string) (bool, error)
 }

@@ -48,3 +48,18 @@ func (l *Locker) FirstAttemptForTest(ctx context.Context, name string, ttl time.
 		return resp.Succeeded, nil
 	}, nil
 }
+
+// PooledStartForTest returns when the countdown of the spare etcd lease id, as
+// its pool entry records it, last started, and whether id is in the pool.
+func (l *Locker) PooledStartForTest(id int64) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ls := range l.pool {
+		for _, pl := range ls {
+			if int64(pl.id) == id {
+				return pl.renewed, true
+			}
+		}
+	}
+	return time.Time{}, false
+}

@@ -304,15 +304,15 @@ type acquireCall struct {
 	// (see request.go), which holds its own etcd lease, not the call's.
 	retried bool
 
-	queued    int64              // FIFO: the create revision of waiter, its place; 0: none
-	wl        clientv3.LeaseID   // FIFO: the waiter lease that holds waiter; 0: none yet
-	stopKA    context.CancelFunc // FIFO: ends the keep-alives of wl
-	kaAt      atomic.Int64       // FIFO: when a keep-alive of wl was last answered (UnixNano)
-	kaLost    atomic.Bool        // FIFO: the client gave up keeping wl alive
-	ahead     map[string]bool    // FIFO: the waiter keys ahead of waiter at the last try
-	due       time.Time          // when the last try that found the name held asked to try again
-	expiresIn time.Duration      // what that try reported of the holders' time left
-	beats     beatLog            // FastExpiry: the holders' beats this call saw
+	queued    int64                     // FIFO: the create revision of waiter, its place; 0: none
+	wl        clientv3.LeaseID          // FIFO: the waiter lease that holds waiter; 0: none yet
+	stopKA    context.CancelFunc        // FIFO: ends the keep-alives of wl
+	kaAt      atomic.Pointer[time.Time] // FIFO: when the last answered keep-alive of wl was sent
+	kaLost    atomic.Bool               // FIFO: keepWaiting gave up keeping wl alive
+	ahead     map[string]bool           // FIFO: the waiter keys ahead of waiter at the last try
+	due       time.Time                 // when the last try that found the name held asked to try again
+	expiresIn time.Duration             // what that try reported of the holders' time left
+	beats     beatLog                   // FastExpiry: the holders' beats this call saw
 }
 
 // try makes one try of r under etcd lease el: one transaction that grants if the
@@ -368,6 +368,9 @@ func (l *Locker) try(ctx context.Context, r *driver.Request, el clientv3.LeaseID
 			return driver.Result{}, err
 		}
 		if res, ok, err := l.retried(ctx, r, st, reqKV); ok || err != nil {
+			if err == nil && res.Again && attempt < maxAttempts {
+				continue // the grant ended as it was claimed: the name may be free
+			}
 			c.retried = ok && err == nil && res.Token != 0
 			return res, err
 		}

@@ -110,8 +110,12 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 			w.cancel()
 		}
 		l.leaveQueue(&c)
-		if el != 0 && c.marked { // no grant: the waiter record goes before el is pooled
-			l.unmark(c.waiter)
+		if el != 0 && c.marked && l.unmark(c.waiter) != nil {
+			// No grant: the waiter record under el goes before el is pooled. If
+			// it could not be deleted it lives while el does, holding off shared
+			// acquires of the name: el is revoked, which ends it.
+			l.revoke(el)
+			el = 0
 		}
 		l.putLease(el, l.grantSeconds(ttl), from) // 0 after a grant: its key holds it
 	}()
@@ -136,7 +140,7 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		}
 		if err == nil {
 			if res, err = l.try(ctx, r, el, &c, last); err != nil {
-				l.revoke(el) // a key the try may have created goes with it
+				l.dropTried(r, el)
 				el = 0
 			}
 		}
@@ -187,6 +191,23 @@ func (l *Locker) Acquire(ctx context.Context, name string, ttl time.Duration, op
 		}
 		return res, nil
 	})
+}
+
+// dropTried disposes of the etcd lease el of a try of r that failed: its grant
+// transaction may have committed all the same (its answer lost to a timeout, a
+// reset connection, a leader change), so el may hold a grant. Without a request
+// id nobody can find that grant, and el is revoked: the key goes with it. With
+// one, a retry of the acquire (here or through another Locker) may have found
+// the grant and returned it with a full TTL: el is revoked only if no retry
+// claimed the grant (drop); if one did, or etcd could not be reached, what the
+// try may have granted ends by its holder's release or at its expiry. Either
+// way el is never pooled.
+func (l *Locker) dropTried(r *driver.Request, el clientv3.LeaseID) {
+	if r.Options.RequestID == "" {
+		l.revoke(el)
+		return
+	}
+	l.drop(r, el)
 }
 
 // Features reports that a Locker makes semaphores and shared locks and keeps
@@ -307,7 +328,8 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 		return fmt.Errorf("etcd: release %q: %w", name, err)
 	}
 	key, holder := l.keys.leaseKey(name, leaseID)
-	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.beat(key))}
+	// The claim record (request.go) goes too: the etcd lease may be pooled.
+	del := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), clientv3.OpDelete(l.keys.beat(key)), clientv3.OpDelete(l.keys.claimKey(name, leaseID))}
 	if !holder {
 		del = append(del, clientv3.OpDelete(l.keys.owner(name)))
 	}

@@ -119,6 +119,7 @@ func (l *Locker) holdPlace(ctx context.Context, c *acquireCall) error {
 		return nil
 	}
 	wl, _ := l.getLease(waiterSecs)
+	from := l.clock.Now() // before the request that starts wl's countdown
 	if wl != 0 {
 		if _, err := l.cli.KeepAliveOnce(ctx, wl); err != nil {
 			l.revoke(wl)
@@ -126,6 +127,7 @@ func (l *Locker) holdPlace(ctx context.Context, c *acquireCall) error {
 		}
 	}
 	if wl == 0 {
+		from = l.clock.Now()
 		g, err := l.cli.Grant(ctx, waiterSecs)
 		if err != nil {
 			return fmt.Errorf("waiter lease: %w", storeErr(err))
@@ -133,6 +135,7 @@ func (l *Locker) holdPlace(ctx context.Context, c *acquireCall) error {
 		wl = g.ID
 	}
 	c.wl = wl
+	c.kaAt.Store(&from)
 	resp, err := l.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(c.waiter), "=", c.queued)).
 		Then(clientv3.OpPut(c.waiter, "", clientv3.WithLease(wl))).
@@ -143,7 +146,7 @@ func (l *Locker) holdPlace(ctx context.Context, c *acquireCall) error {
 	if !resp.Succeeded {
 		c.queued = 0
 	}
-	l.keepWaiting(c, wl)
+	l.keepWaiting(c, wl, from)
 	return nil
 }
 
@@ -160,8 +163,8 @@ func (l *Locker) leaveQueue(c *acquireCall) {
 		empty = l.unmark(c.waiter) == nil
 		c.marked = false
 	}
-	if empty {
-		l.putLease(c.wl, waiterSecs, time.Unix(0, c.kaAt.Load()))
+	if at := c.kaAt.Load(); empty && at != nil {
+		l.putLease(c.wl, waiterSecs, *at)
 	} else {
 		l.revoke(c.wl)
 	}
@@ -169,30 +172,51 @@ func (l *Locker) leaveQueue(c *acquireCall) {
 }
 
 // keepWaiting keeps the waiter lease wl of a queued call alive until
-// stopWaiting, with the client's keep-alives (not Raft writes): the call's tries
-// may be far apart, and its waiter key must outlive them. c.kaAt records when
-// the last one was answered, for the pool.
-func (l *Locker) keepWaiting(c *acquireCall, wl clientv3.LeaseID) {
+// stopWaiting, with keep-alives (not Raft writes): the call's tries may be far
+// apart, and its waiter key must outlive them. from is when the request that
+// last started wl's countdown was sent. c.kaAt records, for the pool, when
+// the last keep-alive that etcd answered was sent: taken before the request,
+// on the monotonic clock, it is never later than the countdown it restarted
+// (an answer's arrival would be). Keep-alives go a third of the lease's TTL
+// apart, and every half second while they fail; when one finds the lease gone,
+// or none is answered within the TTL, c.kaLost says so, and the next try looks
+// at the lease again (checkPlace).
+func (l *Locker) keepWaiting(c *acquireCall, wl clientv3.LeaseID, from time.Time) {
 	if c.stopKA != nil {
 		return
 	}
-	c.kaAt.Store(l.clock.Now().UnixNano())
-	ctx, cancel := context.WithCancel(l.wctx)
-	ch, err := l.cli.KeepAlive(ctx, wl)
-	if err != nil {
-		cancel()
-		return // the lease ends, and with it the key: the call joins the queue again
-	}
+	c.kaAt.Store(&from)
 	c.kaLost.Store(false)
-	go func() {
-		for range ch {
-			c.kaAt.Store(l.clock.Now().UnixNano())
-		}
-		// The client gives up on a lease it could not renew within its TTL (a
-		// leader change longer than that): the next try looks at it again.
-		c.kaLost.Store(ctx.Err() == nil)
-	}()
+	ctx, cancel := context.WithCancel(l.wctx)
 	c.stopKA = cancel
+	go func() {
+		ttl := time.Duration(waiterSecs) * time.Second // until the first answer says etcd's
+		for {
+			sent := l.clock.Now()
+			kctx, kcancel := context.WithTimeout(ctx, ttl) // unanswered that long, it has expired
+			ka, err := l.cli.KeepAliveOnce(kctx, wl)
+			kcancel()
+			next := 500 * time.Millisecond
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err == nil:
+				c.kaAt.Store(&sent)
+				ttl = time.Duration(ka.TTL) * time.Second
+				next = ttl / 3
+			case errors.Is(storeErr(err), fence.ErrNotHeld), l.clock.Now().Sub(*c.kaAt.Load()) >= ttl:
+				c.kaLost.Store(true) // the lease is gone, or going: checkPlace decides
+				return
+			}
+			t := time.NewTimer(next)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
 }
 
 // checkPlace runs before each try of a queued call whose waiter lease's
@@ -205,6 +229,7 @@ func (l *Locker) checkPlace(ctx context.Context, c *acquireCall) error {
 		return nil
 	}
 	c.stopWaiting()
+	from := l.clock.Now()
 	if _, err := l.cli.KeepAliveOnce(ctx, c.wl); err != nil {
 		if err = storeErr(err); errors.Is(err, fence.ErrNotHeld) {
 			l.dropPlace(c)
@@ -212,7 +237,7 @@ func (l *Locker) checkPlace(ctx context.Context, c *acquireCall) error {
 		}
 		return fmt.Errorf("waiter lease: %w", err)
 	}
-	l.keepWaiting(c, c.wl)
+	l.keepWaiting(c, c.wl, from)
 	return nil
 }
 

@@ -374,15 +374,23 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 // caller's, or 128 bits from crypto/rand, the same on every attempt and poll of
 // the call, so that a store keeping request ids answers a retry whose first
 // answer was lost (a failover to another server, a timeout) with the same grant
-// instead of a second one.
+// instead of a second one. A call that gives up while an attempt's outcome is
+// unknown (its context ended, or no server could be reached) sends a
+// best-effort abandon (see abandonLost), so that a grant made for it after all
+// is released at once instead of at its expiry.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (*fence.Lease, error) {
 	rid := driver.ApplyOptions(opts...).RequestID
 	if rid == "" {
 		rid = driver.NewLeaseID() // an invalid one given by the caller is refused by the engine
 	}
+	var last *driver.Request // the last try's request, if one was sent
 	lease, err := c.engine.Acquire(ctx, name, ttl, opts, func(ctx context.Context, r *driver.Request) (driver.Result, error) {
+		last = r
 		return c.try(ctx, r, rid)
 	})
+	if err != nil && last != nil {
+		c.abandonLost(ctx, last, rid, err)
+	}
 	if err == nil || errors.Is(err, fence.ErrNotAcquired) {
 		return lease, err
 	}

@@ -14,6 +14,8 @@
 //	                         | 409 held (after the wait; expires_in_ms as of its end) | 409 limit_mismatch | 501
 //	POST /v1/locks/{name}/renew    {"lease":ID,"ttl_ms":N}  -> 200 | 410 lease expired or lost
 //	POST /v1/locks/{name}/release  {"lease":ID}             -> 200 | 410
+//	                      or {"request_id":S,"ttl_ms":N[,"limit":N,"shared":B]}: abandon
+//	                         that acquire's grant (see Waiting) -> 200 | 410 | 501
 //	POST /v1/locks/{name}/revoke   {}                       -> 200 {"name","revoked":true} | 404 not_held | 501
 //	POST /v1/locks/{name}/heal     {"seen":N}               -> 200 | 501 (fence.Healer, P4)
 //	                         | 400 {"code":"invalid","field":"seen","name","last","bound":4294967296}
@@ -122,7 +124,26 @@
 // (409), the client goes away, or the server drains (503). The server caps one poll
 // at Config.MaxWait (60s by default); the Client polls again until its own wait is
 // over, so fence.WaitForever works. A grant made just as its client went away is
-// released at once.
+// released at once if its acquire had no request_id. One with a request_id is
+// never released unconditionally by the attempt that lost its answer, whatever
+// the store declares: the client may be retrying on another server (its attempt
+// timed out, its connection was reset), and that retry finds the grant by its
+// request id and returns it with a full TTL. A store that records which grants
+// a retry claimed (driver.UnclaimedReleaser: inmem, bolt, etcd) claims the grant
+// in the operation that returns it to the retry, and the server releases the
+// grant only if nobody claimed it, in one store operation serialized with the
+// claim: so a grant whose client is gone for good (killed, or one that never
+// retries) frees the lock at once, and a retried one stays its holder's. On
+// any other store it is left to expire. It is also ended by its holder, or by
+// the client's abandon: POST /v1/locks/{name}/release with
+// {"request_id","ttl_ms"[,"limit"|"shared"]} instead of {"lease"}, which the
+// Client sends when it gives up on an acquire whose outcome it does not know
+// (its wait ended mid-poll, no server answered), so that a waiter giving up
+// just as it is granted costs the queue behind it no TTL. The server releases
+// the live grant of that request id, found as a retry would find it (410 if
+// none, 501 if the store keeps no request ids); an attempt granted after the
+// abandon was served is released by its server if nobody claimed it, else it
+// expires.
 //
 // Waiters are served in the order they arrived (P10): the waiting acquires of a
 // name queue in the server, only the head of the queue tries the store, and a

@@ -798,6 +798,12 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "release", on: m, method: "POST", path: nightly + "/release", body: `{"lease":"` + lease + `"}`, status: 200})
 	c.do(exchange{what: "release, again", on: m, method: "POST", path: nightly + "/release", body: `{"lease":"` + lease + `"}`, status: 410, code: "not_held"})
 	c.do(exchange{what: "release, empty lease", on: m, method: "POST", path: nightly + "/release", body: `{"lease":""}`, req: reqViolates, status: 400, code: "invalid"})
+	// release by request id: an abandon
+	c.do(exchange{what: "acquire, to abandon", on: m, method: "POST", path: "/v1/locks/abandoned/acquire", body: `{"ttl_ms":30000,"request_id":"openapi-abandon-1"}`, status: 200})
+	c.do(exchange{what: "abandon", on: m, method: "POST", path: "/v1/locks/abandoned/release", body: `{"request_id":"openapi-abandon-1","ttl_ms":30000}`, status: 200})
+	c.do(exchange{what: "abandon, again", on: m, method: "POST", path: "/v1/locks/abandoned/release", body: `{"request_id":"openapi-abandon-1","ttl_ms":30000}`, status: 410, code: "not_held"})
+	c.do(exchange{what: "abandon, with a lease", on: m, method: "POST", path: "/v1/locks/abandoned/release", body: `{"request_id":"openapi-abandon-1","lease":"` + lease + `"}`, req: reqUnchecked, status: 400, code: "invalid"})
+	c.do(exchange{what: "abandon, store keeps no request ids", on: s.bare, method: "POST", path: "/v1/locks/x/release", body: `{"request_id":"openapi-abandon-1"}`, status: 501, code: "not_implemented"})
 	c.do(exchange{what: "release, body too large", on: m, method: "POST", path: nightly + "/release", body: big, req: reqUnchecked, status: 413, code: "too_large"})
 	c.unserved(s, "release", "", exchange{method: "POST", path: "/v1/locks/x/release", body: `{"lease":"` + secret + `"}`})
 

@@ -425,7 +425,11 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	var req releaseRequest
-	if !s.readBody(w, r, "release", name, &req, func() error { return fence.ValidateLeaseID(req.Lease) }) {
+	if !s.readBody(w, r, "release", name, &req, func() error { return s.checkRelease(req) }) {
+		return
+	}
+	if req.RequestID != "" {
+		s.abandon(w, r, name, req)
 		return
 	}
 	if err := s.cfg.Locker.Release(r.Context(), name, req.Lease); err != nil {

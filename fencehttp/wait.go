@@ -245,12 +245,7 @@ func (s *Server) acquired(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return
 	}
 	if ctx.Err() != nil {
-		// Granted as the client went away: nobody will ever know this lease id, so
-		// free the lock now instead of at expiry.
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rerr := s.cfg.Locker.Release(rctx, a.name, g.ID)
-		cancel()
-		s.log.Info("released a grant whose client went away", "lock", a.name, "token", uint64(g.Token), "err", rerr)
+		s.wentAway(a, g)
 		s.m.acquireError.Observe(elapsed)
 		s.fail(w, r, op, a.name, because(ctx.Err(), "client went away"))
 		return
@@ -269,6 +264,39 @@ func (s *Server) acquired(ctx context.Context, w http.ResponseWriter, r *http.Re
 		resp.Slot = &slot
 	}
 	s.ok(w, r, resp)
+}
+
+// wentAway disposes of the grant g of an acquire a whose client went away
+// before the answer. Without a request id nobody will ever know its lease id,
+// so it is released now instead of at expiry. With one, the client may be
+// retrying on another server (its attempt timed out, its connection was reset),
+// which finds the grant by its request id and returns it with a full TTL: it is
+// never released unconditionally here (P6 through retries), whatever the store
+// declares. A store that records which grants a retry claimed
+// (driver.UnclaimedReleaser) releases it only if no retry has, in one store
+// operation that the claim is serialized with; on any other store, or if that
+// fails, it is left to expire (a client that gives up also sends an abandon,
+// which frees it early).
+func (s *Server) wentAway(a *acquireCall, g driver.Grant) {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if a.req.RequestID == "" {
+		rerr := s.cfg.Locker.Release(rctx, a.name, g.ID)
+		s.log.Info("released a grant whose client went away", "lock", a.name, "token", uint64(g.Token), "err", rerr)
+		return
+	}
+	ur, ok := s.cfg.Locker.(driver.UnclaimedReleaser)
+	if !ok {
+		s.log.Info("left a grant whose client went away to expire or to its retry", "lock", a.name, "token", uint64(g.Token))
+		return
+	}
+	released, err := ur.ReleaseUnclaimed(rctx, a.name, g.ID, a.req.RequestID)
+	switch {
+	case released && err == nil:
+		s.log.Info("released a grant whose client went away and that no retry claimed", "lock", a.name, "token", uint64(g.Token))
+	default:
+		s.log.Info("left a grant whose client went away to its retry or to expire", "lock", a.name, "token", uint64(g.Token), "err", err)
+	}
 }
 
 // checkKind validates the kind of grant an acquire asks for: "limit" 1 to

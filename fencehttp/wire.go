@@ -53,7 +53,14 @@ type renewRequest struct {
 
 // releaseRequest is the body of POST /v1/locks/{name}/release.
 type releaseRequest struct {
-	Lease string `json:"lease"`
+	Lease string `json:"lease,omitempty"`
+	// RequestID, instead of Lease, abandons the grant of an acquire whose client
+	// gave up without learning its lease id (see abandon.go). TTLms, Limit and
+	// Shared are that acquire's, to find its grant by; they go only with it.
+	RequestID string `json:"request_id,omitempty"`
+	TTLms     *int64 `json:"ttl_ms,omitempty"`
+	Limit     *int   `json:"limit,omitempty"`
+	Shared    bool   `json:"shared,omitempty"`
 }
 
 // revokeRequest is the body of POST /v1/locks/{name}/revoke: {} (or none). It

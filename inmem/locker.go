@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -67,6 +68,9 @@ type lockState struct {
 	// semaphore, up to fence.MaxLimit shared ones. Expired ones are dropped when
 	// the name is next touched.
 	leases []driver.Holding
+	// claimed are the ids of the live leases that a retry of their acquire
+	// returned (see driver.UnclaimedReleaser); nil when none.
+	claimed map[string]struct{}
 	// waiterUntil is when the record of an exclusive acquire waiting for shared
 	// holders ends (writer preference; see driver.Decide).
 	waiterUntil time.Time
@@ -78,13 +82,28 @@ type lockState struct {
 // live drops the expired leases of st and returns the live ones. l.mu must
 // be held.
 func (st *lockState) live(now time.Time) []driver.Holding {
-	st.leases = slices.DeleteFunc(st.leases, func(h driver.Holding) bool { return !now.Before(h.Expires) })
+	st.leases = slices.DeleteFunc(st.leases, func(h driver.Holding) bool {
+		if now.Before(h.Expires) {
+			return false
+		}
+		delete(st.claimed, h.ID)
+		return true
+	})
 	return st.leases
 }
 
 // find returns the index of the live lease leaseID in st, or -1.
 func (st *lockState) find(leaseID string, now time.Time) int {
 	return slices.IndexFunc(st.live(now), func(h driver.Holding) bool { return h.ID == leaseID })
+}
+
+// claim records that a retry of the acquire of the live lease leaseID returned
+// it: ReleaseUnclaimed no longer ends it. l.mu must be held.
+func (st *lockState) claim(leaseID string) {
+	if st.claimed == nil {
+		st.claimed = make(map[string]struct{})
+	}
+	st.claimed[leaseID] = struct{}{}
 }
 
 // NewLocker returns an empty Locker.
@@ -145,12 +164,14 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 	now := l.clock.Now()
 	live := st.live(now)
 	if h, ok := driver.Retried(r, live); ok {
-		// A retry of a grant whose answer was lost: the same grant, renewed.
+		// A retry of a grant whose answer was lost: the same grant, renewed and
+		// claimed.
 		for i := range st.leases {
 			if st.leases[i].ID == h.ID {
 				st.leases[i].Expires = now.Add(r.TTL)
 			}
 		}
+		st.claim(h.ID)
 		return driver.Result{Token: h.Token, ID: h.ID, Slot: h.Slot}, nil
 	}
 	d, err := driver.Decide(r, live, now, st.waiterUntil)
@@ -181,8 +202,9 @@ func (l *Locker) try(_ context.Context, r *driver.Request) (driver.Result, error
 var _ driver.RetryFinder = (*Locker)(nil)
 
 // FindRetried returns the live grant of name made under the request id of opts,
-// extended to ttl from now, and true, or false if there is none (see
-// driver.RetryFinder); it grants nothing. It returns fence.ErrInvalid for a bad
+// extended to ttl from now and claimed (see driver.UnclaimedReleaser), and
+// true, or false if there is none (see driver.RetryFinder); it grants nothing.
+// It returns fence.ErrInvalid for a bad
 // name, TTL or request id.
 func (l *Locker) FindRetried(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, bool, error) {
 	r := driver.RetryRequest(name, ttl, opts)
@@ -207,7 +229,35 @@ func (l *Locker) FindRetried(ctx context.Context, name string, ttl time.Duration
 		return driver.Grant{}, false, nil
 	}
 	st.leases[st.find(h.ID, now)].Expires = now.Add(ttl)
+	st.claim(h.ID)
 	return driver.Grant{Token: h.Token, ID: h.ID, Start: now, Slot: h.Slot}, true, nil
+}
+
+var _ driver.UnclaimedReleaser = (*Locker)(nil)
+
+// ReleaseUnclaimed releases the live lease leaseID of name, granted under
+// requestID, and wakes the waiters on name, if no retry of its acquire claimed
+// it (Acquire or FindRetried returned it): true. It returns false and changes
+// nothing if a retry claimed it, if it is no longer held or if it was granted
+// under another request id (see driver.UnclaimedReleaser); fence.ErrInvalid for a
+// bad name, lease id or request id.
+func (l *Locker) ReleaseUnclaimed(ctx context.Context, name, leaseID, requestID string) (bool, error) {
+	if err := precheck(ctx, "release", name, driver.ValidateLease(name, leaseID), fence.ValidateRequestID(requestID)); err != nil {
+		return false, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.locks[name]
+	if st == nil {
+		return false, nil
+	}
+	i := st.find(leaseID, l.clock.Now())
+	if _, claimed := st.claimed[leaseID]; i < 0 || claimed || st.leases[i].RequestID != requestID {
+		return false, nil
+	}
+	st.leases = slices.Delete(st.leases, i, i+1)
+	l.endLocked(name, st)
+	return true, nil
 }
 
 // Renew extends the lease identified by name and leaseID to ttl from now, by the
@@ -254,6 +304,7 @@ func (l *Locker) Release(ctx context.Context, name, leaseID string) error {
 	}
 	held := now.Before(st.leases[i].Expires)
 	st.leases = slices.Delete(st.leases, i, i+1)
+	delete(st.claimed, leaseID)
 	l.endLocked(name, st)
 	if !held {
 		return fmt.Errorf("inmem: release %q: %w", name, fence.ErrExpired)
@@ -277,6 +328,7 @@ func (l *Locker) Revoke(ctx context.Context, name string) error {
 		return fmt.Errorf("inmem: revoke %q: %w", name, fence.ErrNotHeld)
 	}
 	st.leases = st.leases[:0]
+	clear(st.claimed)
 	l.endLocked(name, st)
 	return nil
 }
@@ -411,6 +463,7 @@ func (l *Locker) Snapshot() Snapshot {
 	for name, st := range l.locks {
 		c := *st
 		c.leases = slices.Clone(st.leases)
+		c.claimed = maps.Clone(st.claimed) // a replica has the claims with the leases
 		c.released = nil
 		s.locks[name] = c
 	}
@@ -434,6 +487,7 @@ func (l *Locker) Restore(s Snapshot) {
 	for name, st := range s.locks {
 		c := st
 		c.leases = slices.Clone(st.leases)
+		c.claimed = maps.Clone(st.claimed)
 		c.released = make(chan struct{})
 		l.locks[name] = &c
 	}

@@ -265,7 +265,10 @@ export declare class FenceClient {
      * a limit above 1; a {@link NotImplementedError} if the server's store has no
      * semaphores or shared locks (as asked); an {@link UnavailableError} if the server cannot be reached (it may
      * have granted a lease nobody learns of; it expires after its TTL); the signal's
-     * reason if the signal aborted the wait.
+     * reason if the signal aborted the wait. When it gives up while an attempt's
+     * outcome is unknown (the signal aborted, no server answered) it first sends a
+     * best-effort abandon (a release by request id), so that a grant made for it
+     * after all is released at once.
      */
     acquire(name: string, opts?: AcquireOptions): Promise<Lease>;
     /**

@@ -4,6 +4,8 @@ import { checkLeaseId, checkLimit, checkName, checkOwner, checkQueryWait, checkR
 /** The server a client talks to when neither the options nor FENCE_SERVER name one. */
 export const DEFAULT_SERVER = "http://127.0.0.1:7420";
 const MIN_BACKOFF_MS = 50;
+/** Bounds the abandon an acquire sends when it gives up: it is best effort. */
+const ABANDON_TIMEOUT_MS = 1_000;
 const MAX_BACKOFF_MS = 1000;
 const env = (k) => (typeof process === "undefined" ? undefined : process.env[k]) || undefined;
 const textDecoder = new TextDecoder();
@@ -87,7 +89,10 @@ export class FenceClient {
      * a limit above 1; a {@link NotImplementedError} if the server's store has no
      * semaphores or shared locks (as asked); an {@link UnavailableError} if the server cannot be reached (it may
      * have granted a lease nobody learns of; it expires after its TTL); the signal's
-     * reason if the signal aborted the wait.
+     * reason if the signal aborted the wait. When it gives up while an attempt's
+     * outcome is unknown (the signal aborted, no server answered) it first sends a
+     * best-effort abandon (a release by request id), so that a grant made for it
+     * after all is released at once.
      */
     async acquire(name, opts = {}) {
         const op = "acquire";
@@ -108,6 +113,36 @@ export class FenceClient {
         const kind = { ...(limit > 1 && { limit }), ...(shared && { shared }) };
         const signal = opts.signal;
         const path = `/v1/locks/${escapeSegment(name)}/acquire`;
+        const abortedBefore = signal?.aborted === true;
+        try {
+            return await this.#acquireLoop(op, name, { ttlMs, waitMs, owner, limit, kind, signal, path, requestId, opts });
+        }
+        catch (e) {
+            // Given up with an attempt's outcome unknown (aborted mid-poll, no server
+            // answered): abandon the acquire, so that a grant made for it after all frees
+            // the lock at once instead of at its expiry.
+            if (!abortedBefore && (signal?.aborted || e instanceof UnavailableError)) {
+                await this.#abandon(name, { request_id: requestId, ttl_ms: ttlMs, ...kind });
+            }
+            throw e;
+        }
+    }
+    /**
+     * Sends, best effort, the abandon of the acquire of `name` whose request id and
+     * kind `body` has: a release by request id, which ends that acquire's grant if it
+     * was granted after all. Its errors are dropped: what it cannot free expires.
+     */
+    async #abandon(name, body) {
+        try {
+            await this.request("POST", `/v1/locks/${escapeSegment(name)}/release`, { json: body, signal: AbortSignal.timeout(ABANDON_TIMEOUT_MS) });
+        }
+        catch {
+            // best effort
+        }
+    }
+    /** The polls of {@link acquire}, with its checked arguments. */
+    async #acquireLoop(op, name, a) {
+        const { ttlMs, waitMs, owner, limit, kind, signal, path, requestId, opts } = a;
         const waitEnd = now() + waitMs; // Infinity for ever
         let backoff = MIN_BACKOFF_MS;
         for (;;) {

@@ -245,6 +245,8 @@ interface RequestInit2 {
 }
 
 const MIN_BACKOFF_MS = 50;
+/** Bounds the abandon an acquire sends when it gives up: it is best effort. */
+const ABANDON_TIMEOUT_MS = 1_000;
 const MAX_BACKOFF_MS = 1000;
 const env = (k: string): string | undefined => (typeof process === "undefined" ? undefined : process.env[k]) || undefined;
 const textDecoder = new TextDecoder();
@@ -332,7 +334,10 @@ export class FenceClient {
    * a limit above 1; a {@link NotImplementedError} if the server's store has no
    * semaphores or shared locks (as asked); an {@link UnavailableError} if the server cannot be reached (it may
    * have granted a lease nobody learns of; it expires after its TTL); the signal's
-   * reason if the signal aborted the wait.
+   * reason if the signal aborted the wait. When it gives up while an attempt's
+   * outcome is unknown (the signal aborted, no server answered) it first sends a
+   * best-effort abandon (a release by request id), so that a grant made for it
+   * after all is released at once.
    */
   async acquire(name: string, opts: AcquireOptions = {}): Promise<Lease> {
     const op = "acquire";
@@ -353,6 +358,36 @@ export class FenceClient {
     const kind = { ...(limit > 1 && { limit }), ...(shared && { shared }) };
     const signal = opts.signal;
     const path = `/v1/locks/${escapeSegment(name)}/acquire`;
+    const abortedBefore = signal?.aborted === true;
+    try {
+      return await this.#acquireLoop(op, name, { ttlMs, waitMs, owner, limit, kind, signal, path, requestId, opts });
+    } catch (e) {
+      // Given up with an attempt's outcome unknown (aborted mid-poll, no server
+      // answered): abandon the acquire, so that a grant made for it after all frees
+      // the lock at once instead of at its expiry.
+      if (!abortedBefore && (signal?.aborted || e instanceof UnavailableError)) {
+        await this.#abandon(name, { request_id: requestId, ttl_ms: ttlMs, ...kind });
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * Sends, best effort, the abandon of the acquire of `name` whose request id and
+   * kind `body` has: a release by request id, which ends that acquire's grant if it
+   * was granted after all. Its errors are dropped: what it cannot free expires.
+   */
+  async #abandon(name: string, body: Record<string, unknown>): Promise<void> {
+    try {
+      await this.request("POST", `/v1/locks/${escapeSegment(name)}/release`, { json: body, signal: AbortSignal.timeout(ABANDON_TIMEOUT_MS) });
+    } catch {
+      // best effort
+    }
+  }
+
+  /** The polls of {@link acquire}, with its checked arguments. */
+  async #acquireLoop(op: string, name: string, a: AcquireArgs): Promise<Lease> {
+    const { ttlMs, waitMs, owner, limit, kind, signal, path, requestId, opts } = a;
     const waitEnd = now() + waitMs; // Infinity for ever
     let backoff = MIN_BACKOFF_MS;
     for (;;) {
@@ -867,6 +902,19 @@ export class KV {
     const value = fencedOnly ? null : r.body;
     return { value, token: tok, lock, text: () => (value === null ? "" : textDecoder.decode(value)) };
   }
+}
+
+/** What an acquire's polls run on: its checked arguments. */
+interface AcquireArgs {
+  ttlMs: number;
+  waitMs: number;
+  owner: string;
+  limit: number;
+  kind: { limit?: number; shared?: boolean };
+  signal: AbortSignal | undefined;
+  path: string;
+  requestId: string;
+  opts: AcquireOptions;
 }
 
 /** What a watch runs on: its checked arguments. */

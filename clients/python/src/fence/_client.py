@@ -63,6 +63,7 @@ MAX_ATTEMPT_ID_BYTES = 64
 _MAX_RESPONSE_BYTES = 64 << 20
 _MIN_BACKOFF = 0.05
 _MAX_BACKOFF = 1.0
+_ABANDON_TIMEOUT = 1.0  # seconds: the abandon of a given-up acquire is best effort
 _STOP_POLL = 0.05  # how often a watch's helper thread looks at its stop event
 
 Value = Union[bytes, bytearray, memoryview, str]
@@ -823,7 +824,9 @@ class Client:
         NotSupportedError if the server's store has no semaphores or shared locks,
         UnavailableError if the server cannot be reached (it may then have granted a
         lease nobody learns of; it expires after ttl), UnauthorizedError,
-        TokenExhaustedError.
+        TokenExhaustedError. Before it raises UnavailableError (or lets a
+        KeyboardInterrupt through) it sends a best-effort abandon (a release by
+        request id), so that a grant made for it after all is released at once.
         """
         op = "acquire"
         name = _check_name(op, name)
@@ -833,6 +836,57 @@ class Client:
         kind = _check_kind(op, name, limit, shared)
         rid = secrets.token_hex(16) if request_id is None else _check_request_id(op, name, request_id)
         path = "/v1/locks/%s/acquire" % escape_name(name)
+        try:
+            return self._acquire_polls(op, name, path, ttl_ms, wait_s, owner, kind, rid, auto_renew)
+        except (UnavailableError, KeyboardInterrupt):
+            # Given up with an attempt's outcome unknown: abandon the acquire, so
+            # that a grant made for it after all frees the lock at once instead of
+            # at its expiry.
+            self._abandon(name, rid, ttl_ms, kind)
+            raise
+
+    def _abandon(self, name: str, rid: str, ttl_ms: int, kind: Dict[str, Any]) -> None:
+        """Sends, best effort, the abandon of the acquire of ``name`` under request
+        id ``rid``: a release by request id, which ends that acquire's grant if it
+        was granted after all. Its errors are dropped: what it cannot free expires."""
+        payload: Dict[str, Any] = {"request_id": rid, "ttl_ms": ttl_ms}
+        payload.update(kind)
+        body = json.dumps(payload).encode("utf-8")
+        h = {"Content-Type": "application/json"}
+        if self._auth:
+            h["Authorization"] = "Bearer " + self._auth
+        end = time.monotonic() + _ABANDON_TIMEOUT
+        n = len(self.servers)
+        for i in range(n):
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            server = self.servers[(self._cur + i) % n]
+            req = urllib.request.Request(server + "/v1/locks/%s/release" % escape_name(name), data=body, headers=h, method="POST")
+            try:
+                with self._opener.open(req, timeout=left) as resp:
+                    resp.read(_MAX_RESPONSE_BYTES)
+                return
+            except urllib.error.HTTPError as e:
+                e.close()
+                if e.code not in (502, 503, 504):
+                    return  # answered: released, or nothing to release
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+                pass
+
+    def _acquire_polls(
+        self,
+        op: str,
+        name: str,
+        path: str,
+        ttl_ms: int,
+        wait_s: float,
+        owner: str,
+        kind: Dict[str, Any],
+        rid: str,
+        auto_renew: bool,
+    ) -> Lease:
+        """The polls of acquire, with its checked arguments."""
         forever = math.isinf(wait_s)
         wait_end = time.monotonic() + (0.0 if forever else wait_s)
         backoff = _MIN_BACKOFF
