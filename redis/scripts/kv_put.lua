@@ -8,8 +8,9 @@
 -- '2' to delete the value and keep the fence (KV.Delete).
 -- Returns {0, token} when admitted and written, {1, highest} when the token is stale
 -- (lower, or equal under another or no lease), {2, name} when the record is fenced by
--- another lock name, issued's {3, last, other} when the fence was never issued, {4}
--- when a delete finds no value, or an error reply FENCE_WRONGTYPE when a key holds
+-- another lock name, issued's {3, last, other} when the fence was never issued and
+-- {5} when its token is a live lease's and it has no lease id, {4} when a delete
+-- finds no value, or an error reply FENCE_WRONGTYPE when a key holds
 -- something this package did not write (nothing is changed but for {0, token}).
 --
 -- Tokens are compared as numbers: below 2^53 they are exact in Lua's doubles. A stored
