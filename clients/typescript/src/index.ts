@@ -58,6 +58,7 @@ export {
   StaleTokenError,
   WrongLockError,
   UnissuedTokenError,
+  LeaseRequiredError,
   TokenExhaustedError,
   NotHeldError,
   LeaseReleasedError,
