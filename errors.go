@@ -8,7 +8,8 @@ import (
 
 // Sentinel errors. Every error fence returns that means one of these matches it with
 // [errors.Is]; backends wrap them with what they were doing, and typed errors
-// ([StaleTokenError], [NamespaceError], [InvalidError], [HeldError]) carry detail for
+// ([StaleTokenError], [NamespaceError], [InvalidError], [HeldError],
+// [UnissuedTokenError], [LeaseRequiredError]) carry detail for
 // [errors.As].
 var (
 	// ErrNotAcquired means the lock is held by another lease and did not become free
@@ -207,6 +208,39 @@ func (e *UnissuedTokenError) Error() string {
 
 // Is reports whether target is ErrUnissuedToken.
 func (e *UnissuedTokenError) Is(target error) bool { return target == ErrUnissuedToken }
+
+// ErrLeaseRequired means a store that both grants a lock and keeps the fenced
+// resource refused a fence without a lease id whose token belongs to a lease that
+// is still live (P9): stored without a lease, such a fence would refuse that
+// lease's own writes under the same token, so anyone who read the token could
+// fence its holder out. Nothing was written. The holder writes with its lease id
+// (Fence.LeaseID, as Lease.Fence gives it); once the lease has ended, the token
+// alone is admitted as before. The error is a *LeaseRequiredError.
+var ErrLeaseRequired = errors.New("fence: lease required")
+
+// LeaseRequiredError is the detail of ErrLeaseRequired: Token of Lock belongs to a
+// live lease, and the fence presented with it had no lease id.
+type LeaseRequiredError struct {
+	Lock  string
+	Token Token // the token presented, that of a live lease
+}
+
+func (e *LeaseRequiredError) Error() string {
+	return fmt.Sprintf("fence: token %d of lock %q belongs to a live lease: a write with it must carry that lease's id", e.Token, e.Lock)
+}
+
+// Is reports whether target is ErrLeaseRequired.
+func (e *LeaseRequiredError) Is(target error) bool { return target == ErrLeaseRequired }
+
+// CheckLeaseGiven is P9's lease rule for a fence without a lease id, in one
+// place: it returns a *LeaseRequiredError if f has no lease id and live, which
+// says whether a live lease of f.Name holds f's token, is true; otherwise nil.
+func CheckLeaseGiven(f Fence, live bool) error {
+	if f.LeaseID == "" && live {
+		return &LeaseRequiredError{Lock: f.Name, Token: f.Token}
+	}
+	return nil
+}
 
 // CheckIssued is P9's token rule in one place: it returns nil if f's token can
 // have been issued for f.Name by a store whose last token issued for that name is

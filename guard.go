@@ -35,7 +35,10 @@ type KV interface {
 	// Put, Delete and Guard.Fence alike and with nothing changed, a fence it never
 	// issued: a token above the last one it issued for f.Name, a name it never
 	// granted, or a non-empty f.LeaseID it can prove is not the lease issued that
-	// token. The error is an *UnissuedTokenError (ErrUnissuedToken).
+	// token. The error is an *UnissuedTokenError (ErrUnissuedToken). Such a store
+	// also refuses an f without a lease id whose token a live lease holds: stored
+	// without a lease, it would refuse that lease's own writes. The error is a
+	// *LeaseRequiredError (ErrLeaseRequired).
 	Put(ctx context.Context, key string, value []byte, f Fence) error
 
 	// Get returns the value stored under key and the fence that wrote it. It returns

@@ -88,8 +88,12 @@
 // nothing written, a token above the last one the store granted or healed for
 // the fence's lock name (a name never granted has none), across restarts and
 // crashes alike, and a fence naming another lease id than the live lease that
-// holds its token. Once that lease has ended, its token is checked by value
-// only, and fence.Admit refuses it if a later token fenced the key. A store whose keys are fenced by another locker's tokens (a Redis whose
+// holds its token. They refuse a fence without a lease id whose token an
+// unexpired lease holds, with a *fence.LeaseRequiredError and nothing written:
+// stored without a lease, it would refuse that lease's own writes. Once that
+// lease has ended (released, revoked or expired), its token is checked by value
+// only, with or without a lease id, and fence.Admit refuses it if a later token
+// fenced the key. A store whose keys are fenced by another locker's tokens (a Redis whose
 // locks guard them) cannot know what that locker issued: open it with
 // Options.ExternalLocks, and it checks fences with fence.Admit only.
 //
@@ -107,7 +111,7 @@
 //   - The rest are fence's, as on every backend: fence.ErrNotAcquired,
 //     fence.ErrNotHeld, fence.ErrInvalid (*fence.InvalidError), and from the
 //     KV fence.ErrStaleToken (*fence.StaleTokenError), fence.ErrNamespace,
-//     fence.ErrNotFound and *fence.UnissuedTokenError.
+//     fence.ErrNotFound, *fence.UnissuedTokenError and *fence.LeaseRequiredError.
 //
 // # Limits
 //

@@ -53,7 +53,9 @@ func smallStore(tb testing.TB, dir string) []byte {
 			tb.Fatal(err)
 		}
 	}
-	if err := s.Fence(ctx, "k/fenced", fence.Fence{Name: "lock", Token: l.Token()}); err != nil {
+	// A fence without a lease id: the token of a lease that ended (a live one's
+	// is refused without its lease).
+	if err := s.Fence(ctx, "k/fenced", fence.Fence{Name: "done", Token: done.Token()}); err != nil {
 		tb.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/fencelock/fence"
 	bbolt "go.etcd.io/bbolt"
@@ -105,9 +106,10 @@ func decodeKVRecord(v []byte) (it fence.Item, attempts []string, hasValue bool, 
 // in one transaction that is on disk when Put returns. f is admitted if this
 // store issued it (P9, see "Only issued tokens fence" in the package doc) and
 // fence.Admit admits it against the key's fence. Put returns a
-// *fence.UnissuedTokenError (fence.ErrUnissuedToken), *fence.StaleTokenError
-// (fence.ErrStaleToken) or *fence.NamespaceError (fence.ErrNamespace) if f is
-// refused, in which case nothing changed; fence.ErrInvalid for a bad key or fence
+// *fence.UnissuedTokenError (fence.ErrUnissuedToken), *fence.LeaseRequiredError
+// (fence.ErrLeaseRequired), *fence.StaleTokenError (fence.ErrStaleToken) or
+// *fence.NamespaceError (fence.ErrNamespace) if f is refused, in which case
+// nothing changed; fence.ErrInvalid for a bad key or fence
 // or a value longer than MaxValueLen; fence.ErrUnavailable if the file could not
 // be read or written; and fence.ErrClosed after Close.
 //
@@ -128,7 +130,8 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, f fence.Fence
 // Fence advances key's fence to f without changing its value, so a new holder
 // can fence off a paused predecessor before its first write. It admits f as Put
 // does. It returns nil if f was admitted, a *fence.UnissuedTokenError
-// (fence.ErrUnissuedToken), *fence.StaleTokenError (fence.ErrStaleToken) or
+// (fence.ErrUnissuedToken), *fence.LeaseRequiredError (fence.ErrLeaseRequired),
+// *fence.StaleTokenError (fence.ErrStaleToken) or
 // *fence.NamespaceError (fence.ErrNamespace) if not, fence.ErrInvalid for a bad
 // key or fence, fence.ErrUnavailable if the file could not be read or written,
 // and fence.ErrClosed after Close.
@@ -140,9 +143,10 @@ func (s *Store) Fence(ctx context.Context, key string, f fence.Fence) error {
 // as the key's fence, in one transaction that is on disk when Delete returns: the
 // fence stays, so a stale writer is still refused. It returns fence.ErrNotFound
 // if key holds no value (never written, only fenced, or already deleted), a
-// *fence.UnissuedTokenError (fence.ErrUnissuedToken), *fence.StaleTokenError
-// (fence.ErrStaleToken) or *fence.NamespaceError (fence.ErrNamespace) if f is
-// refused (these are checked first), and fence.ErrInvalid for a bad key or
+// *fence.UnissuedTokenError (fence.ErrUnissuedToken), *fence.LeaseRequiredError
+// (fence.ErrLeaseRequired), *fence.StaleTokenError (fence.ErrStaleToken) or
+// *fence.NamespaceError (fence.ErrNamespace) if f is refused (these are checked
+// first), and fence.ErrInvalid for a bad key or
 // fence; in each of those cases nothing changed. It returns
 // fence.ErrUnavailable if the file could not be read or written, and
 // fence.ErrClosed after Close. An attempt id claims and replays as in Put: a
@@ -200,9 +204,10 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 			return opError(op, key, err)
 		}
 	}
-	// P9. What the check finds, once true, stays true (a name's last token only
-	// grows, and a token is issued to one lease only), so checking before the
-	// transaction admits exactly what checking inside it would. It runs before
+	// P9. What lets a fence through, once true, stays true (a name's last token
+	// only grows, a token is issued to one lease only, and an ended lease never
+	// lives again), so checking before the transaction admits exactly what
+	// checking inside it would. It runs before
 	// s.life is taken: it may read the file, which takes s.life itself.
 	if !s.externalLocks {
 		if err := s.checkIssued(f); err != nil {
@@ -262,8 +267,10 @@ func (s *Store) fence(ctx context.Context, op, key string, f fence.Fence, value 
 // checkIssued returns a *fence.UnissuedTokenError if this store did not issue
 // f (P9): f's token is above the last token of f.Name (in memory, else in the lease
 // log or the file; 0 if the name was never granted), or a live lease of f.Name
-// holds f's token under another lease id than f's non-empty one. It returns
-// fence.ErrClosed after Close and the errors of reading the file.
+// holds f's token under another lease id than f's non-empty one; and a
+// *fence.LeaseRequiredError if f has no lease id and an unexpired lease of
+// f.Name holds f's token. It returns fence.ErrClosed after Close and the errors
+// of reading the file.
 func (s *Store) checkIssued(f fence.Fence) error {
 	if !s.lockOpen() {
 		return fence.ErrClosed
@@ -284,11 +291,19 @@ func (s *Store) checkIssued(f fence.Fence) error {
 	if err := fence.CheckIssued(f, last); err != nil {
 		return err
 	}
-	if e == nil || f.LeaseID == "" {
+	if e == nil {
 		return nil
 	}
-	id, ok := parseLeaseID(f.LeaseID)
 	var hbuf [8]*hold
+	if f.LeaseID == "" {
+		// A live lease's token without its id would refuse that lease's own
+		// writes. An expired lease is ended (Renew refuses it), timer or not.
+		now := s.now()
+		return fence.CheckLeaseGiven(f, slices.ContainsFunc(e.leases(hbuf[:0]), func(h *hold) bool {
+			return h.token == f.Token && h.expires > now
+		}))
+	}
+	id, ok := parseLeaseID(f.LeaseID)
 	for _, h := range e.leases(hbuf[:0]) {
 		if h.token == f.Token && (!ok || h.id != id) {
 			return &fence.UnissuedTokenError{Lock: f.Name, Token: f.Token, Last: last, OtherLease: true}

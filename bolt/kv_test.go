@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/inmem"
 )
 
 // grant acquires name on s and releases it, returning the grant's fence: a
@@ -89,7 +90,7 @@ func TestKV_UnissuedToken_RefusedAcrossRestarts(t *testing.T) {
 }
 
 // A live lease's token under another lease id is refused, whatever form the
-// other id has; without a lease id the token passes P9.
+// other id has; without a lease id it is refused too (lease required).
 func TestKV_OtherLeaseOfLiveToken_Refused(t *testing.T) {
 	s := openStore(t, nil)
 	ctx := context.Background()
@@ -101,11 +102,57 @@ func TestKV_OtherLeaseOfLiveToken_Refused(t *testing.T) {
 		f := fence.Fence{Name: "job", Token: l.Token(), LeaseID: id}
 		wantUnissued(t, "Put with the live token under lease "+id, s.Put(ctx, "k", []byte("x"), f), l.Token(), l.Token(), true)
 	}
-	if err := s.Put(ctx, "k", []byte("mine"), fence.Fence{Name: "job", Token: l.Token()}); err != nil {
-		t.Fatalf("Put with the live token and no lease id = %v; want nil", err)
-	}
+	wantLeaseRequired(t, "Put with the live token and no lease id", s.Put(ctx, "k", []byte("bare"), fence.Fence{Name: "job", Token: l.Token()}), l.Token())
 	if err := s.Put(ctx, "k2", []byte("mine"), l.Fence()); err != nil {
 		t.Fatalf("Put with the holder's fence = %v; want nil", err)
+	}
+}
+
+// wantLeaseRequired fails unless err is a *fence.LeaseRequiredError for tok of
+// lock "job".
+func wantLeaseRequired(t *testing.T, what string, err error, tok fence.Token) {
+	t.Helper()
+	var le *fence.LeaseRequiredError
+	if !errors.As(err, &le) || !errors.Is(err, fence.ErrLeaseRequired) || le.Lock != "job" || le.Token != tok {
+		t.Fatalf("%s = %v; want a *fence.LeaseRequiredError for job#%d", what, err, tok)
+	}
+}
+
+// The reproducer (P9): whoever reads a live token sends it without the
+// lease id. It is refused while the lease lives, across a crash (the lease is
+// honoured), until the store's clock passes its expiry, expiry timer or not;
+// then no holder is left to fence out and it is admitted as before.
+func TestKV_LeaselessLiveToken_RefusedUntilTheLeaseExpires(t *testing.T) {
+	clock := inmem.NewManualClock(time.Unix(1_700_000_000, 0))
+	path := filepath.Join(t.TempDir(), "fence.db")
+	s := mustOpen(t, path, &Options{NoSync: true, Clock: clock})
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, "job", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := fence.Fence{Name: "job", Token: l.Token()}
+	check := func(when string) {
+		t.Helper()
+		wantLeaseRequired(t, "Put with the live token and no lease id "+when, s.Put(ctx, "k", []byte("bare"), bare), l.Token())
+		wantLeaseRequired(t, "Fence with the live token and no lease id "+when, s.Fence(ctx, "k", bare), l.Token())
+		if _, err := s.Get(ctx, "k"); !errors.Is(err, fence.ErrNotFound) {
+			t.Fatalf("Get after refused writes %s = %v; want ErrNotFound: nothing written", when, err)
+		}
+	}
+	check("in memory")
+	s.abandon() // kill -9: the lease is in the lease log only
+	s = mustOpen(t, path, &Options{NoSync: true, Clock: clock})
+	defer func() { _ = s.Close() }()
+	check("after a crash")
+	clock.Advance(9 * time.Second)
+	check("a second before the expiry")
+	if err := s.Put(ctx, "k", []byte("mine"), l.Fence()); err != nil {
+		t.Fatalf("the holder's Put after the refused ones = %v; want nil", err)
+	}
+	clock.Advance(2 * time.Second)
+	if err := s.Put(ctx, "k2", []byte("token only"), bare); err != nil {
+		t.Fatalf("Put with the expired lease's token and no lease id = %v; want nil", err)
 	}
 }
 

@@ -79,7 +79,11 @@
 // --store etcd://` runs on) also refuses, with a *fence.UnissuedTokenError
 // (fence.ErrUnissuedToken) and nothing written, a fence its prefix's grants did
 // not issue (P9): a name never granted, a token above the name's last token, or
-// a lease id that is not the live lease's for that token. A KV made by [NewKV]
+// a lease id that is not the live lease's for that token; and, with a
+// *fence.LeaseRequiredError, a fence without a lease id whose token is a live
+// lease's (its key still exists), which stored without a lease would refuse
+// that lease's own writes. Once the lease's key is gone, its token alone is
+// admitted as fence.Admit admits it. A KV made by [NewKV]
 // checks no issuance. Delete keeps the key's fence (a stale writer is still
 // refused; Get returns a nil value with the fence); Purge removes value and
 // fence, the one way a key's fence goes back. Values are at most

@@ -155,7 +155,8 @@ func decodeRecord(b []byte) (record, error) {
 // key's fence, in one etcd transaction. It returns a *fence.StaleTokenError
 // (fence.ErrStaleToken) or *fence.NamespaceError (fence.ErrNamespace) if f is refused,
 // and on a Store's KV a *fence.UnissuedTokenError (fence.ErrUnissuedToken) if f was
-// never issued (P9); in each case nothing changed. It returns fence.ErrInvalid for a
+// never issued, or a *fence.LeaseRequiredError (fence.ErrLeaseRequired) if f has no
+// lease id and its token is a live lease's (P9); in each case nothing changed. It returns fence.ErrInvalid for a
 // bad key or fence or a value over MaxValueSize; ErrCorrupt if the stored record is
 // not one this package wrote; fence.ErrUnavailable if etcd cannot be reached (the
 // write may or may not have been applied) and fence.ErrClosed after the Store is
@@ -207,7 +208,9 @@ func (s *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
 // Fence advances key's fence to f without changing its data (see fence.Guard). It
 // returns nil if f was accepted or already is the key's fence, a
 // *fence.StaleTokenError or *fence.NamespaceError if it is refused, and on a Store's
-// KV a *fence.UnissuedTokenError if f was never issued (P9); fence.ErrInvalid for a
+// KV a *fence.UnissuedTokenError if f was never issued or a
+// *fence.LeaseRequiredError if it has no lease id and a live lease's token (P9);
+// fence.ErrInvalid for a
 // bad key or fence, ErrCorrupt for a record this package did not write,
 // fence.ErrUnavailable if etcd cannot be reached and fence.ErrClosed after Close.
 func (s *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
@@ -346,7 +349,9 @@ func (s *KV) reads(k, name string) []clientv3.Op {
 // with no token record (never granted), is an *fence.UnissuedTokenError; so is a
 // lease id other than that of the live lease whose key was created at f's token (a
 // token is unique to its grant, so a lease not live any more cannot be told apart
-// and is admitted).
+// and is admitted). A fence without a lease id whose token is that of a live
+// lease's key is a *fence.LeaseRequiredError: a key read gone never comes back,
+// so the write's compares need not repeat this.
 func (s *KV) checkIssued(f fence.Fence, rs []*etcdserverpb.ResponseOp) error {
 	var last fence.Token
 	if tok := only(rs[0].GetResponseRange().GetKvs()); tok != nil {
@@ -355,14 +360,16 @@ func (s *KV) checkIssued(f fence.Fence, rs []*etcdserverpb.ResponseOp) error {
 	if err := fence.CheckIssued(f, last); err != nil {
 		return err
 	}
-	if f.LeaseID == "" {
-		return nil
-	}
 	live := rs[1].GetResponseRange().GetKvs()
 	live = append(live[:len(live):len(live)], rs[2].GetResponseRange().GetKvs()...)
 	for _, kv := range live {
 		if fence.Token(kv.CreateRevision) != f.Token {
 			continue
+		}
+		if f.LeaseID == "" {
+			// Its key lives until its etcd lease ends: refused a little
+			// longer than the lease lives, never shorter.
+			return fence.CheckLeaseGiven(f, true)
 		}
 		id := string(kv.Value)
 		if !bytes.Equal(kv.Key, []byte(s.keys.lock(f.Name))) {

@@ -29,7 +29,9 @@
 //	                    token under another lease
 //	FailedPrecondition  wrong_lock: the resource is fenced by another lock's tokens;
 //	                    unissued_token: a guard that also grants the lock (the
-//	                    embedded bolt store) never issued the fence (P9)
+//	                    embedded bolt store) never issued the fence (P9);
+//	                    lease_required: such a guard's live lease holds the token
+//	                    and the call sent no fence-lease (P9)
 //	Unavailable         the guard could not be reached or is closed
 //	Canceled, DeadlineExceeded  the call's context ended first
 //	Internal            any other error of the guard
@@ -45,7 +47,8 @@
 // "unavailable", "internal"); its metadata holds the fields of the HTTP error body:
 // "highest", "token", "key" and "same_token" for stale_token; "key", "lock" and
 // "got" for wrong_lock; "key", "lock", "token", "last" and "other_lease" for
-// unissued_token; "field" for invalid. The message says the same in one line:
+// unissued_token; "key", "lock" and "token" for lease_required; "field" for
+// invalid. The message says the same in one line:
 // `stale token 3 for "inventory/main", highest seen 5`. FenceError turns such a
 // status back into the typed fence error.
 //
@@ -288,6 +291,7 @@ func Status(resource string, err error) *status.Status {
 		ns    *fence.NamespaceError
 		inv   *fence.InvalidError
 		unis  *fence.UnissuedTokenError
+		lreq  *fence.LeaseRequiredError
 	)
 	var (
 		code   codes.Code
@@ -311,6 +315,10 @@ func Status(resource string, err error) *status.Status {
 		if unis.OtherLease {
 			md["other_lease"] = "true"
 		}
+	case errors.As(err, &lreq):
+		code, reason = codes.FailedPrecondition, "lease_required"
+		msg = strings.TrimPrefix(lreq.Error(), "fence: ") + fmt.Sprintf(" (for %q)", resource)
+		md["key"], md["lock"], md["token"] = resource, lreq.Lock, lreq.Token.String()
 	case errors.As(err, &ns):
 		code, reason = codes.FailedPrecondition, "wrong_lock"
 		msg = fmt.Sprintf("token of lock %q, but %q is fenced by lock %q", ns.Got, ns.Resource, ns.Want)
@@ -387,6 +395,8 @@ func FenceError(err error) error {
 		typed = &fence.NamespaceError{Resource: md["key"], Want: md["lock"], Got: md["got"]}
 	case "unissued_token":
 		typed = &fence.UnissuedTokenError{Lock: md["lock"], Token: tok("token"), Last: tok("last"), OtherLease: md["other_lease"] == "true"}
+	case "lease_required":
+		typed = &fence.LeaseRequiredError{Lock: md["lock"], Token: tok("token")}
 	case "invalid":
 		typed = &fence.InvalidError{Field: md["field"], Reason: st.Message()}
 	case "unavailable":

@@ -255,6 +255,34 @@ func TestUnary_UnissuedToken_FailedPrecondition(t *testing.T) {
 	}
 }
 
+// Such a guard refuses a live lease's token sent without its lease (P9):
+// FailedPrecondition "lease_required", which FenceError turns back into a
+// *fence.LeaseRequiredError; the holder's own call, with its lease, goes through.
+func TestUnary_LiveTokenWithoutLease_FailedPrecondition(t *testing.T) {
+	store := fencedtest.OpenBolt(t)
+	l, err := store.Acquire(ctxFor(t), "jobs/nightly", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &inventory{}
+	conn := startServer(t, store, svc, nil)
+	_, err = put(t, conn, ctxFor(t), fenceOf("jobs/nightly", l.Token(), ""), "bare")
+	md := wantCode(t, "Put with a live token and no lease", err, codes.FailedPrecondition, "lease_required").GetMetadata()
+	if md["token"] != l.Token().String() || md["lock"] != "jobs/nightly" {
+		t.Errorf("lease required: metadata %v, want token %d, lock jobs/nightly", md, l.Token())
+	}
+	var lr *fence.LeaseRequiredError
+	if ferr := fencegrpc.FenceError(err); !errors.As(ferr, &lr) || !errors.Is(ferr, fence.ErrLeaseRequired) || *lr != (fence.LeaseRequiredError{Lock: "jobs/nightly", Token: l.Token()}) {
+		t.Fatalf("FenceError(%v) = %v, want a *fence.LeaseRequiredError for jobs/nightly#%d", err, ferr, l.Token())
+	}
+	if n := svc.calls.Load(); n != 0 {
+		t.Fatalf("handler ran %d times, want 0", n)
+	}
+	if _, err := put(t, conn, ctxFor(t), fenceOf("jobs/nightly", l.Token(), l.ID()), "mine"); err != nil {
+		t.Fatalf("Put with the holder's fence = %v, want nil", err)
+	}
+}
+
 func TestUnary_BadMetadataInvalidArgument(t *testing.T) {
 	svc := &inventory{}
 	conn := startServer(t, inmem.NewGuard(), svc, nil)

@@ -91,7 +91,7 @@ func TestServer_FencedWrite_WithoutFenceLock_400EvenOnFencedKey(t *testing.T) {
 	}
 	// With the lock named, a token of another lock is refused as another lock's.
 	other := mustAcquire(t, c, "other", time.Minute)
-	a := call(t, "PUT", hs.URL+"/v1/kv/ledger", "hijacked", map[string]string{"Fence-Token": other.Token().String(), "Fence-Lock": "other"})
+	a := call(t, "PUT", hs.URL+"/v1/kv/ledger", "hijacked", map[string]string{"Fence-Token": other.Token().String(), "Fence-Lock": "other", "Fence-Lease": other.ID()})
 	wantError(t, "token of another lock", a, 409, "wrong_lock")
 	// And 999, which the lock named never had, as a token never issued (P9).
 	a = call(t, "PUT", hs.URL+"/v1/kv/ledger", "hijacked", map[string]string{"Fence-Token": "999", "Fence-Lock": "other"})
@@ -336,6 +336,9 @@ func TestServer_ErrorBodies_UserMessagesWithoutInternalWrapping(t *testing.T) {
 	c := mustClient(t, base, nil)
 	mustAcquire(t, c, "job1", time.Minute)
 	a := mustAcquire(t, c, "report", time.Minute)
+	if err := c.Put(ctxFor(t), "ledger-a", []byte("100"), a.Fence()); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Release(ctxFor(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -379,11 +382,13 @@ func TestServer_ErrorBodies_UserMessagesWithoutInternalWrapping(t *testing.T) {
 			`^lock "job1" is held \(expires in \d+(\.\d)?s\)$`, "job1"},
 		{"stale", "PUT", "/v1/kv/ledger", "90", map[string]string{"Fence-Token": a.Token().String(), "Fence-Lock": "report"}, 409, "stale_token",
 			fmt.Sprintf(`put "ledger": stale token %d, highest seen %d`, a.Token(), b.Token()), "ledger"},
-		{"stale same token", "PUT", "/v1/kv/ledger", "90", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report"}, 409, "stale_token",
-			fmt.Sprintf(`put "ledger": stale token %d, highest seen %d (accepted under another lease)`, b.Token(), b.Token()), "ledger"},
+		{"stale same token", "PUT", "/v1/kv/ledger-a", "90", map[string]string{"Fence-Token": a.Token().String(), "Fence-Lock": "report"}, 409, "stale_token",
+			fmt.Sprintf(`put "ledger-a": stale token %d, highest seen %d (accepted under another lease)`, a.Token(), a.Token()), "ledger-a"},
+		{"lease required", "PUT", "/v1/kv/ledger", "90", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report"}, 409, "lease_required",
+			fmt.Sprintf(`put "ledger": token %d of lock "report" belongs to a live lease: the write must carry its lease id (Fence-Lease)`, b.Token()), "ledger"},
 		{"stale fence", "POST", "/v1/fences/ledger", "", map[string]string{"Fence-Token": a.Token().String(), "Fence-Lock": "report"}, 409, "stale_token",
 			fmt.Sprintf(`fence "ledger": stale token %d, highest seen %d`, a.Token(), b.Token()), "ledger"},
-		{"wrong lock", "PUT", "/v1/kv/ledger", "x", map[string]string{"Fence-Token": o.Token().String(), "Fence-Lock": "other"}, 409, "wrong_lock",
+		{"wrong lock", "PUT", "/v1/kv/ledger", "x", map[string]string{"Fence-Token": o.Token().String(), "Fence-Lock": "other", "Fence-Lease": o.ID()}, 409, "wrong_lock",
 			`put "ledger": token of lock "other", but the key is fenced by lock "report"`, "ledger"},
 		{"unissued", "PUT", "/v1/kv/ledger", "x", map[string]string{"Fence-Token": "999999", "Fence-Lock": "report"}, 409, "unissued_token",
 			fmt.Sprintf(`put "ledger": token 999999 of lock "report" was never issued: the last token issued is %d`, b.Token()), "ledger"},
@@ -391,7 +396,7 @@ func TestServer_ErrorBodies_UserMessagesWithoutInternalWrapping(t *testing.T) {
 			`delete "ledger": token 42 of lock "never" was never issued: the lock was never granted`, "ledger"},
 		{"other lease", "POST", "/v1/fences/ledger", "", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report", "Fence-Lease": secret}, 409, "unissued_token",
 			fmt.Sprintf(`fence "ledger": token %d of lock "report" was issued to another lease`, b.Token()), "ledger"},
-		{"delete never written", "DELETE", "/v1/kv/never", "", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report"}, 404, "not_found",
+		{"delete never written", "DELETE", "/v1/kv/never", "", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report", "Fence-Lease": b.ID()}, 404, "not_found",
 			`delete "never": not found`, "never"},
 		{"purge with a fence", "DELETE", "/v1/kv/ledger?purge=true", "", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report"}, 400, "invalid",
 			`purge "ledger": invalid Fence-Token: must not be given with purge=true: a purge removes the fence, it is not fenced`, "ledger"},
@@ -511,11 +516,19 @@ func TestClient_Errors_ServerMessageVerbatimAndTyped(t *testing.T) {
 	wantMsg("stale Put", err, fmt.Sprintf(`put "ledger": stale token %d, highest seen %d`, a.Token(), b.Token()))
 
 	o := mustAcquire(t, c, "other", time.Minute)
-	err = c.Fence(ctx, "ledger", fence.Fence{Name: "other", Token: o.Token()})
-	wantMsg("Fence of another lock", err, serverSays("POST", "/v1/fences/ledger", "", map[string]string{"Fence-Token": o.Token().String(), "Fence-Lock": "other"}))
+	err = c.Fence(ctx, "ledger", o.Fence())
+	wantMsg("Fence of another lock", err, serverSays("POST", "/v1/fences/ledger", "", map[string]string{"Fence-Token": o.Token().String(), "Fence-Lock": "other", "Fence-Lease": o.ID()}))
 	var ns *fence.NamespaceError
 	if !errors.Is(err, fence.ErrNamespace) || !errors.As(err, &ns) || ns.Want != "report" || ns.Got != "other" {
 		t.Fatalf("Fence of another lock: want ErrNamespace and *NamespaceError{Want:report Got:other}, got %v", err)
+	}
+
+	// Anyone who read b's token writes with it and no lease: refused, typed.
+	err = c.Put(ctx, "ledger", []byte("bare"), fence.Fence{Name: "report", Token: b.Token()})
+	wantMsg("Put of a live lease's token without its lease", err, serverSays("PUT", "/v1/kv/ledger", "bare", map[string]string{"Fence-Token": b.Token().String(), "Fence-Lock": "report"}))
+	var lr *fence.LeaseRequiredError
+	if !errors.Is(err, fence.ErrLeaseRequired) || !errors.As(err, &lr) || *lr != (fence.LeaseRequiredError{Lock: "report", Token: b.Token()}) || !errors.As(err, &se) || se.Code != "lease_required" {
+		t.Fatalf("Put of a live lease's token without its lease: want ErrLeaseRequired, *LeaseRequiredError{report %d} and code lease_required, got %v (%+v)", b.Token(), err, lr)
 	}
 
 	err = c.Put(ctx, "ledger", []byte("typo"), fence.Fence{Name: "report", Token: 999999})

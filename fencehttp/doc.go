@@ -233,6 +233,16 @@
 // real holder out. The Client sends Fence-Lease whenever the fence has a lease id,
 // and turns the answer back into a *fence.UnissuedTokenError.
 //
+// Such a store also refuses a fenced write or delete without Fence-Lease whose
+// token belongs to a live lease, with 409 "lease_required" ({"key","lock",
+// "token"}), and writes nothing: the token is public (GET /v1/locks/{name} shows
+// it), and stored without a lease such a fence would refuse the holder's own
+// writes under its token. Once that lease has ended (released, revoked or
+// expired, as the store judges it), the token without Fence-Lease is admitted as
+// fence.Admit admits it: no live holder is left to fence out, every later grant's
+// token is higher, and the ended lease's own writes with that token are then
+// stale. The Client turns the answer into a *fence.LeaseRequiredError.
+//
 // DELETE removes a key's value and keeps its fence (the delete's own), so a stale
 // writer is still refused; GET then answers 404 with the fence headers, which the
 // Client returns as a nil value and the fence, as every fence.KV does. A purge
@@ -276,6 +286,7 @@
 //	409 stale_token      {"highest":N,"token":N}: the key accepted a higher token
 //	409 wrong_lock       {"lock":NAME}: the key is fenced by another lock
 //	409 unissued_token   {"lock","token","last"[,"other_lease"]}: never issued (P9)
+//	409 lease_required   {"key","lock","token"}: a live lease's token without Fence-Lease (P9)
 //	409 token_exhausted  the lock's counter is at fence.MaxToken
 //	409 limit_mismatch   {"limit":N,"held_limit":M}: the live leases have another limit
 //	410 not_held         the lease expired, was released, or is not yours

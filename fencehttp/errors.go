@@ -75,6 +75,7 @@ var statusTable = []struct {
 	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed"},
 	{fence.ErrNotAcquired, http.StatusConflict, "held"},
 	{fence.ErrUnissuedToken, http.StatusConflict, "unissued_token"},
+	{fence.ErrLeaseRequired, http.StatusConflict, "lease_required"},
 	{fence.ErrStaleToken, http.StatusConflict, "stale_token"},
 	{fence.ErrNamespace, http.StatusConflict, "wrong_lock"},
 	{fence.ErrTokenExhausted, http.StatusConflict, "token_exhausted"},
@@ -120,9 +121,12 @@ func errorBody(op, name string, err error) (int, errorResponse) {
 		lim   *fence.LimitError
 		bound *fence.HealBoundError
 		unis  *fence.UnissuedTokenError
+		lreq  *fence.LeaseRequiredError
 	)
 	switch {
 	case status == http.StatusInternalServerError:
+	case errors.As(err, &lreq):
+		body.Key, body.Lock, body.Token = name, lreq.Lock, lreq.Token
 	case errors.As(err, &bound):
 		inv := healBoundInvalid(bound)
 		last := bound.Last
@@ -180,12 +184,15 @@ func userMessage(op, name string, err error) string {
 		bound *fence.HealBoundError
 		unis  *fence.UnissuedTokenError
 		unav  *fence.UnavailableError
+		lreq  *fence.LeaseRequiredError
 	)
 	status, code := statusOf(err)
 	var fact string
 	switch {
 	case status == http.StatusInternalServerError:
 		fact = "internal error"
+	case errors.As(err, &lreq):
+		fact = fmt.Sprintf("token %d of lock %q belongs to a live lease: the write must carry its lease id (%s)", lreq.Token, lreq.Lock, HeaderLease)
 	case errors.As(err, &bound):
 		fact = invalidFact(healBoundInvalid(bound))
 	case errors.As(err, &lim):
@@ -329,8 +336,9 @@ func roundLeft(d time.Duration) time.Duration {
 // "held", ErrNotHeld for 410, ErrUnavailable for 503, ErrInvalid for 400, 413 and
 // "limit_mismatch", and so on; where the body carries detail it unwraps to the typed
 // error, so errors.As finds a *fence.HeldError, *fence.StaleTokenError,
-// *fence.UnissuedTokenError, *fence.NamespaceError, *fence.InvalidError,
-// *fence.LimitError or (a heal beyond the bound) *fence.HealBoundError.
+// *fence.UnissuedTokenError, *fence.LeaseRequiredError, *fence.NamespaceError,
+// *fence.InvalidError, *fence.LimitError or (a heal beyond the bound)
+// *fence.HealBoundError.
 type ServerError struct {
 	Status  int    // HTTP status
 	Code    string // the "code" of the JSON body ("" if the answer was not fence's JSON)
@@ -366,6 +374,8 @@ func (e *ServerError) Unwrap() error {
 		return fence.ErrNotAcquired
 	case "unissued_token":
 		return fence.ErrUnissuedToken
+	case "lease_required":
+		return fence.ErrLeaseRequired
 	case "stale_token":
 		return fence.ErrStaleToken
 	case "wrong_lock":
@@ -401,6 +411,10 @@ func decodeError(status int, body errorResponse) error {
 	case "unissued_token":
 		if body.Last != nil {
 			e.detail = &fence.UnissuedTokenError{Lock: body.Lock, Token: body.Token, Last: *body.Last, OtherLease: body.OtherLease}
+		}
+	case "lease_required":
+		if body.Lock != "" && body.Token != 0 {
+			e.detail = &fence.LeaseRequiredError{Lock: body.Lock, Token: body.Token}
 		}
 	case "stale_token":
 		e.detail = &fence.StaleTokenError{Resource: body.Key, Token: body.Token, Highest: body.Highest, SameToken: body.SameToken}

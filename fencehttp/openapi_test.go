@@ -741,14 +741,18 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	rb := c.do(exchange{what: "acquire report (B)", on: m, method: "POST", path: "/v1/locks/report/acquire", body: `{"ttl_ms":60000}`, status: 200})
 	tokA, tokB, leaseB := jsonField(t, ra, "token"), jsonField(t, rb, "token"), jsonField(t, rb, "lease")
 	ro := c.do(exchange{what: "acquire other", on: m, method: "POST", path: "/v1/locks/other/acquire", body: `{"ttl_ms":60000}`, status: 200})
-	tokO := jsonField(t, ro, "token")
+	tokO, leaseO := jsonField(t, ro, "token"), jsonField(t, ro, "lease")
 	c.do(exchange{what: "put", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "report", leaseB), body: "balance=100", status: 200})
 	c.do(exchange{what: "put, lock with a slash, empty value", on: m, method: "PUT", path: "/v1/kv/nightly%2Fout", header: fenced(jsonField(t, a, "token"), "jobs%2Fnightly", lease), status: 200})
 	c.do(exchange{what: "put, no Fence-Lock", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "", ""), body: "x", req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "put, Fence-Token not a number", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("x", "report", ""), body: "x", req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "put, stale token", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokA, "report", ""), body: "balance=90", status: 409, code: "stale_token"})
-	c.do(exchange{what: "put, same token without its lease", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "report", ""), body: "balance=90", status: 409, code: "stale_token"})
-	c.do(exchange{what: "put, another lock's token", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokO, "other", ""), body: "x", status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "put, live lease's token without its lease", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokB, "report", ""), body: "balance=90", status: 409, code: "lease_required"})
+	// A's lease has ended: its token alone is admitted where it is above the
+	// key's, and is stale (same_token) where A's lease wrote it.
+	c.do(exchange{what: "put, ended lease's token", on: m, method: "PUT", path: "/v1/kv/old", header: fenced(tokA, "report", jsonField(t, ra, "lease")), body: "a", status: 200})
+	c.do(exchange{what: "put, same token without its lease", on: m, method: "PUT", path: "/v1/kv/old", header: fenced(tokA, "report", ""), body: "a2", status: 409, code: "stale_token"})
+	c.do(exchange{what: "put, another lock's token", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokO, "other", leaseO), body: "x", status: 409, code: "wrong_lock"})
 	c.do(exchange{what: "put, token never issued", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("999999", "report", ""), body: "x", status: 409, code: "unissued_token"})
 	c.do(exchange{what: "put, lock never granted", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced("42", "never", ""), body: "x", status: 409, code: "unissued_token"})
 	c.do(exchange{what: "put, another lease", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokO, "other", secret), body: "x", status: 409, code: "unissued_token"})
@@ -771,16 +775,17 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	c.do(exchange{what: "fence", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokB, "report", leaseB), status: 200})
 	c.do(exchange{what: "fence, no Fence-Token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced("", "report", ""), req: reqViolates, status: 400, code: "invalid"})
 	c.do(exchange{what: "fence, stale token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokA, "report", ""), status: 409, code: "stale_token"})
-	c.do(exchange{what: "fence, another lock's token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokO, "other", ""), status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "fence, another lock's token", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokO, "other", leaseO), status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "fence, live lease's token without its lease", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced(tokB, "report", ""), status: 409, code: "lease_required"})
 	c.do(exchange{what: "fence, token never issued", on: m, method: "POST", path: "/v1/fences/ledger", header: fenced("999999", "report", ""), status: 409, code: "unissued_token"})
 	c.unserved(s, "fence", "Guard", exchange{method: "POST", path: "/v1/fences/ledger", header: fenced("1", "report", "")})
-	exerciseDelete(c, s, fenced, tokA, tokB, leaseB, tokO)
+	exerciseDelete(c, s, fenced, tokA, tokB, leaseB, tokO, leaseO)
 
 	// delete keeps the fence; GET of a key without value is 404 with it; purge
 	c.do(exchange{what: "put spent", on: m, method: "PUT", path: "/v1/kv/spent", header: fenced(tokB, "report", leaseB), body: "x", status: 200})
 	c.do(exchange{what: "delete, token never issued", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced("999999", "report", ""), status: 409, code: "unissued_token"})
 	c.do(exchange{what: "delete, stale token", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokA, "report", ""), status: 409, code: "stale_token"})
-	c.do(exchange{what: "delete, another lock's token", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokO, "other", ""), status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "delete, another lock's token", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokO, "other", leaseO), status: 409, code: "wrong_lock"})
 	c.do(exchange{what: "delete, no Fence-Lock", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokB, "", ""), req: reqUnchecked, status: 400, code: "invalid"})
 	c.do(exchange{what: "delete", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokB, "report", leaseB), status: 200})
 	c.do(exchange{what: "delete, no value", on: m, method: "DELETE", path: "/v1/kv/spent", header: fenced(tokB, "report", leaseB), status: 404, code: "not_found"})
@@ -1052,13 +1057,14 @@ var actionWords = map[string]bool{"acquire": true, "renew": true, "release": tru
 
 // exerciseDelete drives DELETE /v1/kv/{key}, fenced and purge, into every answer
 // the document gives it. The key ledger holds a value fenced by tokB of the lock
-// report (leaseB's); tokA is an older token of report, tokOther a token of the lock
-// other.
-func exerciseDelete(c *checker, s *servers, fenced func(token, lock, lease string) map[string]string, tokA, tokB, leaseB, tokOther string) {
+// report (leaseB's); tokA is an older token of report, tokOther the token of the
+// live lease leaseOther of the lock other.
+func exerciseDelete(c *checker, s *servers, fenced func(token, lock, lease string) map[string]string, tokA, tokB, leaseB, tokOther, leaseOther string) {
 	m := s.main
 	c.do(exchange{what: "delete, no Fence-Lock", on: m, method: "DELETE", path: "/v1/kv/ledger", header: fenced(tokB, "", ""), status: 400, code: "invalid"})
 	c.do(exchange{what: "delete, stale token", on: m, method: "DELETE", path: "/v1/kv/ledger", header: fenced(tokA, "report", ""), status: 409, code: "stale_token"})
-	c.do(exchange{what: "delete, another lock's token", on: m, method: "DELETE", path: "/v1/kv/ledger", header: fenced(tokOther, "other", ""), status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "delete, another lock's token", on: m, method: "DELETE", path: "/v1/kv/ledger", header: fenced(tokOther, "other", leaseOther), status: 409, code: "wrong_lock"})
+	c.do(exchange{what: "delete, live lease's token without its lease", on: m, method: "DELETE", path: "/v1/kv/ledger", header: fenced(tokB, "report", ""), status: 409, code: "lease_required"})
 	c.do(exchange{what: "delete, token never issued", on: m, method: "DELETE", path: "/v1/kv/ledger", header: fenced("999999", "report", ""), status: 409, code: "unissued_token"})
 	c.unserved(s, "delete", "KV", exchange{method: "DELETE", path: "/v1/kv/ledger", header: fenced("1", "report", "")})
 	d := c.do(exchange{what: "delete", on: m, method: "DELETE", path: "/v1/kv/ledger", header: fenced(tokB, "report", leaseB), status: 200})
@@ -1080,7 +1086,7 @@ func exerciseDelete(c *checker, s *servers, fenced func(token, lock, lease strin
 	if g := c.do(exchange{what: "get, purged", on: m, method: "GET", path: "/v1/kv/ledger", status: 404, code: "not_found"}); g.header != nil && g.header.Get("Fence-Token") != "" {
 		c.failf("get of a purged key: want no fence, got Fence-Token %q", g.header.Get("Fence-Token"))
 	}
-	c.do(exchange{what: "put after purge, another lock", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokOther, "other", ""), body: "x", status: 200})
+	c.do(exchange{what: "put after purge, another lock", on: m, method: "PUT", path: "/v1/kv/ledger", header: fenced(tokOther, "other", leaseOther), body: "x", status: 200})
 }
 
 // Item: every operation refers to 405 (its path's other methods) and 500 (a bug),

@@ -867,6 +867,8 @@ func (s *Server) countRefusal(err error, key string, f fence.Fence) {
 	case errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrNamespace):
 		s.m.stale.Inc()
 		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
+	case errors.Is(err, fence.ErrLeaseRequired):
+		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
 	}
 }
 

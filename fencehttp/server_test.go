@@ -488,7 +488,7 @@ func TestServer_KV_StaleWrite409WithHighestAndNothingChanged(t *testing.T) {
 	}
 	// A token of another lock is refused, not compared.
 	other := mustAcquire(t, c, uniq(t, "another-lock"), time.Minute)
-	w = call(t, "PUT", base+"/v1/kv/"+key, "x", map[string]string{"Fence-Token": other.Token().String(), "Fence-Lock": fencehttp.EscapeName(other.Name())})
+	w = call(t, "PUT", base+"/v1/kv/"+key, "x", map[string]string{"Fence-Token": other.Token().String(), "Fence-Lock": fencehttp.EscapeName(other.Name()), "Fence-Lease": other.ID()})
 	wantError(t, "token of another lock", w, 409, "wrong_lock")
 	if w.json["lock"] != lock {
 		t.Fatalf("wrong_lock: want lock %q, got %s", lock, w.raw)
@@ -497,12 +497,17 @@ func TestServer_KV_StaleWrite409WithHighestAndNothingChanged(t *testing.T) {
 	if g.status != 200 || g.raw != "new" || g.header.Get("Fence-Token") != b.Token().String() || g.header.Get("Fence-Lease") != "" {
 		t.Fatalf("get: want 200 %q with Fence-Token %d and no lease, got %d %q %v", "new", b.Token(), g.status, g.raw, g.header)
 	}
-	// Same token, same lease: allowed; without the lease: refused.
+	// Same token, same lease: allowed; without the lease: refused, while the
+	// lease lives as lease_required (P9), once it ended as stale.
 	if w := call(t, "PUT", base+"/v1/kv/"+key, "again", hb); w.status != 200 {
 		t.Fatalf("write under the same lease again: want 200, got %d %s", w.status, w.raw)
 	}
 	delete(hb, "Fence-Lease")
-	wantError(t, "equal token without lease", call(t, "PUT", base+"/v1/kv/"+key, "x", hb), 409, "stale_token")
+	wantError(t, "equal token without lease", call(t, "PUT", base+"/v1/kv/"+key, "x", hb), 409, "lease_required")
+	if err := b.Release(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, "equal token without lease, the lease ended", call(t, "PUT", base+"/v1/kv/"+key, "x", hb), 409, "stale_token")
 }
 
 func TestServer_Fences_AdvanceWithoutWriting(t *testing.T) {

@@ -218,12 +218,12 @@ type errorResponse struct {
 
 	// held
 	ExpiresInMs int64 `json:"expires_in_ms,omitempty"`
-	// stale_token, wrong_lock
+	// stale_token, wrong_lock; lease_required: Key, Lock and Token
 	Key       string      `json:"key,omitempty"`
 	Highest   fence.Token `json:"highest,omitempty"`
 	Token     fence.Token `json:"token,omitempty"`
 	SameToken bool        `json:"same_token,omitempty"`
-	Lock      string      `json:"lock,omitempty"` // wrong_lock: the lock that fences Key; unissued_token: the lock presented
+	Lock      string      `json:"lock,omitempty"` // wrong_lock: the lock that fences Key; unissued_token, lease_required: the lock presented
 	Got       string      `json:"got,omitempty"`  // wrong_lock: the lock presented
 	// unissued_token: whether Token was issued to another lease (Last, below, is
 	// the last token issued for Lock)

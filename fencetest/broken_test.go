@@ -218,7 +218,8 @@ func (g *brokenGuard) Purge(ctx context.Context, key string) error {
 // issuingKV is an IssuingKV for the P9 suite: the reference Locker, whose grants
 // it records (each name's last token, each live lease's id), and a brokenGuard
 // that checks fences against them. bug injects one fault: "skips-issued-check"
-// (no P9 check) or "ignores-lease" (tokens are checked, lease ids are not).
+// (no P9 check), "ignores-lease" (tokens are checked, lease ids are not) or
+// "admits-leaseless" (a live lease's token without a lease id is admitted).
 type issuingKV struct {
 	*inmem.Locker
 	*brokenGuard
@@ -276,6 +277,9 @@ func (k *issuingKV) checkIssued(f fence.Fence) error {
 	}
 	if id, ok := k.live[f.Name][f.Token]; ok && f.LeaseID != "" && f.LeaseID != id && k.bug != "ignores-lease" {
 		return &fence.UnissuedTokenError{Lock: f.Name, Token: f.Token, Last: k.last[f.Name], OtherLease: true}
+	}
+	if _, live := k.live[f.Name][f.Token]; k.bug != "admits-leaseless" {
+		return fence.CheckLeaseGiven(f, live)
 	}
 	return nil
 }
@@ -479,7 +483,8 @@ var brokenCases = map[string]brokenCase{
 	"reference-issuing-kv": {
 		run: issuingCase(""),
 		wantPass: []string{"TokenAboveLastIssued_Refused_NothingWritten", "LockNeverGranted_Refused_NothingWritten", "OtherLeaseForLiveLeasesToken_Refused",
-			"RealHoldersFence_Admitted", "Delete_KeepsFence_StaleWriterRefused_NeverWrittenNotFound", "Purge_RemovesValueAndFence",
+			"RealHoldersFence_Admitted", "LiveLeasesTokenWithoutLease_Refused_EndedLeasesAdmitted",
+			"Delete_KeepsFence_StaleWriterRefused_NeverWrittenNotFound", "Purge_RemovesValueAndFence",
 			"Put_EqualTokenOtherLease_Rejected", "Fence_LowerOrOtherLease_Rejected", "Concurrent_16Goroutines_HighestWins", "Put_HigherToken_Accepted_TokensMaySkip",
 			"Delete_LowerOtherLeaseOrNamespace_Refused_ValueKept", "Purge_RemovesValueAndFence_LowerTokenAdmittedAfter",
 			"Permit_OtherPermitsLease_Refused_EachOwnAdmitted", "OneStore"},
@@ -488,6 +493,13 @@ var brokenCases = map[string]brokenCase{
 		run:      issuingCase("skips-issued-check"),
 		wantFail: []string{"TokenAboveLastIssued_Refused_NothingWritten", "LockNeverGranted_Refused_NothingWritten", "OtherLeaseForLiveLeasesToken_Refused"},
 		wantPass: []string{"RealHoldersFence_Admitted", "Delete_KeepsFence_StaleWriterRefused_NeverWrittenNotFound", "Purge_RemovesValueAndFence", "Put_EqualTokenOtherLease_Rejected"},
+	},
+	// The holder of a live lease fenced out by anyone who read its token: a
+	// lease-less write is stored and refuses the holder's own.
+	"issuing-kv-admits-leaseless": {
+		run:      issuingCase("admits-leaseless"),
+		wantFail: []string{"LiveLeasesTokenWithoutLease_Refused_EndedLeasesAdmitted", "Permit_OtherPermitsLease_Refused_EachOwnAdmitted"},
+		wantPass: []string{"TokenAboveLastIssued_Refused_NothingWritten", "OtherLeaseForLiveLeasesToken_Refused", "RealHoldersFence_Admitted"},
 	},
 	"issuing-kv-ignores-lease": {
 		run:      issuingCase("ignores-lease"),

@@ -31,12 +31,21 @@ type IssuingKV interface {
 //   - a lock that was never granted is refused the same way, with Last 0;
 //   - a grant's token under another lease id than the live lease holding that
 //     token is refused with OtherLease set;
-//   - the holder's own fence, and its token without a lease id, are admitted;
-//     a released holder's fence is stale once a later grant wrote
-//     (*fence.StaleTokenError), not unissued;
+//   - the holder's own fence is admitted; a released holder's fence is stale
+//     once a later grant wrote (*fence.StaleTokenError), not unissued;
+//   - a live lease's token without a lease id is refused by Put, Fence and
+//     Delete with a *fence.LeaseRequiredError (errors.Is
+//     fence.ErrLeaseRequired), on a key the holder wrote and on a new one, and
+//     nothing is written: stored without a lease, it would refuse the holder's
+//     own writes under its token, so anyone who read the token could fence the
+//     holder out. The holder still writes. Once the lease has ended (released),
+//     its token without a lease id is admitted as fence.Admit admits it: no live
+//     holder is left to fence out, every later grant's token is higher, and the
+//     ended lease's own writes with that token are then stale;
 //   - on a store that declares Features.Semaphores, a permit's token under
 //     another live permit's lease id, or a fresh one, is refused with
-//     OtherLease set, and each permit's own fence is admitted;
+//     OtherLease set, without a lease id with a *fence.LeaseRequiredError, and
+//     each permit's own fence is admitted;
 //   - Delete removes the value and keeps the fence (Get: nil value, the
 //     Delete's fence), a stale Put after it is refused with a
 //     *fence.StaleTokenError, and a key never written gives fence.ErrNotFound;
@@ -54,6 +63,7 @@ func TestIssuedKV(t *testing.T, newKV func(t *testing.T) IssuingKV, opts ...Opti
 		{"LockNeverGranted_Refused_NothingWritten", issuedNeverGranted},
 		{"OtherLeaseForLiveLeasesToken_Refused", issuedOtherLease},
 		{"RealHoldersFence_Admitted", issuedRealHolder},
+		{"LiveLeasesTokenWithoutLease_Refused_EndedLeasesAdmitted", issuedLeaseRequired},
 		{"Delete_KeepsFence_StaleWriterRefused_NeverWrittenNotFound", issuedDelete},
 		{"Purge_RemovesValueAndFence", issuedPurge},
 		{"Permit_OtherPermitsLease_Refused_EachOwnAdmitted", issuedPermitOtherLease},
@@ -89,6 +99,22 @@ func wantUnissued(t *testing.T, what string, err error, lock string, tok, last f
 	msg := err.Error()
 	if !strings.Contains(msg, strconv.FormatUint(uint64(tok), 10)) || (last != 0 && !strings.Contains(msg, strconv.FormatUint(uint64(last), 10))) {
 		t.Fatalf("%s: message %q; want it to name token %d and the last token %d", what, msg, tok, last)
+	}
+}
+
+// wantLeaseRequired fails unless err is a *fence.LeaseRequiredError for lock
+// and tok whose message names the token.
+func wantLeaseRequired(t *testing.T, what string, err error, lock string, tok fence.Token) {
+	t.Helper()
+	var le *fence.LeaseRequiredError
+	if !errors.As(err, &le) || !errors.Is(err, fence.ErrLeaseRequired) {
+		t.Fatalf("%s = %v; want a *fence.LeaseRequiredError matching ErrLeaseRequired", what, err)
+	}
+	if le.Lock != lock || le.Token != tok {
+		t.Fatalf("%s: LeaseRequiredError{Lock: %q, Token: %d}; want Lock %q, Token %d", what, le.Lock, le.Token, lock, tok)
+	}
+	if !strings.Contains(err.Error(), strconv.FormatUint(uint64(tok), 10)) {
+		t.Fatalf("%s: message %q; want it to name token %d", what, err.Error(), tok)
 	}
 }
 
@@ -196,13 +222,6 @@ func issuedRealHolder(t *testing.T, kv IssuingKV) {
 	if err := kv.Put(ctx, key, []byte("second"), second.Fence()); err != nil {
 		t.Fatalf("Put with the next holder's fence = %v; want nil", err)
 	}
-	// A writer with the token but not the lease id at hand passes P9 (only a
-	// lease id can be proved wrong); the guard rule then admits it on a new key.
-	other := uniqueName(t, "other")
-	if err := kv.Put(ctx, other, []byte("token only"), fence.Fence{Name: name, Token: second.Token()}); err != nil {
-		t.Fatalf("Put with the holder's token and no lease id = %v; want nil", err)
-	}
-	wantItem(t, kv, other, []byte("token only"), name, second.Token())
 	// The released holder is stale, not unissued: its token was issued.
 	wantStale(t, "Put by the released first holder", kv.Put(ctx, key, []byte("zombie"), first.Fence()), first.Token(), second.Token())
 	wantItem(t, kv, key, []byte("second"), name, second.Token())
@@ -215,6 +234,50 @@ func issuedRealHolder(t *testing.T, kv IssuingKV) {
 		t.Fatalf("Put with the holder's fence after its Delete = %v; want nil", err)
 	}
 	wantItem(t, kv, key, []byte("third"), name, third.Token())
+}
+
+// issuedLeaseRequired: a live lease's token without its lease id fences
+// nothing; once the lease ended, the token alone is admitted as before.
+func issuedLeaseRequired(t *testing.T, kv IssuingKV) {
+	ctx := testContext(t)
+	name, key, fresh := uniqueName(t, "lock"), uniqueName(t, "key"), uniqueName(t, "fresh")
+	l := acquire(t, kv, name, longTTL)
+	if err := kv.Put(ctx, key, []byte("mine"), l.Fence()); err != nil {
+		t.Fatalf("Put with the holder's fence = %v; want nil", err)
+	}
+	bare := fence.Fence{Name: name, Token: l.Token()}
+	// On a key nobody fenced, fence.Admit alone would admit it and store a fence
+	// that refuses the holder: P9 refuses it first.
+	wantLeaseRequired(t, "Put of a new key with the live lease's token and no lease id", kv.Put(ctx, fresh, []byte("bare"), bare), name, l.Token())
+	wantLeaseRequired(t, "Fence of a new key with the live lease's token and no lease id", kv.Fence(ctx, fresh, bare), name, l.Token())
+	_, err := kv.Get(ctx, fresh)
+	wantErrIs(t, "Get of a key only refused writes went to", err, fence.ErrNotFound)
+	// On the holder's key too, whatever fence.Admit would say.
+	wantLeaseRequired(t, "Put with the live lease's token and no lease id", kv.Put(ctx, key, []byte("bare"), bare), name, l.Token())
+	wantLeaseRequired(t, "Fence with the live lease's token and no lease id", kv.Fence(ctx, key, bare), name, l.Token())
+	wantLeaseRequired(t, "Delete with the live lease's token and no lease id", kv.Delete(ctx, key, bare), name, l.Token())
+	wantItem(t, kv, key, []byte("mine"), name, l.Token())
+	// The holder is not fenced out: its writes go through on both keys.
+	for _, k := range []string{key, fresh} {
+		if err := kv.Put(ctx, k, []byte("still mine"), l.Fence()); err != nil {
+			t.Fatalf("the holder's Put(%q) after the refused ones = %v; want nil", k, err)
+		}
+		wantItem(t, kv, k, []byte("still mine"), name, l.Token())
+	}
+	// Ended, the lease has no holder to fence out: its token alone is admitted
+	// where fence.Admit admits it, and the ended lease's own write is then stale.
+	release(t, kv, l)
+	ended := uniqueName(t, "ended")
+	if err := kv.Put(ctx, ended, []byte("token only"), bare); err != nil {
+		t.Fatalf("Put with a released lease's token and no lease id = %v; want nil", err)
+	}
+	wantItem(t, kv, ended, []byte("token only"), name, l.Token())
+	wantStale(t, "Put by the released holder after a write with its token alone", kv.Put(ctx, ended, []byte("zombie"), l.Fence()), l.Token(), l.Token())
+	next := acquire(t, kv, name, longTTL)
+	if err := kv.Put(ctx, ended, []byte("next"), next.Fence()); err != nil {
+		t.Fatalf("Put with the next grant's fence = %v; want nil", err)
+	}
+	wantItem(t, kv, ended, []byte("next"), name, next.Token())
 }
 
 func issuedDelete(t *testing.T, kv IssuingKV) {
@@ -285,6 +348,9 @@ func issuedPermitOtherLease(t *testing.T, kv IssuingKV) {
 		_, err := kv.Get(ctx, key)
 		wantErrIs(t, "Get of a key only refused writes went to", err, fence.ErrNotFound)
 	}
+	wantLeaseRequired(t, "Put with a live permit's token and no lease id", kv.Put(ctx, key, []byte("bare"), fence.Fence{Name: name, Token: b.Token()}), name, b.Token())
+	_, err := kv.Get(ctx, key)
+	wantErrIs(t, "Get of a key only refused writes went to", err, fence.ErrNotFound)
 	for _, l := range []*fence.Lease{a, b} {
 		if err := kv.Put(ctx, key, []byte(l.ID()), l.Fence()); err != nil {
 			t.Fatalf("Put with permit %d's own fence = %v; want nil", l.Slot(), err)

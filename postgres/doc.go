@@ -47,7 +47,11 @@
 // A KV told its Locker's table ([KVOptions].LockTable, as `fence serve --store
 // postgres://` sets it) refuses, with a *fence.UnissuedTokenError and nothing
 // written, a fence that Locker never issued (P9): a name never granted, a token
-// above its counter, or a lease id that is not the one recorded for that token.
+// above its counter, or a lease id that is not the one recorded for that token;
+// and, with a *fence.LeaseRequiredError, a fence without a lease id whose token
+// a live lease holds (stored without a lease, it would refuse that lease's own
+// writes; once the lease ended, the token alone is admitted as fence.Admit
+// admits it).
 // Without a lock table the KV guards with the tokens of any lock. Delete keeps
 // the key's fence (a stale writer is still refused); Purge removes value and
 // fence, the one way a key's fence goes back.
@@ -76,8 +80,8 @@
 //
 // Errors wrap the fence sentinels (fence.ErrStaleToken, fence.ErrNamespace,
 // fence.ErrInvalid, fence.ErrNotFound, fence.ErrNotAcquired, fence.ErrNotHeld,
-// fence.ErrTokenExhausted, fence.ErrUnissuedToken, fence.ErrUnavailable,
-// fence.ErrClosed) or this package's: [ErrSchema] (a missing table or column,
+// fence.ErrTokenExhausted, fence.ErrUnissuedToken, fence.ErrLeaseRequired,
+// fence.ErrUnavailable, fence.ErrClosed) or this package's: [ErrSchema] (a missing table or column,
 // or a lock table not yet upgraded by CreateSchema), [ErrConflict] (roll back
 // and retry), [ErrCorrupt] (a row edited by hand). A database error stays in
 // the chain as a *pgconn.PgError; pgx.ErrNoRows never escapes.

@@ -69,6 +69,42 @@ func TestKV_LockTable_Issued_ReleasedLastGrantOtherLease(t *testing.T) {
 	}
 }
 
+// Liveness is judged by the database's clock, for a lock and for a semaphore's
+// permits alike: a live lease's token without a lease id is refused, and once
+// the leases expire (expired, not released) it is admitted.
+func TestKV_LockTable_LeaselessToken_RefusedUntilExpiry(t *testing.T) {
+	s := newLockedKV(t)
+	ctx := ctxT(t)
+	const ttl = 2 * time.Second
+	start := time.Now() // before both grants: neither expires before start+ttl
+	lock, err := s.Acquire(ctx, uniq(t, "lock"), ttl)
+	if err != nil {
+		t.Fatalf("Acquire = %v", err)
+	}
+	permit, err := s.Acquire(ctx, uniq(t, "sem"), ttl, fence.WithLimit(2))
+	if err != nil {
+		t.Fatalf("Acquire of a permit = %v", err)
+	}
+	granted := time.Now() // after both grants: each expires by granted+ttl
+	for _, l := range []*fence.Lease{lock, permit} {
+		bare := fence.Fence{Name: l.Name(), Token: l.Token()}
+		var le *fence.LeaseRequiredError
+		err := s.Put(ctx, uniq(t, "key"), []byte("bare"), bare)
+		if time.Since(start) >= ttl {
+			t.Skipf("the leases expired before the check (%v): the machine is too slow for this test", time.Since(start))
+		}
+		if !errors.As(err, &le) || !errors.Is(err, fence.ErrLeaseRequired) || le.Lock != l.Name() || le.Token != l.Token() {
+			t.Fatalf("Put with live %s#%d and no lease id = %v, want *fence.LeaseRequiredError", l.Name(), l.Token(), err)
+		}
+	}
+	time.Sleep(ttl - time.Since(granted) + 100*time.Millisecond)
+	for _, l := range []*fence.Lease{lock, permit} {
+		if err := s.Put(ctx, uniq(t, "key"), []byte("bare"), fence.Fence{Name: l.Name(), Token: l.Token()}); err != nil {
+			t.Fatalf("Put with expired %s#%d and no lease id = %v, want nil", l.Name(), l.Token(), err)
+		}
+	}
+}
+
 func TestKV_BadLockTable_ErrInvalid(t *testing.T) {
 	kv := postgres.NewKV(sharedPool, &postgres.KVOptions{LockTable: "no such; table"})
 	f := fence.Fence{Name: uniq(t, "lock"), Token: 5, LeaseID: driver.NewLeaseID()}

@@ -98,8 +98,10 @@ func (kv *KV) build() {
 	// with token $3 has another lease.
 	ok := "true"
 	if kv.locks != "" {
-		ok = `EXISTS (SELECT FROM ` + kv.locks + ` l WHERE l.name = $2::text AND l.token >= $3::bigint AND NOT ` + otherLeaseSQL("l", "$3::bigint", "$4::text") + `)`
-		kv.issued = `SELECT l.token, ` + otherLeaseSQL("l", "$2::bigint", "$3::text") + ` FROM ` + kv.locks + ` l WHERE l.name = $1`
+		ok = `EXISTS (SELECT FROM ` + kv.locks + ` l WHERE l.name = $2::text AND l.token >= $3::bigint AND NOT ` + otherLeaseSQL("l", "$3::bigint", "$4::text") +
+			` AND NOT ` + leaseRequiredSQL("$3::bigint", "$4::text") + `)`
+		kv.issued = `SELECT l.token, ` + otherLeaseSQL("l", "$2::bigint", "$3::text") + `, ` + leaseRequiredSQL("$2::bigint", "$3::text") +
+			` FROM ` + kv.locks + ` l WHERE l.name = $1`
 	}
 	admit := admitSQL("r.fence_name", "r.fence_token", "r.fence_lease", "$2::text", "$3::bigint", "$4::text")
 	set := `fence_name = $2::text, fence_token = $3::bigint, fence_lease = $4::text`
@@ -154,6 +156,16 @@ func otherLeaseSQL(l, tok, lease string) string {
         WHERE (h->>'t')::bigint = ` + tok + ` AND h->>'l' <> ` + lease + `)))`
 }
 
+// leaseRequiredSQL is the condition that lease is ” and a live lease of the
+// lock row l (the last exclusive grant, or a semaphore or shared holder) holds
+// token tok (P9): stored without a lease, the fence would refuse that lease's
+// own writes. Live is judged by the database's clock, as grants judge it; a
+// lease that ended never lives again, so the statement's snapshot decides.
+func leaseRequiredSQL(tok, lease string) string {
+	return `(` + lease + ` = '' AND ((l.token = ` + tok + ` AND l.lease <> '' AND l.expires_at > clock_timestamp())
+    OR EXISTS (SELECT FROM ` + liveHolders + ` AND (h->>'t')::bigint = ` + tok + `)))`
+}
+
 // CreateSchema creates the KV's table if it does not exist (KVSchema under the
 // configured name). It returns fence.ErrUnavailable if the database cannot be
 // reached.
@@ -173,7 +185,8 @@ func (kv *KV) CreateSchema(ctx context.Context) error {
 // statement. It returns a *fence.StaleTokenError (fence.ErrStaleToken) or
 // *fence.NamespaceError (fence.ErrNamespace) if f is refused, and with a lock
 // table a *fence.UnissuedTokenError (fence.ErrUnissuedToken) if its Locker never
-// issued f; in each case nothing changed. It returns fence.ErrInvalid for a bad
+// issued f, or a *fence.LeaseRequiredError (fence.ErrLeaseRequired) if f has no
+// lease id and its token is a live lease's; in each case nothing changed. It returns fence.ErrInvalid for a bad
 // key or fence or a value longer than MaxValueLen, ErrCorrupt for a row edited
 // into something KV never writes, ErrSchema for a missing table or column,
 // ErrConflict on a serialization failure and fence.ErrUnavailable if the
@@ -293,15 +306,16 @@ func (kv *KV) write(ctx context.Context, op, stmt, key string, f fence.Fence, va
 // checkIssued is P9's check of f against the lock table as it is now (nil without
 // a lock table): a *fence.UnissuedTokenError if f.Name has no row (never granted),
 // its counter is below f's token, or the row records f's token as issued to
-// another lease. It explains a refused write; the write's own statement is what
+// another lease; a *fence.LeaseRequiredError if f has no lease id and a live
+// lease of the row holds its token. It explains a refused write; the write's own statement is what
 // enforces the rule.
 func (kv *KV) checkIssued(ctx context.Context, f fence.Fence) error {
 	if kv.locks == "" {
 		return nil
 	}
 	var last int64
-	var other bool
-	err := kv.db.QueryRow(ctx, kv.issued, f.Name, int64(f.Token), f.LeaseID).Scan(&last, &other)
+	var other, live bool
+	err := kv.db.QueryRow(ctx, kv.issued, f.Name, int64(f.Token), f.LeaseID).Scan(&last, &other, &live)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return dbErr(err)
 	}
@@ -311,7 +325,7 @@ func (kv *KV) checkIssued(ctx context.Context, f fence.Fence) error {
 	if other {
 		return &fence.UnissuedTokenError{Lock: f.Name, Token: f.Token, Last: fence.Token(last), OtherLease: true}
 	}
-	return nil
+	return fence.CheckLeaseGiven(f, live)
 }
 
 // read returns key's row as Get does, without the method's wording.

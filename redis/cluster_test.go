@@ -286,6 +286,11 @@ func TestCluster_ThreeMasters(t *testing.T) {
 				t.Errorf("Delete with %+v = %v; want a *fence.UnissuedTokenError", f, err)
 			}
 		}
+		var le *fence.LeaseRequiredError
+		bare := fence.Fence{Name: name, Token: lease.Token()}
+		if err := kv.Put(ctx, "cluster-issued-fresh", []byte("bare"), bare); !errors.As(err, &le) {
+			t.Errorf("Put with the live token and no lease id = %v; want a *fence.LeaseRequiredError", err)
+		}
 		if it, err := kv.Get(ctx, key); err != nil || string(it.Value) != "v" {
 			t.Errorf("Get after the refusals = %q, %v; want %q", it.Value, err, "v")
 		}

@@ -69,7 +69,10 @@
 // by [NewIssuedKV] (a Store's) also refuses, with a *fence.UnissuedTokenError and
 // nothing written, a fence its prefix's Locker never issued (P9): a name never
 // granted, a token above the name's counter, or a lease id that is not the one
-// holding that token now. After a failover that lowered a counter, holders of
+// holding that token now; and, with a *fence.LeaseRequiredError, a fence
+// without a lease id whose token a live lease holds (stored without a lease, it
+// would refuse that lease's own writes; once the lease ended, the token alone is
+// admitted as fence.Admit admits it). After a failover that lowered a counter, holders of
 // tokens above it are refused until a grant or a Heal raises it. A KV made by
 // [NewKV] checks no issuance. Without WaitReplicas, a failover can lose an
 // acknowledged Put.

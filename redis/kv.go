@@ -130,7 +130,8 @@ func (s *KV) recordKey(key string) string {
 // fence.ErrStaleToken, carrying the highest token accepted) or a
 // *fence.NamespaceError (fence.ErrNamespace) if f is refused, and on a KV of
 // NewIssuedKV a *fence.UnissuedTokenError (fence.ErrUnissuedToken) if f was never
-// issued; in each case nothing changed. It returns fence.ErrInvalid for a bad key or fence or a value over MaxValueLen;
+// issued, or a *fence.LeaseRequiredError (fence.ErrLeaseRequired) if f has no lease
+// id and its token is a live lease's; in each case nothing changed. It returns fence.ErrInvalid for a bad key or fence or a value over MaxValueLen;
 // ErrWrongType if the record key holds data this package did not write (it is left
 // alone); fence.ErrUnavailable if Redis cannot be reached (the write may or may not
 // have been applied); and fence.ErrClosed after the Store was closed.
@@ -206,8 +207,8 @@ func (s *KV) Purge(ctx context.Context, key string) error {
 // Fence advances key's fence to f without changing its value (see fence.Guard), so a
 // new holder fences off a paused predecessor before its first write. It returns nil
 // if f was accepted or already is the key's fence; a *fence.StaleTokenError,
-// *fence.NamespaceError or (NewIssuedKV) *fence.UnissuedTokenError if it is
-// refused; and otherwise the errors of Put.
+// *fence.NamespaceError or (NewIssuedKV) *fence.UnissuedTokenError or
+// *fence.LeaseRequiredError if it is refused; and otherwise the errors of Put.
 func (s *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 	if err := s.check(key, f); err != nil {
 		return fmt.Errorf("redis: fence %q: %w", key, err)
@@ -284,6 +285,8 @@ func kvReply(res any, key string, f fence.Fence) error {
 		return nil
 	case code == 4 && len(a) == 1:
 		return fence.ErrNotFound
+	case code == 5 && len(a) == 1:
+		return &fence.LeaseRequiredError{Lock: f.Name, Token: f.Token}
 	case code == 3 && len(a) == 3:
 		lastText, ok1 := a[1].(string)
 		other, ok2 := a[2].(int64)

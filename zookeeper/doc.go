@@ -68,7 +68,13 @@
 // token L the holding lock's czxid, else the czxid of the first node behind the
 // holding group less one, else the directory's pzxid. A fence is refused for a
 // name never acquired, a token above L (so a waiter's token until it is
-// granted), or a lease id that is not that of the holding node with its token.
+// granted), or a lease id that is not that of the holding node with its token;
+// and, with a *fence.LeaseRequiredError, a fence without a lease id whose token
+// is a holding node's (stored without a lease, it would refuse that lease's own
+// writes). An expired lease's node can outlive its expiry (until its session
+// ends or the next acquire takes it over), and its token alone is refused that
+// much longer, never shorter; once the node is gone, the token alone is
+// admitted as fence.Admit admits it.
 // What the bound admits that an exact record would not: a token at or below L
 // that was no grant's; while semaphore permits or shared leases hold the name,
 // such a token can fence a key off from the current holders until the name's

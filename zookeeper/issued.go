@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/go-zookeeper/zk"
 
@@ -14,7 +15,9 @@ import (
 // *fence.UnissuedTokenError if the name has no directory (never acquired), if f's
 // token is above issuedBound, or if f's lease id is provably not the lease issued
 // that token (a node of the holding group has the token and is not the lease's
-// node, or is the lease's node and has another token). It returns
+// node, or is the lease's node and has another token); and a
+// *fence.LeaseRequiredError if f has no lease id and a node of the holding group
+// has its token. It returns
 // fence.ErrUnavailable if ZooKeeper does not answer or the directory kept
 // changing.
 func (l *Locker) checkIssued(f fence.Fence) error {
@@ -47,7 +50,9 @@ func (l *Locker) checkIssued(f fence.Fence) error {
 			return err
 		}
 		if f.LeaseID == "" {
-			return nil
+			// A holding node with the token: its lease is live, or expired
+			// and not yet taken over, which this read cannot tell apart.
+			return fence.CheckLeaseGiven(f, slices.ContainsFunc(ms, func(m member) bool { return fence.Token(m.st.Czxid) == f.Token }))
 		}
 		own, _, _ := l.nodePath(f.Name, f.LeaseID)
 		for _, m := range ms {

@@ -98,7 +98,8 @@ func (kv *KV) Root() string { return kv.root }
 
 // Put stores value under key if f is admitted (fence.Admit against the key's highest
 // fence) and records f as the key's fence. It returns a *fence.StaleTokenError or
-// *fence.NamespaceError if f is refused (nothing changed), fence.ErrInvalid for a bad
+// *fence.NamespaceError if f is refused, and on a Store's KV a
+// *fence.UnissuedTokenError or *fence.LeaseRequiredError (P9) (nothing changed), fence.ErrInvalid for a bad
 // key or fence or a value above MaxValueSize, fence.ErrUnavailable if ZooKeeper does
 // not answer or the key stayed contended for maxCASAttempts writes, fence.ErrClosed
 // after the connection was closed, and ctx's error if ctx ends between attempts.
@@ -147,7 +148,8 @@ func (kv *KV) Delete(ctx context.Context, key string, f fence.Fence) error {
 
 // Fence advances key's fence to f without changing its value. It returns nil if f is
 // admitted, a *fence.StaleTokenError or *fence.NamespaceError if not (and on a
-// Store's KV a *fence.UnissuedTokenError), and otherwise the errors of Put.
+// Store's KV a *fence.UnissuedTokenError or *fence.LeaseRequiredError), and
+// otherwise the errors of Put.
 func (kv *KV) Fence(ctx context.Context, key string, f fence.Fence) error {
 	return kv.update(ctx, "fence", key, f, "", nil)
 }

@@ -44,6 +44,7 @@ func TestServe_DiskFull_503UntilFreed_AcknowledgedSurviveKill9(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/v1/kv/diskfull-raw/%d", p.url, i), strings.NewReader(strings.Repeat("x", 4000)))
 		req.Header.Set("Fence-Token", fmt.Sprint(lease.Token))
 		req.Header.Set("Fence-Lock", "diskfull-raw")
+		req.Header.Set("Fence-Lease", lease.Lease)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

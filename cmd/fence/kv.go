@@ -47,7 +47,10 @@ func newKVCmd() *cobra.Command {
 The server refuses a token it never issued for --lock (above the lock's last
 token, or a lock never granted) and a --lease that is not the lease it issued
 the token to (exit 1, "never issued" / "issued to another lease"), and writes
-nothing.
+nothing. It also refuses the token of a live lease without --lease (exit 1,
+"belongs to a live lease"): the token is public, and a write with it alone
+would fence the holder out. Once the lease has ended, the token alone is
+admitted as any token is.
 
 See 'fence kv COMMAND --help' for the flags.`,
 		Args: noArgs,
@@ -118,9 +121,9 @@ of --lock (default $FENCE_LOCK), --token (default $FENCE_TOKEN) and --lease
 
 --lock names the lock that issued the token; it is required, because tokens are
 comparable only within one lock: the server refuses a token of another lock than
-the one that fences KEY. --lease, when given, lets several writes carry the same
-token under one lease, and lets the server check that the token was issued to
-that lease.
+the one that fences KEY. --lease lets several writes carry the same token under
+one lease, and lets the server check that the token was issued to that lease;
+while the token's lease is live, the server requires it.
 
 Every attempt of the write, on each server it is retried on, carries one attempt
 id (Fence-Attempt), which the server's store claims: an attempt that lands late

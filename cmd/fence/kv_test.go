@@ -65,6 +65,38 @@ func TestCLI_KV_UnissuedRefused_DeleteKeepsFence_Purge(t *testing.T) {
 	wantCode(t, "kv get of a purged key", runFence(t, srv, nil, "", "kv", "get", key), exitError)
 }
 
+// The issue's reproducer (P9): anyone who reads a live token (fence status shows
+// it) sends it without the lease. kv put and kv delete are refused in one line
+// that says what to give, nothing is written, and the holder still writes, its
+// lease taken from FENCE_LEASE. Once the lease is released, the token alone is
+// admitted as before.
+func TestCLI_KV_LiveTokenWithoutLease_RefusedSayingWhatToGive(t *testing.T) {
+	srv := cli.serve.url
+	name, key := uniqName(t), uniqName(t)+"/ledger"
+	l := acquireJSON(t, srv, name, "--ttl", "1m")
+	tok := fmt.Sprint(l.Token)
+	bare := []string{"FENCE_LOCK=" + name, "FENCE_TOKEN=" + tok}
+	for _, args := range [][]string{{"kv", "put", key, "bare"}, {"kv", "delete", key}} {
+		what := strings.Join(args[:2], " ") + " with a live token and no lease"
+		r := runFence(t, srv, bare, "", args...)
+		wantCode(t, what, r, exitError)
+		want := fmt.Sprintf("token %s of lock %q belongs to a live lease", tok, name)
+		if line := oneLineStderr(t, what, r); !strings.Contains(line, want) || !strings.HasSuffix(line, "; give --lease or set FENCE_LEASE") {
+			t.Fatalf("%s: want one line saying %q and what to give, got %q", what, want, line)
+		}
+		r = runFence(t, srv, bare, "", append([]string{"-o", "json"}, args...)...)
+		wantCode(t, what+" -o json", r, exitError)
+		if !strings.Contains(r.stderr, `"code":"lease_required"`) {
+			t.Fatalf("%s -o json: want code lease_required, got %q", what, r.stderr)
+		}
+	}
+	wantCode(t, "kv get after the refused put", runFence(t, srv, nil, "", "kv", "get", key), exitError)
+	holder := append(bare, "FENCE_LEASE="+l.Lease)
+	wantCode(t, "kv put by the holder, the lease from FENCE_LEASE", runFence(t, srv, holder, "", "kv", "put", key, "mine"), 0)
+	wantCode(t, "release", runFence(t, srv, nil, "", "release", name, "--lease", l.Lease), 0)
+	wantCode(t, "kv put with the released lease's token alone", runFence(t, srv, bare, "", "kv", "put", key+"2", "token only"), 0)
+}
+
 // `fence lock -- sh -c 'fence kv ...'`: the child's kv commands carry the lease
 // (FENCE_LEASE), which the server checks against the live lease of the token.
 func TestCLI_Lock_ChildKVSendsLease(t *testing.T) {

@@ -122,11 +122,15 @@ func run(args []string) int {
 
 // printError prints err, which ends the command with exit status code, as one
 // line on w: "fence: MESSAGE", or as JSON {"error":"MESSAGE","code":"CODE"} (see
-// errorCode). A refused auth token says what to do about it.
+// errorCode). A refused auth token, and a live lease's token sent without its
+// lease, say what to do about it.
 func printError(w io.Writer, err error, code int, asJSON bool) {
 	msg := oneLine(err)
 	if errors.Is(err, fencehttp.ErrUnauthorized) {
 		msg += "; set " + envAuthToken + " to a token the server accepts"
+	}
+	if errors.Is(err, fence.ErrLeaseRequired) {
+		msg += "; give --lease or set " + envLease
 	}
 	if !asJSON {
 		fmt.Fprintln(w, "fence:", msg)
@@ -152,6 +156,7 @@ var errorCodes = []struct {
 	{fence.ErrNotFound, "not_found"},
 	{fence.ErrNotAcquired, "held"},
 	{fence.ErrUnissuedToken, "unissued_token"},
+	{fence.ErrLeaseRequired, "lease_required"},
 	{fence.ErrStaleToken, "stale_token"},
 	{fence.ErrNamespace, "wrong_lock"},
 	{fence.ErrTokenExhausted, "token_exhausted"},

@@ -11,12 +11,16 @@
 -- (a number) can have been issued to the lease id lease ('' if none), and
 -- otherwise {3, last, other}: last the counter (decimal, '0' if the name has no
 -- counter: never granted) and other 1 when want is at most last but a lease of the
--- name that holds the key with token want has another id (0 otherwise). An error
--- reply FENCE_WRONGTYPE for a counter this package did not write.
+-- name that holds the key with token want has another id (0 otherwise); or {5}
+-- when lease is '' and a lease of the name holds token want (lease required:
+-- stored without a lease, the fence would refuse that lease's own writes). An
+-- error reply FENCE_WRONGTYPE for a counter this package did not write.
 --
 -- A lease's record tells which lease a token was issued to only while the key
 -- holding it lives (until the lease is released or expires): a token whose lease
--- ended is admitted with any lease id.
+-- ended is admitted with any lease id, or none. A semaphore or shared lease's
+-- record may outlive its expiry until the next change of the name drops it: it
+-- is refused without a lease id that much longer, never shorter.
 local function issued(counter, lock, holders, want, lease)
   local c = redis.pcall('GET', counter)
   if type(c) == 'table' then
@@ -32,24 +36,27 @@ local function issued(counter, lock, holders, want, lease)
   if last == 0 or want > last then
     return {3, string.format('%d', last), 0}
   end
-  if lease == '' then
-    return nil
-  end
   local v = redis.pcall('GET', lock)
   if type(v) ~= 'string' then
     return nil
   end
+  -- refused is the reply for a fence whose token a lease of another id (or,
+  -- without a lease id, any lease) holds.
+  local refused = {3, string.format('%d', last), 1}
+  if lease == '' then
+    refused = {5}
+  end
   if string.byte(v) ~= 32 then
     local id = string.match(v, '^(%S+) ')
     if tonumber(string.match(v, ' (%d+)$')) == want and id ~= lease then
-      return {3, string.format('%d', last), 1}
+      return refused
     end
     return nil
   end
   local function token(e)
     return type(e) == 'string' and tonumber(string.match(e, '^%d+ (%d+)'))
   end
-  if token(redis.pcall('HGET', holders, lease)) == want then
+  if lease ~= '' and token(redis.pcall('HGET', holders, lease)) == want then
     return nil
   end
   local all = redis.pcall('HGETALL', holders) -- at most fence.MaxLimit leases
@@ -58,7 +65,7 @@ local function issued(counter, lock, holders, want, lease)
   end
   for i = 1, #all, 2 do
     if string.byte(all[i]) ~= 32 and token(all[i + 1]) == want then
-      return {3, string.format('%d', last), 1}
+      return refused
     end
   end
   return nil

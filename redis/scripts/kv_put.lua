@@ -9,8 +9,9 @@
 -- id ('' if none; see the write-attempts section below).
 -- Returns {0, token} when admitted and written, {1, highest} when the token is stale
 -- (lower, or equal under another or no lease), {2, name} when the record is fenced by
--- another lock name, issued's {3, last, other} when the fence was never issued, {4}
--- when a delete finds no value, or an error reply FENCE_WRONGTYPE when a key holds
+-- another lock name, issued's {3, last, other} when the fence was never issued and
+-- {5} when its token is a live lease's and it has no lease id, {4} when a delete
+-- finds no value, or an error reply FENCE_WRONGTYPE when a key holds
 -- something this package did not write (nothing is changed but for {0, token}).
 --
 -- The record also keeps, in field attempts, the attempt ids of the writes applied under

@@ -365,10 +365,24 @@ class TestKV(Base):
             self.client.put(key, b"first", lease=lease)
             self.client.put(key, b"second", lease=lease)  # the same token: admitted only with Fence-Lease
             self.client.fence(key, lease=lease)
-            with self.assertRaises(fence.StaleTokenError) as cm:
+            # Without the lease, the live lease's token is refused (P9): anyone can read it.
+            with self.assertRaises(fence.LeaseRequiredError) as cm:
                 self.client.put(key, b"third", lock=name, token=lease.token)
-            self.assertTrue(cm.exception.same_token)
+            e = cm.exception
+            self.assertEqual((e.status, e.code, e.lock, e.token, e.key), (409, "lease_required", name, lease.token, key))
+            self.assertEqual(str(e), 'put %s: token %d of lock %s belongs to a live lease: the write must carry its lease id (Fence-Lease)'
+                             % (fence._errors.quote(key), lease.token, fence._errors.quote(name)))
+            fresh = unique("againfresh")
+            with self.assertRaises(fence.LeaseRequiredError):
+                self.client.fence(fresh, lock=name, token=lease.token)
             self.assertEqual(self.client.get(key).value, b"second")
+        # Once the lease has ended, the token alone is admitted as any token is:
+        # stale where its lease wrote, written on a new key.
+        with self.assertRaises(fence.StaleTokenError) as cm:
+            self.client.put(key, b"third", lock=name, token=lease.token)
+        self.assertTrue(cm.exception.same_token)
+        self.client.put(fresh, b"token only", lock=name, token=lease.token)
+        self.assertEqual(self.client.get(fresh).value, b"token only")
 
     def test_delete_keeps_the_fence_and_purge_removes_it(self) -> None:
         name, key = unique("dellock"), unique("delkey")
@@ -422,6 +436,13 @@ class TestKV(Base):
         self.assertEqual((e.key, e.lock, e.token, e.last, e.other_lease, str(e)), ("k", "nightly", 999, 9, False, body["error"]))
         o = fence._errors.error_from_answer(409, {"error": "x", "code": "unissued_token", "lock": "l", "token": 3, "last": 5, "other_lease": True})
         self.assertTrue(o.other_lease)
+
+    def test_lease_required_answer_is_a_typed_error(self) -> None:
+        body = {"error": 'put "k": token 7 of lock "nightly" belongs to a live lease: the write must carry its lease id (Fence-Lease)',
+                "code": "lease_required", "key": "k", "lock": "nightly", "token": 7}
+        e = fence._errors.error_from_answer(409, body)
+        self.assertIsInstance(e, fence.LeaseRequiredError)
+        self.assertEqual((e.status, e.key, e.lock, e.token, str(e)), (409, "k", "nightly", 7, body["error"]))
 
 
 class TestList(Base):

@@ -10,7 +10,7 @@
  * @module
  */
 /** The `code` of an error answer of the server, or one the client makes itself. */
-export type FenceErrorCode = "invalid" | "unauthorized" | "not_found" | "method_not_allowed" | "held" | "limit_mismatch" | "stale_token" | "wrong_lock" | "unissued_token" | "token_exhausted" | "not_held" | "too_large" | "not_implemented" | "unavailable" | "internal" | "unexpected";
+export type FenceErrorCode = "invalid" | "unauthorized" | "not_found" | "method_not_allowed" | "held" | "limit_mismatch" | "stale_token" | "wrong_lock" | "unissued_token" | "lease_required" | "token_exhausted" | "not_held" | "too_large" | "not_implemented" | "unavailable" | "internal" | "unexpected";
 /** The JSON body of an error answer: `{"error","code", ...detail}`. */
 export interface ErrorBody {
     error?: unknown;
@@ -132,6 +132,23 @@ export declare class UnissuedTokenError extends FenceError {
     readonly key: string;
     /** Returns an UnissuedTokenError; see {@link FenceError}. */
     constructor(status: number | undefined, message: string, lock: string, token: number, last: number, otherLease: boolean, key: string);
+}
+/**
+ * LeaseRequiredError: the token is a live lease's and the write came without its lease
+ * id (409 `lease_required`). Nothing was written. The token is public (a lock's state
+ * shows it); stored without a lease, the fence would refuse the holder's own writes
+ * under that token. Write with the {@link Lease} (or the lock, token and `lease` of
+ * one). Once the lease has ended, the token alone is admitted as any token is.
+ */
+export declare class LeaseRequiredError extends FenceError {
+    /** The lock named by the write. */
+    readonly lock: string;
+    /** The token the refused write presented, a live lease's. */
+    readonly token: number;
+    /** The key written, when the server names it ("" otherwise). */
+    readonly key: string;
+    /** Returns a LeaseRequiredError; see {@link FenceError}. */
+    constructor(status: number | undefined, message: string, lock: string, token: number, key: string);
 }
 /** TokenExhaustedError: the lock's counter is at its maximum; it grants no more leases (409). */
 export declare class TokenExhaustedError extends FenceError {

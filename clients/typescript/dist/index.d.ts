@@ -32,4 +32,4 @@
  */
 export { FenceClient, KV, DEFAULT_SERVER, type FenceClientOptions, type AcquireOptions, type ListOptions, type WithLockOptions, type FenceSpec, type WriteOptions, type KVItem, type LockInfo, type Holder, type WatchedLockInfo, type WatchOptions, type Leader, type Value, } from "./client.js";
 export { Lease, type FenceHeaders, type LeaseInit, type LeaseOps } from "./lease.js";
-export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, LimitMismatchError, StaleTokenError, WrongLockError, UnissuedTokenError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, type FenceErrorCode, } from "./errors.js";
+export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, LimitMismatchError, StaleTokenError, WrongLockError, UnissuedTokenError, LeaseRequiredError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, type FenceErrorCode, } from "./errors.js";

@@ -32,4 +32,4 @@
  */
 export { FenceClient, KV, DEFAULT_SERVER, } from "./client.js";
 export { Lease } from "./lease.js";
-export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, LimitMismatchError, StaleTokenError, WrongLockError, UnissuedTokenError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, } from "./errors.js";
+export { FenceError, InvalidError, UnauthorizedError, NotFoundError, HeldError, LimitMismatchError, StaleTokenError, WrongLockError, UnissuedTokenError, LeaseRequiredError, TokenExhaustedError, NotHeldError, LeaseReleasedError, LeaseExpiredError, TooLargeError, NotImplementedError, UnavailableError, } from "./errors.js";

@@ -21,6 +21,7 @@ export type FenceErrorCode =
   | "stale_token"
   | "wrong_lock"
   | "unissued_token"
+  | "lease_required"
   | "token_exhausted"
   | "not_held"
   | "too_large"
@@ -200,6 +201,30 @@ export class UnissuedTokenError extends FenceError {
   }
 }
 
+/**
+ * LeaseRequiredError: the token is a live lease's and the write came without its lease
+ * id (409 `lease_required`). Nothing was written. The token is public (a lock's state
+ * shows it); stored without a lease, the fence would refuse the holder's own writes
+ * under that token. Write with the {@link Lease} (or the lock, token and `lease` of
+ * one). Once the lease has ended, the token alone is admitted as any token is.
+ */
+export class LeaseRequiredError extends FenceError {
+  /** The lock named by the write. */
+  readonly lock: string;
+  /** The token the refused write presented, a live lease's. */
+  readonly token: number;
+  /** The key written, when the server names it ("" otherwise). */
+  readonly key: string;
+
+  /** Returns a LeaseRequiredError; see {@link FenceError}. */
+  constructor(status: number | undefined, message: string, lock: string, token: number, key: string) {
+    super("lease_required", status, message);
+    this.lock = lock;
+    this.token = token;
+    this.key = key;
+  }
+}
+
 /** TokenExhaustedError: the lock's counter is at its maximum; it grants no more leases (409). */
 export class TokenExhaustedError extends FenceError {}
 
@@ -273,6 +298,8 @@ export function errorFromBody(status: number, body: ErrorBody): FenceError {
       return new WrongLockError(status, msg, str(body.key), str(body.lock), str(body.got));
     case "unissued_token":
       return new UnissuedTokenError(status, msg, str(body.lock), num(body.token), num(body.last), body.other_lease === true, str(body.key));
+    case "lease_required":
+      return new LeaseRequiredError(status, msg, str(body.lock), num(body.token), str(body.key));
     case "token_exhausted":
       return new TokenExhaustedError("token_exhausted", status, msg);
     case "not_held":

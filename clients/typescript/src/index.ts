@@ -59,6 +59,7 @@ export {
   StaleTokenError,
   WrongLockError,
   UnissuedTokenError,
+  LeaseRequiredError,
   TokenExhaustedError,
   NotHeldError,
   LeaseReleasedError,

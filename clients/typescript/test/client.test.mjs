@@ -14,6 +14,7 @@ import {
   NotHeldError,
   StaleTokenError,
   UnissuedTokenError,
+  LeaseRequiredError,
   WrongLockError,
 } from "../dist/index.js";
 import { abortedWithin as aborted, startServer, uniqueName } from "./helpers/serve.mjs";
@@ -311,10 +312,22 @@ describe("kv", () => {
     await fence.kv.put(key, "first", lease);
     await fence.kv.put(key, "second", lease); // the same token: admitted only with Fence-Lease
     await fence.kv.fence(key, lease);
+    // Without the lease, the live lease's token is refused (P9): anyone can read it.
     const err = await fence.kv.put(key, "third", { lock: lease.name, token: lease.token }).then(() => assert.fail("stored"), (e) => e);
-    assert.ok(err instanceof StaleTokenError && err.sameToken, `without the lease: got ${err}`);
+    assert.ok(err instanceof LeaseRequiredError, `without the lease: got ${err}`);
+    assert.deepEqual([err.code, err.status, err.lock, err.token, err.key], ["lease_required", 409, lease.name, lease.token, key]);
+    assert.equal(err.message, `put ${JSON.stringify(key)}: token ${lease.token} of lock ${JSON.stringify(lease.name)} belongs to a live lease: the write must carry its lease id (Fence-Lease)`);
+    const fresh = uniqueName("again-fresh");
+    const none = await fence.kv.fence(fresh, { lock: lease.name, token: lease.token }).then(() => assert.fail("fenced"), (e) => e);
+    assert.ok(none instanceof LeaseRequiredError, `fence of a new key without the lease: got ${none}`);
     assert.equal((await fence.kv.get(key)).text(), "second");
     await lease.release();
+    // Once the lease has ended, the token alone is admitted as any token is:
+    // stale where its lease wrote, written on a new key.
+    const stale = await fence.kv.put(key, "third", { lock: lease.name, token: lease.token }).then(() => assert.fail("stored"), (e) => e);
+    assert.ok(stale instanceof StaleTokenError && stale.sameToken, `after the release, without the lease: got ${stale}`);
+    await fence.kv.put(fresh, "token only", { lock: lease.name, token: lease.token });
+    assert.equal((await fence.kv.get(fresh)).text(), "token only");
   });
 
   test("delete removes the value and keeps the fence; purge removes both", async () => {

@@ -17,6 +17,7 @@ __all__ = [
     "StaleTokenError",
     "WrongLockError",
     "UnissuedTokenError",
+    "LeaseRequiredError",
     "TokenExhaustedError",
     "NotHeldError",
     "NotSupportedError",
@@ -193,6 +194,24 @@ class UnissuedTokenError(FenceError):
         self.key: Optional[str] = _str(self.body.get("key"))
 
 
+class LeaseRequiredError(FenceError):
+    """LeaseRequiredError (409 "lease_required"): the token (``token``) of lock
+    ``lock`` belongs to a live lease and the write came without its lease id; it
+    changed nothing. The token is public (a lock's state shows it): stored without a
+    lease, the fence would refuse the holder's own writes under that token. Write
+    with the Lease (or its lock, token and lease id). Once the lease has ended, the
+    token alone is admitted as any token is. ``key`` is the key written, when the
+    server names it."""
+
+    code = "lease_required"
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.lock: Optional[str] = _str(self.body.get("lock"))
+        self.token: Optional[int] = _int(self.body.get("token"))
+        self.key: Optional[str] = _str(self.body.get("key"))
+
+
 class TokenExhaustedError(FenceError):
     """TokenExhaustedError (409 "token_exhausted"): the lock's token counter is at
     its maximum; it grants no more leases."""
@@ -245,6 +264,7 @@ _CLASSES: Tuple[Type[FenceError], ...] = (
     StaleTokenError,
     WrongLockError,
     UnissuedTokenError,
+    LeaseRequiredError,
     TokenExhaustedError,
     NotHeldError,
     NotSupportedError,
