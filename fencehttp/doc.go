@@ -40,6 +40,9 @@
 //	                      -> 200 {"key","purged":true} | 404 (neither) | 400
 //	POST /v1/fences/{key} headers as for PUT, no body: advance the key's fence only
 //	GET  /healthz         -> 200 {"status":"ok"}, 503 while shutting down (never needs auth)
+//	GET  /readyz          -> 200 {"status":"ready"} while this server can grant (Config.Ready:
+//	                         in cluster mode, while its node sees a leader), 503 "unavailable"
+//	                         saying why not, or while shutting down (never needs auth)
 //	GET  /metrics         -> Prometheus text format
 //	GET  /v1/openapi.json -> the OpenAPI 3.1 document of this API (see OpenAPI)
 //	GET  /ui              -> the live dashboard (package ui; its files need no auth)
@@ -315,7 +318,7 @@
 //
 // # Security
 //
-// With Config.AuthTokens or Config.Tokens set, every request but /healthz, GET / and
+// With Config.AuthTokens or Config.Tokens set, every request but /healthz, /readyz, GET / and
 // the dashboard's static files (/ui, which hold no secrets; the page asks for the token
 // and sends it on its API calls) needs Authorization: Bearer TOKEN, compared in
 // constant time; a missing or unknown token is 401. A scoped token (AuthToken,

@@ -467,7 +467,7 @@ func (c *checker) probe(on *target) {
 		"/healthz", "/metrics", "/v1/openapi.json",
 		"/", "/v1", "/v1/", "/v1/kv", "/v1/fences", "/v1/locks/p1/revoke", "/v1/locks/",
 		"/v1/locks/p1/watch", "/v1/locks/p1/bogus", "/ui", "/ui/", "/v1/openapi.yaml",
-		"/openapi.json", "/healthz/", "/metrics/"}
+		"/openapi.json", "/healthz/", "/metrics/", "/readyz", "/readyz/"}
 	for _, p := range c.doc.Paths.InMatchingOrder() {
 		if p := instantiate(p); !slices.Contains(paths, p) {
 			paths = append(paths, p)
@@ -675,6 +675,7 @@ func exercise(t *testing.T, c *checker, s *servers) {
 		t.Fatal("the long poll did not end after Drain")
 	}
 	c.do(exchange{what: "healthz, draining", on: s.draining, method: "GET", path: "/healthz", status: 503, code: "unavailable"})
+	c.do(exchange{what: "readyz, draining", on: s.draining, method: "GET", path: "/readyz", status: 503, code: "unavailable"})
 
 	// renew
 	c.do(exchange{what: "renew", on: m, method: "POST", path: nightly + "/renew", body: `{"lease":"` + lease + `","ttl_ms":60000}`, status: 200})
@@ -853,6 +854,8 @@ func exercise(t *testing.T, c *checker, s *servers) {
 	// the server's own routes
 	c.do(exchange{what: "healthz", on: m, method: "GET", path: "/healthz", status: 200})
 	c.do(exchange{what: "healthz without a token on a server with auth", on: s.auth, method: "GET", path: "/healthz", status: 200})
+	c.do(exchange{what: "readyz", on: m, method: "GET", path: "/readyz", status: 200})
+	c.do(exchange{what: "readyz without a token on a server with auth", on: s.auth, method: "GET", path: "/readyz", status: 200})
 	c.do(exchange{what: "metrics", on: m, method: "GET", path: "/metrics", status: 200})
 	c.do(exchange{what: "metrics, with the token", on: s.authOK, method: "GET", path: "/metrics", status: 200})
 	c.do(exchange{what: "metrics, no token", on: s.auth, method: "GET", path: "/metrics", req: reqViolates, status: 401, code: "unauthorized"})

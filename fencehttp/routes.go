@@ -22,6 +22,7 @@ const (
 	routeNone       routeKind = iota // no route: 404
 	routeRoot                        // /: the redirect to the dashboard
 	routeHealth                      // /healthz
+	routeReady                       // /readyz
 	routeUI                          // /ui and /ui/FILE: the dashboard (package ui)
 	routeMetrics                     // /metrics
 	routeOpenAPI                     // /v1/openapi.json
@@ -48,6 +49,7 @@ var allowed = [...]string{
 	routeNone:       "",
 	routeRoot:       "GET, HEAD",
 	routeHealth:     "GET, HEAD",
+	routeReady:      "GET, HEAD",
 	routeUI:         "GET, HEAD",
 	routeMetrics:    "GET, HEAD",
 	routeOpenAPI:    "GET, HEAD",
@@ -90,6 +92,8 @@ func parseRoute(method, escaped string) route {
 		rt.kind = routeRoot
 	case escaped == "/healthz":
 		rt.kind = routeHealth
+	case escaped == "/readyz":
+		rt.kind = routeReady
 	case escaped == "/ui" || strings.HasPrefix(escaped, "/ui/"):
 		rt.kind = routeUI
 	case escaped == "/metrics":
@@ -182,6 +186,8 @@ func (rt route) label() string {
 		return "fences"
 	case routeHealth:
 		return "healthz"
+	case routeReady:
+		return "readyz"
 	case routeMetrics:
 		return "metrics"
 	case routeOpenAPI:

@@ -19,6 +19,8 @@ func TestParseRoute(t *testing.T) {
 		{"GET", "/", routeRoot, "", "", true},
 		{"POST", "/", routeRoot, "", "", false},
 		{"GET", "/healthz", routeHealth, "", "", true},
+		{"GET", "/readyz", routeReady, "", "", true},
+		{"POST", "/readyz", routeReady, "", "", false},
 		{"GET", "/ui", routeUI, "", "", true},
 		{"GET", "/ui/app.js", routeUI, "", "", true},
 		{"GET", "/uix", routeNone, "", "", false},

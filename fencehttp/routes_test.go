@@ -123,6 +123,7 @@ func TestServer_AllowHeaders_ListWhatEachRouteServes(t *testing.T) {
 	routes := []struct{ path, allow string }{
 		{"/", "GET, HEAD"},
 		{"/healthz", "GET, HEAD"},
+		{"/readyz", "GET, HEAD"},
 		{"/metrics", "GET, HEAD"},
 		{"/v1/openapi.json", "GET, HEAD"},
 		{"/ui", "GET, HEAD"},

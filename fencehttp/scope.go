@@ -299,7 +299,7 @@ func permitRoute(t *AuthToken, r *http.Request, rt route) error {
 		// Unscoped admins passed above: a member change or a backup concerns
 		// every name.
 		return because(ErrForbidden, "this token may not change or back up the cluster: that needs admin on every name (it has %s %s)", t.Rights, scopeOf(t))
-	default: // the redirect, /healthz, the dashboard, /v1/openapi.json
+	default: // the redirect, /healthz, /readyz, the dashboard, /v1/openapi.json
 		return nil
 	}
 	name, err := rt.name()

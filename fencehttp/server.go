@@ -78,7 +78,19 @@ type Config struct {
 	// /v1/cluster/members/{name} and GET /v1/cluster/snapshot (see Cluster). Nil
 	// answers those routes 404 "not_found".
 	Cluster Cluster
+	// Ready, if set, says whether this server can grant now, for GET /readyz:
+	// it returns nil when it can, or an error whose message says why not to a
+	// person ("the cluster has no leader"), which /readyz answers 503
+	// "unavailable" as "not ready: MESSAGE". It is called with a context that
+	// ends after ReadyTimeout and must return by then. Nil means ready unless
+	// the server is draining (Drain), where /readyz answers 503 whatever Ready
+	// says, as /healthz does.
+	Ready func(ctx context.Context) error
 }
+
+// ReadyTimeout bounds one call of Config.Ready: /readyz answers 503 if the
+// check has not answered by then.
+const ReadyTimeout = 2 * time.Second
 
 // Server serves the HTTP API v1 over a Locker and a KV. It keeps no lock state of its
 // own (only counters for metrics), so several servers can share one store.
@@ -201,8 +213,9 @@ func (s *Server) routes() http.Handler {
 			}
 			s.fail(w, r, "", "", because(errNoRoute, "no such route: %s %s%s", r.Method, r.URL.EscapedPath(), hint))
 			return
-		case routeRoot, routeHealth, routeUI:
-			// Without auth: /healthz is for load balancers, and a browser cannot send
+		case routeRoot, routeHealth, routeReady, routeUI:
+			// Without auth: /healthz and /readyz are for load balancers and
+			// orchestrators, and a browser cannot send
 			// a bearer token to load a page; the redirect and the dashboard's files
 			// hold no secrets, and its API calls carry the token.
 		default:
@@ -219,6 +232,8 @@ func (s *Server) routes() http.Handler {
 			redirectToUI(w)
 		case routeHealth:
 			s.handleHealth(w, r)
+		case routeReady:
+			s.handleReady(w, r)
 		case routeUI:
 			dashboard.ServeHTTP(w, r)
 		default:
@@ -311,6 +326,48 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// handleReady serves GET and HEAD /readyz: 200 {"status":"ready"} while the
+// server can grant (Config.Ready), 503 "unavailable" saying why not otherwise
+// or while it drains. A refusal is logged at debug level only: a load balancer
+// asks a node cut off from the majority every few seconds, and the node's own
+// logs say why it is cut off.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	err := s.ready(r.Context())
+	if err == nil {
+		s.m.requests.WithLabelValues(routeOf(r), "200").Inc()
+		s.writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		return
+	}
+	status, body := errorBody("", "", err)
+	s.m.requests.WithLabelValues(routeOf(r), strconv.Itoa(status)).Inc()
+	s.log.Debug("not ready", "method", r.Method, "route", routeOf(r), "status", status, "err", err)
+	s.writeJSON(w, status, body)
+}
+
+// errReadyTimeout is the cause of a readiness check that ran out of time.
+var errReadyTimeout = errors.New("fencehttp: readiness check timed out")
+
+// ready returns nil if the server can grant now, else an error matching
+// fence.ErrUnavailable whose fact says why not.
+func (s *Server) ready(ctx context.Context) error {
+	if s.drainCtx.Err() != nil {
+		return errShuttingDown
+	}
+	if s.cfg.Ready == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, ReadyTimeout, errReadyTimeout)
+	defer cancel()
+	err := s.cfg.Ready(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case context.Cause(ctx) == errReadyTimeout:
+		return because(fence.ErrUnavailable, "not ready: the readiness check did not answer within %v", ReadyTimeout)
+	}
+	return because(fence.ErrUnavailable, "not ready: %s", err.Error())
 }
 
 // handleLocksRoot serves GET /v1/locks?prefix=P&limit=N.
