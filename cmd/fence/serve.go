@@ -205,7 +205,8 @@ node embeds an etcd member (peer traffic on its --peers address, data in
 DATA/cluster, no etcd client port) and serves the whole API from the cluster's
 store, so any node answers any request and the cluster keeps serving while a
 majority of its nodes runs. A node cut off from the majority answers 503 to grants
-and writes, within 5 election timeouts. Restarting a node with the same flags and
+and writes, within 5 election timeouts, and to GET /readyz (200 while the node
+sees a leader; outside cluster mode, 200 unless shutting down). Restarting a node with the same flags and
 data rejoins it; --join starts a node just added with fence cluster add. Peer TLS:
 --peer-cert, --peer-key and --peer-ca (every peer's certificate must chain to the
 CA, in both directions). A peer address off loopback (any host name, localhost
@@ -400,6 +401,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	}
 	if node != nil { // never a nil *cluster.Node in the interface
 		hcfg.Cluster = node
+		hcfg.Ready = node.Ready // ready while this node's member sees a leader
 	}
 	srv, err := fencehttp.NewServer(hcfg)
 	if err != nil {

@@ -732,6 +732,28 @@ func (n *Node) Snapshot(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
+// Ready returns nil while this node's member sees a leader, which is what lets
+// the node grant: a member cut off from the majority loses its leader within
+// about two election timeouts (a follower stops hearing heartbeats and
+// campaigns; a leader that hears from no majority steps down), so a node
+// cut off turns not ready in that time, and ready again once it rejoins a
+// majority. It reads the member's own state and never waits, whatever ctx.
+// It returns an error saying "the cluster has no leader" otherwise, and one
+// matching fence.ErrClosed after Close.
+func (n *Node) Ready(ctx context.Context) error {
+	if err := n.check("ready"); err != nil {
+		return err
+	}
+	if n.etcd.Server.Leader() == 0 {
+		return errNoLeader
+	}
+	return nil
+}
+
+// errNoLeader is Ready's answer when this node's member sees no leader: the
+// reason /readyz gives.
+var errNoLeader = errors.New("the cluster has no leader (this node reaches no majority of its members)")
+
 // check returns an error matching fence.ErrClosed after Close: the in-process
 // client would call into a stopped member.
 func (n *Node) check(op string) error {
