@@ -364,3 +364,22 @@ func TestNode_Snapshot(t *testing.T) {
 		t.Fatalf("snapshot of %d bytes does not hold the value written", buf.Len())
 	}
 }
+
+// Ready is nil on a node that sees a leader (a one-node cluster leads itself at
+// once) and matches fence.ErrClosed after Close. A node cut off from the
+// majority is not ready: cmd/fence's TestServeCluster_Readyz_503OnANodeCutOffFromTheMajority.
+func TestNode_Ready(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd member")
+	}
+	n, ctx := startOne(t)
+	if err := n.Ready(ctx); err != nil {
+		t.Fatalf("Ready of a one-node cluster: %v; want nil", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Ready(ctx); !errors.Is(err, fence.ErrClosed) {
+		t.Fatalf("Ready after Close: %v; want fence.ErrClosed", err)
+	}
+}
