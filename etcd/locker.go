@@ -242,6 +242,10 @@ func (l *Locker) checkLease(name, leaseID string) error {
 // Locker without it writes the beat of a grant that has one in a second
 // transaction.
 //
+// Two Renews of one lease at once may both move it: the one whose move finds the
+// key on another etcd lease than it read, still held by leaseID, renews again (at
+// most renewTries times) rather than report the live lease lost.
+//
 // It returns fence.ErrNotHeld if that lease expired, was released or never existed,
 // fence.ErrInvalid for bad arguments, fence.ErrUnavailable if etcd cannot be reached
 // and fence.ErrClosed after Close.
@@ -252,6 +256,27 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err := fence.ValidateTTL(ttl); err != nil {
 		return fmt.Errorf("etcd: renew %q: %w", name, err)
 	}
+	for try := 1; ; try++ {
+		err := l.renew(ctx, name, leaseID, ttl)
+		if !errors.Is(err, errMovedMeanwhile) {
+			return err
+		}
+		if try == renewTries {
+			return fmt.Errorf("etcd: renew %q: moved by %d other renewals meanwhile: %w", name, try, fence.ErrUnavailable)
+		}
+	}
+}
+
+// renewTries bounds Renew's tries against other Renews moving the same lease.
+const renewTries = 3
+
+// errMovedMeanwhile is renew's answer when another Renew moved the lease's key
+// to another etcd lease between its read and its move: the lease is still held.
+var errMovedMeanwhile = errors.New("etcd: lease moved by another renewal meanwhile")
+
+// renew is one try of Renew: errMovedMeanwhile if another renewal moved the
+// lease's key meanwhile.
+func (l *Locker) renew(ctx context.Context, name, leaseID string, ttl time.Duration) error {
 	key, holder := l.keys.leaseKey(name, leaseID)
 	held := heldBy(key, leaseID, holder)
 	// With FastExpiry the renewal writes the key's beat: a Raft write, which waiters
@@ -283,7 +308,11 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	kaStart := l.clock.Now()
 	ka, err := l.cli.KeepAliveOnce(ctx, old)
 	if err != nil {
-		return fmt.Errorf("etcd: renew %q: %w", name, storeErr(err))
+		err = storeErr(err)
+		if errors.Is(err, fence.ErrNotHeld) && l.movedMeanwhile(ctx, key, held, old) {
+			return errMovedMeanwhile
+		}
+		return fmt.Errorf("etcd: renew %q: %w", name, err)
 	}
 	want := leaseSeconds(ttl)
 	if ka.TTL >= want && ka.TTL <= 2*want+1 {
@@ -295,8 +324,9 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	if err != nil {
 		return fmt.Errorf("etcd: renew %q: grant: %w", name, storeErr(err))
 	}
-	// A lock's owner key goes along, so that it lives as long as the lock key.
-	move := []clientv3.Op{clientv3.OpPut(key, string(kvs[0].Value), clientv3.WithLease(g.ID)), l.keys.moveBeat(key, g.ID)}
+	// A lock's owner key goes along, so that it lives as long as the lock key; so
+	// does the grant's claim record (see request.go), if a retry claimed it.
+	move := []clientv3.Op{clientv3.OpPut(key, string(kvs[0].Value), clientv3.WithLease(g.ID)), l.keys.moveBeat(key, g.ID), l.keys.moveClaim(name, leaseID, g.ID)}
 	if owner := grantOwner(kvs[0], only(resp.Responses[1].GetResponseRange().GetKvs())); owner != nil && !holder {
 		move = append(move, clientv3.OpPut(string(owner.Key), string(owner.Value), clientv3.WithLease(g.ID)))
 	}
@@ -310,11 +340,26 @@ func (l *Locker) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 	}
 	if !resp.Succeeded {
 		l.revoke(g.ID)
+		if l.movedMeanwhile(ctx, key, held, old) {
+			return errMovedMeanwhile
+		}
 		return fmt.Errorf("etcd: renew %q: %w", name, fence.ErrNotHeld)
 	}
 	l.untrack(old)
 	l.revoke(old)
 	return nil
+}
+
+// movedMeanwhile reports whether the lease key, which a renewal read on the etcd
+// lease old, is still held (the comparisons held) on another etcd lease: another
+// Renew moved it meanwhile. An error reading it is false.
+func (l *Locker) movedMeanwhile(ctx context.Context, key string, held []clientv3.Cmp, old clientv3.LeaseID) bool {
+	now, err := l.cli.Txn(ctx).If(held...).Then(clientv3.OpGet(key)).Commit()
+	if err != nil || !now.Succeeded {
+		return false
+	}
+	kv := only(now.Responses[0].GetResponseRange().GetKvs())
+	return kv != nil && clientv3.LeaseID(kv.Lease) != old
 }
 
 // Release ends the lease (name, leaseID): it deletes the lease's key (the lock key

@@ -240,6 +240,22 @@ func (k keys) claimKey(name, leaseID string) string {
 	return k.prefix + "claim/" + name + "\x00" + id
 }
 
+// moveClaim returns the operation that puts the claim record of the grant of
+// name whose lease id is leaseID, if there is one, under the etcd lease to (a
+// Renew that moves the grant's keys runs it in the same transaction), keeping
+// its value; it does nothing if there is none. (A value compare fails on a key
+// that does not exist.)
+func (k keys) moveClaim(name, leaseID string, to clientv3.LeaseID) clientv3.Op {
+	key := k.claimKey(name, leaseID)
+	keep := func(v string, els ...clientv3.Op) clientv3.Op {
+		return clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", v)},
+			[]clientv3.Op{clientv3.OpPut(key, v, clientv3.WithLease(to))},
+			els)
+	}
+	return keep(claimedValue, keep(droppedValue))
+}
+
 // The claim record's values.
 const (
 	claimedValue = "c" // a retry returned the grant
@@ -259,35 +275,49 @@ const (
 // grant. It returns claimHeld if the grant is claimed, now or before; claimGone
 // if the grant ended; claimDropped if its attempt dropped it first; and
 // fence.ErrUnavailable if etcd cannot be reached, fence.ErrClosed after Close.
+//
+// The record is put under the etcd lease the grant's key is on when the
+// transaction applies (it compares it): a Renew that moved the key to another
+// etcd lease in between is seen, and the claim is tried again on the new one, at
+// most claimTries times (then claimGone: the caller looks again).
 func (l *Locker) claim(ctx context.Context, name, leaseID string, kv *mvccpb.KeyValue) (int, error) {
 	key := l.keys.claimKey(name, leaseID)
-	resp, err := l.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision),
-	).Then(
-		clientv3.OpPut(key, claimedValue, clientv3.WithLease(clientv3.LeaseID(kv.Lease))),
-	).Else(
-		clientv3.OpGet(key),
-		clientv3.OpGet(string(kv.Key)),
-	).Commit()
-	switch err = storeErr(err); {
-	case errors.Is(err, fence.ErrNotHeld): // its etcd lease expired
-		return claimGone, nil
-	case err != nil:
-		return 0, err
-	case resp.Succeeded:
-		return claimHeld, nil
+	for range claimTries {
+		resp, err := l.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.LeaseValue(string(kv.Key)), "=", clientv3.LeaseID(kv.Lease)),
+		).Then(
+			clientv3.OpPut(key, claimedValue, clientv3.WithLease(clientv3.LeaseID(kv.Lease))),
+		).Else(
+			clientv3.OpGet(key),
+			clientv3.OpGet(string(kv.Key)),
+		).Commit()
+		switch err = storeErr(err); {
+		case errors.Is(err, fence.ErrNotHeld): // its etcd lease expired
+			return claimGone, nil
+		case err != nil:
+			return 0, err
+		case resp.Succeeded:
+			return claimHeld, nil
+		}
+		rec := only(resp.Responses[0].GetResponseRange().GetKvs())
+		grant := only(resp.Responses[1].GetResponseRange().GetKvs())
+		switch {
+		case rec != nil && string(rec.Value) != claimedValue:
+			return claimDropped, nil
+		case grant == nil || grant.CreateRevision != kv.CreateRevision:
+			return claimGone, nil
+		case rec != nil: // claimed by an earlier retry
+			return claimHeld, nil
+		}
+		kv = grant // moved to another etcd lease by a Renew: claim it there
 	}
-	rec := only(resp.Responses[0].GetResponseRange().GetKvs())
-	grant := only(resp.Responses[1].GetResponseRange().GetKvs())
-	switch {
-	case rec != nil && string(rec.Value) != claimedValue:
-		return claimDropped, nil
-	case grant == nil || grant.CreateRevision != kv.CreateRevision:
-		return claimGone, nil
-	}
-	return claimHeld, nil
+	return claimGone, nil
 }
+
+// claimTries bounds claim's tries against Renews that keep moving the grant.
+const claimTries = 3
 
 // drop ends the grant that the try of r under the etcd lease el may have made,
 // if no retry claimed it: one transaction puts the claim record dropped if

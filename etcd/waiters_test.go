@@ -170,6 +170,8 @@ func TestLocker_FIFOWaiterLeasePooled_StartNoLaterThanItsLastKeepAlive(t *testin
 		gaveUp <- err
 	}()
 	// Queued, its waiter key is under its waiter lease, which keep-alives renew.
+	// The key is created under the try's own etcd lease and moved to the waiter
+	// lease after: the waiter lease is the one granted for 1 s.
 	var wl int64
 	for deadline := time.Now().Add(10 * time.Second); wl == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -180,7 +182,13 @@ func TestLocker_FIFOWaiterLeasePooled_StartNoLaterThanItsLastKeepAlive(t *testin
 			t.Fatal(err)
 		}
 		for _, kv := range resp.Kvs {
-			wl = kv.Lease
+			ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ttl.GrantedTTL == 1 {
+				wl = kv.Lease
+			}
 		}
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -168,6 +168,64 @@ func TestStore_ReleaseUnclaimed_SerializedWithTheClaim(t *testing.T) {
 						t.Fatal(err)
 					}
 				})
+				t.Run(k.name+"/claim-then-renew-to-another-ttl", func(t *testing.T) {
+					// etcd moves a lease renewed to a TTL far from its own to a
+					// new etcd lease: the claim must go along with the grant.
+					name, rid := uniq(t, "claimmove"), "claim-move-"+k.name
+					first := mustAcquire(t, store, name, 10*time.Second, opts(rid)...)
+					retry := mustAcquire(t, store, name, 10*time.Second, opts(rid)...)
+					if retry.ID() != first.ID() {
+						t.Fatalf("the retry got lease %s; want the first attempt's %s", retry.ID(), first.ID())
+					}
+					if err := retry.Renew(ctx, 30*time.Second); err != nil {
+						t.Fatalf("Renew of the claimed grant to 30s = %v; want nil", err)
+					}
+					if ok, err := ur.ReleaseUnclaimed(ctx, name, first.ID(), rid); ok || err != nil {
+						t.Fatalf("ReleaseUnclaimed of a claimed grant renewed to another TTL = %v, %v; want false, nil", ok, err)
+					}
+					if err := retry.Renew(ctx, 10*time.Second); err != nil {
+						t.Fatalf("Renew of the claimed grant after the refused release = %v; want nil", err)
+					}
+					if err := retry.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				})
+				t.Run(k.name+"/claim-races-a-renew-to-another-ttl", func(t *testing.T) {
+					// A claim and a Renew that moves the grant to another etcd
+					// lease, at once: however they interleave, the claim holds.
+					for i := range 10 {
+						name, rid := uniq(t, "claimrace"), fmt.Sprintf("claim-race-%s-%d", k.name, i)
+						ttl := 10 * time.Second
+						if i%2 == 1 {
+							ttl = 30 * time.Second
+						}
+						first := mustAcquire(t, store, name, ttl, opts(rid)...)
+						var (
+							wg         sync.WaitGroup
+							renewErr   error
+							g          driver.Grant
+							found      bool
+							findErr    error
+							renewedTTL = 40*time.Second - ttl // 30s from 10s, 10s from 30s: both move
+						)
+						wg.Add(2)
+						go func() { defer wg.Done(); renewErr = first.Renew(ctx, renewedTTL) }()
+						go func() {
+							defer wg.Done()
+							g, found, findErr = store.(driver.RetryFinder).FindRetried(ctx, name, ttl, opts(rid)...)
+						}()
+						wg.Wait()
+						if renewErr != nil || findErr != nil || !found || g.ID != first.ID() {
+							t.Fatalf("round %d: Renew = %v; FindRetried = %v, %v, %v; want nil, and the grant %s found", i, renewErr, g.ID, found, findErr, first.ID())
+						}
+						if ok, err := ur.ReleaseUnclaimed(ctx, name, first.ID(), rid); ok || err != nil {
+							t.Fatalf("round %d: ReleaseUnclaimed of a claimed grant = %v, %v; want false, nil", i, ok, err)
+						}
+						if err := first.Release(ctx); err != nil {
+							t.Fatalf("round %d: Release of the claimed grant = %v; want nil", i, err)
+						}
+					}
+				})
 				t.Run(k.name+"/find-claims", func(t *testing.T) {
 					name, rid := uniq(t, "find"), "find-claims-"+k.name
 					first := mustAcquire(t, store, name, 10*time.Second, opts(rid)...)

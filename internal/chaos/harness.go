@@ -99,6 +99,11 @@ func (r *run) backend() string {
 // configured nemeses, then checks the history. It returns the Summary, or an error if
 // the run could not be carried out (bad config: fence.ErrInvalid; a process that
 // would not start). Whether the run passed is Summary.Passed, not the error.
+//
+// The servers' ports are chosen free and then bound by the servers, so another
+// process may take one in between: a run whose servers could not start on a port
+// clash is run again from the start, in a folder of its own, up to
+// servers.StartAttempts times.
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -110,7 +115,24 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 		cfg.Results = d
 	}
+	for attempt := 1; ; attempt++ {
+		sum, err := runOnce(ctx, cfg, attempt)
+		if !errors.Is(err, errPortClash) || attempt >= servers.StartAttempts || ctx.Err() != nil {
+			return sum, err
+		}
+	}
+}
+
+// errPortClash marks runOnce's error when a server could not start because
+// another process took its port.
+var errPortClash = errors.New("chaos: a server's port was taken")
+
+// runOnce is one attempt of Run, with cfg's defaults set.
+func runOnce(ctx context.Context, cfg Config, attempt int) (*Summary, error) {
 	dir := filepath.Join(cfg.Results, fmt.Sprintf("%s-%s-%d", cfg.mode(), time.Now().UTC().Format("20060102T150405"), os.Getpid()))
+	if attempt > 1 {
+		dir += fmt.Sprintf("-try%d", attempt)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("chaos: results: %w", err)
 	}
@@ -152,6 +174,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 	if err := r.startServers(); err != nil {
+		if servers.AddrInUse(err) {
+			err = fmt.Errorf("%w: %w", errPortClash, err)
+		}
 		return nil, err
 	}
 	client, err := r.harnessClient()
