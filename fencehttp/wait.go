@@ -1,486 +1,40 @@
 package fencehttp
 
 import (
-	"container/list"
-	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/fencelock/fence"
-	"github.com/fencelock/fence/driver"
+	"github.com/fencelock/fence/internal/service"
 )
 
 // Long polls: a waiting acquire and a blocking query are ordinary handlers that
-// wait on a channel or the store with r.Context(), a timer and the server's
-// drain, and answer through w.
-//
-// Fair waiting (P10): the waiting acquires of one lock name form a queue, in the
-// order they arrived at this server. Only its head tries the store; the others
-// wait for their turn, which comes when the head leaves (granted, or its wait
-// over, its client gone, the server draining). A waiter that gives up leaves the
-// queue at once. While a name has waiters, no new acquire tries first: a waiting
-// one joins the end of the queue, and one that does not wait (wait_ms 0) is
-// answered 409 held at once. Semaphores and shared locks queue the same way, one
-// try at a time; the store then decides what each head gets (a free permit, a
-// shared lease beside others).
-
-// waitQueues are the waiting acquires of the server, by lock name.
-type waitQueues struct {
-	mu    sync.Mutex
-	names map[string]*list.List // of *waiter, the head first
-}
-
-// waiter is one waiting acquire in its name's queue.
-type waiter struct {
-	turn chan struct{} // closed when it is the head
-}
-
-// join puts a new waiter at the end of name's queue and returns it, and whether
-// it is the head (its turn has come).
-func (q *waitQueues) join(name string) (*list.Element, bool) {
-	wt := &waiter{turn: make(chan struct{})}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.names == nil {
-		q.names = make(map[string]*list.List)
-	}
-	l := q.names[name]
-	if l == nil {
-		l = list.New()
-		q.names[name] = l
-	}
-	e := l.PushBack(wt)
-	head := l.Len() == 1
-	if head {
-		close(wt.turn)
-	}
-	return e, head
-}
-
-// leave takes e out of name's queue; if it was the head, the next waiter's turn
-// comes.
-func (q *waitQueues) leave(name string, e *list.Element) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	l := q.names[name]
-	head := l.Front() == e
-	l.Remove(e)
-	switch {
-	case l.Len() == 0:
-		delete(q.names, name)
-	case head:
-		close(l.Front().Value.(*waiter).turn)
-	}
-}
-
-// waiting reports whether name has waiting acquires.
-func (q *waitQueues) waiting(name string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.names[name] != nil
-}
+// wait in the service (package service: its fair queues, P10, are shared by
+// every wire) with r.Context(), and answer through w.
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request, name string) {
 	const op = "acquire"
 	var req acquireRequest
-	var ttl time.Duration
-	if !s.readBody(w, r, op, name, &req, func() (err error) {
-		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
-			return err
-		}
-		if req.WaitMs < 0 {
-			return &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(req.WaitMs, 10), Reason: "must not be negative"}
-		}
-		// Checked here as well as by the engine: a Locker that is no driver.Engine
-		// must not store an owner the API promises to refuse.
-		if err := fence.ValidateOwner(req.Owner); err != nil {
-			return err
-		}
-		if req.RequestID != "" {
-			if err := fence.ValidateRequestID(req.RequestID); err != nil {
-				return err
-			}
-		}
-		return s.checkKind(req)
-	}) {
+	if !s.readBody(w, r, op, name, &req, func() error { return nil }) {
 		return
 	}
-	a := &acquireCall{name: name, req: req, ttl: ttl, wait: s.cfg.MaxWait, start: time.Now()}
-	if req.WaitMs < a.wait.Milliseconds() {
-		a.wait = time.Duration(req.WaitMs) * time.Millisecond
-	}
-	if req.Owner != "" {
-		a.opts = append(a.opts, fence.WithOwner(req.Owner))
-	}
-	if req.RequestID != "" {
-		// A store whose Features lack RequestIDs ignores it (see openapi.json).
-		a.opts = append(a.opts, fence.WithRequestID(req.RequestID))
-	}
-	switch {
-	case req.Limit != nil && *req.Limit > 1:
-		a.limit = *req.Limit
-		a.opts = append(a.opts, fence.WithLimit(a.limit))
-	case req.Shared:
-		a.opts = append(a.opts, fence.WithShared())
-	}
-	g, err := s.grantInTurn(r.Context(), w, a)
-	s.acquired(r.Context(), w, r, a, g, err)
-}
-
-// acquireCall is what the wait of an acquire and its answer need of the call.
-type acquireCall struct {
-	name      string
-	req       acquireRequest
-	ttl, wait time.Duration
-	start     time.Time
-	limit     int // a semaphore's permits; 0 for a lock or a shared lease
-	opts      []fence.AcquireOption
-}
-
-// grantInTurn grants a.name when its turn in the name's queue comes (see the
-// head of this file): at once if the name has no waiters, else after the
-// waiters before it. Without a wait it tries once, and only if no acquire
-// waits. The wait ends with ctx (the client going away), a.wait, or the
-// server's drain (errShuttingDown).
-//
-// An acquire with a request id that arrives while the name has waiters first
-// asks the store (a driver.RetryFinder) for the grant an earlier attempt of it
-// made: a retry whose answer was lost gets that grant at once, instead of
-// queueing behind waiters who wait for it to expire. Nothing is granted by that
-// look, so no acquire jumps the queue.
-func (s *Server) grantInTurn(ctx context.Context, w http.ResponseWriter, a *acquireCall) (driver.Grant, error) {
-	if rf, ok := s.cfg.Locker.(driver.RetryFinder); ok && a.req.RequestID != "" && s.queues.waiting(a.name) {
-		// A look that fails while the call may wait is no answer: its turn in the
-		// queue finds the grant by the request id as well.
-		if g, found, err := rf.FindRetried(ctx, a.name, a.ttl, a.opts...); found || err != nil && !s.ridesOut(ctx, a, err) {
-			return g, err
-		}
-	}
-	if a.wait <= 0 {
-		if s.queues.waiting(a.name) {
-			return driver.Grant{}, s.heldNow(ctx, a.name, a.limit, nil)
-		}
-		return s.grant(ctx, a.name, a.ttl, a.opts...)
-	}
-	e, head := s.queues.join(a.name)
-	defer s.queues.leave(a.name, e)
-	if head {
-		g, err := s.grant(ctx, a.name, a.ttl, a.opts...)
-		if !errors.Is(err, fence.ErrNotAcquired) && !s.ridesOut(ctx, a, err) || ctx.Err() != nil {
-			return g, err
-		}
-	}
-	unpark, err := s.park(w)
+	g, err := s.svc.Acquire(r.Context(), name, service.AcquireRequest(req))
 	if err != nil {
-		return driver.Grant{}, err
-	}
-	defer unpark()
-	s.m.waits.Inc()
-	defer func() { s.m.waitSeconds.Observe(time.Since(a.start).Seconds()) }()
-	if !head {
-		t := time.NewTimer(a.wait - time.Since(a.start))
-		defer t.Stop()
-		select {
-		case <-e.Value.(*waiter).turn:
-		case <-t.C:
-			return driver.Grant{}, s.heldNow(ctx, a.name, a.limit, nil)
-		case <-ctx.Done():
-			return driver.Grant{}, because(ctx.Err(), "client went away")
-		case <-s.drainCtx.Done():
-			return driver.Grant{}, errShuttingDown
-		}
-	}
-	return s.grantWaiting(ctx, a)
-}
-
-// ridesOut reports whether the acquire a, whose try failed with err, keeps
-// waiting instead of answering err: the store is unavailable for now (a
-// cluster's leader election, a short partition) and a's wait has time left.
-// Its waiting grant then rides the unavailability out as every backend's
-// waiting acquire does (driver.Transient), so that an election costs a waiting
-// acquire only time (DESIGN P11). An acquire without a wait answers at once,
-// and so does one whose client went away or whose server drains.
-func (s *Server) ridesOut(ctx context.Context, a *acquireCall, err error) bool {
-	return err != nil && errors.Is(err, fence.ErrUnavailable) && !errors.Is(err, fence.ErrClosed) &&
-		ctx.Err() == nil && s.drainCtx.Err() == nil && a.wait-time.Since(a.start) > 0
-}
-
-// grantWaiting is the store's wait of the head of a queue, woken by the
-// release, for what is left of a.wait.
-func (s *Server) grantWaiting(ctx context.Context, a *acquireCall) (driver.Grant, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.drainCtx, cancel)
-	waitStart := time.Now()
-	g, err := s.grant(wctx, a.name, a.ttl, append(a.opts, fence.WithWait(a.wait-time.Since(a.start)))...)
-	stop()
-	cancel()
-	switch {
-	case err != nil && s.drainCtx.Err() != nil && ctx.Err() == nil:
-		err = errShuttingDown
-	case errors.Is(err, fence.ErrNotAcquired) && ctx.Err() == nil:
-		err = s.heldAtEnd(ctx, a.name, err, waitStart)
-	}
-	return g, err
-}
-
-// acquired answers the acquire a, which ended with g or err; ctx ended means
-// the client went away.
-func (s *Server) acquired(ctx context.Context, w http.ResponseWriter, r *http.Request, a *acquireCall, g driver.Grant, err error) {
-	const op = "acquire"
-	elapsed := time.Since(a.start).Seconds()
-	if err != nil {
-		result := s.m.acquireError
-		if errors.Is(err, fence.ErrNotAcquired) {
-			result = s.m.acquireHeld
-		}
-		result.Observe(elapsed)
-		s.fail(w, r, op, a.name, s.kindCause(a.req, err))
+		s.fail(w, r, op, name, err)
 		return
 	}
-	if ctx.Err() != nil {
-		s.wentAway(a, g)
-		s.m.acquireError.Observe(elapsed)
-		s.fail(w, r, op, a.name, because(ctx.Err(), "client went away"))
-		return
-	}
-	granted := grantedAt(g, a.start)
-	s.m.grants.Inc()
-	s.m.acquireGranted.Observe(elapsed)
-	s.held.set(a.name, g.ID, granted.Add(a.ttl))
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.Debug("granted", "lock", a.name, "token", uint64(g.Token), "ttl", a.ttl, "slot", g.Slot)
-	}
-	resp := leaseResponse{Lease: Lease{Name: a.name, Token: g.Token, ID: g.ID, TTLms: a.ttl.Milliseconds()},
-		WaitedMs: granted.Sub(a.start).Milliseconds()}
-	if a.limit > 1 {
-		slot := g.Slot
-		resp.Slot = &slot
-	}
-	s.ok(w, r, resp)
+	s.ok(w, r, leaseResponse{Lease: Lease{Name: g.Name, Token: g.Token, ID: g.ID, TTLms: g.TTL.Milliseconds(), Slot: g.Slot},
+		WaitedMs: g.Waited.Milliseconds()})
 }
 
-// wentAway disposes of the grant g of an acquire a whose client went away
-// before the answer. Without a request id nobody will ever know its lease id,
-// so it is released now instead of at expiry. With one, the client may be
-// retrying on another server (its attempt timed out, its connection was reset),
-// which finds the grant by its request id and returns it with a full TTL: it is
-// never released unconditionally here (P6 through retries), whatever the store
-// declares. A store that records which grants a retry claimed
-// (driver.UnclaimedReleaser) releases it only if no retry has, in one store
-// operation that the claim is serialized with; on any other store, or if that
-// fails, it is left to expire (a client that gives up also sends an abandon,
-// which frees it early).
-func (s *Server) wentAway(a *acquireCall, g driver.Grant) {
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if a.req.RequestID == "" {
-		rerr := s.cfg.Locker.Release(rctx, a.name, g.ID)
-		s.log.Info("released a grant whose client went away", "lock", a.name, "token", uint64(g.Token), "err", rerr)
-		return
-	}
-	ur, ok := s.cfg.Locker.(driver.UnclaimedReleaser)
-	if !ok {
-		s.log.Info("left a grant whose client went away to expire or to its retry", "lock", a.name, "token", uint64(g.Token))
-		return
-	}
-	released, err := ur.ReleaseUnclaimed(rctx, a.name, g.ID, a.req.RequestID)
-	switch {
-	case released && err == nil:
-		s.log.Info("released a grant whose client went away and that no retry claimed", "lock", a.name, "token", uint64(g.Token))
-	default:
-		s.log.Info("left a grant whose client went away to its retry or to expire", "lock", a.name, "token", uint64(g.Token), "err", err)
-	}
-}
-
-// checkKind validates the kind of grant an acquire asks for: "limit" 1 to
-// fence.MaxLimit, "shared" not with a limit above 1 (400), and a kind the store
-// declares (fence.FeaturesOf; 501 otherwise).
-func (s *Server) checkKind(req acquireRequest) error {
-	limit := 0
-	if req.Limit != nil {
-		limit = *req.Limit
-		if err := fence.ValidateLimit(limit); err != nil {
-			return err
-		}
-	}
-	if req.Shared && limit > 1 {
-		return &fence.InvalidError{Field: "shared", Value: "true", Reason: fmt.Sprintf("cannot be combined with limit %d: a semaphore's permits are not shared", limit)}
-	}
-	if kind, declared := s.kindOf(req); kind != "" && !declared {
-		return kindUnsupported(kind)
-	}
-	return nil
-}
-
-// kindOf names what req asks for beyond a lock ("" for a lock) and says whether
-// the store declares it.
-func (s *Server) kindOf(req acquireRequest) (kind string, declared bool) {
-	f := fence.FeaturesOf(s.cfg.Locker)
-	switch {
-	case req.Limit != nil && *req.Limit > 1:
-		return `semaphores ("limit")`, f.Semaphores
-	case req.Shared:
-		return `shared locks ("shared")`, f.Shared
-	}
-	return "", true
-}
-
-func kindUnsupported(kind string) error {
-	return because(ErrNotImplemented, "%s are not supported by this server's store", kind)
-}
-
-// kindCause returns an acquire's error, with the store's refusal of the kind of
-// grant as kindUnsupported's cause: a store (a wrapper of one, say) may declare a
-// kind and refuse it all the same.
-func (s *Server) kindCause(req acquireRequest, err error) error {
-	var cause *causeError
-	if kind, _ := s.kindOf(req); kind != "" && errors.Is(err, fence.ErrNotImplemented) && !errors.As(err, &cause) {
-		return kindUnsupported(kind)
-	}
-	return err
-}
-
-// grant acquires name for a remote holder. A driver.Granter grants without a
-// *fence.Lease; from any other Locker the server takes a lease, whose expiry timer
-// runs until its TTL is over although nobody here watches it.
-func (s *Server) grant(ctx context.Context, name string, ttl time.Duration, opts ...fence.AcquireOption) (driver.Grant, error) {
-	if g, ok := s.cfg.Locker.(driver.Granter); ok {
-		return g.Grant(ctx, name, ttl, opts...)
-	}
-	lease, err := s.cfg.Locker.Acquire(ctx, name, ttl, opts...)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	return driver.Grant{Token: lease.Token(), ID: lease.ID(), Start: lease.Deadline().Add(-ttl), Slot: lease.Slot()}, nil
-}
-
-// grantedAt returns when the backend request that made g was sent, which is when
-// the backend started counting its TTL: a holder's deadline is that time plus the
-// TTL. It is not when the backend answered: a grant can take a while to be
-// acknowledged (an fsync, a Redis WAIT, a Raft commit) after its TTL started, and a
-// holder dating its lease from the answer would believe in it for that much too long.
-// The result is clamped to [start, now], so a backend on another clock can only make
-// the holder's deadline earlier, never later.
-func grantedAt(g driver.Grant, start time.Time) time.Time {
-	t := g.Start
-	if now := time.Now(); t.After(now) {
-		t = now
-	}
-	if t.Before(start) {
-		t = start
-	}
-	return t
-}
-
-// heldAtEnd returns the answer to a wait that ended with err (ErrNotAcquired) with
-// the time the lock has left as of now, the wait's end (see heldNow). The
-// backend's *HeldError describes its last try, possibly when the wait began:
-// without an Inspector, the time since the wait began comes off its figure, which
-// can only say the lock expires sooner than it does, never later. waitStart is
-// when the waiting Acquire was called.
-func (s *Server) heldAtEnd(ctx context.Context, name string, err error, waitStart time.Time) error {
-	var held *fence.HeldError
-	if !errors.As(err, &held) {
-		return err
-	}
-	left := held.ExpiresIn - time.Since(waitStart)
-	if held.ExpiresIn <= 0 || left <= 0 {
-		left = 0 // unknown: the holder renewed, or the lock is about to be free
-	}
-	return s.heldNow(ctx, name, held.Limit, &fence.HeldError{Name: name, ExpiresIn: left, Limit: held.Limit})
-}
-
-// heldNow returns the *fence.HeldError (fence.ErrNotAcquired) of an acquire of
-// name (a semaphore of limit permits, or 0) that did not get its turn, with the
-// time the lock has left as the Locker reports it now (Inspect), or else
-// fallback's figure (none if fallback is nil). When Inspect shows live leases of
-// another limit it returns their *fence.LimitError instead, as the store's try
-// would have: a wrong limit is refused whether or not the name has waiters.
-func (s *Server) heldNow(ctx context.Context, name string, limit int, fallback *fence.HeldError) error {
-	if in, ok := s.cfg.Locker.(fence.Inspector); ok {
-		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		info, err := in.Inspect(ictx, name)
-		cancel()
-		if err == nil {
-			if err := limitMismatch(name, info, limit); err != nil {
-				return err
-			}
-			return &fence.HeldError{Name: name, ExpiresIn: heldFor(info, limit), Limit: limit}
-		}
-	}
-	if fallback != nil {
-		return fallback
-	}
-	return &fence.HeldError{Name: name, Limit: limit}
-}
-
-// limitMismatch returns the *fence.LimitError of an acquire of limit permits (0
-// for a lock or a shared lease, which count as limit 1) on name, whose live
-// leases, as info shows them, have another limit; nil if they agree or none
-// is live. It is driver.Decide's rule, for an answer the server gives without
-// a try.
-func limitMismatch(name string, info fence.LockInfo, limit int) error {
-	if !info.Held {
-		return nil
-	}
-	if held, want := max(info.Limit, 1), max(limit, 1); held != want {
-		return &fence.LimitError{Name: name, Limit: want, Held: held}
-	}
-	return nil
-}
-
-// heldFor is how long info says an acquire of a semaphore of limit (0 for a
-// lock) stays held at most: until the first permit expires, for a semaphore;
-// until the last lease expires, for an exclusive acquire of a shared lock; the
-// holder's time left, for a lock; 0 (unknown) if freed since.
-func heldFor(info fence.LockInfo, limit int) time.Duration {
-	if !info.Held {
-		return 0
-	}
-	left := info.ExpiresIn
-	for _, h := range info.Holders {
-		if limit > 1 {
-			left = min(left, h.ExpiresIn)
-		} else {
-			left = max(left, h.ExpiresIn)
-		}
-	}
-	return left
-}
-
-// park counts a request about to wait and returns the function that ends its wait,
-// or an error matching fence.ErrUnavailable (503, with Retry-After) when
-// Config.MaxWaiters requests are waiting already.
-func (s *Server) park(w http.ResponseWriter) (unpark func(), err error) {
-	n := s.waiting.Add(1)
-	if limit := s.cfg.MaxWaiters; limit > 0 && n > int64(limit) {
-		s.waiting.Add(-1)
-		w.Header().Set("Retry-After", "1")
-		return nil, because(fence.ErrUnavailable, "too many requests waiting: the server's limit is %d waiting acquires and blocking queries at once; retry later", limit)
-	}
-	return func() { s.waiting.Add(-1) }, nil
-}
-
-// blockingQueryArgs are the query parameters of GET /v1/locks/{name}.
-type blockingQueryArgs struct {
-	blocking bool          // index was given
-	index    uint64        // the Fence-Index the client has
-	wait     time.Duration // how long to wait for another, within [0, MaxWait]
-}
-
-// blockingQueryOf reads index and wait_ms, each at most once. A wait_ms over
-// MaxWait is cut to it, as an acquire's is; without wait_ms a blocking query
-// waits DefaultBlockingWait (at most MaxWait). wait_ms without index is refused:
-// it would be ignored.
-func (s *Server) blockingQueryOf(v url.Values) (blockingQueryArgs, error) {
-	q := blockingQueryArgs{wait: min(DefaultBlockingWait, s.cfg.MaxWait)}
+// blockingQueryOf reads index and wait_ms, each at most once, as the service's
+// InspectRequest, which checks and cuts the wait. wait_ms without index is
+// refused: it would be ignored.
+func blockingQueryOf(v url.Values) (service.InspectRequest, error) {
+	var q service.InspectRequest
 	once := func(field string) (string, bool, error) {
 		switch vs := v[field]; len(vs) {
 		case 0:
@@ -496,10 +50,10 @@ func (s *Server) blockingQueryOf(v url.Values) (blockingQueryArgs, error) {
 		return q, err
 	}
 	if hasIndex {
-		if q.index, err = strconv.ParseUint(idx, 10, 64); err != nil {
+		if q.Index, err = strconv.ParseUint(idx, 10, 64); err != nil {
 			return q, &fence.InvalidError{Field: "index", Value: idx, Reason: "must be a Fence-Index: an integer from 0"}
 		}
-		q.blocking = true
+		q.Blocking = true
 	}
 	wait, hasWait, err := once("wait_ms")
 	switch {
@@ -510,53 +64,12 @@ func (s *Server) blockingQueryOf(v url.Values) (blockingQueryArgs, error) {
 	case !hasIndex:
 		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "needs index: it bounds a blocking query"}
 	}
+	// Out of range, ParseInt returns the nearest int64, which the service
+	// refuses (below 0) or cuts to its maximum wait (above).
 	ms, err := strconv.ParseInt(wait, 10, 64)
-	switch {
-	case err != nil && !errors.Is(err, strconv.ErrRange):
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "must be an integer"}
-	case ms < 0:
-		return q, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "must not be negative"}
-	case err != nil || ms >= s.cfg.MaxWait.Milliseconds():
-		q.wait = s.cfg.MaxWait // out of range above: cut, as any wait over the maximum
-	default:
-		q.wait = time.Duration(ms) * time.Millisecond
 	}
+	q.WaitMs = &ms
 	return q, nil
-}
-
-// blockingQuery answers a blocking query on name: at once with the state if its
-// index differs from q.index, else with the state after the next change (an
-// acquire, release, expiry, revoke or heal), or, when q.wait passes first, with
-// the state as it is then (a fresh read, so its time left is current). It is
-// built on the store's fence.Watcher: one watch per request, which in process
-// (bolt, inmem) is a subscription in memory and on a network store is what that
-// store's Watch costs (a subscription to the store's change messages and a read
-// of the lock, each time it changes). It ends early, with 503, when the server
-// drains. A store without a Watcher is ErrNotImplemented (501).
-func (s *Server) blockingQuery(ctx context.Context, in fence.Inspector, name string, q blockingQueryArgs) (fence.LockInfo, error) {
-	wt, ok := s.cfg.Locker.(fence.Watcher)
-	if !ok {
-		return fence.LockInfo{}, because(ErrNotImplemented, "blocking queries (index) are not supported by this server's store (it cannot watch a lock)")
-	}
-	s.m.blocking.Inc()
-	defer s.m.blocking.Dec()
-	wctx, cancel := context.WithTimeout(ctx, q.wait)
-	defer cancel()
-	stop := context.AfterFunc(s.drainCtx, cancel)
-	defer stop()
-	for info, err := range wt.Watch(wctx, name) {
-		if err != nil {
-			return fence.LockInfo{}, err
-		}
-		if info.Index() != q.index {
-			return info, nil
-		}
-	}
-	switch {
-	case ctx.Err() != nil:
-		return fence.LockInfo{}, because(ctx.Err(), "client went away")
-	case s.drainCtx.Err() != nil:
-		return fence.LockInfo{}, errShuttingDown
-	}
-	return in.Inspect(ctx, name)
 }
