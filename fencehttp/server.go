@@ -478,23 +478,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 // the parameter.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	// all=true lists every name the store knows; absent or false, the held ones.
-	all := false
-	switch v := q.Get("all"); v {
-	case "", "false":
-	case "true":
-		all = true
-	default:
-		s.fail(w, r, "list", "", &fence.InvalidError{Field: "all", Value: v, Reason: "must be true or false"})
-		return
-	}
 	prefix := q.Get("prefix")
-	infos, err := s.svc.List(r.Context(), service.ListRequest{Prefix: prefix, Limit: q.Get("limit"), All: all})
+	infos, err := s.svc.List(r.Context(), service.ListRequest{Prefix: prefix, Limit: q.Get("limit"), All: q.Get("all")})
 	if err != nil {
 		name := prefix
 		var inv *fence.InvalidError
-		if errors.As(err, &inv) || errors.Is(err, fence.ErrNotImplemented) {
-			name = "" // a bad parameter, or no listing at all: as before the store
+		if errors.As(err, &inv) && (inv.Field == "prefix" || inv.Field == "limit" || inv.Field == "all") || errors.Is(err, service.ErrNotImplemented) {
+			name = "" // the service refused the listing before the store saw it
 		}
 		s.fail(w, r, "list", name, err)
 		return

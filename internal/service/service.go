@@ -270,41 +270,40 @@ func (s *Service) inspector() (fence.Inspector, error) {
 	return in, nil
 }
 
-// InspectRequest is an inspect, or with Blocking a blocking query: answered
-// when the lock's change index differs from Index, or when its wait ends.
-// WaitMs is the wait in milliseconds (nil: DefaultBlockingWait), cut to
-// MaxWait; only a blocking query has one.
+// InspectRequest is an inspect, or with Index a blocking query: answered when
+// the lock's change index differs from Index, or when its wait ends. Index and
+// WaitMs are as the client sent them, nil when it did not, so that the service
+// words their errors. WaitMs, in milliseconds, goes only with Index; without
+// it a blocking query waits DefaultBlockingWait; a wait over MaxWait is cut to
+// it.
 type InspectRequest struct {
-	Blocking bool
-	Index    uint64
-	WaitMs   *int64
+	Index  *string
+	WaitMs *string
 }
 
 // Inspect returns the state of name (its change index is info.Index()); a
-// blocking query waits as InspectRequest says. Errors: fence.ErrInvalid for a
-// bad wait, ErrNotImplemented when the store cannot report state (or, for a
-// blocking query, watch it), an error of ErrBusy beyond MaxWaiters,
+// blocking query waits as InspectRequest says. Errors: fence.ErrInvalid naming
+// index or wait_ms, ErrNotImplemented when the store cannot report state (or,
+// for a blocking query, watch it), an error of ErrBusy beyond MaxWaiters,
 // ErrShuttingDown when the service drains, one of ctx's when it ends, and the
 // store's.
 func (s *Service) Inspect(ctx context.Context, name string, req InspectRequest) (fence.LockInfo, error) {
-	wait := min(DefaultBlockingWait, s.cfg.MaxWait)
-	if req.WaitMs != nil {
-		switch ms := *req.WaitMs; {
-		case !req.Blocking:
-			return fence.LockInfo{}, &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(ms, 10), Reason: "needs index: it bounds a blocking query"}
-		case ms < 0:
-			return fence.LockInfo{}, &fence.InvalidError{Field: "wait_ms", Value: strconv.FormatInt(ms, 10), Reason: "must not be negative"}
-		case ms >= s.cfg.MaxWait.Milliseconds():
-			wait = s.cfg.MaxWait // cut, as any wait over the maximum
-		default:
-			wait = time.Duration(ms) * time.Millisecond
+	var index uint64
+	if req.Index != nil {
+		var err error
+		if index, err = strconv.ParseUint(*req.Index, 10, 64); err != nil {
+			return fence.LockInfo{}, &fence.InvalidError{Field: "index", Value: *req.Index, Reason: "must be a Fence-Index: an integer from 0"}
 		}
+	}
+	wait, err := s.blockingWait(req)
+	if err != nil {
+		return fence.LockInfo{}, err
 	}
 	in, err := s.inspector()
 	if err != nil {
 		return fence.LockInfo{}, err
 	}
-	if !req.Blocking {
+	if req.Index == nil {
 		return in.Inspect(ctx, name)
 	}
 	unpark, err := s.park()
@@ -312,21 +311,44 @@ func (s *Service) Inspect(ctx context.Context, name string, req InspectRequest) 
 		return fence.LockInfo{}, err
 	}
 	defer unpark()
-	return s.blockingQuery(ctx, in, name, req.Index, wait)
+	return s.blockingQuery(ctx, in, name, index, wait)
+}
+
+// blockingWait returns the wait of the blocking query req: its wait_ms, cut
+// to MaxWait, or DefaultBlockingWait (at most MaxWait) without one.
+func (s *Service) blockingWait(req InspectRequest) (time.Duration, error) {
+	if req.WaitMs == nil {
+		return min(DefaultBlockingWait, s.cfg.MaxWait), nil
+	}
+	wait := *req.WaitMs
+	if req.Index == nil {
+		return 0, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "needs index: it bounds a blocking query"}
+	}
+	ms, err := strconv.ParseInt(wait, 10, 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange):
+		return 0, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "must be an integer"}
+	case ms < 0:
+		return 0, &fence.InvalidError{Field: "wait_ms", Value: wait, Reason: "must not be negative"}
+	case err != nil || ms >= s.cfg.MaxWait.Milliseconds():
+		return s.cfg.MaxWait, nil // out of range above: cut, as any wait over the maximum
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // ListRequest is a listing: the names that start with Prefix, at most Limit
-// (as the client sent it; "" or "0": the store's default), the held ones or
-// with All every name the store knows.
+// ("" or "0": the store's default), the held ones, or with All "true" every
+// name the store knows. Limit and All are as the client sent them ("" when it
+// did not), so that the service words their errors.
 type ListRequest struct {
 	Prefix string
 	Limit  string
-	All    bool
+	All    string
 }
 
 // List returns the locks req asks for, in name order. Errors: fence.ErrInvalid
-// naming prefix or limit, ErrNotImplemented when the store cannot report state,
-// and the store's.
+// naming prefix, limit or all, ErrNotImplemented when the store cannot report
+// state, and the store's.
 func (s *Service) List(ctx context.Context, req ListRequest) ([]fence.LockInfo, error) {
 	in, err := s.inspector()
 	if err != nil {
@@ -350,5 +372,14 @@ func (s *Service) List(ctx context.Context, req ListRequest) ([]fence.LockInfo, 
 		}
 		limit = n
 	}
-	return in.List(ctx, fence.ListOptions{Prefix: req.Prefix, Limit: limit, All: req.All})
+	// all=true lists every name the store knows; absent or false, the held ones.
+	all := false
+	switch req.All {
+	case "", "false":
+	case "true":
+		all = true
+	default:
+		return nil, &fence.InvalidError{Field: "all", Value: req.All, Reason: "must be true or false"}
+	}
+	return in.List(ctx, fence.ListOptions{Prefix: req.Prefix, Limit: limit, All: all})
 }
