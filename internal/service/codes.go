@@ -15,29 +15,29 @@ import (
 var (
 	// ErrUnauthorized means the request's credential was refused: missing or
 	// wrong ("unauthorized").
-	ErrUnauthorized = errors.New("fence service: unauthorized")
+	ErrUnauthorized = errors.New("service: unauthorized")
 	// ErrForbidden means the credential was accepted, but it lacks the right the
 	// request needs on its lock or key ("forbidden").
-	ErrForbidden = errors.New("fence service: forbidden")
+	ErrForbidden = errors.New("service: forbidden")
 	// ErrNotImplemented means the server's store lacks the feature: no KV, Guard,
 	// Purger, Inspector, Healer, Revoker or Watcher ("not_implemented"). It
 	// matches fence.ErrNotImplemented.
 	ErrNotImplemented = fmt.Errorf("%w by the server's store", fence.ErrNotImplemented)
 	// ErrTooLarge means a request or a value is over the server's limit
 	// ("too_large").
-	ErrTooLarge = errors.New("fence service: request body too large")
+	ErrTooLarge = errors.New("service: request body too large")
 	// ErrNoRoute means the request names no operation of the service
 	// ("not_found").
-	ErrNoRoute = errors.New("fence service: no such route")
+	ErrNoRoute = errors.New("service: no such route")
 	// ErrMethod means the operation does not take the request's method
 	// ("method_not_allowed"; HTTP only).
-	ErrMethod = errors.New("fence service: method not allowed")
+	ErrMethod = errors.New("service: method not allowed")
 	// ErrInternal is the error of a panic or of a bug ("internal").
-	ErrInternal = errors.New("fence service: internal error")
+	ErrInternal = errors.New("service: internal error")
 	// ErrNothingToRevoke is a revoke of a lock that no unexpired lease holds
 	// ("not_held"; over HTTP 404, where a renew or release of a lease that is
 	// gone is 410).
-	ErrNothingToRevoke = errors.New("fence service: nothing to revoke")
+	ErrNothingToRevoke = errors.New("service: nothing to revoke")
 	// ErrBusy is the kind of the refusal of a request that would wait while
 	// Config.MaxWaiters requests wait already ("unavailable": it matches
 	// fence.ErrUnavailable; over HTTP it comes with Retry-After).
@@ -113,7 +113,7 @@ func Codes() []string {
 
 // errLimitMismatch stands in codeTable for every *fence.LimitError, which no
 // sentinel of its own matches (see Code).
-var errLimitMismatch = errors.New("fence service: limit mismatch")
+var errLimitMismatch = errors.New("service: limit mismatch")
 
 // Code returns the contract's error code of err ("held", "stale_token",
 // "invalid", ...): "internal" for an error it does not know.
