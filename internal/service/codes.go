@@ -41,7 +41,8 @@ var (
 	// ErrBusy is the kind of the refusal of a request that would wait while
 	// Config.MaxWaiters requests wait already ("unavailable": it matches
 	// fence.ErrUnavailable; over HTTP it comes with Retry-After).
-	ErrBusy = fmt.Errorf("%w: too many waiting", fence.ErrUnavailable)
+	// Its text is fence.ErrUnavailable's: the refusal's fact says the rest.
+	ErrBusy = fmt.Errorf("%w", fence.ErrUnavailable)
 	// ErrShuttingDown ends the waits of a draining service ("unavailable").
 	ErrShuttingDown error = &causeError{kind: fence.ErrUnavailable, fact: "the server is shutting down"}
 )
