@@ -46,6 +46,9 @@ var layers = []layerSpec{
 		"internal/sqlguardtest",                // sqlguard's dialect suites over fencetest and the SQL servers
 		"internal/servers/servertest/etcdtest", // etcd's test wrapper over servertest's
 	}},
+	{"the lock service's rules, under every wire", []string{
+		"internal/service", // fair queues, scopes, P9's checks, request ids, drain, metrics, error codes; no wire
+	}},
 	{"the HTTP API and the libraries over a Locker", []string{"fencehttp", "idempotency"}},
 	{"adapters over those", []string{"fencegrpc", "idempotency/boltstore", "idempotency/pgstore",
 		"internal/cluster", // cluster mode's node: an embedded etcd member, offering fencehttp.Cluster; only cmd/fence imports it

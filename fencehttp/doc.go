@@ -7,6 +7,13 @@
 // The package is named fencehttp, not http, so that it does not shadow net/http
 // where both are imported.
 //
+// The Server is the HTTP adapter of the lock service (the module's internal
+// service package): it holds the routes, JSON bodies, headers and statuses; the
+// rules below (fair queues, scopes, request ids, the checks of fenced writes,
+// drain, metrics, error codes) are the service's, which every wire of a
+// process shares (Server.Service), so that their waiters share one queue per
+// name.
+//
 // # API v1
 //
 //	POST /v1/locks/{name}/acquire  {"ttl_ms":N,"wait_ms":N,"owner":S,"limit":N,"shared":B}

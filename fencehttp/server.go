@@ -14,24 +14,23 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fence"
 	"github.com/fencelock/fence/fencehttp/ui"
+	"github.com/fencelock/fence/internal/service"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Defaults of Config.
 const (
-	DefaultTTL           = 30 * time.Second // TTL of an acquire or renew without ttl_ms
-	DefaultMaxWait       = 60 * time.Second // longest single long poll or blocking query
-	DefaultBlockingWait  = 30 * time.Second // wait of a blocking query without wait_ms (at most MaxWait)
-	DefaultMaxBodyBytes  = 64 << 10         // largest JSON request body
-	DefaultMaxValueBytes = 1 << 20          // largest KV value
-	maxListLimit         = 10000
+	DefaultTTL           = service.DefaultTTL           // TTL of an acquire or renew without ttl_ms
+	DefaultMaxWait       = service.DefaultMaxWait       // longest single long poll or blocking query
+	DefaultBlockingWait  = service.DefaultBlockingWait  // wait of a blocking query without wait_ms (at most MaxWait)
+	DefaultMaxBodyBytes  = 64 << 10                     // largest JSON request body
+	DefaultMaxValueBytes = service.DefaultMaxValueBytes // largest KV value
+	maxListLimit         = service.MaxListLimit
 )
 
 // Config configures a Server. Only Locker is required.
@@ -92,23 +91,18 @@ type Config struct {
 // check has not answered by then.
 const ReadyTimeout = 2 * time.Second
 
-// Server serves the HTTP API v1 over a Locker and a KV. It keeps no lock state of its
-// own (only counters for metrics), so several servers can share one store.
+// Server serves the HTTP API v1 over a Locker and a KV: the HTTP adapter (routes,
+// JSON, headers, statuses) of the lock service (package service), which holds
+// its rules. It keeps no lock state of its own (only the queues of the
+// acquires waiting through it and counters for metrics), so several servers
+// can share one store.
 type Server struct {
 	cfg     Config
+	svc     *service.Service
 	log     *slog.Logger
-	tokens  scopes
 	reg     *prometheus.Registry
 	m       *metrics
-	held    *heldSet
 	handler http.Handler
-
-	waiting atomic.Int64 // requests waiting now, against MaxWaiters
-	queues  waitQueues   // the waiting acquires, by lock name (wait.go)
-
-	drainOnce sync.Once
-	drainCtx  context.Context
-	drain     context.CancelFunc
 }
 
 // NewServer returns a Server for cfg. It returns an error matching fence.ErrInvalid
@@ -135,25 +129,22 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := fence.ValidateTTL(cfg.DefaultTTL); err != nil {
 		return nil, fmt.Errorf("fencehttp: new server: default TTL: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, held: newHeldSet(cfg.Locker)}
+	tokens := make([]AuthToken, 0, len(cfg.AuthTokens)+len(cfg.Tokens))
+	for _, t := range cfg.AuthTokens {
+		tokens = append(tokens, AuthToken{Secret: t, Rights: RightsAll})
+	}
+	tokens = append(tokens, cfg.Tokens...)
+	svc, err := service.New(service.Config{Locker: cfg.Locker, KV: cfg.KV, Logger: cfg.Logger, Tokens: tokens,
+		MaxValueBytes: cfg.MaxValueBytes, MaxWait: cfg.MaxWait, MaxWaiters: cfg.MaxWaiters,
+		DefaultTTL: cfg.DefaultTTL, Registry: cfg.Registry})
+	if err != nil {
+		return nil, fmt.Errorf("fencehttp: new server: %w", err)
+	}
+	s := &Server{cfg: cfg, svc: svc, log: cfg.Logger, reg: svc.Registry()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	for _, t := range cfg.AuthTokens {
-		if err := s.tokens.add(AuthToken{Secret: t, Rights: RightsAll}); err != nil {
-			return nil, fmt.Errorf("fencehttp: new server: %w", err)
-		}
-	}
-	for _, t := range cfg.Tokens {
-		if err := s.tokens.add(t); err != nil {
-			return nil, fmt.Errorf("fencehttp: new server: %w", err)
-		}
-	}
-	if s.reg == nil {
-		s.reg = newRegistry()
-	}
-	s.m = newMetrics(s.reg, s.held)
-	s.drainCtx, s.drain = context.WithCancel(context.Background())
+	s.m = newMetrics(s.reg)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -167,7 +158,13 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Drain prepares a graceful shutdown: /healthz answers 503 (so load balancers stop
 // sending traffic) and long polls in progress end with 503 "unavailable" instead of
 // holding http.Server.Shutdown up for their whole wait. Call it before Shutdown.
-func (s *Server) Drain() { s.drainOnce.Do(s.drain) }
+// It drains the server's service, over every wire that shares it.
+func (s *Server) Drain() { s.svc.Drain() }
+
+// Service returns the lock service the server is the HTTP adapter of: another
+// wire of the same process serves it too, so that its waiters share the
+// server's queues.
+func (s *Server) Service() *service.Service { return s.svc }
 
 func (s *Server) routes() http.Handler {
 	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})
@@ -301,14 +298,14 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 // whose scope covers the request's route rt (see permit). It answers 401 or 403
 // and returns false, or returns true.
 func (s *Server) authenticated(w http.ResponseWriter, r *http.Request, rt route) bool {
-	if len(s.tokens.toks) == 0 {
+	if !s.svc.AuthRequired() {
 		return true
 	}
-	tok := s.tokens.find(r.Header.Get("Authorization"))
+	tok := s.svc.Authenticate(bearer(r.Header.Get("Authorization")))
 	if tok == nil {
 		s.log.Warn("unauthorized request", "method", r.Method, "route", rt.label(), "remote", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fence"`)
-		s.fail(w, r, "", "", because(ErrUnauthorized, "unauthorized: missing or wrong bearer token"))
+		s.fail(w, r, "", "", because(service.ErrUnauthorized, "unauthorized: missing or wrong bearer token"))
 		return false
 	}
 	if err := permitRoute(tok, r, rt); err != nil {
@@ -319,10 +316,20 @@ func (s *Server) authenticated(w http.ResponseWriter, r *http.Request, rt route)
 	return true
 }
 
+// bearer returns the token of an Authorization header, "" if it has none: a
+// secret no token has, as service.Authenticate refuses it.
+func bearer(header string) string {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
 // handleHealth serves GET and HEAD /healthz.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if s.drainCtx.Err() != nil {
-		s.fail(w, r, "", "", errShuttingDown)
+	if s.svc.Draining() {
+		s.fail(w, r, "", "", service.ErrShuttingDown)
 		return
 	}
 	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -352,8 +359,8 @@ var errReadyTimeout = errors.New("fencehttp: readiness check timed out")
 // ready returns nil if the server can grant now, else an error matching
 // fence.ErrUnavailable whose fact says why not.
 func (s *Server) ready(ctx context.Context) error {
-	if s.drainCtx.Err() != nil {
-		return errShuttingDown
+	if s.svc.Draining() {
+		return service.ErrShuttingDown
 	}
 	if s.cfg.Ready == nil {
 		return nil
@@ -443,152 +450,77 @@ func unescapeName(field, escaped string) (string, error) {
 	return name, nil
 }
 
-// ttlFromMs turns a JSON ttl_ms into a TTL, with the default when absent.
-func (s *Server) ttlFromMs(ms *int64) (time.Duration, error) {
-	if ms == nil {
-		return s.cfg.DefaultTTL, nil
-	}
-	if *ms <= 0 || *ms > fence.MaxTTL.Milliseconds() {
-		return 0, &fence.InvalidError{Field: "ttl_ms", Value: strconv.FormatInt(*ms, 10),
-			Reason: fmt.Sprintf("must be between %d and %d", fence.MinTTL.Milliseconds(), fence.MaxTTL.Milliseconds())}
-	}
-	return time.Duration(*ms) * time.Millisecond, nil
-}
-
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, name string) {
 	var req renewRequest
-	var ttl time.Duration
-	if !s.readBody(w, r, "renew", name, &req, func() (err error) {
-		if ttl, err = s.ttlFromMs(req.TTLms); err != nil {
-			return err
-		}
-		return fence.ValidateLeaseID(req.Lease)
-	}) {
+	if !s.readBody(w, r, "renew", name, &req, func() error { return nil }) {
 		return
 	}
-	start := time.Now()
-	if err := s.cfg.Locker.Renew(r.Context(), name, req.Lease, ttl); err != nil {
-		if errors.Is(err, fence.ErrNotHeld) {
-			s.m.lost.Inc()
-			s.log.Info("renew refused: lease not held", "lock", name)
-		}
+	ttl, err := s.svc.Renew(r.Context(), name, service.RenewRequest(req))
+	if err != nil {
 		s.fail(w, r, "renew", name, err)
 		return
 	}
-	s.held.set(name, req.Lease, start.Add(ttl))
-	resp := Renewed{Name: name, TTLms: ttl.Milliseconds()}
-	s.ok(w, r, resp)
+	s.ok(w, r, Renewed{Name: name, TTLms: ttl.Milliseconds()})
 }
 
+// release serves POST /v1/locks/{name}/release: of a lease, or the abandon of
+// an acquire by its request id.
 func (s *Server) release(w http.ResponseWriter, r *http.Request, name string) {
 	var req releaseRequest
-	if !s.readBody(w, r, "release", name, &req, func() error { return s.checkRelease(req) }) {
+	if !s.readBody(w, r, "release", name, &req, func() error { return nil }) {
 		return
 	}
-	if req.RequestID != "" {
-		s.abandon(w, r, name, req)
-		return
-	}
-	if err := s.cfg.Locker.Release(r.Context(), name, req.Lease); err != nil {
+	if err := s.svc.Release(r.Context(), name, service.ReleaseRequest(req)); err != nil {
 		s.fail(w, r, "release", name, err)
 		return
 	}
-	s.held.remove(name, req.Lease)
-	resp := Released{Name: name, Released: true}
-	s.ok(w, r, resp)
+	s.ok(w, r, Released{Name: name, Released: true})
 }
 
 // revoke serves POST /v1/locks/{name}/revoke {}: fence.Revoker over HTTP, the
-// operator's safe force-release. Any token the server accepts may revoke (scoped
-// tokens are yet to come). It answers 404 "not_held" when no unexpired lease
-// holds name.
+// operator's safe force-release. It answers 404 "not_held" when no unexpired
+// lease holds name.
 func (s *Server) revoke(w http.ResponseWriter, r *http.Request, name string) {
 	const op = "revoke"
 	var req revokeRequest
 	if !s.readBody(w, r, op, name, &req, func() error { return nil }) {
 		return
 	}
-	rv, ok := s.cfg.Locker.(fence.Revoker)
-	if !ok {
-		s.fail(w, r, op, name, because(ErrNotImplemented, "not supported by this server's store (it cannot end a lease without its lease id)"))
-		return
-	}
-	if err := rv.Revoke(r.Context(), name); err != nil {
-		if errors.Is(err, fence.ErrNotHeld) {
-			err = because(errNothingToRevoke, "not held (free, or its lease expired): nothing to revoke")
-		}
+	if err := s.svc.Revoke(r.Context(), name); err != nil {
 		s.fail(w, r, op, name, err)
 		return
 	}
-	s.held.removeAll(name)
-	s.m.revokes.Inc()
-	s.log.Info("revoked", "lock", name)
 	s.ok(w, r, Revoked{Name: name, Revoked: true})
 }
 
 // heal serves POST /v1/locks/{name}/heal {"seen":N}: fence.Healer over HTTP (P4).
 func (s *Server) heal(w http.ResponseWriter, r *http.Request, name string) {
 	var req healRequest
-	if !s.readBody(w, r, "heal", name, &req, func() error { return fence.ValidateToken(req.Seen) }) {
+	if !s.readBody(w, r, "heal", name, &req, func() error { return nil }) {
 		return
 	}
-	h, ok := s.cfg.Locker.(fence.Healer)
-	if !ok {
-		s.fail(w, r, "heal", name, because(ErrNotImplemented, "not supported by this server's store (its counters cannot go backwards, so there is nothing to heal)"))
-		return
-	}
-	if err := h.Heal(r.Context(), name, req.Seen); err != nil {
+	if err := s.svc.Heal(r.Context(), name, req.Seen); err != nil {
 		s.fail(w, r, "heal", name, err)
 		return
 	}
-	s.log.Info("healed", "lock", name, "seen", uint64(req.Seen))
 	s.ok(w, r, healRequest{Seen: req.Seen})
-}
-
-func (s *Server) inspector() (fence.Inspector, error) {
-	in, ok := s.cfg.Locker.(fence.Inspector)
-	if !ok {
-		return nil, because(ErrNotImplemented, "not supported by this server's store (it cannot report lock state)")
-	}
-	return in, nil
 }
 
 // inspect serves GET /v1/locks/{name}[?index=N&wait_ms=W]: the lock's state,
 // with its change index in the Fence-Index header. With index it is a blocking
-// query (see blockingQuery).
+// query (see service.Service.Inspect).
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request, name string) {
 	v := r.URL.Query()
 	op := "inspect"
 	if v.Has("index") || v.Has("wait_ms") {
 		op = "watch"
 	}
-	q, err := s.blockingQueryOf(v)
+	q, err := blockingQueryOf(v)
 	if err != nil {
 		s.fail(w, r, op, name, err)
 		return
 	}
-	in, err := s.inspector()
-	if err != nil {
-		s.fail(w, r, op, name, err)
-		return
-	}
-	var info fence.LockInfo
-	if q.blocking {
-		var unpark func()
-		if unpark, err = s.park(w); err != nil {
-			s.fail(w, r, op, name, err)
-			return
-		}
-		info, err = s.blockingQuery(r.Context(), in, name, q)
-		unpark()
-	} else {
-		info, err = in.Inspect(r.Context(), name)
-	}
-	s.inspected(w, r, op, name, info, err)
-}
-
-// inspected answers an inspect or a blocking query (op) of name: info, or err.
-func (s *Server) inspected(w http.ResponseWriter, r *http.Request, op, name string, info fence.LockInfo, err error) {
+	info, err := s.svc.Inspect(r.Context(), name, q)
 	if err != nil {
 		s.fail(w, r, op, name, err)
 		return
@@ -602,46 +534,16 @@ func (s *Server) inspected(w http.ResponseWriter, r *http.Request, op, name stri
 // all=true every name the store knows. A bad prefix, limit or all is 400 naming
 // the parameter.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	in, err := s.inspector()
-	if err != nil {
-		s.fail(w, r, "list", "", err)
-		return
-	}
 	q := r.URL.Query()
 	prefix := q.Get("prefix")
-	if prefix != "" {
-		if err := fence.ValidateName(prefix); err != nil {
-			reason := err.Error()
-			var inv *fence.InvalidError
-			if errors.As(err, &inv) {
-				reason = inv.Reason
-			}
-			s.fail(w, r, "list", "", &fence.InvalidError{Field: "prefix", Value: prefix, Reason: reason})
-			return
-		}
-	}
-	limit := 0
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > maxListLimit {
-			s.fail(w, r, "list", "", &fence.InvalidError{Field: "limit", Value: v, Reason: fmt.Sprintf("must be an integer in [0, %d]", maxListLimit)})
-			return
-		}
-		limit = n
-	}
-	// all=true lists every name the store knows; absent or false, the held ones.
-	all := false
-	switch v := q.Get("all"); v {
-	case "", "false":
-	case "true":
-		all = true
-	default:
-		s.fail(w, r, "list", "", &fence.InvalidError{Field: "all", Value: v, Reason: "must be true or false"})
-		return
-	}
-	infos, err := in.List(r.Context(), fence.ListOptions{Prefix: prefix, Limit: limit, All: all})
+	infos, err := s.svc.List(r.Context(), service.ListRequest{Prefix: prefix, Limit: q.Get("limit"), All: q.Get("all")})
 	if err != nil {
-		s.fail(w, r, "list", prefix, err)
+		name := prefix
+		var inv *fence.InvalidError
+		if errors.As(err, &inv) && (inv.Field == "prefix" || inv.Field == "limit" || inv.Field == "all") || errors.Is(err, service.ErrNotImplemented) {
+			name = "" // the service refused the listing before the store saw it
+		}
+		s.fail(w, r, "list", name, err)
 		return
 	}
 	s.ok(w, r, LockListOf(infos))
@@ -665,8 +567,8 @@ func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, op, "", err)
 		return
 	}
-	if s.cfg.KV == nil {
-		s.fail(w, r, op, key, because(ErrNotImplemented, "not supported by this server (it has no KV store)"))
+	if err := s.svc.KVSupport(op); err != nil {
+		s.fail(w, r, op, key, err)
 		return
 	}
 	switch r.Method {
@@ -677,8 +579,8 @@ func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
 		s.del(w, r, key)
 		return
 	}
-	item, err := s.cfg.KV.Get(r.Context(), key)
-	if err != nil {
+	item, err := s.svc.KVGet(r.Context(), key)
+	if err != nil && item.Fence.Name == "" {
 		s.fail(w, r, op, key, err)
 		return
 	}
@@ -686,9 +588,9 @@ func (s *Server) handleKV(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set(HeaderToken, item.Fence.Token.String())
 	h.Set(HeaderLock, url.PathEscape(item.Fence.Name))
-	if item.Value == nil {
+	if err != nil {
 		// Fenced only, or deleted: no value, but the fence a writer must pass.
-		s.fail(w, r, op, key, because(fence.ErrNotFound, "no value (the key is fenced by lock %q at token %d)", item.Fence.Name, item.Fence.Token))
+		s.fail(w, r, op, key, err)
 		return
 	}
 	h.Set("Content-Type", "application/octet-stream")
@@ -803,12 +705,10 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, r, op, key, bodyError(err, "value", s.cfg.MaxValueBytes))
 		return
 	}
-	if err := s.cfg.KV.Put(ctx, key, value, f); err != nil {
-		s.countRefusal(err, key, f)
+	if err := s.svc.KVPut(ctx, key, value, f); err != nil {
 		s.fail(w, r, op, key, err)
 		return
 	}
-	s.m.kvWrites.Inc()
 	s.ok(w, r, kvResponse{Key: key, Lock: f.Name, Token: f.Token})
 }
 
@@ -835,12 +735,10 @@ func (s *Server) del(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, r, op, key, err)
 		return
 	}
-	if err := s.cfg.KV.Delete(ctx, key, f); err != nil {
-		s.countRefusal(err, key, f)
+	if err := s.svc.KVDelete(ctx, key, f); err != nil {
 		s.fail(w, r, op, key, err)
 		return
 	}
-	s.m.kvWrites.Inc()
 	s.ok(w, r, kvResponse{Key: key, Lock: f.Name, Token: f.Token})
 }
 
@@ -873,16 +771,10 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request, key string) {
 			return
 		}
 	}
-	p, ok := s.cfg.KV.(fence.Purger)
-	if !ok {
-		s.fail(w, r, op, key, because(ErrNotImplemented, "not supported by this server's store (it cannot purge a key)"))
-		return
-	}
-	if err := p.Purge(r.Context(), key); err != nil {
+	if err := s.svc.Purge(r.Context(), key); err != nil {
 		s.fail(w, r, op, key, err)
 		return
 	}
-	s.log.Info("key purged", "key", key)
 	s.ok(w, r, purgeResponse{Key: key, Purged: true})
 }
 
@@ -894,13 +786,8 @@ func (s *Server) handleFences(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, op, "", err)
 		return
 	}
-	g, ok := s.cfg.KV.(fence.Guard)
-	if !ok {
-		why := "not supported by this server's store (it cannot fence without writing)"
-		if s.cfg.KV == nil {
-			why = "not supported by this server (it has no KV store)"
-		}
-		s.fail(w, r, op, key, because(ErrNotImplemented, "%s", why))
+	if err := s.svc.KVSupport(op); err != nil {
+		s.fail(w, r, op, key, err)
 		return
 	}
 	f, err := fenceFromHeaders(r)
@@ -908,25 +795,11 @@ func (s *Server) handleFences(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, op, key, err)
 		return
 	}
-	if err := g.Fence(r.Context(), key, f); err != nil {
-		s.countRefusal(err, key, f)
+	if err := s.svc.Fence(r.Context(), key, f); err != nil {
 		s.fail(w, r, op, key, err)
 		return
 	}
 	s.ok(w, r, kvResponse{Key: key, Lock: f.Name, Token: f.Token})
-}
-
-func (s *Server) countRefusal(err error, key string, f fence.Fence) {
-	switch {
-	case errors.Is(err, fence.ErrUnissuedToken):
-		s.m.unissued.Inc()
-		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
-	case errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrNamespace):
-		s.m.stale.Inc()
-		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
-	case errors.Is(err, fence.ErrLeaseRequired):
-		s.log.Info("fenced write refused", "key", key, "fence", f.String(), "err", err)
-	}
 }
 
 // readBody reads the JSON body of op on name (see readJSON), decodes it into v
@@ -1023,9 +896,12 @@ func (s *Server) ok(w http.ResponseWriter, r *http.Request, v any) {
 }
 
 // fail answers err, which op met on name (see errorBody), with the status and code
-// of statusTable and the user's message of userMessage. The log keeps err itself.
+// of statusOf (Retry-After with a refusal of service.ErrBusy) and the user's message of userMessage. The log keeps err itself.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, op, name string, err error) {
 	status, body := errorBody(op, name, err)
+	if errors.Is(err, service.ErrBusy) {
+		w.Header().Set("Retry-After", "1")
+	}
 	s.m.requests.WithLabelValues(routeOf(r), strconv.Itoa(status)).Inc()
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "route", routeOf(r), "status", status, "err", err)

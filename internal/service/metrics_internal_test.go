@@ -1,4 +1,4 @@
-package fencehttp
+package service
 
 import (
 	"fmt"
