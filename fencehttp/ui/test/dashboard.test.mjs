@@ -64,12 +64,13 @@ test('dashboard shows grants, countdowns, releases and stale writes', { timeout:
   // A stale write: token 2 writes, then the paused holder of token 1 tries.
   const b = await api(srv.url, 'POST', lockPath(name) + '/acquire', { json: { ttl_ms: 45000 } });
   assert.equal(b.status, 200, 'second acquire: ' + JSON.stringify(b.body));
-  const fenced = (token) => ({ 'Fence-Token': String(token), 'Fence-Lock': encodeURIComponent(name) });
-  const ok = await api(srv.url, 'PUT', '/v1/kv/ledger', { body: 'balance=120', headers: fenced(b.body.token) });
+  // Each write carries its lease: a live lease's token without it is lease_required.
+  const fenced = (grant) => ({ 'Fence-Token': String(grant.token), 'Fence-Lock': encodeURIComponent(name), 'Fence-Lease': grant.lease });
+  const ok = await api(srv.url, 'PUT', '/v1/kv/ledger', { body: 'balance=120', headers: fenced(b.body) });
   assert.equal(ok.status, 200, 'fenced write: ' + JSON.stringify(ok.body));
   const staleBefore = Number(await page.textContent('#m-stale'));
   assert.equal(staleBefore, 0, 'stale rejections before the stale write');
-  const stale = await api(srv.url, 'PUT', '/v1/kv/ledger', { body: 'balance=90', headers: fenced(a.body.token) });
+  const stale = await api(srv.url, 'PUT', '/v1/kv/ledger', { body: 'balance=90', headers: fenced(a.body) });
   assert.equal(stale.status, 409, 'stale write: ' + JSON.stringify(stale.body));
   assert.equal(stale.body.code, 'stale_token');
   await page.waitForFunction(() => document.getElementById('m-stale').textContent === '1', null, { timeout: 10000 });
