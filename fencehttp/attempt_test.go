@@ -2,6 +2,7 @@ package fencehttp_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -198,5 +199,70 @@ func TestServer_KV_FenceAttempt_CurlShapes(t *testing.T) {
 	wantError(t, "PUT with Fence-Attempt twice", send(t, http.DefaultClient, req), 400, "invalid")
 	if a := call(t, "GET", url, "", nil); a.status != 200 || a.raw != "v2" {
 		t.Fatalf("GET after the late attempt and the refused writes: %d %q; want 200 v2", a.status, a.raw)
+	}
+}
+
+// lostAnswerKV applies a Put, then runs after (a newer holder fences the key),
+// then keeps the request until its client gives up: the write was applied and
+// its answer is lost.
+type lostAnswerKV struct {
+	fence.KV
+	armed atomic.Bool
+	after func()
+}
+
+func (k *lostAnswerKV) Put(ctx context.Context, key string, value []byte, f fence.Fence) error {
+	err := k.KV.Put(ctx, key, value, f)
+	if err == nil && k.armed.CompareAndSwap(true, false) {
+		k.after()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return err
+}
+
+// A Put whose first attempt was applied but whose answer was lost, retried on
+// another server after a newer holder fenced the key: the retry is refused as
+// stale, but the write happened. The client must not report it refused (P3: a
+// refused write changed nothing): its outcome is unknown, fence.ErrUnavailable,
+// never fence.ErrStaleToken.
+func TestClient_RetryRefusedAfterALostAnswer_OutcomeUnknownNotStale(t *testing.T) {
+	s, err := bolt.Open(filepath.Join(t.TempDir(), "fence.db"), nil)
+	if err != nil {
+		t.Fatalf("bolt.Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	lost := &lostAnswerKV{KV: s}
+	_, a := newServer(t, fencehttp.Config{Locker: s, KV: lost})
+	_, b := newServer(t, fencehttp.Config{Locker: s, KV: s})
+	c := mustClient(t, a.URL+","+b.URL, &fencehttp.ClientOptions{AttemptTimeout: 300 * time.Millisecond})
+	name, key := uniq(t, "lock"), uniq(t, "key")
+	ctx := ctxFor(t)
+	old := mustAcquire(t, c, name, time.Minute)
+	lost.after = func() {
+		// The old holder's lease ends (revoked); a newer holder fences the key.
+		if err := s.Revoke(ctx, name); err != nil {
+			t.Errorf("Revoke = %v", err)
+			return
+		}
+		newer, err := s.Acquire(ctx, name, time.Minute)
+		if err != nil {
+			t.Errorf("newer Acquire = %v", err)
+			return
+		}
+		if err := s.Fence(ctx, key, newer.Fence()); err != nil {
+			t.Errorf("newer holder's Fence = %v", err)
+		}
+	}
+	lost.armed.Store(true)
+	err = c.Put(ctx, key, []byte("v1"), old.Fence())
+	if got, gerr := s.Get(ctx, key); gerr != nil || string(got.Value) != "v1" {
+		t.Fatalf("Get after the lost answer = %q, %v; want v1 (the first attempt applied)", got.Value, gerr)
+	}
+	if err == nil || errors.Is(err, fence.ErrStaleToken) || !errors.Is(err, fence.ErrUnavailable) {
+		t.Fatalf("Put applied, answer lost, retry refused = %v; want an error matching fence.ErrUnavailable (outcome unknown), not fence.ErrStaleToken", err)
+	}
+	if !strings.Contains(err.Error(), "stale token") {
+		t.Errorf("Put's error %q does not say what the retry was answered", err)
 	}
 }

@@ -110,7 +110,10 @@ type ClientOptions struct {
 // (Fence-Attempt, see Put): a store that keeps attempt ids (every store of
 // `fence serve` and inmem) applies the write once, answers a retried Delete
 // 200 rather than 404, and never lets a slow first attempt land over a write
-// the holder made after the retry (P3).
+// the holder made after the retry (P3). A write whose retry is refused (409)
+// after an earlier attempt's answer was lost returns an error matching
+// fence.ErrUnavailable, not the refusal: the earlier attempt may have been
+// applied before the key's fence moved on, so its outcome is unknown.
 type Client struct {
 	servers []string     // scheme://host[/path], without a trailing slash; at least one
 	cur     atomic.Int64 // index in servers of the server that last answered
@@ -781,7 +784,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte, f fence.Fenc
 		return err
 	}
 	if resp.status != http.StatusOK {
-		return c.answerError(resp)
+		return c.writeAnswerError(resp)
 	}
 	return nil
 }
@@ -799,7 +802,7 @@ func (c *Client) Fence(ctx context.Context, key string, f fence.Fence) error {
 		return err
 	}
 	if resp.status != http.StatusOK {
-		return c.answerError(resp)
+		return c.writeAnswerError(resp)
 	}
 	return nil
 }
@@ -827,7 +830,7 @@ func (c *Client) Delete(ctx context.Context, key string, f fence.Fence) error {
 		return err
 	}
 	if resp.status != http.StatusOK {
-		return c.answerError(resp)
+		return c.writeAnswerError(resp)
 	}
 	return nil
 }
@@ -886,4 +889,21 @@ func (c *Client) Get(ctx context.Context, key string) (fence.Item, error) {
 		return fence.Item{}, c.malformed(op, key)
 	}
 	return fence.Item{Value: resp.body, Fence: fence.Fence{Name: name, Token: tok}}, nil
+}
+
+// writeAnswerError is answerError for a fenced write (Put, Delete, Fence). A
+// refusal (409) of a retry whose earlier attempt may have been applied (its
+// answer was lost: resp.uncertain) does not say the write changed nothing: the
+// earlier attempt may have landed before the key's fence moved on. Its outcome
+// is unknown, so the error matches fence.ErrUnavailable (as when no server
+// answers), never the refusal's sentinel, and its message says both.
+func (c *Client) writeAnswerError(resp *response) error {
+	err := c.answerError(resp)
+	if !resp.uncertain || resp.status != http.StatusConflict {
+		return err
+	}
+	return &clientError{
+		msg:    err.Error() + "; outcome unknown: an earlier attempt, whose answer was lost, may have been applied",
+		causes: []error{fence.ErrUnavailable},
+	}
 }
