@@ -111,23 +111,13 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Locker == nil {
 		return nil, fmt.Errorf("fencehttp: new server: %w: Config.Locker is nil", fence.ErrInvalid)
 	}
-	if cfg.MaxBodyBytes < 0 || cfg.MaxValueBytes < 0 || cfg.MaxWait < 0 || cfg.DefaultTTL < 0 || cfg.MaxWaiters < 0 {
+	// The service checks and defaults the limits it shares with this adapter
+	// (MaxValueBytes, MaxWait, DefaultTTL, MaxWaiters); the body limit is HTTP's.
+	if cfg.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("fencehttp: new server: %w: negative limit", fence.ErrInvalid)
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.MaxValueBytes == 0 {
-		cfg.MaxValueBytes = DefaultMaxValueBytes
-	}
-	if cfg.MaxWait == 0 {
-		cfg.MaxWait = DefaultMaxWait
-	}
-	if cfg.DefaultTTL == 0 {
-		cfg.DefaultTTL = DefaultTTL
-	}
-	if err := fence.ValidateTTL(cfg.DefaultTTL); err != nil {
-		return nil, fmt.Errorf("fencehttp: new server: default TTL: %w", err)
 	}
 	tokens := make([]AuthToken, 0, len(cfg.AuthTokens)+len(cfg.Tokens))
 	for _, t := range cfg.AuthTokens {
@@ -140,6 +130,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fencehttp: new server: %w", err)
 	}
+	cfg.MaxValueBytes = svc.MaxValueBytes()
 	s := &Server{cfg: cfg, svc: svc, log: cfg.Logger, reg: svc.Registry()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
